@@ -1,0 +1,1 @@
+"""Private implementation of jaxwarp. Import the public names from ``jaxwarp``."""
