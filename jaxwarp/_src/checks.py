@@ -14,7 +14,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import core
+
+try:  # jax >= 0.4.36 moved it; the old name warns and will go away.
+    from jax.extend.core import concrete_or_error as _concrete_or_error
+except ImportError:  # pragma: no cover
+    from jax.core import concrete_or_error as _concrete_or_error
 
 WARP_SIZE = 32
 
@@ -24,7 +28,7 @@ def static_int(value: Any, name: str) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{name} must be a Python int, got bool {value!r}")
     try:
-        return core.concrete_or_error(
+        return _concrete_or_error(
             operator.index,
             value,
             f"{name} is a static argument and must be a concrete Python int, not a traced "

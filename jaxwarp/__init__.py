@@ -1,0 +1,36 @@
+"""jaxwarp: NVIDIA warp-level programming modelled bit for bit in JAX.
+
+The lane axis is the leading axis of size 32; many warps are a ``jax.vmap`` away.
+Everything public is listed here; ``jaxwarp._src`` is private.
+"""
+
+# Lanes and shuffles.
+from jaxwarp._src.lanes import FULL_MASK as FULL_MASK
+from jaxwarp._src.lanes import WARP_SIZE as WARP_SIZE
+from jaxwarp._src.lanes import activemask as activemask
+from jaxwarp._src.lanes import lane_id as lane_id
+from jaxwarp._src.lanes import nanosleep as nanosleep
+from jaxwarp._src.lanes import shfl_down_sync as shfl_down_sync
+from jaxwarp._src.lanes import shfl_sync as shfl_sync
+from jaxwarp._src.lanes import shfl_up_sync as shfl_up_sync
+from jaxwarp._src.lanes import shfl_xor_sync as shfl_xor_sync
+
+# Reductions.
+from jaxwarp._src.reduce import reduce_add_sync as reduce_add_sync
+from jaxwarp._src.reduce import reduce_and_sync as reduce_and_sync
+from jaxwarp._src.reduce import reduce_max_sync as reduce_max_sync
+from jaxwarp._src.reduce import reduce_min_sync as reduce_min_sync
+from jaxwarp._src.reduce import reduce_or_sync as reduce_or_sync
+from jaxwarp._src.reduce import reduce_sync as reduce_sync
+from jaxwarp._src.reduce import reduce_xor_sync as reduce_xor_sync
+
+# Votes and matches.
+from jaxwarp._src.vote import all_sync as all_sync
+from jaxwarp._src.vote import any_sync as any_sync
+from jaxwarp._src.vote import ballot_sync as ballot_sync
+from jaxwarp._src.vote import match_all_sync as match_all_sync
+from jaxwarp._src.vote import match_any_sync as match_any_sync
+
+__version__ = "0.1.0"
+
+# Do not import from jaxwarp._src: it is private and changes without notice.

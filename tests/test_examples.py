@@ -1,0 +1,39 @@
+"""The seed documents' warp programs print what the GPU prints."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import seed_warp_programs as seed  # noqa: E402
+
+
+def _expected_blocks():
+    text = (ROOT / "tests" / "data" / "seed_shfl_outputs.txt").read_text()
+    return dict(re.findall(r"## (.*?)\n(.*?)(?=\n## |\Z)", text, re.S))
+
+
+def test_shuffle_programs_print_what_the_gpu_prints():
+    want = _expected_blocks()
+    assert len(want) == 4
+    for name, fn, width in seed.SHUFFLES:
+        assert "\n".join(seed.shuffle_lines(fn, width)) == want[name].strip(), name
+
+
+def test_worked_examples():
+    np.testing.assert_array_equal(seed.bcast(1234), 1234)
+    start = 31 - np.arange(32)
+    want = np.concatenate([np.cumsum(start[i:i + 8]) for i in range(0, 32, 8)])
+    np.testing.assert_array_equal(seed.scan4(), want)
+    np.testing.assert_array_equal(seed.warp_reduce(), np.full(32, 496))
+
+
+def test_script_runs():
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "seed_warp_programs.py")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "Thread 31 final value = 496" in out and "failed" not in out
