@@ -33,8 +33,9 @@ def shuffle_lines(fn, width: int) -> list[str]:
     """The printf lines of the guide's test kernel for one shuffle."""
     x = jaxwarp.lane_id()
     y = np.asarray(jax.jit(fn)(x))
-    return [f"physical lane ID {l} (logical lane ID {l % width}): x={l}, y={y[l]}"
-            for l in range(32)]
+    return [
+        f"physical lane ID {l} (logical lane ID {l % width}): x={l}, y={y[l]}" for l in range(32)
+    ]
 
 
 def bcast(arg: int) -> jax.Array:

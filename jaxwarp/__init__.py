@@ -4,6 +4,9 @@ The lane axis is the leading axis of size 32; many warps are a ``jax.vmap`` away
 Everything public is listed here; ``jaxwarp._src`` is private.
 """
 
+# Checked mode.
+from jaxwarp._src.checked import checked as checked
+
 # Lanes and shuffles.
 from jaxwarp._src.lanes import FULL_MASK as FULL_MASK
 from jaxwarp._src.lanes import WARP_SIZE as WARP_SIZE

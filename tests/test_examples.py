@@ -28,12 +28,16 @@ def test_shuffle_programs_print_what_the_gpu_prints():
 def test_worked_examples():
     np.testing.assert_array_equal(seed.bcast(1234), 1234)
     start = 31 - np.arange(32)
-    want = np.concatenate([np.cumsum(start[i:i + 8]) for i in range(0, 32, 8)])
+    want = np.concatenate([np.cumsum(start[i : i + 8]) for i in range(0, 32, 8)])
     np.testing.assert_array_equal(seed.scan4(), want)
     np.testing.assert_array_equal(seed.warp_reduce(), np.full(32, 496))
 
 
 def test_script_runs():
-    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "seed_warp_programs.py")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "seed_warp_programs.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "Thread 31 final value = 496" in out and "failed" not in out

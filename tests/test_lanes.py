@@ -30,7 +30,8 @@ def test_h100_capture_bit_exact(warp_capture):
         sel = np.flatnonzero((cfg[:, 0] == mode) & (cfg[:, 2] == width))
         fn = SHUFFLES[MODE_CODES[mode]]
         got = jax.jit(jax.vmap(lambda m, v, b, fn=fn, w=width: fn(m, v, b, w)))(
-            cfg[sel, 3].astype(np.uint32), x[sel], cfg[sel, 1])
+            cfg[sel, 3].astype(np.uint32), x[sel], cfg[sel, 1]
+        )
         got = np.where(in_mask[sel], np.asarray(got), 0xDEADBEEF).astype(np.uint32)
         np.testing.assert_array_equal(got, want[sel], err_msg=f"mode={mode} width={width}")
         checked += len(sel)
@@ -63,9 +64,13 @@ def _reference(mode, mask, x, b, width):
 
 
 @settings(derandomize=True, max_examples=200, deadline=None)
-@given(mode=st.sampled_from(MODE_CODES), mask=st.integers(0, FULL),
-       b=st.integers(-(2**31), 2**31 - 1), width=st.integers(-40, 70),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    mode=st.sampled_from(MODE_CODES),
+    mask=st.integers(0, FULL),
+    b=st.integers(-(2**31), 2**31 - 1),
+    width=st.integers(-40, 70),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_matches_ptx_definition(mode, mask, b, width, seed):
     x = np.random.default_rng(seed).integers(0, 2**32, 32, dtype=np.uint32)
     got = SHUFFLES[mode](mask, x, b, width)
@@ -108,9 +113,11 @@ def test_source_outside_mask_reads_zero_and_outside_lanes_keep_input():
     np.testing.assert_array_equal(y[16:], np.arange(17, 33))  # did not call
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint32, np.float16,
-                                   ml_dtypes.bfloat16, np.float32, np.bool_],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype",
+    [np.int8, np.uint16, np.int32, np.uint32, np.float16, ml_dtypes.bfloat16, np.float32, np.bool_],
+    ids=lambda d: np.dtype(d).name,
+)
 def test_dtypes_move_bits_unchanged(dtype):
     rng = np.random.default_rng(0)
     raw = rng.integers(0, 256, (32, 3, np.dtype(dtype).itemsize), dtype=np.uint8)
@@ -138,7 +145,7 @@ def test_64_bit_values():
 
 def test_per_lane_src_lane_and_mask():
     x = jnp.arange(32, dtype=jnp.int32) * 10
-    src = (31 - jaxwarp.lane_id())
+    src = 31 - jaxwarp.lane_id()
     np.testing.assert_array_equal(jaxwarp.shfl_sync(FULL, x, src), x[::-1])
     masks = jnp.full((32,), FULL, jnp.uint32)
     np.testing.assert_array_equal(jaxwarp.shfl_sync(masks, x, src), x[::-1])
@@ -165,7 +172,9 @@ def test_vmap_over_warps():
     np.testing.assert_array_equal(got, xs.reshape(4, 16, 2)[:, :, ::-1].reshape(4, 32))
     bs = jnp.array([0, 1, 2, 3], jnp.int32)
     got = jax.vmap(lambda x, b: jaxwarp.shfl_sync(FULL, x, b))(xs, bs)
-    np.testing.assert_array_equal(got, np.repeat(np.asarray(xs)[np.arange(4), [0, 1, 2, 3]][:, None], 32, 1))
+    np.testing.assert_array_equal(
+        got, np.repeat(np.asarray(xs)[np.arange(4), [0, 1, 2, 3]][:, None], 32, 1)
+    )
 
 
 @pytest.mark.parametrize("mode", MODE_CODES)
@@ -178,7 +187,9 @@ def test_gradients(mode):
 
     check_grads(f, (x,), order=1, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
     # The gradient of a permutation is the transposed permutation (exact here).
-    g = jax.grad(lambda v: jnp.sum(fn(FULL, v, 3) * jnp.arange(32.0, dtype=jnp.float32)[:, None]))(x)
+    g = jax.grad(lambda v: jnp.sum(fn(FULL, v, 3) * jnp.arange(32.0, dtype=jnp.float32)[:, None]))(
+        x
+    )
     j = np.asarray(lanes.source_lanes(mode, 3))
     want = np.zeros((32, 2), np.float32)
     np.add.at(want, j, np.arange(32.0, dtype=np.float32)[:, None])

@@ -9,9 +9,17 @@ from hypothesis import strategies as st
 
 import jaxwarp
 
-OPS = (("add", np.uint32), ("min", np.uint32), ("max", np.uint32), ("add", np.int32),
-       ("min", np.int32), ("max", np.int32), ("and", np.uint32), ("or", np.uint32),
-       ("xor", np.uint32))
+OPS = (
+    ("add", np.uint32),
+    ("min", np.uint32),
+    ("max", np.uint32),
+    ("add", np.int32),
+    ("min", np.int32),
+    ("max", np.int32),
+    ("and", np.uint32),
+    ("or", np.uint32),
+    ("xor", np.uint32),
+)
 
 
 def test_h100_capture_bit_exact(warp_capture):
@@ -21,28 +29,39 @@ def test_h100_capture_bit_exact(warp_capture):
         sel = np.flatnonzero(cfg[:, 0] == code)
         assert len(sel), f"capture has no warps for op code {code}"
         got = jax.jit(jax.vmap(lambda m, v, op=op: jaxwarp.reduce_sync(op, m, v)))(
-            cfg[sel, 1].astype(np.uint32), x[sel].view(dt))
+            cfg[sel, 1].astype(np.uint32), x[sel].view(dt)
+        )
         got = np.where(in_mask[sel], np.asarray(got).view(np.uint32), 0xDEADBEEF)
         np.testing.assert_array_equal(got.astype(np.uint32), want[sel], err_msg=op)
 
 
 @settings(derandomize=True, max_examples=100, deadline=None)
-@given(mask=st.integers(1, 2**32 - 1), seed=st.integers(0, 2**32 - 1),
-       code=st.integers(0, len(OPS) - 1))
+@given(
+    mask=st.integers(1, 2**32 - 1),
+    seed=st.integers(0, 2**32 - 1),
+    code=st.integers(0, len(OPS) - 1),
+)
 def test_matches_numpy(mask, seed, code):
     op, dt = OPS[code]
     x = np.random.default_rng(seed).integers(0, 2**32, 32, dtype=np.uint32).view(dt)
     inm = (mask >> np.arange(32)) & 1 == 1
     sub = x[inm]
-    want = {"add": lambda: np.sum(sub, dtype=dt), "min": sub.min, "max": sub.max,
-            "and": lambda: np.bitwise_and.reduce(sub), "or": lambda: np.bitwise_or.reduce(sub),
-            "xor": lambda: np.bitwise_xor.reduce(sub)}[op]()
+    want = {
+        "add": lambda: np.sum(sub, dtype=dt),
+        "min": sub.min,
+        "max": sub.max,
+        "and": lambda: np.bitwise_and.reduce(sub),
+        "or": lambda: np.bitwise_or.reduce(sub),
+        "xor": lambda: np.bitwise_xor.reduce(sub),
+    }[op]()
     got = np.asarray(jaxwarp.reduce_sync(op, mask, jnp.asarray(x)))
     np.testing.assert_array_equal(got[inm], want)
     np.testing.assert_array_equal(got[~inm], x[~inm])
     # The same masks passed per lane, traced, give the same answer.
     per_lane = jnp.full((32,), mask, jnp.uint32)
-    np.testing.assert_array_equal(jax.jit(lambda m, v: jaxwarp.reduce_sync(op, m, v))(per_lane, x), got)
+    np.testing.assert_array_equal(
+        jax.jit(lambda m, v: jaxwarp.reduce_sync(op, m, v))(per_lane, x), got
+    )
 
 
 def test_signedness_follows_dtype():

@@ -12,9 +12,17 @@ def _vote_all(m, v):
     p = (v & 1) != 0
     key = v >> 1
     mv, mp = jaxwarp.match_all_sync(m, key)
-    return jnp.stack([jaxwarp.ballot_sync(m, p), jaxwarp.any_sync(m, p).astype(jnp.uint32),
-                      jaxwarp.all_sync(m, p).astype(jnp.uint32),
-                      jaxwarp.match_any_sync(m, key), mv, mp.astype(jnp.uint32)], axis=-1)
+    return jnp.stack(
+        [
+            jaxwarp.ballot_sync(m, p),
+            jaxwarp.any_sync(m, p).astype(jnp.uint32),
+            jaxwarp.all_sync(m, p).astype(jnp.uint32),
+            jaxwarp.match_any_sync(m, key),
+            mv,
+            mp.astype(jnp.uint32),
+        ],
+        axis=-1,
+    )
 
 
 def test_h100_capture_bit_exact(warp_capture):

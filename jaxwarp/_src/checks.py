@@ -44,8 +44,10 @@ def static_choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:
     """Checks that a static ``value`` is one of ``allowed``."""
     allowed = tuple(allowed)
     if isinstance(value, jax.core.Tracer):
-        raise TypeError(f"{name} is a static argument and must be a concrete Python value, "
-                        f"not a traced value; allowed: {allowed}")
+        raise TypeError(
+            f"{name} is a static argument and must be a concrete Python value, "
+            f"not a traced value; allowed: {allowed}"
+        )
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not supported; allowed: {allowed}")
     return value
@@ -98,7 +100,9 @@ def per_lane_int(value: Any, name: str) -> jax.Array:
         return jnp.full((WARP_SIZE,), value, jnp.int32)
     arr = jnp.asarray(value)
     if not jnp.issubdtype(arr.dtype, jnp.integer):
-        raise TypeError(f"{name} must be an integer or a (32,) integer array, got dtype {arr.dtype}")
+        raise TypeError(
+            f"{name} must be an integer or a (32,) integer array, got dtype {arr.dtype}"
+        )
     if arr.shape not in ((), (WARP_SIZE,)):
         raise ValueError(
             f"{name} must be a scalar or one value per lane with shape ({WARP_SIZE},), "

@@ -53,8 +53,9 @@ def handler(*keys: str):
     """Registers a handler that needs every one of ``keys`` (all present, or it is skipped)."""
 
     def wrap(fn):
-        _HANDLERS.append((lambda files: set(keys) if set(keys) <= files else set(),
-                          lambda d, _keys: fn(d)))
+        _HANDLERS.append(
+            (lambda files: set(keys) if set(keys) <= files else set(), lambda d, _keys: fn(d))
+        )
         return fn
 
     return wrap
@@ -95,9 +96,17 @@ def _shfl(d) -> Iterator[GroupResult]:
 
 
 # reduce_cfg op codes, in the order of FORMAT.md.
-_REDUCE_OPS = (("add", np.uint32), ("min", np.uint32), ("max", np.uint32),
-               ("add", np.int32), ("min", np.int32), ("max", np.int32),
-               ("and", np.uint32), ("or", np.uint32), ("xor", np.uint32))
+_REDUCE_OPS = (
+    ("add", np.uint32),
+    ("min", np.uint32),
+    ("max", np.uint32),
+    ("add", np.int32),
+    ("min", np.int32),
+    ("max", np.int32),
+    ("and", np.uint32),
+    ("or", np.uint32),
+    ("xor", np.uint32),
+)
 
 
 @handler("reduce_cfg", "reduce_x", "reduce_out")
@@ -124,9 +133,17 @@ def _vote(d) -> Iterator[GroupResult]:
         p = (v & 1) != 0
         key = v >> 1
         mv, mp = vote.match_all_sync(m, key)
-        return jnp.stack([vote.ballot_sync(m, p), vote.any_sync(m, p).astype(jnp.uint32),
-                          vote.all_sync(m, p).astype(jnp.uint32), vote.match_any_sync(m, key),
-                          mv, mp.astype(jnp.uint32)], axis=-1)
+        return jnp.stack(
+            [
+                vote.ballot_sync(m, p),
+                vote.any_sync(m, p).astype(jnp.uint32),
+                vote.all_sync(m, p).astype(jnp.uint32),
+                vote.match_any_sync(m, key),
+                mv,
+                mp.astype(jnp.uint32),
+            ],
+            axis=-1,
+        )
 
     got = np.asarray(jax.jit(jax.vmap(one))(mask.astype(np.uint32), x))
     m, t = _count(got, want, _mask_bits(mask)[:, :, None])
@@ -165,8 +182,11 @@ def check_file(path: str) -> tuple[list[GroupResult], str]:
                 ) from e
             used |= keys
     for k in sorted(files - used):
-        results.append(GroupResult(f"unhandled/{k}", 0, int(np.asarray(d[k]).size),
-                                   "no model for this key yet"))
+        results.append(
+            GroupResult(
+                f"unhandled/{k}", 0, int(np.asarray(d[k]).size), "no model for this key yet"
+            )
+        )
     return results, device
 
 
@@ -200,8 +220,9 @@ def main(argv: Iterable[str] | None = None) -> int:
             print(_fmt(r))
             matched += r.matched
             total += r.total
-        report["files"].append({"path": path, "device": device, "groups": [
-            dataclasses.asdict(r) for r in results]})
+        report["files"].append(
+            {"path": path, "device": device, "groups": [dataclasses.asdict(r) for r in results]}
+        )
     pct = 100.0 * matched / total if total else 100.0
     report.update(matched=matched, total=total, percent=round(pct, 1))
     if args.json:
@@ -209,5 +230,3 @@ def main(argv: Iterable[str] | None = None) -> int:
             json.dump(report, f, indent=1)
     print(f"conformance: {matched}/{total} bit-exact ({pct:.1f}%)")
     return 0 if matched == total else 1
-
-

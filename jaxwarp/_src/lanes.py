@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp._src import checks
+from jaxwarp._src import checked, checks
 
 WARP_SIZE = checks.WARP_SIZE
 FULL_MASK = 0xFFFFFFFF
@@ -88,6 +88,11 @@ def nanosleep(ns: Any) -> None:
         raise TypeError(
             f"ns must be an integer scalar number of nanoseconds, got {arr.dtype}{list(arr.shape)}"
         )
+    checked.check(
+        (arr >= 0) & (arr <= 1_000_000),
+        "nanosleep(ns={ns}): CUDA sleeps at most about 1 ms (ns in 0 .. 1000000)",
+        ns=arr,
+    )
     return None
 
 
@@ -137,25 +142,80 @@ def source_lanes(mode: str, b: Any, width: int = WARP_SIZE) -> jax.Array:
 
 
 _B_NAME = {"idx": "src_lane", "up": "delta", "down": "delta", "bfly": "lane_mask"}
+_CUDA_NAME = {
+    "idx": "__shfl_sync",
+    "up": "__shfl_up_sync",
+    "down": "__shfl_down_sync",
+    "bfly": "__shfl_xor_sync",
+}
 
 
-def participating(mask: Any) -> jax.Array:
-    """Returns bool[32]: lane l calls the intrinsic iff bit l of its own mask is set."""
+def participating(mask: Any, what: str = "") -> jax.Array:
+    """Returns bool[32]: lane l calls the intrinsic iff bit l of its own mask is set.
+
+    In checked mode (``what`` names the intrinsic) it also reports calling lanes
+    with different masks and, where masks are given per lane, a lane with a
+    non-zero mask that lacks its own bit (a lane that does not call passes 0).
+    A single mask for the whole warp just says which lanes call.
+    """
     m = checks.mask_array(mask)
-    return ((jnp.broadcast_to(m, (WARP_SIZE,)) >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)) & 1) == 1
+    per_lane = m.ndim == 1
+    m = jnp.broadcast_to(m, (WARP_SIZE,))
+    calls = ((m >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)) & 1) == 1
+    if what and checked.enabled() and per_lane:
+        missing = (m != 0) & ~calls
+        l = checked.first_lane(missing)
+        checked.check(
+            ~jnp.any(missing),
+            "lane {lane} calls " + what + " with mask {mask}, which lacks its own bit "
+            "(CUDA: every calling lane must be in mask)",
+            lane=l,
+            mask=m[l],
+        )
+        lead = checked.first_lane(calls)
+        differ = calls & (m != m[lead])
+        l = checked.first_lane(differ)
+        checked.check(
+            ~jnp.any(differ),
+            "lanes {a} and {b} call " + what + " with different masks {ma} and {mb} "
+            "(CUDA: all lanes of mask must pass the same mask)",
+            a=lead,
+            b=l,
+            ma=m[lead],
+            mb=m[l],
+        )
+    return calls
 
 
 def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
     var = checks.lane_array(var, "var")
     width = checks.static_int(width, "width")
+    what = _CUDA_NAME[mode]
+    if checked.enabled() and not (1 <= width <= WARP_SIZE and width & (width - 1) == 0):
+        checked.check(
+            False,
+            what + f"(width={width}): CUDA defines width only for powers "
+            "of two in [1, 32] (the H100 follows the PTX formula)",
+        )
     j = source_lanes(mode, b, width)
     out = var[j]
     if isinstance(mask, (int, np.integer)) and (int(mask) & FULL_MASK) == FULL_MASK:
         return out  # every lane calls and every source is a member: a pure permutation
-    m = jnp.broadcast_to(checks.mask_array(mask), (WARP_SIZE,))
-    calls = participating(m)
+    m0 = checks.mask_array(mask)
+    m = jnp.broadcast_to(m0, (WARP_SIZE,))
+    calls = participating(m0, what)
     jj = jnp.asarray(j)
     src_ok = (((m >> jj.astype(jnp.uint32)) & 1) == 1) & calls[jj]
+    if checked.enabled():
+        bad = calls & ~src_ok
+        l = checked.first_lane(bad)
+        checked.check(
+            ~jnp.any(bad),
+            "lane {lane} reads source lane {src} in " + what + ", which is not in its "
+            "mask or does not call (CUDA: undefined; the H100 returns 0)",
+            lane=l,
+            src=jj[l],
+        )
     extra = (1,) * (var.ndim - 1)
     out = jnp.where(src_ok.reshape((WARP_SIZE, *extra)), out, jnp.zeros((), var.dtype))
     return jnp.where(calls.reshape((WARP_SIZE, *extra)), out, var)
@@ -196,28 +256,44 @@ def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str):
     return wrap
 
 
-@_shuffle_doc("idx", "__shfl_sync", "src_lane",
-              "Each lane reads ``var`` from lane ``src_lane`` of its own width-sized segment.")
+@_shuffle_doc(
+    "idx",
+    "__shfl_sync",
+    "src_lane",
+    "Each lane reads ``var`` from lane ``src_lane`` of its own width-sized segment.",
+)
 def shfl_sync(mask: Any, var: Any, src_lane: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("idx", mask, var, src_lane, width)
 
 
-@_shuffle_doc("up", "__shfl_up_sync", "delta",
-              "Each lane reads from ``lane - delta``; lanes whose source would fall below "
-              "their segment keep their own value.")
+@_shuffle_doc(
+    "up",
+    "__shfl_up_sync",
+    "delta",
+    "Each lane reads from ``lane - delta``; lanes whose source would fall below "
+    "their segment keep their own value.",
+)
 def shfl_up_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("up", mask, var, delta, width)
 
 
-@_shuffle_doc("down", "__shfl_down_sync", "delta",
-              "Each lane reads from ``lane + delta``; lanes whose source would pass the end "
-              "of their segment keep their own value.")
+@_shuffle_doc(
+    "down",
+    "__shfl_down_sync",
+    "delta",
+    "Each lane reads from ``lane + delta``; lanes whose source would pass the end "
+    "of their segment keep their own value.",
+)
 def shfl_down_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("down", mask, var, delta, width)
 
 
-@_shuffle_doc("bfly", "__shfl_xor_sync", "lane_mask",
-              "Each lane reads from ``lane ^ lane_mask`` (butterfly); sources past the end "
-              "of the segment are clamped to the lane itself.")
+@_shuffle_doc(
+    "bfly",
+    "__shfl_xor_sync",
+    "lane_mask",
+    "Each lane reads from ``lane ^ lane_mask`` (butterfly); sources past the end "
+    "of the segment are clamped to the lane itself.",
+)
 def shfl_xor_sync(mask: Any, var: Any, lane_mask: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("bfly", mask, var, lane_mask, width)

@@ -25,7 +25,9 @@ _UNSIGNED_ONLY = ("and", "or", "xor")
 def _identity(op: str, dtype) -> Any:
     info = jnp.iinfo(dtype)
     return {
-        "add": 0, "or": 0, "xor": 0,
+        "add": 0,
+        "or": 0,
+        "xor": 0,
         "and": info.max,
         "min": info.max,
         "max": info.min,
@@ -86,10 +88,11 @@ def reduce_sync(op: str, mask: Any, value: Any) -> jax.Array:
         if (int(mask) & FULL_MASK) == FULL_MASK:
             return jnp.broadcast_to(r, value.shape)
         return jnp.where(calls.reshape((WARP_SIZE, *extra)), r[None], value)
-    m = jnp.broadcast_to(checks.mask_array(mask), (WARP_SIZE,))
-    calls = participating(m)
+    m0 = checks.mask_array(mask)
+    m = jnp.broadcast_to(m0, (WARP_SIZE,))
+    calls = participating(m0, f"__reduce_{op}_sync")
     # member[l, j]: lane j is in lane l's mask and calls.
-    member = (((m[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1)
+    member = ((m[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
     member = member & calls[None, :]
     terms = jnp.where(member.reshape((WARP_SIZE, WARP_SIZE, *extra)), value[None], ident)
     r = _combine(op, terms, 1)

@@ -20,10 +20,11 @@ from jaxwarp._src.lanes import WARP_SIZE, participating
 _BITS = jnp.uint32(1) << jnp.arange(WARP_SIZE, dtype=jnp.uint32)
 
 
-def _members(mask: Any) -> tuple[jax.Array, jax.Array]:
+def _members(mask: Any, what: str) -> tuple[jax.Array, jax.Array]:
     """Returns (calls bool[32], member bool[32, 32]): member[l, j] = j calls and is in l's mask."""
-    m = jnp.broadcast_to(checks.mask_array(mask), (WARP_SIZE,))
-    calls = participating(m)
+    m0 = checks.mask_array(mask)
+    m = jnp.broadcast_to(m0, (WARP_SIZE,))
+    calls = participating(m0, what)
     member = ((m[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
     return calls, member & calls[None, :]
 
@@ -33,7 +34,9 @@ def _predicate(pred: Any) -> jax.Array:
     if pred.ndim != 1:
         raise ValueError(f"pred must have shape (32,) (one predicate per lane), got {pred.shape}")
     if not (pred.dtype == jnp.bool_ or jnp.issubdtype(pred.dtype, jnp.integer)):
-        raise TypeError(f"pred must be bool or an integer (non-zero = true), got dtype {pred.dtype}")
+        raise TypeError(
+            f"pred must be bool or an integer (non-zero = true), got dtype {pred.dtype}"
+        )
     return pred != 0 if pred.dtype != jnp.bool_ else pred
 
 
@@ -57,7 +60,7 @@ def ballot_sync(mask: Any, pred: Any) -> jax.Array:
         '0xaaaaaaaa'
     """
     p = _predicate(pred)
-    calls, member = _members(mask)
+    calls, member = _members(mask, "__ballot_sync")
     return jnp.where(calls, _lane_bits(member & p[None, :]), jnp.uint32(0))
 
 
@@ -75,7 +78,7 @@ def all_sync(mask: Any, pred: Any) -> jax.Array:
     Lanes outside ``mask`` get 0. See `ballot_sync` for the arguments.
     """
     p = _predicate(pred)
-    calls, member = _members(mask)
+    calls, member = _members(mask, "__all_sync")
     ok = jnp.all(~member | p[None, :], axis=1)
     return (calls & ok).astype(jnp.int32)
 
@@ -109,7 +112,7 @@ def match_any_sync(mask: Any, value: Any) -> jax.Array:
         uint32[32]; 0 for lanes outside ``mask``.
     """
     key = _key_bits(value)
-    calls, member = _members(mask)
+    calls, member = _members(mask, "__match_any_sync")
     same = member & (key[:, None] == key[None, :])
     return jnp.where(calls, _lane_bits(same), jnp.uint32(0))
 
@@ -123,7 +126,7 @@ def match_all_sync(mask: Any, value: Any) -> tuple[jax.Array, jax.Array]:
         ``mask`` get (0, 0). See `match_any_sync` for the arguments.
     """
     key = _key_bits(value)
-    calls, member = _members(mask)
+    calls, member = _members(mask, "__match_all_sync")
     differs = member & (key[:, None] != key[None, :])
     ok = calls & ~jnp.any(differs, axis=1)
     return jnp.where(ok, _lane_bits(member), jnp.uint32(0)), ok.astype(jnp.int32)
