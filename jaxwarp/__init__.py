@@ -5,18 +5,9 @@ Everything public is listed here; ``jaxwarp._src`` is private.
 """
 
 # Checked mode.
+# DPX integer functions live in their own namespace: jaxwarp.dpx.vimax3_s32, ...
+from jaxwarp import dpx as dpx
 from jaxwarp._src.checked import checked as checked
-
-# Lanes and shuffles.
-from jaxwarp._src.lanes import FULL_MASK as FULL_MASK
-from jaxwarp._src.lanes import WARP_SIZE as WARP_SIZE
-from jaxwarp._src.lanes import activemask as activemask
-from jaxwarp._src.lanes import lane_id as lane_id
-from jaxwarp._src.lanes import nanosleep as nanosleep
-from jaxwarp._src.lanes import shfl_down_sync as shfl_down_sync
-from jaxwarp._src.lanes import shfl_sync as shfl_sync
-from jaxwarp._src.lanes import shfl_up_sync as shfl_up_sync
-from jaxwarp._src.lanes import shfl_xor_sync as shfl_xor_sync
 
 # Reductions.
 from jaxwarp._src.reduce import reduce_add_sync as reduce_add_sync

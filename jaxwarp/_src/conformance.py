@@ -150,6 +150,61 @@ def _vote(d) -> Iterator[GroupResult]:
     yield GroupResult("vote", m, t)
 
 
+@handler("dpx_a", "dpx_b", "dpx_c", "dpx_out")
+def _dpx(d) -> Iterator[GroupResult]:
+    from jaxwarp._src import dpx
+
+    a, b, c = (np.asarray(d[k]).astype(np.uint32) for k in ("dpx_a", "dpx_b", "dpx_c"))
+    want = d["dpx_out"]
+    if want.shape[0] != len(dpx.DPX_FUNCTIONS):
+        raise CaptureError(f"dpx_out has {want.shape[0]} rows; the schema has "
+                           f"{len(dpx.DPX_FUNCTIONS)}")
+    for row, (name, fn, arity) in enumerate(dpx.DPX_FUNCTIONS):
+        got = np.asarray(jax.jit(fn)(*(a, b, c)[:arity]))
+        yield GroupResult(f"dpx/{name}", int((got == want[row]).sum()), int(want[row].size))
+
+
+@handler("dpx_a", "dpx_b", "dpx_pred")
+def _dpx_pred(d) -> Iterator[GroupResult]:
+    from jaxwarp._src import dpx
+
+    a, b = (np.asarray(d[k]).astype(np.uint32) for k in ("dpx_a", "dpx_b"))
+    want = d["dpx_pred"]
+    if want.shape[0] != len(dpx.DPX_PRED_FUNCTIONS):
+        raise CaptureError(f"dpx_pred has {want.shape[0]} rows; the schema has "
+                           f"{len(dpx.DPX_PRED_FUNCTIONS)}")
+    for row, (name, fn) in enumerate(dpx.DPX_PRED_FUNCTIONS):
+        got = np.asarray(jax.jit(fn)(a, b))
+        yield GroupResult(f"dpx/{name}", int((got == want[row]).sum()), int(want[row].size))
+
+
+@handler("cvt_x", "cvt_out")
+def _cvt(d) -> Iterator[GroupResult]:
+    from jaxwarp._src import formats
+
+    x, want = np.asarray(d["cvt_x"]).astype(np.uint32), d["cvt_out"]
+    if want.shape[0] != len(formats.CVT_FUNCTIONS):
+        raise CaptureError(f"cvt_out has {want.shape[0]} rows; the schema has "
+                           f"{len(formats.CVT_FUNCTIONS)}")
+    for row, (name, fn) in enumerate(formats.CVT_FUNCTIONS):
+        got = np.asarray(jax.jit(fn)(x)).astype(np.uint32)
+        yield GroupResult(f"cvt/{name}", int((got == want[row]).sum()), int(want[row].size))
+
+
+def _is_layout_key(key: str) -> bool:
+    parts = key.split(".")
+    return "/" not in key and len(parts) in (3, 4) and parts[0] in ("a", "b", "c")
+
+
+@prefix_handler(_is_layout_key)
+def _layout(d, keys) -> Iterator[GroupResult]:
+    from jaxwarp._src import wmma
+
+    for key in sorted(keys):
+        m, t = wmma.layout_conformance(key, d[key])
+        yield GroupResult(f"layout/{key}", m, t)
+
+
 def check_file(path: str) -> tuple[list[GroupResult], str]:
     """Runs the model on one capture file. Returns (results, device name).
 
