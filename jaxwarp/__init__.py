@@ -4,26 +4,53 @@ The lane axis is the leading axis of size 32; many warps are a ``jax.vmap`` away
 Everything public is listed here; ``jaxwarp._src`` is private.
 """
 
-# Checked mode.
-# DPX integer functions live in their own namespace: jaxwarp.dpx.vimax3_s32, ...
-from jaxwarp import dpx as dpx
-from jaxwarp._src.checked import checked as checked
+# Lanes and shuffles.
+from jaxwarp._src.lanes import FULL_MASK as FULL_MASK
+from jaxwarp._src.lanes import WARP_SIZE as WARP_SIZE
+from jaxwarp._src.lanes import activemask as activemask
+from jaxwarp._src.lanes import lane_id as lane_id
+from jaxwarp._src.lanes import nanosleep as nanosleep
+from jaxwarp._src.lanes import shfl_sync as shfl_sync
+from jaxwarp._src.lanes import shfl_up_sync as shfl_up_sync
+from jaxwarp._src.lanes import shfl_down_sync as shfl_down_sync
+from jaxwarp._src.lanes import shfl_xor_sync as shfl_xor_sync
 
 # Reductions.
-from jaxwarp._src.reduce import reduce_add_sync as reduce_add_sync
-from jaxwarp._src.reduce import reduce_and_sync as reduce_and_sync
-from jaxwarp._src.reduce import reduce_max_sync as reduce_max_sync
-from jaxwarp._src.reduce import reduce_min_sync as reduce_min_sync
-from jaxwarp._src.reduce import reduce_or_sync as reduce_or_sync
 from jaxwarp._src.reduce import reduce_sync as reduce_sync
+from jaxwarp._src.reduce import reduce_add_sync as reduce_add_sync
+from jaxwarp._src.reduce import reduce_min_sync as reduce_min_sync
+from jaxwarp._src.reduce import reduce_max_sync as reduce_max_sync
+from jaxwarp._src.reduce import reduce_and_sync as reduce_and_sync
+from jaxwarp._src.reduce import reduce_or_sync as reduce_or_sync
 from jaxwarp._src.reduce import reduce_xor_sync as reduce_xor_sync
 
 # Votes and matches.
-from jaxwarp._src.vote import all_sync as all_sync
-from jaxwarp._src.vote import any_sync as any_sync
 from jaxwarp._src.vote import ballot_sync as ballot_sync
-from jaxwarp._src.vote import match_all_sync as match_all_sync
+from jaxwarp._src.vote import any_sync as any_sync
+from jaxwarp._src.vote import all_sync as all_sync
 from jaxwarp._src.vote import match_any_sync as match_any_sync
+from jaxwarp._src.vote import match_all_sync as match_all_sync
+
+# Number formats and the CUDA conversions.
+from jaxwarp._src.formats import Format as Format
+from jaxwarp._src.formats import FORMATS as FORMATS
+from jaxwarp._src.formats import get_format as get_format
+from jaxwarp._src.formats import round_to as round_to
+from jaxwarp._src.formats import float2half_rn as float2half_rn
+from jaxwarp._src.formats import float2half_rz as float2half_rz
+from jaxwarp._src.formats import float2bfloat16_rn as float2bfloat16_rn
+from jaxwarp._src.formats import float2bfloat16_rz as float2bfloat16_rz
+from jaxwarp._src.formats import float_to_tf32 as float_to_tf32
+from jaxwarp._src.formats import half2float as half2float
+from jaxwarp._src.formats import bfloat162float as bfloat162float
+from jaxwarp._src.formats import bits as bits
+from jaxwarp._src.formats import from_bits as from_bits
+
+# DPX integer functions, in their own namespace: jaxwarp.dpx.vimax3_s32, ...
+from jaxwarp import dpx as dpx
+
+# Checked mode: report undefined behaviour instead of modelling it.
+from jaxwarp._src.checked import checked as checked
 
 __version__ = "0.1.0"
 
