@@ -142,6 +142,12 @@ def source_lanes(mode: str, b: Any, width: int = WARP_SIZE) -> jax.Array:
 
 
 _B_NAME = {"idx": "src_lane", "up": "delta", "down": "delta", "bfly": "lane_mask"}
+_EXAMPLES = {  # what the examples print, lanes 0..7 (the CUDA guide's outputs)
+    "idx": "lanes 0..7 -> [2, 2, 2, 2, 2, 2, 2, 2]",
+    "up": "lanes 0..7 -> [0, 1, 0, 1, 2, 3, 4, 5]",
+    "down": "lanes 0..7 -> [3, 4, 5, 6, 7, 5, 6, 7]",
+    "bfly": "lanes 0..7 -> [3, 2, 1, 0, 7, 6, 5, 4]",
+}
 _CUDA_NAME = {
     "idx": "__shfl_sync",
     "up": "__shfl_up_sync",
@@ -221,7 +227,7 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
     return jnp.where(calls.reshape((WARP_SIZE, *extra)), out, var)
 
 
-def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str):
+def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str, example: str):
     def wrap(fn):
         fn.__doc__ = f"""``{cuda}(mask, var, {b_name}, width)`` for one warp.
 
@@ -248,8 +254,8 @@ def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str):
             have a non-integer dtype.
 
     Example:
-        >>> x = jaxwarp.lane_id()
-        >>> jaxwarp.{fn.__name__}(0xFFFFFFFF, x, {"2" if mode != "bfly" else "3"}, {"16" if mode != "bfly" else "32"})[:8]
+        >>> jaxwarp.{fn.__name__}(0xFFFFFFFF, jaxwarp.lane_id(), {example})
+        {_EXAMPLES[mode]}
     """
         return fn
 
@@ -261,6 +267,7 @@ def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str):
     "__shfl_sync",
     "src_lane",
     "Each lane reads ``var`` from lane ``src_lane`` of its own width-sized segment.",
+    "2, 16",
 )
 def shfl_sync(mask: Any, var: Any, src_lane: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("idx", mask, var, src_lane, width)
@@ -272,6 +279,7 @@ def shfl_sync(mask: Any, var: Any, src_lane: Any, width: int = WARP_SIZE) -> jax
     "delta",
     "Each lane reads from ``lane - delta``; lanes whose source would fall below "
     "their segment keep their own value.",
+    "2, 16",
 )
 def shfl_up_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("up", mask, var, delta, width)
@@ -283,6 +291,7 @@ def shfl_up_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> jax
     "delta",
     "Each lane reads from ``lane + delta``; lanes whose source would pass the end "
     "of their segment keep their own value.",
+    "3, 8",
 )
 def shfl_down_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("down", mask, var, delta, width)
@@ -294,6 +303,7 @@ def shfl_down_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> j
     "lane_mask",
     "Each lane reads from ``lane ^ lane_mask`` (butterfly); sources past the end "
     "of the segment are clamped to the lane itself.",
+    "3, 32",
 )
 def shfl_xor_sync(mask: Any, var: Any, lane_mask: Any, width: int = WARP_SIZE) -> jax.Array:
     return _shuffle("bfly", mask, var, lane_mask, width)

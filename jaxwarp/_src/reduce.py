@@ -51,7 +51,8 @@ def _check_value(op: str, value: Any) -> jax.Array:
     if value.dtype.name not in allowed:
         raise TypeError(
             f"__reduce_{op}_sync: value has dtype {value.dtype}; allowed: {allowed} "
-            f"(CUDA defines {op} for {'unsigned only' if op in _UNSIGNED_ONLY else 'int and unsigned'})"
+            f"(CUDA defines {op} for "
+            f"{'unsigned only' if op in _UNSIGNED_ONLY else 'int and unsigned'})"
         )
     return value
 
