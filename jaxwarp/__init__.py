@@ -46,6 +46,28 @@ from jaxwarp._src.formats import bfloat162float as bfloat162float
 from jaxwarp._src.formats import bits as bits
 from jaxwarp._src.formats import from_bits as from_bits
 
+# WMMA: fragments, the warp matrix functions, the shape/type table.
+from jaxwarp._src.fragments import Fragment as Fragment
+from jaxwarp._src.fragments import fragment as fragment
+from jaxwarp._src.wmma import fill_fragment as fill_fragment
+from jaxwarp._src.wmma import load_matrix_sync as load_matrix_sync
+from jaxwarp._src.wmma import store_matrix_sync as store_matrix_sync
+from jaxwarp._src.wmma import mma_sync as mma_sync
+from jaxwarp._src.wmma import bmma_sync as bmma_sync
+from jaxwarp._src.wmma import matrix_to_memory as matrix_to_memory
+from jaxwarp._src.fragments import fragment_from_matrix as fragment_from_matrix
+from jaxwarp._src.fragments import matrix_from_fragment as matrix_from_fragment
+from jaxwarp._src.fragments import lane_map as lane_map
+from jaxwarp._src.fragments import lane_map_text as lane_map_text
+from jaxwarp._src import wmma_table as wmma_table  # TABLE: what WMMA supports
+
+# Tensor-core arithmetic models (on logical matrices) and a tiled GEMM built on them.
+from jaxwarp._src.mma_arith import ARCHS as ARCHS
+from jaxwarp._src.mma_arith import ArchParams as ArchParams
+from jaxwarp._src.mma_arith import mma as mma
+from jaxwarp._src.mma_arith import bmma as bmma
+from jaxwarp._src.matmul import matmul as matmul
+
 # DPX integer functions, in their own namespace: jaxwarp.dpx.vimax3_s32, ...
 from jaxwarp import dpx as dpx
 

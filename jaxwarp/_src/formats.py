@@ -381,7 +381,11 @@ _float2bfloat16_rz_bits = _to_16_bits(_BF16, "rz")
 
 @jax.jit
 def _float_to_tf32_bits(u: jax.Array) -> jax.Array:
-    return _round_bits(_uint32_input(u, "u"), _FP32, _TF32, "rna")
+    u = _uint32_input(u, "u")
+    # A NaN is truncated, not rounded: its low 13 bits are cleared, so a NaN whose payload
+    # lies only there becomes inf (0x7F800001 -> 0x7F800000 on the H100).
+    nan = (u & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
+    return jnp.where(nan, u & jnp.uint32(0xFFFFE000), _round_bits(u, _FP32, _TF32, "rna"))
 
 
 def _f32_arg(x: Any) -> jax.Array:
@@ -496,8 +500,10 @@ def float_to_tf32(x: Any) -> jax.Array:
     float32 whose low 13 bits are zero. Bit-exact with the H100: float32 subnormals are
     rounded, not flushed; ``0x7F7FFFFF`` (float32 max) rounds up to inf; ±inf stay ±inf.
     A NaN keeps its sign and the top 10 bits of its payload, quiet bit *not* forced (a
-    signalling ``0x7F8829D6`` gives ``0x7F882000``). A NaN whose payload lies only in the
-    low 13 bits is not in the capture; the model then sets the quiet bit so it stays NaN.
+    signalling ``0x7F8829D6`` gives ``0x7F882000``); a NaN whose payload lies only in the
+    low 13 bits becomes inf (``0x7F800001`` gives ``0x7F800000``, seen through WMMA in
+    ``tests/data/capture_extra_mma.npz``). ``round_to(x, "tf32", "rna")`` differs here: it
+    keeps every NaN a NaN.
 
     Args:
       x: float32 array, any shape.

@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from jaxwarp._src import checked, checks
 
@@ -204,9 +205,9 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
             "of two in [1, 32] (the H100 follows the PTX formula)",
         )
     j = source_lanes(mode, b, width)
-    out = var[j]
     if isinstance(mask, (int, np.integer)) and (int(mask) & FULL_MASK) == FULL_MASK:
-        return out  # every lane calls and every source is a member: a pure permutation
+        # Every lane calls and every source is a member: a pure permutation.
+        return _move(var, jnp.asarray(j), None, None)
     m0 = checks.mask_array(mask)
     m = jnp.broadcast_to(m0, (WARP_SIZE,))
     calls = participating(m0, what)
@@ -222,9 +223,55 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
             lane=l,
             src=jj[l],
         )
+    return _move(var, jj, src_ok, calls)
+
+
+def _move_values(var, j, src_ok, calls):
+    """Lane l gets var[j[l]] (0 where not src_ok; its own var where it does not call)."""
+    out = var[j]
+    if src_ok is None:
+        return out
     extra = (1,) * (var.ndim - 1)
     out = jnp.where(src_ok.reshape((WARP_SIZE, *extra)), out, jnp.zeros((), var.dtype))
     return jnp.where(calls.reshape((WARP_SIZE, *extra)), out, var)
+
+
+_UINT = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+@jax.custom_jvp
+def _move_bits(var, j, src_ok, calls):
+    # Shuffles move bits: gathering floats directly lets XLA on CPU canonicalise bf16 NaN
+    # payloads, which the GPU keeps (capture_extra_warp, shflbf*). So move the raw bits.
+    u = lax.bitcast_convert_type(var, _UINT[var.dtype.itemsize])
+    return lax.bitcast_convert_type(_move_values(u, j, src_ok, calls), var.dtype)
+
+
+@_move_bits.defjvp
+def _move_bits_jvp(primals, tangents):
+    # A shuffle is linear in var: its tangent is the same shuffle of var's tangent.
+    var, j, src_ok, calls = primals
+    return _move_bits(var, j, src_ok, calls), _move_values(tangents[0], j, src_ok, calls)
+
+
+@jax.custom_jvp
+def _permute_bits(var, j):
+    u = lax.bitcast_convert_type(var, _UINT[var.dtype.itemsize])
+    return lax.bitcast_convert_type(u[j], var.dtype)
+
+
+@_permute_bits.defjvp
+def _permute_bits_jvp(primals, tangents):
+    var, j = primals
+    return _permute_bits(var, j), tangents[0][j]
+
+
+def _move(var, j, src_ok, calls):
+    if jnp.issubdtype(var.dtype, jnp.floating) and var.dtype.itemsize in _UINT:
+        if src_ok is None:
+            return _permute_bits(var, j)
+        return _move_bits(var, j, src_ok, calls)
+    return _move_values(var, j, src_ok, calls)
 
 
 def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str, example: str):

@@ -1,0 +1,319 @@
+"""What WMMA supports: the single source of truth for shapes, types, layouts and arch.
+
+Every check, error message, docstring table and test of ``jaxwarp``'s WMMA model
+reads this module; nothing repeats it by hand. It follows the CUDA programming
+guide, section "Warp Matrix Functions" (element types and matrix sizes):
+
+=========  ===============  ==========================  ==========  ==============
+A/B type   C/D types        shapes (m, n, k)            A, B        min arch
+=========  ===============  ==========================  ==========  ==============
+f16        f16/f32 (any C,  m16n16k16 m32n8k16          row | col   sm_70
+           any D)           m8n32k16
+bf16       f32              m16n16k16 m32n8k16 m8n32k16 row | col   sm_80
+tf32       f32              m16n16k8                    row | col   sm_80
+f64        f64              m8n8k4                      row | col   sm_80
+s8, u8     s32              m16n16k16 m32n8k16 m8n32k16 row | col   sm_72
+s4, u4     s32              m8n8k32                     A row,      sm_75 (exp.)
+                                                        B col
+b1         s32              m8n8k128                    A row,      sm_75 (exp.)
+                                                        B col
+=========  ===============  ==========================  ==========  ==============
+
+``b1`` is multiplied with ``bmma_sync``: ``bmmaBitOpXOR`` from sm_75,
+``bmmaBitOpAND`` from sm_80. Sub-byte types are ``nvcuda::wmma::experimental``.
+
+Type names follow PTX: ``f16`` (``__half``), ``bf16`` (``__nv_bfloat16``),
+``tf32`` (``precision::tf32``, stored as ``float``), ``f64`` (``double``), ``s8`` /
+``u8`` (``signed char`` / ``unsigned char``), ``s4`` / ``u4`` / ``b1``
+(``experimental::precision``), and for accumulators ``f16``, ``f32``, ``s32``
+(``int``) and ``f64``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+USES = ("matrix_a", "matrix_b", "accumulator")
+LAYOUTS = ("row_major", "col_major")
+MEM_LAYOUTS = ("mem_row_major", "mem_col_major")
+BMMA_OPS = ("xor", "and")
+
+Shape = tuple[int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementType:
+    """How one WMMA element type is held.
+
+    Attributes:
+        name: PTX-style name (``"f16"``, ``"s4"``, ...).
+        bits: width of one element in bits.
+        value_dtype: dtype of one element as a logical matrix entry (``s4`` as int8
+            in [-8, 7], ``u4`` as uint8 in [0, 15], ``b1`` as uint8 0/1, ``tf32`` as
+            the float32 word).
+        storage_dtype: dtype of ``frag.x`` (CUDA's ``storage_element_type``): sub-byte
+            types pack ``32 // bits`` elements into one 32-bit word (``s4`` ``int``,
+            ``u4`` and ``b1`` ``unsigned``).
+        memory_dtype: dtype of the flat memory buffer that ``load_matrix_sync`` and
+            ``store_matrix_sync`` read and write; sub-byte types use a uint8 byte
+            buffer, packed as CUDA packs them (lower index in the low bits).
+        bits_dtype: unsigned integer dtype of the same width as one storage element,
+            for raw-bit comparisons.
+    """
+
+    name: str
+    bits: int
+    value_dtype: Any
+    storage_dtype: Any
+    memory_dtype: Any
+    bits_dtype: Any
+
+    @property
+    def packed(self) -> bool:
+        """True for sub-byte types, whose storage words pack several elements."""
+        return self.bits < 8
+
+    @property
+    def per_storage(self) -> int:
+        """Elements per storage element (8 for s4/u4, 32 for b1, else 1)."""
+        return 32 // self.bits if self.packed else 1
+
+    @property
+    def ldm_multiple(self) -> int:
+        """``ldm`` must be a multiple of this many elements (16 bytes)."""
+        return 128 // self.bits
+
+    @property
+    def align_elements(self) -> int:
+        """Element offsets must be multiples of this (the 256-bit pointer alignment)."""
+        return 256 // self.bits
+
+
+def _et(name, bits, value, storage=None, memory=None, raw=None) -> ElementType:
+    storage = value if storage is None else storage
+    memory = storage if memory is None else memory
+    raw = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[
+        np.dtype(storage).itemsize * 8] if raw is None else raw
+    return ElementType(name, bits, np.dtype(value), np.dtype(storage), np.dtype(memory),
+                       np.dtype(raw))
+
+
+ELEMENT_TYPES: dict[str, ElementType] = {
+    t.name: t
+    for t in (
+        _et("f16", 16, jnp.float16),
+        _et("bf16", 16, jnp.bfloat16),
+        _et("tf32", 32, jnp.float32),
+        _et("f64", 64, jnp.float64),
+        _et("s8", 8, jnp.int8),
+        _et("u8", 8, jnp.uint8),
+        _et("s4", 4, jnp.int8, jnp.int32, jnp.uint8),
+        _et("u4", 4, jnp.uint8, jnp.uint32, jnp.uint8),
+        _et("b1", 1, jnp.uint8, jnp.uint32, jnp.uint8),
+        _et("f32", 32, jnp.float32),
+        _et("s32", 32, jnp.int32),
+    )
+}
+
+MULTIPLICAND_TYPES = ("f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4", "b1")
+ACCUMULATOR_TYPES = ("f16", "f32", "s32", "f64")
+
+
+@dataclasses.dataclass(frozen=True)
+class WmmaEntry:
+    """One row of the table: an A/B element type and everything it allows.
+
+    Attributes:
+        ab_type: element type of matrix_a and matrix_b (both the same).
+        cd_types: allowed (C type, D type) pairs.
+        shapes: allowed (m, n, k).
+        a_layouts: allowed layouts of matrix_a fragments.
+        b_layouts: allowed layouts of matrix_b fragments.
+        min_sm: smallest compute capability (70 = sm_70) that has it.
+        experimental: in ``nvcuda::wmma::experimental``.
+        bmma_ops: for b1: op name -> smallest compute capability; empty otherwise.
+    """
+
+    ab_type: str
+    cd_types: tuple[tuple[str, str], ...]
+    shapes: tuple[Shape, ...]
+    a_layouts: tuple[str, ...] = LAYOUTS
+    b_layouts: tuple[str, ...] = LAYOUTS
+    min_sm: int = 70
+    experimental: bool = False
+    bmma_ops: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def accumulator_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t for pair in self.cd_types for t in pair))
+
+    def layouts(self, use: str) -> tuple[str, ...]:
+        return self.a_layouts if use == "matrix_a" else self.b_layouts
+
+
+_K16 = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
+
+TABLE: tuple[WmmaEntry, ...] = (
+    WmmaEntry("f16", (("f16", "f16"), ("f16", "f32"), ("f32", "f16"), ("f32", "f32")), _K16,
+              min_sm=70),
+    WmmaEntry("bf16", (("f32", "f32"),), _K16, min_sm=80),
+    WmmaEntry("tf32", (("f32", "f32"),), ((16, 16, 8),), min_sm=80),
+    WmmaEntry("f64", (("f64", "f64"),), ((8, 8, 4),), min_sm=80),
+    WmmaEntry("s8", (("s32", "s32"),), _K16, min_sm=72),
+    WmmaEntry("u8", (("s32", "s32"),), _K16, min_sm=72),
+    WmmaEntry("s4", (("s32", "s32"),), ((8, 8, 32),), ("row_major",), ("col_major",),
+              min_sm=75, experimental=True),
+    WmmaEntry("u4", (("s32", "s32"),), ((8, 8, 32),), ("row_major",), ("col_major",),
+              min_sm=75, experimental=True),
+    WmmaEntry("b1", (("s32", "s32"),), ((8, 8, 128),), ("row_major",), ("col_major",),
+              min_sm=75, experimental=True, bmma_ops=(("xor", 75), ("and", 80))),
+)
+
+_BY_TYPE = {e.ab_type: e for e in TABLE}
+
+
+def shape_name(shape: Shape) -> str:
+    """``(16, 16, 16)`` -> ``"m16n16k16"``."""
+    m, n, k = shape
+    return f"m{m}n{n}k{k}"
+
+
+def _shapes_text(shapes) -> str:
+    return ", ".join(shape_name(s) for s in shapes)
+
+
+def describe() -> str:
+    """The whole table as text, one line per A/B type (used in error messages)."""
+    lines = []
+    for e in TABLE:
+        cd = ", ".join(f"{c}->{d}" for c, d in e.cd_types)
+        lines.append(
+            f"  {e.ab_type}: shapes {_shapes_text(e.shapes)}; C->D {cd}; "
+            f"A {'/'.join(e.a_layouts)}, B {'/'.join(e.b_layouts)}; sm_{e.min_sm}+"
+        )
+    return "\n".join(lines)
+
+
+def all_shapes() -> tuple[Shape, ...]:
+    """Every (m, n, k) some entry allows, in table order."""
+    return tuple(dict.fromkeys(s for e in TABLE for s in e.shapes))
+
+
+def parse_arch(arch: Any, name: str = "arch") -> int:
+    """``"sm_90"`` (or ``"sm_90a"``, ``"sm90"``) -> 90; raises naming ``name`` otherwise."""
+    if isinstance(arch, str):
+        match = re.fullmatch(r"sm_?(\d+)[af]?", arch.strip().lower())
+        if match:
+            return int(match.group(1))
+    raise ValueError(f"{name}={arch!r} is not an architecture name; expected e.g. 'sm_80', "
+                     f"'sm_90'")
+
+
+def _check_shape_tuple(shape: Any) -> Shape:
+    try:
+        m, n, k = (int(v) for v in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"shape must be (m, n, k), got {shape!r}") from None
+    return m, n, k
+
+
+def entry(ab_type: str, shape: Shape | None = None) -> WmmaEntry:
+    """Returns the table entry of A/B type ``ab_type`` (optionally checking ``shape``).
+
+    Raises:
+        ValueError: ``ab_type`` is not a WMMA A/B type, or ``shape`` is not allowed for
+            it; the message lists what is valid.
+    """
+    e = _BY_TYPE.get(ab_type)
+    if e is None:
+        raise ValueError(f"unsupported WMMA A/B type {ab_type!r}; valid: "
+                         f"{', '.join(_BY_TYPE)}\n{describe()}")
+    if shape is not None:
+        shape = _check_shape_tuple(shape)
+        if shape not in e.shapes:
+            raise ValueError(
+                f"unsupported WMMA combination (a_type={ab_type!r}, shape={shape}); "
+                f"valid for {ab_type}: {_shapes_text(e.shapes)}"
+            )
+    return e
+
+
+def check_fragment(use: str, m: int, n: int, k: int, type: str, layout: str | None) -> None:
+    """Checks a fragment declaration ``fragment<use, m, n, k, type, layout>``.
+
+    Raises:
+        ValueError: anything the table does not allow, naming the argument and listing
+            the valid choices.
+    """
+    if use not in USES:
+        raise ValueError(f"use={use!r} is not a fragment use; allowed: {USES}")
+    shape = (m, n, k)
+    if shape not in all_shapes():
+        raise ValueError(f"unsupported WMMA shape {shape_name(shape)} {shape}; valid shapes: "
+                         f"{_shapes_text(all_shapes())}")
+    if use == "accumulator":
+        valid = tuple(dict.fromkeys(t for e in TABLE if shape in e.shapes
+                                    for t in e.accumulator_types))
+        if type not in valid:
+            raise ValueError(f"unsupported accumulator type={type!r} for {shape_name(shape)}; "
+                             f"valid: {valid}")
+        if layout is not None:
+            raise ValueError(
+                f"layout={layout!r}: accumulator fragments have no layout (give the memory "
+                f"layout, {MEM_LAYOUTS}, to load_matrix_sync/store_matrix_sync instead)")
+        return
+    valid_types = tuple(e.ab_type for e in TABLE if shape in e.shapes)
+    if type not in _BY_TYPE:
+        raise ValueError(f"unsupported {use} type={type!r}; valid WMMA A/B types: "
+                         f"{', '.join(_BY_TYPE)}")
+    if type not in valid_types:
+        e = _BY_TYPE[type]
+        raise ValueError(
+            f"unsupported WMMA combination (a_type={type!r}, shape={shape}); valid for "
+            f"{type}: {_shapes_text(e.shapes)} (types valid for {shape_name(shape)}: "
+            f"{', '.join(valid_types)})"
+        )
+    allowed = _BY_TYPE[type].layouts(use)
+    if layout is None:
+        raise ValueError(f"layout is required for {use} fragments; allowed for {type}: "
+                         f"{allowed}")
+    if layout not in allowed:
+        raise ValueError(f"layout={layout!r} is not allowed for a {type} {use} fragment; "
+                         f"allowed: {allowed}")
+
+
+def check_mma(ab_type: str, c_type: str, d_type: str, shape: Shape, arch: Any = "sm_90",
+              *, bmma_op: str | None = None) -> WmmaEntry:
+    """Checks one ``mma_sync`` / ``bmma_sync`` against the table; returns the entry.
+
+    Raises:
+        ValueError: the combination (A/B type, shape, C type, D type, arch, op) is not
+            in the table; the message lists the valid ones.
+    """
+    e = entry(ab_type, shape)
+    if (c_type, d_type) not in e.cd_types:
+        pairs = ", ".join(f"(c_type={c!r}, d_type={d!r})" for c, d in e.cd_types)
+        raise ValueError(
+            f"unsupported WMMA combination (a_type={ab_type!r}, c_type={c_type!r}, "
+            f"d_type={d_type!r}); valid for {ab_type}: {pairs}")
+    sm = parse_arch(arch)
+    if sm < e.min_sm:
+        raise ValueError(f"WMMA with {ab_type} needs sm_{e.min_sm} or newer; arch={arch!r}")
+    ops = dict(e.bmma_ops)
+    if bmma_op is not None:
+        if not ops:
+            raise ValueError(f"bmma_sync takes b1 fragments, got a_type={ab_type!r}")
+        if bmma_op not in ops:
+            raise ValueError(f"op={bmma_op!r} is not a bmma op; allowed: {tuple(ops)}")
+        if sm < ops[bmma_op]:
+            raise ValueError(f"bmma op={bmma_op!r} needs sm_{ops[bmma_op]} or newer; "
+                             f"arch={arch!r}")
+    elif ops:
+        raise ValueError(f"{ab_type} fragments are multiplied with bmma_sync(a, b, c, op=...), "
+                         f"not mma_sync")
+    return e
