@@ -94,6 +94,9 @@ _SHFL_VIEWS = {
 }
 
 
+_CHUNK = 64  # warps per eager batch
+
+
 def _shfl_handler(prefix: str, view: Any, per_word: int | None) -> None:
     @handler(f"{prefix}_cfg", f"{prefix}_x", f"{prefix}_out")
     def _shfl(d) -> Iterator[GroupResult]:
@@ -106,8 +109,11 @@ def _shfl_handler(prefix: str, view: Any, per_word: int | None) -> None:
         got = np.zeros_like(want)
         for mode, width in sorted({(int(r[0]), int(r[2])) for r in cfg}):
             sel = np.flatnonzero((cfg[:, 0] == mode) & (cfg[:, 2] == width))
-            fn = jax.jit(jax.vmap(lambda m, v, b, f=fns[mode], w=width: f(m, v, b, w)))
-            out = np.asarray(fn(cfg[sel, 3].astype(np.uint32), xv[sel], cfg[sel, 1]))
+            # Eager and padded to a fixed batch: every (mode, width) group then reuses the
+            # same compiled primitives instead of compiling a program of its own.
+            pad = np.resize(sel, -(-len(sel) // _CHUNK) * _CHUNK)
+            fn = jax.vmap(lambda m, v, b, f=fns[mode], w=width: f(m, v, b, w))
+            out = np.asarray(fn(cfg[pad, 3].astype(np.uint32), xv[pad], cfg[pad, 1]))[:len(sel)]
             got[sel] = out.reshape(len(sel), 32, -1).view(want.dtype).reshape(len(sel), 32)
         m, t = _count(got, want, _mask_bits(cfg[:, 3]))
         yield GroupResult(prefix, m, t)

@@ -1,0 +1,67 @@
+"""The conformance command: every committed capture is bit-exact; the report's contract."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import DATA
+
+from jaxwarp import conformance
+
+CAPTURES = sorted(p.name for p in DATA.glob("*.npz"))
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_capture_is_bit_exact(name):
+    results, device = conformance.check_file(str(DATA / name))
+    assert "H100" in device
+    assert results, "no group was checked"
+    bad = [r for r in results if not r.ok]
+    assert not bad, "\n".join(f"{r.group}: {r.matched}/{r.total} {r.note}" for r in bad)
+    assert not [r for r in results if r.group.startswith("unhandled/")]
+
+
+def test_report_format_and_json(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    status = conformance.main([str(DATA / "h100_layout.npz"), "--json", str(out)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert status == 0
+    assert re.fullmatch(r"conformance: (\d+)/\1 bit-exact \(100\.0%\)", lines[-1])
+    assert any(line.startswith("layout/a.f16.m16n16k16.r ") for line in lines)
+    report = json.loads(out.read_text())
+    assert report["matched"] == report["total"] > 0 and report["percent"] == 100.0
+
+
+def test_a_flipped_bit_fails_and_is_named(tmp_path, capsys):
+    d = dict(np.load(DATA / "h100_warp.npz"))
+    keep = {k: d[k] for k in ("device", "cvt_x", "cvt_out")}
+    keep["cvt_out"] = keep["cvt_out"].copy()
+    keep["cvt_out"][2, 7] ^= 1  # one float_to_tf32 result
+    path = tmp_path / "flipped.npz"
+    np.savez(path, **keep)
+    status = conformance.main([str(path)])
+    out = capsys.readouterr().out
+    assert status == 1
+    n = keep["cvt_x"].size
+    assert re.search(rf"cvt/float_to_tf32\s+{n - 1}/{n}\s.*MISMATCH", out)
+    assert out.strip().splitlines()[-1].startswith(f"conformance: {5 * n - 1}/{5 * n} ")
+
+
+def test_unknown_keys_count_as_mismatches(tmp_path, capsys):
+    path = tmp_path / "other.npz"
+    np.savez(path, device=np.str_("some GPU"), mystery=np.arange(10))
+    assert conformance.main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "unhandled/mystery" in out and "conformance: 0/10 bit-exact (0.0%)" in out
+
+
+def test_cli_runs_as_a_module():
+    res = subprocess.run([sys.executable, "-m", "jaxwarp.conformance", "--help"],
+                         capture_output=True, text=True, check=True)
+    assert "FILE.npz" in res.stdout
+    res = subprocess.run([sys.executable, "-m", "jaxwarp.conformance", "/no/such.npz"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.startswith("error: /no/such.npz: no such")
