@@ -67,6 +67,12 @@ from jaxwarp._src.mma_arith import ArchParams as ArchParams
 from jaxwarp._src.mma_arith import mma as mma
 from jaxwarp._src.mma_arith import bmma as bmma
 from jaxwarp._src.matmul import matmul as matmul
+from jaxwarp._src.matmul import to_operand as to_operand
+
+# Many warps over many devices: vmap with the batch axis sharded over a device mesh.
+from jaxwarp._src.sharding import batch_mesh as batch_mesh
+from jaxwarp._src.sharding import shard_batch as shard_batch
+from jaxwarp._src.sharding import sharded_vmap as sharded_vmap
 
 # DPX integer functions, in their own namespace: jaxwarp.dpx.vimax3_s32, ...
 from jaxwarp import dpx as dpx

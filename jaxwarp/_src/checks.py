@@ -71,10 +71,20 @@ def mask_array(mask: Any, name: str = "mask") -> jax.Array:
     """
     if isinstance(mask, bool):
         raise TypeError(f"{name} must be a 32-bit integer lane mask, got bool")
+    if isinstance(mask, np.integer):
+        if mask.dtype.itemsize > 4 and not -(2**31) <= int(mask) < 2**32:
+            raise ValueError(
+                f"{name}={int(mask):#x} does not fit in 32 bits; allowed: 0 .. 0xFFFFFFFF")
+        mask = int(mask)
     if isinstance(mask, int):
         if not -(2**31) <= mask < 2**32:
             raise ValueError(f"{name}={mask:#x} does not fit in 32 bits; allowed: 0 .. 0xFFFFFFFF")
         return jnp.uint32(mask & 0xFFFFFFFF)
+    if isinstance(mask, np.ndarray) and mask.dtype not in (np.uint32, np.int32):
+        raise TypeError(
+            f"{name} must be a 32-bit integer lane mask (uint32 or int32, or a Python int), "
+            f"got dtype {mask.dtype}"
+        )
     arr = jnp.asarray(mask)
     if arr.dtype not in (jnp.dtype(jnp.uint32), jnp.dtype(jnp.int32)):
         raise TypeError(

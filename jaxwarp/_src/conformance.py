@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -27,6 +29,10 @@ DEADBEEF = 0xDEADBEEF
 
 class CaptureError(ValueError):
     """A capture file that cannot be read or does not follow the schema."""
+
+
+# What a damaged archive raises while its members are read.
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +282,16 @@ class MmaConfig:
             a_type, kw["tf32_cvt"] = "tf32", True
         elif prefix == "f64chain":  # chained steps: each trial records its own C
             a_type = "f64"
+        from jaxwarp._src import wmma_table as table
+
+        valid = tuple(e.ab_type for e in table.TABLE)
+        if a_type not in valid:
+            raise CaptureError(f"{name!r}: A/B type {a_type!r} is not a WMMA type; valid: "
+                               f"{valid} (prefixes: sat, tf32cvt, f64chain, b1xor, b1and)")
+        for what, t in (("C", c_type), ("D", d_type)):
+            if t not in table.ACCUMULATOR_TYPES:
+                raise CaptureError(f"{name!r}: {what} type {t!r} is not a WMMA accumulator "
+                                   f"type; valid: {table.ACCUMULATOR_TYPES}")
         return cls(name, a_type, c_type, d_type, (int(m), int(n), int(k)),
                    (_LAYOUTS[lay[0]], _LAYOUTS[lay[1]]), **kw)
 
@@ -437,13 +453,21 @@ def check_file(path: str) -> tuple[list[GroupResult], str]:
         CaptureError: the file is missing, not an npz, or breaks the schema.
     """
     try:
+        if not os.path.exists(path):
+            raise FileNotFoundError(path)
+        if not zipfile.is_zipfile(path):
+            raise CaptureError(f"{path}: not a readable .npz capture file (not a zip archive "
+                               f"of .npy arrays)")
         d = np.load(path, allow_pickle=False)
         files = set(d.files)
     except FileNotFoundError as e:
         raise CaptureError(f"{path}: no such capture file") from e
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+    except _READ_ERRORS as e:
         raise CaptureError(f"{path}: not a readable .npz capture file ({e})") from e
-    device = str(d["device"]) if "device" in files else "unknown device"
+    try:
+        device = str(d["device"]) if "device" in files else "unknown device"
+    except _READ_ERRORS as e:
+        raise CaptureError(f"{path}: key 'device' cannot be read ({e})") from e
     results: list[GroupResult] = []
     used = {"device"}
     with jax.enable_x64(True):
@@ -455,6 +479,9 @@ def check_file(path: str) -> tuple[list[GroupResult], str]:
                 results.extend(run(d, keys))
             except CaptureError as e:
                 raise CaptureError(f"{path}: {e}") from e
+            except _READ_ERRORS as e:
+                raise CaptureError(f"{path}: not a readable .npz capture file: keys "
+                                   f"{sorted(keys)[:4]} cannot be read ({e})") from e
             except (KeyError, IndexError, ValueError, TypeError) as e:
                 raise CaptureError(
                     f"{path}: keys {sorted(keys)[:4]} do not follow the capture schema "
@@ -462,11 +489,11 @@ def check_file(path: str) -> tuple[list[GroupResult], str]:
                 ) from e
             used |= keys
     for k in sorted(files - used):
-        results.append(
-            GroupResult(
-                f"unhandled/{k}", 0, int(np.asarray(d[k]).size), "no model for this key yet"
-            )
-        )
+        try:
+            size = int(np.asarray(d[k]).size)
+        except (*_READ_ERRORS, ValueError) as e:
+            raise CaptureError(f"{path}: key {k!r} cannot be read as a plain array ({e})") from e
+        results.append(GroupResult(f"unhandled/{k}", 0, size, "no model for this key yet"))
     return results, device
 
 

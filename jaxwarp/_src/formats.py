@@ -612,6 +612,8 @@ def bits(x: Any) -> jax.Array:
       Array(15360, dtype=uint16)
     """
     arr = jnp.asarray(x)
+    if jnp.issubdtype(arr.dtype, jnp.complexfloating):
+        raise TypeError(f"x must be a real (float or integer) array, got dtype {arr.dtype}")
     if arr.dtype == jnp.bool_ or arr.dtype.itemsize not in _UINT_OF_BYTES or arr.dtype in (
             jnp.dtype(ml_dtypes.int4), jnp.dtype(ml_dtypes.uint4)):
         raise TypeError(f"x must have an 8, 16, 32 or 64-bit dtype, got dtype {arr.dtype}")

@@ -101,6 +101,12 @@ def fill_fragment(frag: Fragment, v: Any) -> Fragment:
     if isinstance(v, Fragment) or np.ndim(v) != 0:
         raise ValueError(f"v must be a scalar (fill_fragment sets every element to one "
                          f"value), got shape {np.shape(v)}")
+    dtype = getattr(v, "dtype", None)
+    if dtype is None and isinstance(v, (bool, int, float)):
+        dtype = np.asarray(v).dtype
+    if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_):
+        raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
+                        f"got {type(v).__name__} {v!r}")
     if et.packed:
         vals = jnp.full((checks.WARP_SIZE, frag.num_elements), jnp.asarray(v).astype(jnp.int32))
         x = pack_values(et, vals)
@@ -358,6 +364,12 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
         packed into bytes, lower index in the low bits) and the leading dimension,
         the smallest multiple of 16 bytes that holds a row (column), plus ``pad``.
     """
+    if type not in table.ELEMENT_TYPES:
+        raise ValueError(f"type={type!r} is not a WMMA element type; allowed: "
+                         f"{tuple(table.ELEMENT_TYPES)}")
+    allowed = table.LAYOUTS + table.MEM_LAYOUTS
+    if layout not in allowed:
+        raise ValueError(f"layout={layout!r} is not a matrix layout; allowed: {allowed}")
     et = table.ELEMENT_TYPES[type]
     mat = np.asarray(matrix)
     stored = mat.T if layout in ("col_major", "mem_col_major") else mat

@@ -1,0 +1,281 @@
+"""Study 1: how accurate is a tensor-core matrix product as K grows?
+
+For random (M x K) @ (K x N) products with K from 16 up, this measures the relative
+error against float64 of
+
+* ``matmul(..., mode="exact")``: the WMMA GEMM through the emulated H100 tensor
+  core (fp16, bf16 or tf32 operands, fp32 accumulator): products aligned to the
+  block's largest exponent and truncated, each block's sum rounded toward zero;
+* ``matmul(..., mode="fast")``: the same tiled product with the same operand
+  rounding, accumulated in fp32 with round-to-nearest (``dot_general``);
+* ``fp32``: ``jnp.matmul`` in float32 with ``precision=HIGHEST`` (no operand rounding).
+
+Two errors per matrix, both ``||D - R||_F / ||R||_F``:
+
+* total: R is the float64 product of the fp32 inputs (what a user sees);
+* accumulation: R is the float64 product of the *converted* operands (f16, bf16,
+  tf32 values), so only the accumulation's error is left.
+
+plus the signed bias ``sum(D - R) / sum(|R|)`` (the accumulation's), which shows the
+truncation toward zero when all products are positive.
+
+Many random matrices per point are vmapped, and that batch axis is sharded over
+every device (``jaxwarp`` ``sharded_vmap``). Inputs: ``normal`` (N(0, 1)) and
+``uniform`` (U[0, 1), all positive: truncation errors add up instead of cancelling).
+
+Writes ``matmul_error.csv`` and ``matmul_error.png`` to ``--out`` (default
+``experiments/out/``) and prints Markdown tables of the medians.
+
+Usage:
+    python experiments/matmul_error.py                 # CPU default: 512 matrices, K to 4096
+    python experiments/matmul_error.py --large         # GPU: K to 16384, 1024 matrices of 32x32
+    python experiments/matmul_error.py --out experiments/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import study_utils as su
+from tqdm import tqdm
+
+import jaxwarp
+
+FORMATS = ("f16", "bf16", "tf32")
+#: (label, operand format, mode); fp32 is the plain float32 product.
+SERIES = tuple((f"{f} {m}", f, m) for f in FORMATS for m in ("exact", "fast")) + (
+    ("fp32", "fp32", "plain"),
+)
+DISTS = ("normal", "uniform")
+COLUMNS = ("dist", "series", "format", "mode", "K", "M", "N", "matrices", "kind",
+           "median", "p10", "p90", "mean", "bias_mean")
+KINDS = ("total", "accumulation")
+
+DEFAULT = dict(batch=512, mn=16, kmin=16, kmax=4096)
+LARGE = dict(batch=1024, mn=32, kmin=16, kmax=16384)
+
+
+def sample(key: jax.Array, dist: str, m: int, k: int, n: int) -> tuple[jax.Array, jax.Array]:
+    """One pair of fp32 matrices ``a`` (m, k), ``b`` (k, n) from ``dist``."""
+    ka, kb = jax.random.split(key)
+    if dist == "normal":
+        draw = functools.partial(jax.random.normal, dtype=jnp.float32)
+    elif dist == "uniform":
+        draw = functools.partial(jax.random.uniform, dtype=jnp.float32)
+    else:
+        raise ValueError(f"unknown distribution {dist!r}; allowed: {DISTS}")
+    return draw(ka, (m, k)), draw(kb, (k, n))
+
+
+def product(a: jax.Array, b: jax.Array, fmt: str, mode: str) -> jax.Array:
+    """One matrix product of the series (fp32 result)."""
+    if fmt == "fp32":
+        return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+    return jaxwarp.matmul(a, b, operand_format=fmt, accumulator="f32", mode=mode)
+
+
+def operand(x: jax.Array, fmt: str) -> jax.Array:
+    """The values the tensor core multiplies (the fp32 input for plain fp32)."""
+    return x if fmt == "fp32" else jaxwarp.to_operand(x, fmt)
+
+
+def rel_errors(a_ref, b_ref, d) -> jax.Array:
+    """``[||D - R||_F / ||R||_F, sum(D - R) / sum|R|]`` with ``R = a_ref @ b_ref`` in float64.
+
+    Must be traced with 64-bit mode on (``jax.enable_x64(True)``).
+    """
+    r = jnp.matmul(a_ref.astype(jnp.float64), b_ref.astype(jnp.float64),
+                   precision=jax.lax.Precision.HIGHEST)
+    e = d.astype(jnp.float64) - r
+    return jnp.stack([jnp.linalg.norm(e) / jnp.linalg.norm(r), jnp.sum(e) / jnp.sum(jnp.abs(r))])
+
+
+@functools.cache
+def _sharded(name: str, *static):
+    """The sharded, vmapped kernels (built once so jit caches by shape)."""
+    if name == "sample":
+        dist, m, k, n = static
+        return jaxwarp.sharded_vmap(lambda key: sample(key, dist, m, k, n))
+    if name == "product":
+        fmt, mode = static
+        return jaxwarp.sharded_vmap(lambda a, b: product(a, b, fmt, mode))
+    if name == "operand":
+        (fmt,) = static
+        return jaxwarp.sharded_vmap(lambda a, b: (operand(a, fmt), operand(b, fmt)))
+    if name == "errors":
+        return jaxwarp.sharded_vmap(rel_errors)
+    raise KeyError(name)
+
+
+def measure_point(seed: int, dist: str, k: int, *, batch: int, mn: int, series=SERIES,
+                  progress=None) -> dict[tuple[str, str], np.ndarray]:
+    """Per-matrix errors of every series at one (dist, K).
+
+    Returns:
+        ``{(label, kind): float64[batch, 2]}`` with columns (relative Frobenius
+        error, signed bias), kind ``"total"`` or ``"accumulation"``.
+    """
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), DISTS.index(dist)), k)
+    keys = jax.random.split(key, batch)
+    a, b = _sharded("sample", dist, mn, k, mn)(keys)
+    out = {}
+    for label, fmt, mode in series:
+        d = _sharded("product", fmt, mode)(a, b)
+        a_op, b_op = _sharded("operand", fmt)(a, b) if fmt != "fp32" else (a, b)
+        with jax.enable_x64(True):
+            out[label, "total"] = np.asarray(_sharded("errors")(a, b, d))
+            out[label, "accumulation"] = np.asarray(_sharded("errors")(a_op, b_op, d))
+        if progress is not None:
+            progress.update(1)
+    return out
+
+
+def summarize(dist: str, k: int, mn: int, errs: dict, series=SERIES) -> list[dict]:
+    """CSV rows (one per series and kind) from ``measure_point``'s per-matrix errors."""
+    rows = []
+    for label, fmt, mode in series:
+        for kind in KINDS:
+            e = errs[label, kind]
+            fro, bias = e[:, 0], e[:, 1]
+            p10, med, p90 = np.percentile(fro, [10, 50, 90])
+            rows.append(dict(dist=dist, series=label, format=fmt, mode=mode, K=k, M=mn, N=mn,
+                             matrices=len(fro), kind=kind, median=f"{med:.4e}",
+                             p10=f"{p10:.4e}", p90=f"{p90:.4e}", mean=f"{fro.mean():.4e}",
+                             bias_mean=f"{bias.mean():.4e}"))
+    return rows
+
+
+def k_values(kmin: int, kmax: int, factor: int = 2) -> list[int]:
+    """``kmin, kmin * factor, ...`` up to ``kmax``."""
+    if kmin < 16 or kmin % 16 or kmax < kmin or factor < 2:
+        raise ValueError(f"need 16 <= kmin <= kmax, kmin a multiple of 16 and kfactor >= 2; "
+                         f"got kmin={kmin}, kmax={kmax}, kfactor={factor}")
+    ks = [kmin]
+    while ks[-1] * factor <= kmax:
+        ks.append(ks[-1] * factor)
+    return ks
+
+
+def run(ks, *, batch: int, mn: int, dists=DISTS, seed: int = 0, series=SERIES,
+        progress: bool = True) -> list[dict]:
+    """Every (dist, K, series) point; returns the CSV rows."""
+    rows = []
+    with tqdm(total=len(dists) * len(ks) * len(series), desc="matmul error", unit="pt",
+              disable=not progress, file=sys.stderr) as bar:
+        for dist in dists:
+            for k in ks:
+                bar.set_postfix(dist=dist, K=k)
+                errs = measure_point(seed, dist, k, batch=batch, mn=mn, series=series,
+                                     progress=bar)
+                rows += summarize(dist, k, mn, errs, series)
+    return rows
+
+
+def tables(rows: list[dict]) -> str:
+    """Markdown tables of the median error, one per (dist, kind), K down, series across."""
+    labels = list(dict.fromkeys(r["series"] for r in rows))
+    parts = []
+    for dist in dict.fromkeys(r["dist"] for r in rows):
+        for kind in KINDS:
+            sel = [r for r in rows if r["dist"] == dist and r["kind"] == kind]
+            ks = sorted({r["K"] for r in sel})
+            get = {(r["K"], r["series"]): r for r in sel}
+            body = [[k, *(f"{float(get[k, s]['median']):.2e}" for s in labels)] for k in ks]
+            parts.append(f"median relative error, {kind}, {dist} inputs\n\n"
+                         + su.markdown_table(["K", *labels], body))
+        sel = [r for r in rows if r["dist"] == dist and r["kind"] == "accumulation"]
+        ks = sorted({r["K"] for r in sel})
+        get = {(r["K"], r["series"]): r for r in sel}
+        body = [[k, *(f"{float(get[k, s]['bias_mean']):+.1e}" for s in labels)] for k in ks]
+        parts.append(f"mean signed bias sum(D - R)/sum|R| of the accumulation, {dist} inputs\n\n"
+                     + su.markdown_table(["K", *labels], body))
+    return "\n\n".join(parts)
+
+
+_COLORS = {"f16": "C0", "bf16": "C1", "tf32": "C2", "fp32": "k"}
+
+
+def plot(rows: list[dict], path, title: str = "") -> None:
+    """Log-log error vs K: rows = distributions, columns = total / accumulation error.
+
+    One line per format and mode (median over the matrices), band = 10-90 percentiles.
+    """
+    plt = su.pyplot()
+    dists = list(dict.fromkeys(r["dist"] for r in rows))
+    fig, axes = plt.subplots(len(dists), 2, figsize=(11, 4.2 * len(dists)), squeeze=False,
+                             sharex=True)
+    for i, dist in enumerate(dists):
+        for j, kind in enumerate(KINDS):
+            ax = axes[i, j]
+            for label in dict.fromkeys(r["series"] for r in rows):
+                sel = sorted((r for r in rows if r["dist"] == dist and r["kind"] == kind
+                              and r["series"] == label), key=lambda r: r["K"])
+                k = np.array([r["K"] for r in sel])
+                med, lo, hi = (np.array([float(r[c]) for r in sel]) for c in ("median", "p10",
+                                                                                 "p90"))
+                fmt, mode = sel[0]["format"], sel[0]["mode"]
+                ls = "--" if mode == "fast" else "-"
+                ax.plot(k, med, ls, color=_COLORS[fmt], marker="o" if mode == "exact" else None,
+                        ms=3, lw=1.4, label=label)
+                ax.fill_between(k, lo, hi, color=_COLORS[fmt], alpha=0.12, lw=0)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_title(f"{kind} error, {dist} inputs", fontsize=10)
+            if j == 0:
+                ax.set_ylabel("||D - R||_F / ||R||_F")
+            if i == len(dists) - 1:
+                ax.set_xlabel("K")
+    axes[0, 1].legend(fontsize=8, ncol=2, loc="upper left")
+    fig.suptitle(title or "WMMA GEMM relative error vs float64 (median, 10-90% band)",
+                 fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)  # keeps the committed PNG small (< 150 KB)
+    plt.close(fig)
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[2:]))
+    p.add_argument("--large", action="store_true",
+                   help=f"GPU sizes: {LARGE} (default {DEFAULT})")
+    p.add_argument("--batch", type=int, help="random matrices per point (vmapped, sharded)")
+    p.add_argument("--mn", type=int, help="M = N of each product (a multiple of 16)")
+    p.add_argument("--kmin", type=int, help="smallest K (a multiple of 16)")
+    p.add_argument("--kmax", type=int, help="largest K")
+    p.add_argument("--kfactor", type=int, default=2, help="K grows by this factor (default 2)")
+    p.add_argument("--dists", nargs="+", choices=DISTS, default=list(DISTS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="output folder (default experiments/out)")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    cfg = dict(LARGE if args.large else DEFAULT)
+    for name in cfg:
+        if getattr(args, name) is not None:
+            cfg[name] = getattr(args, name)
+    out = su.out_dir(args.out)
+    ks = k_values(cfg["kmin"], cfg["kmax"], args.kfactor)
+    print(su.run_header(argv))
+    print(f"matrices per point: {cfg['batch']} of {cfg['mn']}x K @ K x{cfg['mn']}, K = {ks}, "
+          f"seed {args.seed}\n", flush=True)
+    with su.Timer() as t:
+        rows = run(ks, batch=cfg["batch"], mn=cfg["mn"], dists=args.dists, seed=args.seed,
+                   progress=not args.no_progress)
+    print(tables(rows))
+    su.write_csv(out / "matmul_error.csv", rows, COLUMNS)
+    plot(rows, out / "matmul_error.png",
+         title=f"WMMA GEMM ({cfg['mn']}xKx{cfg['mn']}, {cfg['batch']} matrices/point) relative "
+               f"error vs float64: median, 10-90% band  [{su.device_summary()}]")
+    print(f"\nwrote {out / 'matmul_error.csv'} and {out / 'matmul_error.png'}; "
+          f"{t.seconds:.0f} s")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Batches of warps (or matrices) spread over every device of a machine.
+
+``sharded_vmap(fn)`` is ``jax.vmap(fn)`` whose batch axis is split over all
+devices: a one-axis ``Mesh`` named ``"batch"`` over ``jax.devices()``, inputs
+placed with ``NamedSharding(mesh, P("batch"))``, the batch padded to a multiple
+of the device count and the padding stripped from the results::
+
+    batch of n  ──pad to n' = ceil(n / d) * d──►  [dev 0 | dev 1 | ... | dev d-1]
+                                                  each runs vmap(fn) on n'/d items
+    results  ◄──strip back to n──  sharded on the same mesh
+
+Each batch item is computed on one device by the same per-item program, so the
+results are the single-device ``jax.vmap(fn)`` results bit for bit (the
+integer tensor-core model trivially; float programs too on the backends tested,
+``tests/test_sharding.py`` checks it on 4 CPU devices). On one device it is
+``jax.jit(jax.vmap(fn))`` with a trivial mesh, so scripts need no branch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+BATCH_AXIS = "batch"
+
+
+def batch_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A one-axis ``Mesh`` named ``"batch"`` over ``devices`` (default: all devices)."""
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("batch_mesh needs at least one device")
+    return Mesh(np.asarray(devices, dtype=object), (BATCH_AXIS,))
+
+
+def _normalize_in_axes(in_axes: Any, nargs: int) -> tuple[int | None, ...]:
+    axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * nargs
+    if len(axes) != nargs:
+        raise ValueError(f"in_axes has {len(axes)} entries for {nargs} positional arguments")
+    for ax in axes:
+        if ax not in (0, None):
+            raise ValueError(
+                f"sharded_vmap maps the leading axis only: in_axes entries must be 0 or None, "
+                f"got {in_axes!r}"
+            )
+    return tuple(axes)
+
+
+def _pad_leading(x: Any, pad: int) -> Any:
+    """Pads the leading axis by repeating the last item ``pad`` times (edge padding).
+
+    Repeating a real item (rather than zeros) keeps the padded lanes inside the
+    function's domain, so they cannot raise or slow down anything; they are
+    dropped afterwards.
+    """
+    if pad == 0:
+        return x
+    x = jnp.asarray(x) if not isinstance(x, (np.ndarray, jax.Array)) else x
+    xp = np if isinstance(x, np.ndarray) else jnp
+    tail = xp.repeat(x[-1:], pad, axis=0)
+    return xp.concatenate([x, tail], axis=0)
+
+
+def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
+    """Pads the leading axis of every leaf to a multiple of the mesh size and shards it.
+
+    Args:
+        tree: a pytree of arrays (NumPy or JAX) sharing the leading batch size n.
+        mesh: the mesh from ``batch_mesh`` (default: all devices).
+
+    Returns:
+        ``(sharded_tree, n)``: leaves of leading size ``ceil(n / d) * d`` placed
+        with ``NamedSharding(mesh, P("batch"))``, and the original n.
+
+    Raises:
+        ValueError: leaves disagree on the leading size, or a leaf is a scalar.
+    """
+    mesh = batch_mesh() if mesh is None else mesh
+    leaves = jax.tree_util.tree_leaves(tree)
+    sizes = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
+    if None in sizes:
+        raise ValueError("shard_batch: every leaf needs a leading batch axis; got a scalar")
+    if len(sizes) != 1:
+        raise ValueError(f"shard_batch: leaves have different leading sizes {sorted(sizes)}")
+    (n,) = sizes
+    pad = -n % mesh.size
+    sharding = NamedSharding(mesh, P(BATCH_AXIS))
+    return jax.tree_util.tree_map(lambda x: jax.device_put(_pad_leading(x, pad), sharding),
+                                  tree), n
+
+
+def sharded_vmap(
+    fn: Callable[..., Any],
+    in_axes: int | None | Sequence[int | None] = 0,
+    *,
+    devices: Sequence[jax.Device] | None = None,
+) -> Callable[..., Any]:
+    """``jax.vmap(fn)`` over the leading axis, that axis sharded over all devices.
+
+    Args:
+        fn: a function of one batch item (one warp's (32, ...) lanes, one matrix,
+            one random key...). It is traced once per input shape, as under ``jit``.
+        in_axes: per positional argument, ``0`` (mapped over its leading axis) or
+            ``None`` (the same for every item, replicated on each device); a single
+            value applies to all arguments. Arguments may be pytrees.
+        devices: the devices to use (default ``jax.devices()``, every device of
+            the default backend).
+
+    Returns:
+        A function of the batched arguments returning ``fn``'s outputs stacked
+        along a new leading axis of the batch size n. When n is a multiple of the
+        device count the outputs stay sharded over the devices
+        (``NamedSharding(mesh, P("batch"))``); otherwise the batch is padded (the
+        last item repeated), and the padding is sliced off the results, which
+        XLA may then lay out differently. The function has a ``mesh`` attribute.
+
+    Raises:
+        ValueError: ``in_axes`` names an axis other than 0 or None, or the mapped
+            arguments disagree on the batch size.
+
+    Example:
+        >>> f = sharded_vmap(lambda x: jaxwarp.reduce_add_sync(0xFFFFFFFF, x))
+        >>> f(jnp.ones((10, 32), jnp.uint32))[:, 0]
+        Array([32, 32, 32, 32, 32, 32, 32, 32, 32, 32], dtype=uint32)
+    """
+    mesh = batch_mesh(devices)
+    batched = NamedSharding(mesh, P(BATCH_AXIS))
+    replicated = NamedSharding(mesh, P())
+
+    @functools.cache
+    def compiled(axes: tuple[int | None, ...]):
+        return jax.jit(jax.vmap(fn, in_axes=axes), out_shardings=batched)
+
+    @functools.wraps(fn)
+    def wrapped(*args):
+        axes = _normalize_in_axes(in_axes, len(args))
+        mapped = [a for a, ax in zip(args, axes, strict=True) if ax == 0]
+        if not mapped:
+            raise ValueError("sharded_vmap: no argument is mapped (all in_axes are None)")
+        placed, n = shard_batch(mapped, mesh)
+        it = iter(placed)
+        args = [
+            next(it) if ax == 0 else jax.device_put(a, replicated)
+            for a, ax in zip(args, axes, strict=True)
+        ]
+        out = compiled(axes)(*args)
+        if -n % mesh.size:
+            out = jax.tree_util.tree_map(lambda x: x[:n], out)
+        return out
+
+    wrapped.mesh = mesh  # type: ignore[attr-defined]
+    return wrapped

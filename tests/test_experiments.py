@@ -1,0 +1,154 @@
+"""The three studies in experiments/, run at tiny sizes: outputs written and numbers sane."""
+
+import csv
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import matmul_error  # noqa: E402
+import training  # noqa: E402
+import warp_programs  # noqa: E402
+
+
+def _read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --- Study 1: matrix product error. -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def matmul_rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("matmul")
+    argv = ["--batch", "24", "--kmin", "16", "--kmax", "256", "--kfactor", "4", "--no-progress",
+            "--out", str(out)]
+    rows = matmul_error.main(argv)
+    return out, rows
+
+
+def _median(rows, dist, series, kind, k):
+    want = (dist, series, kind, k)
+    (r,) = [r for r in rows if (r["dist"], r["series"], r["kind"], r["K"]) == want]
+    return float(r["median"]), float(r["mean"]), float(r["bias_mean"])
+
+
+def test_matmul_outputs(matmul_rows):
+    out, rows = matmul_rows
+    csv_rows = _read_csv(out / "matmul_error.csv")
+    assert tuple(csv_rows[0]) == matmul_error.COLUMNS
+    # 2 dists x 3 K values (16, 64, 256) x 7 series x 2 kinds.
+    assert len(csv_rows) == len(rows) == 2 * 3 * 7 * 2
+    png = out / "matmul_error.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 150_000
+    for r in csv_rows:
+        lo, med, hi = float(r["p10"]), float(r["median"]), float(r["p90"])
+        assert 0 < lo <= med <= hi < 1e-2, r
+
+
+def test_matmul_exact_error_grows_with_k_and_exceeds_fp32(matmul_rows):
+    _, rows = matmul_rows
+    for dist in ("normal", "uniform"):
+        for series in ("bf16 exact", "tf32 exact", "f16 exact"):
+            small = _median(rows, dist, series, "accumulation", 16)[0]
+            big = _median(rows, dist, series, "accumulation", 256)[0]
+            assert big > 2 * small, (dist, series)
+            assert big > _median(rows, dist, "fp32", "accumulation", 256)[0], (dist, series)
+        # Operand rounding dominates the total error: bf16 (8 bits) > tf32 (11 bits) > fp32.
+        bf, tf, fp = (_median(rows, dist, s, "total", 256)[0] for s in
+                      ("bf16 exact", "tf32 exact", "fp32"))
+        assert bf > tf > 100 * fp
+
+
+def test_matmul_truncation_bias_on_positive_inputs(matmul_rows):
+    _, rows = matmul_rows
+    for fmt in ("f16", "bf16", "tf32"):
+        for k in (64, 256):
+            ex = _median(rows, "uniform", f"{fmt} exact", "accumulation", k)
+            fa = _median(rows, "uniform", f"{fmt} fast", "accumulation", k)
+            assert ex[1] > fa[1], (fmt, k)  # truncation error >= nearest, on average
+            assert ex[2] < 0 and abs(ex[2]) > 10 * abs(fa[2]), (fmt, k)  # biased low
+
+
+def test_matmul_sampling_is_deterministic():
+    a1 = matmul_error.measure_point(3, "normal", 32, batch=4, mn=16,
+                                    series=(("bf16 exact", "bf16", "exact"),))
+    a2 = matmul_error.measure_point(3, "normal", 32, batch=4, mn=16,
+                                    series=(("bf16 exact", "bf16", "exact"),))
+    for key in a1:
+        np.testing.assert_array_equal(a1[key], a2[key])
+
+
+# --- Study 2: training. ---------------------------------------------------------------
+
+
+def test_training_outputs(tmp_path):
+    argv = ["--models", "linear", "--runs", "2", "--steps", "50", "--configs", "fp32",
+            "bf16 exact", "--no-progress", "--out", str(tmp_path)]
+    results = training.main(argv)
+    rows = _read_csv(tmp_path / "training.csv")
+    assert tuple(rows[0]) == training.COLUMNS
+    assert [(r["model"], r["config"]) for r in rows] == [("linear", "fp32"),
+                                                         ("linear", "bf16 exact")]
+    png = tmp_path / "training.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 150_000
+    for label, (losses, _) in results["linear"].items():
+        assert losses.shape == (2, 50) and np.all(np.isfinite(losses)), label
+        assert losses[:, -5:].mean() < 0.5 * losses[:, :5].mean(), label
+
+
+def test_training_linear_loss_floor_follows_the_format():
+    # Noise-free linear regression: the loss falls until the arithmetic stops it, bf16
+    # (8-bit significands) well above tf32 (11 bits), tf32 well above fp32.
+    cfg = dict(training.DEFAULT, runs=1, steps=600, batch=32)
+    results = training.run(cfg, models=("linear",), configs=("fp32", "bf16 exact", "tf32 exact"),
+                           progress=False)
+    test = {label: float(t.mean()) for label, (_, t) in results["linear"].items()}
+    assert test["bf16 exact"] > 10 * test["tf32 exact"] > 100 * test["fp32"], test
+
+
+def test_training_mlp_learns_through_the_tensor_core():
+    cfg = dict(training.DEFAULT, runs=2, steps=40)
+    results = training.run(cfg, models=("mlp",), configs=("bf16 exact",), progress=False)
+    losses, test = results["mlp"]["bf16 exact"]
+    assert losses.shape == (2, 40) and np.all(np.isfinite(losses)) and np.all(np.isfinite(test))
+    assert losses[:, -5:].mean() < 0.5 * losses[:, :5].mean()
+
+
+# --- Study 3: warp programs. ----------------------------------------------------------
+
+
+def test_warp_programs_match_numpy(tmp_path):
+    rows = warp_programs.main(["--warps", "999", "--repeat", "1", "--no-progress",
+                               "--out", str(tmp_path)])
+    assert {r["program"] for r in rows} == set(warp_programs.PROGRAMS)
+    assert all(r["check"] == "ok" and float(r["warps_per_s"]) > 0 for r in rows)
+    csv_rows = _read_csv(tmp_path / "warp_programs.csv")
+    assert tuple(csv_rows[0]) == warp_programs.COLUMNS and len(csv_rows) == len(rows)
+
+
+def test_warp_sort_and_scan_directly():
+    import jax
+
+    x = warp_programs.random_warps(300, seed=5)
+    np.testing.assert_array_equal(jax.vmap(warp_programs.bitonic_sort)(x), np.sort(x, axis=1))
+    np.testing.assert_array_equal(jax.vmap(warp_programs.inclusive_scan)(x),
+                                  np.cumsum(x, axis=1, dtype=np.int32))
+    # Ties and already-sorted / reversed warps.
+    special = np.stack([np.zeros(32), np.arange(32), np.arange(32)[::-1],
+                        np.arange(32) % 3]).astype(np.int32)
+    np.testing.assert_array_equal(jax.vmap(warp_programs.bitonic_sort)(special),
+                                  np.sort(special, axis=1))
+
+
+@pytest.mark.parametrize("script", ["matmul_error.py", "training.py", "warp_programs.py"])
+def test_help(script):
+    res = subprocess.run([sys.executable, str(ROOT / "experiments" / script), "--help"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert "--large" in res.stdout and "--seed" in res.stdout and "--out" in res.stdout
