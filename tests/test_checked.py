@@ -68,3 +68,17 @@ def test_clean_programs_pass_and_results_are_unchanged():
     np.testing.assert_array_equal(out, program(X))
     with pytest.raises(Exception, match="reads source lane 20"):
         jaxwarp.checked(lambda x: jaxwarp.shfl_sync(0xFFFF, x, 20))(X)[0].throw()
+
+
+def test_mma_nan_inf_reported_only_when_asked():
+    a = jaxwarp.fill_fragment(jaxwarp.fragment("matrix_a", 16, 16, 16, "f16", "row_major"), 1.0)
+    b = jaxwarp.fill_fragment(jaxwarp.fragment("matrix_b", 16, 16, 16, "f16", "col_major"), 1.0)
+    c = jaxwarp.fill_fragment(jaxwarp.fragment("accumulator", 16, 16, 16, "f32"), 0.0)
+    c = c.replace(x=c.x.at[5, 3].set(jnp.inf))
+    err, _ = jaxwarp.checked(jaxwarp.mma_sync)(a, b, c)
+    assert err.get() is None
+    err, d = jax.jit(jaxwarp.checked(jaxwarp.mma_sync, nan_inf=True))(a, b, c)
+    assert "mma_sync: c[" in err.get() and "is NaN or inf" in err.get()
+    np.testing.assert_array_equal(d.x, jaxwarp.mma_sync(a, b, c).x)
+    err, _ = jaxwarp.checked(jaxwarp.mma_sync, nan_inf=True)(a, b, c.replace(x=c.x.at[5, 3].set(0)))
+    assert err.get() is None

@@ -42,8 +42,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from jaxwarp._src import checks
+from jaxwarp._src import checked, checks
 from jaxwarp._src import wmma_table as table
 from jaxwarp._src.fragments import (
     Fragment,
@@ -318,6 +319,20 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
     if not isinstance(mode, str):
         raise TypeError(f"mode must be a string (static), got {type(mode).__name__}")
     d_spec = fragment("accumulator", a.m, a.n, a.k, d_type)
+    if checked.enabled("nan_inf"):
+        for name, f in (("a", a), ("b", b), ("c", c)):
+            if jnp.issubdtype(f.x.dtype, jnp.floating):
+                v = matrix_from_fragment(f)
+                if f.type == "tf32":  # the tensor core ignores the low 13 bits
+                    v = lax.bitcast_convert_type(
+                        lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFFE000),
+                        jnp.float32)
+                bad = ~jnp.isfinite(v.astype(jnp.float32) if v.dtype != jnp.float64 else v)
+                flat = jnp.argmax(bad.reshape(-1))
+                cols = v.shape[-1]
+                checked.check(~jnp.any(bad), "mma_sync: " + name + "[{row}, {col}] is NaN or "
+                              "inf (checked mode with nan_inf=True)",
+                              row=flat // cols, col=flat % cols)
     d = _arith().mma(
         matrix_from_fragment(a), matrix_from_fragment(b), matrix_from_fragment(c),
         a_type=a.type, c_type=c.type, d_type=d_type, arch=arch, mode=mode, satf=satf)
