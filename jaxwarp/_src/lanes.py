@@ -211,10 +211,6 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
     j = source_lanes(mode, b, width)
     if isinstance(mask, (int, np.integer)) and (int(mask) & FULL_MASK) == FULL_MASK:
         # Every lane calls and every source is a member: a pure permutation.
-        if isinstance(j, np.ndarray):
-            flips = _xor_pattern(j)
-            if flips is not None:
-                return _flip_lanes(var, flips)
         return _move(var, jnp.asarray(j), None, None)
     m0 = checks.mask_array(mask)
     m = jnp.broadcast_to(m0, (WARP_SIZE,))
@@ -272,26 +268,6 @@ def _permute_bits(var, j):
 def _permute_bits_jvp(primals, tangents):
     var, j = primals
     return _permute_bits(var, j), tangents[0][j]
-
-
-def _xor_pattern(j: np.ndarray) -> tuple[int, ...] | None:
-    """If every lane l reads lane l ^ c (one constant c), the bits of c; else None."""
-    c = int(j[0])
-    if not np.array_equal(j, _LANES ^ c):
-        return None
-    return tuple(bit for bit in range(5) if (c >> bit) & 1)
-
-
-def _flip_lanes(var: jax.Array, bits: tuple[int, ...]) -> jax.Array:
-    """var[lane ^ c] as a reshape and reversals: XLA fuses these better than a gather.
-
-    The lane index is split into its five bits (axis 0 of the reshape is bit 4);
-    xor with c reverses the axes of c's set bits. Moves values exactly (no arithmetic).
-    """
-    if not bits:
-        return var
-    split = var.reshape((2,) * 5 + var.shape[1:])
-    return lax.rev(split, tuple(4 - bit for bit in bits)).reshape(var.shape)
 
 
 def _move(var, j, src_ok, calls):

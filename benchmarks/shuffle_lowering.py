@@ -1,0 +1,69 @@
+"""Which XLA lowering of a static lane permutation runs fastest? (butterfly, 5 steps)
+
+The same butterfly reduction, with the lane permutation ``lane ^ m`` written as a
+gather on raw bits (jaxwarp's path), a plain gather, ``jnp.take``, reshape +
+reverse, and slices + concatenate. All give identical bits; this prints achieved
+bytes/s of each and of a device-to-device copy, measured in one run, as JSON.
+
+Usage: python benchmarks/shuffle_lowering.py [--log2-warps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import best_time, device_info, emit
+
+from jaxwarp._src import lanes
+
+
+def _reshape_rev(v, m):
+    """lane ^ m by splitting the lane index into its 5 bits and reversing bit log2(m)."""
+    split = v.reshape((2,) * 5)
+    return jax.lax.rev(split, (4 - (m.bit_length() - 1),)).reshape(32)
+
+
+def _concat_xor(v, m):
+    w = v.reshape(32 // (2 * m), 2, m)
+    return jnp.concatenate([w[:, 1:], w[:, :1]], axis=1).reshape(32)
+
+
+VARIANTS = {
+    "gather_bits": lambda v, m: lanes._move(v, jnp.asarray(lanes._LANES ^ m), None, None),
+    "gather_plain": lambda v, m: v[jnp.asarray(lanes._LANES ^ m)],
+    "take": lambda v, m: jnp.take(v, lanes._LANES ^ m, axis=0),
+    "reshape_rev": _reshape_rev,
+    "slices_concat": _concat_xor,
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--log2-warps", type=int, default=None)
+    args = p.parse_args()
+    log2 = args.log2_warps or (16 if jax.default_backend() == "cpu" else 22)
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(1 << log2, 32)), jnp.float32)
+    nbytes = 2 * x.nbytes
+    res = {"benchmark": "shuffle_lowering", **device_info(), "warps": 1 << log2}
+    want = None
+    for name, perm in VARIANTS.items():
+        def butterfly(v, perm=perm):
+            for m in (16, 8, 4, 2, 1):
+                v = v + perm(v, m)
+            return v
+
+        f = jax.jit(jax.vmap(butterfly))
+        got = np.asarray(f(x))
+        want = got if want is None else want
+        res[f"{name}_bytes_per_s"] = nbytes / best_time(lambda f=f: f(x).block_until_ready())
+        res[f"{name}_same_bits"] = bool(np.array_equal(got.view(np.uint32), want.view(np.uint32)))
+    copy = jax.jit(lambda a: jnp.copy(a))
+    res["copy_bytes_per_s"] = nbytes / best_time(lambda: copy(x).block_until_ready())
+    emit(res)
+
+
+if __name__ == "__main__":
+    main()
