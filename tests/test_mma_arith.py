@@ -86,6 +86,27 @@ def test_exact_rounds_toward_zero_not_nearest():
     np.testing.assert_array_equal(np.asarray(d).view(np.uint32), np.float32(1).view(np.uint32))
 
 
+@pytest.mark.parametrize("sign", [1, -1], ids=["pos", "neg"])
+def test_exact_sum_past_int32(sign):
+    # 16 products of (2 - 2**-10)**2 and C just below 2: the aligned sum of terms on the
+    # 2**-25 grid is 2212495868 units, past 2**31 (the model must not wrap in int32).
+    s = np.float16(2 - 2.0**-10)
+    a = np.full((16, 16), s * sign, np.float16)
+    b = np.full((16, 16), s, np.float16)
+    c = np.full((16, 16), np.float32(2 - 2.0**-23) * sign, np.float32)
+    units = 16 * ((2047 * 2047) << 5) + ((1 << 24) - 1) * 4
+    assert units > 2**31
+    want = np.float32(sign * ((units >> 8) << 8) * 2.0**-25)  # fp32, toward zero
+    for c_type, cc in (("f32", c), ("f16", c.astype(np.float16))):
+        d = M.mma(a, b, cc, a_type="f16", c_type=c_type, d_type="f32")
+        if c_type == "f32":
+            np.testing.assert_array_equal(np.asarray(d).view(np.uint32), want.view(np.uint32))
+        else:  # C rounds to 2 in fp16: units 16 * (2047**2 << 5) + 2 * 2**25
+            u16 = 16 * ((2047 * 2047) << 5) + (2 << 25)
+            w16 = np.float32(sign * ((u16 >> 8) << 8) * 2.0**-25)
+            np.testing.assert_array_equal(np.asarray(d).view(np.uint32), w16.view(np.uint32))
+
+
 def test_batch_broadcast_jit_vmap():
     a, b, c = _f16_inputs(batch=(4,))
     kw = dict(a_type="f16", c_type="f32", d_type="f32")

@@ -49,13 +49,14 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxwarp._src import checks
+from jaxwarp._src import checks, wmma_table
 
 # --------------------------------------------------------------------------------------
 # Types and the table of valid combinations.
@@ -76,23 +77,13 @@ _INT_DTYPES = {
 }
 STORAGE_DTYPE = MappingProxyType({**_FLOAT_DTYPES, **_INT_DTYPES})
 
-A_TYPES = ("f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4")
-ACC_TYPES = ("f16", "f32", "f64", "s32")
+# The valid combinations come from the WMMA table (b1 goes through ``bmma``).
+_MMA_ENTRIES = tuple(e for e in wmma_table.TABLE if not e.bmma_ops)
+A_TYPES = tuple(e.ab_type for e in _MMA_ENTRIES)
+ACC_TYPES = tuple(dict.fromkeys(t for e in _MMA_ENTRIES for t in e.accumulator_types))
 
-#: Valid (a_type, c_type, d_type) combinations.
-COMBOS = (
-    ("f16", "f16", "f16"),
-    ("f16", "f16", "f32"),
-    ("f16", "f32", "f16"),
-    ("f16", "f32", "f32"),
-    ("bf16", "f32", "f32"),
-    ("tf32", "f32", "f32"),
-    ("f64", "f64", "f64"),
-    ("s8", "s32", "s32"),
-    ("u8", "s32", "s32"),
-    ("s4", "s32", "s32"),
-    ("u4", "s32", "s32"),
-)
+#: Valid (a_type, c_type, d_type) combinations, read from ``wmma_table.TABLE``.
+COMBOS = tuple((e.ab_type, c, d) for e in _MMA_ENTRIES for c, d in e.cd_types)
 
 MODES = ("exact", "fast")
 BMMA_OPS = ("xor", "and")
@@ -212,6 +203,10 @@ def _check_shapes(a, b, c):
 
 _NEG_BIG = -(1 << 20)  # "exponent" of a zero term: below any real one
 
+# Operand formats whose products are exact, finite and normal in fp32 (2**-48 to 2**32
+# for f16), so that the fp32 product of the operands' values is the exact product.
+_VALUE_PATH = ("f16",)
+
 
 def _i32(x):
     return jnp.asarray(x, jnp.int32)
@@ -301,52 +296,152 @@ def _acc_terms(c_bits, c_fmt):
     return neg, lsb, sig, lead, nan, inf & ~neg, inf & neg
 
 
-def _block(a_dec, b_dec, acc, F, nominal):
-    """One block FMA. a_dec (..., m, kb), b_dec (..., kb, n) decoded operands;
-    acc = (neg, lsb, sig, lead, nan, pinf, ninf) of shape (..., m, n).
+def _pow2(e):
+    """2.0**(e - 127) as float32 from an int32 biased exponent e in [1, 254]."""
+    return lax.bitcast_convert_type(e << 23, jnp.float32)
+
+
+def _col(x, i):  # operand i of the a side, (..., m, 1)
+    return x[..., :, i:i + 1]
+
+
+def _row(x, i):  # operand i of the b side, (..., 1, n)
+    return x[..., i:i + 1, :]
+
+
+# Products per int32 partial sum: every aligned term is below 2**(F + 2) <= 2**27.
+_GROUP = 8
+
+
+def _sum_terms(terms, acc, E, F):
+    """Exact sum of the truncated product terms (int32, in units of 2**(E - F)) and the
+    accumulator (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g.
+    """
+    cn, cl, csg = acc[:3]
+    g = E - F
+    groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
+    cv = _shift(csg, cl - g)
+    groups.append(jnp.where(cn, -cv, cv))
+    # sum = 2 * hi + lo exactly in int32 (|sum| may pass 2**31 but stays below 2**32).
+    hi = sum(x >> 1 for x in groups)
+    lo = sum(x & 1 for x in groups)
+    neg = hi + (lo >> 1) < 0
+    u = (hi.astype(jnp.uint32) << 1) + lo.astype(jnp.uint32)
+    return neg, jnp.where(neg, jnp.uint32(0) - u, u), g
+
+
+def _acc_special(acc):
+    """The accumulator's stand-in in the IEEE special sum: NaN, +-inf or 0."""
+    cnan, cpinf, cninf = acc[4:]
+    return jnp.where(cnan, jnp.float32(jnp.nan),
+                     jnp.where(cpinf, jnp.float32(jnp.inf),
+                               jnp.where(cninf, jnp.float32(-jnp.inf), jnp.float32(0))))
+
+
+def _specials(sp):
+    nan = jnp.isnan(sp)
+    return nan, sp == jnp.inf, sp == -jnp.inf
+
+
+# How XLA sees a block: the k loop is unrolled into element-wise operations on
+# (..., m, n) arrays, so the whole block fuses into one loop over the outputs and no
+# (..., m, n, k) tensor is ever stored. Per product everything is int32 or float32:
+# pass 1 takes the block exponent E as a max of exponent sums, pass 2 forms each
+# product exactly in fp32, scales it by a power of two onto the grid of 2**(E - F),
+# truncates it toward zero with the fp32 -> int32 conversion and adds it in int32.
+# inf and NaN follow from the IEEE fp32 sum of the products (or of +-1 stand-ins),
+# which is NaN / +-inf exactly when the block result is.
+
+
+def _block_values(a, b, acc, F, nominal, *, emin):
+    """One block FMA for operands whose products are exact, finite and normal in fp32
+    (f16): a (..., m, kb) and b (..., kb, n) are the operands themselves, converted to
+    fp32 slice by slice here (so that XLA fuses the conversion instead of storing fp32
+    copies); acc = (neg, lsb, sig, lead, nan, pinf, ninf) of shape (..., m, n).
 
     Returns (neg, mag (uint32), g, nan, pinf, ninf): value = (-1)**neg * mag * 2**g.
     """
-    an, al, asg, ald, ainf, anan = a_dec
-    bn, bl, bsg, bld, binf, bnan = b_dec
-    cn, cl, csg, cld, cnan, cpinf, cninf = acc
+    kb = a.shape[-1]
 
-    def outer(x, y):  # (..., m, k), (..., k, n) -> (..., m, n, k)
-        return x[..., :, None, :], jnp.swapaxes(y, -1, -2)[..., None, :, :]
+    def ebits(x):  # biased fp32 exponent: 0 for zero, 255 for inf and NaN
+        return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
 
-    an_, bn_ = outer(an, bn)
-    pneg = an_ ^ bn_
-    al_, bl_ = outer(al, bl)
-    asg_, bsg_ = outer(asg, bsg)
-    ald_, bld_ = outer(ald, bld)
-    psig = asg_ * bsg_  # at most 22 bits
-    plsb = al_ + bl_
-    pzero = psig == 0
+    av = [_col(a, i).astype(jnp.float32) for i in range(kb)]
+    bv = [_row(b, i).astype(jnp.float32) for i in range(kb)]
+    prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact
+    if nominal:  # sum of the operands' exponents
+        pe = [ebits(x) + ebits(y) for x, y in zip(av, bv, strict=True)]
+    else:  # the product's own leading bit
+        pe = [ebits(p) + 127 for p in prods]
+    # E + 254. A product with a zero operand has at most 142 (0 + f16's largest 15 + 127)
+    # here, every other one at least emin + 254 = 206.
+    Eb = functools.reduce(jnp.maximum, pe)
+    E = jnp.maximum(jnp.where(Eb >= emin + 254, Eb - 254, _NEG_BIG), acc[3])
+    scale = _pow2(F - jnp.maximum(E, emin) + 127)  # garbage only when E is inf/NaN's
+    terms = [(p * scale).astype(jnp.int32) for p in prods]  # truncation toward zero
+    neg, mag, g = _sum_terms(terms, acc, E, F)
+    return neg, mag, g, *_specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
+
+
+class _Operand(NamedTuple):
+    """Operands of the general path, decoded once per element into 4 bytes.
+
+    sig: float16 signed significand (an integer below 2**11, exact in fp16), +-inf or
+      NaN for inf and NaN operands: the fp32 sum of the products ``sig_a * sig_b``
+      (below 2**26 when finite) is then NaN / +-inf exactly when the block result is.
+    exp: int16 ``16 * lsb + (lead - lsb)``: the exponents of sig's last and leading
+      bits (lsb -1000 for zero, inf and NaN, so that their products get no exponent
+      and scale to nothing).
+    """
+
+    sig: jax.Array
+    exp: jax.Array
+
+
+def _operand(bits, fmt) -> _Operand:
+    neg, lsb, sig, lead, inf, nan = _decode(bits, fmt)  # sig is 0 for inf and NaN
+    sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
+    s = jnp.where(nan, jnp.float32(jnp.nan),
+                  sign * jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
+    exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
+    return _Operand(s.astype(jnp.float16), exp.astype(jnp.int16))
+
+
+def _ebits(x):
+    """Biased exponent of fp32 x: 0 for zero, 255 for inf and NaN."""
+    return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
+
+
+def _block_general(a: _Operand, b: _Operand, acc, F, nominal, *, emin):
+    """One block FMA for any operand format (bf16, tf32: products may leave fp32's
+    range): like ``_block_values`` on decoded operands (``_operand``), each product of
+    significands scaled by its own power of two. Same arguments and result."""
+    kb = a.sig.shape[-1]
+
+    def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 leading-bit exponent)
+        e = e.astype(jnp.int32)
+        lsb = e >> 4
+        return s.astype(jnp.float32), lsb, lsb + (e & 15)
+
+    ops_a = [unpack(_col(a.sig, i), _col(a.exp, i)) for i in range(kb)]
+    ops_b = [unpack(_row(b.sig, i), _row(b.exp, i)) for i in range(kb)]
+    prods = [x[0] * y[0] for x, y in zip(ops_a, ops_b, strict=True)]  # exact: < 2**22
     if nominal:
-        plead = jnp.where(pzero, _NEG_BIG, ald_ + bld_)
-    else:
-        plead = jnp.where(pzero, _NEG_BIG, plsb + _bitlen(psig) - 1)
-    E = jnp.maximum(jnp.max(plead, axis=-1), cld)
-    g = E - F
-    pv = _shift(psig, plsb - g[..., None]).astype(jnp.uint32)
-    pos = jnp.sum(jnp.where(pneg, jnp.uint32(0), pv), axis=-1, dtype=jnp.uint32)
-    negs = jnp.sum(jnp.where(pneg, pv, jnp.uint32(0)), axis=-1, dtype=jnp.uint32)
-    cv = _shift(csg, cl - g).astype(jnp.uint32)
-    pos = pos + jnp.where(cn, jnp.uint32(0), cv)
-    negs = negs + jnp.where(cn, cv, jnp.uint32(0))
-    neg = negs > pos
-    mag = jnp.where(neg, negs - pos, pos - negs)
-
-    ainf_, binf_ = outer(ainf, binf)
-    anan_, bnan_ = outer(anan, bnan)
-    azero, bzero = outer((asg == 0) & ~ainf & ~anan, (bsg == 0) & ~binf & ~bnan)
-    pnan = anan_ | bnan_ | (ainf_ & bzero) | (binf_ & azero)
-    pinf = (ainf_ | binf_) & ~pnan
-    nan = jnp.any(pnan, axis=-1) | cnan
-    pinf_ = jnp.any(pinf & ~pneg, axis=-1) | cpinf
-    ninf_ = jnp.any(pinf & pneg, axis=-1) | cninf
-    nan = nan | (pinf_ & ninf_)
-    return neg, mag, g, nan, pinf_ & ~nan, ninf_ & ~nan
+        pe = [x[2] + y[2] for x, y in zip(ops_a, ops_b, strict=True)]
+    else:  # the product's own leading bit
+        pe = [x[1] + y[1] + _ebits(p) - 127 for x, y, p in zip(ops_a, ops_b, prods,
+                                                               strict=True)]
+    # Zero, inf and NaN operands give exponents far below any real one (lsb -1000); if
+    # neither a product nor C is non-zero, E does not matter.
+    E = functools.reduce(jnp.maximum, pe, acc[3])
+    # Products only need a valid scale when one is non-zero (then E >= emin).
+    fe = F - jnp.maximum(E, emin) + 127
+    terms = []
+    for x, y, p in zip(ops_a, ops_b, prods, strict=True):
+        scale = _pow2(jnp.maximum(x[1] + y[1] + fe, 1))
+        terms.append((p * scale).astype(jnp.int32))  # truncation toward zero
+    neg, mag, g = _sum_terms(terms, acc, E, F)
+    return neg, mag, g, *_specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
 
 
 def _to_bits(x, fmt):
@@ -354,17 +449,30 @@ def _to_bits(x, fmt):
     return lax.bitcast_convert_type(x, dt).astype(jnp.uint32)
 
 
+# The exact models are many small element-wise operations: jitted here, so that an
+# eager call compiles them once per shape instead of dispatching each operation.
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
 def _mma_float_exact(a, b, c, a_type, c_type, d_type, params: ArchParams):
     F = params.extra_bits
-    bk = params.block(a_type)
-    k = a.shape[-1]
-    abits = _to_bits(a, a_type)
-    bbits = _to_bits(b, a_type)
+    eb, mb = _FORMAT[a_type]
+    emin = 2 * (2 - (1 << (eb - 1)) - mb)  # lowest exponent of a non-zero product
+    if a_type in _VALUE_PATH:
+        block = functools.partial(_block_values, emin=emin)
+    else:
+        a, b = _operand(_to_bits(a, a_type), a_type), _operand(_to_bits(b, a_type), a_type)
+        block = functools.partial(_block_general, emin=emin)
     acc = _acc_terms(_to_bits(c, c_type), c_type)
+    return _blocks(a, b, acc, block, F, params.nominal_exponent, params.block(a_type),
+                   c_type, d_type, params)
+
+
+def _blocks(a, b, acc, block, F, nominal, bk, c_type, d_type, params):
+    """The chain of block FMAs over k and the rounding of the result."""
+    k = jax.tree.leaves(a)[0].shape[-1]
     for k0 in range(0, k, bk):
-        a_dec = _decode(abits[..., k0:k0 + bk], a_type)
-        b_dec = _decode(bbits[..., k0:k0 + bk, :], a_type)
-        neg, mag, g, nan, pinf, ninf = _block(a_dec, b_dec, acc, F, params.nominal_exponent)
+        a_blk = jax.tree.map(lambda x, k0=k0: x[..., k0:k0 + bk], a)
+        b_blk = jax.tree.map(lambda x, k0=k0: x[..., k0:k0 + bk, :], b)
+        neg, mag, g, nan, pinf, ninf = block(a_blk, b_blk, acc, F, nominal)
         if k0 + bk < k:  # the fp32 (rz) block result is the next block's accumulator
             bits = _round_f32_rz(neg, mag, g)
             ovf = (bits & 0x7FFFFFFF) == 0x7F800000
@@ -524,8 +632,8 @@ def _fma64(a, b, c):
     return out
 
 
+@jax.jit
 def _mma_f64_exact(a, b, c):
-    checks.require_x64("mma with a_type='f64'")
     ab = lax.bitcast_convert_type(a, _U64)
     bb = lax.bitcast_convert_type(b, _U64)
     acc = lax.bitcast_convert_type(c, _U64)
@@ -632,7 +740,8 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
     Args:
       a: (..., m, k) in a_type's storage dtype: float16 (f16), bfloat16 (bf16), float32
         (tf32: the whole fp32 word; the tensor core ignores its low 13 bits), float64,
-        int8 (s8; s4 values in [-8, 7]) or uint8 (u8; u4 values in [0, 15]).
+        int8 (s8; s4 values in [-8, 7]) or uint8 (u8; u4 values in [0, 15]; for
+        s4/u4 only the low 4 bits count, as in a fragment).
       b: (..., k, n), same dtype as a.
       c: (..., m, n) in c_type's dtype (float16, float32, float64 or int32). Leading
         batch dims of a, b and c broadcast: many tiles at once without vmap.
@@ -673,9 +782,18 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
     b = _check_array(b, "b", STORAGE_DTYPE[a_type])
     c = _check_array(c, "c", STORAGE_DTYPE[c_type])
     _check_shapes(a, b, c)
+    if a_type in ("s4", "u4"):
+        # 4-bit elements: only the low 4 bits exist (the fragment path packs them so),
+        # s4 sign-extended from bit 3, as the tensor core reads them.
+        a, b = (_low_nibble(x, a_type == "s4") for x in (a, b))
     if a_type in _INT_DTYPES:
         return _mma_int(a, b, c, satf)
     return _mma_float(a, b, c, a_type, c_type, d_type, params, mode, satf)
+
+
+def _low_nibble(x: jax.Array, signed: bool) -> jax.Array:
+    v = x.astype(jnp.int32) & 0xF
+    return ((v ^ 8) - 8).astype(x.dtype) if signed else v.astype(x.dtype)
 
 
 def bmma(a, b, c, *, op: str) -> jax.Array:
@@ -705,5 +823,6 @@ def bmma(a, b, c, *, op: str) -> jax.Array:
     if op == "and":
         cnt = dot(ai, bi)
     else:  # a xor b = a + b - 2ab
-        cnt = ai.sum(-1)[..., :, None] + bi.sum(-2)[..., None, :] - 2 * dot(ai, bi)
+        cnt = (ai.sum(-1, dtype=jnp.int32)[..., :, None]
+               + bi.sum(-2, dtype=jnp.int32)[..., None, :] - 2 * dot(ai, bi))
     return (cnt.astype(jnp.uint32) + c.astype(jnp.uint32)).astype(jnp.int32)
