@@ -41,3 +41,29 @@ def test_script_runs():
         check=True,
     ).stdout
     assert "Thread 31 final value = 496" in out and "failed" not in out
+
+
+import jax.numpy as jnp  # noqa: E402
+import wmma_examples  # noqa: E402
+
+import jaxwarp  # noqa: E402
+
+
+def test_guide_wmma_kernel_equals_the_model():
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(16, 16)).astype(np.float16)
+    b = rng.normal(size=(16, 16)).astype(np.float16)
+    c = np.asarray(wmma_examples.wmma_ker(jnp.asarray(a.T.reshape(-1)),
+                                          jnp.asarray(b.reshape(-1)))).reshape(16, 16)
+    want = np.asarray(jaxwarp.matmul(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)))
+    np.testing.assert_array_equal(c.view(np.uint32), want.view(np.uint32))
+
+
+def test_seed_tiled_gemm_one_warp_per_tile():
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(32, 64)).astype(np.float16)
+    B = rng.normal(size=(64, 48)).astype(np.float16)
+    C = np.asarray(wmma_examples.tiled_gemm(jnp.asarray(A), jnp.asarray(B)))
+    want = np.asarray(jaxwarp.matmul(jnp.asarray(A, jnp.float32), jnp.asarray(B, jnp.float32)))
+    np.testing.assert_array_equal(C.view(np.uint32), want.view(np.uint32))
+    assert np.abs(C - A.astype(np.float64) @ B.astype(np.float64)).max() < 1e-4
