@@ -45,10 +45,13 @@ def bcast(arg: int) -> jax.Array:
     return jaxwarp.shfl_sync(FULL, value, 0)
 
 
-def scan4() -> jax.Array:
-    """Guide 2.3.2: inclusive plus-scan within sub-partitions of 8 lanes."""
+def scan4(value: jax.Array | None = None) -> jax.Array:
+    """Guide 2.3.2: inclusive plus-scan within sub-partitions of 8 lanes.
+
+    ``value`` defaults to the guide's seed ``31 - laneId``.
+    """
     lane = jaxwarp.lane_id()
-    value = 31 - lane
+    value = 31 - lane if value is None else value
     i = 1
     while i <= 4:
         n = jaxwarp.shfl_up_sync(FULL, value, i, 8)
@@ -57,9 +60,12 @@ def scan4() -> jax.Array:
     return value
 
 
-def warp_reduce() -> jax.Array:
-    """Guide 2.3.3: butterfly reduction; every lane ends with the warp's sum."""
-    value = 31 - jaxwarp.lane_id()
+def warp_reduce(value: jax.Array | None = None) -> jax.Array:
+    """Guide 2.3.3: butterfly reduction; every lane ends with the warp's sum.
+
+    ``value`` defaults to the guide's seed ``31 - laneId``.
+    """
+    value = 31 - jaxwarp.lane_id() if value is None else value
     i = 16
     while i >= 1:
         value = value + jaxwarp.shfl_xor_sync(FULL, value, i, 32)

@@ -49,24 +49,9 @@ def bcast(x: jax.Array) -> jax.Array:
     return jaxwarp.shfl_sync(FULL, x, 0)
 
 
-def scan4(x: jax.Array) -> jax.Array:
-    """Guide 2.3.2 ``scan4``: inclusive plus-scan within sub-partitions of 8 lanes."""
-    lane = jaxwarp.lane_id()
-    i = 1
-    while i <= 4:
-        n = jaxwarp.shfl_up_sync(FULL, x, i, 8)
-        x = jnp.where((lane & 7) >= i, x + n, x)
-        i *= 2
-    return x
-
-
-def warp_reduce(x: jax.Array) -> jax.Array:
-    """Guide 2.3.3 ``warpReduce``: butterfly sum; every lane ends with the warp's sum."""
-    i = 16
-    while i >= 1:
-        x = x + jaxwarp.shfl_xor_sync(FULL, x, i, 32)
-        i //= 2
-    return x
+# The guide's programs on random data instead of the guide's 31 - laneId.
+scan4 = seed.scan4
+warp_reduce = seed.warp_reduce
 
 
 def reduce_add(x: jax.Array) -> jax.Array:
