@@ -22,7 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp._src import lanes, reduce, vote
+from jaxwarp._src import dpx, formats, lanes, reduce, vote, wmma
+from jaxwarp._src import wmma_table as table
+from jaxwarp._src.fragments import fragment, unpack_values
 
 DEADBEEF = 0xDEADBEEF
 
@@ -186,8 +188,6 @@ def _vote(d) -> Iterator[GroupResult]:
 
 @handler("dpx_a", "dpx_b", "dpx_c", "dpx_out")
 def _dpx(d) -> Iterator[GroupResult]:
-    from jaxwarp._src import dpx
-
     a, b, c = (np.asarray(d[k]).astype(np.uint32) for k in ("dpx_a", "dpx_b", "dpx_c"))
     want = d["dpx_out"]
     if want.shape[0] != len(dpx.DPX_FUNCTIONS):
@@ -200,8 +200,6 @@ def _dpx(d) -> Iterator[GroupResult]:
 
 @handler("dpx_a", "dpx_b", "dpx_pred")
 def _dpx_pred(d) -> Iterator[GroupResult]:
-    from jaxwarp._src import dpx
-
     a, b = (np.asarray(d[k]).astype(np.uint32) for k in ("dpx_a", "dpx_b"))
     want = d["dpx_pred"]
     if want.shape[0] != len(dpx.DPX_PRED_FUNCTIONS):
@@ -214,8 +212,6 @@ def _dpx_pred(d) -> Iterator[GroupResult]:
 
 @handler("cvt_x", "cvt_out")
 def _cvt(d) -> Iterator[GroupResult]:
-    from jaxwarp._src import formats
-
     x, want = np.asarray(d["cvt_x"]).astype(np.uint32), d["cvt_out"]
     if want.shape[0] != len(formats.CVT_FUNCTIONS):
         raise CaptureError(f"cvt_out has {want.shape[0]} rows; the schema has "
@@ -232,8 +228,6 @@ def _is_layout_key(key: str) -> bool:
 
 @prefix_handler(_is_layout_key)
 def _layout(d, keys) -> Iterator[GroupResult]:
-    from jaxwarp._src import wmma
-
     for key in sorted(keys):
         m, t = wmma.layout_conformance(key, d[key])
         yield GroupResult(f"layout/{key}", m, t)
@@ -282,7 +276,6 @@ class MmaConfig:
             a_type, kw["tf32_cvt"] = "tf32", True
         elif prefix == "f64chain":  # chained steps: each trial records its own C
             a_type = "f64"
-        from jaxwarp._src import wmma_table as table
 
         valid = tuple(e.ab_type for e in table.TABLE)
         if a_type not in valid:
@@ -302,10 +295,6 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         (got, want): the stored D of every trial as raw bits, (T, m * n) each.
     """
-    from jaxwarp._src import formats, wmma
-    from jaxwarp._src import wmma_table as table
-    from jaxwarp._src.fragments import fragment
-
     cfg = MmaConfig.parse(name)
     et, ct, dt = (table.ELEMENT_TYPES[t] for t in (cfg.a_type, cfg.c_type, cfg.d_type))
 
@@ -370,8 +359,6 @@ def _mma(d, keys) -> Iterator[GroupResult]:
 
 def _fragment_of(key: str):
     """``a.f16.m16n16k16.r`` or ``c.f32.m16n16k16.c`` -> (fragment, memory layout)."""
-    from jaxwarp._src import wmma
-
     if key.startswith("c."):
         base, mem = key.rsplit(".", 1)
         return wmma.parse_layout_key(base), {"r": "mem_row_major", "c": "mem_col_major"}[mem]
@@ -381,9 +368,6 @@ def _fragment_of(key: str):
 
 def _load_sources(spec, mem_layout, ldm: int, off: int) -> np.ndarray:
     """Memory index of every element of the fragment loaded at (ldm, off): (32, NE * S)."""
-    from jaxwarp._src import wmma
-    from jaxwarp._src.fragments import unpack_values
-
     et = spec.element_type
     lead = spec.rows if (mem_layout or spec.layout) in ("col_major", "mem_col_major") \
         else spec.cols
@@ -391,16 +375,9 @@ def _load_sources(spec, mem_layout, ldm: int, off: int) -> np.ndarray:
     size = off + ldm * outer
     size += -size % 8
     idx = np.arange(size)
-    planes = []
-    for p in range(max(1, int(size - 1).bit_length())):
-        bit = ((idx >> p) & 1).astype(et.value_dtype)
-        if et.packed:
-            per_byte = 8 // et.bits
-            mem = (bit.reshape(-1, per_byte).astype(np.uint8)
-                   << (np.arange(per_byte) * et.bits).astype(np.uint8)).sum(1).astype(np.uint8)
-        else:
-            mem = bit.astype(et.memory_dtype)
-        planes.append(mem)
+    planes = [wmma.matrix_to_memory(((idx >> p) & 1)[None, :].astype(et.value_dtype), spec.type,
+                                    "row_major")[0]
+              for p in range(max(1, int(size - 1).bit_length()))]
     load = jax.jit(jax.vmap(lambda mem: unpack_values(
         et, wmma.load_matrix_sync(spec, mem, ldm, mem_layout, offset=off).x)))
     vals = np.asarray(load(np.stack(planes))).reshape(len(planes), 32, -1)
@@ -421,8 +398,6 @@ def _ld(d, keys) -> Iterator[GroupResult]:
 
 @prefix_handler(lambda key: key.startswith("st/"))
 def _st(d, keys) -> Iterator[GroupResult]:
-    from jaxwarp._src import wmma
-
     for base in sorted({k.rsplit("/", 1)[0] for k in keys}):
         spec, mem_layout = _fragment_of(base[3:])
         ldms, offs = d[f"{base}/ldm"], d[f"{base}/off"]

@@ -198,6 +198,18 @@ def participating(mask: Any, what: str = "") -> jax.Array:
     return calls
 
 
+def members(mask: Any, what: str) -> tuple[jax.Array, jax.Array]:
+    """Returns (calls bool[32], member bool[32, 32]): member[l, j] = j calls and is in l's mask.
+
+    ``what`` names the intrinsic for checked mode (see `participating`).
+    """
+    m0 = checks.mask_array(mask)
+    m = jnp.broadcast_to(m0, (WARP_SIZE,))
+    calls = participating(m0, what)
+    member = ((m[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
+    return calls, member & calls[None, :]
+
+
 def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
     var = checks.lane_array(var, "var")
     width = checks.static_int(width, "width")

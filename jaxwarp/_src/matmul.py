@@ -37,7 +37,10 @@ from jaxwarp._src import checks, formats, mma_arith, wmma_table
 
 # Default WMMA tile per operand format: the shapes the CUDA guide lists first.
 DEFAULT_TILE = {"f16": (16, 16, 16), "bf16": (16, 16, 16), "tf32": (16, 16, 8), "f64": (8, 8, 4)}
-_ACCUMULATORS = {"f16": ("f32", "f16"), "bf16": ("f32",), "tf32": ("f32",), "f64": ("f64",)}
+# Accumulators a GEMM can chain: the table's C types whose D has the same type.
+_ACCUMULATORS = {
+    t: tuple(c for c, d in wmma_table.entry(t).cd_types if c == d) for t in DEFAULT_TILE
+}
 _ACC_DTYPE = {"f16": jnp.float16, "f32": jnp.float32, "f64": jnp.float64}
 
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.lanes import FULL_MASK, WARP_SIZE, participating
+from jaxwarp._src.lanes import FULL_MASK, WARP_SIZE, members, participating
 
 _OPS = ("add", "min", "max", "and", "or", "xor")
 _UNSIGNED_ONLY = ("and", "or", "xor")
@@ -89,12 +89,7 @@ def reduce_sync(op: str, mask: Any, value: Any) -> jax.Array:
         if (int(mask) & FULL_MASK) == FULL_MASK:
             return jnp.broadcast_to(r, value.shape)
         return jnp.where(calls.reshape((WARP_SIZE, *extra)), r[None], value)
-    m0 = checks.mask_array(mask)
-    m = jnp.broadcast_to(m0, (WARP_SIZE,))
-    calls = participating(m0, f"__reduce_{op}_sync")
-    # member[l, j]: lane j is in lane l's mask and calls.
-    member = ((m[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
-    member = member & calls[None, :]
+    calls, member = members(mask, f"__reduce_{op}_sync")
     terms = jnp.where(member.reshape((WARP_SIZE, WARP_SIZE, *extra)), value[None], ident)
     r = _combine(op, terms, 1)
     return jnp.where(calls.reshape((WARP_SIZE, *extra)), r, value)

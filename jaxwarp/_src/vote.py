@@ -15,18 +15,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.lanes import WARP_SIZE, participating
+from jaxwarp._src.lanes import WARP_SIZE, members
 
 _BITS = jnp.uint32(1) << jnp.arange(WARP_SIZE, dtype=jnp.uint32)
-
-
-def _members(mask: Any, what: str) -> tuple[jax.Array, jax.Array]:
-    """Returns (calls bool[32], member bool[32, 32]): member[l, j] = j calls and is in l's mask."""
-    m0 = checks.mask_array(mask)
-    m = jnp.broadcast_to(m0, (WARP_SIZE,))
-    calls = participating(m0, what)
-    member = ((m[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
-    return calls, member & calls[None, :]
 
 
 def _predicate(pred: Any) -> jax.Array:
@@ -60,7 +51,7 @@ def ballot_sync(mask: Any, pred: Any) -> jax.Array:
         '0xaaaaaaaa'
     """
     p = _predicate(pred)
-    calls, member = _members(mask, "__ballot_sync")
+    calls, member = members(mask, "__ballot_sync")
     return jnp.where(calls, _lane_bits(member & p[None, :]), jnp.uint32(0))
 
 
@@ -78,7 +69,7 @@ def all_sync(mask: Any, pred: Any) -> jax.Array:
     Lanes outside ``mask`` get 0. See `ballot_sync` for the arguments.
     """
     p = _predicate(pred)
-    calls, member = _members(mask, "__all_sync")
+    calls, member = members(mask, "__all_sync")
     ok = jnp.all(~member | p[None, :], axis=1)
     return (calls & ok).astype(jnp.int32)
 
@@ -112,7 +103,7 @@ def match_any_sync(mask: Any, value: Any) -> jax.Array:
         uint32[32]; 0 for lanes outside ``mask``.
     """
     key = _key_bits(value)
-    calls, member = _members(mask, "__match_any_sync")
+    calls, member = members(mask, "__match_any_sync")
     same = member & (key[:, None] == key[None, :])
     return jnp.where(calls, _lane_bits(same), jnp.uint32(0))
 
@@ -126,7 +117,7 @@ def match_all_sync(mask: Any, value: Any) -> tuple[jax.Array, jax.Array]:
         ``mask`` get (0, 0). See `match_any_sync` for the arguments.
     """
     key = _key_bits(value)
-    calls, member = _members(mask, "__match_all_sync")
+    calls, member = members(mask, "__match_all_sync")
     differs = member & (key[:, None] != key[None, :])
     ok = calls & ~jnp.any(differs, axis=1)
     return jnp.where(ok, _lane_bits(member), jnp.uint32(0)), ok.astype(jnp.int32)
