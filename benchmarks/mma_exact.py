@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from _common import best_time, device_info, emit
 
-from jaxwarp._src import mma_arith
+from jaxwarp._src.tensorcore import datapath as mma_arith
 
 
 def _memory(fn, *args) -> dict:

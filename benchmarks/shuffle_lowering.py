@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from _common import best_time, device_info, emit
 
-from jaxwarp._src import lanes
+from jaxwarp._src.warp import lanes
 
 
 def _reshape_rev(v, m):

@@ -38,10 +38,10 @@ import argparse
 import functools
 import sys
 
+import _study_utils as su
 import jax
 import jax.numpy as jnp
 import numpy as np
-import study_utils as su
 from tqdm import tqdm
 
 import jaxwarp
@@ -198,44 +198,119 @@ def tables(rows: list[dict]) -> str:
 
 
 _COLORS = {"f16": "C0", "bf16": "C1", "tf32": "C2", "fp32": "k"}
+_MARKERS = {"f16": "o", "bf16": "s", "tf32": "^", "fp32": "D"}
+#: Shown on the figure: what the series are.
+EXPLAIN = ("exact: the H100 tensor core bit for bit (each block of 16 products, 4 for tf32, "
+           "aligned and truncated, its fp32 sum rounded toward zero).   fast: the same "
+           "operands, one XLA dot with fp32 accumulation\n(round to nearest on a CPU; "
+           "the real tensor cores for f16/bf16 on an NVIDIA GPU).   fp32: float32 matmul, no "
+           "operand rounding.   Open markers, dashed: fast.   Grey: reference slopes.   "
+           "\"a = b\": lines that coincide.")
+#: Below the explanation: why the fp32 (and fast) lines flatten on a CPU.
+FLATTEN_NOTE = ("On a CPU, fp32 and fast stop growing from K = 2048 on: XLA's CPU dot adds "
+                "chunks of 2048 products (each chunk's dot, then the chunk sums), so the "
+                "rounding error grows no faster than the result. On an H100 they keep "
+                "growing like sqrt(K).")
+
+
+def _series_style(fmt: str, mode: str) -> dict:
+    fast = mode == "fast"
+    return dict(color=_COLORS[fmt], marker=_MARKERS[fmt], ls="--" if fast else "-",
+                mfc="white" if fast else _COLORS[fmt], ms=5 if fast else 3.5, lw=1.3,
+                mew=1.0, zorder=3 if fast else 2)
+
+
+def _coinciding(curves: dict[str, np.ndarray], rtol: float = 0.05) -> list[list[str]]:
+    """Groups of series whose medians agree within ``rtol`` at every K (drawn on top of
+    each other, so the panel says so)."""
+    groups: list[list[str]] = []
+    for label, y in curves.items():
+        for g in groups:
+            if np.all(np.abs(y / curves[g[0]] - 1) <= rtol):
+                g.append(label)
+                break
+        else:
+            groups.append([label])
+    return groups
+
+
+def _group_name(labels: list[str]) -> str:
+    """``["f16 exact", "f16 fast", "tf32 exact"]`` -> ``"f16 exact/fast = tf32 exact"``."""
+    by_fmt: dict[str, list[str]] = {}
+    for label in labels:
+        fmt, _, mode = label.partition(" ")
+        by_fmt.setdefault(fmt, []).append(mode)
+    return " = ".join(f"{f} {'/'.join(m)}".strip() for f, m in by_fmt.items())
+
+
+def _reference_slopes(k: np.ndarray, curves: dict[str, np.ndarray]) -> list[tuple]:
+    """Lines proportional to K and to sqrt(K), both starting at half the lowest
+    curve's first point: ``[(label, y)]``."""
+    y0 = 0.5 * min(float(c[0]) for c in curves.values())
+    return [("∝ K", y0 * (k / k[0])), ("∝ √K", y0 * np.sqrt(k / k[0]))]
 
 
 def plot(rows: list[dict], path, title: str = "") -> None:
     """Log-log error vs K: rows = distributions, columns = total / accumulation error.
 
     One line per format and mode (median over the matrices), band = 10-90 percentiles.
+    Series that coincide are named together at the right end of the line; grey dotted
+    lines show slopes proportional to K and to sqrt(K).
     """
     plt = su.pyplot()
     dists = list(dict.fromkeys(r["dist"] for r in rows))
-    fig, axes = plt.subplots(len(dists), 2, figsize=(11, 4.2 * len(dists)), squeeze=False,
-                             sharex=True)
+    labels = list(dict.fromkeys(r["series"] for r in rows))
+    fig, axes = plt.subplots(len(dists), 2, figsize=(13, 4.6 * len(dists) + 1.3),
+                             squeeze=False)
     for i, dist in enumerate(dists):
         for j, kind in enumerate(KINDS):
             ax = axes[i, j]
-            for label in dict.fromkeys(r["series"] for r in rows):
+            curves = {}
+            for label in labels:
                 sel = sorted((r for r in rows if r["dist"] == dist and r["kind"] == kind
                               and r["series"] == label), key=lambda r: r["K"])
                 k = np.array([r["K"] for r in sel])
-                med, lo, hi = (np.array([float(r[c]) for r in sel]) for c in ("median", "p10",
-                                                                                 "p90"))
+                med, lo, hi = (np.array([float(r[c]) for r in sel])
+                               for c in ("median", "p10", "p90"))
                 fmt, mode = sel[0]["format"], sel[0]["mode"]
-                ls = "--" if mode == "fast" else "-"
-                ax.plot(k, med, ls, color=_COLORS[fmt], marker="o" if mode == "exact" else None,
-                        ms=3, lw=1.4, label=label)
-                ax.fill_between(k, lo, hi, color=_COLORS[fmt], alpha=0.12, lw=0)
+                ax.plot(k, med, label=label, **_series_style(fmt, mode))
+                ax.fill_between(k, lo, hi, color=_COLORS[fmt], alpha=0.10, lw=0)
+                curves[label] = med
+            # Name every line (or group of coinciding lines) at its right end, spread
+            # apart vertically so that the names do not overlap.
+            ends = [(float(curves[g[0]][-1]), _group_name(g), _COLORS[g[0].split()[0]])
+                    for g in _coinciding(curves)]
+            for name, y in _reference_slopes(k, curves):
+                ax.plot(k, y, ":", color="0.45", lw=1.0, zorder=1)
+                ends.append((float(y[-1]), name, "0.35"))
+            last = -np.inf
+            for y, name, color in sorted(ends):
+                ly = max(np.log10(y), last + 0.17)
+                last = ly
+                ax.annotate(name, (k[-1], y), xytext=(k[-1] * 1.35, 10 ** ly),
+                            fontsize=7, color=color, va="center",
+                            arrowprops=dict(arrowstyle="-", color="0.75", lw=0.5))
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            ax.set_xlim(k[0] / 1.3, k[-1] * 16)  # room for the names on the right
+            ax.set_xticks(k[:: max(1, len(k) // 6)])
             ax.grid(True, which="both", alpha=0.3)
-            ax.set_title(f"{kind} error, {dist} inputs", fontsize=10)
-            if j == 0:
-                ax.set_ylabel("||D - R||_F / ||R||_F")
-            if i == len(dists) - 1:
-                ax.set_xlabel("K")
-    axes[0, 1].legend(fontsize=8, ncol=2, loc="upper left")
+            what = ("total error (operand rounding + accumulation)" if kind == "total" else
+                    "accumulation error only (R from the rounded operands)")
+            ax.set_title(f"{what}, {dist} inputs", fontsize=9.5)
+            ax.set_ylabel("||D - R||_F / ||R||_F (median)", fontsize=8.5)
+            ax.set_xlabel("K (inner dimension)", fontsize=8.5)
+            ax.tick_params(labelsize=8)
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, 0.085))
+    fig.text(0.5, 0.045, EXPLAIN, ha="center", va="center", fontsize=7.5)
+    fig.text(0.5, 0.012, FLATTEN_NOTE, ha="center", va="center", fontsize=7.5,
+             style="italic")
     fig.suptitle(title or "WMMA GEMM relative error vs float64 (median, 10-90% band)",
-                 fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)  # keeps the committed PNG small (< 150 KB)
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.11, 1, 1))
+    su.save_png(fig, path, dpi=80)
     plt.close(fig)
 
 
@@ -244,23 +319,35 @@ def main(argv=None) -> list[dict]:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.splitlines()[2:]))
     p.add_argument("--large", action="store_true",
-                   help=f"GPU sizes: {LARGE} (default {DEFAULT})")
-    p.add_argument("--batch", type=int, help="random matrices per point (vmapped, sharded)")
-    p.add_argument("--mn", type=int, help="M = N of each product (a multiple of 16)")
-    p.add_argument("--kmin", type=int, help="smallest K (a multiple of 16)")
-    p.add_argument("--kmax", type=int, help="largest K")
-    p.add_argument("--kfactor", type=int, default=2, help="K grows by this factor (default 2)")
-    p.add_argument("--dists", nargs="+", choices=DISTS, default=list(DISTS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="output folder (default experiments/out)")
-    p.add_argument("--no-progress", action="store_true")
+                   help=f"the GPU size: {_sizes(LARGE)} (default: {_sizes(DEFAULT)}); "
+                        "the options below override single values")
+    p.add_argument("--batch", type=su.int_at_least(1), metavar="N",
+                   help=f"random matrices per point (vmapped, sharded over devices), >= 1 "
+                        f"(default {DEFAULT['batch']}, --large {LARGE['batch']})")
+    p.add_argument("--mn", type=su.int_at_least(16, 16), metavar="N",
+                   help=f"M = N of each product, a multiple of 16 "
+                        f"(default {DEFAULT['mn']}, --large {LARGE['mn']})")
+    p.add_argument("--kmin", type=su.int_at_least(16, 16), metavar="K",
+                   help=f"smallest K, a multiple of 16 (default {DEFAULT['kmin']})")
+    p.add_argument("--kmax", type=su.int_at_least(16), metavar="K",
+                   help=f"largest K, >= --kmin (default {DEFAULT['kmax']}, "
+                        f"--large {LARGE['kmax']})")
+    p.add_argument("--kfactor", type=su.int_at_least(2), default=2, metavar="F",
+                   help="K grows by this factor from --kmin to --kmax, >= 2 (default 2)")
+    p.add_argument("--dists", nargs="+", choices=DISTS, default=list(DISTS), metavar="DIST",
+                   help=f"input distributions, one or more of: {' '.join(DISTS)} "
+                        "(normal: N(0, 1); uniform: U[0, 1), all positive) (default: both)")
+    su.add_common_options(p)
     args = p.parse_args(argv)
     cfg = dict(LARGE if args.large else DEFAULT)
     for name in cfg:
         if getattr(args, name) is not None:
             cfg[name] = getattr(args, name)
+    try:
+        ks = k_values(cfg["kmin"], cfg["kmax"], args.kfactor)
+    except ValueError as e:
+        p.error(str(e))
     out = su.out_dir(args.out)
-    ks = k_values(cfg["kmin"], cfg["kmax"], args.kfactor)
     print(su.run_header(argv))
     print(f"matrices per point: {cfg['batch']} of {cfg['mn']}x K @ K x{cfg['mn']}, K = {ks}, "
           f"seed {args.seed}\n", flush=True)
@@ -270,11 +357,17 @@ def main(argv=None) -> list[dict]:
     print(tables(rows))
     su.write_csv(out / "matmul_error.csv", rows, COLUMNS)
     plot(rows, out / "matmul_error.png",
-         title=f"WMMA GEMM ({cfg['mn']}xKx{cfg['mn']}, {cfg['batch']} matrices/point) relative "
-               f"error vs float64: median, 10-90% band  [{su.device_summary()}]")
+         title=f"WMMA GEMM relative error vs float64 ({cfg['mn']}xK @ Kx{cfg['mn']}, "
+               f"{cfg['batch']} matrices per point: median, 10-90% band)  "
+               f"[{su.device_summary()}]")
     print(f"\nwrote {out / 'matmul_error.csv'} and {out / 'matmul_error.png'}; "
           f"{t.seconds:.0f} s")
     return rows
+
+
+def _sizes(cfg: dict) -> str:
+    return (f"{cfg['batch']} matrices of {cfg['mn']}xK @ Kx{cfg['mn']} per point, "
+            f"K = {cfg['kmin']} ... {cfg['kmax']}")
 
 
 if __name__ == "__main__":

@@ -74,7 +74,10 @@ def warp_reduce(value: jax.Array | None = None) -> jax.Array:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="\n".join(__doc__.splitlines()[2:]) + "\n\nNo options: "
+                            "the programs and their inputs are the guide's.").parse_args()
     for name, fn, width in SHUFFLES:
         print(f"## {name}")
         print("\n".join(shuffle_lines(fn, width)))

@@ -16,6 +16,8 @@ through the tensor core too), in
 * ``bf16 fast`` / ``tf32 fast``: the same operand rounding, round-to-nearest
   fp32 accumulation.
 
+(On the command line the names have a hyphen: ``--configs fp32 bf16-exact``.)
+
 Biases, tanh, the loss and the optimizer stay in fp32. Several independent runs
 (student initialisation and mini-batch order) are vmapped and sharded over every
 device; the curves show their mean and min-max band. The final test loss is
@@ -27,6 +29,7 @@ Writes ``training.csv`` (final losses) and ``training.png`` (loss curves) to
 Usage:
     python experiments/training.py            # CPU default: 8 runs x 800 steps
     python experiments/training.py --large    # GPU: 32 runs x 3000 steps, wider
+    python experiments/training.py --models linear --configs fp32 bf16-exact
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ import argparse
 import functools
 import sys
 
+import _study_utils as su
 import jax
 import jax.numpy as jnp
 import numpy as np
-import study_utils as su
 from tqdm import tqdm
 
 import jaxwarp
@@ -202,7 +205,7 @@ def plot(results: dict, path, title: str) -> None:
         ax.set_title(model, fontsize=10)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    su.save_png(fig, path, dpi=90)
     plt.close(fig)
 
 
@@ -223,19 +226,34 @@ def _plot_model(ax, per: dict) -> None:
     ax.legend(fontsize=9)
 
 
+def config_token(label: str) -> str:
+    """The command-line name of a configuration: ``"bf16 exact"`` -> ``"bf16-exact"``."""
+    return label.replace(" ", "-")
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.splitlines()[2:]))
-    p.add_argument("--large", action="store_true", help=f"GPU sizes {LARGE} (default {DEFAULT})")
-    p.add_argument("--runs", type=int, help="independent runs per configuration (vmapped)")
-    p.add_argument("--steps", type=int, help="optimizer steps")
-    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
-    p.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="output folder (default experiments/out)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--large", action="store_true",
+                   help=f"the GPU size: {_sizes(LARGE)} (default: {_sizes(DEFAULT)}); "
+                        "--runs and --steps override single values")
+    p.add_argument("--runs", type=su.int_at_least(1), metavar="N",
+                   help=f"independent runs per configuration (vmapped, sharded over devices), "
+                        f">= 1 (default {DEFAULT['runs']}, --large {LARGE['runs']})")
+    p.add_argument("--steps", type=su.int_at_least(1), metavar="N",
+                   help=f"Adam steps per run, >= 1 (default {DEFAULT['steps']}, "
+                        f"--large {LARGE['steps']})")
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
+                   metavar="MODEL",
+                   help=f"models to train, one or more of: {' '.join(MODELS)} (default: all)")
+    tokens = [config_token(c) for c in CONFIGS]
+    p.add_argument("--configs", nargs="+", choices=tokens, default=tokens, metavar="CONFIG",
+                   help=f"matmul arithmetics, one or more of: {' '.join(tokens)} (default: "
+                        "all; fp32 is the baseline the test loss is compared with)")
+    su.add_common_options(p)
     args = p.parse_args(argv)
+    configs = [c.replace("-", " ") for c in args.configs]
     cfg = dict(LARGE if args.large else DEFAULT)
     for name in ("runs", "steps"):
         if getattr(args, name) is not None:
@@ -247,7 +265,7 @@ def main(argv=None) -> dict:
           f"{cfg['train']} training points, {cfg['runs']} runs x {cfg['steps']} Adam steps, "
           f"lr {LR} cosine, seed {args.seed}\n", flush=True)
     with su.Timer() as t:
-        results = run(cfg, models=args.models, configs=args.configs, seed=args.seed,
+        results = run(cfg, models=args.models, configs=configs, seed=args.seed,
                       progress=not args.no_progress)
     table = rows(results, cfg["steps"])
     print(su.markdown_table(
@@ -261,6 +279,11 @@ def main(argv=None) -> dict:
          f"emulated tensor core; mean and min-max of {cfg['runs']} runs [{su.device_summary()}]")
     print(f"\nwrote {out / 'training.csv'} and {out / 'training.png'}; {t.seconds:.0f} s")
     return results
+
+
+def _sizes(cfg: dict) -> str:
+    return (f"{cfg['runs']} runs x {cfg['steps']} steps, MLP {cfg['din']}-{cfg['hidden']}-"
+            f"{cfg['dout']}, batch {cfg['batch']}, {cfg['train']} training points")
 
 
 if __name__ == "__main__":

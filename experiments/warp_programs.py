@@ -19,6 +19,7 @@ Writes ``warp_programs.csv`` to ``--out`` (default ``experiments/out/``).
 Usage:
     python experiments/warp_programs.py             # 2**18 warps (CPU default)
     python experiments/warp_programs.py --large     # 2**22 warps (>= 10**6; GPU)
+    python experiments/warp_programs.py --programs bitonic_sort inclusive_scan
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+import _study_utils as su
 import jax
 import jax.numpy as jnp
 import numpy as np
 import seed_warp_programs as seed
-import study_utils as su
 from tqdm import tqdm
 
 import jaxwarp
@@ -126,15 +127,33 @@ _GUIDE_SHUFFLES = {
     "shfl_xor_sync(mask, x, 3, 32)": lambda x: _np_shfl(x, _LANE ^ 3),
 }
 
-#: name -> (one warp's program, NumPy reference over all warps)
+#: The guide's shuffle examples by their command-line names (the arguments are the guide's).
+_SHUFFLE_NAMES = {"shfl_sync(mask, x, 2, 16)": "shfl_sync",
+                  "shfl_up_sync(mask, x, 2, 16)": "shfl_up_sync",
+                  "shfl_down_sync(mask, x, 3, 8)": "shfl_down_sync",
+                  "shfl_xor_sync(mask, x, 3, 32)": "shfl_xor_sync"}
+
+#: name -> (one warp's program, NumPy reference over all warps). Names are plain tokens,
+#: so ``--programs bcast scan4`` needs no quoting.
 PROGRAMS = {
-    **{name: (fn, _GUIDE_SHUFFLES[name]) for name, fn, _ in seed.SHUFFLES},
+    **{_SHUFFLE_NAMES[call]: (fn, _GUIDE_SHUFFLES[call]) for call, fn, _ in seed.SHUFFLES},
     "bcast": (bcast, lambda x: _np_shfl(x, np.zeros(32, int))),
     "scan4": (scan4, lambda x: _np_seg_cumsum(x, 8)),
     "warpReduce": (warp_reduce, _np_sum),
     "reduce_add_sync": (reduce_add, _np_sum),
     "bitonic_sort": (bitonic_sort, lambda x: np.sort(x, axis=1)),
     "inclusive_scan": (inclusive_scan, lambda x: np.cumsum(x, axis=1, dtype=np.int32)),
+}
+
+#: What each program is, for the printed table and ``--help``.
+DESCRIPTIONS = {
+    **{name: f"__{call}" for call, name in _SHUFFLE_NAMES.items()},
+    "bcast": "guide: broadcast from lane 0",
+    "scan4": "guide: inclusive scan over 8-lane parts",
+    "warpReduce": "guide: butterfly sum",
+    "reduce_add_sync": "__reduce_add_sync",
+    "bitonic_sort": "bitonic sort of 32 keys",
+    "inclusive_scan": "Hillis-Steele scan of 32 lanes",
 }
 
 
@@ -185,14 +204,21 @@ def run(n: int, *, programs=tuple(PROGRAMS), seed: int = 0, repeat: int = 3,
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.splitlines()[2:]))
-    p.add_argument("--large", action="store_true", help=f"{LARGE_WARPS} warps (GPU)")
-    p.add_argument("--warps", type=int, help=f"number of warps (default {DEFAULT_WARPS})")
-    p.add_argument("--programs", nargs="+", choices=list(PROGRAMS), default=list(PROGRAMS))
-    p.add_argument("--repeat", type=int, default=3, help="timed runs per program (best kept)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="output folder (default experiments/out)")
-    p.add_argument("--no-progress", action="store_true")
+                                epilog="\n".join(__doc__.splitlines()[2:]) + "\nprograms:\n"
+                                + "\n".join(f"  {n:<16} {d}" for n, d in DESCRIPTIONS.items()))
+    p.add_argument("--large", action="store_true",
+                   help=f"{LARGE_WARPS} warps, the GPU size (default {DEFAULT_WARPS}); "
+                        "--warps overrides it")
+    p.add_argument("--warps", type=su.int_at_least(1), metavar="N",
+                   help=f"number of warps, >= 1 (default {DEFAULT_WARPS}, --large {LARGE_WARPS})")
+    p.add_argument("--programs", nargs="+", choices=list(PROGRAMS), default=list(PROGRAMS),
+                   metavar="PROGRAM",
+                   help="programs to run, one or more of the names listed below "
+                        "(default: all)")
+    p.add_argument("--repeat", type=su.int_at_least(0), default=3, metavar="N",
+                   help="timed runs per program after the first (compiling) one, the best "
+                        "kept; >= 0, 0 times the first run (default 3)")
+    su.add_common_options(p)
     args = p.parse_args(argv)
     n = args.warps or (LARGE_WARPS if args.large else DEFAULT_WARPS)
     out = su.out_dir(args.out)
@@ -201,8 +227,9 @@ def main(argv=None) -> list[dict]:
     rows = run(n, programs=args.programs, seed=args.seed, repeat=args.repeat,
                progress=not args.no_progress)
     print(su.markdown_table(
-        ["program", "warps", "devices", "best s", "warps/s", "compile s", "vs NumPy"],
-        [[r[c] for c in COLUMNS] for r in rows]))
+        ["program", "what", "warps", "devices", "best s", "warps/s", "compile s", "vs NumPy"],
+        [[r["program"], DESCRIPTIONS[r["program"]], *(r[c] for c in COLUMNS[1:])]
+         for r in rows]))
     su.write_csv(out / "warp_programs.csv", rows, COLUMNS)
     print(f"\nwrote {out / 'warp_programs.csv'}")
     if any(r["check"] != "ok" for r in rows):

@@ -12,12 +12,14 @@ Both print a corner of the result and compare it with ``jaxwarp.matmul`` (the sa
 arithmetic on logical matrices: the bits must be equal) and with float64.
 
 Usage: python experiments/wmma_examples.py [--m 64 --n 64 --k 128] [--seed 0]
+(m, n, k: multiples of 16)
 """
 
 from __future__ import annotations
 
 import argparse
 
+import _study_utils as su
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,11 +72,18 @@ def tiled_gemm(a: jax.Array, b: jax.Array) -> jax.Array:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--m", type=int, default=64)
-    p.add_argument("--n", type=int, default=64)
-    p.add_argument("--k", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[2:]))
+    p.add_argument("--m", type=su.int_at_least(T, T), default=64,
+                   help="rows of A and C in the tiled GEMM, a multiple of 16 (default 64)")
+    p.add_argument("--n", type=su.int_at_least(T, T), default=64,
+                   help="columns of B and C, a multiple of 16 (default 64); one warp per "
+                        "16x16 tile of C")
+    p.add_argument("--k", type=su.int_at_least(T, T), default=128,
+                   help="columns of A and rows of B, a multiple of 16 (default 128)")
+    p.add_argument("--seed", type=su.int_at_least(0), default=0,
+                   help="random seed of the half-precision inputs, >= 0 (default 0)")
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
 

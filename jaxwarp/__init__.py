@@ -5,69 +5,82 @@ Everything public is listed here; ``jaxwarp._src`` is private.
 """
 
 # Lanes and shuffles.
-from jaxwarp._src.lanes import FULL_MASK as FULL_MASK
-from jaxwarp._src.lanes import WARP_SIZE as WARP_SIZE
-from jaxwarp._src.lanes import activemask as activemask
-from jaxwarp._src.lanes import lane_id as lane_id
-from jaxwarp._src.lanes import nanosleep as nanosleep
-from jaxwarp._src.lanes import shfl_sync as shfl_sync
-from jaxwarp._src.lanes import shfl_up_sync as shfl_up_sync
-from jaxwarp._src.lanes import shfl_down_sync as shfl_down_sync
-from jaxwarp._src.lanes import shfl_xor_sync as shfl_xor_sync
+from jaxwarp._src.warp.lanes import FULL_MASK as FULL_MASK
+from jaxwarp._src.warp.lanes import WARP_SIZE as WARP_SIZE
+from jaxwarp._src.warp.lanes import activemask as activemask
+from jaxwarp._src.warp.lanes import lane_id as lane_id
+from jaxwarp._src.warp.lanes import nanosleep as nanosleep
+from jaxwarp._src.warp.lanes import shfl_sync as shfl_sync
+from jaxwarp._src.warp.lanes import shfl_up_sync as shfl_up_sync
+from jaxwarp._src.warp.lanes import shfl_down_sync as shfl_down_sync
+from jaxwarp._src.warp.lanes import shfl_xor_sync as shfl_xor_sync
 
 # Reductions.
-from jaxwarp._src.reduce import reduce_sync as reduce_sync
-from jaxwarp._src.reduce import reduce_add_sync as reduce_add_sync
-from jaxwarp._src.reduce import reduce_min_sync as reduce_min_sync
-from jaxwarp._src.reduce import reduce_max_sync as reduce_max_sync
-from jaxwarp._src.reduce import reduce_and_sync as reduce_and_sync
-from jaxwarp._src.reduce import reduce_or_sync as reduce_or_sync
-from jaxwarp._src.reduce import reduce_xor_sync as reduce_xor_sync
+from jaxwarp._src.warp.reduce import reduce_sync as reduce_sync
+from jaxwarp._src.warp.reduce import reduce_add_sync as reduce_add_sync
+from jaxwarp._src.warp.reduce import reduce_min_sync as reduce_min_sync
+from jaxwarp._src.warp.reduce import reduce_max_sync as reduce_max_sync
+from jaxwarp._src.warp.reduce import reduce_and_sync as reduce_and_sync
+from jaxwarp._src.warp.reduce import reduce_or_sync as reduce_or_sync
+from jaxwarp._src.warp.reduce import reduce_xor_sync as reduce_xor_sync
 
 # Votes and matches.
-from jaxwarp._src.vote import ballot_sync as ballot_sync
-from jaxwarp._src.vote import any_sync as any_sync
-from jaxwarp._src.vote import all_sync as all_sync
-from jaxwarp._src.vote import match_any_sync as match_any_sync
-from jaxwarp._src.vote import match_all_sync as match_all_sync
+from jaxwarp._src.warp.vote import ballot_sync as ballot_sync
+from jaxwarp._src.warp.vote import any_sync as any_sync
+from jaxwarp._src.warp.vote import all_sync as all_sync
+from jaxwarp._src.warp.vote import match_any_sync as match_any_sync
+from jaxwarp._src.warp.vote import match_all_sync as match_all_sync
 
 # Number formats and the CUDA conversions.
-from jaxwarp._src.formats import Format as Format
-from jaxwarp._src.formats import FORMATS as FORMATS
-from jaxwarp._src.formats import get_format as get_format
-from jaxwarp._src.formats import round_to as round_to
-from jaxwarp._src.formats import float2half_rn as float2half_rn
-from jaxwarp._src.formats import float2half_rz as float2half_rz
-from jaxwarp._src.formats import float2bfloat16_rn as float2bfloat16_rn
-from jaxwarp._src.formats import float2bfloat16_rz as float2bfloat16_rz
-from jaxwarp._src.formats import float_to_tf32 as float_to_tf32
-from jaxwarp._src.formats import half2float as half2float
-from jaxwarp._src.formats import bfloat162float as bfloat162float
-from jaxwarp._src.formats import bits as bits
-from jaxwarp._src.formats import from_bits as from_bits
+from jaxwarp._src.numerics.formats import Format as Format
+from jaxwarp._src.numerics.formats import FORMATS as FORMATS
+from jaxwarp._src.numerics.formats import get_format as get_format
+from jaxwarp._src.numerics.formats import round_to as round_to
+from jaxwarp._src.numerics.formats import float2half_rn as float2half_rn
+from jaxwarp._src.numerics.formats import float2half_rz as float2half_rz
+from jaxwarp._src.numerics.formats import float2bfloat16_rn as float2bfloat16_rn
+from jaxwarp._src.numerics.formats import float2bfloat16_rz as float2bfloat16_rz
+from jaxwarp._src.numerics.formats import float_to_tf32 as float_to_tf32
+from jaxwarp._src.numerics.formats import half2float as half2float
+from jaxwarp._src.numerics.formats import bfloat162float as bfloat162float
+from jaxwarp._src.numerics.formats import bits as bits
+from jaxwarp._src.numerics.formats import from_bits as from_bits
 
 # WMMA: fragments, the warp matrix functions, the shape/type table.
-from jaxwarp._src.fragments import Fragment as Fragment
-from jaxwarp._src.fragments import fragment as fragment
-from jaxwarp._src.wmma import fill_fragment as fill_fragment
-from jaxwarp._src.wmma import load_matrix_sync as load_matrix_sync
-from jaxwarp._src.wmma import store_matrix_sync as store_matrix_sync
-from jaxwarp._src.wmma import mma_sync as mma_sync
-from jaxwarp._src.wmma import bmma_sync as bmma_sync
-from jaxwarp._src.wmma import matrix_to_memory as matrix_to_memory
-from jaxwarp._src.fragments import fragment_from_matrix as fragment_from_matrix
-from jaxwarp._src.fragments import matrix_from_fragment as matrix_from_fragment
-from jaxwarp._src.fragments import lane_map as lane_map
-from jaxwarp._src.fragments import lane_map_text as lane_map_text
-from jaxwarp._src import wmma_table as wmma_table  # TABLE: what WMMA supports
+from jaxwarp._src.tensorcore.fragments import Fragment as Fragment
+from jaxwarp._src.tensorcore.fragments import fragment as fragment
+from jaxwarp._src.tensorcore.wmma import fill_fragment as fill_fragment
+from jaxwarp._src.tensorcore.wmma import load_matrix_sync as load_matrix_sync
+from jaxwarp._src.tensorcore.wmma import store_matrix_sync as store_matrix_sync
+from jaxwarp._src.tensorcore.wmma import mma_sync as mma_sync
+from jaxwarp._src.tensorcore.wmma import bmma_sync as bmma_sync
+from jaxwarp._src.tensorcore.wmma import matrix_to_memory as matrix_to_memory
+from jaxwarp._src.tensorcore.fragments import fragment_from_matrix as fragment_from_matrix
+from jaxwarp._src.tensorcore.fragments import matrix_from_fragment as matrix_from_fragment
+from jaxwarp._src.tensorcore.fragments import lane_map as lane_map
+from jaxwarp._src.tensorcore.fragments import lane_map_text as lane_map_text
+from jaxwarp._src.tensorcore import wmma_table as wmma_table  # TABLE: what WMMA supports
 
 # Tensor-core arithmetic models (on logical matrices) and a tiled GEMM built on them.
-from jaxwarp._src.mma_arith import ARCHS as ARCHS
-from jaxwarp._src.mma_arith import ArchParams as ArchParams
-from jaxwarp._src.mma_arith import mma as mma
-from jaxwarp._src.mma_arith import bmma as bmma
-from jaxwarp._src.matmul import matmul as matmul
-from jaxwarp._src.matmul import to_operand as to_operand
+from jaxwarp._src.tensorcore.datapath import ARCHS as ARCHS
+from jaxwarp._src.tensorcore.datapath import ArchParams as ArchParams
+from jaxwarp._src.tensorcore.datapath import mma as mma
+from jaxwarp._src.tensorcore.datapath import bmma as bmma
+from jaxwarp._src.tensorcore.matmul import matmul as matmul
+from jaxwarp._src.tensorcore.matmul import to_operand as to_operand
+
+# Data movement between shared memory and mma.sync fragments (PTX ldmatrix family).
+from jaxwarp._src.tensorcore.ldmatrix import ldmatrix as ldmatrix
+from jaxwarp._src.tensorcore.ldmatrix import stmatrix as stmatrix
+from jaxwarp._src.tensorcore.ldmatrix import movmatrix as movmatrix
+
+# Run any JAX function with its matrix products through an emulated tensor core.
+from jaxwarp._src.emulate import emulate as emulate
+from jaxwarp._src.emulate import EmulationReport as EmulationReport
+from jaxwarp._src.emulate import ReportEntry as ReportEntry
+from jaxwarp._src.emulate import Product as Product
+from jaxwarp._src.emulate import ProductFilter as ProductFilter
+from jaxwarp._src.emulate import UnsupportedProductError as UnsupportedProductError
 
 # Many warps over many devices: vmap with the batch axis sharded over a device mesh.
 from jaxwarp._src.sharding import batch_mesh as batch_mesh
@@ -77,8 +90,11 @@ from jaxwarp._src.sharding import sharded_vmap as sharded_vmap
 # DPX integer functions, in their own namespace: jaxwarp.dpx.vimax3_s32, ...
 from jaxwarp import dpx as dpx
 
+# fp8 conversions, in their own namespace: jaxwarp.fp8.cvt_f32_to_e4m3x2, ...
+from jaxwarp import fp8 as fp8
+
 # Checked mode: report undefined behaviour instead of modelling it.
-from jaxwarp._src.checked import checked as checked
+from jaxwarp._src.warp.checked import checked as checked
 
 __version__ = "0.1.0"
 

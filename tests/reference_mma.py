@@ -1,7 +1,7 @@
 """An independent, slow reference of the tensor-core arithmetic, for tests only.
 
-Written from the documented model (``jaxwarp._src.mma_arith``'s module docstring and
-``shared/hw/FORMAT.md``), not from its code, with nothing but Python integers and
+Written from the documented model (``jaxwarp._src.tensorcore.datapath``'s module docstring and
+``docs/capture_format.md``), not from its code, with nothing but Python integers and
 ``fractions.Fraction``: every float is decoded into (sign, integer significand,
 exponent of its last bit); products and sums are exact; the alignment, truncation and
 rounding are spelled out on integers. It is slow (a few milliseconds per tile) and

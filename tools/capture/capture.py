@@ -1,7 +1,7 @@
 """Records what the local NVIDIA GPU returns for warp intrinsics, DPX, conversions and WMMA.
 
 One command builds the CUDA library (nvcc, for the GPU found) and writes npz files in the
-schema of shared/hw/FORMAT.md:
+schema of docs/capture_format.md:
 
     python tools/capture/capture.py --out DIR [--quick]      # warp, layout, mma_fp, mma_int
     python tools/capture/capture.py --extra --out DIR         # capture_extra_*.npz (FORMAT_EXTRA.md)

@@ -496,7 +496,7 @@ struct MmaCfg {
 };
 
 // The table of every WMMA configuration: name, A/B tag, C tag, D tag, m, n, k, A layout,
-// B layout (1 row, 0 col), op. Names follow shared/hw/FORMAT.md.
+// B layout (1 row, 0 col), op. Names follow docs/capture_format.md.
 #define MMA_X(name, AT, CT, DT, M, N, K, LA, LB, OP) \
   {name, AT, CT, DT, M, N, K, LA, LB, OP, k_mma<AT, CT, DT, M, N, K, LA, LB, OP>},
 #define L4(X, pre, AT, CT, DT, M, N, K, shp, OP)      \

@@ -1,0 +1,138 @@
+"""Helpers shared by the studies: devices, tables, CSV files, plots, timing, options.
+
+A module for the scripts beside it (``matmul_error.py``, ``training.py``,
+``warp_programs.py``), not a script: the leading underscore says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import pathlib
+import platform
+import sys
+import time
+from collections.abc import Iterable, Sequence
+
+import jax
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "experiments" / "out"
+
+
+def device_summary() -> str:
+    """``"4 x cpu (...)"`` or ``"1 x NVIDIA H100 80GB HBM3"``: what the batch is sharded over."""
+    devs = jax.devices()
+    kinds = sorted({d.device_kind for d in devs})
+    return f"{len(devs)} x {', '.join(kinds)} ({jax.default_backend()}, jax {jax.__version__})"
+
+
+def run_header(argv: Sequence[str] | None = None) -> str:
+    """The command, device and date lines printed at the top of every study."""
+    script = os.path.relpath(sys.argv[0], ROOT) if argv is None else "<in-process>"
+    cmd = " ".join(["python", script, *(sys.argv[1:] if argv is None else argv)])
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return (f"command: {cmd}\ndevice:  {device_summary()}\nhost:    {platform.node() or '?'}"
+            f" ({os.cpu_count()} CPU cores)\ndate:    {now}")
+
+
+def out_dir(path: str | os.PathLike | None) -> pathlib.Path:
+    """``path`` (default ``experiments/out``), created if missing."""
+    d = DEFAULT_OUT if path is None else pathlib.Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def write_csv(path: pathlib.Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub Markdown table (so stdout can be pasted into RESULTS.md as is)."""
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "| " + " | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    sep = "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def pyplot():
+    """matplotlib.pyplot with the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig, path, dpi: int = 90) -> None:
+    """Saves a figure as a small PNG: rendered at ``dpi``, then reduced to a 256-colour
+    palette (line plots lose nothing visible; the files stay well under 150 KB)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format="png")
+    buf.seek(0)
+    with Image.open(buf) as im:
+        im.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(
+            path, format="PNG", optimize=True)
+
+
+def block(tree):
+    """Waits for every array of ``tree`` (for timing)."""
+    return jax.block_until_ready(tree)
+
+
+class Timer:
+    """``with Timer() as t: ...; t.seconds``."""
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.start
+        return False
+
+
+def int_at_least(lo: int, multiple_of: int = 1):
+    """An argparse ``type``: an int >= ``lo`` (and a multiple of ``multiple_of``), with an
+    error message that says what is allowed."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo or value % multiple_of:
+            what = f"an integer >= {lo}" + (f" and a multiple of {multiple_of}"
+                                            if multiple_of > 1 else "")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in its messages
+    return parse
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    """``--seed``, ``--out``, ``--no-progress``: the same in every study."""
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="random seed, an integer >= 0 (default 0); the same seed gives the "
+                        "same numbers on any number of devices")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder for the output files (CSV, PNG), created if missing "
+                        "(default experiments/out)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on stderr (default: show it)")

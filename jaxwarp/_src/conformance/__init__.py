@@ -1,0 +1,1 @@
+"""See docs/architecture.md for the layer map."""

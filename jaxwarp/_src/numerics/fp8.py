@@ -1,0 +1,532 @@
+"""fp8 (e4m3 and e5m2) conversions of PTX ``cvt`` and ``cuda_fp8.h``, bit-exact.
+
+Two families of functions:
+
+* PTX forms, on register words as ``cvt`` sees them (``.b16`` holds two fp8, ``.b32``
+  two f16): :func:`cvt_f32_to_fp8x2` (``cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32``),
+  :func:`cvt_f16x2_to_fp8x2` (``... .f16x2``) and :func:`cvt_fp8x2_to_f16x2`
+  (``cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2}``). :data:`PTX_FORMS` lists them by their
+  PTX name.
+* The ``cuda_fp8.h`` intrinsics, on the C types they take: :func:`float_to_fp8`,
+  :func:`float2_to_fp8x2`, :func:`halfraw_to_fp8`, :func:`halfraw2_to_fp8x2`,
+  :func:`bfloat16raw_to_fp8`, :func:`bfloat16raw2_to_fp8x2`, :func:`fp8_to_halfraw`,
+  :func:`fp8x2_to_halfraw2`. A ``float2`` / ``__half2_raw`` / ``__nv_bfloat162_raw`` is a
+  trailing axis of 2 (``[..., 0]`` is ``.x``); an ``__nv_fp8x2_storage_t`` is a uint16
+  word (``.x`` in the low byte).
+
+Arithmetic (PTX ISA, ``cvt``; ``cuda_fp8.h``): round to nearest, ties to even, onto the
+fp8 grid including its subnormals; zeros and results that round to zero keep their sign.
+With ``.satfinite`` / ``__NV_SATFINITE`` a result beyond MAX_NORM (448 for e4m3, 57344 for
+e5m2), infinities included, becomes ±MAX_NORM; without it, e4m3 gives NaN (it has no
+infinity) and e5m2 gives ±inf, and the boundary is where rounding with an unbounded exponent
+leaves the finite range (above 464 for e4m3, from 61440 up for e5m2). Every NaN becomes
+0x7F. ``.relu`` turns a negative result into +0 (NaN stays NaN). fp8 to f16 is exact; NaN
+becomes the canonical f16 NaN 0x7FFF.
+
+Formats come from ``ml_dtypes.finfo`` (``float8_e4m3fn``, ``float8_e5m2``; sources
+``float32``, ``float16``, ``bfloat16``), the one registry of their parameters. Rounding is
+done on the bit patterns with uint32/int32 operations, never with XLA's ``convert``: XLA
+has no ``.satfinite``, keeps the sign of NaN (e4m3 0xFF; measured with jax 0.10 on CPU)
+and a backend may flush subnormals. In range it agrees with this model on every f16 and
+bf16 pattern (no double rounding through f32 was seen on CPU; ``tests/numerics/test_fp8.py``).
+
+sm_90 notes (ptxas 13.0, ``tools/capture/FORMAT_MOVCVT.md``): PTX requires ``.satfinite``
+for an fp8 destination, and has no bf16x2 <-> fp8x2 ``cvt``; the ``__NV_NOSAT`` and bf16
+intrinsics are a software conversion in ``cuda_fp8.hpp``, with the same results as above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax import lax
+
+from jaxwarp._src import checks
+
+__all__ = [
+    "FP8_FORMATS",
+    "PTX_FORMS",
+    "bfloat16raw2_to_fp8x2",
+    "bfloat16raw_to_fp8",
+    "cvt_f16x2_to_fp8x2",
+    "cvt_f32_to_e4m3x2",
+    "cvt_f32_to_e5m2x2",
+    "cvt_f32_to_fp8x2",
+    "cvt_fp8x2_to_f16x2",
+    "float2_to_fp8x2",
+    "float_to_fp8",
+    "fp8_to_halfraw",
+    "fp8x2_to_halfraw2",
+    "halfraw2_to_fp8x2",
+    "halfraw_to_fp8",
+]
+
+#: The fp8 formats, by the name PTX gives them, and their ml_dtypes storage type.
+FP8_FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+_SOURCES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+_NAN8 = 0x7F  # the NaN every conversion to fp8 returns
+_NAN16 = 0x7FFF  # the NaN every conversion to f16 returns
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fp:
+    """Bit-field parameters of a binary float format, read from ml_dtypes.finfo."""
+
+    nexp: int
+    nmant: int
+    bias: int
+    maxnorm_bits: int  # bits of the largest finite value
+    has_inf: bool
+
+
+@functools.cache
+def _fp(name: str) -> _Fp:
+    dt = FP8_FORMATS.get(name) or _SOURCES[name]
+    fi = ml_dtypes.finfo(dt)
+    width = 8 * np.dtype(dt).itemsize
+    maxbits = int(np.array(fi.max, dt).view(f"uint{width}"))
+    has_inf = bool(np.isinf(np.array(np.inf, dt)))
+    return _Fp(int(fi.nexp), int(fi.nmant), 1 - int(fi.minexp), maxbits, has_inf)
+
+
+def _fmt_arg(fmt: Any) -> str:
+    return checks.static_choice(fmt, "fmt", tuple(FP8_FORMATS))
+
+
+def _bool_arg(v: Any, name: str) -> bool:
+    return checks.static_choice(v, name, (True, False))
+
+
+# ----------------------------------------------------------------------------------------
+# Bit kernels (uint32 in, uint32 out).
+
+
+def _to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) -> jax.Array:
+    """Source bits (zero-extended to uint32) -> fp8 bits (uint32), RNE onto the fp8 grid."""
+    S, D = _fp(src), _fp(fmt)
+    se, sm = S.nexp, S.nmant
+    mb, bias = D.nmant, D.bias
+    u = u.astype(jnp.uint32)
+    sign = (u >> (se + sm)) & jnp.uint32(1)
+    e = ((u >> sm) & jnp.uint32((1 << se) - 1)).astype(jnp.int32)
+    f = u & jnp.uint32((1 << sm) - 1)
+    emax = (1 << se) - 1
+    nan = (e == emax) & (f != 0)
+    inf = (e == emax) & (f == 0)
+    # value = sig * 2**exp exactly
+    sig = jnp.where(e == 0, f, f | jnp.uint32(1 << sm))
+    exp = jnp.where(e == 0, jnp.int32(1 - S.bias - sm), e - jnp.int32(S.bias + sm))
+    lead = jnp.int32(31) - lax.clz(sig).astype(jnp.int32) + exp  # exponent of the top bit
+    emin_q = 1 - bias - mb  # exponent of one fp8 subnormal quantum
+    q = jnp.maximum(lead - mb, jnp.int32(emin_q))  # exponent of the result's quantum
+    s = q - exp  # bits to drop
+    sp = jnp.clip(s, 1, 31).astype(jnp.uint32)  # sig < 2**24: dropping 31 bits leaves 0
+    r = sig >> sp
+    rem = sig & ((jnp.uint32(1) << sp) - jnp.uint32(1))
+    half = jnp.uint32(1) << (sp - jnp.uint32(1))
+    r = r + ((rem > half) | ((rem == half) & ((r & jnp.uint32(1)) == 1))).astype(jnp.uint32)
+    r = jnp.where(s <= 0, sig << jnp.clip(-s, 0, 31).astype(jnp.uint32), r)
+    carry = r >= jnp.uint32(1 << (mb + 1))  # rounding carried into a new binade
+    r = jnp.where(carry, r >> 1, r)
+    q = jnp.where(carry, q + 1, q)
+    normal_code = (((q + mb + bias).astype(jnp.uint32)) << mb) | (r - jnp.uint32(1 << mb))
+    code = jnp.where(r < jnp.uint32(1 << mb), r, normal_code)
+    if D.has_inf:
+        over = code >= jnp.uint32(D.maxnorm_bits + 1)  # the next code is inf
+        over_code = D.maxnorm_bits + 1
+    else:
+        over = code > jnp.uint32(D.maxnorm_bits)  # the next code is NaN
+        over_code = _NAN8
+    over = over | inf
+    big = jnp.uint32(D.maxnorm_bits if satfinite else over_code)
+    code = jnp.where(over, big, code) | (sign << 7)
+    code = jnp.where(nan, jnp.uint32(_NAN8), code)
+    if relu:
+        code = jnp.where((code & jnp.uint32(0x80)) != 0, jnp.uint32(0), code)
+    return code
+
+
+def _fp8_to_f16_bits(b: jax.Array, fmt: str, relu: bool) -> jax.Array:
+    """fp8 bits (uint32, low byte) -> f16 bits (uint32), exact; NaN -> 0x7FFF."""
+    D, H = _fp(fmt), _fp("f16")
+    b = b.astype(jnp.uint32) & jnp.uint32(0xFF)
+    mb = D.nmant
+    sign = (b >> 7) & jnp.uint32(1)
+    e = ((b >> mb) & jnp.uint32((1 << D.nexp) - 1)).astype(jnp.int32)
+    m = b & jnp.uint32((1 << mb) - 1)
+    if D.has_inf:
+        nan = (e == (1 << D.nexp) - 1) & (m != 0)
+    else:
+        nan = (b & jnp.uint32(0x7F)) == jnp.uint32(D.maxnorm_bits + 1)
+    # value = sig * 2**exp exactly; encode it in f16 (always representable)
+    sig = jnp.where(e == 0, m, m | jnp.uint32(1 << mb))
+    exp = jnp.where(e == 0, jnp.int32(1 - D.bias - mb), e - jnp.int32(D.bias + mb))
+    top = jnp.int32(31) - lax.clz(jnp.maximum(sig, jnp.uint32(1))).astype(jnp.int32)
+    lead = top + exp
+    normal = lead >= 1 - H.bias
+    norm_bits = (((lead + H.bias).astype(jnp.uint32)) << H.nmant) | (
+        (sig << (H.nmant - top).astype(jnp.uint32)) - jnp.uint32(1 << H.nmant))
+    sub_bits = sig << jnp.clip(exp - (1 - H.bias - H.nmant), 0, 31).astype(jnp.uint32)
+    mag = jnp.where(sig == 0, jnp.uint32(0), jnp.where(normal, norm_bits, sub_bits))
+    if D.has_inf:
+        is_inf = (e == (1 << D.nexp) - 1) & (m == 0)
+        mag = jnp.where(is_inf, jnp.uint32(0x7C00), mag)
+    h = mag | (sign << 15)
+    if relu:
+        h = jnp.where(sign == 1, jnp.uint32(0), h)
+    return jnp.where(nan, jnp.uint32(_NAN16), h)
+
+
+# ----------------------------------------------------------------------------------------
+# Argument handling.
+
+_UINT = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
+
+
+def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
+    """``x`` as uint32 bits: a ``float_dtype`` array (its bits) or an unsigned array of
+    ``width`` bytes (taken as bits). Python scalars are converted to ``float_dtype``."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        x = np.asarray(x, float_dtype)
+    arr = jnp.asarray(x)
+    if arr.dtype == jnp.dtype(float_dtype):
+        return lax.bitcast_convert_type(arr, _UINT[width]).astype(jnp.uint32)
+    if arr.dtype == jnp.dtype(_UINT[width]):
+        return arr.astype(jnp.uint32)
+    raise TypeError(f"{name} must be a {np.dtype(float_dtype).name} array or its raw bits as "
+                    f"{np.dtype(_UINT[width]).name}; got dtype {arr.dtype}")
+
+
+def _pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Array, jax.Array]:
+    """A trailing axis of 2 (``.x``, ``.y``) -> their bits as uint32."""
+    u = _bits_arg(x, name, float_dtype, width)
+    if u.ndim == 0 or u.shape[-1] != 2:
+        raise ValueError(f"{name} must have a trailing axis of size 2 (.x, .y); got shape "
+                         f"{tuple(u.shape)}")
+    return u[..., 0], u[..., 1]
+
+
+def _word_arg(x: Any, name: str, dtype: Any) -> jax.Array:
+    if isinstance(x, int) and not isinstance(x, bool):
+        x = np.asarray(x, dtype)
+    arr = jnp.asarray(x)
+    if arr.dtype != jnp.dtype(dtype):
+        raise TypeError(f"{name} must be a {np.dtype(dtype).name} register word array; got "
+                        f"dtype {arr.dtype}")
+    return arr.astype(jnp.uint32)
+
+
+def _as_fp8(code: jax.Array, fmt: str) -> jax.Array:
+    return lax.bitcast_convert_type(code.astype(jnp.uint8), FP8_FORMATS[fmt])
+
+
+def _pack8(hi: jax.Array, lo: jax.Array) -> jax.Array:
+    return ((hi << 8) | lo).astype(jnp.uint16)
+
+
+def _check_satfinite(satfinite: Any) -> None:
+    if not _bool_arg(satfinite, "satfinite"):
+        raise ValueError("satfinite=False: on sm_90 PTX requires .satfinite for an fp8 "
+                         "destination (ptxas: \"'.satfinite' modifier required for "
+                         "instruction 'cvt' with destination type '.e4m3x2'\"); allowed: True. "
+                         "The __NV_NOSAT intrinsics (float_to_fp8(..., saturate=False)) exist.")
+
+
+# ----------------------------------------------------------------------------------------
+# PTX forms.
+
+
+def cvt_f32_to_fp8x2(a: Any, b: Any, fmt: str, *, relu: bool = False,
+                     satfinite: bool = True) -> jax.Array:
+    """PTX ``cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32 d, a, b``.
+
+    ``a`` goes to the upper byte of ``d`` and ``b`` to the lower byte (PTX ISA).
+
+    Args:
+      a: float32 array (or its uint32 bits): the first source operand.
+      b: float32 array (or bits) of a shape that broadcasts with ``a``.
+      fmt: static, ``"e4m3"`` or ``"e5m2"``.
+      relu: static; ``.relu``: negative results become +0, NaN stays NaN.
+      satfinite: static; must be True (sm_90 has no other form).
+
+    Returns:
+      uint16 array: the ``.b16`` register ``d``.
+
+    Raises:
+      TypeError: an operand is not float32 (or uint32 bits).
+      ValueError: ``fmt`` is not allowed, or ``satfinite`` is False.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(cvt_f32_to_fp8x2(jnp.float32(1.0), jnp.float32(-2.0), "e4m3")))
+      '0x38c0'
+    """
+    fmt = _fmt_arg(fmt)
+    relu = _bool_arg(relu, "relu")
+    _check_satfinite(satfinite)
+    ua = _bits_arg(a, "a", np.float32, 4)
+    ub = _bits_arg(b, "b", np.float32, 4)
+    return _pack8(_to_fp8_bits(ua, "f32", fmt, True, relu),
+                  _to_fp8_bits(ub, "f32", fmt, True, relu))
+
+
+def cvt_f32_to_e4m3x2(a: Any, b: Any, *, relu: bool = False, satfinite: bool = True) -> jax.Array:
+    """PTX ``cvt.rn.satfinite{.relu}.e4m3x2.f32 d, a, b``: :func:`cvt_f32_to_fp8x2` with e4m3.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(cvt_f32_to_e4m3x2(jnp.float32(1e6), jnp.float32(0.0))))
+      '0x7e00'
+    """
+    return cvt_f32_to_fp8x2(a, b, "e4m3", relu=relu, satfinite=satfinite)
+
+
+def cvt_f32_to_e5m2x2(a: Any, b: Any, *, relu: bool = False, satfinite: bool = True) -> jax.Array:
+    """PTX ``cvt.rn.satfinite{.relu}.e5m2x2.f32 d, a, b``: :func:`cvt_f32_to_fp8x2` with e5m2.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(cvt_f32_to_e5m2x2(jnp.float32(1e6), jnp.float32(1.0))))
+      '0x7b3c'
+    """
+    return cvt_f32_to_fp8x2(a, b, "e5m2", relu=relu, satfinite=satfinite)
+
+
+def cvt_f16x2_to_fp8x2(x: Any, fmt: str, *, relu: bool = False,
+                       satfinite: bool = True) -> jax.Array:
+    """PTX ``cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f16x2 d, a``.
+
+    The f16 in the upper half of ``a`` goes to the upper byte of ``d``.
+
+    Args:
+      x: uint32 array: the ``.f16x2`` register ``a``.
+      fmt: static, ``"e4m3"`` or ``"e5m2"``.
+      relu: static, ``.relu``.
+      satfinite: static; must be True.
+
+    Returns:
+      uint16 array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not uint32.
+      ValueError: ``fmt`` is not allowed, or ``satfinite`` is False.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(cvt_f16x2_to_fp8x2(jnp.uint32(0xC000_3C00), "e4m3")))
+      '0xc038'
+    """
+    fmt = _fmt_arg(fmt)
+    relu = _bool_arg(relu, "relu")
+    _check_satfinite(satfinite)
+    u = _word_arg(x, "x", np.uint32)
+    lo = _to_fp8_bits(u & jnp.uint32(0xFFFF), "f16", fmt, True, relu)
+    hi = _to_fp8_bits(u >> 16, "f16", fmt, True, relu)
+    return _pack8(hi, lo)
+
+
+def cvt_fp8x2_to_f16x2(x: Any, fmt: str, *, relu: bool = False) -> jax.Array:
+    """PTX ``cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, a``: exact; NaN -> 0x7FFF.
+
+    The upper byte of ``a`` goes to the upper half of ``d``.
+
+    Args:
+      x: uint16 array: the ``.b16`` register ``a``.
+      fmt: static, ``"e4m3"`` or ``"e5m2"``.
+      relu: static, ``.relu``: negative results become +0.
+
+    Returns:
+      uint32 array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not uint16.
+      ValueError: ``fmt`` is not allowed.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(cvt_fp8x2_to_f16x2(jnp.uint16(0xC038), "e4m3")))
+      '0xc0003c00'
+    """
+    fmt = _fmt_arg(fmt)
+    relu = _bool_arg(relu, "relu")
+    u = _word_arg(x, "x", np.uint16)
+    lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, relu)
+    hi = _fp8_to_f16_bits(u >> 8, fmt, relu)
+    return (hi << 16) | lo
+
+
+# ----------------------------------------------------------------------------------------
+# cuda_fp8.h intrinsics.
+
+
+def _sat_arg(saturate: Any) -> bool:
+    return _bool_arg(saturate, "saturate")
+
+
+def float_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
+    """``__nv_cvt_float_to_fp8(x, saturate ? __NV_SATFINITE : __NV_NOSAT, fmt)``.
+
+    Args:
+      x: float32 array (or its uint32 bits).
+      fmt: static, ``"e4m3"`` (``__NV_E4M3``) or ``"e5m2"`` (``__NV_E5M2``).
+      saturate: static bool: True for ``__NV_SATFINITE``, False for ``__NV_NOSAT``.
+
+    Returns:
+      Array of ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2`` (the storage byte).
+
+    Raises:
+      TypeError: ``x`` is not float32.
+      ValueError: ``fmt`` or ``saturate`` is not allowed.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float_to_fp8(jnp.float32(500.0), "e4m3", saturate=True)
+      Array(448, dtype=float8_e4m3fn)
+    """
+    fmt = _fmt_arg(fmt)
+    sat = _sat_arg(saturate)
+    return _as_fp8(_to_fp8_bits(_bits_arg(x, "x", np.float32, 4), "f32", fmt, sat, False), fmt)
+
+
+def float2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
+    """``__nv_cvt_float2_to_fp8x2``: ``x[..., 0]`` (``.x``) to the low byte.
+
+    Args:
+      x: float32 array (or uint32 bits) with a trailing axis of 2: ``.x``, ``.y``.
+      fmt: static, ``"e4m3"`` or ``"e5m2"``.
+      saturate: static bool (``__NV_SATFINITE`` / ``__NV_NOSAT``).
+
+    Returns:
+      uint16 array (``__nv_fp8x2_storage_t``) of ``x.shape[:-1]``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(float2_to_fp8x2(jnp.array([1.0, -2.0], jnp.float32), "e4m3", True)))
+      '0xc038'
+    """
+    fmt = _fmt_arg(fmt)
+    sat = _sat_arg(saturate)
+    lo, hi = _pair_arg(x, "x", np.float32, 4)
+    return _pack8(_to_fp8_bits(hi, "f32", fmt, sat, False),
+                  _to_fp8_bits(lo, "f32", fmt, sat, False))
+
+
+def halfraw_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
+    """``__nv_cvt_halfraw_to_fp8``: fp16 (float16 or its uint16 bits) to fp8.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> halfraw_to_fp8(jnp.float16(-1e4), "e5m2", saturate=False)
+      Array(-10240, dtype=float8_e5m2)
+      >>> halfraw_to_fp8(jnp.float16(-65504), "e5m2", saturate=False)
+      Array(-inf, dtype=float8_e5m2)
+    """
+    fmt = _fmt_arg(fmt)
+    sat = _sat_arg(saturate)
+    return _as_fp8(_to_fp8_bits(_bits_arg(x, "x", np.float16, 2), "f16", fmt, sat, False), fmt)
+
+
+def halfraw2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
+    """``__nv_cvt_halfraw2_to_fp8x2``: (..., 2) fp16 (``.x``, ``.y``) to a uint16 word.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(halfraw2_to_fp8x2(jnp.array([1.0, -2.0], jnp.float16), "e4m3", True)))
+      '0xc038'
+    """
+    fmt = _fmt_arg(fmt)
+    sat = _sat_arg(saturate)
+    lo, hi = _pair_arg(x, "x", np.float16, 2)
+    return _pack8(_to_fp8_bits(hi, "f16", fmt, sat, False),
+                  _to_fp8_bits(lo, "f16", fmt, sat, False))
+
+
+def bfloat16raw_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
+    """``__nv_cvt_bfloat16raw_to_fp8``: bf16 (bfloat16 or uint16 bits) to fp8.
+
+    Example:
+      >>> import jax.numpy as jnp, ml_dtypes
+      >>> bfloat16raw_to_fp8(jnp.array(1e9, ml_dtypes.bfloat16), "e5m2", saturate=False)
+      Array(inf, dtype=float8_e5m2)
+    """
+    fmt = _fmt_arg(fmt)
+    sat = _sat_arg(saturate)
+    u = _bits_arg(x, "x", ml_dtypes.bfloat16, 2)
+    return _as_fp8(_to_fp8_bits(u, "bf16", fmt, sat, False), fmt)
+
+
+def bfloat16raw2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
+    """``__nv_cvt_bfloat16raw2_to_fp8x2``: (..., 2) bf16 (``.x``, ``.y``) to a uint16 word.
+
+    Example:
+      >>> import jax.numpy as jnp, ml_dtypes
+      >>> hex(int(bfloat16raw2_to_fp8x2(jnp.array([1, -2], ml_dtypes.bfloat16), "e4m3", True)))
+      '0xc038'
+    """
+    fmt = _fmt_arg(fmt)
+    sat = _sat_arg(saturate)
+    lo, hi = _pair_arg(x, "x", ml_dtypes.bfloat16, 2)
+    return _pack8(_to_fp8_bits(hi, "bf16", fmt, sat, False),
+                  _to_fp8_bits(lo, "bf16", fmt, sat, False))
+
+
+def fp8_to_halfraw(x: Any, fmt: str) -> jax.Array:
+    """``__nv_cvt_fp8_to_halfraw``: fp8 (its ml_dtypes type, or uint8 bits) to float16.
+
+    Exact; NaN becomes 0x7FFF.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> fp8_to_halfraw(jnp.uint8(0x7E), "e4m3")
+      Array(448., dtype=float16)
+    """
+    fmt = _fmt_arg(fmt)
+    u = _bits_arg(x, "x", FP8_FORMATS[fmt], 1)
+    return lax.bitcast_convert_type(_fp8_to_f16_bits(u, fmt, False).astype(jnp.uint16),
+                                    jnp.float16)
+
+
+def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
+    """``__nv_cvt_fp8x2_to_halfraw2``: a uint16 word to (..., 2) float16 (``.x`` = low byte).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> fp8x2_to_halfraw2(jnp.uint16(0xC038), "e4m3")
+      Array([ 1., -2.], dtype=float16)
+    """
+    fmt = _fmt_arg(fmt)
+    u = _word_arg(x, "x", np.uint16)
+    lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, False)
+    hi = _fp8_to_f16_bits(u >> 8, fmt, False)
+    return lax.bitcast_convert_type(jnp.stack([lo, hi], -1).astype(jnp.uint16), jnp.float16)
+
+
+# ----------------------------------------------------------------------------------------
+# The PTX forms by name, each mapping its register words to register words.
+
+
+def _ptx_table() -> dict[str, Callable[..., jax.Array]]:
+    t: dict[str, Callable[..., jax.Array]] = {}
+    for fmt in FP8_FORMATS:
+        for relu in (False, True):
+            r = ".relu" if relu else ""
+            t[f"cvt.rn.satfinite{r}.{fmt}x2.f32"] = functools.partial(
+                cvt_f32_to_fp8x2, fmt=fmt, relu=relu)
+            t[f"cvt.rn.satfinite{r}.{fmt}x2.f16x2"] = functools.partial(
+                cvt_f16x2_to_fp8x2, fmt=fmt, relu=relu)
+            t[f"cvt.rn{r}.f16x2.{fmt}x2"] = functools.partial(
+                cvt_fp8x2_to_f16x2, fmt=fmt, relu=relu)
+    return t
+
+
+#: PTX name -> function of the register words: ``(a, b)`` uint32 -> uint16 for ``.f32``
+#: sources, ``a`` uint32 -> uint16 for ``.f16x2``, ``a`` uint16 -> uint32 for ``.f16x2``
+#: destinations. Every fp8 ``cvt`` form ptxas 13.0 accepts for sm_90.
+PTX_FORMS: dict[str, Callable[..., jax.Array]] = _ptx_table()

@@ -1,0 +1,451 @@
+"""WMMA fragments and where each matrix element sits in them (per-lane layouts).
+
+A ``Fragment`` is CUDA's ``nvcuda::wmma::fragment<Use, m, n, k, T, Layout>``: each of
+the 32 lanes of a warp holds ``num_storage_elements`` values ``x[i]``. Here ``x`` is
+one array of shape ``(32, num_storage_elements)`` (lane axis first); many warps are
+a ``jax.vmap`` away.
+
+CUDA calls the mapping from (lane, i) to matrix element unspecified. This module
+reproduces what an H100 (sm_90) does, element for element, for every fragment type
+of the WMMA table (``tests/data/h100_layout.npz`` checks each one). Every layout is
+linear over GF(2): the (row, col) of lane ``l``, element ``i`` is the XOR of one
+basis vector per set bit of ``l`` and of ``i``. The bases follow from three rules:
+
+* Atom: lane ``l`` holds one 32-bit word (a 64-bit one for f64) of an 8 x 4-word
+  block: row ``l >> 2`` and word ``l & 3`` of that row, where a word is ``32 / bits``
+  consecutive elements along k (for A and B) or 2 along n (accumulators, whatever
+  their type). So lane bits 0, 1 step along k (n), lane bits 2..4 step rows 1, 2, 4.
+* Tiles: further element-index bits step the atom over the matrix, for A (and the
+  accumulator) first to rows 8..15, then along k (n), then to rows 16..31; for B
+  first along k, then along n.
+* Transpose: ``m8n32k16`` is done as ``m32n8k16`` on transposed operands, so its A
+  has the layout of the transposed ``m32n8k16`` B (and vice versa) and its
+  accumulator that of the transposed ``m32n8k16`` accumulator.
+
+The memory layout (row_major / col_major) changes only how ``load_matrix_sync``
+reads memory, never what lands in the registers. ``f16`` A and B fragments have
+16 elements per lane (CUDA's ``__frag_base<__half, 16>``) but, from sm_80 on, hold
+only 8 distinct ones: ``x[8:16]`` repeats ``x[0:8]`` (for ``m32n8k16`` B and
+``m8n32k16`` A, four copies of ``x[0:4]``). ``s4``/``u4`` pack 8 elements into one
+32-bit word (element ``j`` in bits ``4j..4j+3``), ``b1`` 32 (element ``j`` in bit ``j``).
+
+Lane maps (``lane_map_text``), each cell ``lane:i``. ``f16`` ``matrix_a`` m16n16k16
+(row_major and col_major alike; ``x[8:16]`` repeats ``x[0:8]``), rows m, cols k::
+
+            0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   15
+       0  0:0  0:1  1:0  1:1  2:0  2:1  3:0  3:1  0:4  0:5  1:4  1:5  2:4  2:5  3:4  3:5
+       1  4:0  4:1  5:0  5:1  6:0  6:1  7:0  7:1  4:4  4:5  5:4  5:5  6:4  6:5  7:4  7:5
+       2  8:0  8:1  9:0  9:1 10:0 10:1 11:0 11:1  8:4  8:5  9:4  9:5 10:4 10:5 11:4 11:5
+       3 12:0 12:1 13:0 13:1 14:0 14:1 15:0 15:1 12:4 12:5 13:4 13:5 14:4 14:5 15:4 15:5
+       4 16:0 16:1 17:0 17:1 18:0 18:1 19:0 19:1 16:4 16:5 17:4 17:5 18:4 18:5 19:4 19:5
+       5 20:0 20:1 21:0 21:1 22:0 22:1 23:0 23:1 20:4 20:5 21:4 21:5 22:4 22:5 23:4 23:5
+       6 24:0 24:1 25:0 25:1 26:0 26:1 27:0 27:1 24:4 24:5 25:4 25:5 26:4 26:5 27:4 27:5
+       7 28:0 28:1 29:0 29:1 30:0 30:1 31:0 31:1 28:4 28:5 29:4 29:5 30:4 30:5 31:4 31:5
+       8  0:2  0:3  1:2  1:3  2:2  2:3  3:2  3:3  0:6  0:7  1:6  1:7  2:6  2:7  3:6  3:7
+       9  4:2  4:3  5:2  5:3  6:2  6:3  7:2  7:3  4:6  4:7  5:6  5:7  6:6  6:7  7:6  7:7
+      10  8:2  8:3  9:2  9:3 10:2 10:3 11:2 11:3  8:6  8:7  9:6  9:7 10:6 10:7 11:6 11:7
+      11 12:2 12:3 13:2 13:3 14:2 14:3 15:2 15:3 12:6 12:7 13:6 13:7 14:6 14:7 15:6 15:7
+      12 16:2 16:3 17:2 17:3 18:2 18:3 19:2 19:3 16:6 16:7 17:6 17:7 18:6 18:7 19:6 19:7
+      13 20:2 20:3 21:2 21:3 22:2 22:3 23:2 23:3 20:6 20:7 21:6 21:7 22:6 22:7 23:6 23:7
+      14 24:2 24:3 25:2 25:3 26:2 26:3 27:2 27:3 24:6 24:7 25:6 25:7 26:6 26:7 27:6 27:7
+      15 28:2 28:3 29:2 29:3 30:2 30:3 31:2 31:3 28:6 28:7 29:6 29:7 30:6 30:7 31:6 31:7
+
+Accumulator m16n16k16 (f16, f32 and s32 alike; also m16n16k8 f32)::
+
+            0    1    2    3    4    5    6    7    8    9   10   11   12   13   14   15
+       0  0:0  0:1  1:0  1:1  2:0  2:1  3:0  3:1  0:4  0:5  1:4  1:5  2:4  2:5  3:4  3:5
+       1  4:0  4:1  5:0  5:1  6:0  6:1  7:0  7:1  4:4  4:5  5:4  5:5  6:4  6:5  7:4  7:5
+       2  8:0  8:1  9:0  9:1 10:0 10:1 11:0 11:1  8:4  8:5  9:4  9:5 10:4 10:5 11:4 11:5
+       3 12:0 12:1 13:0 13:1 14:0 14:1 15:0 15:1 12:4 12:5 13:4 13:5 14:4 14:5 15:4 15:5
+       4 16:0 16:1 17:0 17:1 18:0 18:1 19:0 19:1 16:4 16:5 17:4 17:5 18:4 18:5 19:4 19:5
+       5 20:0 20:1 21:0 21:1 22:0 22:1 23:0 23:1 20:4 20:5 21:4 21:5 22:4 22:5 23:4 23:5
+       6 24:0 24:1 25:0 25:1 26:0 26:1 27:0 27:1 24:4 24:5 25:4 25:5 26:4 26:5 27:4 27:5
+       7 28:0 28:1 29:0 29:1 30:0 30:1 31:0 31:1 28:4 28:5 29:4 29:5 30:4 30:5 31:4 31:5
+       8  0:2  0:3  1:2  1:3  2:2  2:3  3:2  3:3  0:6  0:7  1:6  1:7  2:6  2:7  3:6  3:7
+       9  4:2  4:3  5:2  5:3  6:2  6:3  7:2  7:3  4:6  4:7  5:6  5:7  6:6  6:7  7:6  7:7
+      10  8:2  8:3  9:2  9:3 10:2 10:3 11:2 11:3  8:6  8:7  9:6  9:7 10:6 10:7 11:6 11:7
+      11 12:2 12:3 13:2 13:3 14:2 14:3 15:2 15:3 12:6 12:7 13:6 13:7 14:6 14:7 15:6 15:7
+      12 16:2 16:3 17:2 17:3 18:2 18:3 19:2 19:3 16:6 16:7 17:6 17:7 18:6 18:7 19:6 19:7
+      13 20:2 20:3 21:2 21:3 22:2 22:3 23:2 23:3 20:6 20:7 21:6 21:7 22:6 22:7 23:6 23:7
+      14 24:2 24:3 25:2 25:3 26:2 26:3 27:2 27:3 24:6 24:7 25:6 25:7 26:6 26:7 27:6 27:7
+      15 28:2 28:3 29:2 29:3 30:2 30:3 31:2 31:3 28:6 28:7 29:6 29:7 30:6 30:7 31:6 31:7
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp._src import checks
+from jaxwarp._src.tensorcore import wmma_table as table
+
+WARP_SIZE = checks.WARP_SIZE
+_LANE_BITS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Fragment:
+    """``nvcuda::wmma::fragment<use, m, n, k, type, layout>`` for one warp, as a pytree.
+
+    ``x`` (the only pytree leaf) has shape ``(32, num_storage_elements)`` and the
+    storage dtype of ``type``; every other field is static. Element-wise work is
+    plain array work on ``x``, as in CUDA's ``for (i < num_elements) f.x[i] *= a``::
+
+        frag = frag.replace(x=frag.x * jnp.float16(2))
+
+    A batch of warps is a fragment whose ``x`` has leading axes, made and consumed
+    by ``jax.vmap``.
+
+    Attributes:
+        x: per-lane storage, ``(32, num_storage_elements)``.
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``.
+        m, n, k: the WMMA shape.
+        type: element type name (see ``wmma_table.ELEMENT_TYPES``).
+        layout: ``"row_major"`` / ``"col_major"`` for matrix_a/b, ``None`` for
+            accumulators.
+    """
+
+    x: Any
+    use: str
+    m: int
+    n: int
+    k: int
+    type: str
+    layout: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(m, n, k)``."""
+        return (self.m, self.n, self.k)
+
+    @property
+    def rows(self) -> int:
+        """Rows of the logical matrix (m for A and C, k for B)."""
+        return self.k if self.use == "matrix_b" else self.m
+
+    @property
+    def cols(self) -> int:
+        """Columns of the logical matrix (k for A, n for B and C)."""
+        return self.k if self.use == "matrix_a" else self.n
+
+    @property
+    def element_type(self) -> table.ElementType:
+        return table.ELEMENT_TYPES[self.type]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Storage dtype of ``x``."""
+        return self.element_type.storage_dtype
+
+    @property
+    def num_elements(self) -> int:
+        """CUDA's ``frag.num_elements``: elements per lane (packed ones counted singly)."""
+        return _num_elements(self.use, self.m, self.n, self.k, self.type)
+
+    @property
+    def num_storage_elements(self) -> int:
+        """CUDA's ``frag.num_storage_elements``: the length of ``x`` per lane."""
+        return self.num_elements // self.element_type.per_storage
+
+    def replace(self, **changes: Any) -> Fragment:
+        """Returns a copy with fields replaced; a new ``x`` is checked for shape and dtype."""
+        new = dataclasses.replace(self, **changes)
+        if set(changes) - {"x"}:
+            table.check_fragment(new.use, new.m, new.n, new.k, new.type, new.layout)
+        if "x" in changes:
+            _check_storage(new, new.x)
+        return new
+
+    def __repr__(self) -> str:
+        layout = f", {self.layout}" if self.layout else ""
+        x = getattr(self.x, "shape", None)
+        return (f"Fragment({self.use}, m{self.m}n{self.n}k{self.k}, {self.type}{layout}, "
+                f"x={x})")
+
+
+jax.tree_util.register_dataclass(
+    Fragment, data_fields=["x"], meta_fields=["use", "m", "n", "k", "type", "layout"])
+
+
+def _check_storage(frag: Fragment, x: Any) -> None:
+    want = (WARP_SIZE, frag.num_storage_elements)
+    shape = tuple(getattr(x, "shape", ()))
+    if shape[-2:] != want:
+        raise ValueError(f"x of a {frag.use} {frag.type} m{frag.m}n{frag.n}k{frag.k} fragment "
+                         f"must have shape (..., {want[0]}, {want[1]}), got {shape}")
+    dtype = getattr(x, "dtype", None)
+    if dtype != frag.dtype:
+        raise TypeError(f"x of a {frag.type} fragment must have dtype {frag.dtype}, got {dtype}")
+
+
+def fragment(use: str, m: int, n: int, k: int, type: str, layout: str | None = None) -> Fragment:
+    """Declares a fragment, ``wmma::fragment<use, m, n, k, type, layout> f;``.
+
+    CUDA leaves a new fragment uninitialized; here ``x`` is zeros.
+
+    Args:
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``.
+        m, n, k: a WMMA shape, e.g. 16, 16, 16.
+        type: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"``, ``"s8"``, ``"u8"``, ``"s4"``,
+            ``"u4"``, ``"b1"`` for matrix_a/b; ``"f16"``, ``"f32"``, ``"s32"``, ``"f64"``
+            for accumulators.
+        layout: ``"row_major"`` or ``"col_major"``, required for matrix_a/b, not
+            allowed for accumulators.
+
+    Returns:
+        A ``Fragment`` with ``x = zeros((32, num_storage_elements), storage dtype)``.
+
+    Raises:
+        ValueError: a combination the WMMA table does not have (the message lists the
+            valid ones).
+        RuntimeError: ``f64`` without ``jax_enable_x64``.
+
+    Example:
+        >>> a = fragment("matrix_a", 16, 16, 16, "f16", "row_major")
+        >>> a.num_elements, a.x.shape, a.x.dtype
+        (16, (32, 16), dtype('float16'))
+    """
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        checks.static_int(v, name)
+    m, n, k = int(m), int(n), int(k)
+    table.check_fragment(use, m, n, k, type, layout)
+    frag = Fragment(None, use, m, n, k, type, layout)
+    if frag.element_type.storage_dtype.itemsize == 8:
+        checks.require_x64(f"a {type} fragment")
+    return dataclasses.replace(
+        frag, x=jnp.zeros((WARP_SIZE, frag.num_storage_elements), frag.dtype))
+
+
+def _num_elements(use: str, m: int, n: int, k: int, type: str) -> int:
+    if use != "accumulator" and type == "f16":
+        return 16  # __frag_base<__half, 16> for every shape; duplicated from sm_80 on.
+    rows, cols = {"matrix_a": (m, k), "matrix_b": (k, n), "accumulator": (m, n)}[use]
+    return rows * cols // WARP_SIZE
+
+
+# ----------------------------------------------------------------------------------------
+# Lane maps as linear layouts over GF(2).
+
+
+def _operand_bases(role: str, r: int, kdim: int, w: int, nbits: int):
+    """Bases in (r, k) coordinates of an operand whose words hold ``w`` k-elements."""
+    word = [(0, 1 << i) for i in range(w.bit_length() - 1)]
+    lane = [(0, w), (0, 2 * w), (1, 0), (2, 0), (4, 0)]
+    ktiles = [(0, t) for t in _powers(4 * w, kdim)]
+    rtiles = [(t, 0) for t in _powers(8, r)]
+    extra = rtiles[:1] + ktiles + rtiles[1:] if role == "a" else ktiles + rtiles
+    elem = (word + extra + [(0, 0)] * nbits)[:nbits]
+    return lane, elem
+
+
+def _powers(start: int, end: int):
+    t = start
+    while t < end:
+        yield t
+        t *= 2
+
+
+def layout_bases(use: str, m: int, n: int, k: int, type: str):
+    """The linear layout of a fragment: (lane bases, element bases) as (row, col) pairs.
+
+    Lane ``l``, element ``i`` holds logical element ``(row, col)`` = XOR of
+    ``lane_bases[b]`` over the set bits ``b`` of ``l`` and of ``elem_bases[b]`` over the
+    set bits of ``i``. A zero basis vector means repetition (f16 A/B).
+    """
+    table.check_fragment(use, m, n, k, type, None if use == "accumulator" else
+                         table.entry(type).layouts(use)[0])
+    nbits = _num_elements(use, m, n, k, type).bit_length() - 1
+    bits = table.ELEMENT_TYPES[type].bits
+    swap = lambda vs: [(c, r) for r, c in vs]  # noqa: E731
+    if use == "accumulator":
+        if m >= n:
+            return _operand_bases("a", m, n, 2, nbits)
+        lane, elem = _operand_bases("a", n, m, 2, nbits)
+        return swap(lane), swap(elem)
+    w = max(1, 32 // bits)
+    # Canonical shapes have m >= n; m8n32k16 runs as m32n8k16 with A and B swapped.
+    if use == "matrix_a":
+        lane, elem = _operand_bases("a" if m >= n else "b", m, k, w, nbits)
+        return lane, elem  # (m, k) is A's (row, col)
+    lane, elem = _operand_bases("b" if m >= n else "a", n, k, w, nbits)
+    return swap(lane), swap(elem)  # (n, k) -> B's (k, n)
+
+
+@functools.cache
+def lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, np.ndarray]:
+    """Returns ``(rows, cols)``, int32 arrays ``(32, num_elements)``: the logical
+    element held by lane ``l`` as element ``i`` (sub-byte elements counted singly)."""
+    lane_b, elem_b = layout_bases(use, m, n, k, type)
+    ne = _num_elements(use, m, n, k, type)
+    lanes = np.arange(WARP_SIZE)[:, None]
+    elems = np.arange(ne)[None, :]
+    rows = np.zeros((WARP_SIZE, ne), np.int32)
+    cols = np.zeros((WARP_SIZE, ne), np.int32)
+    for idx, bases in ((lanes, lane_b), (elems, elem_b)):
+        for b, (dr, dc) in enumerate(bases):
+            bit = (idx >> b) & 1
+            rows ^= (bit * dr).astype(np.int32)
+            cols ^= (bit * dc).astype(np.int32)
+    rows.setflags(write=False)
+    cols.setflags(write=False)
+    return rows, cols
+
+
+@functools.cache
+def _gather_maps(use: str, m: int, n: int, k: int, type: str):
+    """(linear index per (lane, element), first flat (lane, element) per linear index)."""
+    rows, cols = lane_map(use, m, n, k, type)
+    ncols = k if use == "matrix_a" else n
+    nrows = k if use == "matrix_b" else m
+    lin = (rows * ncols + cols).astype(np.int32)
+    flat = lin.reshape(-1)
+    inv = np.full(nrows * ncols, -1, np.int64)
+    # First occurrence wins: iterate in reverse so earlier positions overwrite.
+    inv[flat[::-1]] = np.arange(flat.size - 1, -1, -1)
+    assert (inv >= 0).all(), (use, m, n, k, type)
+    lin.setflags(write=False)
+    inv = inv.astype(np.int32)
+    inv.setflags(write=False)
+    return lin, inv
+
+
+def lane_map_text(use: str, m: int, n: int, k: int, type: str) -> str:
+    """Draws a fragment layout as an ASCII grid: cell (row, col) = ``lane:i``.
+
+    Where an element is held more than once (f16 A/B), the first (lane, i) is shown.
+    """
+    lin, inv = _gather_maps(use, m, n, k, type)
+    ne = lin.shape[1]
+    nrows = k if use == "matrix_b" else m
+    ncols = k if use == "matrix_a" else n
+    cells = [f"{p // ne}:{p % ne}" for p in inv]
+    width = max(len(c) for c in cells)
+    lines = ["     " + " ".join(f"{c:>{width}}" for c in range(ncols))]
+    for r in range(nrows):
+        row = cells[r * ncols:(r + 1) * ncols]
+        lines.append(f"{r:>4} " + " ".join(f"{c:>{width}}" for c in row))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------
+# Conversions between logical matrices and per-lane storage.
+
+
+def _spec_of(frag: Any, name: str) -> Fragment:
+    if not isinstance(frag, Fragment):
+        raise TypeError(f"{name} must be a Fragment (see jaxwarp.fragment), got "
+                        f"{type(frag).__name__}")
+    return frag
+
+
+def as_bits(x: jax.Array) -> jax.Array:
+    """Floats as same-width unsigned ints, so that gathers keep NaN payloads bit for bit
+    (XLA's CPU gather canonicalizes bfloat16 NaNs)."""
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{x.dtype.itemsize * 8}"))
+    return x
+
+
+def from_bits(x: jax.Array, dtype: Any) -> jax.Array:
+    dtype = np.dtype(dtype)
+    return jax.lax.bitcast_convert_type(x, dtype) if x.dtype != dtype else x
+
+
+def take_bits(x: jax.Array, indices: Any, axis: int = -1) -> jax.Array:
+    """``jnp.take`` of constant in-bounds indices that keeps every bit (NaN payloads too)."""
+    return from_bits(jnp.take(as_bits(x), indices, axis=axis, mode="clip"), x.dtype)
+
+
+def _shifts(et: table.ElementType) -> jax.Array:
+    return jnp.arange(et.per_storage, dtype=jnp.uint32) * jnp.uint32(et.bits)
+
+
+def pack_values(et: table.ElementType, values: jax.Array) -> jax.Array:
+    """Packs sub-byte values (..., N * per_storage) into storage words (..., N)."""
+    if not et.packed:
+        return values
+    mask = jnp.uint32((1 << et.bits) - 1)
+    v = values.astype(jnp.int32).astype(jnp.uint32) & mask  # s4 -1 -> 0xF
+    v = v.reshape(*v.shape[:-1], -1, et.per_storage) << _shifts(et)
+    words = jnp.sum(v, axis=-1, dtype=jnp.uint32)  # disjoint bit fields: sum == or
+    if et.storage_dtype == np.dtype(np.int32):
+        words = jax.lax.bitcast_convert_type(words, jnp.int32)
+    return words
+
+
+def unpack_values(et: table.ElementType, words: jax.Array) -> jax.Array:
+    """Unpacks storage words (..., N) into values (..., N * per_storage), value dtype."""
+    if not et.packed:
+        return words
+    if words.dtype != jnp.uint32:
+        words = jax.lax.bitcast_convert_type(words, jnp.uint32)
+    v = (words[..., None] >> _shifts(et)) & jnp.uint32((1 << et.bits) - 1)
+    v = v.reshape(*v.shape[:-2], -1)
+    if et.value_dtype == np.dtype(np.int8):  # s4: sign-extend the nibble
+        return (v.astype(jnp.int32) ^ 8) - 8
+    return v.astype(et.value_dtype)
+
+
+def fragment_from_matrix(frag_spec: Fragment, matrix: Any) -> Fragment:
+    """Distributes a logical matrix over the lanes, as ``load_matrix_sync`` would.
+
+    A pure gather (``jnp.take`` with a constant index array); vmappable, and leading
+    batch axes of ``matrix`` carry over to ``x``.
+
+    Args:
+        frag_spec: a ``Fragment`` giving use, shape, type and layout (its ``x`` is
+            ignored).
+        matrix: ``(..., rows, cols)`` logical matrix (m x k for A, k x n for B,
+            m x n for accumulators) in the type's value dtype: float16, bfloat16,
+            float32 (tf32, f32), float64, int8 (s8; s4 in [-8, 7], only the low 4 bits
+            are kept), uint8 (u8; u4 in [0, 15]; b1 0/1, only the low bit is kept),
+            int32 (s32).
+
+    Returns:
+        ``frag_spec`` with ``x`` = the per-lane storage.
+
+    Raises:
+        ValueError: wrong matrix shape. TypeError: wrong matrix dtype.
+    """
+    spec = _spec_of(frag_spec, "frag_spec")
+    et = spec.element_type
+    matrix = jnp.asarray(matrix)
+    want = (spec.rows, spec.cols)
+    if tuple(matrix.shape[-2:]) != want:
+        raise ValueError(f"matrix for a {spec.use} m{spec.m}n{spec.n}k{spec.k} fragment must "
+                         f"have shape (..., {want[0]}, {want[1]}), got {tuple(matrix.shape)}")
+    if matrix.dtype != et.value_dtype:
+        raise TypeError(f"matrix for a {spec.type} fragment must have dtype {et.value_dtype}, "
+                        f"got {matrix.dtype}")
+    lin, _ = _gather_maps(spec.use, spec.m, spec.n, spec.k, spec.type)
+    flat = matrix.reshape(*matrix.shape[:-2], -1)
+    vals = take_bits(flat, lin)  # (..., 32, num_elements)
+    return dataclasses.replace(spec, x=pack_values(et, vals))
+
+
+def matrix_from_fragment(frag: Fragment) -> jax.Array:
+    """Gathers a fragment back into its logical ``(rows, cols)`` matrix.
+
+    Where the hardware holds an element more than once (f16 A/B), the first copy
+    (lowest lane, then lowest ``i``) is read. Vmappable; leading batch axes of ``x``
+    carry over.
+
+    Returns:
+        ``(..., rows, cols)`` in the value dtype of ``frag.type`` (see
+        ``fragment_from_matrix``; s4 as int8, u4 and b1 as uint8).
+    """
+    frag = _spec_of(frag, "frag")
+    et = frag.element_type
+    x = jnp.asarray(frag.x)
+    _check_storage(frag, x)
+    vals = unpack_values(et, x).astype(et.value_dtype)
+    _, inv = _gather_maps(frag.use, frag.m, frag.n, frag.k, frag.type)
+    flat = vals.reshape(*vals.shape[:-2], -1)
+    out = take_bits(flat, inv)
+    return out.reshape(*out.shape[:-1], frag.rows, frag.cols)
+

@@ -1,0 +1,468 @@
+"""The WMMA API (``nvcuda::wmma``) as pure functions on fragments and flat memory.
+
+CUDA's WMMA functions write through references and pointers; here they return a
+new fragment (``fill_fragment``, ``load_matrix_sync``, ``mma_sync``, ``bmma_sync``)
+or new memory (``store_matrix_sync``). A warp's 16x16x16 product, as in the CUDA
+guide's example::
+
+    a = fragment("matrix_a", 16, 16, 16, "f16", "col_major")
+    b = fragment("matrix_b", 16, 16, 16, "f16", "row_major")
+    c = fragment("accumulator", 16, 16, 16, "f32")
+    c = fill_fragment(c, 0.0)
+    a = load_matrix_sync(a, a_mem, 16)
+    b = load_matrix_sync(b, b_mem, 16)
+    c = mma_sync(a, b, c)
+    c_mem = store_matrix_sync(c_mem, c, 16, "mem_row_major")
+
+Memory is a flat 1-D array of the fragment's storage dtype (float16, bfloat16,
+float32 for tf32 and f32, float64, int8, uint8, int32). Sub-byte matrices (s4, u4,
+b1) live in a uint8 byte buffer packed as on the GPU: two 4-bit elements per byte
+(the lower-indexed element in the low nibble), eight 1-bit elements per byte (the
+lower-indexed element in the lowest bit); ``offset`` and ``ldm`` still count
+elements. Element (r, c) of a row-major matrix is at ``offset + r * ldm + c``; of a
+column-major one at ``offset + c * ldm + r``.
+
+``ldm`` and ``offset`` are static Python ints (as the argument checks need them at
+trace time); the memory, values and fragments may be traced. Each warp of a batch
+(``jax.vmap``) reads its own memory at the same offset: slice per-warp memory
+before the call, or vmap over memory buffers.
+
+Checked as in the CUDA guide (the GPU gives undefined results where CUDA says
+"must"): ``ldm`` a multiple of 16 bytes (8 elements for 16-bit types, 4 for
+32-bit, 2 for f64, 16 for 8-bit, 32 for 4-bit, 128 for 1-bit), the start address
+aligned to 256 bits (``offset`` a multiple of 32 bytes), ``ldm`` at least the row
+(column) length, the matrix inside the memory, the memory dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxwarp._src import checks
+from jaxwarp._src.warp import checked
+from jaxwarp._src.tensorcore import datapath
+from jaxwarp._src.tensorcore import wmma_table as table
+from jaxwarp._src.tensorcore.fragments import (
+    Fragment,
+    as_bits,
+    fragment,
+    fragment_from_matrix,
+    from_bits,
+    matrix_from_fragment,
+    pack_values,
+    take_bits,
+)
+
+_USE_LETTER = {"a": "matrix_a", "b": "matrix_b", "c": "accumulator"}
+
+
+def _frag(frag: Any, name: str, uses: tuple[str, ...] | None = None) -> Fragment:
+    if not isinstance(frag, Fragment):
+        raise TypeError(f"{name} must be a Fragment (see jaxwarp.fragment), got "
+                        f"{type(frag).__name__}")
+    if uses is not None and frag.use not in uses:
+        raise ValueError(f"{name} must be a {' or '.join(uses)} fragment, got a {frag.use} "
+                         f"fragment ({frag!r})")
+    return frag
+
+
+# ----------------------------------------------------------------------------------------
+# fill_fragment
+
+
+def fill_fragment(frag: Fragment, v: Any) -> Fragment:
+    """``wmma::fill_fragment(frag, v)``: every element of the fragment becomes ``v``.
+
+    ``v`` is converted to the element type as C++ would at the call: floats round to
+    nearest even (float16, bfloat16), integers wrap; tf32 fragments keep the float32
+    ``v`` unchanged (as CUDA's fill does). For s4/u4 only the low 4 bits of ``v``
+    are kept, for b1 the lowest bit, replicated into every packed element.
+
+    Args:
+        frag: the fragment (its use/shape/type; its old ``x`` is discarded).
+        v: a scalar (Python number or 0-d array; may be traced).
+
+    Returns:
+        The filled fragment.
+
+    Example:
+        >>> c = fill_fragment(fragment("accumulator", 16, 16, 16, "f32"), 0.0)
+    """
+    frag = _frag(frag, "frag")
+    et = frag.element_type
+    if isinstance(v, Fragment) or np.ndim(v) != 0:
+        raise ValueError(f"v must be a scalar (fill_fragment sets every element to one "
+                         f"value), got shape {np.shape(v)}")
+    dtype = getattr(v, "dtype", None)
+    if dtype is None and isinstance(v, (bool, int, float)):
+        dtype = np.asarray(v).dtype
+    if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_):
+        raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
+                        f"got {type(v).__name__} {v!r}")
+    if et.packed:
+        vals = jnp.full((checks.WARP_SIZE, frag.num_elements), jnp.asarray(v).astype(jnp.int32))
+        x = pack_values(et, vals)
+    else:
+        value = jnp.asarray(v, et.storage_dtype) if isinstance(v, (int, float)) else (
+            jnp.asarray(v).astype(et.storage_dtype))
+        x = jnp.full((checks.WARP_SIZE, frag.num_storage_elements), value, et.storage_dtype)
+    return frag.replace(x=x)
+
+
+# ----------------------------------------------------------------------------------------
+# load_matrix_sync / store_matrix_sync
+
+
+def _addresses(frag: Fragment, memory: Any, ldm: Any, offset: Any, col_major: bool,
+               what: str) -> tuple[jax.Array, np.ndarray]:
+    """Checks memory arguments and returns (memory, element address of each (r, c))."""
+    et = frag.element_type
+    ldm = checks.static_int(ldm, "ldm")
+    offset = checks.static_int(offset, "offset")
+    memory = jnp.asarray(memory)
+    if memory.dtype != et.memory_dtype:
+        kind = " (sub-byte elements packed into bytes)" if et.packed else ""
+        raise TypeError(f"memory for a {frag.type} fragment must have dtype "
+                        f"{et.memory_dtype}{kind}, got {memory.dtype}")
+    if memory.ndim != 1:
+        raise ValueError(f"memory must be a flat 1-D buffer, got shape {tuple(memory.shape)}; "
+                         f"use jax.vmap for one buffer per warp")
+    rows, cols = frag.rows, frag.cols
+    inner, outer = (rows, cols) if col_major else (cols, rows)
+    order = "column" if col_major else "row"
+    if ldm <= 0 or ldm % et.ldm_multiple:
+        raise ValueError(f"ldm={ldm} must be a positive multiple of {et.ldm_multiple} elements "
+                         f"(16 bytes) for {frag.type}")
+    if ldm < inner:
+        raise ValueError(f"ldm={ldm} is smaller than the {order} length {inner} of the "
+                         f"{order}-major {rows}x{cols} matrix")
+    if offset < 0 or offset % et.align_elements:
+        raise ValueError(f"offset={offset} must be a non-negative multiple of "
+                         f"{et.align_elements} elements for {frag.type}: {what} needs a "
+                         f"256-bit (32-byte) aligned pointer")
+    need = offset + (outer - 1) * ldm + inner
+    per_byte = 8 // et.bits if et.packed else 1
+    have = memory.shape[0] * per_byte
+    if have < need:
+        raise ValueError(f"memory holds {have} elements but {what} of a {order}-major "
+                         f"{rows}x{cols} matrix with offset={offset}, ldm={ldm} reaches element "
+                         f"{need - 1} (offset + ({outer} - 1) * ldm + {inner} - 1)")
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    c = np.arange(cols, dtype=np.int64)[None, :]
+    addr = offset + (c * ldm + r if col_major else r * ldm + c)
+    return memory, addr
+
+
+def _read_elements(et: table.ElementType, memory: jax.Array, addr: np.ndarray) -> jax.Array:
+    if not et.packed:
+        return take_bits(memory, addr.astype(np.int32))
+    per_byte = 8 // et.bits
+    byte = take_bits(memory, (addr // per_byte).astype(np.int32))
+    shift = jnp.asarray((addr % per_byte) * et.bits, jnp.uint8)
+    v = (byte >> shift) & jnp.uint8((1 << et.bits) - 1)
+    if et.value_dtype == np.dtype(np.int8):  # s4: sign-extend
+        return ((v.astype(jnp.int8) ^ jnp.int8(8)) - jnp.int8(8)).astype(jnp.int8)
+    return v
+
+
+def load_matrix_sync(frag: Fragment, memory: Any, ldm: Any, layout: str | None = None,
+                     offset: Any = 0) -> Fragment:
+    """``wmma::load_matrix_sync(frag, memory + offset, ldm[, layout])``.
+
+    Reads the fragment's logical matrix (m x k for matrix_a, k x n for matrix_b,
+    m x n for accumulators) from flat memory and distributes it over the lanes (see
+    ``fragments`` for where each element lands). Values are copied bit for bit (no
+    rounding; tf32 fragments keep all 32 bits of the loaded float).
+
+    Args:
+        frag: the fragment to fill (use/shape/type/layout; its old ``x`` is discarded).
+        memory: 1-D buffer, dtype as in the module docstring (uint8 bytes for s4/u4/b1).
+        ldm: leading dimension in elements (static int): the stride between rows
+            (row-major) or columns (column-major).
+        layout: for accumulators, ``"mem_row_major"`` or ``"mem_col_major"``
+            (required); must be omitted for matrix_a/b, whose memory layout is the
+            fragment's ``layout``.
+        offset: element index of the matrix's first element (static int).
+
+    Returns:
+        The loaded fragment.
+
+    Raises:
+        ValueError / TypeError: naming the argument (see the module docstring).
+    """
+    frag = _frag(frag, "frag")
+    col_major = _memory_layout(frag, layout, "load_matrix_sync")
+    memory, addr = _addresses(frag, memory, ldm, offset, col_major, "load_matrix_sync")
+    return fragment_from_matrix(frag, _read_elements(frag.element_type, memory, addr))
+
+
+def _memory_layout(frag: Fragment, layout: Any, what: str) -> bool:
+    """True for column-major memory."""
+    if frag.use == "accumulator":
+        if layout is None:
+            raise ValueError(f"{what} of an accumulator needs layout, one of "
+                             f"{table.MEM_LAYOUTS}")
+        checks.static_choice(layout, "layout", table.MEM_LAYOUTS)
+        return layout == "mem_col_major"
+    if layout is not None:
+        raise ValueError(
+            f"layout={layout!r} must not be given for a {frag.use} fragment: its memory layout "
+            f"is the fragment's own ({frag.layout!r}); layout is only for accumulators")
+    return frag.layout == "col_major"
+
+
+def store_matrix_sync(memory: Any, frag: Fragment, ldm: Any, layout: str,
+                      offset: Any = 0) -> jax.Array:
+    """``wmma::store_matrix_sync(memory + offset, frag, ldm, layout)``: returns new memory.
+
+    Only accumulator fragments can be stored (as in CUDA). Elements of ``memory``
+    outside the stored matrix (the gaps between rows when ``ldm`` exceeds the row
+    length) are unchanged.
+
+    Args:
+        memory: 1-D buffer of the accumulator's storage dtype (float16, float32, int32,
+            float64).
+        frag: an accumulator fragment.
+        ldm: leading dimension in elements (static int).
+        layout: ``"mem_row_major"`` or ``"mem_col_major"``.
+        offset: element index of the matrix's first element (static int).
+
+    Returns:
+        ``memory`` with the fragment's m x n matrix written in.
+
+    Example:
+        >>> c = fill_fragment(fragment("accumulator", 16, 16, 16, "f32"), 1.0)
+        >>> mem = store_matrix_sync(jnp.zeros(256, jnp.float32), c, 16, "mem_row_major")
+    """
+    frag = _frag(frag, "frag")
+    if frag.use != "accumulator":
+        raise ValueError(f"store_matrix_sync stores accumulator fragments only (as CUDA); "
+                         f"frag is a {frag.use} fragment")
+    col_major = _memory_layout(frag, layout, "store_matrix_sync")
+    memory, addr = _addresses(frag, memory, ldm, offset, col_major, "store_matrix_sync")
+    # Scatter raw bits: XLA's CPU scatter/gather may canonicalize NaN payloads.
+    bits = as_bits(matrix_from_fragment(frag)).reshape(-1)
+    out = as_bits(memory).at[addr.reshape(-1).astype(np.int32)].set(bits, mode="clip")
+    return from_bits(out, memory.dtype)
+
+
+# ----------------------------------------------------------------------------------------
+# mma_sync / bmma_sync
+
+
+def _check_operands(a: Any, b: Any, c: Any) -> tuple[Fragment, Fragment, Fragment]:
+    a, b, c = _frag(a, "a"), _frag(b, "b"), _frag(c, "c")
+    for name, f, use in (("a", a, "matrix_a"), ("b", b, "matrix_b"), ("c", c, "accumulator")):
+        if f.use != use:
+            hint = ""
+            if {f.use, use} == {"matrix_a", "matrix_b"}:
+                hint = " (are a and b swapped?)"
+            raise ValueError(f"{name} must be a {use} fragment, got a {f.use} fragment "
+                             f"{f!r}{hint}")
+    if not a.shape == b.shape == c.shape:
+        raise ValueError(f"fragment shapes differ: a m{a.m}n{a.n}k{a.k}, b m{b.m}n{b.n}k{b.k}, "
+                         f"c m{c.m}n{c.n}k{c.k}; all three must have the same (m, n, k)")
+    if a.type != b.type:
+        raise ValueError(f"a and b must have the same element type, got a {a.type!r} and "
+                         f"b {b.type!r}")
+    return a, b, c
+
+
+def _static_bool(v: Any, name: str) -> bool:
+    if isinstance(v, jax.core.Tracer):
+        raise TypeError(f"{name} is a static argument and must be a Python bool, not a traced "
+                        f"value")
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a Python bool, got {type(v).__name__} {v!r}")
+    return bool(v)
+
+
+def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
+             arch: str = "sm_90", mode: str = "exact", d_type: str | None = None) -> Fragment:
+    """``wmma::mma_sync(d, a, b, c, satf)``: returns the accumulator ``d = a @ b + c``.
+
+    The fragments are gathered into logical matrices, multiplied by the arithmetic
+    model of ``arch`` (``jaxwarp._src.tensorcore.datapath.mma``), and the result distributed
+    back into an accumulator fragment. See ``mma_arith`` for the rounding, NaN, inf
+    and subnormal behaviour of each type.
+
+    Args:
+        a: matrix_a fragment. b: matrix_b fragment (same element type and shape).
+        c: accumulator fragment.
+        satf: saturate the result (integers: clamp to int32 instead of wrapping).
+        arch: target architecture, e.g. ``"sm_80"``, ``"sm_90"`` (static); must have
+            the type combination (``wmma_table``).
+        mode: arithmetic model selector passed to ``mma_arith`` (static).
+        d_type: accumulator type of ``d``; defaults to ``c.type``. With f16 A/B, C
+            and D may each be f16 or f32.
+
+    Returns:
+        The ``d`` accumulator fragment (``d_type``).
+
+    Raises:
+        ValueError: fragments in the wrong role, shapes or element types that differ,
+            or a combination not in the WMMA table (the message lists the valid ones).
+    """
+    a, b, c = _check_operands(a, b, c)
+    d_type = c.type if d_type is None else d_type
+    table.check_mma(a.type, c.type, d_type, a.shape, arch)
+    satf = _static_bool(satf, "satf")
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a string (static), got {type(mode).__name__}")
+    d_spec = fragment("accumulator", a.m, a.n, a.k, d_type)
+    if checked.enabled("nan_inf"):
+        for name, f in (("a", a), ("b", b), ("c", c)):
+            if jnp.issubdtype(f.x.dtype, jnp.floating):
+                v = matrix_from_fragment(f)
+                if f.type == "tf32":  # the tensor core ignores the low 13 bits
+                    v = lax.bitcast_convert_type(
+                        lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFFE000),
+                        jnp.float32)
+                bad = ~jnp.isfinite(v.astype(jnp.float32) if v.dtype != jnp.float64 else v)
+                flat = jnp.argmax(bad.reshape(-1))
+                cols = v.shape[-1]
+                checked.check(~jnp.any(bad), "mma_sync: " + name + "[{row}, {col}] is NaN or "
+                              "inf (checked mode with nan_inf=True)",
+                              row=flat // cols, col=flat % cols)
+    d = datapath.mma(
+        matrix_from_fragment(a), matrix_from_fragment(b), matrix_from_fragment(c),
+        a_type=a.type, c_type=c.type, d_type=d_type, arch=arch, mode=mode, satf=satf)
+    return fragment_from_matrix(d_spec, d)
+
+
+def bmma_sync(a: Fragment, b: Fragment, c: Fragment, op: str = "xor", *,
+              arch: str = "sm_90") -> Fragment:
+    """``wmma::bmma_sync(d, a, b, c, op, bmmaAccumulateOpPOPC)`` for b1 m8n8k128.
+
+    ``d[i, j] = c[i, j] + popc(op(a[i, :], b[:, j]))`` with op ``"xor"``
+    (``bmmaBitOpXOR``, sm_75+) or ``"and"`` (``bmmaBitOpAND``, sm_80+).
+
+    Args:
+        a: b1 matrix_a (row_major). b: b1 matrix_b (col_major). c: s32 accumulator.
+        op: ``"xor"`` or ``"and"`` (static).
+        arch: target architecture (static).
+
+    Returns:
+        The s32 ``d`` accumulator fragment.
+    """
+    a, b, c = _check_operands(a, b, c)
+    checks.static_choice(op, "op", table.BMMA_OPS)
+    table.check_mma(a.type, c.type, c.type, a.shape, arch, bmma_op=op)
+    d = datapath.bmma(matrix_from_fragment(a), matrix_from_fragment(b),
+                      matrix_from_fragment(c), op=op)
+    return fragment_from_matrix(fragment("accumulator", a.m, a.n, a.k, c.type), d)
+
+
+def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
+                     pad: int = 0) -> tuple[np.ndarray, int]:
+    """Lays a logical matrix out in flat memory as a CUDA program would (host side).
+
+    Args:
+        matrix: (rows, cols) logical matrix of ``type``'s value dtype (``s4`` as
+            int8 in [-8, 7], ``u4`` as uint8, ``b1`` as uint8 0/1).
+        type: element type name (``"f16"``, ``"s4"``, ``"f32"``, ...).
+        layout: ``"row_major"``/``"mem_row_major"`` or ``"col_major"``/``"mem_col_major"``.
+        offset: elements of zeros before the matrix.
+        pad: extra elements of stride beyond the smallest valid ``ldm``.
+
+    Returns:
+        ``(memory, ldm)``: a NumPy buffer of the type's memory dtype (sub-byte types
+        packed into bytes, lower index in the low bits) and the leading dimension,
+        the smallest multiple of 16 bytes that holds a row (column), plus ``pad``.
+    """
+    if type not in table.ELEMENT_TYPES:
+        raise ValueError(f"type={type!r} is not a WMMA element type; allowed: "
+                         f"{tuple(table.ELEMENT_TYPES)}")
+    allowed = table.LAYOUTS + table.MEM_LAYOUTS
+    if layout not in allowed:
+        raise ValueError(f"layout={layout!r} is not a matrix layout; allowed: {allowed}")
+    et = table.ELEMENT_TYPES[type]
+    mat = np.asarray(matrix)
+    stored = mat.T if layout in ("col_major", "mem_col_major") else mat
+    inner = stored.shape[1]
+    ldm = -(-inner // et.ldm_multiple) * et.ldm_multiple + pad
+    body = np.zeros((stored.shape[0], ldm), stored.dtype)
+    body[:, :inner] = stored
+    flat = np.concatenate([np.zeros(offset, stored.dtype), body.reshape(-1)])
+    if et.packed:
+        per_byte = 8 // et.bits
+        flat = np.concatenate([flat, np.zeros(-len(flat) % per_byte, flat.dtype)])
+        groups = (flat.astype(np.int64) & ((1 << et.bits) - 1)).reshape(-1, per_byte)
+        return (groups << (np.arange(per_byte) * et.bits)).sum(axis=1).astype(np.uint8), ldm
+    return flat.astype(et.memory_dtype, copy=False), ldm
+
+
+# ----------------------------------------------------------------------------------------
+# Conformance against layout captures
+
+
+def parse_layout_key(key: str) -> Fragment:
+    """``"a.f16.m16n16k16.r"`` / ``"c.f32.m16n16k16"`` (layout.npz keys) -> Fragment."""
+    parts = key.split(".")
+    try:
+        use = _USE_LETTER[parts[0]]
+        shape = parts[2]
+        m = int(shape[1:shape.index("n")])
+        n = int(shape[shape.index("n") + 1:shape.index("k")])
+        k = int(shape[shape.index("k") + 1:])
+        layout = None
+        if use != "accumulator":
+            layout = {"r": "row_major", "c": "col_major"}[parts[3]]
+        elif len(parts) != 3:
+            raise ValueError
+    except (KeyError, IndexError, ValueError):
+        raise ValueError(f"key={key!r} is not a layout.npz key like 'a.f16.m16n16k16.r' or "
+                         f"'c.f32.m16n16k16'") from None
+    return fragment(use, m, n, k, parts[1], layout)
+
+
+def _plane_memory(spec: Fragment, p: int) -> tuple[np.ndarray, int, str | None]:
+    """Memory holding plane p (element = bit p of its linear index, as 1 of the type)."""
+    bit = (np.arange(spec.rows * spec.cols).reshape(spec.rows, spec.cols) >> p) & 1
+    # The capture used ldm = rows (cols); where that is below CUDA's 16-byte minimum
+    # (8-bit matrices 8 long) the stride is padded: the registers do not depend on ldm.
+    layout = "mem_row_major" if spec.use == "accumulator" else spec.layout
+    mem, ldm = matrix_to_memory(bit.astype(spec.element_type.value_dtype), spec.type, layout)
+    return mem, ldm, ("mem_row_major" if spec.use == "accumulator" else None)
+
+
+def layout_conformance(key: str, planes: Any) -> tuple[int, int]:
+    """Checks one fragment layout against a layout.npz capture.
+
+    Loads each bit plane's matrix through ``load_matrix_sync`` from memory laid out
+    as the capture's was (row-major with ``ldm`` = cols for ``r`` keys and
+    accumulators, column-major with ``ldm`` = rows for ``c`` keys) and compares the
+    raw bits of every storage element with the capture.
+
+    Args:
+        key: a layout.npz key, e.g. ``"a.f16.m16n16k16.r"``.
+        planes: the captured ``(P, 32, NE)`` uint64 array of that key.
+
+    Returns:
+        ``(matched, total)``: storage elements equal to the capture, out of P * 32 * NE.
+    """
+    if ".f64." in key:  # f64 fragments need 64-bit types
+        with jax.enable_x64(True):
+            return _layout_conformance(key, planes)
+    return _layout_conformance(key, planes)
+
+
+def _layout_conformance(key: str, planes: Any) -> tuple[int, int]:
+    spec = parse_layout_key(key)
+    planes = np.asarray(planes)
+    want_shape = (32, spec.num_storage_elements)
+    if planes.ndim != 3 or planes.shape[1:] != want_shape:
+        raise ValueError(f"planes for {key!r} must have shape (P, {want_shape[0]}, "
+                         f"{want_shape[1]}), got {planes.shape}")
+    et = spec.element_type
+    mems = [_plane_memory(spec, p) for p in range(planes.shape[0])]
+    _, ldm, layout = mems[0]
+    load = jax.jit(jax.vmap(lambda mem: load_matrix_sync(spec, mem, ldm, layout).x))
+    x = np.asarray(load(np.stack([mem for mem, _, _ in mems])))
+    got = x.view(et.bits_dtype).astype(np.uint64)
+    return int(np.sum(got == planes.astype(np.uint64))), int(planes.size)

@@ -1,0 +1,91 @@
+"""Checked mode: report programs that lean on behaviour CUDA leaves undefined.
+
+Without it the model does what an H100 does (a source lane outside ``mask``
+reads 0, any ``width`` follows the PTX formula, ...). Inside `checked`, every
+intrinsic also states the CUDA rule it relies on with
+``jax.experimental.checkify``, so the first broken rule is reported with the lane
+and the argument, eagerly, under ``jax.jit`` and under ``jax.vmap``::
+
+    err, out = jaxwarp.checked(program)(x)
+    err.throw()          # raises JaxRuntimeError naming the lane and the rule
+
+What is reported:
+
+* a shuffle ``width`` that is not a power of two in [1, 32];
+* a lane reading a source lane that is outside its ``mask`` (or does not call);
+* a calling lane (non-zero per-lane mask) missing from its own ``mask``;
+* calling lanes of one intrinsic passing different masks;
+* ``nanosleep`` with a traced ``ns`` above 1,000,000;
+* with ``nan_inf=True``, NaN or inf among the operands of ``mma_sync``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import checkify
+
+_STATE = threading.local()
+
+
+def _flags() -> dict[str, bool] | None:
+    return getattr(_STATE, "flags", None)
+
+
+def enabled(what: str = "rules") -> bool:
+    """True while tracing inside `checked` (``what="nan_inf"``: and NaN/inf checks asked for)."""
+    f = _flags()
+    return bool(f) and bool(f.get(what, False))
+
+
+@contextlib.contextmanager
+def _enable(nan_inf: bool):
+    old = _flags()
+    _STATE.flags = {"rules": True, "nan_inf": nan_inf}
+    try:
+        yield
+    finally:
+        _STATE.flags = old
+
+
+def check(pred: Any, msg: str, **fmt: Any) -> None:
+    """``checkify.check(pred, msg, **fmt)`` when checked mode is on; nothing otherwise."""
+    if enabled():
+        checkify.check(jnp.asarray(pred), msg, **fmt)
+
+
+def first_lane(bad: jax.Array) -> jax.Array:
+    """Index of the first True lane of ``bad`` (0 if none): for error messages."""
+    return jnp.argmax(bad).astype(jnp.int32)
+
+
+def checked(fn: Callable[..., Any], *, nan_inf: bool = False) -> Callable[..., tuple[Any, Any]]:
+    """Wraps ``fn`` so that jaxwarp reports undefined behaviour instead of modelling it.
+
+    Args:
+        fn: a function using jaxwarp intrinsics.
+        nan_inf: also report NaN or inf operands of ``mma_sync``.
+
+    Returns:
+        A function returning ``(error, out)`` like ``checkify.checkify``: call
+        ``error.throw()`` to raise, or ``error.get()`` for the message (None if clean).
+        It can be jitted and vmapped.
+
+    Example:
+        >>> err, y = jaxwarp.checked(lambda x: jaxwarp.shfl_sync(0xFFFF, x, 20))(jnp.arange(32))
+        >>> "lane 0 reads source lane 20" in err.get()  # the message names lane and source
+        True
+    """
+
+    @functools.wraps(fn)
+    def inner(*args, **kwargs):
+        with _enable(nan_inf):
+            return fn(*args, **kwargs)
+
+    return checkify.checkify(inner, errors=checkify.user_checks)

@@ -1,0 +1,373 @@
+"""Lanes and shuffles: ``__shfl_sync`` and friends on a leading lane axis of 32.
+
+Every function here models one warp. The lane axis is the leading axis of size
+32; many warps are a ``jax.vmap`` away.
+
+The source lane of every shuffle follows the PTX ``shfl.sync`` definition with
+the ``c`` operand that CUDA's wrappers pass (``sm_30_intrinsics.hpp``)::
+
+    c       = ((32 - width) << 8) | 0x1f      (__shfl_sync, _down, _xor)
+    c       = ((32 - width) << 8)             (__shfl_up_sync)
+    segmask = c[12:8]          cval = c[4:0]          bval = b[4:0]
+    maxLane = (lane & segmask) | (cval & ~segmask)
+    minLane = lane & segmask
+    idx:  j = minLane | (bval & ~segmask)   valid = j <= maxLane
+    up:   j = lane - bval                   valid = j >= maxLane
+    down: j = lane + bval                   valid = j <= maxLane
+    bfly: j = lane ^ bval                   valid = j <= maxLane
+    if not valid: j = lane
+
+This is what an H100 (sm_90) does for every width in the captures, including
+widths that are not powers of two and widths above 32 (which CUDA calls
+undefined): ``b`` is taken modulo 32 and ``width`` only enters through ``c``.
+
+Lanes outside ``mask`` do not take part: their result is their own input. A lane
+whose source lane is not in its ``mask`` (or did not call) reads 0, which is what
+the H100 did (CUDA: undefined). ``jaxwarp.checked`` reports both situations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxwarp._src import checks
+from jaxwarp._src.warp import checked
+
+WARP_SIZE = checks.WARP_SIZE
+FULL_MASK = 0xFFFFFFFF
+_MODES = ("idx", "up", "down", "bfly")
+_LANES = np.arange(WARP_SIZE, dtype=np.int32)
+
+
+def lane_id() -> jax.Array:
+    """Returns each lane's index, ``%laneid``: ``int32[32]`` = ``[0, 1, ..., 31]``.
+
+    Example:
+        >>> jaxwarp.lane_id()[:4]
+        Array([0, 1, 2, 3], dtype=int32)
+    """
+    return jnp.arange(WARP_SIZE, dtype=jnp.int32)
+
+
+def activemask() -> jax.Array:
+    """Returns ``__activemask()`` of a fully converged warp: ``uint32(0xFFFFFFFF)``.
+
+    The functional model has no divergence: every lane of the (32,) axis executes
+    every call, so all 32 lanes are active. Restricting work to some lanes is done
+    with the ``mask`` argument of each intrinsic.
+    """
+    return jnp.uint32(FULL_MASK)
+
+
+def nanosleep(ns: Any) -> None:
+    """``__nanosleep(ns)``: validated, then a no-op in the functional model.
+
+    On the GPU the thread sleeps for about ``ns`` nanoseconds (CUDA caps the
+    sleep at about 1 millisecond, ``ns`` in [0, 1000000]). Timing is not
+    modelled, so nothing happens here; values outside that range raise
+    (``jaxwarp.checked`` also reports traced values above the cap).
+
+    Args:
+        ns: nanoseconds, a Python int or an unsigned integer scalar.
+
+    Raises:
+        ValueError: a concrete ``ns`` outside [0, 1000000].
+        TypeError: ``ns`` is not an integer.
+    """
+    if isinstance(ns, bool):
+        raise TypeError("ns must be an unsigned integer number of nanoseconds, got bool")
+    if isinstance(ns, (int, np.integer)):
+        if not 0 <= int(ns) <= 1_000_000:
+            raise ValueError(f"ns={int(ns)} is outside what __nanosleep accepts: 0 .. 1000000")
+        return None
+    arr = jnp.asarray(ns)
+    if not jnp.issubdtype(arr.dtype, jnp.integer) or arr.ndim != 0:
+        raise TypeError(
+            f"ns must be an integer scalar number of nanoseconds, got {arr.dtype}{list(arr.shape)}"
+        )
+    if not isinstance(arr, jax.core.Tracer):  # concrete: check now, as for Python ints
+        if not 0 <= int(arr) <= 1_000_000:
+            raise ValueError(f"ns={int(arr)} is outside what __nanosleep accepts: 0 .. 1000000")
+        return None
+    checked.check(
+        (arr >= 0) & (arr <= 1_000_000),
+        "nanosleep(ns={ns}): CUDA sleeps at most about 1 ms (ns in 0 .. 1000000)",
+        ns=arr,
+    )
+    return None
+
+
+def _shfl_c(mode: str, width: int) -> tuple[int, int]:
+    """Returns (segmask, cval) of the ``c`` operand CUDA's wrapper passes for ``width``."""
+    c = ((WARP_SIZE - width) << 8) & 0xFFFFFFFF
+    if mode != "up":
+        c |= 0x1F
+    return (c >> 8) & 0x1F, c & 0x1F
+
+
+def source_lanes(mode: str, b: Any, width: int = WARP_SIZE) -> jax.Array:
+    """Returns the lane each lane reads in ``shfl.sync.mode`` (its own lane if clamped).
+
+    Args:
+        mode: ``"idx"``, ``"up"``, ``"down"`` or ``"bfly"`` (static).
+        b: the source lane, delta or lane mask: a Python int or an int (32,) array.
+        width: the CUDA ``width`` argument (static).
+
+    Returns:
+        ``int32[32]`` source lane of each lane.
+    """
+    mode = checks.static_choice(mode, "mode", _MODES)
+    width = checks.static_int(width, "width")
+    segmask, cval = _shfl_c(mode, width)
+    lane = _LANES
+    max_lane = (lane & segmask) | (cval & ~segmask)
+    if isinstance(b, (int, np.integer)) and not isinstance(b, bool):
+        bval = np.full(WARP_SIZE, int(b) & 0x1F, np.int32)
+        xp = np
+    else:
+        bval = checks.per_lane_int(b, _B_NAME[mode]) & 0x1F
+        xp = jnp
+    if mode == "idx":
+        j = (lane & segmask) | (bval & ~segmask)
+        valid = j <= max_lane
+    elif mode == "up":
+        j = lane - bval
+        valid = j >= max_lane
+    elif mode == "down":
+        j = lane + bval
+        valid = j <= max_lane
+    else:
+        j = lane ^ bval
+        valid = j <= max_lane
+    return xp.where(valid, j, lane).astype(np.int32)
+
+
+_B_NAME = {"idx": "src_lane", "up": "delta", "down": "delta", "bfly": "lane_mask"}
+_EXAMPLES = {  # what the examples print for lanes 0..7 (the CUDA guide's outputs)
+    "idx": "Array([2, 2, 2, 2, 2, 2, 2, 2], dtype=int32)",
+    "up": "Array([0, 1, 0, 1, 2, 3, 4, 5], dtype=int32)",
+    "down": "Array([3, 4, 5, 6, 7, 5, 6, 7], dtype=int32)",
+    "bfly": "Array([3, 2, 1, 0, 7, 6, 5, 4], dtype=int32)",
+}
+_CUDA_NAME = {
+    "idx": "__shfl_sync",
+    "up": "__shfl_up_sync",
+    "down": "__shfl_down_sync",
+    "bfly": "__shfl_xor_sync",
+}
+
+
+def participating(mask: Any, what: str = "") -> jax.Array:
+    """Returns bool[32]: lane l calls the intrinsic iff bit l of its own mask is set.
+
+    In checked mode (``what`` names the intrinsic) it also reports calling lanes
+    with different masks and, where masks are given per lane, a lane with a
+    non-zero mask that lacks its own bit (a lane that does not call passes 0).
+    A single mask for the whole warp just says which lanes call.
+    """
+    m = checks.mask_array(mask)
+    per_lane = m.ndim == 1
+    m = jnp.broadcast_to(m, (WARP_SIZE,))
+    calls = ((m >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)) & 1) == 1
+    if what and checked.enabled() and per_lane:
+        missing = (m != 0) & ~calls
+        l = checked.first_lane(missing)
+        checked.check(
+            ~jnp.any(missing),
+            "lane {lane} calls " + what + " with mask {mask}, which lacks its own bit "
+            "(CUDA: every calling lane must be in mask)",
+            lane=l,
+            mask=m[l],
+        )
+        lead = checked.first_lane(calls)
+        differ = calls & (m != m[lead])
+        l = checked.first_lane(differ)
+        checked.check(
+            ~jnp.any(differ),
+            "lanes {a} and {b} call " + what + " with different masks {ma} and {mb} "
+            "(CUDA: all lanes of mask must pass the same mask)",
+            a=lead,
+            b=l,
+            ma=m[lead],
+            mb=m[l],
+        )
+    return calls
+
+
+def members(mask: Any, what: str) -> tuple[jax.Array, jax.Array]:
+    """Returns (calls bool[32], member bool[32, 32]): member[l, j] = j calls and is in l's mask.
+
+    ``what`` names the intrinsic for checked mode (see `participating`).
+    """
+    m0 = checks.mask_array(mask)
+    m = jnp.broadcast_to(m0, (WARP_SIZE,))
+    calls = participating(m0, what)
+    member = ((m[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
+    return calls, member & calls[None, :]
+
+
+def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
+    var = checks.lane_array(var, "var")
+    width = checks.static_int(width, "width")
+    what = _CUDA_NAME[mode]
+    if checked.enabled() and not (1 <= width <= WARP_SIZE and width & (width - 1) == 0):
+        checked.check(
+            False,
+            what + f"(width={width}): CUDA defines width only for powers "
+            "of two in [1, 32] (the H100 follows the PTX formula)",
+        )
+    j = source_lanes(mode, b, width)
+    if isinstance(mask, (int, np.integer)) and (int(mask) & FULL_MASK) == FULL_MASK:
+        # Every lane calls and every source is a member: a pure permutation.
+        return _move(var, jnp.asarray(j), None, None)
+    m0 = checks.mask_array(mask)
+    m = jnp.broadcast_to(m0, (WARP_SIZE,))
+    calls = participating(m0, what)
+    jj = jnp.asarray(j)
+    src_ok = (((m >> jj.astype(jnp.uint32)) & 1) == 1) & calls[jj]
+    if checked.enabled():
+        bad = calls & ~src_ok
+        l = checked.first_lane(bad)
+        checked.check(
+            ~jnp.any(bad),
+            "lane {lane} reads source lane {src} in " + what + ", which is not in its "
+            "mask or does not call (CUDA: undefined; the H100 returns 0)",
+            lane=l,
+            src=jj[l],
+        )
+    return _move(var, jj, src_ok, calls)
+
+
+def _move_values(var, j, src_ok, calls):
+    """Lane l gets var[j[l]] (0 where not src_ok; its own var where it does not call)."""
+    out = var[j]
+    if src_ok is None:
+        return out
+    extra = (1,) * (var.ndim - 1)
+    out = jnp.where(src_ok.reshape((WARP_SIZE, *extra)), out, jnp.zeros((), var.dtype))
+    return jnp.where(calls.reshape((WARP_SIZE, *extra)), out, var)
+
+
+_UINT = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+@jax.custom_jvp
+def _move_bits(var, j, src_ok, calls):
+    # Shuffles move bits: gathering floats directly lets XLA on CPU canonicalise bf16 NaN
+    # payloads, which the GPU keeps (capture_extra_warp, shflbf*). So move the raw bits.
+    u = lax.bitcast_convert_type(var, _UINT[var.dtype.itemsize])
+    return lax.bitcast_convert_type(_move_values(u, j, src_ok, calls), var.dtype)
+
+
+@_move_bits.defjvp
+def _move_bits_jvp(primals, tangents):
+    # A shuffle is linear in var: its tangent is the same shuffle of var's tangent.
+    var, j, src_ok, calls = primals
+    return _move_bits(var, j, src_ok, calls), _move_values(tangents[0], j, src_ok, calls)
+
+
+@jax.custom_jvp
+def _permute_bits(var, j):
+    u = lax.bitcast_convert_type(var, _UINT[var.dtype.itemsize])
+    return lax.bitcast_convert_type(u[j], var.dtype)
+
+
+@_permute_bits.defjvp
+def _permute_bits_jvp(primals, tangents):
+    var, j = primals
+    return _permute_bits(var, j), tangents[0][j]
+
+
+def _move(var, j, src_ok, calls):
+    if jnp.issubdtype(var.dtype, jnp.floating) and var.dtype.itemsize in _UINT:
+        if src_ok is None:
+            return _permute_bits(var, j)
+        return _move_bits(var, j, src_ok, calls)
+    return _move_values(var, j, src_ok, calls)
+
+
+def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str, example: str):
+    def wrap(fn):
+        fn.__doc__ = f"""``{cuda}(mask, var, {b_name}, width)`` for one warp.
+
+    {b_doc}
+
+    Args:
+        mask: lanes taking part: a 32-bit int, or a uint32/int32 scalar or (32,)
+            array (each lane passes its own mask, as in CUDA). May be traced.
+        var: (32, ...) values, any dtype (ints, bool, fp16, bf16, fp32, fp64);
+            trailing axes are shuffled together, as 64-bit values are on the GPU.
+        {b_name}: a Python int or an integer (32,) array (one per lane); may be
+            traced. Only its low 5 bits count, as on the hardware.
+        width: static Python int, the CUDA ``width`` (default 32). CUDA defines
+            powers of two in [1, 32]; other values do what an H100 does (the
+            PTX formula in this module's docstring).
+
+    Returns:
+        (32, ...) array of ``var``'s dtype. Lanes outside ``mask`` get their own
+        input back; a lane whose source lane is outside ``mask`` gets 0.
+
+    Raises:
+        ValueError: ``var`` has no leading lane axis of 32; a shape is wrong.
+        TypeError: ``width`` is traced or not an int; ``mask`` or ``{b_name}``
+            have a non-integer dtype.
+
+    Example:
+        >>> jaxwarp.{fn.__name__}(0xFFFFFFFF, jaxwarp.lane_id(), {example})[:8]
+        {_EXAMPLES[mode]}
+    """
+        return fn
+
+    return wrap
+
+
+@_shuffle_doc(
+    "idx",
+    "__shfl_sync",
+    "src_lane",
+    "Each lane reads ``var`` from lane ``src_lane`` of its own width-sized segment.",
+    "2, 16",
+)
+def shfl_sync(mask: Any, var: Any, src_lane: Any, width: int = WARP_SIZE) -> jax.Array:
+    return _shuffle("idx", mask, var, src_lane, width)
+
+
+@_shuffle_doc(
+    "up",
+    "__shfl_up_sync",
+    "delta",
+    "Each lane reads from ``lane - delta``; lanes whose source would fall below "
+    "their segment keep their own value.",
+    "2, 16",
+)
+def shfl_up_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> jax.Array:
+    return _shuffle("up", mask, var, delta, width)
+
+
+@_shuffle_doc(
+    "down",
+    "__shfl_down_sync",
+    "delta",
+    "Each lane reads from ``lane + delta``; lanes whose source would pass the end "
+    "of their segment keep their own value.",
+    "3, 8",
+)
+def shfl_down_sync(mask: Any, var: Any, delta: Any, width: int = WARP_SIZE) -> jax.Array:
+    return _shuffle("down", mask, var, delta, width)
+
+
+@_shuffle_doc(
+    "bfly",
+    "__shfl_xor_sync",
+    "lane_mask",
+    "Each lane reads from ``lane ^ lane_mask`` (butterfly); sources past the end "
+    "of the segment are clamped to the lane itself.",
+    "3, 32",
+)
+def shfl_xor_sync(mask: Any, var: Any, lane_mask: Any, width: int = WARP_SIZE) -> jax.Array:
+    return _shuffle("bfly", mask, var, lane_mask, width)

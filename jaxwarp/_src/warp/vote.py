@@ -1,0 +1,123 @@
+"""Warp vote and match: ``__ballot_sync``, ``__any_sync``, ``__all_sync``,
+``__match_any_sync`` and ``__match_all_sync``.
+
+Each calling lane (a lane whose own bit is set in its ``mask``) looks at the
+calling lanes of its mask. Lanes outside ``mask`` do not call; the model gives
+them 0 (on the GPU they simply have no result).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxwarp._src import checks
+from jaxwarp._src.warp.lanes import WARP_SIZE, members
+
+_BITS = jnp.uint32(1) << jnp.arange(WARP_SIZE, dtype=jnp.uint32)
+
+
+def _predicate(pred: Any) -> jax.Array:
+    pred = checks.lane_array(pred, "pred")
+    if pred.ndim != 1:
+        raise ValueError(f"pred must have shape (32,) (one predicate per lane), got {pred.shape}")
+    if not (pred.dtype == jnp.bool_ or jnp.issubdtype(pred.dtype, jnp.integer)):
+        raise TypeError(
+            f"pred must be bool or an integer (non-zero = true), got dtype {pred.dtype}"
+        )
+    return pred != 0 if pred.dtype != jnp.bool_ else pred
+
+
+def _lane_bits(member: jax.Array) -> jax.Array:
+    """bool[32, 32] -> uint32[32]: bit j of row l set where member[l, j]."""
+    return jnp.sum(jnp.where(member, _BITS[None, :], jnp.uint32(0)), axis=1, dtype=jnp.uint32)
+
+
+def ballot_sync(mask: Any, pred: Any) -> jax.Array:
+    """``__ballot_sync(mask, pred)``: bit j set when lane j is in ``mask`` and its pred holds.
+
+    Args:
+        mask: 32-bit lane mask (int, or uint32/int32 scalar or (32,) array); may be traced.
+        pred: (32,) bool or integer, non-zero meaning true.
+
+    Returns:
+        uint32[32]; 0 for lanes outside ``mask``.
+
+    Example:
+        >>> hex(int(jaxwarp.ballot_sync(0xFFFFFFFF, jaxwarp.lane_id() % 2 == 1)[0]))
+        '0xaaaaaaaa'
+    """
+    p = _predicate(pred)
+    calls, member = members(mask, "__ballot_sync")
+    return jnp.where(calls, _lane_bits(member & p[None, :]), jnp.uint32(0))
+
+
+def any_sync(mask: Any, pred: Any) -> jax.Array:
+    """``__any_sync(mask, pred)``: int32[32], 1 where any lane of ``mask`` has pred true.
+
+    Lanes outside ``mask`` get 0. See `ballot_sync` for the arguments.
+    """
+    return (ballot_sync(mask, pred) != 0).astype(jnp.int32)
+
+
+def all_sync(mask: Any, pred: Any) -> jax.Array:
+    """``__all_sync(mask, pred)``: int32[32], 1 where every lane of ``mask`` has pred true.
+
+    Lanes outside ``mask`` get 0. See `ballot_sync` for the arguments.
+    """
+    p = _predicate(pred)
+    calls, member = members(mask, "__all_sync")
+    ok = jnp.all(~member | p[None, :], axis=1)
+    return (calls & ok).astype(jnp.int32)
+
+
+def _key_bits(value: Any) -> jax.Array:
+    value = checks.lane_array(value, "value")
+    if value.ndim != 1:
+        raise ValueError(f"value must have shape (32,) (one key per lane), got {value.shape}")
+    dt = value.dtype
+    if dt.itemsize not in (4, 8) or not (
+        jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating)
+    ):
+        raise TypeError(
+            f"value must be a 32- or 64-bit int or float (CUDA: int, unsigned, long long, "
+            f"unsigned long long, float, double), got dtype {dt}"
+        )
+    if jnp.issubdtype(dt, jnp.floating):  # match compares bit patterns
+        return lax.bitcast_convert_type(value, jnp.uint32 if dt.itemsize == 4 else jnp.uint64)
+    return value
+
+
+def match_any_sync(mask: Any, value: Any) -> jax.Array:
+    """``__match_any_sync(mask, value)``: lanes of ``mask`` whose value has the same bits.
+
+    Args:
+        mask: 32-bit lane mask; may be traced.
+        value: (32,) 32- or 64-bit ints or floats; floats compare as bit patterns
+            (so -0.0 differs from +0.0 and equal NaN payloads match), as on the GPU.
+
+    Returns:
+        uint32[32]; 0 for lanes outside ``mask``.
+    """
+    key = _key_bits(value)
+    calls, member = members(mask, "__match_any_sync")
+    same = member & (key[:, None] == key[None, :])
+    return jnp.where(calls, _lane_bits(same), jnp.uint32(0))
+
+
+def match_all_sync(mask: Any, value: Any) -> tuple[jax.Array, jax.Array]:
+    """``__match_all_sync(mask, value, &pred)``: ``mask`` if all its lanes hold the same bits.
+
+    Returns:
+        (uint32[32], int32[32]): the lanes of ``mask`` that call (the mask) and 1
+        where every lane of ``mask`` has the same value, else (0, 0). Lanes outside
+        ``mask`` get (0, 0). See `match_any_sync` for the arguments.
+    """
+    key = _key_bits(value)
+    calls, member = members(mask, "__match_all_sync")
+    differs = member & (key[:, None] != key[None, :])
+    ok = calls & ~jnp.any(differs, axis=1)
+    return jnp.where(ok, _lane_bits(member), jnp.uint32(0)), ok.astype(jnp.int32)

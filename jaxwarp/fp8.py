@@ -1,0 +1,19 @@
+"""fp8 (e4m3, e5m2) conversions, bit-exact to an H100: CUDA's ``__nv_cvt_*`` intrinsics and
+PTX ``cvt`` (``jaxwarp.fp8.cvt_f32_to_e4m3x2`` ...). Packed values are uint16/uint32 words laid out as
+in registers. See ``jaxwarp._src.numerics.fp8`` for the semantics of each."""
+
+from jaxwarp._src.numerics.fp8 import FP8_FORMATS as FP8_FORMATS
+from jaxwarp._src.numerics.fp8 import PTX_FORMS as PTX_FORMS
+from jaxwarp._src.numerics.fp8 import bfloat16raw2_to_fp8x2 as bfloat16raw2_to_fp8x2
+from jaxwarp._src.numerics.fp8 import bfloat16raw_to_fp8 as bfloat16raw_to_fp8
+from jaxwarp._src.numerics.fp8 import cvt_f16x2_to_fp8x2 as cvt_f16x2_to_fp8x2
+from jaxwarp._src.numerics.fp8 import cvt_f32_to_e4m3x2 as cvt_f32_to_e4m3x2
+from jaxwarp._src.numerics.fp8 import cvt_f32_to_e5m2x2 as cvt_f32_to_e5m2x2
+from jaxwarp._src.numerics.fp8 import cvt_f32_to_fp8x2 as cvt_f32_to_fp8x2
+from jaxwarp._src.numerics.fp8 import cvt_fp8x2_to_f16x2 as cvt_fp8x2_to_f16x2
+from jaxwarp._src.numerics.fp8 import float2_to_fp8x2 as float2_to_fp8x2
+from jaxwarp._src.numerics.fp8 import float_to_fp8 as float_to_fp8
+from jaxwarp._src.numerics.fp8 import fp8_to_halfraw as fp8_to_halfraw
+from jaxwarp._src.numerics.fp8 import fp8x2_to_halfraw2 as fp8x2_to_halfraw2
+from jaxwarp._src.numerics.fp8 import halfraw2_to_fp8x2 as halfraw2_to_fp8x2
+from jaxwarp._src.numerics.fp8 import halfraw_to_fp8 as halfraw_to_fp8

@@ -1,0 +1,203 @@
+"""The documentation runs: docstring examples (doctest), the README as written in a fresh
+clone, the documentation site's build, and the version in one place."""
+
+import contextlib
+import doctest
+import importlib
+import importlib.util
+import io
+import os
+import pathlib
+import pkgutil
+import re
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+# --- Every docstring example of the package is a test. ----------------------------------
+
+
+def _docstring_examples():
+    """(test id, DocTest) for every docstring with examples in every jaxwarp module."""
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    found = []
+    for info in pkgutil.walk_packages(jaxwarp.__path__, "jaxwarp."):
+        if info.name.rsplit(".", 1)[-1] == "__main__":
+            continue
+        module = importlib.import_module(info.name)
+        for test in finder.find(module, info.name):
+            if test.examples:
+                found.append(pytest.param(test, id=test.name))
+    return found
+
+
+DOCTESTS = _docstring_examples()
+
+
+def test_there_are_docstring_examples():
+    assert len(DOCTESTS) >= 40, [p.id for p in DOCTESTS]
+
+
+@pytest.mark.parametrize("test", DOCTESTS)
+def test_docstring_example(test):
+    # The names the docstrings use without importing them, as in a user's session.
+    test.globs.update(jax=jax, jnp=jnp, np=np, jaxwarp=jaxwarp)
+    runner = doctest.DocTestRunner(
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    out = io.StringIO()
+    result = runner.run(test, out=out.write)
+    assert result.failed == 0, f"{test.name} ({test.filename}:{test.lineno}):\n{out.getvalue()}"
+
+
+# --- The README, as a newcomer reads it. ------------------------------------------------
+
+
+def _fenced(lang):
+    return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
+
+
+def test_readme_example_prints_what_the_readme_shows():
+    code = re.search(r"## Example\s+```python\n(.*?)```", README, re.S).group(1)
+    shown = re.search(r"## Example\s+```python\n.*?```\s+prints\s+```text\n(.*?)```", README,
+                      re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    assert out.getvalue() == shown
+    # Each print's trailing comment agrees with what it printed.
+    comments = [c.strip() for c in re.findall(r"^print\(.*?\)\s*#\s*(.*)$", code, re.M)]
+    printed = out.getvalue().splitlines()
+    assert printed[0] == comments[0] and printed[1] == comments[1]
+
+
+def _commands():
+    """Every command line of the README's shell blocks, comments stripped."""
+    lines = []
+    for block in _fenced("bash"):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+def test_readme_commands_work_in_a_fresh_clone():
+    """Files and folders a command names exist in the repository (nothing from outside
+    the clone, such as ../shared); modules it runs can be imported."""
+    commands = _commands()
+    assert "python experiments/matmul_error.py" in commands
+    assert "python -m pytest -n auto" in commands
+    for cmd in commands:
+        words = cmd.split()
+        assert not any(w.startswith("..") for w in words), cmd
+        if words[:2] == ["python", "-m"] and words[2] not in ("pip", "venv"):
+            assert importlib.util.find_spec(words[2]) is not None, cmd
+        for w in words:
+            w = w.strip("\"'")
+            if w.startswith((".venv", "-", ".[")) or "DIR" in w or "=" in w:
+                continue
+            if any(ch in w for ch in "*?["):
+                assert list(ROOT.glob(w)), (cmd, w)
+            elif w.endswith((".py", ".npz", ".md", ".yml")):
+                assert (ROOT / w).is_file(), (cmd, w)
+
+
+def test_readme_example_says_the_lane_axis_leads():
+    code = re.search(r"## Example\s+```python\n(.*?)```", README, re.S).group(1)
+    assert "lanes last" not in code and "leading" in code
+
+
+# --- Capture format: in the repository, and nothing points outside it. -------------------
+
+
+def test_capture_format_is_in_the_repository():
+    text = (ROOT / "docs" / "capture_format.md").read_text()
+    for key in ("shfl_cfg", "reduce_cfg", "vote_out", "dpx_out", "cvt_out", "K/kind",
+                "layout.npz", "wgmma", "FORMAT_EXTRA.md"):
+        assert key in text, key
+
+
+def test_no_message_points_at_the_shared_format_file():
+    """Help texts, errors and docs point at docs/capture_format.md, which a clone has."""
+    offenders = []
+    for folder in ("jaxwarp", "tools", "tests", "experiments", "docs", "benchmarks"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".md", ".cu", ".sh") and path != pathlib.Path(__file__):
+                for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                    if "shared/hw/FORMAT.md" in line:
+                        offenders.append(f"{path.relative_to(ROOT)}:{i}")
+    for name in ("README.md", "CHANGELOG.md"):
+        if "shared/hw/FORMAT.md" in (ROOT / name).read_text():
+            offenders.append(name)
+    assert not offenders, offenders
+
+
+# --- The documentation site. ------------------------------------------------------------
+
+
+def _api_pages():
+    return "\n".join(p.read_text() for p in sorted((ROOT / "docs" / "api").glob("*.md")))
+
+
+def test_every_public_name_has_an_api_entry():
+    pages = _api_pages()
+    documented = set(re.findall(r"^::: jaxwarp\.(\w+)", pages, re.M))
+    documented |= set(re.findall(r"`jaxwarp\.(\w+)\s*=", pages))  # constants, in prose
+    public = {n for n in dir(jaxwarp) if not n.startswith("_")}
+    assert public - documented == set(), "add them to docs/api/*.md"
+    assert documented - public == set(), "docs/api names that jaxwarp does not export"
+
+
+def test_api_pages_use_public_names_only():
+    assert "_src" not in _api_pages()
+
+
+def test_every_docs_page_is_in_the_navigation():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in (ROOT / "docs").rglob("*.md"):
+        rel = page.relative_to(ROOT / "docs").as_posix()
+        if rel != "architecture.md":  # the lead's page; mkdocs warns until it is listed
+            assert rel in nav, rel
+
+
+@pytest.mark.skipif(shutil.which("mkdocs") is None and importlib.util.find_spec("mkdocs") is None,
+                    reason="mkdocs is not installed (pip install -e '.[docs]')")
+def test_docs_build_strict(tmp_path):
+    site = tmp_path / "site"
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                          "-d", str(site)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    warp = (site / "api" / "warp" / "index.html").read_text()
+    assert "jaxwarp.shfl_sync" in warp and "for one warp" in warp  # built docstrings too
+    assert "0:0" in (site / "lane_maps" / "index.html").read_text()
+    assert "block fused" in (site / "arithmetic" / "index.html").read_text()
+    assert (site / "results" / "matmul_error.png").is_file()
+    assert "shfl_cfg" in (site / "capture_format" / "index.html").read_text()
+
+
+# --- Packaging. -------------------------------------------------------------------------
+
+
+def test_version_has_one_source():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["hatch"]["version"]["path"] == "jaxwarp/__init__.py"
+    assert re.fullmatch(r"\d+\.\d+\.\d+([a-z]+\d+)?", jaxwarp.__version__)
+    assert f"## {jaxwarp.__version__}" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_package_is_typed():
+    assert (ROOT / "jaxwarp" / "py.typed").is_file()
