@@ -74,6 +74,21 @@ from jaxwarp._src.tensorcore.ldmatrix import ldmatrix as ldmatrix
 from jaxwarp._src.tensorcore.ldmatrix import stmatrix as stmatrix
 from jaxwarp._src.tensorcore.ldmatrix import movmatrix as movmatrix
 
+# PTX mma.sync.aligned, named by its qualifier string: registers or logical matrices.
+from jaxwarp._src.tensorcore.mma_ptx import parse_mma as parse_mma
+from jaxwarp._src.tensorcore.mma_ptx import mma_instructions as mma_instructions
+from jaxwarp._src.tensorcore.mma_ptx import to_registers as to_registers
+from jaxwarp._src.tensorcore.mma_ptx import from_registers as from_registers
+from jaxwarp._src.tensorcore.mma_ptx import mma_sync_ptx as mma_sync_ptx
+from jaxwarp._src.tensorcore.mma_ptx import mma_ptx as mma_ptx
+
+# PTX wgmma.mma_async on a warpgroup (128 lanes): descriptors, shared memory, registers.
+from jaxwarp._src.tensorcore.wgmma import parse_wgmma as parse_wgmma
+from jaxwarp._src.tensorcore.wgmma import make_descriptor as make_descriptor
+from jaxwarp._src.tensorcore.wgmma import decode_descriptor as decode_descriptor
+from jaxwarp._src.tensorcore.wgmma import wgmma as wgmma
+from jaxwarp._src.tensorcore.wgmma import wgmma_logical as wgmma_logical
+
 # Run any JAX function with its matrix products through an emulated tensor core.
 from jaxwarp._src.emulate import emulate as emulate
 from jaxwarp._src.emulate import EmulationReport as EmulationReport

@@ -1,15 +1,20 @@
-"""``python -m jaxwarp.conformance FILE.npz [...] [--json PATH]``: bits against a GPU.
+"""``python -m jaxwarp.conformance FILE.npz [...] [--json PATH] [--backend cpu|gpu]``.
 
-Reads capture files in the schema of ``docs/capture_format.md``, runs the model on the
-recorded inputs and prints one line per group with matched/total elements, then
-``conformance: M/N bit-exact (P%)``. Exit status 0 only when everything matches,
-1 on a mismatch, 2 when a file cannot be read.
+Reads capture files (schemas: ``docs/capture_format.md``, ``tools/capture/FORMAT_*.md``),
+runs the model on the recorded inputs and prints, per file, a table of every group
+(config, elements, exact, %) with a subtotal per family, then
+``conformance: M/N bit-exact (P%)``. Percentages are rounded down: 100% only when every
+element matched. Exit status 0 only when everything matched, 1 on a mismatch, 2 on an
+error (unreadable or empty file, unknown key or mode, a configuration the model cannot
+run yet). See ``docs/conformance.md``.
 """
 
 from jaxwarp._src.conformance.cli import CaptureError as CaptureError
 from jaxwarp._src.conformance.cli import GroupResult as GroupResult
 from jaxwarp._src.conformance.cli import check_file as check_file
+from jaxwarp._src.conformance.cli import floor_percent as floor_percent
 from jaxwarp._src.conformance.cli import main as main
+from jaxwarp._src.conformance.handlers import datapath_lacks as datapath_lacks
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -366,10 +366,6 @@ def test_backward_format_recipe():
     same_bits(ga, mm("f16")(gd, b.T))
 
 
-FP8_XFAIL = pytest.mark.xfail(strict=True, reason="needs fp8 matmul (issue 10)")
-
-
-@FP8_XFAIL
 @pytest.mark.parametrize("promote", [None, 128], ids=["no_promotion", "promote128"])
 def test_fp8_hybrid_recipe(promote):
     a, b = rand(32, 256), rand(256, 32)
@@ -383,7 +379,6 @@ def test_fp8_hybrid_recipe(promote):
     jax.grad(lambda x: f(x, b).sum())(a)
 
 
-@FP8_XFAIL
 def test_fp8_instruction_wgmma():
     emulate(lambda x, y: x @ y, operand_format="e4m3", instruction="wgmma")
 

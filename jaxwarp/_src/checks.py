@@ -3,6 +3,30 @@
 Static arguments (widths, formats, shapes, layouts, ops) must be concrete Python
 values at trace time; data arguments (values, lanes, masks) are arrays and may be
 traced. Every failure names the argument, what was given and what is allowed.
+
+64-bit policy (one rule for every public entry point). JAX narrows 64-bit inputs
+to 32 bits when ``jax_enable_x64`` is off, before any check could see them, which
+would silently lose precision or high bits. So every data argument is inspected
+*before* ``jnp.asarray`` (`array_arg`):
+
+* a NumPy (or JAX) array or NumPy scalar of a 64-bit type (int64, uint64, float64,
+  complex128) raises ``TypeError`` naming the argument while x64 is off; with x64
+  on it is used exactly (or rejected by the argument's own dtype rule);
+* Python ints, floats and lists of them are weakly typed: they are fine when they
+  fit (a Python int that does not fit in 32 bits raises ``ValueError``);
+* NumPy *integer scalars* given for an integer-scalar argument (a mask, a lane
+  index, ``ns``, a DPX operand) count as Python ints: exact, value-checked.
+
+Under ``jax.jit`` JAX narrows a 64-bit *argument of the jitted function* itself,
+before jaxwarp sees it; only 64-bit values closed over (constants) can be caught
+there. Enable x64 or cast to 32 bits before calling a jitted function.
+
+Masks: Python ints (and NumPy integer scalars) must fit in 32 bits, signed or
+unsigned: -2**31 .. 2**32 - 1. A negative value is read as its 32-bit two's complement,
+as CUDA converts an ``int`` argument to the ``unsigned`` mask (``-1`` is the full mask,
+as in ``__shfl_sync(-1, ...)``); anything wider (``2**32``, ``2**33 - 1``,
+``np.uint64(2**64 - 1)``) is an error, never truncated. int32 arrays are read as their
+bits likewise.
 """
 
 from __future__ import annotations
@@ -53,9 +77,75 @@ def static_choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:
     return value
 
 
-def lane_array(var: Any, name: str = "var") -> jax.Array:
+_X64_HINT = ("enable x64 (jax.config.update('jax_enable_x64', True)) or cast to 32 bits "
+             "(x64 is off, so JAX would silently narrow it to 32 bits)")
+
+
+def x64_enabled() -> bool:
+    """True when ``jax_enable_x64`` is on (64-bit types are kept)."""
+    return bool(jax.config.jax_enable_x64)
+
+
+def _is_weak(x: Any) -> bool:
+    """Python numbers (not NumPy scalars) and lists/tuples: weakly typed inputs."""
+    if isinstance(x, np.generic):
+        return False
+    return isinstance(x, (bool, int, float, complex, list, tuple))
+
+
+def check_64bit(x: Any, name: str) -> None:
+    """Raises ``TypeError`` if ``x`` has a 64-bit dtype that JAX would narrow (x64 off).
+
+    Python numbers and lists are weakly typed and pass; use before ``jnp.asarray``.
+    """
+    if _is_weak(x) or x64_enabled():
+        return
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return
+    if dtype.kind in "iuf" and dtype.itemsize >= 8 or dtype.kind == "c" and dtype.itemsize >= 16:
+        raise TypeError(f"{name} has 64-bit dtype {dtype}: {_X64_HINT}")
+
+
+def array_arg(x: Any, name: str, *, complex_ok: bool = False) -> jax.Array:
+    """Returns a data argument as a JAX array, or raises naming ``name``.
+
+    Applies the 64-bit policy (`check_64bit`), rejects ``None``, strings, objects,
+    ragged lists and (unless ``complex_ok``) complex values, whose imaginary part
+    would be dropped, and turns out-of-range Python ints into ``ValueError``.
+    """
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__} {x!r}")
+    check_64bit(x, name)
+    if isinstance(x, (list, tuple)):
+        try:
+            kind = np.asarray(x).dtype.kind
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"{name} must be a numeric array; the {type(x).__name__} given "
+                            f"does not convert to one ({e})") from None
+        if kind not in "biufc":
+            raise TypeError(f"{name} must be a numeric array, got a {type(x).__name__} of "
+                            f"{np.asarray(x).dtype} values")
+    try:
+        arr = x if isinstance(x, jax.Array) else jnp.asarray(x)
+    except OverflowError as e:
+        raise ValueError(f"{name} does not fit in 32 bits ({e}); {_X64_HINT}") from None
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__} "
+                        f"({e})") from None
+    if not complex_ok and jnp.issubdtype(arr.dtype, jnp.complexfloating):
+        raise TypeError(f"{name} must be real, got complex dtype {arr.dtype} (its imaginary "
+                        f"part would be dropped)")
+    return arr
+
+
+def lane_array(var: Any, name: str = "var", *, complex_ok: bool = False) -> jax.Array:
     """Checks that ``var`` has a leading lane axis of size 32 and returns it as an array."""
-    arr = jnp.asarray(var)
+    arr = array_arg(var, name, complex_ok=complex_ok)
     if arr.ndim == 0 or arr.shape[0] != WARP_SIZE:
         raise ValueError(
             f"{name} must have a leading lane axis of size {WARP_SIZE} (one entry per lane); "
@@ -64,28 +154,40 @@ def lane_array(var: Any, name: str = "var") -> jax.Array:
     return arr
 
 
+def mask_value(mask: Any, name: str = "mask") -> int | None:
+    """The concrete 32-bit value of a scalar mask given as a Python/NumPy int, else None.
+
+    Python ints and NumPy integer scalars must be in -2**31 .. 2**32 - 1; negative values
+    are read as their 32 bits (``-1`` is ``0xFFFFFFFF``, as CUDA converts an ``int``).
+    Raises naming ``name``.
+    """
+    if isinstance(mask, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a 32-bit integer lane mask, got bool {mask!r}")
+    if isinstance(mask, np.int32):
+        return int(mask) & 0xFFFFFFFF
+    if isinstance(mask, (int, np.integer)):
+        if not -(2**31) <= int(mask) < 2**32:
+            raise ValueError(
+                f"{name}={int(mask):#x} does not fit in 32 bits (a lane mask); allowed: "
+                f"0 .. 0xFFFFFFFF, or -2**31 .. -1 read as 32-bit two's complement")
+        return int(mask) & 0xFFFFFFFF
+    return None
+
+
 def mask_array(mask: Any, name: str = "mask") -> jax.Array:
     """Returns a 32-bit lane mask as a uint32 scalar or (32,) array (each lane passes its own).
 
-    Python ints must be in [-2**31, 2**32); arrays must have a 32-bit integer dtype.
+    Python ints (and NumPy integer scalars) must be in -2**31 .. 2**32 - 1; arrays must have
+    dtype uint32 or int32 (int32 bits are reinterpreted, as CUDA converts ``int``).
     """
-    if isinstance(mask, bool):
-        raise TypeError(f"{name} must be a 32-bit integer lane mask, got bool")
-    if isinstance(mask, np.integer):
-        if mask.dtype.itemsize > 4 and not -(2**31) <= int(mask) < 2**32:
-            raise ValueError(
-                f"{name}={int(mask):#x} does not fit in 32 bits; allowed: 0 .. 0xFFFFFFFF")
-        mask = int(mask)
-    if isinstance(mask, int):
-        if not -(2**31) <= mask < 2**32:
-            raise ValueError(f"{name}={mask:#x} does not fit in 32 bits; allowed: 0 .. 0xFFFFFFFF")
-        return jnp.uint32(mask & 0xFFFFFFFF)
-    if isinstance(mask, np.ndarray) and mask.dtype not in (np.uint32, np.int32):
-        raise TypeError(
-            f"{name} must be a 32-bit integer lane mask (uint32 or int32, or a Python int), "
-            f"got dtype {mask.dtype}"
-        )
-    arr = jnp.asarray(mask)
+    value = mask_value(mask, name)
+    if value is not None:
+        return jnp.uint32(value)
+    allowed = "uint32 or int32 scalar or (32,) array, or a Python int in -2**31 .. 0xFFFFFFFF"
+    if mask is None or isinstance(mask, (str, bytes, float, complex)):
+        raise TypeError(f"{name} must be a 32-bit integer lane mask ({allowed}), got "
+                        f"{type(mask).__name__} {mask!r}")
+    arr = array_arg(mask, name, complex_ok=True)
     if arr.dtype not in (jnp.dtype(jnp.uint32), jnp.dtype(jnp.int32)):
         raise TypeError(
             f"{name} must be a 32-bit integer lane mask (uint32 or int32, or a Python int), "
@@ -99,16 +201,30 @@ def mask_array(mask: Any, name: str = "mask") -> jax.Array:
     return arr.astype(jnp.uint32) if arr.dtype != jnp.uint32 else arr
 
 
+def int_value(value: Any, name: str) -> int | None:
+    """A Python int or NumPy integer scalar as a 32-bit-checked Python int, else None.
+
+    Allowed: -2**31 .. 2**32 - 1 (signed or unsigned 32-bit). bool raises.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer or a (32,) integer array, got bool")
+    if isinstance(value, (int, np.integer)):
+        if not -(2**31) <= int(value) < 2**32:
+            raise ValueError(f"{name}={int(value)} does not fit in 32 bits; allowed: "
+                             f"-2**31 .. 2**32 - 1")
+        return int(value)
+    return None
+
+
 def per_lane_int(value: Any, name: str) -> jax.Array:
     """Returns an int32 per-lane argument (Python int, scalar or (32,) integer array) as (32,)."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer or a (32,) integer array, got bool")
-    if isinstance(value, int):
-        if not -(2**31) <= value < 2**32:
-            raise ValueError(f"{name}={value} does not fit in 32 bits")
-        value = np.int64(value).astype(np.uint32).view(np.int32)
-        return jnp.full((WARP_SIZE,), value, jnp.int32)
-    arr = jnp.asarray(value)
+    v = int_value(value, name)
+    if v is not None:
+        return jnp.full((WARP_SIZE,), np.int64(v).astype(np.uint32).view(np.int32), jnp.int32)
+    if isinstance(value, (float, complex)) and not isinstance(value, np.generic):
+        raise TypeError(f"{name} must be an integer or a (32,) integer array, got "
+                        f"{type(value).__name__} {value!r}")
+    arr = array_arg(value, name, complex_ok=True)
     if not jnp.issubdtype(arr.dtype, jnp.integer):
         raise TypeError(
             f"{name} must be an integer or a (32,) integer array, got dtype {arr.dtype}"

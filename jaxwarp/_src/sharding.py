@@ -19,6 +19,7 @@ integer tensor-core model trivially; float programs too on the backends tested,
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,12 +45,26 @@ def _normalize_in_axes(in_axes: Any, nargs: int) -> tuple[int | None, ...]:
     if len(axes) != nargs:
         raise ValueError(f"in_axes has {len(axes)} entries for {nargs} positional arguments")
     for ax in axes:
-        if ax not in (0, None):
+        if isinstance(ax, (bool, np.bool_)) or ax not in (0, None):
             raise ValueError(
                 f"sharded_vmap maps the leading axis only: in_axes entries must be 0 or None, "
                 f"got {in_axes!r}"
             )
     return tuple(axes)
+
+
+def _positional(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
+    """Keyword arguments of ``fn`` turned positional (``in_axes`` counts positions)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"sharded_vmap: cannot bind keyword arguments {sorted(kwargs)} to "
+                        f"fn: {e}; pass the arguments positionally") from None
+    if bound.kwargs:  # keyword-only parameters have no position for in_axes
+        raise TypeError(f"sharded_vmap: keyword-only arguments {sorted(bound.kwargs)} are not "
+                        f"supported (in_axes counts positional arguments); bind them with "
+                        f"functools.partial before sharded_vmap")
+    return tuple(bound.args)
 
 
 def _pad_leading(x: Any, pad: int) -> Any:
@@ -120,9 +135,14 @@ def sharded_vmap(
         last item repeated), and the padding is sliced off the results, which
         XLA may then lay out differently. The function has a ``mesh`` attribute.
 
+        Keyword arguments of the returned function are bound to ``fn``'s
+        parameters and then count as positional ones for ``in_axes``.
+
     Raises:
         ValueError: ``in_axes`` names an axis other than 0 or None, or the mapped
             arguments disagree on the batch size.
+        TypeError: ``fn`` is not callable; keyword arguments that do not bind to
+            ``fn``'s positional parameters.
 
     Example:
         >>> f = sharded_vmap(lambda x: jaxwarp.reduce_add_sync(0xFFFFFFFF, x))
@@ -137,8 +157,13 @@ def sharded_vmap(
     def compiled(axes: tuple[int | None, ...]):
         return jax.jit(jax.vmap(fn, in_axes=axes), out_shardings=batched)
 
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__} {fn!r}")
+
     @functools.wraps(fn)
-    def wrapped(*args):
+    def wrapped(*args, **kwargs):
+        if kwargs:
+            args = _positional(fn, args, kwargs)
         axes = _normalize_in_axes(in_axes, len(args))
         mapped = [a for a, ax in zip(args, axes, strict=True) if ax == 0]
         if not mapped:

@@ -116,12 +116,52 @@ def test_tf32_format():
     assert f.max_value == (2 - 2**-10) * 2.0**127 and f.storage_dtype == np.float32
 
 
-@pytest.mark.parametrize("name, dtype", [("s8", np.int8), ("u8", np.uint8),
-                                         ("s4", ml_dtypes.int4), ("u4", ml_dtypes.uint4)])
-def test_int_formats_agree_with_iinfo(name, dtype):
+@pytest.mark.parametrize("name, dtype, storage", [
+    ("s32", np.int32, np.int32), ("s8", np.int8, np.int8), ("u8", np.uint8, np.uint8),
+    # 4-bit values are held one per byte (s4 sign-extended), as in fragments and captures.
+    ("s4", ml_dtypes.int4, np.int8), ("u4", ml_dtypes.uint4, np.uint8)])
+def test_int_formats_agree_with_iinfo(name, dtype, storage):
     f, info = FORMATS[name], ml_dtypes.iinfo(dtype)
     assert (f.min_value, f.max_value, f.bits) == (info.min, info.max, info.bits)
-    assert not f.is_float and f.storage_dtype == np.dtype(dtype)
+    assert not f.is_float and f.storage_dtype == np.dtype(storage)
+    assert f.uint_dtype == np.dtype(f"uint{8 * np.dtype(storage).itemsize}")
+
+
+@pytest.mark.parametrize("name, dtype", [("e4m3", ml_dtypes.float8_e4m3fn),
+                                         ("e5m2", ml_dtypes.float8_e5m2)])
+def test_fp8_formats_from_finfo(name, dtype):
+    f, fi = FORMATS[name], ml_dtypes.finfo(dtype)
+    assert (f.exponent_bits, f.mantissa_bits, f.bits) == (fi.nexp, fi.nmant, 8)
+    assert f.max_value == float(fi.max) and f.storage_dtype == np.dtype(dtype)
+    assert f.has_inf == (name == "e5m2")
+
+
+@pytest.mark.parametrize("alias, name", [("fp16", "f16"), ("fp32", "f32"), ("fp64", "f64"),
+                                         ("float8_e4m3fn", "e4m3"), ("bfloat16", "bf16")])
+def test_aliases_resolve_everywhere(alias, name):
+    assert FORMATS[alias] is FORMATS[name] and alias in FORMATS and alias not in tuple(FORMATS)
+    assert formats.get_format(alias).name == name
+    if FORMATS[name].is_float and name != "f64":
+        x = jnp.asarray(np.float32([1.1, -3.7e3, 1e-6]))
+        np.testing.assert_array_equal(np.asarray(formats.round_to(x, alias)),
+                                      np.asarray(formats.round_to(x, name)))
+
+
+def test_ptx_names_are_the_registry():
+    assert tuple(FORMATS) == ("f64", "f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "s32",
+                              "s8", "u8", "s4", "u4", "b1")
+
+
+@pytest.mark.parametrize("name, dtype", [("e4m3", ml_dtypes.float8_e4m3fn),
+                                         ("e5m2", ml_dtypes.float8_e5m2)])
+def test_round_to_fp8_matches_ml_dtypes(name, dtype):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(20000) * 2.0 ** rng.integers(-24, 18, 20000)).astype(np.float32)
+    x[:6] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30]
+    got = np.asarray(formats.round_to(jnp.asarray(x), name))
+    want = x.astype(dtype).astype(np.float32)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), x[~same][:5]
 
 
 def test_b1_format():
@@ -131,7 +171,7 @@ def test_b1_format():
 def test_get_format():
     assert get_format("bf16") is FORMATS["bf16"]
     assert get_format(FORMATS["tf32"]) is FORMATS["tf32"]
-    with pytest.raises(ValueError, match=r"name='fp8'.*allowed.*'fp16'.*'b1'"):
+    with pytest.raises(ValueError, match=r"name='fp8'.*allowed.*'f16'.*'b1'.*aliases.*'fp16'"):
         get_format("fp8")
 
 

@@ -1,5 +1,7 @@
 """Tests of the tensor-core arithmetic models against the H100 captures."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -173,8 +175,9 @@ def test_f64_needs_x64():
 
 
 def test_arch_table():
-    assert M.ARCHS["sm_90"].verified
-    assert not M.ARCHS["sm_80"].verified and not M.ARCHS["sm_70"].verified
+    assert M.ARCHS["sm_90"].verified and M.ARCHS["sm_90a"].verified
+    assert not any(M.ARCHS[t].verified for t in ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89"))
+    assert M.ArchParams is M.ArchModel
     a, b, c = _f16_inputs(batch=())
     for arch in M.ARCHS:
         d = M.mma(a, b, c, a_type="f16", c_type="f32", d_type="f32", arch=arch)
@@ -207,3 +210,188 @@ def test_bad_shapes_and_op():
     bits = np.zeros((8, 128), np.uint8)
     with pytest.raises(ValueError, match="op"):
         M.bmma(bits, bits.T, np.zeros((8, 8), np.int32), op="or")
+
+
+# --------------------------------------------------------------------------------------
+# Architecture as data: targets, instruction k, and every Datapath field.
+
+SM90 = M.ARCHS["sm_90"]
+HMMA = SM90.datapath("hmma")
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view({2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
+
+
+def _run(a, b, c, dp, **kw):
+    kw = {"a_type": "f16", "c_type": "f32", "d_type": "f32", **kw}
+    return _bits(M.mma(a, b, c, datapath=dp, **kw))
+
+
+def _tile(a_col, b_row, dtype=np.float16, k=16, m=1, n=1):
+    a = np.zeros((m, k), dtype)
+    b = np.zeros((k, n), dtype)
+    a[0, :len(a_col)] = a_col
+    b[:len(b_row), 0] = b_row
+    return a, b
+
+
+def _random_f16(seed=3):
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((16, 16)) * 2.0 ** rng.integers(-6, 6, (16, 16))).astype(np.float16)
+    b = rng.standard_normal((16, 16)).astype(np.float16)
+    return a, b, rng.standard_normal((16, 16)).astype(np.float32)
+
+
+def _e4m3(x):
+    return np.asarray(x, np.float32).astype(jnp.float8_e4m3fn)
+
+
+def _case(field):
+    """(inputs, mma kwargs, base datapath, flipped value) showing ``field`` matters."""
+    a, b, c = _random_f16()
+    z32 = np.zeros((1, 1), np.float32)
+    rnd = ((a, b, c), {})
+    if field in ("block_k", "F", "block_round", "sum_mbits", "c_mode"):
+        new = {"block_k": 8, "F": 20, "block_round": "rn", "sum_mbits": 13, "c_mode": "end"}
+        return (*rnd, HMMA, new[field])
+    if field == "f16_round":
+        return (a, b, c.astype(np.float16)), {"c_type": "f16", "d_type": "f16"}, HMMA, "rz"
+    if field == "align":  # 1.5 * 1.5 has nominal exponent 0 but lies in [2, 4)
+        a1, b1 = _tile([1.5, -1.5, 2**-12], [1.5, 1.5, 2**-13])
+        return (a1, b1, z32), {}, HMMA, "normalised"
+    if field == "sub_exp":  # a subnormal times 2**15 is the largest product
+        a1, b1 = _tile([3 * 2**-24, 1.5 * 2**-10], [2**15, 2**-14])
+        return (a1, b1, z32), {}, HMMA, "lead"
+    if field == "c_sub_exp":  # a subnormal fp32 C is the largest term (bf16 products)
+        a1, b1 = _tile([(1 + 2**-7) * 2**-75], [-(2**-74)], jnp.bfloat16)
+        c1 = np.array([[3 * 2**-149]], np.float32)
+        return (a1, b1, c1), {"a_type": "bf16"}, HMMA, "emin"
+    if field == "trunc":  # a negative product loses bits below 2**-25
+        a1, b1 = _tile([1, -(1 + 2**-10) * 2**-10], [1, 2**-10])
+        return (a1, b1, z32), {}, HMMA, "floor"
+    if field == "f16_out":  # 1 + 2**-11 + 2**-24: a tie only after fp32 truncation
+        a1, b1 = _tile([1, 2**-11, 2**-12], [1, 1, 2**-12])
+        return ((a1, b1, np.zeros((1, 1), np.float16)), {"c_type": "f16", "d_type": "f16"},
+                HMMA, "via_f32")
+    if field == "f16_zero":  # -2**-28 rounds to -0 in f16
+        a1, b1 = _tile([-(2**-14)], [2**-14])
+        return ((a1, b1, np.zeros((1, 1), np.float16)), {"c_type": "f16", "d_type": "f16"},
+                HMMA, "keep")
+    if field == "f32_zero":  # -2**-160 truncates to -0 in fp32
+        a1, b1 = _tile([-(2**-80)], [2**-80], jnp.bfloat16)
+        return (a1, b1, z32), {"a_type": "bf16"}, HMMA, "keep"
+    if field == "zero":  # every term a zero of negative sign
+        a1, b1 = _tile([-0.0] * 16, [1.0] * 16)
+        return (a1, b1, -z32), {}, HMMA.replace(f32_zero="keep"), "ieee"
+    if field == "k_split":  # k % 4 order decides which products share a block
+        rng = np.random.default_rng(5)
+        a8 = _e4m3(rng.standard_normal((16, 32)) * 2.0 ** rng.integers(-8, 8, (16, 32)))
+        b8 = _e4m3(rng.standard_normal((32, 8)))
+        return ((a8, b8, np.zeros((16, 8), np.float32)),
+                {"a_type": "e4m3", "instruction": "mma_sync", "arch": "sm_90"},
+                SM90.datapath("mma_sync_fp8_k32"), "contig")
+    if field == "operand_via":  # an e4m3 subnormal aligns as 2**-6, or as f16 2**-9
+        a8, b8 = _tile([2**-9, 2**-6], [1.0, 2**-15], np.float32, k=32)
+        return ((_e4m3(a8), b8.astype(jnp.float8_e5m2), z32),
+                {"a_type": "e4m3", "b_type": "e5m2", "instruction": "wgmma", "arch": "sm_90a"},
+                SM90.datapath("wgmma_fp8"), "f16")
+    if field in ("nan_f32", "nan_f16"):
+        a1, b1 = _tile([np.nan], [1.0])
+        kw = {} if field == "nan_f32" else {"c_type": "f16", "d_type": "f16"}
+        c1 = z32 if field == "nan_f32" else np.zeros((1, 1), np.float16)
+        return (a1, b1, c1), kw, HMMA, 0x7FC00000 if field == "nan_f32" else 0x7E00
+    raise AssertionError(field)
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(M.Datapath)])
+def test_every_datapath_field_changes_bits(field):
+    (a, b, c), kw, base, new = _case(field)
+    assert getattr(base, field) != new
+    d0 = _run(a, b, c, base, **kw)
+    d1 = _run(a, b, c, base.replace(**{field: new}), **kw)
+    assert (d0 != d1).any(), f"flipping {field} to {new!r} changed no bit"
+
+
+def test_c_mode_ffma_differs():
+    a, b, c = _random_f16()
+    d0 = _run(a, b, c, HMMA)
+    d1 = _run(a, b, c, HMMA.replace(c_mode="ffma"))
+    assert (d0 != d1).any()
+
+
+def test_datapath_validates_fields():
+    with pytest.raises(ValueError, match="c_mode"):
+        M.Datapath(c_mode="late")
+    with pytest.raises(ValueError, match="block_k"):
+        M.Datapath(block_k=0)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(instruction="wgmma"), "sm_90a"),
+    (dict(a_type="bf16", arch="sm_75"), "sm_80"),
+    (dict(a_type="e4m3", instruction="mma_sync", arch="sm_80"), "sm_89"),
+    (dict(a_type="e4m3", instruction="mma_sync", arch="sm_89"), "no model is known"),
+    (dict(a_type="e4m3"), "wmma"),
+    (dict(instruction="dmma"), "instruction"),
+    (dict(arch="sm_100"), "arch"),
+    (dict(instruction="mma_sync", instruction_k=32), "instruction_k"),
+    (dict(a_type="e4m3", b_type="f16", instruction="mma_sync"), "mixed"),
+])
+def test_target_and_instruction_errors(kw, match):
+    a_type = kw.get("a_type", "f16")
+    b_type = kw.get("b_type", a_type)
+    a = np.zeros((16, 32), M.STORAGE_DTYPE[a_type])
+    b = np.zeros((32, 8), M.STORAGE_DTYPE[b_type])
+    kw = {"a_type": "f16", "c_type": "f32", "d_type": "f32", **kw}
+    with pytest.raises(ValueError, match=match):
+        M.mma(a, b, np.zeros((16, 8), np.float32), **kw)
+
+
+def test_k_must_be_whole_instructions():
+    x = np.zeros((16, 24), np.float16)
+    with pytest.raises(ValueError, match="multiple"):
+        M.mma(x, x.T, np.zeros((16, 16), np.float32), a_type="f16", c_type="f32", d_type="f32")
+    x = np.zeros((8, 8), np.float16)
+    with pytest.raises(ValueError, match="c_type"):
+        M.mma(x, x.T, np.zeros((8, 8), np.float16), a_type="f16", c_type="f16",
+              d_type="f32", instruction="mma_sync", instruction_k=4)
+
+
+def test_chain_is_instruction_after_instruction():
+    a, b, c = _random_f16()
+    a2 = np.concatenate([a, a[:, ::-1]], axis=1)
+    b2 = np.concatenate([b, b[::-1]], axis=0)
+    for c_type in ("f32", "f16"):
+        cc = c.astype(M.STORAGE_DTYPE[c_type])
+        kw = dict(a_type="f16", c_type=c_type, d_type=c_type, instruction="mma_sync")
+        d1 = M.mma(a, b, cc, **kw)
+        d2 = M.mma(a[:, ::-1], b[::-1], d1, **kw)
+        np.testing.assert_array_equal(_bits(M.mma(a2, b2, cc, **kw)), _bits(d2))
+
+
+def test_tf32_instruction_k_selects_the_datapath():
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((16, 8)) * 2.0 ** rng.integers(-12, 12, (16, 8))).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    c = np.zeros((16, 8), np.float32)
+    kw = dict(a_type="tf32", c_type="f32", d_type="f32", instruction="mma_sync")
+    k4 = _bits(M.mma(a, b, c, instruction_k=4, **kw))
+    k8 = _bits(M.mma(a, b, c, instruction_k=8, **kw))
+    assert (k4 != k8).any()
+    np.testing.assert_array_equal(k4, _bits(M.mma(a, b, c, a_type="tf32", c_type="f32",
+                                                  d_type="f32")))  # WMMA k8 = two k4
+
+
+def test_fp8_fast_mode_and_mixed_types():
+    rng = np.random.default_rng(0)
+    a = _e4m3(rng.standard_normal((16, 32)))
+    b = rng.standard_normal((32, 8)).astype(np.float32).astype(jnp.float8_e5m2)
+    c = np.zeros((16, 8), np.float32)
+    kw = dict(a_type="e4m3", b_type="e5m2", c_type="f32", d_type="f32", instruction="mma_sync")
+    exact = np.asarray(M.mma(a, b, c, **kw))
+    fast = np.asarray(M.mma(a, b, c, mode="fast", **kw))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(fast, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(exact, want, rtol=1e-5, atol=1e-5)

@@ -110,3 +110,268 @@ def test_bad_input():
         jaxwarp.matmul(a, b, mode="approx")
     with pytest.raises(ValueError, match="c must have shape"):
         jaxwarp.matmul(a, b, _rand((8, 8), 2))
+
+
+# --- instructions, fp8, promotion, scales (issue 10) ------------------------------------------
+
+import functools  # noqa: E402
+import inspect  # noqa: E402
+import pathlib  # noqa: E402
+
+import ml_dtypes  # noqa: E402
+import reference_tc as R  # noqa: E402
+
+from jaxwarp._src.tensorcore import datapath  # noqa: E402
+from jaxwarp._src.tensorcore import matmul as mm_mod  # noqa: E402
+
+HAS_INSTRUCTIONS = "instruction" in inspect.signature(datapath.mma).parameters
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+_STORE = {"f32": np.float32, "f16": np.float16}
+CAPS = pathlib.Path("/work/caps/cap")
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(_BITS[x.dtype.itemsize])
+
+
+def reference_mma(a, b, c, *, a_type, c_type, d_type, b_type=None, arch="sm_90",
+                  mode="exact", satf=False, instruction="wmma", instruction_k=None):
+    """``datapath.mma``'s instruction API computed by ``tests/reference_tc.py`` (plain ints,
+    slow): a chain of ``instruction_k`` steps per call. Stands in for the datapath until
+    it has ``instruction=``."""
+    b_type = b_type or a_type
+    k = instruction_k or a.shape[-1]
+    P = R.preset_for(instruction, a_type, f"m16n8k{k}")
+
+    def host(a, b, c):
+        a, b, c = _bits(a), _bits(b), _bits(c)
+        out = np.empty(c.shape, c.dtype)
+        for idx in np.ndindex(*c.shape[:-2]):
+            d = c[idx]
+            for k0 in range(0, a.shape[-1], k):
+                d = np.asarray(R.mma_tile(a[idx][:, k0:k0 + k].tolist(),
+                                          b[idx][k0:k0 + k].tolist(), d.tolist(),
+                                          a_type, b_type, c_type, d_type, P), c.dtype)
+            out[idx] = d
+        return out.view(_STORE[d_type])
+
+    return jax.pure_callback(host, jax.ShapeDtypeStruct(c.shape, _STORE[d_type]), a, b, c)
+
+
+@pytest.fixture
+def datapath_mma(monkeypatch):
+    """The real datapath when it has instructions, else the reference stand-in."""
+    if not HAS_INSTRUCTIONS:
+        monkeypatch.setattr(datapath, "mma", reference_mma)
+    return datapath.mma
+
+
+def _fp8_values(shape, seed, fmt="e4m3", dist="normal"):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 4, shape) if dist == "positive" else rng.normal(size=shape)
+    return np.asarray(x.astype(mm_mod.fp8_cvt.FP8_FORMATS[fmt]), np.float32)
+
+
+def _ref_chain(a, b, c, fa, fb, instruction, k, promote=None):
+    """Plain-int reference of the whole product (a, b fp8 values as f32, c f32)."""
+    P = R.preset_for(instruction, fa, f"m16n8k{k}")
+    A = _bits(a.astype(mm_mod.fp8_cvt.FP8_FORMATS[fa])).tolist()
+    B = _bits(b.astype(mm_mod.fp8_cvt.FP8_FORMATS[fb])).tolist()
+    K = len(B)
+    step = promote or K
+    acc = c.astype(np.float32)
+    out = acc if promote else None
+    for p0 in range(0, K, step):
+        d = (np.zeros_like(acc) if promote else acc).view(np.uint32).tolist()
+        for k0 in range(p0, p0 + step, k):
+            d = R.mma_tile([r[k0:k0 + k] for r in A], B[k0:k0 + k], d, fa, fb, "f32", "f32", P)
+        d = np.asarray(d, np.uint32).view(np.float32)
+        out = out + d if promote else d
+    return out
+
+
+def test_defaults_and_tables():
+    assert mm_mod.DEFAULT_TILE["f16"] == (16, 16, 16)
+    assert mm_mod.DEFAULT_TILE["tf32"] == (16, 16, 8)
+    assert mm_mod.DEFAULT_TILE["e4m3"] == (64, 8, 32)
+    assert mm_mod.DEFAULT_INSTRUCTION["e5m2"] == "wgmma"
+    assert mm_mod.TILES["mma_sync"]["e4m3"][0] == (16, 8, 32)
+    assert mm_mod.TILES["mma_sync"]["tf32"][0] == (16, 8, 8)
+    assert mm_mod.TILES["wgmma"]["bf16"][0] == (64, 8, 16)
+    a, b = _rand((16, 32), 0), _rand((32, 16), 1)
+    np.testing.assert_array_equal(jaxwarp.matmul(a, b, operand_format="fp16"),
+                                  jaxwarp.matmul(a, b))  # aliases keep working
+
+
+def test_fp8_operand_conversion_saturates():
+    x = jnp.asarray([500.0, -1e9, 1.0, 0.3, jnp.inf], jnp.float32)
+    q = mm_mod.to_operand(x, "e4m3")
+    assert q.dtype == ml_dtypes.float8_e4m3fn
+    np.testing.assert_array_equal(np.asarray(q, np.float32), [448, -448, 1, 0.3125, 448])
+    q = mm_mod.to_operand(x, "e5m2", scale=jnp.float32(2.0))
+    np.testing.assert_array_equal(np.asarray(q, np.float32)[:3], [256, -57344, 0.5])
+
+
+@pytest.mark.parametrize("instruction,fmt,k", [("wgmma", "e4m3", 32), ("mma_sync", "e5m2", 32),
+                                               ("mma_sync", ("e5m2", "e4m3"), 32),
+                                               ("wgmma", ("e4m3", "e5m2"), 32)])
+def test_fp8_chain_equals_reference(datapath_mma, instruction, fmt, k):
+    fa, fb = (fmt, fmt) if isinstance(fmt, str) else fmt
+    M = 64 if instruction == "wgmma" else 16
+    a, b = _fp8_values((M, 128), 1, fa), _fp8_values((128, 8), 2, fb)
+    c = _rand((M, 8), 3)
+    got = jax.jit(functools.partial(jaxwarp.matmul, operand_format=fmt,
+                                    instruction=instruction))(a, b, c)
+    want = _ref_chain(np.asarray(a), np.asarray(b), np.asarray(c), fa, fb, instruction, k)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_wgmma_k4096_equals_reference(datapath_mma):
+    # One row, two columns (the matrix is padded to wgmma's 64 rows and n = 8).
+    a, b = _fp8_values((1, 4096), 4, dist="positive"), _fp8_values((4096, 2), 5, dist="positive")
+    c = np.zeros((1, 2), np.float32)
+    got = jaxwarp.matmul(a, b, c, operand_format="e4m3", instruction="wgmma")
+    want = _ref_chain(a, b, c, "e4m3", "e4m3", "wgmma", 32)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    assert np.all(np.asarray(got) < exact)  # the 14-bit accumulator truncates
+
+
+def test_promotion_equals_reference(datapath_mma):
+    a, b = _fp8_values((1, 512), 6, dist="positive"), _fp8_values((512, 2), 7, dist="positive")
+    c = np.full((1, 2), 3.0, np.float32)
+    got = jaxwarp.matmul(a, b, c, operand_format="e4m3", promote_every=128)
+    want = _ref_chain(a, b, c, "e4m3", "e4m3", "wgmma", 32, promote=128)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    # A last interval shorter than promote_every (K = 512 = 3 * 160 + 32).
+    got = jaxwarp.matmul(a, b, c, operand_format="e4m3", promote_every=160)
+    p = [_ref_chain(a[:, i:i + 160], b[i:i + 160], np.zeros_like(c), "e4m3", "e4m3", "wgmma", 32)
+         for i in range(0, 512, 160)]
+    want = ((((c + p[0]) + p[1]) + p[2]) + p[3]).astype(np.float32)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_scales(datapath_mma):
+    rng = np.random.default_rng(8)
+    a = jnp.asarray(rng.normal(size=(16, 64)) * 1e-3, jnp.float32)
+    b = jnp.asarray(rng.normal(size=(64, 8)) * 50, jnp.float32)
+    c = _rand((16, 8), 9)
+    sa, sb = jnp.float32(1e-3 / 64), jnp.float32(0.5)
+    f = jax.jit(lambda a, b, c, sa, sb: jaxwarp.matmul(
+        a, b, c, operand_format="e4m3", instruction="mma_sync", a_scale=sa, b_scale=sb))
+    got = f(a, b, c, sa, sb)
+    qa = np.asarray(mm_mod.to_operand(a, "e4m3", sa), np.float32)
+    qb = np.asarray(mm_mod.to_operand(b, "e4m3", sb), np.float32)
+    t = _ref_chain(qa, qb, np.zeros((16, 8), np.float32), "e4m3", "e4m3", "mma_sync", 32)
+    want = t * (sa * sb) + np.asarray(c)
+    np.testing.assert_array_equal(_bits(got), _bits(np.asarray(want, np.float32)))
+    ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64) + np.asarray(c)
+    assert np.max(np.abs(np.asarray(got) - ref)) < 0.1 * np.max(np.abs(ref))
+    # Saturation: without a scale the large b saturates at 448 (and a mostly flushes).
+    assert np.asarray(mm_mod.to_operand(b * 100, "e4m3"), np.float32).max() == 448
+
+
+def test_fast_mode_fp8():
+    a, b = _fp8_values((64, 64), 10), _fp8_values((64, 16), 11)
+    got = jaxwarp.matmul(a, b, operand_format="e4m3", mode="fast", promote_every=32)
+    np.testing.assert_allclose(got, np.asarray(a, np.float64) @ np.asarray(b, np.float64),
+                               rtol=1e-6, atol=1e-5)
+
+
+def test_fp8_gradients(datapath_mma):
+    a, b = _rand((16, 32), 12), _rand((32, 8), 13)
+    g = _rand((16, 8), 14)
+    f = functools.partial(jaxwarp.matmul, operand_format="e4m3", instruction="mma_sync")
+    _, vjp = jax.vjp(lambda a, b, sa: f(a, b, a_scale=sa), a, b, jnp.float32(0.01))
+    da, db, dsa = vjp(g)
+    assert da.shape == a.shape and db.shape == b.shape and float(dsa) == 0.0
+    want = np.asarray(g, np.float64) @ np.asarray(b, np.float64).T
+    assert np.max(np.abs(np.asarray(da) - want)) < 0.15 * np.max(np.abs(want))
+
+
+def test_new_instruction_gradients_16bit(datapath_mma):
+    a, b = _rand((16, 16), 15), _rand((16, 8), 16)
+    g = _rand((16, 8), 17)
+    f = functools.partial(jaxwarp.matmul, operand_format="bf16", instruction="mma_sync")
+    _, vjp = jax.vjp(f, a, b)
+    da, db = vjp(g)
+    np.testing.assert_array_equal(da, f(g, b.T, tile=(16, 8, 8)))
+    np.testing.assert_array_equal(db, f(a.T, g, tile=(16, 8, 16)))
+
+
+def test_instruction_errors():
+    a, b = _rand((64, 64), 0), _rand((64, 64), 1)
+    bad = [
+        (dict(instruction="hmma"), "instruction='hmma' is not supported; allowed: "
+                                   r"\('wmma', 'mma_sync', 'wgmma'\)"),
+        (dict(operand_format="e4m3", instruction="wmma"),
+         "instruction='wmma' has no operand_format='e4m3'.*'mma_sync' or 'wgmma'"),
+        (dict(operand_format="f64", instruction="wgmma"), "instruction='wgmma' has no"),
+        (dict(operand_format=("e4m3", "bf16")), "mixes formats"),
+        (dict(operand_format=("e4m3", "fp8")), "operand_format=.fp8. is not supported"),
+        (dict(operand_format=("f16", "bf16")), "mixes formats; only the fp8"),
+        (dict(operand_format="e4m3", tile=(16, 8, 32)),
+         r"tile=\(16, 8, 32\) is not a wgmma shape.*\(64, n, 32\)"),
+        (dict(operand_format="e4m3", instruction="mma_sync", tile=(16, 8, 8)),
+         r"not a mma_sync shape for operand_format='e4m3'; allowed: \[\(16, 8, 32\)"),
+        (dict(operand_format="e4m3", accumulator="f64"), "accumulator='f64' is not supported"),
+        (dict(operand_format="e4m3", promote_every=48), "promote_every=48 must be a positive "
+                                                        "multiple of the instruction's k=32"),
+        (dict(promote_every=0), "promote_every=0 must be a positive multiple"),
+        (dict(operand_format="e4m3", accumulator="f16", promote_every=64),
+         "needs accumulator='f32'"),
+        (dict(a_scale=2.0), "per-tensor scales of the fp8 formats"),
+        (dict(operand_format="e4m3", a_scale=jnp.ones(2)), "a_scale must be a scalar"),
+        (dict(operand_format="e4m3", instruction="wgmma", arch="sm_80"), "needs sm_90"),
+    ]
+    for kw, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            jaxwarp.matmul(a, b, **kw)
+        with pytest.raises(ValueError, match=msg):
+            jax.jit(lambda a, b, kw=kw: jaxwarp.matmul(a, b, **kw))(a, b)
+    with pytest.raises(TypeError, match="promote_every must be a Python int"):
+        jaxwarp.matmul(a, b, promote_every=32.0)
+    with pytest.raises(ValueError, match="K=40 is not a multiple of the tile's 32"):
+        jaxwarp.matmul(_rand((64, 40), 0), _rand((40, 8), 1), operand_format="e4m3")
+    with pytest.raises(ValueError, match="M=8 is not a multiple of the tile's 16"):
+        jaxwarp.matmul(_rand((8, 32), 0), _rand((32, 8), 1), operand_format="e4m3",
+                       instruction="mma_sync")
+
+
+def test_wgmma_pads_rows_and_columns(datapath_mma):
+    a, b = _fp8_values((64, 64), 18), _fp8_values((64, 16), 19)
+    full = jaxwarp.matmul(a, b, operand_format="e5m2")
+    part = jaxwarp.matmul(a[:5], b[:, :3], operand_format="e5m2")
+    np.testing.assert_array_equal(part, full[:5, :3])
+
+
+def _chain_cases(path, prefix):
+    if not path.exists():
+        return []
+    z = np.load(path)
+    return [(path, k[:-2]) for k in z.files if k.startswith(prefix) and k.endswith("/A")
+            and ("e4m3" in k or "e5m2" in k) and "f32f32" in k]
+
+
+_HW = _chain_cases(CAPS / "wgmma" / "wgmma_chain.npz", "chain/wgmma/") + \
+    _chain_cases(CAPS / "ptx" / "ptx_chain.npz", "chain/ptx/")
+
+
+@pytest.mark.skipif(not HAS_INSTRUCTIONS, reason="datapath.mma has no instruction= yet")
+@pytest.mark.skipif(not _HW, reason=f"no fp8 hardware chains under {CAPS}")
+@pytest.mark.parametrize("path,name", _HW, ids=[n.split("/")[-1] for _, n in _HW])
+def test_hardware_fp8_chains(path, name):
+    z = np.load(path)
+    fa, fb, _, shape = name.split("/")[-1].split(".")[:4]
+    k = int(shape.split("k")[1].split("x")[0])
+    instruction = "wgmma" if "/wgmma/" in name else "mma_sync"
+    A = z[name + "/A"].view(mm_mod.fp8_cvt.FP8_FORMATS[fa]).astype(np.float32)
+    B = z[name + "/B"].view(mm_mod.fp8_cvt.FP8_FORMATS[fb]).astype(np.float32)
+    C, D = z[name + "/C"].view(np.float32), z[name + "/D"]
+    f = jax.jit(jax.vmap(functools.partial(
+        jaxwarp.matmul, operand_format=(fa, fb), instruction=instruction,
+        tile=(A.shape[1], 8, k))))
+    got = _bits(f(A, B, C))
+    assert got.size == D.size and np.array_equal(got, D.view(np.uint32)), \
+        f"{np.sum(got != D.view(np.uint32))}/{D.size} elements differ"

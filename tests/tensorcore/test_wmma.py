@@ -93,11 +93,16 @@ def test_fill_fragment():
     assert (np.asarray(c.x).view(np.uint16) == np.float16(0.1).view(np.uint16)).all()
     a = wmma.fill_fragment(fragment("matrix_a", 8, 8, 32, "s4", "row_major"), -1)
     assert a.x.dtype == jnp.int32 and (np.asarray(a.x) == -1).all()
-    b = wmma.fill_fragment(fragment("matrix_b", 8, 8, 32, "u4", "col_major"), 0x13)
+    b = wmma.fill_fragment(fragment("matrix_b", 8, 8, 32, "u4", "col_major"), 0x3)
     assert (np.asarray(b.x) == 0x33333333).all()
-    for v, want in ((1, 0xFFFFFFFF), (2, 0), (3, 0xFFFFFFFF)):
+    with pytest.raises(ValueError, match=r"v=19 does not fit a u4 fragment"):
+        wmma.fill_fragment(fragment("matrix_b", 8, 8, 32, "u4", "col_major"), 0x13)
+    for v, want in ((1, 0xFFFFFFFF), (0, 0)):
         f = wmma.fill_fragment(fragment("matrix_a", 8, 8, 128, "b1", "row_major"), v)
         assert (np.asarray(f.x) == want).all()
+    for v in (2, 3, -1):  # out of range: an error, not the low bit
+        with pytest.raises(ValueError, match=f"v={v} does not fit a b1 fragment"):
+            wmma.fill_fragment(fragment("matrix_a", 8, 8, 128, "b1", "row_major"), v)
     # A traced value, under jit.
     f = jax.jit(wmma.fill_fragment)(fragment("matrix_a", 16, 16, 16, "bf16", "row_major"),
                                      jnp.float32(1.00390625))  # ties to even -> 1.0

@@ -1,10 +1,12 @@
-"""Conformance against hardware captures (the schema of ``docs/capture_format.md``).
+"""Conformance against hardware captures: ``python -m jaxwarp.conformance``.
 
 `check_file` runs the model on the inputs recorded in a capture file and compares
 the bits of every output with what the GPU returned. Results come per group
 (``shfl``, ``reduce``, ``vote``, ``dpx/<fn>``, ``cvt/<fn>``, ``layout/<key>``,
-``mma/<config>``); keys that no handler understands are reported as
-``unhandled/<key>`` and count as mismatches.
+``mma/<config>`` here; ``ptx/``, ``wgmma/``, ``chain/...``, fp8 ``cvt/`` forms and
+``ldmatrix``/``stmatrix``/``movmatrix`` in ``handlers.py``). A key no handler
+understands, an unknown mode code, a file with nothing to compare or a configuration
+the model cannot run is an error, never a pass (``docs/conformance.md``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import json
 import os
 import sys
 import zipfile
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -22,74 +23,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp._src.conformance.registry import HANDLERS as _HANDLERS
+from jaxwarp._src.conformance.registry import READ_ERRORS as _READ_ERRORS
+from jaxwarp._src.conformance.registry import CaptureError as CaptureError
+from jaxwarp._src.conformance.registry import GroupResult as GroupResult
+from jaxwarp._src.conformance.registry import count as _count
+from jaxwarp._src.conformance.registry import floor_percent as floor_percent
+from jaxwarp._src.conformance.registry import handler, prefix_handler
 from jaxwarp._src.numerics import formats
 from jaxwarp._src.tensorcore import wmma
-from jaxwarp._src.warp import dpx, lanes, reduce, vote
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.tensorcore.fragments import fragment, unpack_values
+from jaxwarp._src.warp import dpx, lanes, reduce, vote
 
 DEADBEEF = 0xDEADBEEF
-
-
-class CaptureError(ValueError):
-    """A capture file that cannot be read or does not follow the schema."""
-
-
-# What a damaged archive raises while its members are read.
-_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError)
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupResult:
-    """Bit-exact count for one group of a capture file."""
-
-    group: str
-    matched: int
-    total: int
-    note: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.matched == self.total
-
-
-# A handler is (match, run): match(file keys) -> the keys it will consume (empty: not
-# for this file); run(capture, keys) -> results.
-Handler = tuple[Callable[[set], set], Callable[[Any, set], Iterator[GroupResult]]]
-_HANDLERS: list[Handler] = []
-
-
-def handler(*keys: str):
-    """Registers a handler that needs every one of ``keys`` (all present, or it is skipped)."""
-
-    def wrap(fn):
-        _HANDLERS.append(
-            (lambda files: set(keys) if set(keys) <= files else set(), lambda d, _keys: fn(d))
-        )
-        return fn
-
-    return wrap
-
-
-def prefix_handler(match: Callable[[str], bool]):
-    """Registers a handler for every key for which ``match(key)`` holds."""
-
-    def wrap(fn):
-        _HANDLERS.append((lambda files: {k for k in files if match(k)}, fn))
-        return fn
-
-    return wrap
 
 
 def _mask_bits(mask: np.ndarray) -> np.ndarray:
     """(W,) masks -> bool (W, 32): lane l is in the mask."""
     m = np.asarray(mask).astype(np.int64) & 0xFFFFFFFF
     return ((m[:, None] >> np.arange(32)) & 1).astype(bool)
-
-
-def _count(got: np.ndarray, want: np.ndarray, where: np.ndarray) -> tuple[int, int]:
-    where = np.broadcast_to(where, want.shape)
-    return int(((got == want) & where).sum()), int(where.sum())
 
 
 # Shuffle key prefixes -> how the captured words are viewed before shuffling: the model
@@ -117,6 +70,11 @@ def _shfl_handler(prefix: str, view: Any, per_word: int | None) -> None:
         xv = x.view(dt).reshape(*x.shape, per_word) if per_word else x.view(dt)
         fns = (lanes.shfl_sync, lanes.shfl_up_sync, lanes.shfl_down_sync, lanes.shfl_xor_sync)
         got = np.zeros_like(want)
+        modes = sorted({int(v) for v in np.asarray(cfg)[:, 0]})
+        bad = [v for v in modes if not 0 <= v < len(fns)]
+        if bad:
+            raise CaptureError(f"{prefix}_cfg has mode code(s) {bad}; known: 0 shfl, 1 up, "
+                               f"2 down, 3 xor")
         for mode, width in sorted({(int(r[0]), int(r[2])) for r in cfg}):
             sel = np.flatnonzero((cfg[:, 0] == mode) & (cfg[:, 2] == width))
             # Eager and padded to a fixed batch: every (mode, width) group then reuses the
@@ -342,7 +300,11 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     return got.view(dt.bits_dtype), want.view(dt.bits_dtype)
 
 
-@prefix_handler(lambda key: "/" in key and not key.startswith(("ld/", "st/")))
+_OTHER_FAMILIES = ("ld/", "st/", "ptx/", "wgmma/", "chain/", "cvt/", "ldmatrix/",
+                   "stmatrix/", "movmatrix/")
+
+
+@prefix_handler(lambda key: "/" in key and not key.startswith(_OTHER_FAMILIES))
 def _mma(d, keys) -> Iterator[GroupResult]:
     for name in sorted({k.split("/")[0] for k in keys}):
         got, want = run_mma_config(d, name)
@@ -423,12 +385,11 @@ def _st(d, keys) -> Iterator[GroupResult]:
         yield GroupResult(f"store/{base[3:]}", matched, total)
 
 
-def check_file(path: str) -> tuple[list[GroupResult], str]:
-    """Runs the model on one capture file. Returns (results, device name).
+# The PTX-level families (ptx, wgmma, chains, fp8 cvt, ldmatrix) register themselves here.
+from jaxwarp._src.conformance import handlers as _handlers  # noqa: E402,F401
 
-    Raises:
-        CaptureError: the file is missing, not an npz, or breaks the schema.
-    """
+
+def _open(path: str):
     try:
         if not os.path.exists(path):
             raise FileNotFoundError(path)
@@ -436,15 +397,36 @@ def check_file(path: str) -> tuple[list[GroupResult], str]:
             raise CaptureError(f"{path}: not a readable .npz capture file (not a zip archive "
                                f"of .npy arrays)")
         d = np.load(path, allow_pickle=False)
-        files = set(d.files)
+        return d, set(d.files)
     except FileNotFoundError as e:
         raise CaptureError(f"{path}: no such capture file") from e
     except _READ_ERRORS as e:
         raise CaptureError(f"{path}: not a readable .npz capture file ({e})") from e
+
+
+def check_file(path: str, progress: Callable[[GroupResult], None] | None = None
+               ) -> tuple[list[GroupResult], str]:
+    """Runs the model on one capture file. Returns (results, device name).
+
+    Every key must be understood by a handler: a key none understands becomes an error
+    result (``GroupResult.error``), as does a configuration the model cannot run yet.
+
+    Args:
+      path: the ``.npz`` capture file.
+      progress: called with each result as soon as it is known.
+
+    Raises:
+      CaptureError: the file is missing, not an npz, breaks the schema, or has nothing
+        to compare (no key besides ``device``).
+    """
+    d, files = _open(path)
     try:
         device = str(d["device"]) if "device" in files else "unknown device"
     except _READ_ERRORS as e:
         raise CaptureError(f"{path}: key 'device' cannot be read ({e})") from e
+    if not files - {"device"}:
+        raise CaptureError(f"{path}: nothing to compare (keys: {sorted(files)}); a capture "
+                           f"needs at least one group of outputs")
     results: list[GroupResult] = []
     used = {"device"}
     with jax.enable_x64(True):
@@ -453,7 +435,10 @@ def check_file(path: str) -> tuple[list[GroupResult], str]:
             if not keys:
                 continue
             try:
-                results.extend(run(d, keys))
+                for r in run(d, keys):
+                    results.append(r)
+                    if progress is not None:
+                        progress(r)
             except CaptureError as e:
                 raise CaptureError(f"{path}: {e}") from e
             except _READ_ERRORS as e:
@@ -470,47 +455,174 @@ def check_file(path: str) -> tuple[list[GroupResult], str]:
             size = int(np.asarray(d[k]).size)
         except (*_READ_ERRORS, ValueError) as e:
             raise CaptureError(f"{path}: key {k!r} cannot be read as a plain array ({e})") from e
-        results.append(GroupResult(f"unhandled/{k}", 0, size, "no model for this key yet"))
+        r = GroupResult(f"unhandled/{k}", 0, size,
+                        error=f"{path}: no handler understands key {k!r}")
+        results.append(r)
+        if progress is not None:
+            progress(r)
+    if not any(r.total or r.skipped or r.error for r in results):
+        raise CaptureError(f"{path}: nothing to compare: no key held any output element")
     return results, device
 
 
-def _fmt(r: GroupResult) -> str:
-    pct = 100.0 * r.matched / r.total if r.total else 100.0
-    flag = "" if r.ok else "   MISMATCH"
-    note = f"  ({r.note})" if r.note else ""
-    return f"{r.group:<44} {r.matched:>10}/{r.total:<10} {pct:6.1f}%{flag}{note}"
+def _pct(matched: int, total: int) -> str:
+    return f"{floor_percent(matched, total)}%" if total else "-"
+
+
+def _row(name: str, total: int, matched: int, flag: str = "", note: str = "") -> str:
+    return (f"  {name:<52} {total:>10} {matched:>10} {_pct(matched, total):>9}"
+            + (f"  {flag}" if flag else "") + (f"  ({note})" if note else ""))
+
+
+def _tally(results: Iterable[GroupResult]) -> dict[str, int]:
+    t = {"matched": 0, "total": 0, "groups": 0, "mismatched_groups": 0, "error_groups": 0,
+         "unchecked_elements": 0, "skipped_groups": 0}
+    for r in results:
+        t["groups"] += 1
+        if r.error:
+            t["error_groups"] += 1
+            t["unchecked_elements"] += r.total
+        elif r.skipped:
+            t["skipped_groups"] += 1
+        else:
+            t["matched"] += r.matched
+            t["total"] += r.total
+            t["mismatched_groups"] += r.matched != r.total
+    return t
+
+
+def format_file(path: str, device: str, results: list[GroupResult]) -> list[str]:
+    """The table of one file: a row per group, a subtotal per family, errors listed."""
+    lines = [f"# {path} (captured on {device}; model on {jax.default_backend()})",
+             f"  {'config':<52} {'elements':>10} {'exact':>10} {'%':>9}"]
+    families: dict[str, list[GroupResult]] = {}
+    for r in results:
+        families.setdefault(r.family, []).append(r)
+    for fam, rs in families.items():
+        for r in rs:
+            if r.error:
+                lines.append(f"  {r.group:<52} {r.total or '-':>10} {'-':>10} {'-':>9}  "
+                             f"ERROR  ({r.error})")
+            elif r.skipped:
+                lines.append(f"  {r.group:<52} {'-':>10} {'-':>10} {'-':>9}  not compared"
+                             f"  ({r.note})")
+            else:
+                lines.append(_row(r.group, r.total, r.matched,
+                                  "" if r.ok else "MISMATCH", r.note))
+        t = _tally(rs)
+        extra = []
+        if t["error_groups"]:
+            extra.append(f"{t['error_groups']} group(s) NOT CHECKED (errors)")
+        if t["skipped_groups"]:
+            extra.append(f"{t['skipped_groups']} not recorded")
+        lines.append(f"  = {fam}: {t['matched']}/{t['total']} bit-exact "
+                     f"({_pct(t['matched'], t['total'])})"
+                     + (f"; {'; '.join(extra)}" if extra else ""))
+    return lines
+
+
+class _Progress:
+    """A progress bar on stderr: tqdm when installed, else a plain counter line."""
+
+    def __init__(self, desc: str, enabled: bool):
+        self.bar = None
+        self.n = 0
+        self.desc = desc
+        self.enabled = enabled
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(desc=desc, unit="group", file=sys.stderr, leave=False)
+            except ImportError:
+                self.bar = None
+
+    def __call__(self, r: GroupResult) -> None:
+        self.n += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(r.group[-40:], refresh=False)
+            self.bar.update(1)
+        elif self.enabled:
+            print(f"\r{self.desc}: {self.n} groups ({r.group[-40:]})", end="", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled and self.n:
+            print(file=sys.stderr)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
+    """The command line. Exit status: 0 every element of every file matched; 1 some element
+    mismatched; 2 an error (unreadable file, nothing to compare, an unknown key, a
+    configuration the model cannot run). Errors win over mismatches."""
     import argparse
 
     p = argparse.ArgumentParser(
         prog="python -m jaxwarp.conformance",
-        description="Compare jaxwarp bit for bit with GPU captures (docs/capture_format.md schema).",
+        description="Compare jaxwarp bit for bit with GPU captures (docs/conformance.md).",
     )
     p.add_argument("files", nargs="+", metavar="FILE.npz", help="capture files")
-    p.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write every count as JSON")
+    p.add_argument("--backend", choices=("cpu", "gpu"),
+                   help="the JAX backend that runs the model (default: JAX's default)")
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="progress bar on stderr (auto: when stderr is a terminal)")
     args = p.parse_args(list(argv) if argv is not None else None)
-    matched = total = 0
-    report: dict[str, Any] = {"backend": jax.default_backend(), "files": []}
-    for path in args.files:
+    if args.backend:
         try:
-            results, device = check_file(path)
-        except CaptureError as e:
-            print(f"error: {e}", file=sys.stderr)
+            device = jax.devices(args.backend)[0]
+        except RuntimeError as e:
+            print(f"error: --backend {args.backend}: no such JAX backend here ({e})",
+                  file=sys.stderr)
             return 2
-        print(f"# {path} (captured on {device}; model on {jax.default_backend()})")
-        for r in results:
-            print(_fmt(r))
-            matched += r.matched
-            total += r.total
-        report["files"].append(
-            {"path": path, "device": device, "groups": [dataclasses.asdict(r) for r in results]}
-        )
-    pct = 100.0 * matched / total if total else 100.0
-    report.update(matched=matched, total=total, percent=round(pct, 1))
+    else:
+        device = jax.devices()[0]
+    show = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
+    report: dict[str, Any] = {"backend": device.platform, "files": []}
+    all_results: list[GroupResult] = []
+    file_errors: list[str] = []
+    with jax.default_device(device):
+        for path in args.files:
+            bar = _Progress(os.path.basename(path), show)
+            try:
+                results, dev = check_file(path, bar)
+            except CaptureError as e:
+                bar.close()
+                print(f"error: {e}", file=sys.stderr)
+                file_errors.append(str(e))
+                report["files"].append({"path": path, "error": str(e)})
+                continue
+            bar.close()
+            print("\n".join(format_file(path, dev, results)))
+            for r in results:
+                if r.error:
+                    print(f"error: {path}: {r.group}: {r.error}", file=sys.stderr)
+            all_results.extend(results)
+            t = _tally(results)
+            report["files"].append({
+                "path": path, "device": dev, **t,
+                "percent": floor_percent(t["matched"], t["total"]) if t["total"] else None,
+                "groups_detail": [dataclasses.asdict(r) for r in results]})
+    t = _tally(all_results)
+    pct = floor_percent(t["matched"], t["total"]) if t["total"] else None
+    report.update(t, percent=pct, file_errors=len(file_errors))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
-    print(f"conformance: {matched}/{total} bit-exact ({pct:.1f}%)")
-    return 0 if matched == total else 1
+    line = (f"conformance: {t['matched']}/{t['total']} bit-exact ({pct}%)" if t["total"]
+            else "conformance: nothing was compared")
+    extra = []
+    if t["mismatched_groups"]:
+        extra.append(f"{t['mismatched_groups']} group(s) MISMATCH")
+    if t["error_groups"]:
+        extra.append(f"{t['error_groups']} group(s) with {t['unchecked_elements']} elements "
+                     f"NOT CHECKED (errors)")
+    if file_errors:
+        extra.append(f"{len(file_errors)} file(s) unreadable or empty (errors)")
+    if t["skipped_groups"]:
+        extra.append(f"{t['skipped_groups']} form(s) not recorded on the GPU")
+    print(line + ("; " + "; ".join(extra) if extra else ""))
+    if file_errors or t["error_groups"] or not t["total"]:
+        return 2
+    return 0 if t["matched"] == t["total"] else 1

@@ -1,7 +1,8 @@
 """Number formats, rounding and the CUDA conversion intrinsics, bit-exact.
 
 One table, :data:`FORMATS`, describes every element format the warp-level units
-read or write (fp16, bf16, tf32, fp32, fp64 and the integer formats of WMMA).
+read or write, by PTX name (f64 f32 tf32 bf16 f16 e4m3 e5m2 s32 s8 u8 s4 u4 b1; the older
+names fp16/fp32/fp64 stay as aliases).
 :func:`round_to` rounds float32 (or float64) values onto a format's value set
 with a chosen rounding mode, and the ``float2half_rn``-style functions reproduce
 the CUDA conversions bit for bit, NaN outputs included, as measured on an H100
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -54,24 +56,32 @@ class Format:
     """An element format as the GPU stores and interprets it.
 
     Attributes:
-      name: short name used throughout jaxwarp (``"fp16"``, ``"tf32"``, ``"s8"`` ...).
+      name: the PTX name (``"f16"``, ``"tf32"``, ``"e4m3"``, ``"s8"`` ...). Older names
+        (``"fp16"``, ``"fp32"``, ``"fp64"``) and dtype names are accepted as aliases by
+        :func:`get_format` and by every function that takes a format (:data:`ALIASES`).
       kind: ``"float"`` or ``"int"``.
       bits: significant bits of one element (19 for tf32, 4 for int4, 1 for b1).
-      storage_dtype: the numpy dtype jaxwarp holds one element in (tf32 lives in a
-        float32 whose low 13 fraction bits are zero; b1 in a bool).
-      exponent_bits: exponent field width (0 for integer formats).
-      mantissa_bits: stored fraction bits (0 for integer formats).
+      storage_dtype: the dtype jaxwarp holds one element in (tf32 lives in a float32
+        whose low 13 fraction bits the tensor core ignores; s4 in an int8 in [-8, 7],
+        u4 in a uint8 in [0, 15], b1 in a uint8 0/1; e4m3/e5m2 in ml_dtypes'
+        ``float8_e4m3fn`` / ``float8_e5m2``).
+      uint_dtype: the unsigned integer dtype as wide as ``storage_dtype`` (what
+        :func:`bits` returns).
+      exponent_bits: exponent field width (0 for integer formats); taken from
+        ``ml_dtypes.finfo`` where the format has its own dtype.
+      mantissa_bits: stored fraction bits (0 for integer formats); likewise.
       signed: whether negative values exist.
-      has_inf: whether the format encodes infinities.
+      has_inf: whether the format encodes infinities (e4m3 does not).
       has_nan: whether the format encodes NaNs.
       min_value: most negative finite value (a Python int for integer formats).
-      max_value: largest finite value.
+      max_value: largest finite value (448 for e4m3: its top code is NaN, not a number).
     """
 
     name: str
     kind: str
     bits: int
     storage_dtype: np.dtype
+    uint_dtype: np.dtype
     exponent_bits: int = 0
     mantissa_bits: int = 0
     signed: bool = True
@@ -100,35 +110,94 @@ class Format:
         return 2.0 ** (1 - self.bias - self.mantissa_bits)
 
 
-def _float_format(name: str, exponent_bits: int, mantissa_bits: int, dtype: Any) -> Format:
-    bias = (1 << (exponent_bits - 1)) - 1
-    max_value = (2.0 - 2.0**-mantissa_bits) * 2.0**bias
-    return Format(name, "float", 1 + exponent_bits + mantissa_bits, np.dtype(dtype),
-                  exponent_bits, mantissa_bits, signed=True, has_inf=True, has_nan=True,
-                  min_value=-max_value, max_value=max_value)
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _float_format(name: str, dtype: Any, *, exponent_bits: int | None = None,
+                  mantissa_bits: int | None = None) -> Format:
+    fi = ml_dtypes.finfo(dtype)
+    eb = int(fi.nexp) if exponent_bits is None else exponent_bits
+    mb = int(fi.nmant) if mantissa_bits is None else mantissa_bits
+    # tf32 shares float32's dtype but keeps 10 fraction bits: its maximum is computed.
+    max_value = float(fi.max) if mantissa_bits is None else (2.0 - 2.0**-mb) * 2.0**fi.maxexp / 2
+    has_inf = bool(np.isinf(np.array(np.inf).astype(dtype)))
+    dt = np.dtype(dtype)
+    return Format(name, "float", 1 + eb + mb, dt, np.dtype(_UINT[dt.itemsize]), eb, mb,
+                  signed=True, has_inf=has_inf, has_nan=True, min_value=-max_value,
+                  max_value=max_value)
 
 
 def _int_format(name: str, bits: int, signed: bool, dtype: Any) -> Format:
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    return Format(name, "int", bits, np.dtype(dtype), signed=signed, min_value=lo, max_value=hi)
+    dt = np.dtype(dtype)
+    return Format(name, "int", bits, dt, np.dtype(_UINT[dt.itemsize]), signed=signed,
+                  min_value=lo, max_value=hi)
 
 
-#: Every element format, by name: the single source of truth for their parameters.
-FORMATS: dict[str, Format] = {
-    f.name: f
-    for f in (
-        _float_format("fp16", 5, 10, np.float16),
-        _float_format("bf16", 8, 7, ml_dtypes.bfloat16),
-        _float_format("tf32", 8, 10, np.float32),
-        _float_format("fp32", 8, 23, np.float32),
-        _float_format("fp64", 11, 52, np.float64),
-        _int_format("s8", 8, True, np.int8),
-        _int_format("u8", 8, False, np.uint8),
-        _int_format("s4", 4, True, ml_dtypes.int4),
-        _int_format("u4", 4, False, ml_dtypes.uint4),
-        _int_format("b1", 1, False, np.bool_),
-    )
+#: Other names accepted for each format (older jaxwarp names, dtype names, CUDA names).
+ALIASES: dict[str, str] = {
+    "fp16": "f16", "half": "f16", "float16": "f16",
+    "bfloat16": "bf16",
+    "fp32": "f32", "float": "f32", "float32": "f32",
+    "fp64": "f64", "double": "f64", "float64": "f64",
+    "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e4m3fn": "e4m3",
+    "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2",
+    "int32": "s32", "int8": "s8", "uint8": "u8", "int4": "s4", "uint4": "u4",
 }
+
+
+class _Registry(Mapping[str, Format]):
+    """A read-only name -> :class:`Format` table that also answers to the aliases.
+
+    Iterating gives the PTX names only, so ``tuple(FORMATS)`` lists each format once.
+    """
+
+    def __init__(self, formats: tuple[Format, ...]):
+        self._by_name = {f.name: f for f in formats}
+
+    def __getitem__(self, name: str) -> Format:
+        return self._by_name[ALIASES.get(name, name)]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and ALIASES.get(name, name) in self._by_name
+
+    def __iter__(self):
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __repr__(self) -> str:
+        return f"FORMATS({', '.join(self._by_name)})"
+
+
+#: Every element format, by PTX name: the single source of truth for their parameters.
+#: Lookups also accept :data:`ALIASES` (``FORMATS["fp16"] is FORMATS["f16"]``).
+FORMATS: Mapping[str, Format] = _Registry((
+    _float_format("f64", np.float64),
+    _float_format("f32", np.float32),
+    _float_format("tf32", np.float32, exponent_bits=8, mantissa_bits=10),
+    _float_format("bf16", ml_dtypes.bfloat16),
+    _float_format("f16", np.float16),
+    _float_format("e4m3", ml_dtypes.float8_e4m3fn),
+    _float_format("e5m2", ml_dtypes.float8_e5m2),
+    _int_format("s32", 32, True, np.int32),
+    _int_format("s8", 8, True, np.int8),
+    _int_format("u8", 8, False, np.uint8),
+    _int_format("s4", 4, True, np.int8),
+    _int_format("u4", 4, False, np.uint8),
+    _int_format("b1", 1, False, np.uint8),
+))
+
+
+def canonical_name(name: str, argname: str = "name",
+                   allowed: tuple[str, ...] | None = None) -> str:
+    """The PTX name of format ``name`` (an alias is resolved), checked against ``allowed``.
+
+    Raises ValueError naming ``argname`` and listing the allowed names (aliases too).
+    """
+    return get_format(name, argname, allowed).name
+
 
 #: Names of the floating-point formats (what round_to accepts as ``fmt``).
 FLOAT_FORMATS = tuple(name for name, f in FORMATS.items() if f.is_float)
@@ -137,8 +206,9 @@ FLOAT_FORMATS = tuple(name for name, f in FORMATS.items() if f.is_float)
 ROUNDING_MODES = ("rn", "rz", "rna")
 
 # The float format of each input dtype round_to accepts.
-_SOURCE_FORMAT = {np.dtype(np.float32): "fp32", np.dtype(np.float64): "fp64"}
+_SOURCE_FORMAT = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _UINT_OF_WIDTH = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
+_SRC_DTYPE = {32: np.float32, 64: np.float64}
 
 
 def get_format(name: str | Format, argname: str = "name",
@@ -158,18 +228,33 @@ def get_format(name: str | Format, argname: str = "name",
       TypeError: ``name`` is a traced value.
 
     Example:
-      >>> get_format("fp16").max_value
+      >>> get_format("f16").max_value
       65504.0
+      >>> get_format("fp16") is get_format("f16")  # an alias
+      True
     """
     allowed = tuple(FORMATS) if allowed is None else allowed
     if isinstance(name, Format):
         name = name.name
-    return FORMATS[checks.static_choice(name, argname, allowed)]
+    if isinstance(name, str) and ALIASES.get(name) in allowed:
+        name = ALIASES[name]
+    if not isinstance(name, str) or name not in allowed:
+        names = ", ".join(repr(a) for a in allowed)
+        aliases = ", ".join(f"{k!r}" for k, v in ALIASES.items() if v in allowed)
+        if not isinstance(name, str):
+            checks.static_choice(name, argname, allowed)  # traced / not a str -> TypeError
+        raise ValueError(f"{argname}={name!r} is not supported; allowed: ({names}); "
+                         f"aliases: ({aliases})")
+    return FORMATS[name]
 
 
 def _float_input(x: Any, name: str) -> jax.Array:
-    """Checks that ``x`` is a float32 or float64 array and returns it."""
-    arr = jnp.asarray(x)
+    """Checks that ``x`` is a float32 or float64 array and returns it.
+
+    A float64 NumPy input with x64 off raises (JAX would narrow it to float32 first,
+    rounding twice); see the 64-bit policy in ``checks``.
+    """
+    arr = checks.array_arg(x, name)
     if arr.dtype not in _SOURCE_FORMAT:
         raise TypeError(f"{name} must be a float32 array (or float64 with jax_enable_x64), "
                         f"got dtype {arr.dtype}")
@@ -177,7 +262,7 @@ def _float_input(x: Any, name: str) -> jax.Array:
 
 
 def _uint32_input(u: Any, name: str) -> jax.Array:
-    arr = jnp.asarray(u)
+    arr = checks.array_arg(u, name)
     if arr.dtype not in (jnp.dtype(jnp.uint32), jnp.dtype(jnp.int32)):
         raise TypeError(f"{name} must be a uint32 (or int32) array of bits, got dtype {arr.dtype}")
     return lax.bitcast_convert_type(arr, jnp.uint32) if arr.dtype == jnp.int32 else arr
@@ -234,14 +319,20 @@ def _round_bits(u: jax.Array, src: Format, dst: Format, mode: str) -> jax.Array:
     # letting a rounding carry move into the exponent field.
     out = jnp.where(sig == 0, t(0), ((exp_eff - t(1)) << t(ms)) + sig)
 
-    if dst.exponent_bits < src.exponent_bits:
-        max_bits = ((dst.bias + src.bias) << ms) | (((1 << mt) - 1) << (ms - mt))
+    if dst.exponent_bits < src.exponent_bits or not dst.has_inf:
+        # dst's largest finite value in src's encoding (448 for e4m3, whose all-ones
+        # exponent field still holds numbers). Beyond it: +-max under rz, else +-inf,
+        # or NaN for a format without infinities (e4m3, as ml_dtypes' conversion does).
+        max_bits = int(np.array(dst.max_value, _SRC_DTYPE[src.bits]).view(u.dtype))
         over = out > t(max_bits)
-        out = jnp.where(over, t(max_bits) if mode == "rz" else t(inf_bits), out)
+        nan_bits = inf_bits | (1 << (ms - 1))
+        big = t(inf_bits) if dst.has_inf else t(nan_bits)
+        out = jnp.where(over, t(max_bits) if mode == "rz" else big, out)
 
     nan_payload = mag & t(~((1 << (ms - mt)) - 1) & (sign_bit - 1))
     nan = jnp.where(nan_payload == t(inf_bits), t(inf_bits | (1 << (ms - 1))), nan_payload)
-    out = jnp.where(mag > t(inf_bits), nan, jnp.where(mag == t(inf_bits), mag, out))
+    inf_out = mag if dst.has_inf else t(inf_bits | (1 << (ms - 1)))  # e4m3: inf -> NaN
+    out = jnp.where(mag > t(inf_bits), nan, jnp.where(mag == t(inf_bits), inf_out, out))
     return sign | out
 
 
@@ -322,7 +413,9 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
     ``"rna"`` to nearest, ties away from zero (PTX ``cvt.rna``). Values in ``fmt``'s
     subnormal range are rounded on its subnormal grid (fp16's ``2**-24``). A result
     beyond ``fmt``'s largest finite value overflows to ±inf under ``"rn"`` and
-    ``"rna"`` and saturates to ±max under ``"rz"``. ±0 and ±inf are returned unchanged.
+    ``"rna"`` (NaN for ``"e4m3"``, which has no infinity) and saturates to ±max under
+    ``"rz"``. (For the fp8 conversions of CUDA and PTX, with their ``satfinite``
+    rules, use ``jaxwarp.fp8``.) ±0 and ±inf are returned unchanged.
     NaN stays NaN with its sign and the top ``fmt.mantissa_bits`` of its payload (as the
     H100's ``cvt.rna.tf32.f32`` does); if that leaves no payload bit, the quiet bit is set.
     Computed with integer operations on the bits only, so the result is the same on CPU,
@@ -330,8 +423,9 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
 
     Args:
       x: float32 array (or float64 when ``jax_enable_x64`` is on), any shape.
-      fmt: static float format name: ``"fp16"``, ``"bf16"``, ``"tf32"``, ``"fp32"``,
-        ``"fp64"`` (or a :class:`Format`). A format at least as wide as ``x`` is the identity.
+      fmt: static float format name: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f32"``,
+        ``"f64"``, ``"e4m3"``, ``"e5m2"``, an alias (``"fp16"``, ...), or a
+        :class:`Format`. A format at least as wide as ``x`` is the identity.
       mode: static rounding mode, one of ``"rn"``, ``"rz"``, ``"rna"``.
 
     Returns:
@@ -343,10 +437,12 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp
-      >>> round_to(jnp.float32(1 + 2**-11), "fp16")         # a tie: to even
+      >>> round_to(jnp.float32(1 + 2**-11), "f16")          # a tie: to even
       Array(1., dtype=float32)
-      >>> round_to(jnp.float32(70000.0), "fp16", mode="rz")  # saturates
+      >>> round_to(jnp.float32(70000.0), "fp16", mode="rz")  # saturates ("fp16": alias)
       Array(65504., dtype=float32)
+      >>> round_to(jnp.float32(300.0), "e4m3")               # 288 and 320 are e4m3 values
+      Array(288., dtype=float32)
     """
     fmt = get_format(fmt, "fmt", FLOAT_FORMATS).name
     mode = checks.static_choice(mode, "mode", ROUNDING_MODES)
@@ -358,9 +454,9 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
 # public wrapper.
 # --------------------------------------------------------------------------------------
 
-_FP32, _FP16, _BF16, _TF32 = (FORMATS[n] for n in ("fp32", "fp16", "bf16", "tf32"))
+_FP32, _FP16, _BF16, _TF32 = (FORMATS[n] for n in ("f32", "f16", "bf16", "tf32"))
 # What the H100 returns for any NaN input (sign and payload dropped).
-_CANONICAL_NAN = {"fp16": 0x7FFF, "bf16": 0x7FFF, "fp32": 0x7FFFFFFF}
+_CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 
 def _to_16_bits(dst: Format, mode: str):
@@ -389,9 +485,11 @@ def _float_to_tf32_bits(u: jax.Array) -> jax.Array:
 
 
 def _f32_arg(x: Any) -> jax.Array:
-    arr = jnp.asarray(x)
+    arr = checks.array_arg(x, "x")  # float64 with x64 off: TypeError, not a double rounding
     if arr.dtype != jnp.float32:
-        raise TypeError(f"x must be a float32 array, got dtype {arr.dtype}")
+        hint = (" (for float64 use round_to(x, fmt), which rounds once)"
+                if arr.dtype == jnp.float64 else "")
+        raise TypeError(f"x must be a float32 array, got dtype {arr.dtype}{hint}")
     return lax.bitcast_convert_type(arr, jnp.uint32)
 
 
@@ -525,7 +623,7 @@ def float_to_tf32(x: Any) -> jax.Array:
 @functools.partial(jax.jit, static_argnums=1)
 def _widen_to_f32(x: jax.Array, src: Format) -> jax.Array:
     u = lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
-    out = _widen_bits(u, src, _FP32, _CANONICAL_NAN["fp32"])
+    out = _widen_bits(u, src, _FP32, _CANONICAL_NAN["f32"])
     return lax.bitcast_convert_type(out, jnp.float32)
 
 
@@ -590,7 +688,7 @@ def bfloat162float(x: Any) -> jax.Array:
 
 _UINT_OF_BYTES = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
 # Formats whose elements fill whole bytes, so from_bits can bitcast to them.
-_BYTE_FORMATS = ("fp16", "bf16", "tf32", "fp32", "fp64", "s8", "u8")
+_BYTE_FORMATS = ("f16", "bf16", "tf32", "f32", "f64", "e4m3", "e5m2", "s32", "s8", "u8")
 
 
 def bits(x: Any) -> jax.Array:
@@ -611,7 +709,7 @@ def bits(x: Any) -> jax.Array:
       >>> bits(jnp.float16(1.0))
       Array(15360, dtype=uint16)
     """
-    arr = jnp.asarray(x)
+    arr = checks.array_arg(x, "x", complex_ok=True)  # 64-bit with x64 off: TypeError
     if jnp.issubdtype(arr.dtype, jnp.complexfloating):
         raise TypeError(f"x must be a real (float or integer) array, got dtype {arr.dtype}")
     if arr.dtype == jnp.bool_ or arr.dtype.itemsize not in _UINT_OF_BYTES or arr.dtype in (
@@ -627,8 +725,9 @@ def from_bits(u: Any, fmt: str | Format) -> jax.Array:
       u: integer array holding the bits. Its width must equal ``fmt``'s storage width,
         or be 32 bits for a narrower format (the zero-extended results of
         :data:`CVT_FUNCTIONS`), in which case the low bits are used.
-      fmt: static format name whose storage is a whole number of bytes: ``"fp16"``,
-        ``"bf16"``, ``"tf32"``, ``"fp32"``, ``"fp64"``, ``"s8"``, ``"u8"``.
+      fmt: static format name whose storage is a whole number of bytes: ``"f16"``,
+        ``"bf16"``, ``"tf32"``, ``"f32"``, ``"f64"``, ``"e4m3"``, ``"e5m2"``, ``"s32"``,
+        ``"s8"``, ``"u8"`` (or an alias such as ``"fp16"``).
 
     Returns:
       Array of ``fmt.storage_dtype`` and ``u``'s shape.
@@ -643,12 +742,13 @@ def from_bits(u: Any, fmt: str | Format) -> jax.Array:
       Array(1., dtype=float16)
     """
     f = get_format(fmt, "fmt", _BYTE_FORMATS)
-    arr = jnp.asarray(u)
+    arr = checks.array_arg(u, "u", complex_ok=True)  # 64-bit with x64 off: TypeError
     width = f.storage_dtype.itemsize
     if not jnp.issubdtype(arr.dtype, jnp.integer) or arr.dtype.itemsize not in (width, 4) or (
             arr.dtype.itemsize == 4 and width > 4):
+        given = fmt if isinstance(fmt, str) else f.name
         raise TypeError(f"u must be an integer array of {8 * width} bits (or 32 bits) for "
-                        f"fmt={f.name!r}, got dtype {arr.dtype}")
+                        f"fmt={given!r}, got dtype {arr.dtype}")
     unsigned = _UINT_OF_BYTES[width]
     if arr.dtype.itemsize != width:
         arr = lax.bitcast_convert_type(arr, _UINT_OF_BYTES[arr.dtype.itemsize]).astype(unsigned)

@@ -1,53 +1,61 @@
-"""Tensor-core arithmetic: what one ``mma_sync`` computes, bit for bit.
+"""Tensor-core arithmetic: what one chain of MMA instructions computes, bit for bit.
 
 ``mma(a, b, c)`` returns ``D = A @ B + C`` for logical (unfragmented) matrices in the
-arithmetic of the tensor core, as measured on an H100 (sm_90) with the captures in
-``tests/data/h100_mma_*.npz``. Fragments, loads and stores live elsewhere; this module
-only knows numbers.
+arithmetic of the tensor core. The instruction family (``instruction``: ``"wmma"``,
+``"mma_sync"``, ``"wgmma"``) and its k (``instruction_k``) fix what one instruction
+sums; a k axis longer than one instruction is a chain of instructions in k order, the D
+of one being the C of the next, as in a GEMM main loop. What the target can issue
+(:class:`~jaxwarp._src.tensorcore.arch.Target`) and how its tensor cores add
+(:class:`~jaxwarp._src.tensorcore.arch.Datapath`, per instruction family and operand
+type) are data, in ``arch.py``; only the sm_90 / sm_90a model is verified, on every
+float trial of the H100 captures (WMMA, ``mma.sync``, ``wgmma``, chains to K = 4096).
 
-The floating-point model (f16, bf16, tf32 inputs) is a chain of *block fused
-multiply-adds*. The k axis is cut into blocks of ``ArchParams.block_k[a_type]``
-products. For each block and each output element:
+One instruction computes each output element as a chain of *block fused multiply-adds*
+(``Datapath.c_mode == "fused"``, every f16 / bf16 / tf32 instruction and fp8 ``wgmma``):
 
-1. every product ``a_i * b_i`` is formed exactly;
-2. the block exponent ``E`` is the largest *nominal* exponent among the non-zero
-   terms: for a product, the sum of the two operands' leading-bit exponents (so a
-   product whose significands multiply to [2, 4) is not renormalised first); for the
-   accumulator, its own leading-bit exponent;
-3. every term (the products and the accumulator) is truncated toward zero to a
-   multiple of ``2**(E - F)`` with ``F = ArchParams.extra_bits`` (25 on sm_90);
+0. fp8 operands of ``mma.sync`` are first converted exactly to f16
+   (``operand_via="f16"``) and k is reordered ``k % 4 in {0, 1}`` first
+   (``k_split="mod4"``): sm_90 has no fp8 ``mma.sync`` unit and runs it as two f16
+   HMMAs.
+1. k is cut into blocks of ``block_k`` products;
+2. every product ``a_i * b_i`` is exact; its *alignment exponent* is the sum of the
+   operands' exponents (``align="nominal"``), a subnormal operand counting with the
+   format's minimum normal exponent (``sub_exp="emin"``: what an adder of biased
+   exponent fields sees); the accumulator counts with its leading-bit exponent;
+3. ``E`` is the largest alignment exponent of the non-zero terms; every term is
+   truncated toward zero (``trunc="rz"``) to a multiple of ``2**(E - F)``;
 4. the truncated terms are added exactly;
-5. the sum is rounded: to fp32 toward zero, or to fp16 to nearest-even (directly from
-   the exact truncated sum, not through fp32). A result beyond the output format's
-   range becomes inf (round-toward-zero does *not* give MAX here).
+5. the sum becomes fp32 toward zero (``block_round``; cut to ``sum_mbits`` fraction
+   bits first: 13 for fp8 ``wgmma``) or, with an f16 C, f16 to nearest even directly
+   (``f16_out="direct"``, a -0 result becomes +0: ``f16_zero="plus"``). Beyond the
+   format's range the result is inf (also toward zero).
 
-For k larger than a block, the fp32 (round-toward-zero) result of a block is the
-accumulator of the next block. On sm_90 f16 and bf16 use one block of 16, tf32 uses
-two blocks of 4 for m16n16k8, and tf32 operands are the fp32 words with their low 13
-bits ignored (truncated, not rounded; round them yourself as ``__float_to_tf32`` does
-if you want rounding).
+Each block after the first takes the previous block's fp32 result as its accumulator.
+``c_mode="end"`` (fp8 ``mma.sync``): the blocks chain from +0 in d's type and C is
+added last by an IEEE addition rounded to nearest (FADD / HADD2). ``c_mode="ffma"``
+(``mma.sync`` m8n8k4 f16 on sm_90, a software routine): fp32 FFMAs,
+``d = c + fma(a3, b3, fma(a2, b2, fma(a1, b1, fma(a0, b0, +0))))``; with an f16 D
+``d = f16((c + fma(a1, b1, a0 b0)) + fma(a3, b3, a2 b2))``.
 
-Special values: a NaN operand, ``0 * inf``, or infinities of both signs in one block
-give NaN; otherwise an infinite input (or accumulator) gives that infinity even if the
-finite terms would overflow the other way. NaN results are the canonical
-``0x7FFFFFFF`` (fp32) / ``0x7FFF`` (fp16). Subnormal inputs and outputs are kept, not
-flushed.
+Special values: a NaN operand, ``0 * inf`` or infinities of both signs in one block give
+NaN (``nan_f32`` / ``nan_f16``, canonical); otherwise an infinity gives that infinity. An
+exact zero sum is +0 (``zero="plus"``). tf32 operands are fp32 words whose low 13 bits
+are ignored. Subnormals are kept, not flushed.
 
-f64 (m8n8k4) is a chain of IEEE fused multiply-adds in k order,
+f64 (m8n8k4 etc.) is a chain of IEEE fused multiply-adds in k order,
 ``d = fma(a3, b3, fma(a2, b2, fma(a1, b1, fma(a0, b0, c))))``, rounded to nearest
 even. A NaN operand propagates (quieted); a NaN created by ``inf - inf`` or
 ``0 * inf`` is ``0xFFF8000000000000``.
 
-Integer mma (s8, u8, s4, u4) adds exact products to C modulo 2**32, or with ``satf``
-clamps the exact ``A @ B + C`` to the int32 range. ``bmma`` (b1) adds
-``popc(a_row op b_col)`` to C modulo 2**32.
+Integer mma (s8, u8, s4, u4, mixed signedness for ``mma_sync`` / ``wgmma``) adds exact
+products to C modulo 2**32, or with ``satf`` clamps each instruction's exact
+``A @ B + C`` to the int32 range. ``bmma`` (b1) adds ``popc(a_row op b_col)`` to C
+modulo 2**32.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -57,7 +65,15 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import wmma_table
+from jaxwarp._src.tensorcore.arch import ARCHS as ARCHS
+from jaxwarp._src.tensorcore.arch import ArchModel as ArchModel
+from jaxwarp._src.tensorcore.arch import Datapath as Datapath
+from jaxwarp._src.tensorcore.arch import Target as Target
+
+#: The old name of :class:`ArchModel` (one architecture's tensor-core parameters).
+ArchParams = ArchModel
 
 # --------------------------------------------------------------------------------------
 # Types and the table of valid combinations.
@@ -68,6 +84,8 @@ _FLOAT_DTYPES = {
     "tf32": jnp.dtype(jnp.float32),
     "f32": jnp.dtype(jnp.float32),
     "f64": jnp.dtype(jnp.float64),
+    "e4m3": jnp.dtype(jnp.float8_e4m3fn),
+    "e5m2": jnp.dtype(jnp.float8_e5m2),
 }
 _INT_DTYPES = {
     "s8": jnp.dtype(jnp.int8),
@@ -78,100 +96,107 @@ _INT_DTYPES = {
 }
 STORAGE_DTYPE = MappingProxyType({**_FLOAT_DTYPES, **_INT_DTYPES})
 
-# The valid combinations come from the WMMA table (b1 goes through ``bmma``).
+# The valid WMMA combinations come from the WMMA table (b1 goes through ``bmma``).
 _MMA_ENTRIES = tuple(e for e in wmma_table.TABLE if not e.bmma_ops)
-A_TYPES = tuple(e.ab_type for e in _MMA_ENTRIES)
+A_TYPES = tuple(e.ab_type for e in _MMA_ENTRIES) + _arch.FP8_TYPES
 ACC_TYPES = tuple(dict.fromkeys(t for e in _MMA_ENTRIES for t in e.accumulator_types))
 
-#: Valid (a_type, c_type, d_type) combinations, read from ``wmma_table.TABLE``.
+#: Valid WMMA (a_type, c_type, d_type) combinations, read from ``wmma_table.TABLE``.
 COMBOS = tuple((e.ab_type, c, d) for e in _MMA_ENTRIES for c, d in e.cd_types)
+
+_F32F32, _F16F16, _S32 = ("f32", "f32"), ("f16", "f16"), ("s32", "s32")
+#: (instruction, a_type) -> valid (c_type, d_type) of ``mma.sync`` and ``wgmma``
+#: (ptxas 13.0; f16 C with f32 D only at m8n8k4).
+PTX_CD = MappingProxyType({
+    **{("mma_sync", t): cd for t, cd in (
+        ("f16", (_F16F16, _F32F32, ("f16", "f32"))), ("bf16", (_F32F32,)),
+        ("tf32", (_F32F32,)), ("f64", (("f64", "f64"),)), ("e4m3", (_F32F32, _F16F16)),
+        ("e5m2", (_F32F32, _F16F16)), ("s8", (_S32,)), ("u8", (_S32,)), ("s4", (_S32,)),
+        ("u4", (_S32,)))},
+    **{("wgmma", t): cd for t, cd in (
+        ("f16", (_F16F16, _F32F32)), ("bf16", (_F32F32,)), ("tf32", (_F32F32,)),
+        ("e4m3", (_F32F32, _F16F16)), ("e5m2", (_F32F32, _F16F16)), ("s8", (_S32,)),
+        ("u8", (_S32,)))},
+})
+# Operand types that may be paired (a_type, b_type) with a different one.
+_MIXABLE = ({"e4m3", "e5m2"}, {"s8", "u8"}, {"s4", "u4"})
 
 MODES = ("exact", "fast")
 BMMA_OPS = ("xor", "and")
 
 
-# (exponent bits, explicit fraction bits) of the operand formats as the tensor core
-# reads them (tf32 is read from an fp32 word, low 13 bits ignored).
-_FORMAT = {"f16": (5, 10), "bf16": (8, 7), "tf32": (8, 10), "f32": (8, 23)}
+# (exponent bits, fraction bits, storage width, ignored low bits, e4m3fn-style) of the
+# operand formats as the tensor core reads them.
+_FORMAT = {
+    "f16": (5, 10, 16, 0, False), "bf16": (8, 7, 16, 0, False),
+    "tf32": (8, 10, 32, 13, False), "f32": (8, 23, 32, 0, False),
+    "e4m3": (4, 3, 8, 0, True), "e5m2": (5, 2, 8, 0, False),
+}
 
 
-@dataclasses.dataclass(frozen=True)
-class ArchParams:
-    """Numerical parameters of one architecture's tensor cores.
-
-    Attributes:
-      name: ``"sm_90"`` etc.
-      block_k: products fused per block, per a_type (``((a_type, n), ...)``).
-      extra_bits: F, the fraction bits kept below the block's largest nominal exponent
-        when terms are aligned (each term truncated toward zero to that grid).
-      nominal_exponent: the block exponent of a product is the sum of the operands'
-        leading-bit exponents (True), or the product's own leading bit (False).
-      f32_rounding: rounding of an fp32 result from the block sum (``"rz"``).
-      f16_rounding: rounding of an fp16 result from the block sum (``"rn"``).
-      f16_via_f32_for_f32_acc: with an fp32 C and fp16 D, the block sum is first
-        rounded to fp32 (toward zero) and that is rounded to fp16; with an fp16 C it
-        is rounded to fp16 directly.
-      f16_zero_is_positive_for_f16_acc: with fp16 C and D, a non-zero sum that rounds
-        to zero gives +0 whatever its sign.
-      overflow_to_inf: a result beyond the format's range is inf (even under rz).
-      nan_f32, nan_f16: bits of a NaN result.
-      verified: the parameters were checked bit for bit against hardware captures.
-    """
-
-    name: str
-    block_k: tuple[tuple[str, int], ...]
-    extra_bits: int
-    nominal_exponent: bool = True
-    f32_rounding: str = "rz"
-    f16_rounding: str = "rn"
-    f16_via_f32_for_f32_acc: bool = True
-    f16_zero_is_positive_for_f16_acc: bool = True
-    overflow_to_inf: bool = True
-    nan_f32: int = 0x7FFFFFFF
-    nan_f16: int = 0x7FFF
-    verified: bool = False
-
-    def block(self, a_type: str) -> int:
-        return dict(self.block_k)[a_type]
+def _emin(fmt: str) -> int:
+    return 2 - (1 << (_FORMAT[fmt][0] - 1))
 
 
-ARCHS: Mapping[str, ArchParams] = MappingProxyType({
-    # Verified against every trial of the H100 captures (see tests/test_mma_arith.py).
-    "sm_90": ArchParams("sm_90", (("f16", 16), ("bf16", 16), ("tf32", 4)), 25,
-                        verified=True),
-    # Published parameters (Fasi et al. 2021; Khattak & Mikaitis 2025): A100 fuses 8
-    # fp16/bf16 products and 4 tf32 products per block, with one fewer alignment bit
-    # than H100. Not checked against captures.
-    "sm_80": ArchParams("sm_80", (("f16", 8), ("bf16", 8), ("tf32", 4)), 24),
-    # V100: blocks of 4 fp16 products, aligned significands truncated at fp32 width.
-    "sm_70": ArchParams("sm_70", (("f16", 4),), 23),
-})
+def _lsb_min(fmt: str) -> int:
+    return _emin(fmt) - _FORMAT[fmt][1]
 
 
 # --------------------------------------------------------------------------------------
 # Argument checks.
 
 
-def _check_static(a_type, c_type, d_type, arch, mode, satf) -> ArchParams:
+class _Cfg(NamedTuple):
+    """Static configuration of one exact float mma (hashable: a jit static arg)."""
+
+    a_type: str
+    b_type: str
+    c_type: str
+    d_type: str
+    dp: Datapath
+    ik: int
+
+
+def _resolve_arch(arch) -> tuple[Target | None, ArchModel]:
+    if isinstance(arch, ArchModel):
+        target = _arch.parse_target(arch.name) if arch.name in _arch.TARGETS else None
+        return target, arch
+    target = _arch.parse_target(arch)
+    return target, ARCHS[target.name]
+
+
+def _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
+                  datapath):
+    checks.static_choice(instruction, "instruction", _arch.INSTRUCTIONS)
     checks.static_choice(a_type, "a_type", A_TYPES)
+    checks.static_choice(b_type, "b_type", A_TYPES)
     checks.static_choice(c_type, "c_type", ACC_TYPES)
     checks.static_choice(d_type, "d_type", ACC_TYPES)
     checks.static_choice(mode, "mode", MODES)
     if not isinstance(satf, bool):
         raise TypeError(f"satf must be a Python bool, got {type(satf).__name__} {satf!r}")
-    if isinstance(arch, ArchParams):
-        params = arch
+    if datapath is not None and not isinstance(datapath, Datapath):
+        raise TypeError(f"datapath must be a Datapath or None, got {type(datapath).__name__}")
+    target, model = _resolve_arch(arch)
+    if b_type != a_type and not any({a_type, b_type} <= s for s in _MIXABLE):
+        raise ValueError(f"a_type={a_type!r} and b_type={b_type!r} cannot be mixed; mixed "
+                         f"pairs exist only within {[sorted(s) for s in _MIXABLE]}")
+    if instruction == "wmma":
+        if b_type != a_type:
+            raise ValueError(f"wmma needs b_type == a_type, got {a_type!r}, {b_type!r}")
+        if (a_type, c_type, d_type) not in COMBOS:
+            raise ValueError(
+                f"Unsupported wmma types {(a_type, c_type, d_type)=}; valid (a_type, c_type, "
+                f"d_type) combinations: {COMBOS}")
     else:
-        checks.static_choice(arch, "arch", tuple(ARCHS))
-        params = ARCHS[arch]
-    if (a_type, c_type, d_type) not in COMBOS:
-        raise ValueError(
-            f"Unsupported mma types {(a_type, c_type, d_type)=}; valid (a_type, c_type, "
-            f"d_type) combinations: {COMBOS}")
-    if a_type in dict(_FORMAT) and a_type not in dict(params.block_k):
-        raise ValueError(f"arch={params.name!r} has no tensor-core support for "
-                         f"a_type={a_type!r}; it supports {[t for t, _ in params.block_k]}")
-    return params
+        valid = PTX_CD.get((instruction, a_type))
+        if valid is None or (c_type, d_type) not in valid:
+            raise ValueError(
+                f"Unsupported {instruction} types {(a_type, c_type, d_type)=}; valid "
+                f"(c_type, d_type) for a_type={a_type!r}: {valid}")
+    if target is not None:
+        _arch.check_target(target, instruction, a_type, b_type)
+    return model
 
 
 def _check_array(x, name: str, want: jnp.dtype) -> jax.Array:
@@ -204,10 +229,6 @@ def _check_shapes(a, b, c):
 
 _NEG_BIG = -(1 << 20)  # "exponent" of a zero term: below any real one
 
-# Operand formats whose products are exact, finite and normal in fp32 (2**-48 to 2**32
-# for f16), so that the fp32 product of the operands' values is the exact product.
-_VALUE_PATH = ("f16",)
-
 
 def _i32(x):
     return jnp.asarray(x, jnp.int32)
@@ -218,28 +239,33 @@ def _bitlen(x):
     return (32 - lax.clz(x.astype(jnp.uint32))).astype(jnp.int32)
 
 
-def _decode(bits, fmt):
-    """Bits (uint32) of a float format -> (neg, lsb_exp, sig, lead, inf, nan).
+def _decode(bits, fmt, sub_emin=False):
+    """Bits (uint32) of a float format -> (neg, lsb_exp, sig, align, inf, nan).
 
-    value = (-1)**neg * sig * 2**lsb_exp; ``lead`` is the exponent of sig's top bit
+    value = (-1)**neg * sig * 2**lsb_exp; ``align`` is the exponent of sig's top bit, or
+    with ``sub_emin`` for a subnormal the format's minimum normal exponent
     (``_NEG_BIG`` for zero, inf and NaN).
     """
-    eb, mb = _FORMAT[fmt]
-    width = {"f16": 16, "bf16": 16}.get(fmt, 32)
-    rawmb = 23 if fmt == "tf32" else mb
+    eb, mb, width, ign, fn = _FORMAT[fmt]
+    rawmb = mb + ign
     bias = (1 << (eb - 1)) - 1
     emax = (1 << eb) - 1
     neg = (bits >> (width - 1)) & 1
     e = _i32((bits >> rawmb) & emax)
-    f = _i32(bits & ((1 << rawmb) - 1))
-    if fmt == "tf32":
-        f = f >> 13
-    special = e == emax
-    inf = special & (f == 0)
-    nan = special & (f != 0)
+    f = _i32(bits & ((1 << rawmb) - 1)) >> ign
+    if fn:  # e4m3fn: no infinities, only S.1111.111 is NaN
+        nan = (e == emax) & (f == (1 << mb) - 1)
+        inf = jnp.zeros_like(nan)
+        special = nan
+    else:
+        special = e == emax
+        inf = special & (f == 0)
+        nan = special & (f != 0)
     sig = jnp.where(special, 0, jnp.where(e == 0, f, f | (1 << mb)))
     lsb = jnp.where(e == 0, 1 - bias - mb, e - bias - mb)
     lead = jnp.where(sig == 0, _NEG_BIG, lsb + _bitlen(sig) - 1)
+    if sub_emin:
+        lead = jnp.where((e == 0) & (sig != 0), 1 - bias, lead)
     return neg.astype(jnp.bool_), lsb, sig, lead, inf, nan
 
 
@@ -250,51 +276,73 @@ def _shift(x, s):
     return jnp.where(s >= 0, left, right)
 
 
-def _round_f32_rz(neg, mag, g):
-    """(-1)**neg * mag * 2**g (mag uint32) -> fp32 bits, toward zero; overflow -> inf."""
+def _round(mag, g, emin: int, mbits: int, mode: str):
+    """``mag * 2**g`` (mag uint32 >= 0) rounded (``"rz"``/``"rn"``) to a significand
+    of ``mbits`` fraction bits with exponent range down to ``emin`` (subnormals
+    below). Returns (q uint32, lsb int32): value ``q * 2**lsb``, q < 2**(mbits + 1)."""
     n = _bitlen(mag)
-    lead = g + n - 1
-    lsb = jnp.maximum(lead - 23, -149)  # exponent of the result's last bit
-    sh = lsb - g
-    q = jnp.where(sh >= 32, jnp.uint32(0),
-                  jnp.where(sh >= 0, mag >> jnp.clip(sh, 0, 31).astype(jnp.uint32),
-                            mag << jnp.clip(-sh, 0, 31).astype(jnp.uint32)))
-    normal = q >= (1 << 23)
-    ebits = jnp.where(normal, lsb + 23 + 127, 0)
-    out = jnp.where(normal, (ebits.astype(jnp.uint32) << 23) | (q & 0x7FFFFF), q)
-    out = jnp.where(ebits >= 255, jnp.uint32(0x7F800000), out)
-    out = jnp.where(mag == 0, jnp.uint32(0), out)
-    return out | (neg.astype(jnp.uint32) << 31)
-
-
-def _round_f16_rn(neg, mag, g):
-    """(-1)**neg * mag * 2**g (mag uint32) -> fp16 bits, to nearest even."""
-    n = _bitlen(mag)
-    lead = g + n - 1
-    lsb = jnp.maximum(lead - 10, -24)
+    lsb = jnp.maximum(g + n - 1 - mbits, emin - mbits)
     sh = lsb - g
     shc = jnp.clip(sh, 0, 31).astype(jnp.uint32)
     q = jnp.where(sh >= 32, jnp.uint32(0),
                   jnp.where(sh >= 0, mag >> shc,
                             mag << jnp.clip(-sh, 0, 31).astype(jnp.uint32)))
-    rem = jnp.where(sh >= 32, mag, jnp.where(sh > 0, mag & ((jnp.uint32(1) << shc) - 1), 0))
-    half = jnp.where(sh > 32, jnp.uint32(0xFFFFFFFF),  # anything below 2**32 < half
-                     jnp.where(sh > 0, jnp.uint32(1) << jnp.clip(sh - 1, 0, 31)
-                               .astype(jnp.uint32), 0))
-    up = (sh > 0) & ((rem > half) | ((rem == half) & ((q & 1) == 1)))
-    q = q + up.astype(jnp.uint32)
-    # q may carry into a new binade: the bits still form the right fp16 encoding when
-    # built as (exponent << 10) + q with q's implicit bit counted in the exponent.
-    ebase = jnp.where(q >= (1 << 10), lsb + 10 + 15 - 1, 0).astype(jnp.uint32)
-    out = jnp.where(q >= (1 << 10), (ebase << 10) + q, q)
-    out = jnp.minimum(out, jnp.uint32(0x7C00))  # overflow -> inf
-    out = jnp.where(mag == 0, jnp.uint32(0), out)
-    return (out | (neg.astype(jnp.uint32) << 15)).astype(jnp.uint16)
+    if mode == "rn":
+        rem = jnp.where(sh >= 32, mag,
+                        jnp.where(sh > 0, mag & ((jnp.uint32(1) << shc) - 1), 0))
+        half = jnp.where(sh > 32, jnp.uint32(0xFFFFFFFF),
+                         jnp.where(sh > 0, jnp.uint32(1) << jnp.clip(sh - 1, 0, 31)
+                                   .astype(jnp.uint32), 0))
+        up = (sh > 0) & ((rem > half) | ((rem == half) & ((q & 1) == 1)))
+        q = q + up.astype(jnp.uint32)
+        carry = q >= (1 << (mbits + 1))
+        q = jnp.where(carry, q >> 1, q)
+        lsb = lsb + carry.astype(jnp.int32)
+    return q, lsb
 
 
-def _acc_terms(c_bits, c_fmt):
-    neg, lsb, sig, lead, inf, nan = _decode(c_bits, c_fmt)
-    return neg, lsb, sig, lead, nan, inf & ~neg, inf & neg
+def _encode(neg, q, lsb, eb: int, mb: int):
+    """Bits (uint32) of ``(-1)**neg * q * 2**lsb`` in a format of ``eb`` exponent and
+    ``mb`` fraction bits; the value must be representable up to overflow (-> inf)."""
+    bias = (1 << (eb - 1)) - 1
+    n = _bitlen(q)
+    lead = lsb + n - 1
+    normal = lead >= 1 - bias
+    field = lead + bias
+    s = mb - (n - 1)
+    frac = jnp.where(s >= 0, q << jnp.clip(s, 0, 31).astype(jnp.uint32),
+                     q >> jnp.clip(-s, 0, 31).astype(jnp.uint32)) & ((1 << mb) - 1)
+    sub = q << jnp.clip(lsb - (1 - bias - mb), 0, 31).astype(jnp.uint32)
+    out = jnp.where(normal, (field.astype(jnp.uint32) << mb) | frac, sub)
+    inf = jnp.uint32(((1 << eb) - 1) << mb)
+    out = jnp.where(normal & (field >= (1 << eb) - 1), inf, out)
+    out = jnp.where(q == 0, jnp.uint32(0), out)
+    return out | (neg.astype(jnp.uint32) << (eb + mb))
+
+
+class _Acc(NamedTuple):
+    """A decoded accumulator term: value (-1)**neg * sig * 2**lsb, alignment exponent
+    ``lead``; specials; ``negzero``: it is a zero of negative sign."""
+
+    neg: jax.Array
+    lsb: jax.Array
+    sig: jax.Array
+    lead: jax.Array
+    nan: jax.Array
+    pinf: jax.Array
+    ninf: jax.Array
+    negzero: jax.Array
+
+
+def _acc(bits, fmt: str, dp: Datapath) -> _Acc:
+    neg, lsb, sig, lead, inf, nan = _decode(bits, fmt, dp.c_sub_exp == "emin")
+    return _Acc(neg, lsb, sig, lead, nan, inf & ~neg, inf & neg,
+                neg & (sig == 0) & ~inf & ~nan)
+
+
+# "No accumulator" (the +0 that ``c_mode="end"`` starts from; no term, no sign).
+_NO_ACC = _Acc(np.bool_(False), np.int32(0), np.int32(0), np.int32(_NEG_BIG),
+               np.bool_(False), np.bool_(False), np.bool_(False), np.bool_(True))
 
 
 def _pow2(e):
@@ -310,19 +358,24 @@ def _row(x, i):  # operand i of the b side, (..., 1, n)
     return x[..., i:i + 1, :]
 
 
-# Products per int32 partial sum: every aligned term is below 2**(F + 2) <= 2**27.
+# Products per int32 partial sum: every aligned term is below 2**(F + 2) <= 2**30.
 _GROUP = 8
 
 
-def _sum_terms(terms, acc, E, F):
+def _sum_terms(terms, acc: _Acc, E, F, trunc):
     """Exact sum of the truncated product terms (int32, in units of 2**(E - F)) and the
     accumulator (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g.
     """
-    cn, cl, csg = acc[:3]
     g = E - F
     groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
-    cv = _shift(csg, cl - g)
-    groups.append(jnp.where(cn, -cv, cv))
+    sh = acc.lsb - g
+    cv = _shift(acc.sig, sh)
+    cv = jnp.where(acc.neg, -cv, cv)
+    if trunc == "floor":  # toward minus infinity: a negative C with lost bits goes down
+        lost = jnp.where(sh >= 0, False, jnp.where(
+            sh <= -31, acc.sig != 0, (acc.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0))
+        cv = cv - (lost & acc.neg).astype(jnp.int32)
+    groups.append(cv)
     # sum = 2 * hi + lo exactly in int32 (|sum| may pass 2**31 but stays below 2**32).
     hi = sum(x >> 1 for x in groups)
     lo = sum(x & 1 for x in groups)
@@ -331,17 +384,45 @@ def _sum_terms(terms, acc, E, F):
     return neg, jnp.where(neg, jnp.uint32(0) - u, u), g
 
 
-def _acc_special(acc):
+def _acc_special(acc: _Acc):
     """The accumulator's stand-in in the IEEE special sum: NaN, +-inf or 0."""
-    cnan, cpinf, cninf = acc[4:]
-    return jnp.where(cnan, jnp.float32(jnp.nan),
-                     jnp.where(cpinf, jnp.float32(jnp.inf),
-                               jnp.where(cninf, jnp.float32(-jnp.inf), jnp.float32(0))))
+    return jnp.where(acc.nan, jnp.float32(jnp.nan),
+                     jnp.where(acc.pinf, jnp.float32(jnp.inf),
+                               jnp.where(acc.ninf, jnp.float32(-jnp.inf), jnp.float32(0))))
 
 
 def _specials(sp):
     nan = jnp.isnan(sp)
     return nan, sp == jnp.inf, sp == -jnp.inf
+
+
+def _trunc(v, p, trunc: str):
+    """Aligned fp32 term v (of the product p) -> int32, toward zero or minus infinity."""
+    t = v.astype(jnp.int32)
+    if trunc == "floor":
+        inexact = (t.astype(jnp.float32) != v) | ((v == 0) & (p != 0))
+        t = t - (inexact & (p < 0)).astype(jnp.int32)
+    return t
+
+
+def _negzero(prods, acc: _Acc, dp: Datapath):
+    """Every product is a zero of negative sign and so is the accumulator."""
+    if dp.zero != "ieee":
+        return jnp.bool_(False)
+    nz = [(p == 0) & jnp.signbit(p) for p in prods]
+    return functools.reduce(jnp.logical_and, nz, acc.negzero)
+
+
+class _Block(NamedTuple):
+    """A block's exact truncated sum (-1)**neg * mag * 2**g and its specials."""
+
+    neg: jax.Array
+    mag: jax.Array
+    g: jax.Array
+    nan: jax.Array
+    pinf: jax.Array
+    ninf: jax.Array
+    negzero: jax.Array
 
 
 # How XLA sees a block: the k loop is unrolled into element-wise operations on
@@ -352,36 +433,44 @@ def _specials(sp):
 # truncates it toward zero with the fp32 -> int32 conversion and adds it in int32.
 # inf and NaN follow from the IEEE fp32 sum of the products (or of +-1 stand-ins),
 # which is NaN / +-inf exactly when the block result is.
+# (XLA on CPU flushes fp32 subnormals: every fp32 value formed here is normal, zero,
+# or only ever truncated to zero.)
 
 
-def _block_values(a, b, acc, F, nominal, *, emin):
-    """One block FMA for operands whose products are exact, finite and normal in fp32
-    (f16): a (..., m, kb) and b (..., kb, n) are the operands themselves, converted to
-    fp32 slice by slice here (so that XLA fuses the conversion instead of storing fp32
-    copies); acc = (neg, lsb, sig, lead, nan, pinf, ninf) of shape (..., m, n).
+def _ebits(x):
+    """Biased exponent of fp32 x: 0 for zero, 255 for inf and NaN."""
+    return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
 
-    Returns (neg, mag (uint32), g, nan, pinf, ninf): value = (-1)**neg * mag * 2**g.
-    """
-    kb = a.shape[-1]
 
-    def ebits(x):  # biased fp32 exponent: 0 for zero, 255 for inf and NaN
-        return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
-
-    av = [_col(a, i).astype(jnp.float32) for i in range(kb)]
-    bv = [_row(b, i).astype(jnp.float32) for i in range(kb)]
+def _block_values(a, b, ks, acc: _Acc, dp: Datapath) -> _Block:
+    """One block FMA over the k indices ``ks`` for f16 operands (products exact, finite
+    and normal in fp32): a (..., m, k) and b (..., k, n) are the operands themselves,
+    converted to fp32 slice by slice here (so that XLA fuses the conversion instead of
+    storing fp32 copies)."""
+    emin = 2 * _lsb_min("f16")  # lowest exponent of a non-zero product
+    av = [_col(a, i).astype(jnp.float32) for i in ks]
+    bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact
-    if nominal:  # sum of the operands' exponents
-        pe = [ebits(x) + ebits(y) for x, y in zip(av, bv, strict=True)]
+    if dp.align == "nominal":  # sum of the operands' exponents
+        if dp.sub_exp == "emin":  # an f16 subnormal aligns as 2**-14 (fp32 field 113)
+            def ex(x):
+                e = _ebits(x)
+                return jnp.where(e == 0, 0, jnp.maximum(e, 113))
+        else:
+            ex = _ebits
+        ea, eb = [ex(x) for x in av], [ex(y) for y in bv]
+        pe = [x + y for x, y in zip(ea, eb, strict=True)]
     else:  # the product's own leading bit
-        pe = [ebits(p) + 127 for p in prods]
+        pe = [_ebits(p) + 127 for p in prods]
     # E + 254. A product with a zero operand has at most 142 (0 + f16's largest 15 + 127)
     # here, every other one at least emin + 254 = 206.
     Eb = functools.reduce(jnp.maximum, pe)
-    E = jnp.maximum(jnp.where(Eb >= emin + 254, Eb - 254, _NEG_BIG), acc[3])
-    scale = _pow2(F - jnp.maximum(E, emin) + 127)  # garbage only when E is inf/NaN's
-    terms = [(p * scale).astype(jnp.int32) for p in prods]  # truncation toward zero
-    neg, mag, g = _sum_terms(terms, acc, E, F)
-    return neg, mag, g, *_specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
+    E = jnp.maximum(jnp.where(Eb >= emin + 254, Eb - 254, _NEG_BIG), acc.lead)
+    scale = _pow2(dp.F - jnp.maximum(E, emin) + 127)  # garbage only when E is inf/NaN's
+    terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
+    neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
+    sp = _specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
+    return _Block(neg, mag, g, *sp, _negzero(prods, acc, dp))
 
 
 class _Operand(NamedTuple):
@@ -390,17 +479,17 @@ class _Operand(NamedTuple):
     sig: float16 signed significand (an integer below 2**11, exact in fp16), +-inf or
       NaN for inf and NaN operands: the fp32 sum of the products ``sig_a * sig_b``
       (below 2**26 when finite) is then NaN / +-inf exactly when the block result is.
-    exp: int16 ``16 * lsb + (lead - lsb)``: the exponents of sig's last and leading
-      bits (lsb -1000 for zero, inf and NaN, so that their products get no exponent
-      and scale to nothing).
+    exp: int16 ``16 * lsb + (align - lsb)``: the exponents of sig's last bit and the
+      operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
+      products get no exponent and scale to nothing).
     """
 
     sig: jax.Array
     exp: jax.Array
 
 
-def _operand(bits, fmt) -> _Operand:
-    neg, lsb, sig, lead, inf, nan = _decode(bits, fmt)  # sig is 0 for inf and NaN
+def _operand(bits, fmt, dp: Datapath) -> _Operand:
+    neg, lsb, sig, lead, inf, nan = _decode(bits, fmt, dp.sub_exp == "emin")
     sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
     s = jnp.where(nan, jnp.float32(jnp.nan),
                   sign * jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
@@ -408,100 +497,231 @@ def _operand(bits, fmt) -> _Operand:
     return _Operand(s.astype(jnp.float16), exp.astype(jnp.int16))
 
 
-def _ebits(x):
-    """Biased exponent of fp32 x: 0 for zero, 255 for inf and NaN."""
-    return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
+def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
+                   emin: int) -> _Block:
+    """One block FMA for any operand formats (bf16, tf32, fp8: products may leave
+    fp32's range): like ``_block_values`` on decoded operands (``_operand``), each
+    product of significands scaled by its own power of two."""
 
-
-def _block_general(a: _Operand, b: _Operand, acc, F, nominal, *, emin):
-    """One block FMA for any operand format (bf16, tf32: products may leave fp32's
-    range): like ``_block_values`` on decoded operands (``_operand``), each product of
-    significands scaled by its own power of two. Same arguments and result."""
-    kb = a.sig.shape[-1]
-
-    def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 leading-bit exponent)
+    def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 alignment exponent)
         e = e.astype(jnp.int32)
         lsb = e >> 4
         return s.astype(jnp.float32), lsb, lsb + (e & 15)
 
-    ops_a = [unpack(_col(a.sig, i), _col(a.exp, i)) for i in range(kb)]
-    ops_b = [unpack(_row(b.sig, i), _row(b.exp, i)) for i in range(kb)]
+    ops_a = [unpack(_col(a.sig, i), _col(a.exp, i)) for i in ks]
+    ops_b = [unpack(_row(b.sig, i), _row(b.exp, i)) for i in ks]
     prods = [x[0] * y[0] for x, y in zip(ops_a, ops_b, strict=True)]  # exact: < 2**22
-    if nominal:
+    if dp.align == "nominal":
         pe = [x[2] + y[2] for x, y in zip(ops_a, ops_b, strict=True)]
     else:  # the product's own leading bit
         pe = [x[1] + y[1] + _ebits(p) - 127 for x, y, p in zip(ops_a, ops_b, prods,
                                                                strict=True)]
     # Zero, inf and NaN operands give exponents far below any real one (lsb -1000); if
     # neither a product nor C is non-zero, E does not matter.
-    E = functools.reduce(jnp.maximum, pe, acc[3])
+    E = functools.reduce(jnp.maximum, pe, acc.lead)
     # Products only need a valid scale when one is non-zero (then E >= emin).
-    fe = F - jnp.maximum(E, emin) + 127
+    fe = dp.F - jnp.maximum(E, emin) + 127
     terms = []
     for x, y, p in zip(ops_a, ops_b, prods, strict=True):
         scale = _pow2(jnp.maximum(x[1] + y[1] + fe, 1))
-        terms.append((p * scale).astype(jnp.int32))  # truncation toward zero
-    neg, mag, g = _sum_terms(terms, acc, E, F)
-    return neg, mag, g, *_specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
+        terms.append(_trunc(p * scale, p, dp.trunc))
+    neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
+    sp = _specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
+    return _Block(neg, mag, g, *sp, _negzero(prods, acc, dp))
 
 
 def _to_bits(x, fmt):
-    dt = {"f16": jnp.uint16, "bf16": jnp.uint16}.get(fmt, jnp.uint32)
+    dt = {"f16": jnp.uint16, "bf16": jnp.uint16, "e4m3": jnp.uint8,
+          "e5m2": jnp.uint8}.get(fmt, jnp.uint32)
     return lax.bitcast_convert_type(x, dt).astype(jnp.uint32)
+
+
+# --------------------------------------------------------------------------------------
+# Rounding a block, IEEE additions.
+
+
+def _specials_to(bits, r, nan_bits: int, inf_bits: int, sign: int):
+    bits = jnp.where(r.nan, jnp.uint32(nan_bits), bits)
+    bits = jnp.where(r.pinf & ~r.nan, jnp.uint32(inf_bits), bits)
+    return jnp.where(r.ninf & ~r.nan, jnp.uint32(inf_bits | sign), bits)
+
+
+def _zero_rule(bits, r: _Block, dp: Datapath, sign: int):
+    if dp.zero == "ieee":
+        bits = jnp.where(r.mag == 0, jnp.where(r.negzero, jnp.uint32(sign), 0), bits)
+    return bits
+
+
+def _f32_bits(r: _Block, dp: Datapath):
+    """A block sum -> fp32 bits (``block_round``, ``sum_mbits``)."""
+    q, lsb = _round(r.mag, r.g, -126, dp.sum_mbits, dp.block_round)
+    bits = _zero_rule(_encode(r.neg, q, lsb, 8, 23), r, dp, 1 << 31)
+    if dp.f32_zero == "plus":
+        bits = jnp.where(bits == jnp.uint32(0x80000000), jnp.uint32(0), bits)
+    return _specials_to(bits, r, dp.nan_f32, 0x7F800000, 1 << 31)
+
+
+def _f16_bits(r: _Block, dp: Datapath):
+    """A block sum -> fp16 bits directly (``f16_round``, ``f16_zero``)."""
+    q, lsb = _round(r.mag, r.g, -14, 10, dp.f16_round)
+    bits = _zero_rule(_encode(r.neg, q, lsb, 5, 10), r, dp, 0x8000)
+    if dp.f16_zero == "plus":
+        bits = jnp.where(bits == 0x8000, jnp.uint32(0), bits)
+    return _specials_to(bits, r, dp.nan_f16, 0x7C00, 0x8000)
+
+
+def _f32_to_f16(bits, dp: Datapath):
+    """fp32 bits -> fp16 bits (``f16_round``; NaN -> ``nan_f16``)."""
+    neg, lsb, sig, _, inf, nan = _decode(bits, "f32")
+    q, l16 = _round(sig.astype(jnp.uint32), lsb, -14, 10, dp.f16_round)
+    out = _encode(neg, q, l16, 5, 10)
+    out = jnp.where(inf, jnp.uint32(0x7C00) | (out & 0x8000), out)
+    return jnp.where(nan, jnp.uint32(dp.nan_f16), out)
+
+
+def _add_rn(x: _Acc, y: _Acc, out: str, dp: Datapath):
+    """IEEE ``x + y`` rounded to nearest even into ``out`` ("f32"/"f16") bits, on
+    integers (XLA's fp32 addition on CPU flushes subnormals). Both are aligned on the
+    grid 2**(E - 26), E the larger leading exponent; a smaller term loses bits only when
+    the exponents are 3 or more apart, and then its floor plus a sticky bit (round to
+    odd) keeps the nearest-even rounding to 24 bits exact."""
+    lx = jnp.where(x.sig == 0, _NEG_BIG, x.lsb + _bitlen(x.sig) - 1)
+    ly = jnp.where(y.sig == 0, _NEG_BIG, y.lsb + _bitlen(y.sig) - 1)
+    g = jnp.maximum(lx, ly) - 26
+
+    def term(t):
+        sh = t.lsb - g
+        v = jnp.where(t.neg, -t.sig, t.sig)
+        left = v << jnp.clip(sh, 0, 31)
+        right = v >> jnp.clip(-sh, 0, 31)  # arithmetic: floor
+        lost = (t.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0
+        lost = jnp.where(sh <= -31, t.sig != 0, lost)
+        return jnp.where(sh >= 0, left, right), (sh < 0) & lost
+
+    vx, sx = term(x)
+    vy, sy = term(y)
+    s = (vx + vy) | (sx | sy).astype(jnp.int32)
+    neg = s < 0
+    mag = jnp.abs(s).astype(jnp.uint32)
+    eb, mb = (8, 23) if out == "f32" else (5, 10)
+    q, lsb = _round(mag, g, _emin(out), mb, "rn")
+    bits = _encode(neg, q, lsb, eb, mb)
+    sign = 1 << (eb + mb)
+    bits = jnp.where(s == 0, jnp.where(x.negzero & y.negzero, jnp.uint32(sign), 0), bits)
+    inf_bits = ((1 << eb) - 1) << mb
+    pinf, ninf = x.pinf | y.pinf, x.ninf | y.ninf
+    bits = jnp.where(pinf, jnp.uint32(inf_bits), bits)
+    bits = jnp.where(ninf, jnp.uint32(inf_bits | sign), bits)
+    nan = x.nan | y.nan | (pinf & ninf)
+    return jnp.where(nan, jnp.uint32(dp.nan_f32 if out == "f32" else dp.nan_f16), bits)
+
+
+def _f32_acc(x) -> _Acc:
+    """An fp32 value (normal, zero, inf or NaN) as an accumulator term."""
+    bits = lax.bitcast_convert_type(x, jnp.uint32)
+    neg, lsb, sig, lead, inf, nan = _decode(bits, "f32")
+    return _Acc(neg, lsb, sig, lead, nan, inf & ~neg, inf & neg, neg & (sig == 0) & ~inf & ~nan)
+
+
+# --------------------------------------------------------------------------------------
+# Instructions.
+
+
+def _order(ks: list[int], dp: Datapath) -> list[int]:
+    if dp.k_split == "mod4":  # k % 4 in {0, 1} first (the low halves of fp8 registers)
+        return [k for j, k in enumerate(ks) if j % 4 < 2] + [k for j, k in enumerate(ks)
+                                                             if j % 4 >= 2]
+    return ks
+
+
+def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_type: str):
+    dp = cfg.dp
+    blocks = [ks[j:j + dp.block_k] for j in range(0, len(ks), dp.block_k)]
+    for j, kb in enumerate(blocks):
+        r = block(a, b, kb, acc, dp)
+        if j + 1 < len(blocks):  # the fp32 block result is the next block's accumulator
+            acc = _acc(_f32_bits(r, dp), "f32", dp)
+    if cfg.d_type == "f32":
+        return _f32_bits(r, dp)
+    if c_type == "f16" and dp.f16_out == "direct":
+        return _f16_bits(r, dp)
+    return _f32_to_f16(_f32_bits(r, dp), dp)
+
+
+def _instr_end(a, b, ks, acc_c, block, cfg: _Cfg, c_type: str):
+    dp = cfg.dp
+    acc = _NO_ACC
+    for j in range(0, len(ks), dp.block_k):
+        r = block(a, b, ks[j:j + dp.block_k], acc, dp)
+        if cfg.d_type == "f32":
+            acc = _acc(_f32_bits(r, dp), "f32", dp)
+        else:
+            acc = _acc(_f16_bits(r, dp), "f16", dp)
+    return _add_rn(acc_c, acc, cfg.d_type, dp)
+
+
+def _instr_ffma(a, b, ks, acc_c, block, cfg: _Cfg, c_type: str):
+    del block, c_type
+    dp = cfg.dp
+    prods = [_f32_acc(_col(a, i).astype(jnp.float32) * _row(b, i).astype(jnp.float32))
+             for i in ks]
+    if cfg.d_type == "f32":
+        acc = _NO_ACC._replace(negzero=np.bool_(False))  # fma(a0, b0, +0)
+        for p in prods:
+            acc = _acc(_add_rn(p, acc, "f32", dp), "f32", dp)
+        return _add_rn(acc_c, acc, "f32", dp)
+    if len(ks) != 4:
+        raise ValueError("the FFMA routine with an f16 D is modelled for k = 4 only")
+    p01 = _acc(_add_rn(prods[1], prods[0], "f32", dp), "f32", dp)
+    p23 = _acc(_add_rn(prods[3], prods[2], "f32", dp), "f32", dp)
+    s1 = _acc(_add_rn(acc_c, p01, "f32", dp), "f32", dp)
+    return _f32_to_f16(_add_rn(s1, p23, "f32", dp), dp)
+
+
+_INSTR = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
 
 
 # The exact models are many small element-wise operations: jitted here, so that an
 # eager call compiles them once per shape instead of dispatching each operation.
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
-def _mma_float_exact(a, b, c, a_type, c_type, d_type, params: ArchParams):
-    F = params.extra_bits
-    eb, mb = _FORMAT[a_type]
-    emin = 2 * (2 - (1 << (eb - 1)) - mb)  # lowest exponent of a non-zero product
-    if a_type in _VALUE_PATH:
-        block = functools.partial(_block_values, emin=emin)
+@functools.partial(jax.jit, static_argnums=(3,))
+def _mma_float_exact(a, b, c, cfg: _Cfg):
+    dp = cfg.dp
+    a_type, b_type = cfg.a_type, cfg.b_type
+    if dp.operand_via == "f16":  # exact: every fp8 value is an f16 value
+        if a_type in _arch.FP8_TYPES:
+            a, a_type = a.astype(jnp.float16), "f16"
+        if b_type in _arch.FP8_TYPES:
+            b, b_type = b.astype(jnp.float16), "f16"
+    if a_type == b_type == "f16":
+        block = _block_values
     else:
-        a, b = _operand(_to_bits(a, a_type), a_type), _operand(_to_bits(b, a_type), a_type)
-        block = functools.partial(_block_general, emin=emin)
-    acc = _acc_terms(_to_bits(c, c_type), c_type)
-    return _blocks(a, b, acc, block, F, params.nominal_exponent, params.block(a_type),
-                   c_type, d_type, params)
-
-
-def _blocks(a, b, acc, block, F, nominal, bk, c_type, d_type, params):
-    """The chain of block FMAs over k and the rounding of the result."""
+        if dp.c_mode == "ffma":
+            raise ValueError("c_mode='ffma' is modelled for f16 operands only")
+        a = _operand(_to_bits(a, a_type), a_type, dp)
+        b = _operand(_to_bits(b, b_type), b_type, dp)
+        block = functools.partial(_block_general, emin=_lsb_min(a_type) + _lsb_min(b_type))
     k = jax.tree.leaves(a)[0].shape[-1]
-    for k0 in range(0, k, bk):
-        a_blk = jax.tree.map(lambda x, k0=k0: x[..., k0:k0 + bk], a)
-        b_blk = jax.tree.map(lambda x, k0=k0: x[..., k0:k0 + bk, :], b)
-        neg, mag, g, nan, pinf, ninf = block(a_blk, b_blk, acc, F, nominal)
-        if k0 + bk < k:  # the fp32 (rz) block result is the next block's accumulator
-            bits = _round_f32_rz(neg, mag, g)
-            ovf = (bits & 0x7FFFFFFF) == 0x7F800000
-            special = nan | pinf | ninf
-            cneg, clsb, csig, clead, _, _ = _decode(bits, "f32")
-            csig = jnp.where(special | ovf, 0, csig)
-            clead = jnp.where(special | ovf, _NEG_BIG, clead)
-            acc = (cneg, clsb, csig, clead, nan, pinf | (ovf & ~neg & ~special),
-                   ninf | (ovf & neg & ~special))
-    if d_type == "f32":
-        out = _round_f32_rz(neg, mag, g)
-        out = jnp.where(nan, jnp.uint32(params.nan_f32), out)
-        out = jnp.where(pinf, jnp.uint32(0x7F800000), out)
-        out = jnp.where(ninf, jnp.uint32(0xFF800000), out)
-        return lax.bitcast_convert_type(out, jnp.float32)
-    if c_type == "f32" and params.f16_via_f32_for_f32_acc:
-        b32 = _round_f32_rz(neg, mag, g)
-        n32, lsb32, sig32, _, inf32, _ = _decode(b32, "f32")
-        out = _round_f16_rn(n32, sig32.astype(jnp.uint32), lsb32)
-        out = jnp.where(inf32, jnp.uint16(0x7C00) | (out & 0x8000), out)
-    else:
-        out = _round_f16_rn(neg, mag, g)
-        if params.f16_zero_is_positive_for_f16_acc:
-            out = jnp.where(out == 0x8000, jnp.uint16(0), out)
-    out = jnp.where(nan, jnp.uint16(params.nan_f16), out)
-    out = jnp.where(pinf, jnp.uint16(0x7C00), out)
-    out = jnp.where(ninf, jnp.uint16(0xFC00), out)
-    return lax.bitcast_convert_type(out, jnp.float16)
+    instr = _INSTR[dp.c_mode]
+    ks = _order(list(range(cfg.ik)), dp)
+    acc = _acc(_to_bits(c, cfg.c_type), cfg.c_type, dp)
+    first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
+        lambda x: x[..., :cfg.ik, :], b)
+    bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
+    n = k // cfg.ik
+    if n > 1:  # a chain: D of one instruction is C of the next (scanned, not unrolled)
+        a_s = jax.tree.map(lambda x: jnp.moveaxis(
+            x[..., cfg.ik:].reshape(*x.shape[:-1], n - 1, cfg.ik), -2, 0), a)
+        b_s = jax.tree.map(lambda x: jnp.moveaxis(
+            x[..., cfg.ik:, :].reshape(*x.shape[:-2], n - 1, cfg.ik, x.shape[-1]), -3, 0), b)
+
+        def step(d_bits, ab):
+            acc = _acc(d_bits, cfg.d_type, dp)
+            return instr(*ab, ks, acc, block, cfg, cfg.d_type), None
+
+        bits, _ = lax.scan(step, bits, (a_s, b_s))
+    if cfg.d_type == "f32":
+        return lax.bitcast_convert_type(bits, jnp.float32)
+    return lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.float16)
 
 
 # --------------------------------------------------------------------------------------
@@ -625,10 +845,11 @@ def _fma64(a, b, c):
     out = jnp.where(invalid, _U64(0xFFF8000000000000), out)
     quiet = _U64(1 << 51)
     # NaN operands propagate quieted. Which one: the H100 returned B's NaN over A's
-    # (capture_extra_mma, kind nan_payload); C's rank relative to A is not separated by
-    # the captures (its payload always equalled B's there), so it is put last.
-    out = jnp.where(c_nan, c | quiet, out)
+    # (capture_extra_mma, kind nan_payload) and the accumulator's NaN over A's (the
+    # fresh mma.sync f64 captures: a chain whose accumulator became a NaN at k1 keeps
+    # that payload through a quiet-NaN A at k2); B over C is not separated.
     out = jnp.where(a_nan, a | quiet, out)
+    out = jnp.where(c_nan, c | quiet, out)
     out = jnp.where(b_nan, b | quiet, out)
     return out
 
@@ -674,13 +895,15 @@ def _round_operand(x, a_type):
     if a_type == "tf32":  # the tensor core ignores the low 13 bits
         bits = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000)
         return lax.bitcast_convert_type(bits, jnp.float32)
+    if a_type in _arch.FP8_TYPES:
+        return x.astype(jnp.float32)
     return x
 
 
-def _mma_fast(a, b, c, a_type, d_type):
+def _mma_fast(a, b, c, a_type, b_type, d_type):
     acc_dt = jnp.float64 if a_type == "f64" else jnp.float32
     a = _round_operand(a, a_type)
-    b = _round_operand(b, a_type)
+    b = _round_operand(b, b_type)
     prod = jnp.einsum("...mk,...kn->...mn", a, b, preferred_element_type=acc_dt,
                       precision=lax.Precision.HIGHEST)
     return (prod + c.astype(acc_dt)).astype(STORAGE_DTYPE[d_type])
@@ -693,28 +916,28 @@ def _float_satf(d, d_type):
     return jnp.clip(d, -big, big)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
-def _mma_float(a, b, c, a_type, c_type, d_type, params, mode, satf):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _mma_float(a, b, c, cfg: _Cfg, mode, satf):
     if mode == "fast":
-        d = _mma_fast(a, b, c, a_type, d_type)
-    elif a_type == "f64":
+        d = _mma_fast(a, b, c, cfg.a_type, cfg.b_type, cfg.d_type)
+    elif cfg.a_type == "f64":
         d = _mma_f64_exact(a, b, c)
     else:
-        d = _mma_float_exact(a, b, c, a_type, c_type, d_type, params)
-    return _float_satf(d, d_type) if satf else d
+        d = _mma_float_exact(a, b, c, cfg)
+    return _float_satf(d, cfg.d_type) if satf else d
 
 
-def _mma_float_fwd(a, b, c, a_type, c_type, d_type, params, mode, satf):
-    return _mma_float(a, b, c, a_type, c_type, d_type, params, mode, satf), (a, b, c)
+def _mma_float_fwd(a, b, c, cfg, mode, satf):
+    return _mma_float(a, b, c, cfg, mode, satf), (a, b, c)
 
 
-def _mma_float_bwd(a_type, c_type, d_type, params, mode, satf, res, g):
+def _mma_float_bwd(cfg, mode, satf, res, g):
     # Straight-through estimator: the tensor core's truncations and roundings are
     # treated as the identity, so D = A @ B + C differentiates as the exact product:
     # dA = dD @ B^T, dB = A^T @ dD, dC = dD, computed in fp32 (fp64 for f64), summed
     # over broadcast batch dims, and cast back to each operand's dtype.
     a, b, c = res
-    acc = jnp.float64 if a_type == "f64" else jnp.float32
+    acc = jnp.float64 if cfg.a_type == "f64" else jnp.float32
     g = g.astype(acc)
     da = jnp.einsum("...mn,...kn->...mk", g, b.astype(acc), precision=lax.Precision.HIGHEST)
     db = jnp.einsum("...mn,...mk->...kn", g, a.astype(acc), precision=lax.Precision.HIGHEST)
@@ -735,19 +958,25 @@ _mma_float.defvjp(_mma_float_fwd, _mma_float_bwd)
 
 
 def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="exact",
-        satf=False) -> jax.Array:
-    """``D = A @ B + C`` in tensor-core arithmetic (one ``mma_sync`` per tile).
+        satf=False, b_type: str | None = None, instruction: str = "wmma",
+        instruction_k: int | None = None, datapath: Datapath | None = None) -> jax.Array:
+    """``D = A @ B + C`` in tensor-core arithmetic: a chain of MMA instructions over k.
 
     Args:
       a: (..., m, k) in a_type's storage dtype: float16 (f16), bfloat16 (bf16), float32
         (tf32: the whole fp32 word; the tensor core ignores its low 13 bits), float64,
-        int8 (s8; s4 values in [-8, 7]) or uint8 (u8; u4 values in [0, 15]; for
-        s4/u4 only the low 4 bits count, as in a fragment).
-      b: (..., k, n), same dtype as a.
+        float8_e4m3fn (e4m3), float8_e5m2 (e5m2), int8 (s8; s4 values in [-8, 7]) or
+        uint8 (u8; u4 values in [0, 15]; for s4/u4 only the low 4 bits count, as in a
+        fragment).
+      b: (..., k, n) in b_type's storage dtype.
       c: (..., m, n) in c_type's dtype (float16, float32, float64 or int32). Leading
         batch dims of a, b and c broadcast: many tiles at once without vmap.
-      a_type, c_type, d_type: static type names; see ``COMBOS`` for valid triples.
-      arch: a key of ``ARCHS`` or an ``ArchParams``. Only sm_90 is verified.
+      a_type, c_type, d_type: static type names. WMMA: see ``COMBOS``; ``mma_sync`` and
+        ``wgmma``: see ``PTX_CD`` (fp8: f32/f32 or f16/f16).
+      arch: a target name (``"sm_70"``, ``"sm_75"``, ``"sm_80"``, ``"sm_86"``,
+        ``"sm_89"``, ``"sm_90"``, ``"sm_90a"``) or an ``ArchModel``. The target must
+        be able to issue the instruction (``wgmma`` needs ``"sm_90a"``); its datapath
+        model gives the arithmetic (only sm_90 / sm_90a is verified; see ``arch.py``).
       mode: ``"exact"`` reproduces the hardware bits (see the module docstring for
         the model). ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64)
         accumulation of the operands (tf32 low bits dropped), then one conversion to
@@ -755,16 +984,25 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         fp32 result, and so differs from hardware in the last bits (about 40% of
         fp32 results), and a product overflowing fp32 gives inf/NaN where the
         hardware keeps a finite block sum.
-      satf: integer types: clamp the exact ``A @ B + C`` to the int32 range instead of
-        wrapping modulo 2**32 (verified). Float types: CUDA 13 rejects satf so it is
-        unverified; we apply the documented PTX rule to the result: +inf -> +MAX_NORM,
-        -inf -> -MAX_NORM, NaN -> +0.
+      satf: integer types: clamp each instruction's exact ``A @ B + C`` to the int32
+        range instead of wrapping modulo 2**32 (verified). Float types: CUDA 13 rejects
+        satf so it is unverified; we apply the documented PTX rule to the result: +inf
+        -> +MAX_NORM, -inf -> -MAX_NORM, NaN -> +0.
+      b_type: B's type (default: a_type); e4m3/e5m2, s8/u8 and s4/u4 may be mixed
+        (``mma_sync``, ``wgmma``).
+      instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"``.
+      instruction_k: the k of one instruction (e.g. ``mma_sync`` tf32 4 or 8; f16 4 is
+        the m8n8k4 shape). Default: the largest k of the family dividing a's k. k must
+        be a multiple of it; a longer k is a chain (D of one instruction is C of the
+        next, so c_type must equal d_type then).
+      datapath: a ``Datapath`` to use instead of ``arch``'s (to explore models).
 
     Returns:
       (..., m, n) array of d_type's dtype.
 
     Raises:
-      ValueError/TypeError: a static argument or dtype not allowed (the message names it).
+      ValueError/TypeError: a static argument, dtype, k or target not allowed (the
+        message names it).
       RuntimeError: a_type 'f64' with ``jax_enable_x64`` off.
 
     Gradients: straight-through (see ``_mma_float_bwd``); integer types have none.
@@ -775,21 +1013,45 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
       >>> c = jnp.zeros((16, 16), jnp.float32)
       >>> float(mma(a, b, c, a_type="f16", c_type="f32", d_type="f32")[0, 0])
       16.0
+      >>> a8 = jnp.ones((64, 64), jnp.float8_e4m3fn); b8 = jnp.ones((64, 8), jnp.float8_e5m2)
+      >>> d = mma(a8, b8, jnp.zeros((64, 8), jnp.float32), a_type="e4m3", b_type="e5m2",
+      ...         c_type="f32", d_type="f32", instruction="wgmma", arch="sm_90a")
+      >>> float(d[0, 0])  # two chained m64n8k32 instructions
+      64.0
     """
-    params = _check_static(a_type, c_type, d_type, arch, mode, satf)
+    b_type = a_type if b_type is None else b_type
+    model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
+                          datapath)
     if a_type == "f64":
         checks.require_x64("mma with a_type='f64'")
     a = _check_array(a, "a", STORAGE_DTYPE[a_type])
-    b = _check_array(b, "b", STORAGE_DTYPE[a_type])
+    b = _check_array(b, "b", STORAGE_DTYPE[b_type])
     c = _check_array(c, "c", STORAGE_DTYPE[c_type])
-    _check_shapes(a, b, c)
+    k = _check_shapes(a, b, c)[3]
+    if instruction_k is not None:
+        instruction_k = checks.static_int(instruction_k, "instruction_k")
+    ik = _arch.instruction_k(instruction, a_type, k, instruction_k)
+    if k > ik and c_type != d_type:
+        raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
+                         f"is the next C: c_type ({c_type}) must equal d_type ({d_type})")
     if a_type in ("s4", "u4"):
         # 4-bit elements: only the low 4 bits exist (the fragment path packs them so),
         # s4 sign-extended from bit 3, as the tensor core reads them.
-        a, b = (_low_nibble(x, a_type == "s4") for x in (a, b))
+        a = _low_nibble(a, a_type == "s4")
+    if b_type in ("s4", "u4"):
+        b = _low_nibble(b, b_type == "s4")
     if a_type in _INT_DTYPES:
-        return _mma_int(a, b, c, satf)
-    return _mma_float(a, b, c, a_type, c_type, d_type, params, mode, satf)
+        if not satf or k == ik:  # wrapping modulo 2**32 is associative
+            return _mma_int(a, b, c, satf)
+        d = c
+        for i0 in range(0, k, ik):  # each instruction saturates
+            d = _mma_int(a[..., i0:i0 + ik], b[..., i0:i0 + ik, :], d, satf)
+        return d
+    dp = datapath
+    if dp is None and a_type != "f64":
+        dp = _arch.datapath_for(model, instruction, a_type, ik)
+    cfg = _Cfg(a_type, b_type, c_type, d_type, dp, ik)
+    return _mma_float(a, b, c, cfg, mode, satf)
 
 
 def _low_nibble(x: jax.Array, signed: bool) -> jax.Array:

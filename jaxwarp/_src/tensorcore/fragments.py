@@ -83,6 +83,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.tensorcore import wmma_table as table
+from jaxwarp._src.warp import checked
 
 WARP_SIZE = checks.WARP_SIZE
 _LANE_BITS = 5
@@ -153,9 +154,32 @@ class Fragment:
         return self.num_elements // self.element_type.per_storage
 
     def replace(self, **changes: Any) -> Fragment:
-        """Returns a copy with fields replaced; a new ``x`` is checked for shape and dtype."""
+        """Returns a copy with fields replaced; the result is checked as a whole.
+
+        A new ``x`` is checked for shape and dtype. Changing ``use``, ``m``, ``n``,
+        ``k``, ``type`` or ``layout`` needs a new ``x`` in the same call: the old
+        storage would otherwise be reinterpreted silently (another type's bits,
+        another layout's lanes).
+
+        Raises:
+            ValueError: unknown field, an invalid combination, a new description
+                without a new ``x``, or an ``x`` of the wrong shape.
+            TypeError: an ``x`` of the wrong dtype.
+        """
+        fields = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - fields)
+        if unknown:
+            raise ValueError(f"Fragment.replace: unknown field(s) {unknown}; allowed: "
+                             f"{sorted(fields)}")
+        meta = sorted(k for k, v in changes.items() if k != "x" and v != getattr(self, k))
+        if meta and "x" not in changes:
+            raise ValueError(
+                f"Fragment.replace: changing {', '.join(meta)} needs a new x in the same "
+                f"call (the storage of the new fragment); the old one would be "
+                f"reinterpreted. Use fragment(...) / fill_fragment / fragment_from_matrix "
+                f"for a new fragment")
         new = dataclasses.replace(self, **changes)
-        if set(changes) - {"x"}:
+        if meta:
             table.check_fragment(new.use, new.m, new.n, new.k, new.type, new.layout)
         if "x" in changes:
             _check_storage(new, new.x)
@@ -402,19 +426,21 @@ def fragment_from_matrix(frag_spec: Fragment, matrix: Any) -> Fragment:
             ignored).
         matrix: ``(..., rows, cols)`` logical matrix (m x k for A, k x n for B,
             m x n for accumulators) in the type's value dtype: float16, bfloat16,
-            float32 (tf32, f32), float64, int8 (s8; s4 in [-8, 7], only the low 4 bits
-            are kept), uint8 (u8; u4 in [0, 15]; b1 0/1, only the low bit is kept),
-            int32 (s32).
+            float32 (tf32, f32), float64, int8 (s8; s4 in [-8, 7]), uint8 (u8; u4
+            in [0, 15]; b1 0/1), int32 (s32). Concrete s4/u4/b1 values out of range
+            raise; traced ones are reported by ``jaxwarp.checked`` (outside it only
+            the low bits are kept).
 
     Returns:
         ``frag_spec`` with ``x`` = the per-lane storage.
 
     Raises:
-        ValueError: wrong matrix shape. TypeError: wrong matrix dtype.
+        ValueError: wrong matrix shape; a concrete s4/u4/b1 value out of range.
+        TypeError: wrong matrix dtype (a 64-bit one with x64 off, complex, ...).
     """
     spec = _spec_of(frag_spec, "frag_spec")
     et = spec.element_type
-    matrix = jnp.asarray(matrix)
+    matrix = checks.array_arg(matrix, "matrix")
     want = (spec.rows, spec.cols)
     if tuple(matrix.shape[-2:]) != want:
         raise ValueError(f"matrix for a {spec.use} m{spec.m}n{spec.n}k{spec.k} fragment must "
@@ -422,6 +448,42 @@ def fragment_from_matrix(frag_spec: Fragment, matrix: Any) -> Fragment:
     if matrix.dtype != et.value_dtype:
         raise TypeError(f"matrix for a {spec.type} fragment must have dtype {et.value_dtype}, "
                         f"got {matrix.dtype}")
+    if et.packed:
+        check_packed_range(et, matrix, "matrix")
+    return _distribute(spec, matrix)
+
+
+def packed_range(et: table.ElementType) -> tuple[int, int]:
+    """The values a sub-byte element type holds: s4 (-8, 7), u4 (0, 15), b1 (0, 1)."""
+    if et.value_dtype == np.dtype(np.int8):
+        return -(1 << (et.bits - 1)), (1 << (et.bits - 1)) - 1
+    return 0, (1 << et.bits) - 1
+
+
+def check_packed_range(et: table.ElementType, values: Any, name: str) -> None:
+    """Checks sub-byte values: concrete ones raise ``ValueError``, traced ones are
+    reported by ``jaxwarp.checked`` (outside it only the low bits are kept)."""
+    lo, hi = packed_range(et)
+    if isinstance(values, jax.core.Tracer):
+        if checked.enabled():
+            v = values.astype(jnp.int32)
+            bad = (v < lo) | (v > hi)
+            flat = jnp.argmax(bad.reshape(-1))
+            checked.check(~jnp.any(bad), f"{name} has value {{value}} at flat index {{index}}, "
+                          f"outside the {et.name} range {lo} .. {hi}",
+                          value=v.reshape(-1)[flat], index=flat)
+        return
+    v = np.asarray(values).astype(np.int64)
+    bad = (v < lo) | (v > hi)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} holds {int(v[idx])} at index {idx}, outside the {et.name} "
+                         f"range {lo} .. {hi} (allowed: {lo} .. {hi})")
+
+
+def _distribute(spec: Fragment, matrix: jax.Array) -> Fragment:
+    """fragment_from_matrix without the argument checks (for values known to fit)."""
+    et = spec.element_type
     lin, _ = _gather_maps(spec.use, spec.m, spec.n, spec.k, spec.type)
     flat = matrix.reshape(*matrix.shape[:-2], -1)
     vals = take_bits(flat, lin)  # (..., 32, num_elements)

@@ -1,8 +1,9 @@
 """A tiled matrix product through the emulated tensor core.
 
-`matmul` is the CUDA guide's WMMA GEMM kernel: every output tile starts from
-its C tile (or zero, ``fill_fragment(acc, 0)``) and a loop over k chains the
-accumulator through ``mma_sync``, one (m, n, k) tile per step::
+`matmul` is a GEMM kernel: every output tile starts from its C tile (or zero,
+``fill_fragment(acc, 0)``) and a loop over k chains the accumulator through one
+tensor-core instruction per step, one (m, n, k) tile at a time (the CUDA guide's
+WMMA kernel)::
 
     for kIter in range(0, K, WMMA_K):
         load_matrix_sync(aFrag, A + aRow * lda + kIter, lda)
@@ -14,41 +15,147 @@ logical tiles (``tests/test_matmul.py`` checks it against the fragment path);
 all output tiles of a step go through the model at once, and ``jax.lax.scan``
 runs the k loop.
 
+Instructions (``instruction=``): ``"wmma"`` (``nvcuda::wmma::mma_sync``; f16,
+bf16, tf32, f64), ``"mma_sync"`` (PTX ``mma.sync.aligned.m16n8kK``; f16, bf16,
+tf32, e4m3, e5m2) and ``"wgmma"`` (PTX ``wgmma.mma_async`` m64nNkK; f16, bf16,
+tf32, e4m3, e5m2). They differ in their arithmetic on an H100 (sm_90): fp8
+``wgmma`` fuses the 32 products of an instruction and the accumulator with only 13
+alignment bits and keeps a 14-bit significand; fp8 ``mma.sync`` runs as two f16
+HMMAs from zero followed by an fp32 ``FADD`` of C (see ``datapath.py``).
+
 Operands are first converted to the operand format the way a CUDA program
 does: ``__float2half_rn`` for f16, ``__float2bfloat16_rn`` for bf16,
-``__float_to_tf32`` (nearest, ties away) for tf32.
+``__float_to_tf32`` (nearest, ties away) for tf32, and for e4m3 / e5m2
+``cvt.rn.satfinite`` (``__nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...)``: round to
+nearest even, beyond the largest finite value -- 448 for e4m3, 57344 for e5m2,
+infinities included -- becomes that value, NaN stays NaN), after dividing by the
+per-tensor scale when one is given.
+
+fp8 scaling (``a_scale``, ``b_scale``; fp8 formats only), as fp8 GEMM recipes
+(cuBLASLt's ``A_SCALE``/``B_SCALE``, Transformer Engine, DeepSeek-V3) do it::
+
+    qa = fp8_satfinite_rn(fl32(a / a_scale))      # same for b with b_scale
+    T  = tensor-core chain of qa @ qb, from a zero accumulator
+    s  = fl32(a_scale * b_scale)
+    D  = fl(fl32(T * s) + C)                      # fp32 rn; rounded (rn) to the
+                                                  # accumulator type at the end
+
+where ``fl32`` is an fp32 operation rounded to nearest even. A missing scale counts
+as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
+kernel (and D is the tensor core's own result).
+
+Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
+into intervals of N k-elements (a multiple of the instruction's k; the last
+interval is shorter when N does not divide K). Each interval's tensor-core chain
+starts from a zero accumulator, and its fp32 result ``P_i`` is added to an fp32
+accumulator in ordinary fp32 arithmetic (round to nearest even)::
+
+    acc = C (or 0 when scaled);  acc = fl32(acc + P_1);  acc = fl32(acc + P_2) ...
+
+Promotion needs ``accumulator="f32"``.
 
 Gradients: the conversions are treated as the identity (straight-through
 estimator) and the backward products ``dA = dD @ B^T`` and ``dB = A^T @ dD`` go
 through the same emulated tensor core (operands converted again, as a
-mixed-precision backward pass on a GPU would), ``dC = dD``.
+mixed-precision backward pass on a GPU would), ``dC = dD``. With fp8 operands each
+backward operand gets a current per-tensor scale (``amax / max_finite``, 1 where
+the amax is 0 or not finite), the backward products keep the forward's (a, b)
+format pairing, and the scales ``a_scale``, ``b_scale`` get zero gradients (they
+choose the representation, not the value).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import formats
+from jaxwarp._src.numerics import fp8 as fp8_cvt
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import wmma_table
 
-# Default WMMA tile per operand format: the shapes the CUDA guide lists first.
-DEFAULT_TILE = {"f16": (16, 16, 16), "bf16": (16, 16, 16), "tf32": (16, 16, 8), "f64": (8, 8, 4)}
-# Accumulators a GEMM can chain: the table's C types whose D has the same type.
-_ACCUMULATORS = {
-    t: tuple(c for c, d in wmma_table.entry(t).cd_types if c == d) for t in DEFAULT_TILE
+INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
+FP8_FORMATS = ("e4m3", "e5m2")
+OPERAND_FORMATS = ("f16", "bf16", "tf32", "f64", *FP8_FORMATS)
+_WMMA_FORMATS = ("f16", "bf16", "tf32", "f64")
+
+#: n of the wgmma shapes m64nNkK: multiples of 8 from 8 to 256.
+WGMMA_N = tuple(range(8, 257, 8))
+#: Default wgmma n: every output element's arithmetic is the same for any n, so the
+#: smallest n (the least zero padding of N) is the default.
+WGMMA_DEFAULT_N = 8
+_WGMMA_K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
+_MMA_SYNC_TILES = {"f16": ((16, 8, 16), (16, 8, 8)), "bf16": ((16, 8, 16), (16, 8, 8)),
+                   "tf32": ((16, 8, 8), (16, 8, 4)),
+                   "e4m3": ((16, 8, 32), (16, 8, 16)), "e5m2": ((16, 8, 32), (16, 8, 16))}
+
+#: Allowed (m, n, k) per instruction and (a's) operand format; the first is the default.
+TILES: dict[str, dict[str, tuple[tuple[int, int, int], ...]]] = {
+    "wmma": {f: tuple(wmma_table.entry(f).shapes) for f in _WMMA_FORMATS},
+    "mma_sync": _MMA_SYNC_TILES,
+    "wgmma": {f: tuple((64, n, k) for n in sorted(WGMMA_N, key=lambda n: n != WGMMA_DEFAULT_N))
+              for f, k in _WGMMA_K.items()},
 }
+# The WMMA guide lists (16, 16, 16) first; keep the old defaults exactly.
+TILES["wmma"]["f16"] = TILES["wmma"]["bf16"] = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
+
+#: The instruction used when ``instruction=None``: WMMA for the formats WMMA has, wgmma
+#: (the H100's own fp8 unit) for fp8.
+DEFAULT_INSTRUCTION = {**{f: "wmma" for f in _WMMA_FORMATS}, "e4m3": "wgmma", "e5m2": "wgmma"}
+
+#: Default tile per operand format (of its default instruction): the WMMA shapes the
+#: CUDA guide lists first, and wgmma m64n8k32 for fp8.
+DEFAULT_TILE = {f: TILES[DEFAULT_INSTRUCTION[f]][f][0] for f in OPERAND_FORMATS}
+
+# Accumulators a GEMM can chain: C types whose D has the same type.
+_WMMA_ACC = {t: tuple(c for c, d in wmma_table.entry(t).cd_types if c == d)
+             for t in _WMMA_FORMATS}
+_PTX_ACC = {"f16": ("f32", "f16"), "bf16": ("f32",), "tf32": ("f32",),
+            "e4m3": ("f32", "f16"), "e5m2": ("f32", "f16")}
+ACCUMULATORS = {"wmma": _WMMA_ACC, "mma_sync": _PTX_ACC, "wgmma": _PTX_ACC}
 _ACC_DTYPE = {"f16": jnp.float16, "f32": jnp.float32, "f64": jnp.float64}
+# Smallest architecture with the instruction / the fp8 operands.
+_MIN_SM = {"wmma": 70, "mma_sync": 80, "wgmma": 90}
+_FP8_MIN_SM = 89
+_FP8_MAX = {f: float(ml_dtypes.finfo(fp8_cvt.FP8_FORMATS[f]).max) for f in FP8_FORMATS}
 
 
-def to_operand(x: jax.Array, operand_format: str) -> jax.Array:
-    """Converts floats to the operand format's storage dtype, as a CUDA program would."""
+def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
+    """Converts floats to the operand format's storage dtype, as a CUDA program would.
+
+    Args:
+        x: float array.
+        operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"``, ``"e4m3"`` or
+            ``"e5m2"``.
+        scale: fp8 only: x is divided by this fp32 scale (rounded to nearest) before
+            the conversion.
+
+    Returns:
+        float16 / bfloat16 (round to nearest even), float32 with tf32 precision
+        (``__float_to_tf32``), float64, or ``float8_e4m3fn`` / ``float8_e5m2``
+        (``cvt.rn.satfinite``: nearest even, saturating to the largest finite value;
+        non-f32 inputs are first converted to f32).
+
+    Example:
+        >>> to_operand(jnp.float32(500.0), "e4m3")
+        Array(448, dtype=float8_e4m3fn)
+    """
+    if operand_format in FP8_FORMATS:
+        x32 = jnp.asarray(x).astype(jnp.float32)
+        if scale is not None:
+            x32 = x32 / jnp.asarray(scale, jnp.float32)
+        return fp8_cvt.float_to_fp8(x32, operand_format, saturate=True)
+    if scale is not None:
+        raise ValueError(f"scale is only for the fp8 formats {FP8_FORMATS}; "
+                         f"got operand_format={operand_format!r}")
     if (operand_format, x.dtype) in (("f16", jnp.float16), ("bf16", jnp.bfloat16)):
         return x  # already in the format: nothing to round
     if operand_format == "f16":
@@ -60,23 +167,103 @@ def to_operand(x: jax.Array, operand_format: str) -> jax.Array:
     return x.astype(jnp.float64)
 
 
-def _check(a, b, c, operand_format, accumulator, tile, arch, mode):
-    operand_format = checks.static_choice(operand_format, "operand_format", tuple(DEFAULT_TILE))
-    accumulator = checks.static_choice(accumulator, "accumulator", _ACCUMULATORS[operand_format])
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+    """Static configuration of one product (hashable: a custom_vjp nondiff argument)."""
+
+    a_format: str
+    b_format: str
+    accumulator: str
+    tile: tuple[int, int, int]
+    instruction: str
+    arch: Any
+    mode: str
+    promote_every: int | None
+    scaled: bool
+
+    @property
+    def fp8(self) -> bool:
+        return self.a_format in FP8_FORMATS
+
+    @property
+    def legacy(self) -> bool:
+        """The WMMA path exactly as before instructions and fp8 existed."""
+        return self.instruction == "wmma"
+
+
+def _one_format(f: Any) -> str:
+    if isinstance(f, str) and formats.ALIASES.get(f) in OPERAND_FORMATS:
+        f = formats.ALIASES[f]  # "fp16", "bfloat16", "float8_e4m3fn", ... keep working
+    return checks.static_choice(f, "operand_format", OPERAND_FORMATS)
+
+
+def _parse_formats(operand_format: Any) -> tuple[str, str]:
+    if isinstance(operand_format, (tuple, list)):
+        if len(operand_format) != 2:
+            raise ValueError(f"operand_format as a tuple must be (a_format, b_format), got "
+                             f"{operand_format!r}")
+        fa, fb = (_one_format(f) for f in operand_format)
+        if fa != fb and not (fa in FP8_FORMATS and fb in FP8_FORMATS):
+            raise ValueError(
+                f"operand_format={tuple(operand_format)!r} mixes formats; only the fp8 "
+                f"formats {FP8_FORMATS} can be mixed (e.g. ('e5m2', 'e4m3'))")
+        return fa, fb
+    f = _one_format(operand_format)
+    return f, f
+
+
+def _tiles_text(instruction: str, fmt: str) -> str:
+    if instruction == "wgmma":
+        return f"(64, n, {_WGMMA_K[fmt]}) with n a multiple of 8 from 8 to 256"
+    return str(list(TILES[instruction][fmt]))
+
+
+def _scale_arg(s: Any, name: str) -> jax.Array | None:
+    if s is None:
+        return None
+    s = jnp.asarray(s)
+    if s.shape != () or not (jnp.issubdtype(s.dtype, jnp.floating)
+                             or jnp.issubdtype(s.dtype, jnp.integer)):
+        raise ValueError(f"{name} must be a scalar (one per-tensor scale), got "
+                         f"{s.dtype}{list(s.shape)}")
+    return s.astype(jnp.float32)
+
+
+def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
+           promote_every, a_scale, b_scale):
+    fa, fb = _parse_formats(operand_format)
+    if instruction is None:
+        instruction = DEFAULT_INSTRUCTION[fa]
+    instruction = checks.static_choice(instruction, "instruction", INSTRUCTIONS)
+    if fa not in TILES[instruction]:
+        hint = " (fp8 runs on instruction='mma_sync' or 'wgmma')" if fa in FP8_FORMATS else ""
+        raise ValueError(
+            f"instruction={instruction!r} has no operand_format={fa!r}; {instruction} "
+            f"operand formats: {tuple(TILES[instruction])}{hint}")
+    accumulator = checks.static_choice(accumulator, "accumulator",
+                                       ACCUMULATORS[instruction][fa])
     checks.static_choice(mode, "mode", mma_arith.MODES)
-    if operand_format == "f64" or accumulator == "f64":
+    if fa == "f64" or accumulator == "f64":
         checks.require_x64("matmul with f64 operands")
     if tile is None:
-        tile = DEFAULT_TILE[operand_format]
+        tile = TILES[instruction][fa][0]
     if not (isinstance(tile, tuple) and len(tile) == 3):
         raise TypeError(f"tile must be a static (m, n, k) tuple, got {tile!r}")
     tile = tuple(checks.static_int(t, "tile") for t in tile)
-    valid = list(wmma_table.entry(operand_format).shapes)
-    wmma_table.check_mma(operand_format, accumulator, accumulator, valid[0], arch)
+    valid = list(TILES[instruction][fa])
+    if instruction == "wmma":
+        wmma_table.check_mma(fa, accumulator, accumulator, valid[0], arch)
+    elif isinstance(arch, str):
+        sm = wmma_table.parse_arch(arch)
+        need = max(_MIN_SM[instruction], _FP8_MIN_SM if fa in FP8_FORMATS else 0)
+        if sm < need:
+            raise ValueError(f"instruction={instruction!r} with operand_format={fa!r} needs "
+                             f"sm_{need} or newer; arch={arch!r}")
     if tile not in valid:
+        what = "WMMA" if instruction == "wmma" else instruction
         raise ValueError(
-            f"tile={tile} is not a WMMA shape for operand_format={operand_format!r}; "
-            f"allowed: {valid}"
+            f"tile={tile} is not a {what} shape for operand_format={fa!r}; "
+            f"allowed: {_tiles_text(instruction, fa) if instruction == 'wgmma' else valid}"
         )
     a, b = jnp.asarray(a), jnp.asarray(b)
     for name, x in (("a", a), ("b", b)):
@@ -86,29 +273,90 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode):
     if K != K2:
         raise ValueError(f"a is {M}x{K} and b is {K2}x{N}: inner dimensions differ")
     m, n, k = tile
+    # wgmma's m = 64 is larger than many matrices: rows / columns beyond M / N are a
+    # kernel's zero padding (they do not change the other rows and columns).
+    padded = ("M", "N") if instruction == "wgmma" else ()
     for dim, size, t in (("M", M, m), ("N", N, n), ("K", K, k)):
-        if size % t:
+        if size % t and dim not in padded:
             raise ValueError(
                 f"{dim}={size} is not a multiple of the tile's {t} (tile={tile}); "
-                f"pad the matrices or pick another tile from {valid}"
+                f"pad the matrices or pick another tile from "
+                f"{_tiles_text(instruction, fa) if instruction == 'wgmma' else valid}"
             )
+    if promote_every is not None:
+        promote_every = checks.static_int(promote_every, "promote_every")
+        if promote_every <= 0 or promote_every % k:
+            raise ValueError(
+                f"promote_every={promote_every} must be a positive multiple of the "
+                f"instruction's k={k} (tile={tile}, instruction={instruction!r}); "
+                f"e.g. {4 * k}, or None for no promotion")
+        if accumulator != "f32":
+            raise ValueError(f"promote_every promotes partial sums into fp32 and needs "
+                             f"accumulator='f32'; got accumulator={accumulator!r}")
+    a_scale, b_scale = _scale_arg(a_scale, "a_scale"), _scale_arg(b_scale, "b_scale")
+    scaled = a_scale is not None or b_scale is not None
+    if scaled and fa not in FP8_FORMATS:
+        raise ValueError(f"a_scale / b_scale are per-tensor scales of the fp8 formats "
+                         f"{FP8_FORMATS}; got operand_format={operand_format!r}")
     if c is not None:
         c = jnp.asarray(c)
         if c.shape != (M, N):
             raise ValueError(f"c must have shape {(M, N)}, got {tuple(c.shape)}")
-    return a, b, c, operand_format, accumulator, tile
+    cfg = _Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every, scaled)
+    return a, b, c, a_scale, b_scale, cfg
 
 
-def _tiled(a_op, b_op, c_acc, operand_format, accumulator, tile, arch, mode):
-    """The k loop over (M/m, N/n) output tiles, on converted operands."""
-    if mode == "fast":
+def _datapath_has_instructions() -> bool:
+    return "instruction" in inspect.signature(mma_arith.mma).parameters
+
+
+def _mma(at, bt, acc, cfg: _Cfg):
+    """One instruction per output tile (k = the tile's k), exact mode."""
+    if cfg.legacy:
+        return mma_arith.mma(at, bt, acc, a_type=cfg.a_format, c_type=cfg.accumulator,
+                             d_type=cfg.accumulator, arch=cfg.arch, mode="exact")
+    if not _datapath_has_instructions():  # pragma: no cover - until the datapath has them
+        raise NotImplementedError(
+            f"instruction={cfg.instruction!r} needs datapath.mma's instruction argument, "
+            f"which this jaxwarp does not have yet")
+    # wgmma is only in the architecture-specific target: sm_90 means sm_90a for it.
+    arch = "sm_90a" if cfg.instruction == "wgmma" and cfg.arch == "sm_90" else cfg.arch
+    return mma_arith.mma(at, bt, acc, a_type=cfg.a_format, b_type=cfg.b_format,
+                         c_type=cfg.accumulator, d_type=cfg.accumulator, arch=arch,
+                         mode="exact", instruction=cfg.instruction,
+                         instruction_k=cfg.tile[2])
+
+
+def _pad_to(x, rows, cols):
+    r, c = x.shape
+    if (r, c) == (rows, cols):
+        return x
+    return jnp.pad(x, ((0, rows - r), (0, cols - c)))
+
+
+def _fast(a_op, b_op, c_acc, cfg: _Cfg):
+    if cfg.legacy:
+        return mma_arith.mma(a_op, b_op, c_acc, a_type=cfg.a_format, c_type=cfg.accumulator,
+                             d_type=cfg.accumulator, arch=cfg.arch, mode="fast")
+    prod = jnp.matmul(a_op.astype(jnp.float32), b_op.astype(jnp.float32),
+                      precision=lax.Precision.HIGHEST)
+    return (prod + c_acc.astype(jnp.float32)).astype(_ACC_DTYPE[cfg.accumulator])
+
+
+def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
+    """The k loop over (M/m, N/n) output tiles, on converted operands.
+
+    M, N and K are padded with zeros to the tile (only where ``_check`` allows it, or in
+    the backward products, where a zero k-slice leaves the sum as it is)."""
+    if cfg.mode == "fast":
         # Fast mode: one dot_general over the whole K (the backend's own accumulation);
-        # tiling changes nothing there but speed. An f16 accumulator is rounded once.
-        return mma_arith.mma(a_op, b_op, c_acc, a_type=operand_format, c_type=accumulator,
-                             d_type=accumulator, arch=arch, mode="fast")
+        # tiling (and promotion) change nothing there but speed.
+        return _fast(a_op, b_op, c_acc, cfg)
     (M, K), N = a_op.shape, b_op.shape[1]
-    m, n, k = tile
-    mt, nt, kt = M // m, N // n, K // k
+    m, n, k = cfg.tile
+    Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
+    a_op, b_op, c_acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
+    mt, nt, kt = Mp // m, Np // n, Kp // k
     # a_t[kk, i] is A's tile (i, kk); b_t[kk, j] is B's tile (kk, j).
     a_t = a_op.reshape(mt, m, kt, k).transpose(2, 0, 1, 3)
     b_t = b_op.reshape(kt, k, nt, n).transpose(0, 2, 1, 3)
@@ -118,48 +366,106 @@ def _tiled(a_op, b_op, c_acc, operand_format, accumulator, tile, arch, mode):
         at, bt = ab
         at = jnp.broadcast_to(at[:, None], (mt, nt, m, k))
         bt = jnp.broadcast_to(bt[None, :], (mt, nt, k, n))
-        d = mma_arith.mma(at, bt, acc, a_type=operand_format, c_type=accumulator,
-                          d_type=accumulator, arch=arch, mode=mode)
-        return d, None
+        return _mma(at, bt, acc, cfg), None
 
-    acc, _ = lax.scan(step, acc, (a_t, b_t))
-    return acc.transpose(0, 2, 1, 3).reshape(M, N)
+    def chain(acc, a_t, b_t):
+        return lax.scan(step, acc, (a_t, b_t))[0]
+
+    if cfg.promote_every is None:
+        acc = chain(acc, a_t, b_t)
+    else:
+        # Promotion: each interval's chain starts from +0; its fp32 result is added to
+        # the fp32 accumulator with an ordinary (round-to-nearest) fp32 addition.
+        s = cfg.promote_every // k
+        full, rem = divmod(kt, s)
+        zero = jnp.zeros_like(acc)
+
+        def interval(acc, ab):
+            return acc + chain(zero, *ab), None
+
+        if full:
+            a_i = a_t[:full * s].reshape(full, s, *a_t.shape[1:])
+            b_i = b_t[:full * s].reshape(full, s, *b_t.shape[1:])
+            acc = lax.scan(interval, acc, (a_i, b_i))[0]
+        if rem:
+            acc = acc + chain(zero, a_t[full * s:], b_t[full * s:])
+    return acc.transpose(0, 2, 1, 3).reshape(Mp, Np)[:M, :N]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
-def _matmul(a, b, c, operand_format, accumulator, tile, arch, mode):
-    return _tiled(to_operand(a, operand_format), to_operand(b, operand_format),
-                  c.astype(_ACC_DTYPE[accumulator]), operand_format, accumulator, tile, arch, mode)
+def _forward(a, b, c, sa, sb, cfg: _Cfg):
+    acc_dt = _ACC_DTYPE[cfg.accumulator]
+    if not cfg.scaled:
+        return _tiled(to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
+                      c.astype(acc_dt), cfg)
+    t = _tiled(to_operand(a, cfg.a_format, sa), to_operand(b, cfg.b_format, sb),
+               jnp.zeros(c.shape, acc_dt), cfg)
+    return _epilogue(t, sa * sb, c).astype(acc_dt)
 
 
-def _fwd(a, b, c, *static):
-    return _matmul(a, b, c, *static), (a, b, c)
+def _epilogue(t, s, c):
+    """``fl32(fl32(t * s) + c)``: two roundings, never one fused multiply-add.
+
+    XLA's CPU backend contracts ``t * s + c`` into an FMA inside a fusion (and not in
+    eager mode); the select (NaN stays NaN) keeps the product a rounded fp32 value."""
+    p = t.astype(jnp.float32) * s
+    p = jnp.where(jnp.isnan(p), jnp.float32(jnp.nan), p)
+    return p + c.astype(jnp.float32)
 
 
-def _bwd(operand_format, accumulator, tile, arch, mode, res, g):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _matmul(a, b, c, sa, sb, cfg):
+    return _forward(a, b, c, sa, sb, cfg)
+
+
+def _fwd(a, b, c, sa, sb, cfg):
+    return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
+
+
+def _current_scale(x, fmt):
+    amax = jnp.max(jnp.abs(x.astype(jnp.float32)))
+    s = amax / jnp.float32(_FP8_MAX[fmt])
+    return jnp.where(jnp.isfinite(s) & (s > 0), s, jnp.float32(1))
+
+
+def _bwd(cfg: _Cfg, res, g):
     # Straight-through estimator: the operand conversions pass gradients unchanged.
     # The backward products run on the emulated tensor core, like a GPU's backward.
-    a, b, c = res
-    m, n, k = tile
-    shapes = wmma_table.entry(operand_format).shapes
+    a, b, c, sa, sb = res
+    acc_dt = _ACC_DTYPE[cfg.accumulator]
+    bcfg = dataclasses.replace(cfg, scaled=False)
 
-    def product(x, y):  # x @ y through the tensor core, tile permuted to fit
+    def product(x, y):  # x @ y through the tensor core
         M, K = x.shape
         N = y.shape[1]
+        if cfg.fp8:
+            # Current per-tensor scaling of both operands, the forward's format pairing;
+            # zero padding to the tile (a zero k-slice leaves the sum as it is).
+            s_x, s_y = _current_scale(x, cfg.a_format), _current_scale(y, cfg.b_format)
+            t = _tiled(to_operand(x, cfg.a_format, s_x), to_operand(y, cfg.b_format, s_y),
+                       jnp.zeros((M, N), acc_dt), bcfg)
+            return _epilogue(t, s_x * s_y, jnp.zeros((M, N), jnp.float32)).astype(acc_dt)
+        if not cfg.legacy:
+            return _tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+                          jnp.zeros((M, N), acc_dt), bcfg)
+        # WMMA: the tile permuted to fit, as before.
+        m, n, k = cfg.tile
+        shapes = TILES["wmma"][cfg.a_format]
         for t in ((m, n, k), (m, k, n), (k, n, m), (n, m, k), (n, k, m), (k, m, n)):
             if t in shapes and M % t[0] == 0 and N % t[1] == 0 and K % t[2] == 0:
-                return _tiled(to_operand(x, operand_format), to_operand(y, operand_format),
-                              jnp.zeros((M, N), _ACC_DTYPE[accumulator]),
-                              operand_format, accumulator, t, arch, mode)
+                promote = cfg.promote_every if cfg.promote_every and \
+                    cfg.promote_every % t[2] == 0 else None
+                tcfg = dataclasses.replace(bcfg, tile=t, promote_every=promote)
+                return _tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+                              jnp.zeros((M, N), acc_dt), tcfg)
         raise ValueError(
-            f"the backward product {M}x{K} @ {K}x{N} fits no {operand_format} WMMA tile; "
-            f"make M, N and K multiples of every dimension of tile={tile}"
+            f"the backward product {M}x{K} @ {K}x{N} fits no {cfg.a_format} WMMA tile; "
+            f"make M, N and K multiples of every dimension of tile={cfg.tile}"
         )
 
-    g = g.astype(_ACC_DTYPE[accumulator])
+    g = g.astype(acc_dt)
     da = product(g, b.T).astype(a.dtype)
     db = product(a.T, g).astype(b.dtype)
-    return da, db, g.astype(c.dtype)
+    return da, db, g.astype(c.dtype), jnp.zeros_like(sa), jnp.zeros_like(sb)
 
 
 _matmul.defvjp(_fwd, _bwd)
@@ -170,47 +476,70 @@ def matmul(
     b: Any,
     c: Any = None,
     *,
-    operand_format: str = "f16",
+    operand_format: str | tuple[str, str] = "f16",
     accumulator: str = "f32",
     tile: tuple[int, int, int] | None = None,
     arch: str = "sm_90",
     mode: str = "exact",
+    instruction: str | None = None,
+    promote_every: int | None = None,
+    a_scale: Any = None,
+    b_scale: Any = None,
 ) -> jax.Array:
-    """``D = A @ B + C`` the way a WMMA kernel computes it on the tensor cores.
+    """``D = A @ B + C`` the way a tensor-core GEMM kernel computes it.
 
     Args:
         a: (M, K) floats; converted to ``operand_format`` first (round to nearest
-            for f16/bf16, ``__float_to_tf32`` for tf32).
+            for f16/bf16, ``__float_to_tf32`` for tf32, ``cvt.rn.satfinite`` for fp8).
         b: (K, N) floats, converted likewise.
         c: optional (M, N) accumulator input (zero if omitted), converted to
             ``accumulator``.
-        operand_format: ``"f16"``, ``"bf16"``, ``"tf32"`` or ``"f64"`` (f64 needs
-            ``jax_enable_x64``).
-        accumulator: ``"f32"`` (or ``"f16"`` for f16 operands, ``"f64"`` for f64).
-        tile: the WMMA (m, n, k) shape; defaults to (16, 16, 16), (16, 16, 8) for
-            tf32, (8, 8, 4) for f64. M, N and K must be multiples of it.
+        operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"`` (needs
+            ``jax_enable_x64``), ``"e4m3"`` or ``"e5m2"``, or an (a, b) pair of fp8
+            formats such as ``("e5m2", "e4m3")``. Aliases (``"fp16"``, ...) work.
+        accumulator: ``"f32"``, or ``"f16"`` for f16 and fp8 operands (``"f64"`` for
+            f64).
+        tile: the instruction's (m, n, k); defaults to the first of
+            :data:`TILES` ``[instruction][format]``: WMMA (16, 16, 16), (16, 16, 8)
+            for tf32, (8, 8, 4) for f64; mma.sync (16, 8, 16), (16, 8, 8) tf32,
+            (16, 8, 32) fp8; wgmma (64, 8, 16), (64, 8, 8) tf32, (64, 8, 32) fp8.
+            K must be a multiple of k; M and N multiples of m and n, except for
+            wgmma, whose rows and columns beyond M and N are zero padding.
         arch: architecture preset of the arithmetic model (``"sm_90"`` is
-            verified against an H100).
+            verified against an H100; with ``instruction="wgmma"`` it stands for
+            ``"sm_90a"``, the only target that has wgmma).
         mode: ``"exact"`` (the tensor core's own arithmetic, bit for bit) or
             ``"fast"`` (operands rounded, one ``dot_general`` over all of K with fp32
-            accumulation: round-to-nearest on a CPU; on an NVIDIA GPU XLA runs f16/bf16
-            dots on the real tensor cores, whose accumulation is the exact model's).
+            accumulation: round-to-nearest on a CPU; promotion changes nothing there).
+        instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"``; None: ``"wmma"`` for
+            f16/bf16/tf32/f64, ``"wgmma"`` for fp8 (:data:`DEFAULT_INSTRUCTION`).
+        promote_every: None, or N (a multiple of the tile's k): the k loop restarts
+            from zero every N k-elements and each partial result is added to an fp32
+            accumulator with fp32 round-to-nearest (DeepSeek-V3's promotion; see the
+            module docstring). Needs ``accumulator="f32"``.
+        a_scale, b_scale: fp8 only: per-tensor fp32 scale factors (scalars, may be
+            traced): the operands are ``a / a_scale``, ``b / b_scale`` in fp8
+            (saturating) and the tensor core's result is multiplied by
+            ``a_scale * b_scale`` in fp32 before C is added (module docstring).
 
     Returns:
         (M, N) array in the accumulator's dtype.
 
     Raises:
-        ValueError: a dimension is not a multiple of the tile, shapes disagree,
-            or the tile/format/accumulator combination is not in the WMMA table.
+        ValueError: a dimension is not a multiple of the tile, shapes disagree, or the
+            instruction/format/accumulator/tile/promotion combination is not allowed
+            (the message names the argument and lists what is).
 
     Example:
         >>> a = jnp.ones((32, 64), jnp.float32); b = jnp.ones((64, 16), jnp.float32)
         >>> jaxwarp.matmul(a, b, operand_format="bf16")[0, 0]
         Array(64., dtype=float32)
     """
-    a, b, c, operand_format, accumulator, tile = _check(
-        a, b, c, operand_format, accumulator, tile, arch, mode
-    )
+    a, b, c, a_scale, b_scale, cfg = _check(
+        a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
+        a_scale, b_scale)
     if c is None:
-        c = jnp.zeros((a.shape[0], b.shape[1]), _ACC_DTYPE[accumulator])
-    return _matmul(a, b, c, operand_format, accumulator, tile, arch, mode)
+        c = jnp.zeros((a.shape[0], b.shape[1]), _ACC_DTYPE[cfg.accumulator])
+    one = jnp.float32(1)
+    return _matmul(a, b, c, one if a_scale is None else a_scale,
+                   one if b_scale is None else b_scale, cfg)

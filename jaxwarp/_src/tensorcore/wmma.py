@@ -49,6 +49,8 @@ from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.tensorcore.fragments import (
     Fragment,
+    _distribute,
+    packed_range as _packed_range,
     as_bits,
     fragment,
     fragment_from_matrix,
@@ -59,6 +61,7 @@ from jaxwarp._src.tensorcore.fragments import (
 )
 
 _USE_LETTER = {"a": "matrix_a", "b": "matrix_b", "c": "accumulator"}
+_MAX_HOST_ELEMENTS = 2**31 - 1
 
 
 def _frag(frag: Any, name: str, uses: tuple[str, ...] | None = None) -> Fragment:
@@ -79,39 +82,106 @@ def fill_fragment(frag: Fragment, v: Any) -> Fragment:
     """``wmma::fill_fragment(frag, v)``: every element of the fragment becomes ``v``.
 
     ``v`` is converted to the element type as C++ would at the call: floats round to
-    nearest even (float16, bfloat16), integers wrap; tf32 fragments keep the float32
-    ``v`` unchanged (as CUDA's fill does). For s4/u4 only the low 4 bits of ``v``
-    are kept, for b1 the lowest bit, replicated into every packed element.
+    nearest even (float16, bfloat16; a Python float is rounded once, from its double
+    value), integers wrap (s8, u8, s32); tf32 fragments keep the float32 ``v``
+    unchanged (as CUDA's fill does). A float ``v`` for an integer fragment is
+    truncated toward zero; C++ leaves NaN, inf and values out of the element's range
+    undefined, so a concrete one raises ``ValueError`` and a traced one is reported
+    by ``jaxwarp.checked`` (outside it the result is XLA's conversion, unspecified).
+    For s4/u4/b1 ``v`` must lie in the element's range (-8 .. 7, 0 .. 15, 0 .. 1):
+    concrete values outside raise, traced ones are reported by ``jaxwarp.checked``
+    (outside it only the low bits are kept), replicated into every packed element.
 
     Args:
         frag: the fragment (its use/shape/type; its old ``x`` is discarded).
-        v: a scalar (Python number or 0-d array; may be traced).
+        v: a real scalar (Python number or 0-d array; may be traced). Complex values
+            and, with x64 off, 64-bit NumPy values raise ``TypeError``.
 
     Returns:
         The filled fragment.
+
+    Raises:
+        TypeError: ``v`` is not a real scalar number, or is 64-bit with x64 off.
+        ValueError: ``v`` is not a scalar, or (concrete) does not fit the element type.
 
     Example:
         >>> c = fill_fragment(fragment("accumulator", 16, 16, 16, "f32"), 0.0)
     """
     frag = _frag(frag, "frag")
     et = frag.element_type
-    if isinstance(v, Fragment) or np.ndim(v) != 0:
-        raise ValueError(f"v must be a scalar (fill_fragment sets every element to one "
-                         f"value), got shape {np.shape(v)}")
-    dtype = getattr(v, "dtype", None)
-    if dtype is None and isinstance(v, (bool, int, float)):
-        dtype = np.asarray(v).dtype
-    if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_):
+    if isinstance(v, Fragment) or v is None or isinstance(v, (str, bytes)):
         raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
                         f"got {type(v).__name__} {v!r}")
+    if np.ndim(v) != 0:
+        raise ValueError(f"v must be a scalar (fill_fragment sets every element to one "
+                         f"value), got shape {np.shape(v)}")
+    if isinstance(v, complex) and not isinstance(v, np.generic):
+        raise TypeError(f"v must be a real scalar, got complex {v!r} (its imaginary part "
+                        f"would be dropped)")
+    weak = isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
+    if weak:
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
+            raise ValueError(f"v={v} does not fit in 64 bits")
+        value = v
+    else:
+        dtype = getattr(v, "dtype", None)
+        if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_):
+            raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
+                            f"got {type(v).__name__} {v!r}")
+        value = checks.array_arg(v, "v")  # 64-bit with x64 off, complex: TypeError
+    storage = et.storage_dtype
+    integer_elems = not jnp.issubdtype(storage, jnp.floating)
+    is_float = (isinstance(value, float) if weak else jnp.issubdtype(value.dtype, jnp.floating))
     if et.packed:
-        vals = jnp.full((checks.WARP_SIZE, frag.num_elements), jnp.asarray(v).astype(jnp.int32))
+        lo, hi = _packed_range(et)
+    elif integer_elems:
+        info = np.iinfo(storage)
+        lo, hi = int(info.min), int(info.max)
+    if integer_elems and (et.packed or is_float):
+        _check_fill_range(value, weak, is_float, lo, hi, et.name)
+    if et.packed:
+        ints = jnp.asarray(value).astype(jnp.int32) if not weak else jnp.int32(
+            int(value) if not is_float else int(np.trunc(value)))
+        vals = jnp.full((checks.WARP_SIZE, frag.num_elements), ints)
         x = pack_values(et, vals)
     else:
-        value = jnp.asarray(v, et.storage_dtype) if isinstance(v, (int, float)) else (
-            jnp.asarray(v).astype(et.storage_dtype))
-        x = jnp.full((checks.WARP_SIZE, frag.num_storage_elements), value, et.storage_dtype)
+        if weak and integer_elems and not is_float:
+            # C++ integer conversion: wrap modulo 2**bits.
+            fill = jnp.asarray(np.array(int(value) & ((1 << (8 * storage.itemsize)) - 1),
+                                        np.uint64).astype(storage))
+        elif weak and integer_elems:
+            fill = jnp.asarray(np.array(np.trunc(value)).astype(storage))
+        elif weak:
+            fill = jnp.asarray(value, storage)  # one rounding, from the Python value
+        else:
+            fill = value.astype(storage)
+        x = jnp.full((checks.WARP_SIZE, frag.num_storage_elements), fill, storage)
     return frag.replace(x=x)
+
+
+def _check_fill_range(value: Any, weak: bool, is_float: bool, lo: int, hi: int,
+                      type_name: str) -> None:
+    """``v`` must convert into [lo, hi] (floats: finite, truncated toward zero)."""
+    what = f"a {type_name} fragment (allowed: {lo} .. {hi}"
+    what += ", finite floats truncated toward zero)" if is_float else ")"
+    if isinstance(value, jax.core.Tracer):
+        if checked.enabled():
+            f = value.astype(jnp.float32) if is_float else value
+            t = jnp.trunc(f) if is_float else f
+            ok = (t >= lo) & (t <= hi)
+            if is_float:
+                ok = ok & jnp.isfinite(f)
+            checked.check(ok, "fill_fragment: v={v} does not fit " + what, v=value)
+        return
+    if is_float:
+        f = float(np.asarray(value))
+        if not np.isfinite(f) or not lo <= np.trunc(f) <= hi:
+            raise ValueError(f"v={f!r} does not fit {what}; C++ leaves this conversion "
+                             f"undefined")
+        return
+    i = int(np.asarray(value))
+    if not lo <= i <= hi:
+        raise ValueError(f"v={i} does not fit {what}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -124,7 +194,7 @@ def _addresses(frag: Fragment, memory: Any, ldm: Any, offset: Any, col_major: bo
     et = frag.element_type
     ldm = checks.static_int(ldm, "ldm")
     offset = checks.static_int(offset, "offset")
-    memory = jnp.asarray(memory)
+    memory = checks.array_arg(memory, "memory")  # 64-bit with x64 off: TypeError
     if memory.dtype != et.memory_dtype:
         kind = " (sub-byte elements packed into bytes)" if et.packed else ""
         raise TypeError(f"memory for a {frag.type} fragment must have dtype "
@@ -152,17 +222,28 @@ def _addresses(frag: Fragment, memory: Any, ldm: Any, offset: Any, col_major: bo
         raise ValueError(f"memory holds {have} elements but {what} of a {order}-major "
                          f"{rows}x{cols} matrix with offset={offset}, ldm={ldm} reaches element "
                          f"{need - 1} (offset + ({outer} - 1) * ldm + {inner} - 1)")
+    last = (need - 1) // per_byte  # the highest index into memory
+    if last > np.iinfo(np.int32).max and not checks.x64_enabled():
+        raise ValueError(f"{what} with offset={offset}, ldm={ldm} reaches memory index {last}, "
+                         f"beyond the 2**31 - 1 that 32-bit indices address: enable x64 "
+                         f"(jax.config.update('jax_enable_x64', True)) or pass a slice of "
+                         f"memory and a smaller offset")
     r = np.arange(rows, dtype=np.int64)[:, None]
     c = np.arange(cols, dtype=np.int64)[None, :]
     addr = offset + (c * ldm + r if col_major else r * ldm + c)
     return memory, addr
 
 
+def _index_dtype(addr: np.ndarray) -> type:
+    """int32 indices where they reach every address (always with x64 off), else int64."""
+    return np.int32 if addr.max(initial=0) <= np.iinfo(np.int32).max else np.int64
+
+
 def _read_elements(et: table.ElementType, memory: jax.Array, addr: np.ndarray) -> jax.Array:
     if not et.packed:
-        return take_bits(memory, addr.astype(np.int32))
+        return take_bits(memory, addr.astype(_index_dtype(addr)))
     per_byte = 8 // et.bits
-    byte = take_bits(memory, (addr // per_byte).astype(np.int32))
+    byte = take_bits(memory, (addr // per_byte).astype(_index_dtype(addr // per_byte)))
     shift = jnp.asarray((addr % per_byte) * et.bits, jnp.uint8)
     v = (byte >> shift) & jnp.uint8((1 << et.bits) - 1)
     if et.value_dtype == np.dtype(np.int8):  # s4: sign-extend
@@ -198,7 +279,7 @@ def load_matrix_sync(frag: Fragment, memory: Any, ldm: Any, layout: str | None =
     frag = _frag(frag, "frag")
     col_major = _memory_layout(frag, layout, "load_matrix_sync")
     memory, addr = _addresses(frag, memory, ldm, offset, col_major, "load_matrix_sync")
-    return fragment_from_matrix(frag, _read_elements(frag.element_type, memory, addr))
+    return _distribute(frag, _read_elements(frag.element_type, memory, addr))
 
 
 def _memory_layout(frag: Fragment, layout: Any, what: str) -> bool:
@@ -247,7 +328,8 @@ def store_matrix_sync(memory: Any, frag: Fragment, ldm: Any, layout: str,
     memory, addr = _addresses(frag, memory, ldm, offset, col_major, "store_matrix_sync")
     # Scatter raw bits: XLA's CPU scatter/gather may canonicalize NaN payloads.
     bits = as_bits(matrix_from_fragment(frag)).reshape(-1)
-    out = as_bits(memory).at[addr.reshape(-1).astype(np.int32)].set(bits, mode="clip")
+    idx = addr.reshape(-1)
+    out = as_bits(memory).at[idx.astype(_index_dtype(idx))].set(bits, mode="clip")
     return from_bits(out, memory.dtype)
 
 
@@ -367,13 +449,22 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
             int8 in [-8, 7], ``u4`` as uint8, ``b1`` as uint8 0/1).
         type: element type name (``"f16"``, ``"s4"``, ``"f32"``, ...).
         layout: ``"row_major"``/``"mem_row_major"`` or ``"col_major"``/``"mem_col_major"``.
-        offset: elements of zeros before the matrix.
-        pad: extra elements of stride beyond the smallest valid ``ldm``.
+        offset: elements of zeros before the matrix (non-negative int).
+        pad: extra elements of stride beyond the smallest valid ``ldm`` (non-negative
+            int).
 
     Returns:
         ``(memory, ldm)``: a NumPy buffer of the type's memory dtype (sub-byte types
         packed into bytes, lower index in the low bits) and the leading dimension,
         the smallest multiple of 16 bytes that holds a row (column), plus ``pad``.
+
+    Raises:
+        ValueError: unknown type or layout; a matrix that is not non-empty 2-D;
+            negative ``offset``/``pad``; values outside an integer type's range
+            (s4 -8 .. 7, u4 0 .. 15, b1 0 .. 1, s8, u8, s32); a buffer of more than
+            2**31 - 1 elements (checked before allocating).
+        TypeError: a matrix that is not real numeric or does not convert to the
+            type's value dtype (e.g. floats for an integer type).
     """
     if type not in table.ELEMENT_TYPES:
         raise ValueError(f"type={type!r} is not a WMMA element type; allowed: "
@@ -382,10 +473,47 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
     if layout not in allowed:
         raise ValueError(f"layout={layout!r} is not a matrix layout; allowed: {allowed}")
     et = table.ELEMENT_TYPES[type]
-    mat = np.asarray(matrix)
+    offset = checks.static_int(offset, "offset")
+    pad = checks.static_int(pad, "pad")
+    if offset < 0 or pad < 0:
+        bad = "offset" if offset < 0 else "pad"
+        raise ValueError(f"{bad}={offset if offset < 0 else pad} must be a non-negative number "
+                         f"of elements")
+    if matrix is None or isinstance(matrix, (str, bytes)) or isinstance(matrix, Fragment):
+        raise TypeError(f"matrix must be a 2-D numeric array (rows, cols), got "
+                        f"{matrix.__class__.__name__}")
+    try:
+        mat = np.asarray(matrix)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"matrix must be a 2-D numeric array (rows, cols): {e}") from None
+    if not (mat.dtype == np.bool_ or jnp.issubdtype(mat.dtype, jnp.integer)
+            or jnp.issubdtype(mat.dtype, jnp.floating)):
+        raise TypeError(f"matrix must be a real numeric array (for {type}: "
+                        f"{np.dtype(et.value_dtype).name}), got dtype {mat.dtype}")
+    if mat.ndim != 2 or 0 in mat.shape:
+        raise ValueError(f"matrix must be a non-empty 2-D (rows, cols) array, got shape "
+                         f"{mat.shape}")
+    if jnp.issubdtype(mat.dtype, jnp.floating) and not jnp.issubdtype(et.value_dtype,
+                                                                       jnp.floating):
+        raise TypeError(f"matrix of dtype {mat.dtype} does not convert to {type}'s "
+                        f"{np.dtype(et.value_dtype).name}")
+    if et.packed:
+        from jaxwarp._src.tensorcore.fragments import check_packed_range
+
+        check_packed_range(et, mat, "matrix")
+    elif mat.dtype.kind in "biu" and np.dtype(et.value_dtype).kind in "iu":
+        info = np.iinfo(et.value_dtype)
+        if mat.size and (mat.min() < info.min or mat.max() > info.max):
+            raise ValueError(f"matrix holds values outside {type}'s range {info.min} .. "
+                             f"{info.max}")
     stored = mat.T if layout in ("col_major", "mem_col_major") else mat
     inner = stored.shape[1]
     ldm = -(-inner // et.ldm_multiple) * et.ldm_multiple + pad
+    total = offset + stored.shape[0] * ldm
+    if total > _MAX_HOST_ELEMENTS:
+        raise ValueError(f"offset={offset}, pad={pad} make a buffer of {total} elements "
+                         f"(ldm={ldm}); at most {_MAX_HOST_ELEMENTS} (2**31 - 1) allowed")
+    stored = stored.astype(et.value_dtype, copy=False)
     body = np.zeros((stored.shape[0], ldm), stored.dtype)
     body[:, :inner] = stored
     flat = np.concatenate([np.zeros(offset, stored.dtype), body.reshape(-1)])

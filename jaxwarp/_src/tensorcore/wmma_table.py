@@ -38,6 +38,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp._src.numerics.formats import FORMATS
+
 USES = ("matrix_a", "matrix_b", "accumulator")
 LAYOUTS = ("row_major", "col_major")
 MEM_LAYOUTS = ("mem_row_major", "mem_col_major")
@@ -94,29 +96,32 @@ class ElementType:
         return 256 // self.bits
 
 
-def _et(name, bits, value, storage=None, memory=None, raw=None) -> ElementType:
-    storage = value if storage is None else storage
+def _et(name: str, storage: Any = None, memory: Any = None) -> ElementType:
+    """A WMMA element type: width and value dtype from the format registry; the
+    fragment storage (sub-byte types pack into 32-bit words) and memory dtypes here."""
+    fmt = FORMATS[name]
+    storage = fmt.storage_dtype if storage is None else np.dtype(storage)
     memory = storage if memory is None else memory
-    raw = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[
-        np.dtype(storage).itemsize * 8] if raw is None else raw
-    return ElementType(name, bits, np.dtype(value), np.dtype(storage), np.dtype(memory),
-                       np.dtype(raw))
+    raw = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[np.dtype(storage).itemsize * 8]
+    width = fmt.bits if fmt.bits < 8 else fmt.storage_dtype.itemsize * 8  # tf32: a 32-bit word
+    return ElementType(name, width, fmt.storage_dtype,
+                       np.dtype(storage), np.dtype(memory), np.dtype(raw))
 
 
 ELEMENT_TYPES: dict[str, ElementType] = {
     t.name: t
     for t in (
-        _et("f16", 16, jnp.float16),
-        _et("bf16", 16, jnp.bfloat16),
-        _et("tf32", 32, jnp.float32),
-        _et("f64", 64, jnp.float64),
-        _et("s8", 8, jnp.int8),
-        _et("u8", 8, jnp.uint8),
-        _et("s4", 4, jnp.int8, jnp.int32, jnp.uint8),
-        _et("u4", 4, jnp.uint8, jnp.uint32, jnp.uint8),
-        _et("b1", 1, jnp.uint8, jnp.uint32, jnp.uint8),
-        _et("f32", 32, jnp.float32),
-        _et("s32", 32, jnp.int32),
+        _et("f16"),
+        _et("bf16"),
+        _et("tf32"),
+        _et("f64"),
+        _et("s8"),
+        _et("u8"),
+        _et("s4", jnp.int32, jnp.uint8),
+        _et("u4", jnp.uint32, jnp.uint8),
+        _et("b1", jnp.uint32, jnp.uint8),
+        _et("f32"),
+        _et("s32"),
     )
 }
 

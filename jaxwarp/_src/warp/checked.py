@@ -16,7 +16,15 @@ What is reported:
 * a calling lane (non-zero per-lane mask) missing from its own ``mask``;
 * calling lanes of one intrinsic passing different masks;
 * ``nanosleep`` with a traced ``ns`` above 1,000,000;
-* with ``nan_inf=True``, NaN or inf among the operands of ``mma_sync``.
+* with ``nan_inf=True``, NaN or inf among the operands of ``mma_sync``;
+* sub-byte values (s4, u4, b1) out of range in ``fragment_from_matrix`` and
+  ``fill_fragment``, and non-finite or out-of-range floats filled into integer
+  fragments, when they are traced (concrete ones raise at once).
+
+Checked mode is part of JAX's jit cache key (a JAX config state), so a function
+jitted before (``checked(jax.jit(f))``) or called inside (``checked(lambda x:
+jf(x))``) is traced again with the checks, and the plain jitted function keeps
+its own check-free trace.
 """
 
 from __future__ import annotations
@@ -32,26 +40,50 @@ import jax.numpy as jnp
 from jax.experimental import checkify
 
 _STATE = threading.local()
+_MODES = ("off", "rules", "nan_inf")
 
 
-def _flags() -> dict[str, bool] | None:
-    return getattr(_STATE, "flags", None)
+def _make_state():
+    """A JAX config state in the jit cache key, or None where this JAX has no such API."""
+    try:
+        from jax._src import config as _jax_config
+
+        return _jax_config.enum_state(
+            "jaxwarp_checked_mode", list(_MODES), "off",
+            help="jaxwarp checked mode (set by jaxwarp.checked; not for direct use)",
+            include_in_jit_key=True, include_in_trace_context=True)
+    except Exception:  # pragma: no cover - other JAX versions: thread-local fallback
+        return None
+
+
+_MODE_STATE = _make_state()
+
+
+def _mode() -> str:
+    if _MODE_STATE is not None:
+        return _MODE_STATE.value or "off"
+    return getattr(_STATE, "mode", "off")
 
 
 def enabled(what: str = "rules") -> bool:
     """True while tracing inside `checked` (``what="nan_inf"``: and NaN/inf checks asked for)."""
-    f = _flags()
-    return bool(f) and bool(f.get(what, False))
+    mode = _mode()
+    return mode != "off" and (what == "rules" or mode == what)
 
 
 @contextlib.contextmanager
 def _enable(nan_inf: bool):
-    old = _flags()
-    _STATE.flags = {"rules": True, "nan_inf": nan_inf}
+    mode = "nan_inf" if nan_inf else "rules"
+    if _MODE_STATE is not None:
+        with _MODE_STATE(mode):
+            yield
+        return
+    old = getattr(_STATE, "mode", "off")
+    _STATE.mode = mode
     try:
         yield
     finally:
-        _STATE.flags = old
+        _STATE.mode = old
 
 
 def check(pred: Any, msg: str, **fmt: Any) -> None:
@@ -82,6 +114,13 @@ def checked(fn: Callable[..., Any], *, nan_inf: bool = False) -> Callable[..., t
         >>> "lane 0 reads source lane 20" in err.get()  # the message names lane and source
         True
     """
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__} {fn!r}")
+    if _MODE_STATE is None:
+        # No jit-key state: trace the undecorated function so that a cached
+        # check-free trace of jax.jit(f) is not reused (and not polluted).
+        fn = getattr(fn, "__wrapped__", fn) if hasattr(fn, "lower") else fn
 
     @functools.wraps(fn)
     def inner(*args, **kwargs):

@@ -47,7 +47,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+
+from jaxwarp._src import checks
 
 __all__ = [
     "DPX_FUNCTIONS",
@@ -95,14 +98,18 @@ _ARG_NAMES = ("a", "b", "c")
 
 def _as_u32(value: Any, name: str) -> jax.Array:
     """Returns a 32-bit integer operand as uint32 bits, or raises naming ``name``."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a 32-bit integer (int32 or uint32) array, got bool")
-    if isinstance(value, int):
-        if not -(2**31) <= value < 2**32:
-            raise ValueError(f"{name}={value} does not fit in 32 bits; "
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (np.int32, np.uint32)):
+        # Python ints and NumPy integer scalars: exact values, checked to fit.
+        if not -(2**31) <= int(value) < 2**32:
+            raise ValueError(f"{name}={int(value)} does not fit in 32 bits; "
                              f"allowed: -2**31 .. 2**32 - 1")
-        return jnp.uint32(value & 0xFFFFFFFF)
-    arr = jnp.asarray(value)
+        return jnp.uint32(int(value) & 0xFFFFFFFF)
+    if value is None or isinstance(value, (str, bytes, float, complex)):
+        raise TypeError(f"{name} must be a 32-bit integer (int32 or uint32) array or a Python "
+                        f"int, got {type(value).__name__} {value!r}")
+    arr = checks.array_arg(value, name, complex_ok=True)
     if arr.dtype not in (jnp.dtype(jnp.int32), jnp.dtype(jnp.uint32)):
         raise TypeError(f"{name} must be a 32-bit integer (int32 or uint32) array, "
                         f"got dtype {arr.dtype}")
@@ -323,8 +330,16 @@ def _dpx(name: str) -> Callable[..., Any]:
          for n in _ARG_NAMES[:_OPS[op][0]]])
 
     def fn(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs).arguments
+        try:
+            bound = signature.bind(*args, **kwargs).arguments
+        except TypeError as e:
+            raise TypeError(f"{name}{signature}: {e}") from None
         us = [_as_u32(v, n) for n, v in bound.items()]
+        try:
+            jnp.broadcast_shapes(*(u.shape for u in us))
+        except ValueError:
+            shapes = ", ".join(f"{n} {tuple(u.shape)}" for n, u in zip(bound, us, strict=True))
+            raise ValueError(f"{name}: operand shapes do not broadcast: {shapes}") from None
         value = value_fn(*us)
         value = _i32(value) if kind == "s32" else value
         if op not in _PREDS:

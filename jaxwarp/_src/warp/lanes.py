@@ -79,13 +79,15 @@ def nanosleep(ns: Any) -> None:
         ValueError: a concrete ``ns`` outside [0, 1000000].
         TypeError: ``ns`` is not an integer.
     """
-    if isinstance(ns, bool):
+    if isinstance(ns, (bool, np.bool_)):
         raise TypeError("ns must be an unsigned integer number of nanoseconds, got bool")
     if isinstance(ns, (int, np.integer)):
         if not 0 <= int(ns) <= 1_000_000:
             raise ValueError(f"ns={int(ns)} is outside what __nanosleep accepts: 0 .. 1000000")
         return None
-    arr = jnp.asarray(ns)
+    if isinstance(ns, np.ndarray) and ns.ndim == 0 and ns.dtype.kind in "iu":
+        return nanosleep(ns[()])  # a concrete 0-d array: checked exactly, as an int
+    arr = checks.array_arg(ns, "ns", complex_ok=True)
     if not jnp.issubdtype(arr.dtype, jnp.integer) or arr.ndim != 0:
         raise TypeError(
             f"ns must be an integer scalar number of nanoseconds, got {arr.dtype}{list(arr.shape)}"
@@ -126,8 +128,9 @@ def source_lanes(mode: str, b: Any, width: int = WARP_SIZE) -> jax.Array:
     segmask, cval = _shfl_c(mode, width)
     lane = _LANES
     max_lane = (lane & segmask) | (cval & ~segmask)
-    if isinstance(b, (int, np.integer)) and not isinstance(b, bool):
-        bval = np.full(WARP_SIZE, int(b) & 0x1F, np.int32)
+    bint = checks.int_value(b, _B_NAME[mode])
+    if bint is not None:
+        bval = np.full(WARP_SIZE, bint & 0x1F, np.int32)
         xp = np
     else:
         bval = checks.per_lane_int(b, _B_NAME[mode]) & 0x1F
@@ -212,8 +215,12 @@ def members(mask: Any, what: str) -> tuple[jax.Array, jax.Array]:
 
 
 def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
-    var = checks.lane_array(var, "var")
+    var = checks.lane_array(var, "var", complex_ok=True)
     width = checks.static_int(width, "width")
+    if not -(2**31) <= width < 2**31:
+        raise ValueError(f"width={width} does not fit in CUDA's int; allowed: any int32 "
+                         f"(CUDA defines powers of two in 1 .. 32)")
+    mask_int = checks.mask_value(mask)  # validates Python/NumPy int masks (None: an array)
     what = _CUDA_NAME[mode]
     if checked.enabled() and not (1 <= width <= WARP_SIZE and width & (width - 1) == 0):
         checked.check(
@@ -222,7 +229,7 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
             "of two in [1, 32] (the H100 follows the PTX formula)",
         )
     j = source_lanes(mode, b, width)
-    if isinstance(mask, (int, np.integer)) and (int(mask) & FULL_MASK) == FULL_MASK:
+    if mask_int == FULL_MASK:
         # Every lane calls and every source is a member: a pure permutation.
         return _move(var, jnp.asarray(j), None, None)
     m0 = checks.mask_array(mask)

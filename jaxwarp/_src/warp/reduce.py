@@ -13,7 +13,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.warp.lanes import FULL_MASK, WARP_SIZE, members, participating
@@ -82,11 +81,12 @@ def reduce_sync(op: str, mask: Any, value: Any) -> jax.Array:
     value = _check_value(op, value)
     extra = (1,) * (value.ndim - 1)
     ident = jnp.asarray(_identity(op, value.dtype), value.dtype)
-    if isinstance(mask, (int, np.integer)) and not isinstance(mask, bool):
+    mask_int = checks.mask_value(mask)  # validates Python/NumPy int masks (None: an array)
+    if mask_int is not None:
         # One mask for the whole warp: reduce once, give every caller the result.
-        calls = participating(mask)
+        calls = participating(mask_int)
         r = _combine(op, jnp.where(calls.reshape((WARP_SIZE, *extra)), value, ident), 0)
-        if (int(mask) & FULL_MASK) == FULL_MASK:
+        if mask_int == FULL_MASK:
             return jnp.broadcast_to(r, value.shape)
         return jnp.where(calls.reshape((WARP_SIZE, *extra)), r[None], value)
     calls, member = members(mask, f"__reduce_{op}_sync")

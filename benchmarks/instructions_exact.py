@@ -1,0 +1,138 @@
+"""Exact mode of every tensor-core instruction family against XLA's own batched product.
+
+For each instruction (WMMA, PTX ``mma.sync``, ``wgmma``) and operand type, times
+``datapath.mma(..., mode="exact")`` on a batch of independent tiles of the instruction's
+shape, and in the same run XLA's native batched product on the same tiles
+(``einsum('tmk,tkn->tmn')`` with an fp32 accumulator; fp8 tiles are compared with f16 tiles
+of the same shape, since XLA has no fp8 product on every backend). Prints one JSON record
+per configuration: multiply-adds per second of both, their ratio, and the exact path's
+throughput per multiply-add relative to exact WMMA f16 (the issue's "within 2x").
+
+The exact outputs of the first two tiles are checked bit for bit against the plain-integer
+reference model (``tests/reference_tc.py``); a mismatch is reported as ``"checked": false``.
+
+Usage: python benchmarks/instructions_exact.py [--macs N] [--only NAME,...] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from _common import best_time, device_info, emit
+
+from jaxwarp._src.tensorcore import datapath
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+import reference_tc  # noqa: E402  (the plain-int oracle, for the output check)
+
+# name: (instruction, a_type, b_type, c_type, (m, n, k))
+CONFIGS = {
+    "wmma_f16_m16n16k16": ("wmma", "f16", "f16", "f32", (16, 16, 16)),
+    "wmma_bf16_m16n16k16": ("wmma", "bf16", "bf16", "f32", (16, 16, 16)),
+    "mma_sync_f16_m16n8k16": ("mma_sync", "f16", "f16", "f32", (16, 8, 16)),
+    "mma_sync_bf16_m16n8k16": ("mma_sync", "bf16", "bf16", "f32", (16, 8, 16)),
+    "mma_sync_tf32_m16n8k8": ("mma_sync", "tf32", "tf32", "f32", (16, 8, 8)),
+    "mma_sync_e4m3_m16n8k32": ("mma_sync", "e4m3", "e4m3", "f32", (16, 8, 32)),
+    "mma_sync_e5m2e4m3_m16n8k32": ("mma_sync", "e5m2", "e4m3", "f32", (16, 8, 32)),
+    "wgmma_f16_m64n64k16": ("wgmma", "f16", "f16", "f32", (64, 64, 16)),
+    "wgmma_bf16_m64n64k16": ("wgmma", "bf16", "bf16", "f32", (64, 64, 16)),
+    "wgmma_tf32_m64n64k8": ("wgmma", "tf32", "tf32", "f32", (64, 64, 8)),
+    "wgmma_e4m3_m64n64k32": ("wgmma", "e4m3", "e4m3", "f32", (64, 64, 32)),
+}
+_DTYPE = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32,
+          "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+_BITS = {"f16": np.uint16, "bf16": np.uint16, "tf32": np.uint32, "e4m3": np.uint8,
+         "e5m2": np.uint8, "f32": np.uint32}
+
+
+def _operand(rng, shape, t):
+    x = rng.standard_normal(shape, np.float32)
+    return x.astype(_DTYPE[t])
+
+
+def _check(a, b, c, d, instr, at, bt, ct, shape) -> bool:
+    m, n, k = shape
+    name = f"m{m}n{n}k{k}"
+    params = reference_tc.preset_for(instr, at, name)
+    for t in range(2):
+        A = np.asarray(a[t]).view(_BITS[at]).astype(int).tolist()
+        B = np.asarray(b[t]).view(_BITS[bt]).astype(int).tolist()
+        C = np.asarray(c[t]).view(_BITS[ct]).astype(int).tolist()
+        want = reference_tc.mma_tile(A, B, C, at, bt, ct, ct, params)
+        got = np.asarray(d[t]).view(_BITS[ct]).astype(int).tolist()
+        if got != want:
+            return False
+    return True
+
+
+def run(name, macs, repeats, f16_rate=None):
+    instr, at, bt, ct, (m, n, k) = CONFIGS[name]
+    tiles = max(2, macs // (m * n * k))
+    rng = np.random.default_rng(0)
+    a = jax.device_put(_operand(rng, (tiles, m, k), at))
+    b = jax.device_put(_operand(rng, (tiles, k, n), bt))
+    c = jax.device_put(rng.standard_normal((tiles, m, n), np.float32))
+    arch = "sm_90a" if instr == "wgmma" else "sm_90"
+
+    @jax.jit
+    def exact(a, b, c):
+        return datapath.mma(a, b, c, a_type=at, b_type=bt, c_type=ct, d_type=ct,
+                            instruction=instr, instruction_k=k, arch=arch)
+
+    # XLA's product on tiles of the same shape (f16 stands in for fp8 and tf32 operands).
+    xt = jnp.float16 if at in ("e4m3", "e5m2", "f16") else (jnp.bfloat16 if at == "bf16"
+                                                            else jnp.float32)
+    ax, bx = a.astype(xt), b.astype(xt)
+
+    @jax.jit
+    def native(a, b, c):
+        return jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=jnp.float32) + c
+
+    d = exact(a, b, c).block_until_ready()
+    checked = _check(a, b, c, d, instr, at, bt, ct, (m, n, k))
+    t_exact = best_time(lambda: exact(a, b, c).block_until_ready(), repeats)
+    t_native = best_time(lambda: native(ax, bx, c).block_until_ready(), repeats)
+    total = tiles * m * n * k
+    rec = {
+        "benchmark": f"instructions_exact/{name}",
+        **device_info(),
+        "instruction": instr, "a_type": at, "b_type": bt, "shape": [m, n, k],
+        "tiles": tiles, "checked_against_reference": checked,
+        "exact_macs_per_s": total / t_exact,
+        "native_macs_per_s": total / t_native,
+        "native_operand_dtype": jnp.dtype(xt).name,
+        "exact_over_native": t_native / t_exact,
+    }
+    if f16_rate is not None:
+        rec["exact_over_wmma_f16_exact_per_mac"] = (total / t_exact) / f16_rate
+    emit(rec)
+    return total / t_exact
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--macs", type=int, default=None,
+                   help="multiply-adds per batch (default 2^22 on CPU, 2^30 otherwise)")
+    p.add_argument("--only", default=None,
+                   help=f"comma-separated subset of: {', '.join(CONFIGS)}")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    macs = args.macs or (1 << 22 if jax.default_backend() == "cpu" else 1 << 30)
+    names = list(CONFIGS) if args.only is None else args.only.split(",")
+    for nm in names:
+        if nm not in CONFIGS:
+            p.error(f"--only: unknown {nm!r}; allowed: {', '.join(CONFIGS)}")
+    f16 = run("wmma_f16_m16n16k16", macs, args.repeats)
+    for nm in names:
+        if nm != "wmma_f16_m16n16k16":
+            run(nm, macs, args.repeats, f16)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Architecture as data: what a target can issue, and how its tensor cores add.
+
+Two separate things:
+
+* a :class:`Target` is a *capability*: the ``sm_XY[a]`` a kernel is compiled for. It
+  decides which instructions and operand types exist (``wgmma`` needs ``sm_90a``, fp8
+  ``mma.sync`` ``sm_89``, bf16 / tf32 / f64 ``sm_80``, s8 / u8 ``sm_72``, s4 / u4 / b1
+  ``sm_75``) and which instruction shapes (k) an instruction family offers;
+* a :class:`Datapath` is the *arithmetic* of one instruction family and operand type:
+  how many products are fused per block, how many alignment bits are kept, where C is
+  added, how the block sum is rounded. An :class:`ArchModel` collects the datapaths of
+  one architecture; :data:`ARCHS` maps every target name to one.
+
+Datapath models (see ``jaxwarp._src.tensorcore.datapath`` for what each field does):
+
+========  ===========================================================  ===========
+target    model                                                        verified
+========  ===========================================================  ===========
+sm_90(a)  H100: f16/bf16 blocks of 16, tf32 one block per k4/k8        yes (H100
+          instruction, F = 25; fp8 ``mma.sync`` lowered to two f16       captures)
+          HMMAs + FADD; ``wgmma`` fp8 blocks of 32 with F = 13 and a
+          13-bit sum; ``mma.sync`` m8n8k4 f16 an FFMA routine
+sm_80/86  A100-style (published): f16/bf16 blocks of 8, tf32 blocks     no
+          of 4, F = 24
+sm_89     the sm_80 model for f16 / bf16 / tf32; fp8 ``mma.sync``:      no
+          no model is known, an error is raised
+sm_70/75  V100-style (published): f16 blocks of 4, F = 23 (sm_75 is     no
+          given the same model as sm_70)
+========  ===========================================================  ===========
+
+Example:
+    >>> parse_target("sm_90a")
+    Target(name='sm_90a', sm=90, arch_specific=True)
+    >>> datapath_for("sm_90a", "wgmma", "e4m3", 32).F
+    13
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+
+INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
+TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+FP8_TYPES = ("e4m3", "e5m2")
+
+
+# --------------------------------------------------------------------------------------
+# Targets (capabilities).
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A compilation target ``sm_{sm}`` (``arch_specific``: the ``a`` suffix)."""
+
+    name: str
+    sm: int
+    arch_specific: bool = False
+
+
+def parse_target(arch: str, argname: str = "arch") -> Target:
+    """``"sm_90a"`` -> ``Target("sm_90a", 90, True)``; names outside :data:`TARGETS`
+    raise a ValueError naming ``argname`` and listing the known targets."""
+    if not isinstance(arch, str) or arch not in TARGETS:
+        raise ValueError(f"{argname} must be one of {TARGETS}, got {arch!r}")
+    return Target(arch, int(arch[3:5]), arch.endswith("a"))
+
+
+# (instruction, operand type) -> (minimum sm, needs the arch-specific 'a' target).
+_REQUIRES: Mapping[tuple[str, str], tuple[int, bool]] = MappingProxyType({
+    **{("wmma", t): (sm, False) for t, sm in (
+        ("f16", 70), ("bf16", 80), ("tf32", 80), ("f64", 80), ("s8", 72), ("u8", 72),
+        ("s4", 75), ("u4", 75), ("b1", 75))},
+    **{("mma_sync", t): (sm, False) for t, sm in (
+        ("f16", 70), ("bf16", 80), ("tf32", 80), ("f64", 80), ("s8", 72), ("u8", 72),
+        ("s4", 75), ("u4", 75), ("b1", 75), ("e4m3", 89), ("e5m2", 89))},
+    **{("wgmma", t): (90, True) for t in (
+        "f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8", "b1")},
+})
+
+# (instruction, operand type) -> instruction k values, in the order tried when k is
+# derived (the largest that divides the k axis); a third entry lists shapes that are
+# only used when asked for by ``instruction_k``.
+_INSTRUCTION_K: Mapping[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
+    MappingProxyType({
+        ("wmma", "f16"): ((16,), ()), ("wmma", "bf16"): ((16,), ()),
+        ("wmma", "tf32"): ((8,), ()), ("wmma", "f64"): ((4,), ()),
+        ("wmma", "s8"): ((16,), ()), ("wmma", "u8"): ((16,), ()),
+        ("wmma", "s4"): ((32,), ()), ("wmma", "u4"): ((32,), ()),
+        # m8n8k4 f16 is a different unit (an FFMA routine on sm_90): only on request.
+        ("mma_sync", "f16"): ((16, 8), (4,)), ("mma_sync", "bf16"): ((16, 8), ()),
+        ("mma_sync", "tf32"): ((8, 4), ()), ("mma_sync", "f64"): ((16, 8, 4), ()),
+        ("mma_sync", "e4m3"): ((32, 16), ()), ("mma_sync", "e5m2"): ((32, 16), ()),
+        ("mma_sync", "s8"): ((32, 16), ()), ("mma_sync", "u8"): ((32, 16), ()),
+        ("mma_sync", "s4"): ((64, 32), ()), ("mma_sync", "u4"): ((64, 32), ()),
+        ("wgmma", "f16"): ((16,), ()), ("wgmma", "bf16"): ((16,), ()),
+        ("wgmma", "tf32"): ((8,), ()), ("wgmma", "e4m3"): ((32,), ()),
+        ("wgmma", "e5m2"): ((32,), ()), ("wgmma", "s8"): ((32,), ()),
+        ("wgmma", "u8"): ((32,), ()),
+    })
+
+
+def check_target(target: Target, instruction: str, a_type: str, b_type: str) -> None:
+    """Raises ValueError if ``target`` cannot issue ``instruction`` on these types."""
+    for t in dict.fromkeys((a_type, b_type)):
+        req = _REQUIRES.get((instruction, t))
+        if req is None:
+            have = sorted({ty for ins, ty in _REQUIRES if ins == instruction})
+            raise ValueError(f"instruction={instruction!r} has no {t!r} operands; it takes "
+                             f"{have}")
+        sm, needs_a = req
+        if target.sm < sm or (needs_a and not target.arch_specific):
+            want = f"sm_{sm}a" if needs_a else f"sm_{sm} or newer"
+            raise ValueError(f"{instruction} with {t} operands needs {want}; "
+                             f"arch={target.name!r}")
+
+
+def instruction_k(instruction: str, a_type: str, k: int, requested: int | None) -> int:
+    """The k of one instruction: ``requested`` if given (checked), else the largest
+    shape of the family that divides the k axis. Raises ValueError naming the shapes."""
+    auto, extra = _INSTRUCTION_K[(instruction, a_type)]
+    allowed = auto + extra
+    if requested is not None:
+        if requested not in allowed:
+            raise ValueError(f"instruction_k={requested!r} is not a k of {instruction} with "
+                             f"{a_type} operands; allowed: {allowed}")
+        if k % requested:
+            raise ValueError(f"k = {k} is not a multiple of instruction_k={requested} "
+                             f"({instruction} {a_type}): k must be a chain of whole "
+                             f"instructions")
+        return requested
+    for ik in auto:
+        if k % ik == 0:
+            return ik
+    raise ValueError(f"k = {k} is not a multiple of the k of any {instruction} shape with "
+                     f"{a_type} operands {auto}; pad k or pass instruction_k")
+
+
+# --------------------------------------------------------------------------------------
+# Datapath models (arithmetic).
+
+_CHOICES = {
+    "c_mode": ("fused", "end", "ffma"),
+    "align": ("nominal", "normalised"),
+    "sub_exp": ("emin", "lead"),
+    "c_sub_exp": ("lead", "emin"),
+    "trunc": ("rz", "floor"),
+    "block_round": ("rz", "rn"),
+    "f16_out": ("direct", "via_f32"),
+    "f16_round": ("rn", "rz"),
+    "f16_zero": ("plus", "keep"),
+    "f32_zero": ("plus", "keep"),
+    "zero": ("plus", "ieee"),
+    "k_split": ("contig", "mod4"),
+    "operand_via": ("", "f16"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Datapath:
+    """Arithmetic of one tensor-core instruction family and operand type.
+
+    One output element ``d = sum_k a_k b_k + c`` of one instruction:
+
+    Attributes:
+      block_k: products fused per block (cut in k order, after ``k_split``).
+      F: alignment bits: every term is truncated to a multiple of ``2**(E - F)``, E the
+        block's largest alignment exponent.
+      c_mode: ``"fused"``: C is a term of the first block, each later block takes the
+        previous block's fp32 result as its accumulator term (HMMA, wgmma);
+        ``"end"``: the blocks chain from +0 in d's type and C is added last by an
+        IEEE addition rounded to nearest (mma.sync fp8 on sm_90: HMMAs + FADD/HADD2);
+        ``"ffma"``: a chain of IEEE fp32 FFMAs (mma.sync m8n8k4 f16 on sm_90).
+      align: a product's alignment exponent is the sum of the operands' exponents
+        (``"nominal"``) or the exact product's leading-bit exponent (``"normalised"``).
+      sub_exp: a subnormal operand counts with the format's minimum normal exponent
+        (``"emin"``, as an adder of biased exponent fields sees it) or with its own
+        leading bit (``"lead"``).
+      c_sub_exp: the same for a subnormal accumulator.
+      trunc: aligned terms are truncated toward zero (``"rz"``) or toward minus
+        infinity (``"floor"``).
+      block_round: rounding of a block sum to fp32 (``"rz"`` / ``"rn"``).
+      sum_mbits: fraction bits kept when a block sum becomes fp32 (23: all).
+      f16_out: with an f16 C, an f16 D is rounded from the block sum ``"direct"``-ly
+        or ``"via_f32"`` (an fp32 C always goes through fp32).
+      f16_round: rounding to f16 (``"rn"`` / ``"rz"``).
+      f16_zero: an f16 D of -0 from a direct rounding becomes +0 (``"plus"``) or stays
+        (``"keep"``).
+      f32_zero: an fp32 D (or block result) of -0 becomes +0 (``"plus"``: a negative
+        sum below fp32's range truncates to +0 on sm_90) or stays (``"keep"``).
+      zero: an exact zero block sum is +0 (``"plus"``), or -0 when every term is a
+        zero of negative sign (``"ieee"``).
+      k_split: order of k before blocks are cut: ``"contig"`` or ``"mod4"`` (k % 4 in
+        {0, 1} first, then the rest: how sm_90 feeds fp8 k to two f16 HMMAs).
+      operand_via: ``"f16"``: fp8 operands are first converted (exactly) to f16.
+      nan_f32, nan_f16: bits of a NaN result.
+    """
+
+    block_k: int = 16
+    F: int = 25
+    c_mode: str = "fused"
+    align: str = "nominal"
+    sub_exp: str = "emin"
+    c_sub_exp: str = "lead"
+    trunc: str = "rz"
+    block_round: str = "rz"
+    sum_mbits: int = 23
+    f16_out: str = "direct"
+    f16_round: str = "rn"
+    f16_zero: str = "plus"
+    f32_zero: str = "plus"
+    zero: str = "plus"
+    k_split: str = "contig"
+    operand_via: str = ""
+    nan_f32: int = 0x7FFFFFFF
+    nan_f16: int = 0x7FFF
+
+    def __post_init__(self):
+        for name, allowed in _CHOICES.items():
+            v = getattr(self, name)
+            if v not in allowed:
+                raise ValueError(f"Datapath.{name} must be one of {allowed}, got {v!r}")
+        for name, lo, hi in (("block_k", 1, 64), ("F", 3, 28), ("sum_mbits", 1, 23)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"Datapath.{name} must be an int in [{lo}, {hi}], got {v!r}")
+
+    def replace(self, **kw) -> Datapath:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **kw)
+
+
+#: Datapath families: which one an (instruction, type, k) uses is :func:`family`.
+FAMILIES = ("hmma", "hmma_tf32_k4", "hmma_tf32_k8", "mma_sync_fp8_k32", "mma_sync_fp8_k16",
+            "wgmma_fp8", "mma_sync_m8n8k4_f16")
+
+
+def family(instruction: str, a_type: str, ik: int) -> str:
+    """The datapath family of one instruction (WMMA tf32 m16n16k8 is two k4 ones)."""
+    if a_type in FP8_TYPES:
+        if instruction == "wgmma":
+            return "wgmma_fp8"
+        return "mma_sync_fp8_k32" if ik == 32 else "mma_sync_fp8_k16"
+    if a_type == "tf32":
+        return "hmma_tf32_k4" if instruction == "wmma" or ik == 4 else "hmma_tf32_k8"
+    if instruction == "mma_sync" and ik == 4:
+        return "mma_sync_m8n8k4_f16"
+    return "hmma"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchModel:
+    """The datapaths of one architecture's tensor cores.
+
+    Attributes:
+      name: the target it models (``"sm_90"``).
+      datapaths: ``((family, Datapath), ...)``; a family missing here has no model
+        (an error says so, with ``missing_note``).
+      verified: every datapath was checked bit for bit against hardware captures.
+      note: where the parameters come from.
+      missing_note: why a family has no model.
+    """
+
+    name: str
+    datapaths: tuple[tuple[str, Datapath], ...]
+    verified: bool = False
+    note: str = ""
+    missing_note: str = ""
+
+    def datapath(self, fam: str) -> Datapath:
+        d = dict(self.datapaths)
+        if fam not in d:
+            raise ValueError(f"arch={self.name!r} has no datapath model for {fam!r}"
+                             + (f": {self.missing_note}" if self.missing_note else "")
+                             + f"; it models {sorted(d)}")
+        return d[fam]
+
+    def block(self, a_type: str) -> int:
+        """Products per block of the f16/bf16 ("hmma") or tf32 datapath (old API)."""
+        return self.datapath("hmma_tf32_k4" if a_type == "tf32" else "hmma").block_k
+
+
+_H100 = Datapath(block_k=16, F=25, sub_exp="emin")
+SM90 = ArchModel("sm_90", (
+    ("hmma", _H100),
+    ("hmma_tf32_k4", _H100.replace(block_k=4)),
+    ("hmma_tf32_k8", _H100.replace(block_k=8)),
+    ("mma_sync_fp8_k32", _H100.replace(c_mode="end", k_split="mod4", operand_via="f16")),
+    ("mma_sync_fp8_k16", _H100.replace(block_k=8, c_mode="end", k_split="mod4",
+                                       operand_via="f16")),
+    ("wgmma_fp8", _H100.replace(block_k=32, F=13, sum_mbits=13)),
+    ("mma_sync_m8n8k4_f16", _H100.replace(c_mode="ffma")),
+), verified=True, note="H100 (sm_90, CUDA 13.0): every float trial of the WMMA, mma.sync "
+   "and wgmma captures")
+
+_A100 = Datapath(block_k=8, F=24, sub_exp="emin")
+SM80 = ArchModel("sm_80", (
+    ("hmma", _A100),
+    ("hmma_tf32_k4", _A100.replace(block_k=4)),
+    ("hmma_tf32_k8", _A100.replace(block_k=4)),
+    ("mma_sync_m8n8k4_f16", _A100),
+), note="published A100 parameters (Fasi et al. 2021; Khattak & Mikaitis 2025); "
+   "subnormal alignment as on sm_90; not checked against captures",
+   missing_note="sm_80/sm_86 have no fp8 tensor cores")
+
+SM89 = dataclasses.replace(
+    SM80, name="sm_89", note="the sm_80 model for f16 / bf16 / tf32 (unverified)",
+    missing_note="no model is known for Ada (sm_89) fp8 mma.sync; none is guessed")
+
+_V100 = Datapath(block_k=4, F=23, sub_exp="emin")
+SM70 = ArchModel("sm_70", (("hmma", _V100), ("mma_sync_m8n8k4_f16", _V100)),
+                 note="published V100 parameters: f16 blocks of 4, F = 23; unverified",
+                 missing_note="sm_70 has only f16 floating-point tensor cores")
+
+#: Every known target -> its datapath model.
+ARCHS: Mapping[str, ArchModel] = MappingProxyType({
+    "sm_70": SM70,
+    "sm_75": dataclasses.replace(SM70, name="sm_75",
+                                 note="the sm_70-style f16 model (Turing is not measured; "
+                                      "unverified)"),
+    "sm_80": SM80,
+    "sm_86": dataclasses.replace(SM80, name="sm_86", note="the sm_80 model (unverified)"),
+    "sm_89": SM89,
+    "sm_90": SM90,
+    "sm_90a": dataclasses.replace(SM90, name="sm_90a"),
+})
+
+
+def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int) -> Datapath:
+    """The :class:`Datapath` that ``arch``'s model uses for one instruction."""
+    model = arch if isinstance(arch, ArchModel) else ARCHS[parse_target(arch).name]
+    return model.datapath(family(instruction, a_type, ik))

@@ -1,0 +1,776 @@
+"""PTX ``mma.sync.aligned``: the instruction table, register fragments and two entry points.
+
+This is the front-end of the PTX warp-level ``mma`` instruction (PTX ISA 9.7.14.5,
+"Warp-level matrix multiply-accumulate instructions: mma"). It knows which qualifier
+strings exist, where every element of A, B, C and D sits in the registers of a warp, and
+hands the arithmetic to :mod:`jaxwarp._src.tensorcore.datapath` (``datapath.mma`` for
+floats and integers, ``datapath.bmma`` for ``b1``).
+
+Instructions
+------------
+:func:`parse_mma` reads the text after ``mma.sync.aligned.``, e.g.
+``"m16n8k32.row.col.f32.e4m3.e5m2.f32"``, into a frozen :class:`MmaInstr`. It accepts
+exactly the 94 configurations that ptxas of CUDA 13.0 accepts for sm_90a
+(:func:`mma_instructions` lists them):
+
+=============  ================================  =======================  ===========
+A / B types    shapes                            C/D types (ctype,dtype)  min arch
+=============  ================================  =======================  ===========
+f16 / f16      m8n8k4 (row|col . row|col)        f16f16 f16f32 f32f32     sm_70
+f16 / f16      m16n8k8, m16n8k16                 f16f16 f32f32            sm_75/sm_80
+bf16 / bf16    m16n8k8, m16n8k16                 f32f32                   sm_80
+tf32 / tf32    m16n8k4, m16n8k8                  f32f32                   sm_80
+f64 / f64      m8n8k4; m16n8k4, m16n8k8, m16n8k16  f64f64                 sm_80; sm_90
+e4m3|e5m2 (4)  m16n8k16, m16n8k32                f32f32 f16f16            sm_89
+s8|u8 (4)      m8n8k16; m16n8k16, m16n8k32       s32s32 (.satfinite opt)  sm_75; sm_80
+s4|u4 (4)      m8n8k32; m16n8k32, m16n8k64       s32s32 (.satfinite opt)  sm_75; sm_80
+b1 / b1        m8n8k128; m16n8k128, m16n8k256    s32s32, .xor|.and .popc  sm_75; sm_80
+=============  ================================  =======================  ===========
+
+Only f16 m8n8k4 takes layouts other than ``.row.col``. ptxas rejects a mixed f16/f32
+C/D at m16n8k*, C f32 with D f16 at m8n8k4, and any mixed C/D with fp8; the parser says
+so. ``.and.popc`` needs sm_80 at every shape.
+
+Registers
+---------
+A warp holds each operand as a ``(32, nregs)`` array: a leading lane axis and one column
+per 32-bit register (``uint32``), or per 64-bit register (``uint64``) for f64. A register
+holds ``P = 32 // bits`` elements, the lower-numbered element in the lower bits: f16 and
+bf16 two, e4m3/e5m2/s8/u8 four, s4/u4 eight, b1 thirty-two, f32/tf32/s32 one (its bits);
+f64 one per ``uint64``. Integers are stored as their two's-complement bit fields.
+
+groupID ``g = lane // 4`` and threadID_in_group ``t = lane % 4``. All m16n8k* and m8n8k*
+fragments are built from *core matrices* of 8 rows x 4 registers (4P elements, 128 bits
+per row), in which lane ``l`` holds row ``l // 4``, register-column ``l % 4``::
+
+    core matrix (8 rows, 4P elements per row; P elements per cell, low one first)
+              elems 0..P-1  P..2P-1   2P..3P-1  3P..4P-1
+      row 0:     T0          T1         T2        T3
+      row 1:     T4          T5         T6        T7
+      ...
+      row 7:     T28         T29        T30       T31
+
+A (m16 x k, row): a 2 x (k/4P) grid of cores; register r is the core in row-block r % 2,
+column-block r // 2::
+
+    f16 m16n8k16 A (16 x 16; P = 2)      s8 m16n8k32 A (16 x 32; P = 4)
+                cols 0-7   cols 8-15                 cols 0-15  cols 16-31
+    rows 0-7     reg 0      reg 2        rows 0-7     reg 0      reg 2
+    rows 8-15    reg 1      reg 3        rows 8-15    reg 1      reg 3
+
+B (k x n8, col): k/4P cores stacked along k, each *transposed*: register r holds rows
+(k) ``r·4P + t·P … + P-1`` of column ``g``::
+
+    f16 m16n8k16 B (16 x 8)             lane l: column n = l // 4
+      k 0-7   : reg 0   (k = 2t, 2t+1)
+      k 8-15  : reg 1   (k = 8+2t, 8+2t+1)
+
+C/D (m16 x n8): elements c0, c1 in row ``g``, c2, c3 in row ``g + 8``, columns
+``2t, 2t+1``; f32/s32 one register each, f16 two registers of two (row g, row g+8)::
+
+    f32 C/D 16 x 8                        f16 C/D 16 x 8
+              cols 2t    2t+1                       cols (2t, 2t+1)
+    row g     c0 reg0    c1 reg1          row g     reg 0 (low, high)
+    row g+8   c2 reg2    c3 reg3          row g+8   reg 1
+
+m8n8k* (integer, b1, f64 m8n8k4): A is one row of cores (row g, elements t·P …), B one
+column of transposed cores, C/D c0, c1 at row g, columns 2t, 2t+1. f64 at m16n8k*
+follows the m16 rules with P = 1 and 4 "elements" per core row.
+
+m8n8k4 with f16 (9.7.14.5.1) is different: the warp runs **four independent MMAs**, one
+per *quadpair* ``q = (lane // 4) % 4`` (lanes 4q..4q+3 and 4q+16..4q+19); ``hi = 4`` for
+lanes 16..31, ``i = lane % 4``. Logical operands of such an instruction carry an extra
+axis of 4 in front of (rows, cols)::
+
+    A .row (8 x 4): lane holds row i + hi, cols 0..3 (2 regs)
+    A .col        : lane holds col i,      rows hi .. hi+3
+    B .row (4 x 8): lane holds row i,      cols hi .. hi+3
+    B .col        : lane holds col i + hi, rows 0..3
+    C/D f16 (8x8) : lane holds row i + hi, cols 0..7 (4 regs)
+    C/D f32       : element e at row (lane & 1) + (e & 2) + hi,
+                    col (e & 4) + (lane & 2) + (e & 1) (8 regs)
+
+Entry points
+------------
+:func:`mma_sync_ptx` works on registers, :func:`mma_ptx` on logical matrices; both
+compute ``D = A @ B + C`` through the datapath. Logical element dtypes: f16 float16,
+bf16 bfloat16, tf32 float32 (the whole word; the tensor core ignores its low 13 bits),
+f32 float32, f64 float64, e4m3 ``float8_e4m3fn``, e5m2 ``float8_e5m2``, s8 int8, u8
+uint8, s4 int8 in [-8, 7], u4 uint8 in [0, 15], b1 uint8 0/1 (sub-byte types: only the
+low bits count), s32 int32. Leading batch axes are allowed (and broadcast) in front of
+the lane axis / the matrix axes, so both also work under ``jax.vmap`` and ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import re
+from typing import Any, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxwarp._src import checks
+from jaxwarp._src.tensorcore import datapath
+
+__all__ = [
+    "MmaInstr",
+    "parse_mma",
+    "mma_instructions",
+    "fragment_coords",
+    "to_registers",
+    "from_registers",
+    "mma_sync_ptx",
+    "mma_ptx",
+]
+
+WARP_SIZE = checks.WARP_SIZE
+PREFIX = "mma.sync.aligned."
+USES = ("a", "b", "c", "d")
+LAYOUTS = ("row", "col")
+B1_OPS = ("xor", "and")
+
+# Element types: bits in a register, logical dtype.
+_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "f64": 64, "e4m3": 8, "e5m2": 8,
+         "s8": 8, "u8": 8, "s4": 4, "u4": 4, "b1": 1, "s32": 32}
+_LOGICAL = {
+    "f16": jnp.dtype(jnp.float16), "bf16": jnp.dtype(jnp.bfloat16),
+    "tf32": jnp.dtype(jnp.float32), "f32": jnp.dtype(jnp.float32),
+    "f64": jnp.dtype(jnp.float64), "e4m3": jnp.dtype(jnp.float8_e4m3fn),
+    "e5m2": jnp.dtype(jnp.float8_e5m2), "s8": jnp.dtype(jnp.int8),
+    "u8": jnp.dtype(jnp.uint8), "s4": jnp.dtype(jnp.int8), "u4": jnp.dtype(jnp.uint8),
+    "b1": jnp.dtype(jnp.uint8), "s32": jnp.dtype(jnp.int32),
+}
+TYPES = tuple(_BITS)
+_INT_TYPES = ("s8", "u8", "s4", "u4")
+
+# Operand families: A type -> (allowed B types, {shape: min arch}, allowed (ctype, dtype)).
+_F16_M8 = (("f16", "f16"), ("f16", "f32"), ("f32", "f32"))
+_FAMILIES: dict[str, tuple[tuple[str, ...], dict[tuple[int, int, int], int]]] = {
+    "f16": (("f16",), {(8, 8, 4): 70, (16, 8, 8): 75, (16, 8, 16): 80}),
+    "bf16": (("bf16",), {(16, 8, 8): 80, (16, 8, 16): 80}),
+    "tf32": (("tf32",), {(16, 8, 4): 80, (16, 8, 8): 80}),
+    "f64": (("f64",), {(8, 8, 4): 80, (16, 8, 4): 90, (16, 8, 8): 90, (16, 8, 16): 90}),
+    "e4m3": (("e4m3", "e5m2"), {(16, 8, 16): 89, (16, 8, 32): 89}),
+    "e5m2": (("e4m3", "e5m2"), {(16, 8, 16): 89, (16, 8, 32): 89}),
+    "s8": (("s8", "u8"), {(8, 8, 16): 75, (16, 8, 16): 80, (16, 8, 32): 80}),
+    "u8": (("s8", "u8"), {(8, 8, 16): 75, (16, 8, 16): 80, (16, 8, 32): 80}),
+    "s4": (("s4", "u4"), {(8, 8, 32): 75, (16, 8, 32): 80, (16, 8, 64): 80}),
+    "u4": (("s4", "u4"), {(8, 8, 32): 75, (16, 8, 32): 80, (16, 8, 64): 80}),
+    "b1": (("b1",), {(8, 8, 128): 75, (16, 8, 128): 80, (16, 8, 256): 80}),
+}
+
+
+def _shape_str(s: tuple[int, int, int]) -> str:
+    return f"m{s[0]}n{s[1]}k{s[2]}"
+
+
+def _cd_allowed(a_type: str, shape: tuple[int, int, int]) -> tuple[tuple[str, str], ...]:
+    if a_type == "f16":
+        return _F16_M8 if shape == (8, 8, 4) else (("f16", "f16"), ("f32", "f32"))
+    if a_type in ("bf16", "tf32"):
+        return (("f32", "f32"),)
+    if a_type == "f64":
+        return (("f64", "f64"),)
+    if a_type in ("e4m3", "e5m2"):
+        return (("f32", "f32"), ("f16", "f16"))
+    return (("s32", "s32"),)
+
+
+@dataclasses.dataclass(frozen=True)
+class MmaInstr:
+    """One ``mma.sync.aligned`` configuration (frozen, hashable: usable as a static arg).
+
+    Attributes:
+      m, n, k: the shape.
+      a_layout, b_layout: ``"row"`` or ``"col"``.
+      a_type, b_type, c_type, d_type: PTX type names (``"f16"``, ``"e4m3"``, ``"s32"`` …).
+      satfinite: ``.satfinite`` (integer types only).
+      b1_op: ``"xor"`` or ``"and"`` for ``b1`` (``.xor.popc`` / ``.and.popc``), else None.
+    """
+
+    m: int
+    n: int
+    k: int
+    a_layout: str
+    b_layout: str
+    a_type: str
+    b_type: str
+    c_type: str
+    d_type: str
+    satfinite: bool = False
+    b1_op: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    @property
+    def qualifier(self) -> str:
+        """The canonical text after ``mma.sync.aligned.`` (what :func:`parse_mma` reads)."""
+        s = f"{_shape_str(self.shape)}.{self.a_layout}.{self.b_layout}"
+        if self.satfinite:
+            s += ".satfinite"
+        s += f".{self.d_type}.{self.a_type}.{self.b_type}.{self.c_type}"
+        if self.b1_op:
+            s += f".{self.b1_op}.popc"
+        return s
+
+    @property
+    def ptx(self) -> str:
+        """The whole PTX opcode, ``mma.sync.aligned.…``."""
+        return PREFIX + self.qualifier
+
+    @property
+    def quadpair(self) -> bool:
+        """m8n8k4 with f16: the warp runs 4 independent MMAs, one per quadpair."""
+        return self.a_type == "f16" and self.shape == (8, 8, 4)
+
+    @property
+    def mmas_per_warp(self) -> int:
+        return 4 if self.quadpair else 1
+
+    @property
+    def word_bits(self) -> int:
+        """Width of one register: 64 for f64, else 32."""
+        return 64 if self.a_type == "f64" else 32
+
+    @property
+    def min_arch(self) -> int:
+        """Lowest sm_XY (as XY) that has the instruction (PTX ISA target notes)."""
+        base = _FAMILIES[self.a_type][1][self.shape]
+        return max(base, 80) if self.b1_op == "and" else base
+
+    def elem_type(self, use: str) -> str:
+        return {"a": self.a_type, "b": self.b_type, "c": self.c_type, "d": self.d_type}[use]
+
+    def dims(self, use: str) -> tuple[int, int]:
+        """(rows, cols) of one logical operand: A (m, k), B (k, n), C/D (m, n)."""
+        return {"a": (self.m, self.k), "b": (self.k, self.n)}.get(use, (self.m, self.n))
+
+    def logical_shape(self, use: str) -> tuple[int, ...]:
+        """Trailing logical shape of one warp's operand ((4,) in front for quadpairs)."""
+        return ((4,) if self.quadpair else ()) + self.dims(use)
+
+    def elems_per_reg(self, use: str) -> int:
+        return self.word_bits // _BITS[self.elem_type(use)]
+
+    def nregs(self, use: str) -> int:
+        """Registers per lane for operand ``use`` (``"a"``, ``"b"``, ``"c"``, ``"d"``)."""
+        rows, cols = self.dims(use)
+        total = self.mmas_per_warp * rows * cols * _BITS[self.elem_type(use)]
+        return total // (WARP_SIZE * self.word_bits)
+
+    def reg_dtype(self) -> jnp.dtype:
+        return jnp.dtype(jnp.uint64) if self.word_bits == 64 else jnp.dtype(jnp.uint32)
+
+
+_QUAD_LAYOUTS = (("row", "col"), ("row", "row"), ("col", "row"), ("col", "col"))
+
+
+def _allowed_instrs() -> tuple[MmaInstr, ...]:
+    out = []
+    for a_type, (b_types, shapes) in _FAMILIES.items():
+        for shape in shapes:
+            quad = a_type == "f16" and shape == (8, 8, 4)
+            lays = _QUAD_LAYOUTS if quad else _QUAD_LAYOUTS[:1]
+            for b_type in b_types:
+                for c, d in _cd_allowed(a_type, shape):
+                    for al, bl in lays:
+                        if a_type in _INT_TYPES:
+                            variants = [(False, None), (True, None)]
+                        elif a_type == "b1":
+                            variants = [(False, "xor"), (False, "and")]
+                        else:
+                            variants = [(False, None)]
+                        for sat, op in variants:
+                            out.append(MmaInstr(*shape, al, bl, a_type, b_type, c, d, sat, op))
+    return tuple(out)
+
+
+ALLOWED: tuple[MmaInstr, ...] = _allowed_instrs()
+_ALLOWED_SET = frozenset(ALLOWED)
+
+
+def mma_instructions() -> tuple[str, ...]:
+    """Every qualifier string :func:`parse_mma` accepts (94, ptxas of CUDA 13.0, sm_90a).
+
+    Example:
+      >>> qs = mma_instructions()
+      >>> len(qs), qs[0]
+      (94, 'm8n8k4.row.col.f16.f16.f16.f16')
+    """
+    return tuple(i.qualifier for i in ALLOWED)
+
+
+_SHAPE_RE = re.compile(r"m(\d+)n(\d+)k(\d+)")
+_PTXAS = "ptxas (CUDA 13.0, sm_90a) rejects it"
+
+
+def _err(qual: str, msg: str) -> ValueError:
+    return ValueError(f"mma qualifier {qual!r}: {msg}")
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(qual: str) -> MmaInstr:
+    text = qual.strip()
+    if text.startswith("mma."):
+        if not text.startswith(PREFIX):
+            raise _err(qual, f"the opcode must be {PREFIX!r} followed by the qualifiers")
+        text = text[len(PREFIX):]
+    parts = text.split(".")
+    grammar = ("shape.alayout.blayout[.satfinite].dtype.atype.btype.ctype[.xor|.and.popc]")
+    if len(parts) < 7:
+        raise _err(qual, f"too few parts ({len(parts)}); expected {grammar}")
+    sm = _SHAPE_RE.fullmatch(parts[0])
+    all_shapes = sorted({s for _, sh in _FAMILIES.values() for s in sh})
+    if not sm:
+        raise _err(qual, f"shape {parts[0]!r} is not a shape like m16n8k16; allowed shapes: "
+                   f"{', '.join(_shape_str(s) for s in all_shapes)}")
+    shape = tuple(int(x) for x in sm.groups())
+    for name, lay in (("a layout", parts[1]), ("b layout", parts[2])):
+        if lay not in LAYOUTS:
+            raise _err(qual, f"{name} {lay!r} is not allowed; allowed: .row, .col")
+    rest = parts[3:]
+    sat = False
+    if rest and rest[0] == "satfinite":
+        sat, rest = True, rest[1:]
+    if len(rest) < 4:
+        raise _err(qual, f"expected four types .dtype.atype.btype.ctype after the layouts "
+                   f"(and optional .satfinite); got {rest}; grammar: {grammar}")
+    tys, tail = rest[:4], rest[4:]
+    for name, ty in zip(("d type", "a type", "b type", "c type"), tys, strict=True):
+        if ty not in TYPES:
+            raise _err(qual, f"{name} {ty!r} is not a type; allowed: {', '.join(TYPES)}")
+    d_type, a_type, b_type, c_type = tys
+    op = None
+    if tail:
+        if len(tail) != 2 or tail[0] not in B1_OPS or tail[1] != "popc":
+            raise _err(qual, f"unexpected trailing parts {'.'.join(tail)!r}; only b1 takes "
+                       f"a suffix, .xor.popc or .and.popc")
+        op = tail[0]
+    if a_type not in _FAMILIES:
+        raise _err(qual, f"a type {a_type} is not an mma operand type; allowed: "
+                   f"{', '.join(_FAMILIES)}")
+    b_types, shapes = _FAMILIES[a_type]
+    if b_type not in b_types:
+        raise _err(qual, f"b type {b_type} is not allowed with a type {a_type}; allowed: "
+                   f"{', '.join(b_types)}")
+    if shape not in shapes:
+        raise _err(qual, f"shape {_shape_str(shape)} with a type {a_type} is not allowed; "
+                   f"{a_type} allows {', '.join(_shape_str(s) for s in shapes)}")
+    if (parts[1], parts[2]) != ("row", "col") and not (a_type == "f16" and shape == (8, 8, 4)):
+        raise _err(qual, f"layouts .{parts[1]}.{parts[2]} are not allowed for {a_type} "
+                   f"{_shape_str(shape)}; only .row.col (f16 m8n8k4 allows all four)")
+    cd = _cd_allowed(a_type, shape)
+    if (c_type, d_type) not in cd:
+        allowed = ", ".join(f"c {c} / d {d}" for c, d in cd)
+        why = ""
+        if {c_type, d_type} <= {"f16", "f32"} and a_type in ("f16", "e4m3", "e5m2"):
+            why = f"; {_PTXAS} (mixed f16/f32 accumulators)"
+        raise _err(qual, f"c type {c_type} with d type {d_type} is not allowed for "
+                   f"{a_type} {_shape_str(shape)}; allowed: {allowed}{why}")
+    if sat and a_type not in _INT_TYPES:
+        raise _err(qual, f".satfinite is only allowed with s8/u8/s4/u4 operands, not "
+                   f"{a_type}")
+    if a_type == "b1" and op is None:
+        raise _err(qual, "b1 needs the suffix .xor.popc or .and.popc")
+    if a_type != "b1" and op is not None:
+        raise _err(qual, f".{op}.popc is only allowed with b1 operands, not {a_type}")
+    instr = MmaInstr(*shape, parts[1], parts[2], a_type, b_type, c_type, d_type, sat, op)
+    assert instr in _ALLOWED_SET, instr  # the checks above mirror the table
+    return instr
+
+
+def parse_mma(qualifier: Union[str, MmaInstr]) -> MmaInstr:
+    """Parses a PTX ``mma.sync.aligned`` qualifier string into an :class:`MmaInstr`.
+
+    Args:
+      qualifier: the text after ``mma.sync.aligned.`` (the prefix itself may be
+        included), e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``. An ``MmaInstr`` is
+        returned unchanged.
+
+    Returns:
+      The frozen :class:`MmaInstr`.
+
+    Raises:
+      TypeError: not a string.
+      ValueError: a configuration ptxas (CUDA 13.0, sm_90a) does not accept; the message
+        names the wrong part and lists what is allowed.
+
+    Example:
+      >>> i = parse_mma("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.u8.s32")
+      >>> i.shape, i.a_type, i.b_type, i.satfinite, i.nregs("a"), i.nregs("c")
+      ((16, 8, 32), 's8', 'u8', True, 4, 4)
+      >>> parse_mma("m16n8k32.row.col.f32.f16.f16.f32")
+      Traceback (most recent call last):
+      ...
+      ValueError: mma qualifier 'm16n8k32.row.col.f32.f16.f16.f32': shape m16n8k32 with a type f16 is not allowed; f16 allows m8n8k4, m16n8k8, m16n8k16
+    """
+    if isinstance(qualifier, MmaInstr):
+        if qualifier not in _ALLOWED_SET:
+            raise ValueError(f"{qualifier} is not an allowed mma configuration; see "
+                             f"mma_instructions()")
+        return qualifier
+    if not isinstance(qualifier, str):
+        raise TypeError(f"qualifier must be a str like 'm16n8k16.row.col.f32.f16.f16.f32' "
+                        f"(static), got {type(qualifier).__name__}")
+    return _parse(qualifier)
+
+
+# --------------------------------------------------------------------------------------
+# Register fragments.
+
+_ARCH_RE = re.compile(r"sm_(\d+)a?")
+
+
+def _check_arch(instr: MmaInstr, arch: Any) -> None:
+    if isinstance(arch, datapath.ArchParams):
+        name = arch.name
+    else:
+        checks.static_choice(arch, "arch", tuple(datapath.ARCHS))
+        name = arch
+    m = _ARCH_RE.fullmatch(name)
+    if m is None:
+        raise ValueError(f"arch {name!r} is not an sm_XY name")
+    if int(m.group(1)) < instr.min_arch:
+        raise ValueError(f"arch={name!r} lacks mma.sync.aligned.{instr.qualifier}: it needs "
+                         f"sm_{instr.min_arch} or newer")
+
+
+@functools.lru_cache(maxsize=None)
+def fragment_coords(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each register element of a lane sits in the logical operand (PTX ISA 9.7.14.5).
+
+    Args:
+      instr: the instruction (``parse_mma``'s result).
+      use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``.
+
+    Returns:
+      (q, row, col), int arrays of shape (32, nregs * P): element ``e`` of lane ``l``
+      (register ``e // P``, bits ``(e % P) * bits …``) is entry (row, col) of MMA ``q``
+      of the warp (``q`` is 0 except for f16 m8n8k4, which runs one MMA per quadpair).
+
+    Example:
+      >>> q, r, c = fragment_coords(parse_mma("m16n8k16.row.col.f32.f16.f16.f32"), "a")
+      >>> [(int(r[5, e]), int(c[5, e])) for e in range(0, 8, 2)]   # lane 5: g=1, t=1
+      [(1, 2), (9, 2), (1, 10), (9, 10)]
+    """
+    checks.static_choice(use, "use", USES)
+    P = instr.elems_per_reg(use)
+    E = instr.nregs(use) * P
+    lane = np.arange(WARP_SIZE)[:, None]
+    e = np.arange(E)[None, :]
+    full = np.zeros((WARP_SIZE, E), np.int64)
+    if instr.quadpair:
+        q = (lane // 4) % 4 + full
+        hi = 4 * (lane // 16)
+        i = lane % 4
+        if use == "a":
+            rc = (i + hi, e) if instr.a_layout == "row" else (e + hi, i)
+        elif use == "b":
+            rc = (i, e + hi) if instr.b_layout == "row" else (e, i + hi)
+        elif instr.elem_type(use) == "f16":
+            rc = (i + hi, e)
+        else:
+            rc = ((lane & 1) + (e & 2) + hi, (e & 4) + (lane & 2) + (e & 1))
+        return q, rc[0] + full, rc[1] + full
+    g, t = lane // 4, lane % 4
+    reg, j = e // P, e % P
+    core_w = 4 * P  # elements per core-matrix row
+    if use in ("c", "d"):
+        # c0, c1 at row g, c2, c3 at row g + 8; columns 2t, 2t + 1.
+        row, col = g + 8 * (e // 2), 2 * t + e % 2
+    elif use == "a":
+        blocks_r = instr.m // 8  # 1 (m8) or 2 (m16) core rows
+        row = g + 8 * (reg % blocks_r)
+        col = (reg // blocks_r) * core_w + t * P + j
+    else:  # b: cores stacked along k, transposed
+        row = reg * core_w + t * P + j
+        col = g + 0 * e
+    return full, row + full, col + full
+
+
+@functools.lru_cache(maxsize=None)
+def _inverse(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray]:
+    """(lane, element) arrays over the logical shape (q, rows, cols)."""
+    q, row, col = fragment_coords(instr, use)
+    rows, cols = instr.dims(use)
+    lane_of = np.full((instr.mmas_per_warp, rows, cols), -1, np.int64)
+    e_of = np.full_like(lane_of, -1)
+    lanes = np.broadcast_to(np.arange(WARP_SIZE)[:, None], q.shape)
+    es = np.broadcast_to(np.arange(q.shape[1])[None, :], q.shape)
+    lane_of[q, row, col] = lanes
+    e_of[q, row, col] = es
+    assert (lane_of >= 0).all()
+    return lane_of, e_of
+
+
+def _uint_of(bits: int):
+    return {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[bits]
+
+
+def _elem_bits(x: jax.Array, ty: str, word: Any) -> jax.Array:
+    """Logical elements -> their bit fields, in the register word dtype."""
+    bits = _BITS[ty]
+    if bits in (8, 16, 32, 64) and not jnp.issubdtype(x.dtype, jnp.integer):
+        return lax.bitcast_convert_type(x, _uint_of(bits)).astype(word)
+    if bits == 64:
+        return lax.bitcast_convert_type(x, word)
+    v = lax.bitcast_convert_type(x, _uint_of(x.dtype.itemsize * 8)) if x.dtype.itemsize * 8 \
+        in (8, 16, 32) else x
+    return v.astype(word) & word((1 << bits) - 1)
+
+
+def _bits_elem(v: jax.Array, ty: str) -> jax.Array:
+    """Bit fields (register word dtype) -> logical elements."""
+    bits, dt = _BITS[ty], _LOGICAL[ty]
+    if bits == 64:
+        return lax.bitcast_convert_type(v, dt)
+    if bits in (8, 16, 32):
+        return lax.bitcast_convert_type(v.astype(_uint_of(bits)), dt)
+    if ty == "s4":
+        return ((v.astype(jnp.int32) ^ 8) - 8).astype(dt)
+    return v.astype(dt)
+
+
+def _instr_arg(qualifier: Any) -> MmaInstr:
+    return parse_mma(qualifier)
+
+
+def _need_x64(instr: MmaInstr, what: str) -> None:
+    if instr.word_bits == 64:
+        checks.require_x64(f"{what} with f64 operands")
+
+
+def to_registers(qualifier: Union[str, MmaInstr], use: str, x: Any) -> jax.Array:
+    """Logical operand -> one warp's registers (the fragment the instruction reads).
+
+    Args:
+      qualifier: the instruction (string or :class:`MmaInstr`), static.
+      use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
+      x: (..., rows, cols) in the logical dtype of the operand's type (module docstring);
+        for f16 m8n8k4 (..., 4, rows, cols), one matrix per quadpair.
+
+    Returns:
+      (..., 32, nregs) uint32 (uint64 for f64).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> i = parse_mma("m16n8k16.row.col.f32.f16.f16.f32")
+      >>> a = jnp.arange(256, dtype=jnp.float16).reshape(16, 16)
+      >>> r = to_registers(i, "a", a)
+      >>> r.shape, hex(int(r[1, 0]))    # lane 1: row 0, cols 2 (low half), 3 (high half)
+      ((32, 4), '0x42004000')
+    """
+    instr = _instr_arg(qualifier)
+    checks.static_choice(use, "use", USES)
+    _need_x64(instr, "to_registers")
+    ty = instr.elem_type(use)
+    x = jnp.asarray(x)
+    want = instr.logical_shape(use)
+    if x.dtype != _LOGICAL[ty]:
+        raise TypeError(f"{use}: the logical {ty} operand of {instr.qualifier} must have dtype "
+                        f"{_LOGICAL[ty]}, got {x.dtype}")
+    if x.ndim < len(want) or tuple(x.shape[x.ndim - len(want):]) != want:
+        raise ValueError(f"{use}: the logical operand of {instr.qualifier} must have shape "
+                         f"(..., {', '.join(map(str, want))}), got {tuple(x.shape)}")
+    return _to_regs(instr, use, x)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _to_regs(instr: MmaInstr, use: str, x: jax.Array) -> jax.Array:
+    ty = instr.elem_type(use)
+    word = _uint_of(instr.word_bits)
+    q, row, col = fragment_coords(instr, use)
+    if not instr.quadpair:
+        x = x[..., None, :, :]
+    el = _elem_bits(x[..., q, row, col], ty, word)  # (..., 32, E)
+    P = instr.elems_per_reg(use)
+    el = el.reshape(el.shape[:-1] + (instr.nregs(use), P))
+    shifts = (jnp.arange(P, dtype=jnp.uint32) * _BITS[ty]).astype(word)
+    return jnp.sum(el << shifts, axis=-1, dtype=word)  # disjoint bit fields: sum == or
+
+
+def from_registers(qualifier: Union[str, MmaInstr], use: str, regs: Any) -> jax.Array:
+    """One warp's registers -> the logical operand (inverse of :func:`to_registers`).
+
+    Args:
+      qualifier: the instruction (string or :class:`MmaInstr`), static.
+      use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
+      regs: (..., 32, nregs) uint32 (uint64 for f64).
+
+    Returns:
+      (..., rows, cols) (f16 m8n8k4: (..., 4, rows, cols)) in the logical dtype.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> i = parse_mma("m8n8k32.row.col.s32.s4.s4.s32")
+      >>> regs = jnp.full((32, 1), 0x89ABCDEF, jnp.uint32)
+      >>> from_registers(i, "a", regs)[0, :8].tolist()   # low nibble first, sign-extended
+      [-1, -2, -3, -4, -5, -6, -7, -8]
+    """
+    instr = _instr_arg(qualifier)
+    checks.static_choice(use, "use", USES)
+    _need_x64(instr, "from_registers")
+    r = _regs_arg(instr, use, regs, f"{use} registers")
+    return _from_regs(instr, use, r)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _from_regs(instr: MmaInstr, use: str, r: jax.Array) -> jax.Array:
+    ty = instr.elem_type(use)
+    P, bits = instr.elems_per_reg(use), _BITS[ty]
+    word = _uint_of(instr.word_bits)
+    if P == 1:
+        el = r
+    else:
+        shifts = (jnp.arange(P, dtype=jnp.uint32) * bits).astype(word)
+        el = (r[..., None] >> shifts) & word((1 << bits) - 1)
+        el = el.reshape(el.shape[:-2] + (-1,))
+    lane_of, e_of = _inverse(instr, use)
+    out = _bits_elem(el[..., lane_of, e_of], ty)
+    return out if instr.quadpair else out[..., 0, :, :]
+
+
+def _regs_arg(instr: MmaInstr, use: str, regs: Any, name: str) -> jax.Array:
+    r = jnp.asarray(regs)
+    n = instr.nregs(use)
+    want = instr.reg_dtype()
+    if r.ndim < 2 or r.shape[-2:] != (WARP_SIZE, n) or r.dtype != want:
+        raise TypeError(f"{name} of {instr.qualifier} must be a (..., 32, {n}) {want} array "
+                        f"(a lane axis of 32 and {n} register(s) per lane, raw bits); got "
+                        f"shape {tuple(r.shape)} dtype {r.dtype}")
+    return r
+
+
+# --------------------------------------------------------------------------------------
+# Arithmetic through the datapath.
+
+
+@functools.lru_cache(maxsize=None)
+def _datapath_has(fn: Any, param: str) -> bool:
+    try:
+        return param in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+
+
+def datapath_supports_instruction() -> bool:
+    """True once ``datapath.mma`` takes ``b_type=`` / ``instruction=`` (fp8, mixed ints)."""
+    return _datapath_has(datapath.mma, "instruction") and _datapath_has(datapath.mma, "b_type")
+
+
+def _compute(instr: MmaInstr, a: jax.Array, b: jax.Array, c: jax.Array, arch: Any) -> jax.Array:
+    if instr.a_type == "b1":
+        return datapath.bmma(a, b, c, op=instr.b1_op)
+    if datapath_supports_instruction():
+        return datapath.mma(a, b, c, a_type=instr.a_type, b_type=instr.b_type,
+                            c_type=instr.c_type, d_type=instr.d_type,
+                            instruction="mma_sync", instruction_k=instr.k, arch=arch,
+                            satf=instr.satfinite)
+    raise NotImplementedError(
+        f"{instr.qualifier}: this datapath.mma lacks b_type= / instruction= / "
+        f"instruction_k=; jaxwarp/_src/tensorcore/datapath.py must be the extended one")
+
+
+def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
+            arch: Any = "sm_90") -> jax.Array:
+    """``D = A @ B + C`` of one ``mma.sync.aligned`` on logical matrices.
+
+    Args:
+      qualifier: static, e.g. ``"m16n8k32.row.col.f32.e4m3.e5m2.f32"`` (see
+        :func:`parse_mma`).
+      a: (..., m, k) in the A type's logical dtype (module docstring).
+      b: (..., k, n) in the B type's logical dtype.
+      c: (..., m, n) in the C type's logical dtype. Leading batch axes of a, b, c
+        broadcast. Layouts (``.row``/``.col``) only matter for registers.
+      arch: a key of ``datapath.ARCHS`` (``"sm_90"``, ``"sm_80"``, ``"sm_70"``) or a
+        ``datapath.ArchParams``; it must have the instruction (e.g. fp8 needs sm_89+).
+
+    Returns:
+      (..., m, n) in the D type's logical dtype.
+
+    Raises:
+      ValueError/TypeError: bad qualifier, arch, dtype or shape (at trace time).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> a = jnp.full((8, 16), 3, jnp.int8); b = jnp.full((16, 8), 200, jnp.uint8)
+      >>> c = jnp.full((8, 8), 2**31 - 1, jnp.int32)
+      >>> int(mma_ptx("m8n8k16.row.col.satfinite.s32.s8.u8.s32", a, b, c)[0, 0])
+      2147483647
+    """
+    instr = _instr_arg(qualifier)
+    _check_arch(instr, arch)
+    _need_x64(instr, "mma_ptx")
+    ops = []
+    for use, x in (("a", a), ("b", b), ("c", c)):
+        x = jnp.asarray(x)
+        ty, dims = instr.elem_type(use), instr.dims(use)
+        if x.dtype != _LOGICAL[ty]:
+            raise TypeError(f"{use} of {instr.qualifier} must have dtype {_LOGICAL[ty]} "
+                            f"({ty}), got {x.dtype}")
+        if x.ndim < 2 or tuple(x.shape[-2:]) != dims:
+            raise ValueError(f"{use} of {instr.qualifier} must have shape (..., {dims[0]}, "
+                             f"{dims[1]}), got {tuple(x.shape)}")
+        ops.append(x)
+    try:
+        np.broadcast_shapes(*(x.shape[:-2] for x in ops))
+    except ValueError as e:
+        raise ValueError(f"batch axes of a {ops[0].shape}, b {ops[1].shape}, c "
+                         f"{ops[2].shape} do not broadcast") from e
+    # Layouts only matter for registers: the four m8n8k4 layouts share one computation.
+    return _compute_jit(dataclasses.replace(instr, a_layout="row", b_layout="col"), arch, *ops)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _compute_jit(instr: MmaInstr, arch: Any, a, b, c) -> jax.Array:
+    return _compute(instr, a, b, c, arch)
+
+
+def mma_sync_ptx(qualifier: Union[str, MmaInstr], a_regs: Any, b_regs: Any, c_regs: Any, *,
+                 arch: Any = "sm_90") -> jax.Array:
+    """One warp's ``mma.sync.aligned`` on registers: ``{d} = mma({a}, {b}, {c})``.
+
+    Args:
+      qualifier: static, e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``.
+      a_regs, b_regs, c_regs: (..., 32, nregs) uint32 register words (uint64 for f64) in
+        the fragment layouts of the module docstring; leading batch axes (many warps)
+        broadcast. ``MmaInstr.nregs(use)`` gives nregs.
+      arch: as in :func:`mma_ptx`.
+
+    Returns:
+      d registers, (..., 32, nregs("d")) uint32 (uint64 for f64).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> q = "m16n8k16.row.col.f32.f16.f16.f32"
+      >>> one = jnp.full((32, 4), 0x3C003C00, jnp.uint32)   # every f16 of A is 1.0
+      >>> b = jnp.full((32, 2), 0x40004000, jnp.uint32)     # every f16 of B is 2.0
+      >>> d = mma_sync_ptx(q, one, b, jnp.zeros((32, 4), jnp.uint32))
+      >>> d.shape, hex(int(d[0, 0]))                         # 32.0 in fp32
+      ((32, 4), '0x42000000')
+    """
+    instr = _instr_arg(qualifier)
+    _check_arch(instr, arch)
+    _need_x64(instr, "mma_sync_ptx")
+    regs = [_regs_arg(instr, u, r, f"{u}_regs")
+            for u, r in (("a", a_regs), ("b", b_regs), ("c", c_regs))]
+    try:
+        np.broadcast_shapes(*(r.shape[:-2] for r in regs))
+    except ValueError as e:
+        raise ValueError(f"batch axes of a_regs {regs[0].shape}, b_regs {regs[1].shape}, "
+                         f"c_regs {regs[2].shape} do not broadcast") from e
+    return _mma_sync_core(instr, arch, *regs)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _mma_sync_core(instr: MmaInstr, arch: Any, a_regs, b_regs, c_regs) -> jax.Array:
+    a, b, c = (_from_regs(instr, u, r) for u, r in zip("abc", (a_regs, b_regs, c_regs),
+                                                        strict=True))
+    return _to_regs(instr, "d", _compute(instr, a, b, c, arch))

@@ -1,0 +1,1026 @@
+"""Hopper warpgroup MMA ``wgmma.mma_async`` (sm_90a): instruction, descriptors, layouts.
+
+One ``wgmma.mma_async.sync.aligned.m64nNkK.<dtype>.<atype>.<btype>`` is issued by a
+*warpgroup* of 128 threads (4 consecutive warps) and computes ``D = A @ B + D`` for a
+64 x N accumulator held in registers (PTX ISA, "Asynchronous Warpgroup Level Matrix
+Multiply-Accumulate Instructions"). A (64 x K) comes from shared memory through a 64-bit
+*matrix descriptor* or from registers; B (K x N) always comes from shared memory through a
+descriptor. This module is the front-end: it parses the qualifiers, encodes and decodes
+descriptors, reads operand tiles out of a shared-memory byte array exactly as the
+descriptor tells the hardware to (canonical layouts, 32/64/128-byte swizzles), maps the
+accumulator and A fragments to and from the registers of the warpgroup, and hands the
+logical matrices to the one datapath model, ``datapath.mma`` (``datapath.bmma`` for b1).
+
+Shapes and types (PTX ISA, "Matrix shape" and "Data types"; every K is 32 bytes of a row):
+
+============================  =============  ======================  ===========================
+a_type . b_type               d_type         K                       N
+============================  =============  ======================  ===========================
+f16.f16                       f32, f16       16                      8, 16, 24, ..., 256
+bf16.bf16                     f32            16                      8, 16, 24, ..., 256
+tf32.tf32                     f32            8                       8, 16, 24, ..., 256
+{e4m3,e5m2}.{e4m3,e5m2}       f32, f16       32                      8, 16, 24, ..., 256
+{s8,u8}.{s8,u8} [.satfinite]  s32            32                      8, 16, 24, 32, 48, ..., 256
+b1.b1 .and.popc               s32            256                     8, 16, 24, 32, 48, ..., 256
+============================  =============  ======================  ===========================
+
+(integer and b1 N: 8, 16, 24, then multiples of 16 from 32 to 256). ``imm-scale-a`` and
+``imm-scale-b`` (±1) exist for the floating-point types only, ``imm-trans-a/b`` (operand
+stored M/N-major instead of K-major) for f16 and bf16 only, and ``imm-trans-a`` only when
+A comes from shared memory.
+
+Accumulator fragment (``d_layout``; f32 and s32: N/2 registers per thread; measured
+with the bit-plane probes of the H100 captures, every plain configuration)::
+
+    thread t: warp w = t // 32, g = (t % 32) // 4, q = t % 4; register i = 4c + j
+    row = 16 w + g + 8 (j // 2)          col = 8 c + 2 q + (j % 2)
+
+                col 8c+0  8c+1 | 8c+2  8c+3 | 8c+4  8c+5 | 8c+6  8c+7
+    row 16w+g     T0:d0 T0:d1  | T1:d0 T1:d1 | T2:d0 T2:d1 | T3:d0 T3:d1
+    row 16w+g+8   T0:d2 T0:d3  | T1:d2 T1:d3 | T2:d2 T2:d3 | T3:d2 T3:d3
+        (T = thread 32w + 4g + q; dj = register 4c + j; repeats for c = 0 .. N/8-1)
+
+    warp 0: rows  0..15   warp 1: rows 16..31   warp 2: rows 32..47   warp 3: rows 48..63
+
+f16 accumulators pack two halves per 32-bit register (N/4 registers, lower column in bits
+15..0): register i = 2c + j holds row ``16w + g + 8j``, columns ``8c + 2q`` and
+``8c + 2q + 1``.
+
+A from registers (``a_layout``; 4 registers per thread; row ``16w + g + 8 (r % 2)``
+for register r): f16/bf16 half h of register r is column ``2q + h + 8 (r // 2)``; 8-bit
+types byte j is column ``4q + j + 16 (r // 2)``; tf32 register r is column
+``q + 4 (r // 2)``. This is the accumulator pattern of an m64 x 16-byte tile.
+
+Registers are arrays with the warpgroup axis (128) second to last and registers last:
+``(..., 128, NR)``; f32 accumulators are float32, s32 int32, f16 accumulators and A
+registers uint32 words. Leading batch axes broadcast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxwarp._src import checks
+from jaxwarp._src.tensorcore import datapath
+
+__all__ = [
+    "ARCHS", "DescriptorFields", "WgmmaArch", "WgmmaInstruction", "a_layout",
+    "a_matrix", "a_registers", "accumulator_matrix", "accumulator_registers", "d_layout",
+    "decode_descriptor", "make_descriptor", "operand_addresses", "parse_wgmma",
+    "read_operand", "wgmma", "wgmma_logical", "write_operand",
+]
+
+WARPGROUP_SIZE = 128
+M = 64
+
+# --------------------------------------------------------------------------------------
+# The instruction table (PTX ISA, wgmma "Matrix shape" / "Data types").
+
+_N_FLOAT = tuple(range(8, 257, 8))
+_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))
+
+# bits of one element in shared memory / registers, and the logical (bits) dtype used for
+# operands read from shared memory (the capture files use the same).
+_ELEM_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8, "s8": 8, "u8": 8,
+              "b1": 1}
+BITS_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
+    "f16": np.dtype(np.uint16), "bf16": np.dtype(np.uint16), "tf32": np.dtype(np.uint32),
+    "e4m3": np.dtype(np.uint8), "e5m2": np.dtype(np.uint8), "s8": np.dtype(np.int8),
+    "u8": np.dtype(np.uint8), "b1": np.dtype(np.uint8)})
+_UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32)}
+#: dtype of the accumulator registers per d_type.
+REGISTER_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
+    "f32": np.dtype(np.float32), "s32": np.dtype(np.int32), "f16": np.dtype(np.uint32)})
+_MATRIX_DTYPE = {"f32": np.dtype(np.float32), "s32": np.dtype(np.int32),
+                 "f16": np.dtype(np.float16)}
+
+
+class _Family(NamedTuple):
+    a_types: tuple[str, ...]
+    same_ab: bool  # a_type must equal b_type
+    d_types: tuple[str, ...]
+    k: int
+    n_values: tuple[int, ...]
+    float_scale: bool  # imm-scale-a/b allowed
+    transpose: bool  # imm-trans-a/b allowed
+    satfinite: bool  # .satfinite allowed
+    bop: str | None  # b1: the required ".and.popc"
+    a_in_registers: bool
+
+
+#: One entry per type family: the single source of truth for what wgmma accepts.
+FAMILIES: Mapping[str, _Family] = MappingProxyType({
+    "f16": _Family(("f16",), True, ("f32", "f16"), 16, _N_FLOAT, True, True, False, None, True),
+    "bf16": _Family(("bf16",), True, ("f32",), 16, _N_FLOAT, True, True, False, None, True),
+    "tf32": _Family(("tf32",), True, ("f32",), 8, _N_FLOAT, True, False, False, None, True),
+    "fp8": _Family(("e4m3", "e5m2"), False, ("f32", "f16"), 32, _N_FLOAT, True, False, False,
+                   None, True),
+    "int": _Family(("s8", "u8"), False, ("s32",), 32, _N_INT, False, False, True, None, True),
+    "b1": _Family(("b1",), True, ("s32",), 256, _N_INT, False, False, False, "and", False),
+})
+_FAMILY_OF = {t: name for name, f in FAMILIES.items() for t in f.a_types}
+
+
+def _combos_text() -> str:
+    rows = []
+    for f in FAMILIES.values():
+        ab = "{" + ",".join(f.a_types) + "}"
+        tail = ".satfinite optional" if f.satfinite else ""
+        tail += f".{f.bop}.popc" if f.bop else ""
+        rows.append(f"m64nNk{f.k}.{{{','.join(f.d_types)}}}.{ab}.{ab}"
+                    + (" (a_type == b_type)" if f.same_ab and len(f.a_types) > 1 else "")
+                    + (f" {tail}" if tail else ""))
+    return "; ".join(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class WgmmaInstruction:
+    """A parsed ``wgmma.mma_async`` qualifier (static, hashable).
+
+    Attributes:
+      n: N of m64nNkK. k: K. m: always 64.
+      d_type, a_type, b_type: PTX type names ("f32", "f16", "s32"; "f16", "bf16",
+        "tf32", "e4m3", "e5m2", "s8", "u8", "b1").
+      satfinite: integer ``.satfinite`` (clamp instead of wrap).
+      bop: ``"and"`` for b1 (``.and.popc``), else None.
+    """
+
+    n: int
+    k: int
+    d_type: str
+    a_type: str
+    b_type: str
+    satfinite: bool = False
+    bop: str | None = None
+    m: int = M
+
+    @property
+    def family(self) -> _Family:
+        return FAMILIES[_FAMILY_OF[self.a_type]]
+
+    @property
+    def qualifier(self) -> str:
+        """The canonical PTX spelling, e.g. ``m64n8k32.satfinite.s32.s8.u8``."""
+        s = f"m64n{self.n}k{self.k}" + (".satfinite" if self.satfinite else "")
+        s += f".{self.d_type}.{self.a_type}.{self.b_type}"
+        return s + (f".{self.bop}.popc" if self.bop else "")
+
+    @property
+    def num_d_registers(self) -> int:
+        """32-bit accumulator registers per thread: N/2 (f32, s32) or N/4 (f16)."""
+        return self.n // 4 if self.d_type == "f16" else self.n // 2
+
+    @property
+    def a_bits(self) -> int:
+        return _ELEM_BITS[self.a_type]
+
+    @property
+    def b_bits(self) -> int:
+        return _ELEM_BITS[self.b_type]
+
+
+_SHAPE_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)$")
+_PREFIX = ("wgmma", "mma_async", "sync", "aligned")
+
+
+def parse_wgmma(qualifier: str) -> WgmmaInstruction:
+    """Parses the qualifiers of a ``wgmma.mma_async`` instruction.
+
+    Accepts the PTX order ``shape[.satfinite].dtype.atype.btype[.and.popc]`` with or
+    without the ``wgmma.mma_async.sync.aligned.`` prefix; ``.satfinite`` may also come
+    last.
+
+    Args:
+      qualifier: e.g. ``"m64n128k16.f32.f16.f16"``, ``"m64n64k32.f32.e4m3.e5m2"``,
+        ``"m64n8k32.s32.s8.u8.satfinite"``, ``"m64n256k256.s32.b1.b1.and.popc"``.
+
+    Returns:
+      The ``WgmmaInstruction``.
+
+    Raises:
+      TypeError: qualifier is not a str.
+      ValueError: naming the bad part and listing what is allowed.
+
+    Example:
+      >>> parse_wgmma("m64n8k32.s32.s8.u8.satfinite").qualifier
+      'm64n8k32.satfinite.s32.s8.u8'
+      >>> parse_wgmma("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16").n
+      16
+    """
+    if not isinstance(qualifier, str):
+        raise TypeError(f"qualifier must be a str such as 'm64n128k16.f32.f16.f16', got "
+                        f"{type(qualifier).__name__} {qualifier!r}")
+    parts = [p for p in qualifier.strip().split(".") if p]
+    while parts and parts[0] in _PREFIX:
+        parts.pop(0)
+    if not parts:
+        raise ValueError(f"qualifier {qualifier!r} is empty; expected e.g. "
+                         f"'m64n128k16.f32.f16.f16'")
+    shape = _SHAPE_RE.match(parts[0])
+    if shape is None:
+        raise ValueError(f"qualifier {qualifier!r}: shape {parts[0]!r} is not of the form "
+                         f"m64nNkK; allowed: {_combos_text()}")
+    m, n, k = (int(x) for x in shape.groups())
+    rest = parts[1:]
+    satfinite = "satfinite" in rest
+    rest = [p for p in rest if p != "satfinite"]
+    bop = None
+    if rest[-2:] in (["and", "popc"], ["xor", "popc"]):
+        bop = rest[-2]
+        rest = rest[:-2]
+    if len(rest) != 3:
+        raise ValueError(f"qualifier {qualifier!r}: expected shape.dtype.atype.btype after "
+                         f"the shape, got {'.'.join(rest)!r}; allowed: {_combos_text()}")
+    d_type, a_type, b_type = rest
+    if a_type not in _FAMILY_OF:
+        raise ValueError(f"qualifier {qualifier!r}: atype {a_type!r} is not supported; "
+                         f"allowed: {tuple(_FAMILY_OF)}")
+    fam = FAMILIES[_FAMILY_OF[a_type]]
+    if b_type not in fam.a_types or (fam.same_ab and b_type != a_type):
+        allowed = (a_type,) if fam.same_ab else fam.a_types
+        raise ValueError(f"qualifier {qualifier!r}: btype {b_type!r} cannot go with atype "
+                         f"{a_type!r}; allowed btype: {allowed}")
+    if d_type not in fam.d_types:
+        raise ValueError(f"qualifier {qualifier!r}: dtype {d_type!r} is not allowed for "
+                         f"atype {a_type!r}; allowed dtype: {fam.d_types}")
+    if m != M:
+        raise ValueError(f"qualifier {qualifier!r}: M must be 64 (shape m64nNk{fam.k}), "
+                         f"got m{m}")
+    if k != fam.k:
+        raise ValueError(f"qualifier {qualifier!r}: K must be {fam.k} for atype {a_type!r} "
+                         f"(shape m64nNk{fam.k}), got k{k}")
+    if n not in fam.n_values:
+        raise ValueError(f"qualifier {qualifier!r}: N={n} is not allowed for atype "
+                         f"{a_type!r}; allowed N: {fam.n_values}")
+    if satfinite and not fam.satfinite:
+        raise ValueError(f"qualifier {qualifier!r}: .satfinite exists only for the integer "
+                         f"types (s8, u8), not atype {a_type!r}")
+    if bop != fam.bop:
+        if fam.bop is None:
+            raise ValueError(f"qualifier {qualifier!r}: .{bop}.popc exists only for b1")
+        raise ValueError(f"qualifier {qualifier!r}: b1 needs the bit operation "
+                         f"'.{fam.bop}.popc' (the only one wgmma has on sm_90a), got "
+                         f"{('.' + bop + '.popc') if bop else 'none'}")
+    return WgmmaInstruction(n=n, k=k, d_type=d_type, a_type=a_type, b_type=b_type,
+                            satfinite=satfinite, bop=bop)
+
+
+def _instr(qualifier: Any) -> WgmmaInstruction:
+    if isinstance(qualifier, WgmmaInstruction):
+        return qualifier
+    return parse_wgmma(qualifier)
+
+
+# --------------------------------------------------------------------------------------
+# Architectures.
+
+
+@dataclasses.dataclass(frozen=True)
+class WgmmaArch:
+    """An architecture that has ``wgmma`` (data, not branches).
+
+    Attributes:
+      name: the PTX target, ``"sm_90a"``.
+      datapath_arch: the ``arch`` passed to ``datapath.mma`` (a target of ``arch.TARGETS``).
+      verified: layouts and descriptors checked bit for bit against captures.
+    """
+
+    name: str
+    datapath_arch: str
+    verified: bool = False
+
+
+ARCHS: Mapping[str, WgmmaArch] = MappingProxyType({
+    # Checked against the H100 captures of tools/capture/capture_wgmma.py (CUDA 13.0).
+    "sm_90a": WgmmaArch("sm_90a", "sm_90a", verified=True),
+})
+
+
+def _arch(arch: Any) -> WgmmaArch:
+    if isinstance(arch, WgmmaArch):
+        return arch
+    checks.static_choice(arch, "arch", tuple(ARCHS))
+    return ARCHS[arch]
+
+
+# --------------------------------------------------------------------------------------
+# Matrix descriptors (PTX ISA, "Matrix Descriptor Format").
+
+#: swizzle width in bytes -> the 2-bit mode of descriptor bits 62-63.
+SWIZZLE_MODE: Mapping[int, int] = MappingProxyType({0: 0, 128: 1, 64: 2, 32: 3})
+_SWIZZLE_BYTES = {v: k for k, v in SWIZZLE_MODE.items()}
+_ADDR_LIMIT = 1 << 18  # the 14-bit fields hold (x & 0x3FFFF) >> 4
+
+
+class DescriptorFields(NamedTuple):
+    """The fields of a wgmma matrix descriptor, in bytes.
+
+    Attributes:
+      start_address: shared-memory byte address of the operand (bits 0-13, >> 4).
+      leading_byte_offset: LBO (bits 16-29, >> 4).
+      stride_byte_offset: SBO (bits 32-45, >> 4).
+      base_offset: matrix base offset (bits 49-51).
+      swizzle: swizzle width in bytes, 0 (none), 32, 64 or 128 (bits 62-63).
+    """
+
+    start_address: int
+    leading_byte_offset: int
+    stride_byte_offset: int
+    base_offset: int
+    swizzle: int
+
+
+def _static_nonneg(value: Any, name: str) -> int:
+    v = checks.static_int(value, name)
+    if v < 0:
+        raise ValueError(f"{name}={v} must be >= 0")
+    return v
+
+
+def make_descriptor(start_address: int, leading_byte_offset: int, stride_byte_offset: int,
+                    swizzle: int = 0, base_offset: int = 0) -> np.uint64:
+    """Encodes a 64-bit wgmma matrix descriptor.
+
+    Bit fields (PTX ISA, "Matrix Descriptor Format")::
+
+        bits  0-13  start address >> 4          bits 32-45  stride byte offset >> 4
+        bits 16-29  leading byte offset >> 4    bits 49-51  matrix base offset
+        bits 62-63  swizzle mode: 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+
+    Args:
+      start_address: shared-memory byte address, a multiple of 16 below 2**18.
+      leading_byte_offset: LBO in bytes, a multiple of 16 below 2**18. K-major without
+        swizzle: the distance between the two 16-byte K halves of a core-matrix row
+        group; M/N-major: see ``operand_addresses``. Unused (any value) for K-major
+        swizzled operands.
+      stride_byte_offset: SBO in bytes, a multiple of 16 below 2**18.
+      swizzle: the swizzle width in bytes: 0 (none), 32, 64 or 128.
+      base_offset: 0..7 (the ISA's base offset for patterns that do not start on their
+        repeat boundary; only 0 is modelled when reading).
+
+    Returns:
+      The descriptor as ``numpy.uint64``.
+
+    Raises:
+      ValueError/TypeError: a field that is not a static int, not 16-byte aligned, or out
+        of range (the message names it).
+
+    Example:
+      >>> hex(make_descriptor(0, 128, 256))
+      '0x1000080000'
+      >>> hex(make_descriptor(1024, 16, 1024, swizzle=128))
+      '0x4000004000010040'
+    """
+    fields = {"start_address": start_address, "leading_byte_offset": leading_byte_offset,
+              "stride_byte_offset": stride_byte_offset}
+    enc = {}
+    for name, value in fields.items():
+        v = _static_nonneg(value, name)
+        if v % 16:
+            raise ValueError(f"{name}={v} must be a multiple of 16 (the descriptor keeps "
+                             f"bits 4..17)")
+        if v >= _ADDR_LIMIT:
+            raise ValueError(f"{name}={v} does not fit the 14-bit field; allowed: 0 .. "
+                             f"{_ADDR_LIMIT - 16} in steps of 16")
+        enc[name] = v >> 4
+    sw = checks.static_int(swizzle, "swizzle")
+    checks.static_choice(sw, "swizzle", tuple(sorted(SWIZZLE_MODE)))
+    bo = checks.static_int(base_offset, "base_offset")
+    checks.static_choice(bo, "base_offset", tuple(range(8)))
+    d = (enc["start_address"] | enc["leading_byte_offset"] << 16
+         | enc["stride_byte_offset"] << 32 | bo << 49 | SWIZZLE_MODE[sw] << 62)
+    return np.uint64(d)
+
+
+def decode_descriptor(desc: Any) -> DescriptorFields:
+    """Decodes a 64-bit wgmma matrix descriptor (the inverse of ``make_descriptor``).
+
+    Bits outside the five fields are ignored, as by the hardware's field extraction.
+
+    Args:
+      desc: a concrete Python int or numpy integer in [0, 2**64) (int64 values are taken
+        as their two's-complement bits).
+
+    Returns:
+      ``DescriptorFields`` in bytes.
+
+    Example:
+      >>> f = decode_descriptor(0x4000004000010040)
+      >>> f.start_address, f.leading_byte_offset, f.stride_byte_offset, f.swizzle
+      (1024, 16, 1024, 128)
+    """
+    if isinstance(desc, jax.core.Tracer):
+        raise TypeError("the descriptor is a static argument and must be a concrete Python "
+                        "int or numpy integer, not a traced value")
+    if isinstance(desc, (np.ndarray, jax.Array)) and np.ndim(desc) == 0:
+        desc = np.asarray(desc)[()]
+    if isinstance(desc, bool) or not isinstance(desc, (int, np.integer)):
+        raise TypeError(f"descriptor must be a Python int or numpy integer (64 bits), got "
+                        f"{type(desc).__name__} {desc!r}")
+    d = int(desc)
+    if isinstance(desc, np.signedinteger) and d < 0:
+        d &= (1 << 64) - 1
+    if not 0 <= d < 1 << 64:
+        raise ValueError(f"descriptor={d:#x} does not fit in 64 bits")
+    return DescriptorFields(
+        start_address=(d & 0x3FFF) << 4, leading_byte_offset=((d >> 16) & 0x3FFF) << 4,
+        stride_byte_offset=((d >> 32) & 0x3FFF) << 4, base_offset=(d >> 49) & 7,
+        swizzle=_SWIZZLE_BYTES[(d >> 62) & 3])
+
+
+def _swizzle(addr: np.ndarray, width: int) -> np.ndarray:
+    """16-byte chunk bits of a byte address XOR its 128-byte row bits (PTX ISA swizzles).
+
+    128B: bits 4-6 ^= bits 7-9 (repeats every 1024 B); 64B: bits 4-5 ^= bits 7-8 (512 B);
+    32B: bit 4 ^= bit 7 (256 B).
+    """
+    if width == 0:
+        return addr
+    return addr ^ (((addr >> 7) & (width // 16 - 1)) << 4)
+
+
+def operand_addresses(desc: Any, rows: int, k: int, bits: int, *,
+                      transpose: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Shared-memory byte addresses of an operand tile read through a descriptor.
+
+    The tile is ``rows`` x ``k`` (rows = M for A, N for B), in the canonical layouts of
+    the PTX ISA ("Shared Memory Matrix Layout"). A *core matrix* is 8 rows x 16 bytes.
+    With ``r`` the M/N index, ``kb`` the byte of K in a row (b1: element k is bit k % 8
+    of byte k // 8), ``mb`` the byte of M/N (M/N-major, 16-bit types: 2r + byte) and W
+    the swizzle width::
+
+        K-major,  no swizzle: (r%8)*16 + (r//8)*SBO + (kb%16) + (kb//16)*LBO
+        K-major,  W-swizzle : (r%8)*W  + (r//8)*SBO + kb                 (LBO unused)
+        MN-major, no swizzle: (mb%16) + (mb//16)*SBO + (k%8)*16 + (k//8)*LBO
+        MN-major, W-swizzle : (mb%W)  + (mb//W)*LBO  + (k%8)*W  + (k//8)*SBO
+
+    (LBO and SBO swap roles between the two M/N-major cases, as the ISA's canonical
+    layouts say and the captures confirm.) The address is ``start_address + offset``
+    and the swizzle is then applied to it: ``addr ^ (((addr >> 7) & (W/16 - 1)) << 4)``,
+    so a start address off the pattern's repeat boundary shifts the pattern exactly as
+    it does on the GPU. Whatever the fields say is what is read; nothing checks that
+    the layout is sensible.
+
+    Args:
+      desc: the descriptor (static int).
+      rows: M (64) or N. k: K elements. bits: element size (1, 8, 16 or 32).
+      transpose: 1 for the M/N-major layout (16-bit types only).
+
+    Returns:
+      ``(addr, bit)``: int64 arrays of shape (rows, k, bytes per element) (bytes in
+      little-endian order) and, for b1, the bit within the byte (zeros otherwise).
+
+    Raises:
+      NotImplementedError: a non-zero base offset with a swizzle (not captured).
+
+    Example:
+      >>> addr, _ = operand_addresses(make_descriptor(0, 128, 256), 64, 16, 16)
+      >>> addr[1, 0].tolist(), addr[0, 8].tolist(), addr[8, 0].tolist()
+      ([16, 17], [128, 129], [256, 257])
+    """
+    f = decode_descriptor(desc)
+    if f.base_offset and f.swizzle:
+        raise NotImplementedError(
+            f"descriptor base_offset={f.base_offset} with a {f.swizzle}-byte swizzle is not "
+            f"modelled (no hardware capture); use 0 with patterns that start on their "
+            f"repeat boundary")
+    lbo, sbo, w = f.leading_byte_offset, f.stride_byte_offset, f.swizzle
+    r = np.arange(rows).reshape(-1, 1, 1)
+    kk = np.arange(k).reshape(1, -1, 1)
+    nbytes = max(1, bits // 8)
+    j = np.arange(nbytes).reshape(1, 1, -1)
+    bit = np.zeros((rows, k, nbytes), np.int64)
+    if transpose:
+        if bits != 16:
+            raise ValueError("M/N-major (transposed) operands exist for 16-bit types only")
+        mb = 2 * r + j
+        if w == 0:
+            off = mb % 16 + (mb // 16) * sbo + (kk % 8) * 16 + (kk // 8) * lbo
+        else:
+            off = mb % w + (mb // w) * lbo + (kk % 8) * w + (kk // 8) * sbo
+    else:
+        if bits == 1:
+            kb = kk // 8 + 0 * j
+            bit = np.broadcast_to(kk % 8, (rows, k, nbytes)).astype(np.int64)
+        else:
+            kb = kk * nbytes + j
+        if w == 0:
+            off = (r % 8) * 16 + (r // 8) * sbo + kb % 16 + (kb // 16) * lbo
+        else:
+            off = (r % 8) * w + (r // 8) * sbo + kb
+    addr = _swizzle(f.start_address + np.broadcast_to(off, (rows, k, nbytes)), w)
+    return addr.astype(np.int64), bit
+
+
+def _smem(smem: Any) -> jax.Array:
+    s = jnp.asarray(smem)
+    if s.dtype != jnp.uint8 or s.ndim < 1:
+        raise TypeError(f"smem must be a uint8 byte array (..., nbytes), got dtype {s.dtype} "
+                        f"shape {s.shape}")
+    return s
+
+
+def _check_range(addr: np.ndarray, size: int, what: str, desc: Any) -> None:
+    hi = int(addr.max())
+    if hi >= size:
+        f = decode_descriptor(desc)
+        raise ValueError(f"{what}: descriptor {int(desc):#x} ({f}) reads shared-memory byte "
+                         f"{hi}, beyond smem of {size} bytes")
+
+
+def _operand_geometry(instr: WgmmaInstruction, operand: str) -> tuple[int, int, str]:
+    checks.static_choice(operand, "operand", ("a", "b"))
+    if operand == "a":
+        return M, instr.a_bits, instr.a_type
+    return instr.n, instr.b_bits, instr.b_type
+
+
+def read_operand(smem: Any, desc: Any, qualifier: Any, operand: str, *,
+                 transpose: int = 0) -> jax.Array:
+    """Reads A (64 x K) or B (K x N) from shared memory through a descriptor.
+
+    Args:
+      smem: (..., nbytes) uint8, the shared memory (byte address = index).
+      desc: the operand's descriptor (static int).
+      qualifier: the instruction (str or ``WgmmaInstruction``).
+      operand: ``"a"`` or ``"b"``.
+      transpose: imm-trans of that operand (1: stored M/N-major; f16/bf16 only).
+
+    Returns:
+      Logical A (..., 64, K) or B (..., K, N) as raw bits: uint16 (f16, bf16), uint32
+      (tf32), uint8 (e4m3, e5m2, u8, b1 as 0/1), int8 (s8).
+
+    Raises:
+      ValueError: an address beyond ``smem`` (naming the descriptor), or transpose for a
+        type that has no M/N-major layout.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> smem = jnp.arange(4096, dtype=jnp.uint32).astype(jnp.uint8)
+      >>> b = read_operand(smem, make_descriptor(2048, 128, 256), "m64n8k32.s32.u8.u8", "b")
+      >>> b.shape, int(b[1, 0]), int(b[0, 1])
+      ((32, 8), 1, 16)
+    """
+    instr = _instr(qualifier)
+    rows, bits, t = _operand_geometry(instr, operand)
+    tr = checks.static_int(transpose, "transpose")
+    checks.static_choice(tr, "transpose", (0, 1))
+    if tr and not instr.family.transpose:
+        raise ValueError(f"transpose=1 (imm-trans) exists for f16 and bf16 only, not "
+                         f"{t!r}")
+    s = _smem(smem)
+    addr, bit = operand_addresses(desc, rows, instr.k, bits, transpose=tr)
+    _check_range(addr, s.shape[-1], f"operand {operand}", desc)
+    raw = s[..., addr]  # (..., rows, k, nbytes)
+    if bits == 1:
+        v = (raw[..., 0] >> jnp.asarray(bit[..., 0], jnp.uint8)) & jnp.uint8(1)
+    else:
+        word = raw[..., 0].astype(jnp.uint32)
+        for jj in range(1, raw.shape[-1]):
+            word = word | (raw[..., jj].astype(jnp.uint32) << jnp.uint32(8 * jj))
+        v = word.astype(_UINT[bits])
+        if BITS_DTYPE[t] != _UINT[bits]:
+            v = lax.bitcast_convert_type(v, BITS_DTYPE[t])
+    return v if operand == "a" else jnp.swapaxes(v, -1, -2)
+
+
+def write_operand(smem: Any, desc: Any, qualifier: Any, operand: str, x: Any, *,
+                  transpose: int = 0) -> jax.Array:
+    """Stores logical A (64 x K) or B (K x N) into shared memory where ``desc`` points.
+
+    The inverse of ``read_operand`` for a layout whose elements do not overlap: every
+    element's bytes (b1: bits) go to the addresses ``operand_addresses`` gives; other
+    bytes keep their value.
+
+    Args:
+      smem: (nbytes,) uint8. desc, qualifier, operand, transpose: as ``read_operand``.
+      x: A (64, K) or B (K, N) as raw bits (the dtypes ``read_operand`` returns; any
+        integer dtype of that width is taken as bits).
+
+    Returns:
+      The updated (nbytes,) uint8 shared memory.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> q = "m64n8k16.f32.f16.f16"
+      >>> b = jnp.arange(128, dtype=jnp.uint16).reshape(16, 8)
+      >>> d = make_descriptor(0, 16, 256, swizzle=32)
+      >>> smem = write_operand(jnp.zeros(512, jnp.uint8), d, q, "b", b)
+      >>> bool((read_operand(smem, d, q, "b") == b).all())
+      True
+    """
+    instr = _instr(qualifier)
+    rows, bits, t = _operand_geometry(instr, operand)
+    tr = checks.static_int(transpose, "transpose")
+    checks.static_choice(tr, "transpose", (0, 1))
+    s = _smem(smem)
+    if s.ndim != 1:
+        raise ValueError(f"write_operand takes one shared memory (nbytes,), got {s.shape}; "
+                         f"use jax.vmap for many")
+    x = jnp.asarray(x)
+    want = (M, instr.k) if operand == "a" else (instr.k, instr.n)
+    if x.shape != want:
+        raise ValueError(f"x must be operand {operand} of shape {want}, got {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.integer) or x.dtype.itemsize * 8 != max(bits, 8):
+        raise TypeError(f"x must hold {t} elements as {max(bits, 8)}-bit integers "
+                        f"({BITS_DTYPE[t]}), got {x.dtype}")
+    xr = x if operand == "a" else x.T  # (rows, k)
+    addr, bit = operand_addresses(desc, rows, instr.k, bits, transpose=tr)
+    _check_range(addr, s.shape[-1], f"operand {operand}", desc)
+    if bits == 1:  # gather the 8 bits of each byte (bits of a byte share one address)
+        v = (xr.astype(jnp.uint8) & jnp.uint8(1)) << jnp.asarray(bit[..., 0], jnp.uint8)
+        byte_addr = addr[..., 0]
+        cleared = s.at[byte_addr.reshape(-1)].set(jnp.uint8(0))
+        return cleared.at[byte_addr.reshape(-1)].add(v.reshape(-1))
+    u = lax.bitcast_convert_type(xr, _UINT[bits]).astype(jnp.uint32)
+    for jj in range(addr.shape[-1]):
+        byte = ((u >> jnp.uint32(8 * jj)) & jnp.uint32(0xFF)).astype(jnp.uint8)
+        s = s.at[addr[..., jj].reshape(-1)].set(byte.reshape(-1))
+    return s
+
+
+# --------------------------------------------------------------------------------------
+# Register fragments of the warpgroup.
+
+
+def d_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(row, col) of every accumulator element held by the warpgroup.
+
+    Returns:
+      Two int arrays of shape (128, NR, h): thread, register, half (h = 2 for f16
+      accumulators, lower column in bits 15..0; 1 otherwise). See the module docstring
+      for the drawing.
+
+    Example:
+      >>> row, col = d_layout("m64n16k16.f32.f16.f16")
+      >>> row.shape, int(row[37, 2, 0]), int(col[37, 5, 0])
+      ((128, 8, 1), 25, 11)
+    """
+    instr = _instr(qualifier)
+    t = np.arange(WARPGROUP_SIZE).reshape(-1, 1, 1)
+    w, g, q = t // 32, (t % 32) // 4, t % 4
+    if instr.d_type == "f16":
+        i = np.arange(instr.n // 4).reshape(1, -1, 1)
+        h = np.arange(2).reshape(1, 1, -1)
+        row = 16 * w + g + 8 * (i % 2)
+        col = 8 * (i // 2) + 2 * q + h
+    else:
+        i = np.arange(instr.n // 2).reshape(1, -1, 1)
+        row = 16 * w + g + 8 * ((i % 4) // 2)
+        col = 8 * (i // 4) + 2 * q + (i % 2)
+    shape = (WARPGROUP_SIZE, i.shape[1], 2 if instr.d_type == "f16" else 1)
+    return np.broadcast_to(row, shape), np.broadcast_to(col, shape)
+
+
+def a_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(row, col) of A held in registers: arrays (128, 4, per word).
+
+    16-bit types: 2 elements per register; 8-bit types: 4; tf32: 1.
+
+    Example:
+      >>> row, col = a_layout("m64n8k32.f32.e4m3.e4m3")
+      >>> row.shape, int(row[5, 1, 0]), int(col[5, 3, 2])
+      ((128, 4, 4), 9, 22)
+    """
+    instr = _instr(qualifier)
+    if not instr.family.a_in_registers:
+        raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
+    t = np.arange(WARPGROUP_SIZE).reshape(-1, 1, 1)
+    w, g, q = t // 32, (t % 32) // 4, t % 4
+    r = np.arange(4).reshape(1, -1, 1)
+    per = 32 // instr.a_bits
+    j = np.arange(per).reshape(1, 1, -1)
+    row = 16 * w + g + 8 * (r % 2)
+    # Each register pair covers 16 bytes of K: 4 bytes per thread group member.
+    col = (4 // (instr.a_bits // 8)) * q + j + (16 // (instr.a_bits // 8)) * (r // 2)
+    shape = (WARPGROUP_SIZE, 4, per)
+    return np.broadcast_to(row, shape), np.broadcast_to(col, shape)
+
+
+def _regs(x: Any, name: str, nregs: int, dtype: np.dtype) -> jax.Array:
+    x = jnp.asarray(x)
+    if x.ndim < 2 or x.shape[-2:] != (WARPGROUP_SIZE, nregs):
+        raise ValueError(f"{name} must have shape (..., {WARPGROUP_SIZE}, {nregs}) (threads of "
+                         f"the warpgroup, registers), got {x.shape}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {x.dtype}")
+    return x
+
+
+def accumulator_matrix(d_regs: Any, qualifier: Any) -> jax.Array:
+    """Accumulator registers (..., 128, NR) -> logical D (..., 64, N).
+
+    f32 -> float32, s32 -> int32, f16 (uint32 words) -> float16.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> regs = jnp.arange(128 * 4, dtype=jnp.float32).reshape(128, 4)
+      >>> d = accumulator_matrix(regs, "m64n8k16.f32.f16.f16")
+      >>> float(d[0, 1]), float(d[8, 0])
+      (1.0, 2.0)
+    """
+    instr = _instr(qualifier)
+    x = _regs(d_regs, "d_regs", instr.num_d_registers, REGISTER_DTYPE[instr.d_type])
+    row, col = d_layout(instr)
+    inv = np.zeros((M, instr.n), np.int64)
+    flat = np.arange(row.size).reshape(row.shape)
+    inv[row, col] = flat
+    batch = x.shape[:-2]
+    if instr.d_type == "f16":
+        halves = jnp.stack([x & jnp.uint32(0xFFFF), x >> jnp.uint32(16)], axis=-1)
+        x = lax.bitcast_convert_type(halves.astype(jnp.uint16), jnp.float16)
+    x = x.reshape(*batch, -1)
+    return x[..., inv]
+
+
+def accumulator_registers(d: Any, qualifier: Any) -> jax.Array:
+    """Logical D (..., 64, N) -> accumulator registers (..., 128, NR).
+
+    d: float32 (f32), float16 (f16; packed two per uint32 word) or int32 (s32).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> d = jnp.arange(64 * 8, dtype=jnp.float32).reshape(64, 8)
+      >>> r = accumulator_registers(d, "m64n8k16.f32.f16.f16")
+      >>> r.shape, float(r[1, 0]), float(r[32, 2])
+      ((128, 4), 2.0, 192.0)
+    """
+    instr = _instr(qualifier)
+    d = jnp.asarray(d)
+    want = _MATRIX_DTYPE[instr.d_type]
+    if d.ndim < 2 or d.shape[-2:] != (M, instr.n):
+        raise ValueError(f"d must have shape (..., 64, {instr.n}), got {d.shape}")
+    if d.dtype != want:
+        raise TypeError(f"d must have dtype {want} for d_type {instr.d_type!r}, got {d.dtype}")
+    row, col = d_layout(instr)
+    v = d[..., row, col]  # (..., 128, NR, h)
+    if instr.d_type == "f16":
+        u = lax.bitcast_convert_type(v, jnp.uint16).astype(jnp.uint32)
+        return u[..., 0] | (u[..., 1] << jnp.uint32(16))
+    return v[..., 0]
+
+
+def a_registers(a: Any, qualifier: Any) -> jax.Array:
+    """Logical A (..., 64, K) raw bits -> A registers (..., 128, 4) uint32.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> a = jnp.arange(64 * 16, dtype=jnp.uint16).reshape(64, 16)
+      >>> hex(int(a_registers(a, "m64n8k16.f32.f16.f16")[1, 0]))
+      '0x30002'
+    """
+    instr = _instr(qualifier)
+    bits = instr.a_bits
+    a = jnp.asarray(a)
+    if a.ndim < 2 or a.shape[-2:] != (M, instr.k):
+        raise ValueError(f"a must have shape (..., 64, {instr.k}), got {a.shape}")
+    if not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype.itemsize * 8 != bits:
+        raise TypeError(f"a must hold {instr.a_type} elements as {bits}-bit integers "
+                        f"({BITS_DTYPE[instr.a_type]}), got {a.dtype}")
+    row, col = a_layout(instr)
+    u = lax.bitcast_convert_type(a[..., row, col], _UINT[bits]).astype(jnp.uint32)
+    word = u[..., 0]
+    for j in range(1, u.shape[-1]):
+        word = word | (u[..., j] << jnp.uint32(j * bits))
+    return word
+
+
+def a_matrix(a_regs: Any, qualifier: Any) -> jax.Array:
+    """A registers (..., 128, 4) uint32 -> logical A (..., 64, K) raw bits.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> q = "m64n8k32.s32.s8.s8"
+      >>> a = jnp.arange(64 * 32, dtype=jnp.int32).reshape(64, 32).astype(jnp.int8)
+      >>> bool((a_matrix(a_registers(a, q), q) == a).all())
+      True
+    """
+    instr = _instr(qualifier)
+    x = _regs(a_regs, "a_regs", 4, np.dtype(np.uint32))
+    bits = instr.a_bits
+    row, col = a_layout(instr)
+    mask = jnp.uint32((1 << bits) - 1) if bits < 32 else jnp.uint32(0xFFFFFFFF)
+    parts = jnp.stack([(x >> jnp.uint32(j * bits)) & mask for j in range(row.shape[-1])],
+                      axis=-1)
+    v = lax.bitcast_convert_type(parts.astype(_UINT[bits]), BITS_DTYPE[instr.a_type])
+    inv = np.zeros((M, instr.k), np.int64)
+    inv[row, col] = np.arange(row.size).reshape(row.shape)
+    return v.reshape(*v.shape[:-3], -1)[..., inv]
+
+
+# --------------------------------------------------------------------------------------
+# Arithmetic.
+
+
+_SIGN = {"f16": 0x8000, "bf16": 0x8000, "tf32": 0x80000000, "e4m3": 0x80, "e5m2": 0x80}
+
+
+def _negate_bits(x: jax.Array, t: str) -> jax.Array:
+    """Flips the sign bit of float elements held as raw bits (imm-scale = -1)."""
+    return x ^ jnp.asarray(_SIGN[t], x.dtype)
+
+
+def _storage(bits: jax.Array, t: str) -> jax.Array:
+    """Raw bits -> the dtype ``datapath.mma`` takes for type t."""
+    want = datapath.STORAGE_DTYPE.get(t)
+    if want is None:
+        raise NotImplementedError(f"datapath.mma has no storage dtype for {t!r} yet")
+    if bits.dtype == want:
+        return bits
+    return lax.bitcast_convert_type(bits, want)
+
+
+def _arith(instr: WgmmaInstruction, a_bits: jax.Array, b_bits: jax.Array, c: jax.Array,
+           arch: WgmmaArch) -> jax.Array:
+    """D = A @ B + C on logical matrices; a, b raw bits, c in the matrix dtype of d_type."""
+    if instr.a_type == "b1":
+        return datapath.bmma(a_bits, b_bits, c, op=instr.bop)
+    kwargs: dict[str, Any] = dict(a_type=instr.a_type, b_type=instr.b_type,
+                                  c_type=instr.d_type, d_type=instr.d_type,
+                                  arch=arch.datapath_arch, satf=instr.satfinite,
+                                  instruction="wgmma", instruction_k=instr.k)
+    return datapath.mma(_storage(a_bits, instr.a_type), _storage(b_bits, instr.b_type), c,
+                        **kwargs)
+
+
+def _static_flag(value: Any, name: str, allowed: tuple[int, ...]) -> int:
+    v = checks.static_int(int(value) if isinstance(value, bool) else value, name)
+    checks.static_choice(v, name, allowed)
+    return v
+
+
+def _check_modifiers(instr: WgmmaInstruction, scale_a: int, scale_b: int, tnsp_a: int,
+                     tnsp_b: int, a_regs: bool) -> None:
+    fam = instr.family
+    if (scale_a, scale_b) != (1, 1) and not fam.float_scale:
+        raise ValueError(f"imm-scale-a/b (negation) exists for the floating-point types "
+                         f"only (f16, bf16, tf32, e4m3, e5m2), not {instr.a_type!r}")
+    if (tnsp_a or tnsp_b) and not fam.transpose:
+        raise ValueError(f"imm-trans-a/b (M/N-major operands) exist for f16 and bf16 only, "
+                         f"not {instr.a_type!r}; other types must be K-major")
+    if tnsp_a and a_regs:
+        raise ValueError("tnsp_a applies to A in shared memory only; A from registers has no "
+                         "imm-trans-a")
+
+
+def _is_descriptor(x: Any) -> bool:
+    """A static integer (Python, numpy scalar or 0-d numpy array) is a descriptor."""
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, (int, np.integer)):
+        return True
+    return isinstance(x, np.ndarray) and x.ndim == 0 and np.issubdtype(x.dtype, np.integer)
+
+
+def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_d: Any = 1,
+          imm_scale_a: int = 1, imm_scale_b: int = 1, tnsp_a: int = 0, tnsp_b: int = 0,
+          arch: Any = "sm_90a") -> jax.Array:
+    """One ``wgmma.mma_async.sync.aligned`` at the register and descriptor level.
+
+    ``wgmma.mma_async.sync.aligned.<qualifier> d, a-desc|{a0..a3}, b-desc, scale-d,
+    imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b`` followed by its
+    ``commit_group`` / ``wait_group 0``: returns the new accumulator registers.
+
+    Operands are read from ``smem`` exactly where the descriptors point (see
+    ``operand_addresses``): a wrong LBO/SBO/swizzle reads the wrong bytes, as on the GPU;
+    an address beyond ``smem`` is a ``ValueError``. The arithmetic is ``datapath.mma``
+    (``datapath.bmma`` for b1) on the logical matrices.
+
+    Args:
+      qualifier: e.g. ``"m64n64k16.f32.f16.f16"`` (see ``parse_wgmma``).
+      a: A's descriptor (a static Python/numpy int), or A in registers: (..., 128, 4)
+        uint32 (layout ``a_layout``).
+      desc_b: B's descriptor (static int).
+      smem: (..., nbytes) uint8 shared memory (byte address = index).
+      d_regs: (..., 128, NR) accumulator registers: float32 (f32), int32 (s32) or uint32
+        (f16, two halves per word). Batch axes of a, smem and d_regs broadcast.
+      scale_d: the scale-d predicate (may be traced, any shape broadcasting to the batch):
+        0 gives ``D = A @ B`` as if C were +0 (C's NaN/inf are ignored; the sign of an
+        exactly zero result is unverified: the captures have none); non-zero
+        ``D = A @ B + C``.
+      imm_scale_a, imm_scale_b: 1 or -1 (negate A or B: the sign bit of every element is
+        flipped); floating-point types only.
+      tnsp_a, tnsp_b: imm-trans-a/b, 0 (K-major) or 1 (M/N-major); f16/bf16 only.
+      arch: ``"sm_90a"`` (a key of ``ARCHS``).
+
+    Returns:
+      The accumulator registers after the instruction, same shape/dtype as ``d_regs``
+      (with the broadcast batch shape).
+
+    Raises:
+      ValueError/TypeError: bad qualifier, modifier, shape, dtype or address.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> q = "m64n8k32.s32.s8.s8"
+      >>> da, db = make_descriptor(0, 128, 256), make_descriptor(2048, 128, 256)
+      >>> smem = jnp.zeros(4096, jnp.uint8)
+      >>> smem = write_operand(smem, da, q, "a", jnp.ones((64, 32), jnp.int8))
+      >>> smem = write_operand(smem, db, q, "b", jnp.full((32, 8), 2, jnp.int8))
+      >>> d = wgmma(q, da, db, smem, jnp.zeros((128, 4), jnp.int32))
+      >>> int(d[0, 0]), int(accumulator_matrix(d, q)[63, 7])
+      (64, 64)
+    """
+    instr = _instr(qualifier)
+    arch_p = _arch(arch)
+    sa = _static_flag(imm_scale_a, "imm_scale_a", (1, -1))
+    sb = _static_flag(imm_scale_b, "imm_scale_b", (1, -1))
+    ta = _static_flag(tnsp_a, "tnsp_a", (0, 1))
+    tb = _static_flag(tnsp_b, "tnsp_b", (0, 1))
+    a_is_desc = _is_descriptor(a)
+    _check_modifiers(instr, sa, sb, ta, tb, not a_is_desc)
+    s = _smem(smem)
+    c = accumulator_matrix(d_regs, instr)
+    if a_is_desc:
+        a_bits = read_operand(s, a, instr, "a", transpose=ta)
+    else:
+        if not instr.family.a_in_registers:
+            raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
+        a_bits = a_matrix(a, instr)
+    b_bits = read_operand(s, desc_b, instr, "b", transpose=tb)
+    d = _logical(instr, a_bits, b_bits, c, scale_d, sa < 0, sb < 0, arch_p)
+    return accumulator_registers(d, instr)
+
+
+def _logical(instr, a_bits, b_bits, c, scale_d, neg_a, neg_b, arch_p):
+    if neg_a:
+        a_bits = _negate_bits(a_bits, instr.a_type)
+    if neg_b:
+        b_bits = _negate_bits(b_bits, instr.b_type)
+    if not (isinstance(scale_d, (bool, int, np.integer)) and scale_d):
+        keep = jnp.asarray(scale_d)
+        if jnp.issubdtype(keep.dtype, jnp.integer):
+            keep = keep != jnp.zeros((), keep.dtype)
+        elif keep.dtype != jnp.bool_:
+            raise TypeError(f"scale_d must be a bool or integer predicate, got {keep.dtype}")
+        keep = keep.reshape(keep.shape + (1, 1))
+        c = jnp.where(keep, c, jnp.zeros((), c.dtype))
+    batch = np.broadcast_shapes(a_bits.shape[:-2], b_bits.shape[:-2], c.shape[:-2])
+    a_bits = jnp.broadcast_to(a_bits, batch + a_bits.shape[-2:])
+    b_bits = jnp.broadcast_to(b_bits, batch + b_bits.shape[-2:])
+    c = jnp.broadcast_to(c, batch + c.shape[-2:])
+    return _arith(instr, a_bits, b_bits, c, arch_p)
+
+
+def _bits_arg(x: Any, name: str, t: str, shape: tuple[int, int]) -> jax.Array:
+    """A logical operand as raw bits: its bits dtype, or the datapath storage dtype."""
+    x = jnp.asarray(x)
+    if x.ndim < 2 or x.shape[-2:] != shape:
+        raise ValueError(f"{name} must have shape (..., {shape[0]}, {shape[1]}), got {x.shape}")
+    want = BITS_DTYPE[t]
+    if x.dtype == want:
+        return x
+    store = datapath.STORAGE_DTYPE.get(t)
+    if store is not None and x.dtype == store and x.dtype.itemsize == want.itemsize:
+        return lax.bitcast_convert_type(x, want)
+    allowed = [str(want)] + ([str(store)] if store is not None else [])
+    raise TypeError(f"{name} for type {t!r} must have dtype in {allowed}, got {x.dtype}")
+
+
+def wgmma_logical(qualifier: Any, a: Any, b: Any, c: Any, *, scale_d: Any = True,
+                  neg_a: bool = False, neg_b: bool = False, arch: Any = "sm_90a") -> jax.Array:
+    """``D = (±A) @ (±B) + C`` of one wgmma on logical matrices (no layouts involved).
+
+    Args:
+      qualifier: e.g. ``"m64n8k32.f32.e4m3.e5m2"`` (see ``parse_wgmma``).
+      a: (..., 64, K), b: (..., K, N): raw bits (uint16 f16/bf16, uint32 tf32, uint8
+        e4m3/e5m2/u8/b1, int8 s8) or the dtype ``datapath.mma`` takes for the type
+        (float16, bfloat16, float32 for tf32).
+      c: (..., 64, N): float32 (f32), float16 (f16) or int32 (s32).
+      scale_d: the scale-d predicate (may be traced); False: ``D = A @ B`` (C as +0).
+      neg_a, neg_b: imm-scale-a/b = -1 (floating-point types only).
+      arch: ``"sm_90a"``.
+
+    Returns:
+      D (..., 64, N) in c's dtype.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> a = jnp.ones((64, 256), jnp.uint8); b = jnp.ones((256, 8), jnp.uint8)
+      >>> d = wgmma_logical("m64n8k256.s32.b1.b1.and.popc", a, b, jnp.zeros((64, 8), jnp.int32))
+      >>> int(d[0, 0])
+      256
+    """
+    instr = _instr(qualifier)
+    arch_p = _arch(arch)
+    if not isinstance(neg_a, bool) or not isinstance(neg_b, bool):
+        raise TypeError(f"neg_a and neg_b must be Python bools, got {neg_a!r}, {neg_b!r}")
+    _check_modifiers(instr, -1 if neg_a else 1, -1 if neg_b else 1, 0, 0, False)
+    a_bits = _bits_arg(a, "a", instr.a_type, (M, instr.k))
+    b_bits = _bits_arg(b, "b", instr.b_type, (instr.k, instr.n))
+    c = jnp.asarray(c)
+    want = _MATRIX_DTYPE[instr.d_type]
+    if c.ndim < 2 or c.shape[-2:] != (M, instr.n):
+        raise ValueError(f"c must have shape (..., 64, {instr.n}), got {c.shape}")
+    if c.dtype != want:
+        raise TypeError(f"c must have dtype {want} for dtype {instr.d_type!r}, got {c.dtype}")
+    return _logical(instr, a_bits, b_bits, c, scale_d, neg_a, neg_b, arch_p)
