@@ -46,7 +46,7 @@ M = N = 16  # warp tile
 QUALIFIER = {"f16": "m16n8k16.row.col.f32.f16.f16.f32",
              "e4m3": "m16n8k32.row.col.f32.e4m3.e4m3.f32"}
 DTYPES = tuple(QUALIFIER)
-_LANE = np.arange(32)
+_LANE = np.arange(32, dtype=np.int32)
 
 
 def instr_k(dtype: str) -> int:

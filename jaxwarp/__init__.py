@@ -63,6 +63,11 @@ from jaxwarp._src.tensorcore import wmma_table as wmma_table  # TABLE: what WMMA
 
 # Tensor-core arithmetic models (on logical matrices) and a tiled GEMM built on them.
 from jaxwarp._src.tensorcore.datapath import ARCHS as ARCHS
+from jaxwarp._src.tensorcore.arch import Datapath as Datapath
+from jaxwarp._src.tensorcore.arch import ArchModel as ArchModel
+from jaxwarp._src.tensorcore.arch import Target as Target
+from jaxwarp._src.tensorcore.arch import parse_target as parse_target
+from jaxwarp._src.tensorcore.arch import datapath_for as datapath_for
 from jaxwarp._src.tensorcore.datapath import ArchParams as ArchParams
 from jaxwarp._src.tensorcore.datapath import mma as mma
 from jaxwarp._src.tensorcore.datapath import bmma as bmma

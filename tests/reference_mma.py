@@ -14,7 +14,8 @@ The model, as implemented here:
   into blocks (16 products for f16 and bf16, 4 for tf32). Per block and output
   element: the exact products and the accumulator are the terms; the block exponent
   E is the largest *nominal* exponent of a non-zero term (for a product the sum of
-  the operands' leading-bit exponents, for the accumulator its leading-bit exponent);
+  the operands' leading-bit exponents, a subnormal operand counting with its format's
+  minimum normal exponent; for the accumulator its leading-bit exponent);
   every term is truncated toward zero to a multiple of 2**(E - 25); the truncated
   terms are summed exactly. A block that is not the last one is rounded to fp32
   toward zero and becomes the accumulator of the next block. The last block's sum
@@ -92,11 +93,12 @@ class Num:
     ``zero`` says the number is a (signed) zero.
     """
 
-    __slots__ = ("kind", "neg", "sig", "exp", "lead", "zero")
+    __slots__ = ("kind", "neg", "sig", "exp", "lead", "zero", "nom")
 
     def __init__(self, kind: str, neg: bool, sig: int = 0, exp: int = 0):
         self.kind, self.neg, self.sig, self.exp = kind, neg, sig, exp
         self.lead = exp + sig.bit_length() - 1 if sig else None
+        self.nom = self.lead  # alignment exponent; decode() sets it for subnormals
         self.zero = kind == FIN and sig == 0
 
     def __repr__(self) -> str:
@@ -113,7 +115,13 @@ def decode(bits: int, fmt: Fmt) -> Num:
     if e == fmt.emax_field:
         return Num(INF if f == 0 else NAN, neg)
     if e == 0:  # zero or subnormal: no implicit bit, exponent of 1 - bias
-        return Num(FIN, neg, f, 1 - fmt.bias - fmt.mbits)
+        x = Num(FIN, neg, f, 1 - fmt.bias - fmt.mbits)
+        if f:
+            # The H100 aligns a product with a subnormal operand as if that operand had
+            # the format's minimum normal exponent (its exponent field read as 1, the
+            # significand as 0.f), not its leading bit's exponent.
+            x.nom = 1 - fmt.bias
+        return x
     return Num(FIN, neg, f | (1 << fmt.mbits), e - fmt.bias - fmt.mbits)
 
 
@@ -202,7 +210,7 @@ def _block(prods: list[tuple[Num, Num]], acc: Num) -> tuple[str, bool, int, int]
             else:
                 pinf = True
         elif not (a.zero or b.zero):
-            terms.append((neg, a.sig * b.sig, a.exp + b.exp, a.lead + b.lead))
+            terms.append((neg, a.sig * b.sig, a.exp + b.exp, a.nom + b.nom))
     if nan or (pinf and ninf):
         return NAN, False, 0, 0
     if pinf or ninf:
@@ -228,7 +236,10 @@ def _f32_rz(kind: str, neg: bool, s: int, g: int) -> int:
         return NAN_BITS["f32"]
     if kind == INF:
         return inf_bits(neg, f32)
-    return round_to(s < 0, abs(s), g, f32, "rz")
+    out = round_to(s < 0, abs(s), g, f32, "rz")
+    # A non-zero sum that truncates to zero gives +0: the H100 never returns -0 from
+    # the fused datapath into fp32 (bf16/tf32 captures with tiny products and C = -0).
+    return 0 if out == 0x80000000 else out
 
 
 def _finish(kind, neg, s, g, c_type, d_type) -> int:
@@ -270,7 +281,7 @@ def fma64(a: int, b: int, c: int) -> int:
     """IEEE binary64 fma(a, b, c) on bit patterns, with the NaN rules above."""
     f = FMTS["f64"]
     x, y, z = decode(a, f), decode(b, f), decode(c, f)
-    for bits, num in ((b, y), (a, x), (c, z)):  # NaN priority: B, then A, then C
+    for bits, num in ((b, y), (c, z), (a, x)):  # NaN priority: B, then C, then A
         if num.kind == NAN:
             return bits | F64_QUIET
     pneg = x.neg != y.neg

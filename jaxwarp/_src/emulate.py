@@ -756,6 +756,12 @@ class _Interpreter:
 
     def scan(self, eqn, invals, where):
         p = eqn.params
+        if "num_consts" not in p or "num_carry" not in p:
+            # Newer JAX versions name scan's parameters differently: re-bind the same
+            # primitive with its body emulated (the body's signature is unchanged).
+            q = dict(p)
+            q["jaxpr"] = self.trace(p["jaxpr"], (where[0], where[1] + ("scan",)))
+            return self.bind(eqn.replace(params=q), invals)
         nc, ncar = p["num_consts"], p["num_carry"]
         consts, init, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
         inner = p["jaxpr"]

@@ -206,14 +206,6 @@ REG_FLOAT = {"f16.f16.f16f32.m8n8k4.cr", "f16.f16.f16f16.m16n8k8", "bf16.bf16.f3
              "tf32.tf32.f32f32.m16n8k8", "f64.f64.f64f64.m16n8k8", "e4m3.e5m2.f32f32.m16n8k32",
              "e5m2.e4m3.f16f16.m16n8k16"}
 
-# The datapath's f64 fma chain gives an operand NaN precedence over the NaN already in the
-# running sum; the H100 keeps the running sum's NaN (e.g. trial 100 of f64 m8n8k4: A sNaN
-# at k=1, qNaN at k=2 -> the k=1 payload). Not this module's arithmetic: strict xfail so
-# the fix in datapath.py shows as XPASS.
-F64_NAN_ORDER = pytest.mark.xfail(
-    strict=True, reason="datapath.py f64 NaN precedence (accumulated NaN should win)")
-
-
 # Integer configurations whose register entry is also run on the hardware data.
 REG_INT = {"s8.u8.s32s32.m8n8k16.satfinite", "u8.s8.s32s32.m16n8k32", "s4.u4.s32s32.m8n8k32",
            "u4.u4.s32s32.m16n8k64.satfinite", "b1.b1.s32s32.m8n8k128.xor",
@@ -244,12 +236,10 @@ def test_integer_and_b1_bit_exact_h100(int_capture, cfg):
 
 
 def _float_param(cfg):
-    marks = [F64_NAN_ORDER] if cfg.name in F64_NAN_FAILS else []
-    return pytest.param(cfg, id=cfg.name, marks=marks)
+    return pytest.param(cfg, id=cfg.name)
 
 
 # Configurations whose subset in h100_ptx_float.npz holds a trial of that NaN case.
-F64_NAN_FAILS = {"f64.f64.f64f64.m8n8k4", "f64.f64.f64f64.m16n8k8", "f64.f64.f64f64.m16n8k16"}
 
 
 @DATAPATH_EXT

@@ -63,7 +63,7 @@ def parse_target(arch: str, argname: str = "arch") -> Target:
     """``"sm_90a"`` -> ``Target("sm_90a", 90, True)``; names outside :data:`TARGETS`
     raise a ValueError naming ``argname`` and listing the known targets."""
     if not isinstance(arch, str) or arch not in TARGETS:
-        raise ValueError(f"{argname} must be one of {TARGETS}, got {arch!r}")
+        raise ValueError(f"{argname}={arch!r} is not supported; allowed: {TARGETS}")
     return Target(arch, int(arch[3:5]), arch.endswith("a"))
 
 

@@ -50,7 +50,7 @@ __all__ = ["ldmatrix", "movmatrix", "stmatrix"]
 WARP_SIZE = checks.WARP_SIZE
 NUMS = (1, 2, 4)
 ROW_BYTES = 16
-_LANE = np.arange(WARP_SIZE)
+_LANE = np.arange(WARP_SIZE, dtype=np.int32)  # int32: jax 0.11 cannot add int64 NumPy indices
 _FRAG_ROW = _LANE // 4  # row of the matrix each lane's register holds
 _FRAG_COL = 2 * (_LANE % 4)  # its lower column; the upper column is _FRAG_COL + 1
 _WORD_DTYPES = (np.dtype(np.uint16), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
