@@ -383,13 +383,6 @@ def test_fp8_instruction_wgmma():
     emulate(lambda x, y: x @ y, operand_format="e4m3", instruction="wgmma")
 
 
-def test_fp8_not_yet_message():
-    if "e4m3" in jaxwarp._src.tensorcore.matmul.DEFAULT_TILE:
-        pytest.skip("fp8 matmul has landed")
-    with pytest.raises(NotImplementedError, match="issue 10"):
-        emulate(lambda x: x, operand_format="e4m3")
-
-
 # --- sharding ------------------------------------------------------------------------------
 
 _FOUR = textwrap.dedent(
