@@ -179,3 +179,26 @@ def test_progress_goes_to_stderr_only(tmp_path, capsys):
     out = capsys.readouterr()
     assert "ok.npz" in out.err  # the bar's label
     assert out.out.strip().splitlines()[-1] == "conformance: 65536/65536 bit-exact (100.000%)"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no named pipes here")
+def test_a_named_pipe_is_refused_not_read(tmp_path, capsys):
+    import os
+    fifo = tmp_path / "capture.npz"
+    os.mkfifo(fifo)  # opening it for reading would block forever
+    assert conformance.main([str(fifo), "--progress", "off"]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_json_path_in_a_missing_folder_is_refused_before_the_run(tmp_path, capsys):
+    bad = tmp_path / "missing" / "report.json"
+    assert conformance.main([str(tmp_path / "never-read.npz"), "--json", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "--json" in err and "does not exist" in err and "never-read" not in err
+
+
+def test_an_object_array_device_key_is_an_error(tmp_path, capsys):
+    path = tmp_path / "obj.npz"
+    np.savez(path, device=np.array([{"a": 1}], object), foo=np.zeros(3))
+    assert conformance.main([str(path), "--progress", "off"]) == 2
+    assert "key 'device' cannot be read" in capsys.readouterr().err

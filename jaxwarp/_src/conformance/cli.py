@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
@@ -393,6 +394,9 @@ def _open(path: str):
     try:
         if not os.path.exists(path):
             raise FileNotFoundError(path)
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block or stream
+            raise CaptureError(f"{path}: not a regular file (a capture is an .npz file; "
+                               f"pipes, devices and folders are refused)")
         if not zipfile.is_zipfile(path):
             raise CaptureError(f"{path}: not a readable .npz capture file (not a zip archive "
                                f"of .npy arrays)")
@@ -422,7 +426,7 @@ def check_file(path: str, progress: Callable[[GroupResult], None] | None = None
     d, files = _open(path)
     try:
         device = str(d["device"]) if "device" in files else "unknown device"
-    except _READ_ERRORS as e:
+    except (*_READ_ERRORS, ValueError) as e:  # e.g. an object array (pickles are refused)
         raise CaptureError(f"{path}: key 'device' cannot be read ({e})") from e
     if not files - {"device"}:
         raise CaptureError(f"{path}: nothing to compare (keys: {sorted(files)}); a capture "
@@ -569,6 +573,12 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: when stderr is a terminal)")
     args = p.parse_args(list(argv) if argv is not None else None)
+    if args.json:  # checked before the (long) run, not after it
+        parent = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            print(f"error: --json {args.json}: folder {parent} does not exist or is not "
+                  f"writable", file=sys.stderr)
+            return 2
     if args.backend:
         try:
             device = jax.devices(args.backend)[0]
