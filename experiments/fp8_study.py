@@ -58,7 +58,6 @@ DEEPSEEK_BITS = 14
 
 DEFAULT = dict(trials=1, m=64, n=8, ks=(128, 256, 512, 1024, 2048, 4096))
 LARGE = dict(trials=8, m=64, n=8, ks=(128, 256, 512, 1024, 2048, 4096, 8192, 16384))
-DEFAULT_CAPTURES = pathlib.Path("/work/caps/cap")
 _CHAINS = (("wgmma", "wgmma/wgmma_chain.npz", "chain/wgmma/e4m3.e4m3.f32f32.m64n8k32x128"),
            ("mma_sync", "ptx/ptx_chain.npz", "chain/ptx/e4m3.e4m3.f32f32.m16n8k32x128"))
 _KIND_DIST = {"positive": "uniform", "normal": "normal"}
@@ -180,9 +179,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="comma-separated K values (multiples of 128; overrides the preset)")
     p.add_argument("--series", metavar="NAME,...",
                    help=f"comma-separated subset of {[s[0] for s in SERIES]} (default: all)")
-    p.add_argument("--captures", metavar="DIR", default=str(DEFAULT_CAPTURES),
-                   help="folder with wgmma/wgmma_chain.npz and ptx/ptx_chain.npz "
-                        f"(default {DEFAULT_CAPTURES}); missing files are skipped")
+    p.add_argument("--captures", metavar="DIR", default=None,
+                   help="folder with wgmma/wgmma_chain.npz and ptx/ptx_chain.npz, as "
+                        "tools/capture/capture_all.sh writes it: adds the H100's own chains "
+                        "as hardware series (default: none, model series only)")
     su.add_common_options(p)
     p.set_defaults(out=str(su.ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
@@ -210,7 +210,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         series = tuple(s for s in SERIES if s[0] in names)
     print(su.run_header(argv))
     rows = model_rows(cfg, args.seed, not args.no_progress, series)
-    rows += hardware_rows(pathlib.Path(args.captures))
+    if args.captures is None:
+        print("no --captures folder: the hardware series are left out "
+              "(record them with tools/capture/capture_all.sh on an sm_90 GPU)")
+    else:
+        rows += hardware_rows(pathlib.Path(args.captures))
     out = su.out_dir(args.out)
     su.write_csv(out / "fp8_study.csv", rows, COLUMNS)
     plot(rows, out / "fp8_study.png")

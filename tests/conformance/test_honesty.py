@@ -202,3 +202,13 @@ def test_an_object_array_device_key_is_an_error(tmp_path, capsys):
     np.savez(path, device=np.array([{"a": 1}], object), foo=np.zeros(3))
     assert conformance.main([str(path), "--progress", "off"]) == 2
     assert "key 'device' cannot be read" in capsys.readouterr().err
+
+
+def test_a_configuration_with_zero_trials_is_an_error(tmp_path, capsys):
+    base = "ptx/f16.f16.f32f32.m16n8k16"
+    path = tmp_path / "zero.npz"
+    np.savez(path, device=np.array("X"), **{
+        f"{base}/A": np.zeros((0, 16, 16), np.uint16), f"{base}/B": np.zeros((0, 16, 8), np.uint16),
+        f"{base}/C": np.zeros((0, 16, 8), np.uint32), f"{base}/D": np.zeros((0, 16, 8), np.uint32)})
+    assert conformance.main([str(path), "--progress", "off"]) == 2
+    assert "zero trials" in capsys.readouterr().err

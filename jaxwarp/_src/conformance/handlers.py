@@ -282,6 +282,10 @@ def _mma(cap: Any, keys: set) -> Iterator[GroupResult]:
             yield GroupResult(base, 0, 0, error=f"needs {base}/{{A,B,C,D}}; has {sorted(subs)}")
             continue
         n_out = int(np.asarray(cap[f"{base}/D"]).size)
+        if n_out == 0:
+            yield GroupResult(base, 0, 0, error=f"{base} has zero trials (D is empty): "
+                              f"nothing to compare")
+            continue
         try:
             got, want = run_mma(cap, family, cfg)
         except NotImplementedError as e:
