@@ -13,18 +13,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import cutlass_mainloop as cm  # noqa: E402
-from jaxwarp._src.tensorcore import mma_ptx  # noqa: E402
 
-needs_ext = pytest.mark.skipif(
-    not mma_ptx.datapath_supports_instruction(),
-    reason="DATAPATH EXTENSION MISSING: datapath.mma(instruction=, b_type=) needed")
 
 
 def _bits(x):
     return np.asarray(jax.lax.bitcast_convert_type(x, jnp.uint32))
 
 
-@needs_ext
 @pytest.mark.parametrize("dtype, k", [("f16", 64), ("e4m3", 64)])
 def test_mainloop_equals_logical_gemm(dtype, k):
     r = cm.run(warps=3, k=k, dtype=dtype, seed=1)
@@ -35,7 +30,6 @@ def test_mainloop_equals_logical_gemm(dtype, k):
     assert r["mma_sync"] == 3 * 2 * (k // cm.instr_k(dtype))
 
 
-@needs_ext
 def test_main_prints_summary(capsys):
     cm.main(["--warps", "3", "--k", "64", "--seed", "1"])  # same shapes: jit cache hit
     out = capsys.readouterr().out

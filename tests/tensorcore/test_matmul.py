@@ -115,7 +115,6 @@ def test_bad_input():
 # --- instructions, fp8, promotion, scales (issue 10) ------------------------------------------
 
 import functools  # noqa: E402
-import inspect  # noqa: E402
 import pathlib  # noqa: E402
 
 import ml_dtypes  # noqa: E402
@@ -124,7 +123,6 @@ import reference_tc as R  # noqa: E402
 from jaxwarp._src.tensorcore import datapath  # noqa: E402
 from jaxwarp._src.tensorcore import matmul as mm_mod  # noqa: E402
 
-HAS_INSTRUCTIONS = "instruction" in inspect.signature(datapath.mma).parameters
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _STORE = {"f32": np.float32, "f16": np.float16}
 CAPS = pathlib.Path("/work/caps/cap")
@@ -135,35 +133,9 @@ def _bits(x):
     return x.view(_BITS[x.dtype.itemsize])
 
 
-def reference_mma(a, b, c, *, a_type, c_type, d_type, b_type=None, arch="sm_90",
-                  mode="exact", satf=False, instruction="wmma", instruction_k=None):
-    """``datapath.mma``'s instruction API computed by ``tests/reference_tc.py`` (plain ints,
-    slow): a chain of ``instruction_k`` steps per call. Stands in for the datapath until
-    it has ``instruction=``."""
-    b_type = b_type or a_type
-    k = instruction_k or a.shape[-1]
-    P = R.preset_for(instruction, a_type, f"m16n8k{k}")
-
-    def host(a, b, c):
-        a, b, c = _bits(a), _bits(b), _bits(c)
-        out = np.empty(c.shape, c.dtype)
-        for idx in np.ndindex(*c.shape[:-2]):
-            d = c[idx]
-            for k0 in range(0, a.shape[-1], k):
-                d = np.asarray(R.mma_tile(a[idx][:, k0:k0 + k].tolist(),
-                                          b[idx][k0:k0 + k].tolist(), d.tolist(),
-                                          a_type, b_type, c_type, d_type, P), c.dtype)
-            out[idx] = d
-        return out.view(_STORE[d_type])
-
-    return jax.pure_callback(host, jax.ShapeDtypeStruct(c.shape, _STORE[d_type]), a, b, c)
-
-
 @pytest.fixture
-def datapath_mma(monkeypatch):
-    """The real datapath when it has instructions, else the reference stand-in."""
-    if not HAS_INSTRUCTIONS:
-        monkeypatch.setattr(datapath, "mma", reference_mma)
+def datapath_mma():
+    """The datapath's ``mma`` (the tests compare matmul with it and with reference_tc)."""
     return datapath.mma
 
 
@@ -358,7 +330,6 @@ _HW = _chain_cases(CAPS / "wgmma" / "wgmma_chain.npz", "chain/wgmma/") + \
     _chain_cases(CAPS / "ptx" / "ptx_chain.npz", "chain/ptx/")
 
 
-@pytest.mark.skipif(not HAS_INSTRUCTIONS, reason="datapath.mma has no instruction= yet")
 @pytest.mark.skipif(not _HW, reason=f"no fp8 hardware chains under {CAPS}")
 @pytest.mark.parametrize("path,name", _HW, ids=[n.split("/")[-1] for _, n in _HW])
 def test_hardware_fp8_chains(path, name):

@@ -5,10 +5,6 @@ Layouts are checked against ``tools/capture/capture_ptx.py`` (whose ``frag_coord
 ``tests/data/h100_ptx_int.npz`` (54 integer/b1 configurations) and
 ``tests/data/h100_ptx_float.npz`` (40 float configurations), cut from the H100 capture
 ``ptx_mma_full*.npz`` by ``tools/capture/subset_ptx.py``.
-
-Float configurations need the datapath extension (``datapath.mma(b_type=, instruction=,
-instruction_k=)``, fp8): tests marked ``DATAPATH_EXT`` are skipped, with that reason,
-until ``datapath.mma`` has those parameters, and run (and must pass) from then on.
 """
 
 import pathlib
@@ -32,11 +28,6 @@ REJECTED = [c for c in CANDIDATES if c.name in cp.REJECTED]
 INT_CFGS = [c for c in ACCEPTED if c.is_int]
 FLOAT_CFGS = [c for c in ACCEPTED if not c.is_int]
 FP8 = ("e4m3", "e5m2")
-
-DATAPATH_EXT = pytest.mark.skipif(
-    not mp.datapath_supports_instruction(),
-    reason="DATAPATH EXTENSION MISSING: datapath.mma has no b_type=/instruction= yet "
-           "(issue 10, fp8 and per-instruction arithmetic); runs once it lands")
 
 _VIEW = {"f16": jnp.float16, "bf16": jnp.bfloat16, "tf32": np.float32, "f32": np.float32,
          "f64": np.float64, "e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
@@ -242,7 +233,6 @@ def _float_param(cfg):
 # Configurations whose subset in h100_ptx_float.npz holds a trial of that NaN case.
 
 
-@DATAPATH_EXT
 @pytest.mark.parametrize("cfg", [_float_param(c) for c in FLOAT_CFGS])
 def test_float_bit_exact_h100(float_capture, cfg):
     assert _check_capture(float_capture, cfg, registers=cfg.name in REG_FLOAT) > 0
@@ -259,10 +249,6 @@ def test_capture_subsets_cover_every_configuration(int_capture, float_capture):
 # Register entry == logical entry, batching, jit.
 
 
-def _runnable(cfg):
-    return cfg.atype not in FP8 or mp.datapath_supports_instruction()
-
-
 EQ_CFGS = [c for c in ACCEPTED if c.name in (
     "f16.f16.f16f32.m8n8k4.cc", "f16.f16.f32f32.m8n8k4", "bf16.bf16.f32f32.m16n8k8",
     "tf32.tf32.f32f32.m16n8k4", "f64.f64.f64f64.m8n8k4", "e4m3.e4m3.f16f16.m16n8k32",
@@ -271,8 +257,6 @@ EQ_CFGS = [c for c in ACCEPTED if c.name in (
 
 @pytest.mark.parametrize("cfg", EQ_CFGS, ids=ids(EQ_CFGS))
 def test_register_entry_equals_logical_entry(cfg):
-    if not _runnable(cfg):
-        pytest.skip("DATAPATH EXTENSION MISSING: fp8 needs datapath.mma(instruction=)")
     rng = np.random.default_rng(3)
     instr = mp.parse_mma(cfg.ptx())
     with jax.enable_x64(cfg.atype == "f64"):

@@ -190,15 +190,6 @@ FORMATS: Mapping[str, Format] = _Registry((
 ))
 
 
-def canonical_name(name: str, argname: str = "name",
-                   allowed: tuple[str, ...] | None = None) -> str:
-    """The PTX name of format ``name`` (an alias is resolved), checked against ``allowed``.
-
-    Raises ValueError naming ``argname`` and listing the allowed names (aliases too).
-    """
-    return get_format(name, argname, allowed).name
-
-
 #: Names of the floating-point formats (what round_to accepts as ``fmt``).
 FLOAT_FORMATS = tuple(name for name, f in FORMATS.items() if f.is_float)
 
@@ -208,7 +199,6 @@ ROUNDING_MODES = ("rn", "rz", "rna")
 # The float format of each input dtype round_to accepts.
 _SOURCE_FORMAT = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _UINT_OF_WIDTH = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
-_SRC_DTYPE = {32: np.float32, 64: np.float64}
 
 
 def get_format(name: str | Format, argname: str = "name",
@@ -323,7 +313,7 @@ def _round_bits(u: jax.Array, src: Format, dst: Format, mode: str) -> jax.Array:
         # dst's largest finite value in src's encoding (448 for e4m3, whose all-ones
         # exponent field still holds numbers). Beyond it: +-max under rz, else +-inf,
         # or NaN for a format without infinities (e4m3, as ml_dtypes' conversion does).
-        max_bits = int(np.array(dst.max_value, _SRC_DTYPE[src.bits]).view(u.dtype))
+        max_bits = int(np.array(dst.max_value, src.storage_dtype).view(u.dtype))
         over = out > t(max_bits)
         nan_bits = inf_bits | (1 << (ms - 1))
         big = t(inf_bits) if dst.has_inf else t(nan_bits)

@@ -370,6 +370,24 @@ def _sat_arg(saturate: Any) -> bool:
     return _bool_arg(saturate, "saturate")
 
 
+# Source type of the __nv_cvt_* intrinsics: (dtype of the values, bytes per element).
+_NV_SOURCE = {"f32": (np.float32, 4), "f16": (np.float16, 2), "bf16": (ml_dtypes.bfloat16, 2)}
+
+
+def _nv_to_fp8(x: Any, src: str, fmt: str, saturate: Any) -> jax.Array:
+    """One element of ``src`` (values or bits) to fp8, as the __nv_cvt_*_to_fp8 intrinsics."""
+    fmt, sat = _fmt_arg(fmt), _sat_arg(saturate)
+    u = _bits_arg(x, "x", *_NV_SOURCE[src])
+    return _as_fp8(_to_fp8_bits(u, src, fmt, sat, False), fmt)
+
+
+def _nv_to_fp8x2(x: Any, src: str, fmt: str, saturate: Any) -> jax.Array:
+    """(..., 2) elements of ``src`` (``.x``, ``.y``) to one uint16 word, ``.x`` low."""
+    fmt, sat = _fmt_arg(fmt), _sat_arg(saturate)
+    lo, hi = _pair_arg(x, "x", *_NV_SOURCE[src])
+    return _pack8(_to_fp8_bits(hi, src, fmt, sat, False), _to_fp8_bits(lo, src, fmt, sat, False))
+
+
 def float_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
     """``__nv_cvt_float_to_fp8(x, saturate ? __NV_SATFINITE : __NV_NOSAT, fmt)``.
 
@@ -390,9 +408,7 @@ def float_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
       >>> float_to_fp8(jnp.float32(500.0), "e4m3", saturate=True)
       Array(448, dtype=float8_e4m3fn)
     """
-    fmt = _fmt_arg(fmt)
-    sat = _sat_arg(saturate)
-    return _as_fp8(_to_fp8_bits(_bits_arg(x, "x", np.float32, 4), "f32", fmt, sat, False), fmt)
+    return _nv_to_fp8(x, "f32", fmt, saturate)
 
 
 def float2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
@@ -411,11 +427,7 @@ def float2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
       >>> hex(int(float2_to_fp8x2(jnp.array([1.0, -2.0], jnp.float32), "e4m3", True)))
       '0xc038'
     """
-    fmt = _fmt_arg(fmt)
-    sat = _sat_arg(saturate)
-    lo, hi = _pair_arg(x, "x", np.float32, 4)
-    return _pack8(_to_fp8_bits(hi, "f32", fmt, sat, False),
-                  _to_fp8_bits(lo, "f32", fmt, sat, False))
+    return _nv_to_fp8x2(x, "f32", fmt, saturate)
 
 
 def halfraw_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
@@ -428,9 +440,7 @@ def halfraw_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
       >>> halfraw_to_fp8(jnp.float16(-65504), "e5m2", saturate=False)
       Array(-inf, dtype=float8_e5m2)
     """
-    fmt = _fmt_arg(fmt)
-    sat = _sat_arg(saturate)
-    return _as_fp8(_to_fp8_bits(_bits_arg(x, "x", np.float16, 2), "f16", fmt, sat, False), fmt)
+    return _nv_to_fp8(x, "f16", fmt, saturate)
 
 
 def halfraw2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
@@ -441,11 +451,7 @@ def halfraw2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
       >>> hex(int(halfraw2_to_fp8x2(jnp.array([1.0, -2.0], jnp.float16), "e4m3", True)))
       '0xc038'
     """
-    fmt = _fmt_arg(fmt)
-    sat = _sat_arg(saturate)
-    lo, hi = _pair_arg(x, "x", np.float16, 2)
-    return _pack8(_to_fp8_bits(hi, "f16", fmt, sat, False),
-                  _to_fp8_bits(lo, "f16", fmt, sat, False))
+    return _nv_to_fp8x2(x, "f16", fmt, saturate)
 
 
 def bfloat16raw_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
@@ -456,10 +462,7 @@ def bfloat16raw_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
       >>> bfloat16raw_to_fp8(jnp.array(1e9, ml_dtypes.bfloat16), "e5m2", saturate=False)
       Array(inf, dtype=float8_e5m2)
     """
-    fmt = _fmt_arg(fmt)
-    sat = _sat_arg(saturate)
-    u = _bits_arg(x, "x", ml_dtypes.bfloat16, 2)
-    return _as_fp8(_to_fp8_bits(u, "bf16", fmt, sat, False), fmt)
+    return _nv_to_fp8(x, "bf16", fmt, saturate)
 
 
 def bfloat16raw2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
@@ -470,11 +473,7 @@ def bfloat16raw2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
       >>> hex(int(bfloat16raw2_to_fp8x2(jnp.array([1, -2], ml_dtypes.bfloat16), "e4m3", True)))
       '0xc038'
     """
-    fmt = _fmt_arg(fmt)
-    sat = _sat_arg(saturate)
-    lo, hi = _pair_arg(x, "x", ml_dtypes.bfloat16, 2)
-    return _pack8(_to_fp8_bits(hi, "bf16", fmt, sat, False),
-                  _to_fp8_bits(lo, "bf16", fmt, sat, False))
+    return _nv_to_fp8x2(x, "bf16", fmt, saturate)
 
 
 def fp8_to_halfraw(x: Any, fmt: str) -> jax.Array:

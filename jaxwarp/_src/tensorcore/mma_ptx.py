@@ -105,7 +105,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import re
 from typing import Any, Union
 
@@ -652,30 +651,12 @@ def _regs_arg(instr: MmaInstr, use: str, regs: Any, name: str) -> jax.Array:
 # Arithmetic through the datapath.
 
 
-@functools.lru_cache(maxsize=None)
-def _datapath_has(fn: Any, param: str) -> bool:
-    try:
-        return param in inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        return False
-
-
-def datapath_supports_instruction() -> bool:
-    """True once ``datapath.mma`` takes ``b_type=`` / ``instruction=`` (fp8, mixed ints)."""
-    return _datapath_has(datapath.mma, "instruction") and _datapath_has(datapath.mma, "b_type")
-
-
 def _compute(instr: MmaInstr, a: jax.Array, b: jax.Array, c: jax.Array, arch: Any) -> jax.Array:
     if instr.a_type == "b1":
         return datapath.bmma(a, b, c, op=instr.b1_op)
-    if datapath_supports_instruction():
-        return datapath.mma(a, b, c, a_type=instr.a_type, b_type=instr.b_type,
-                            c_type=instr.c_type, d_type=instr.d_type,
-                            instruction="mma_sync", instruction_k=instr.k, arch=arch,
-                            satf=instr.satfinite)
-    raise NotImplementedError(
-        f"{instr.qualifier}: this datapath.mma lacks b_type= / instruction= / "
-        f"instruction_k=; jaxwarp/_src/tensorcore/datapath.py must be the extended one")
+    return datapath.mma(a, b, c, a_type=instr.a_type, b_type=instr.b_type,
+                        c_type=instr.c_type, d_type=instr.d_type, instruction="mma_sync",
+                        instruction_k=instr.k, arch=arch, satf=instr.satfinite)
 
 
 def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
