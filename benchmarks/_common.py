@@ -40,3 +40,101 @@ def best_time(fn: Callable[[], Any], repeats: int = 5, min_time: float = 0.2) ->
 
 def emit(result: dict[str, Any]) -> None:
     print(json.dumps(result, indent=1, sort_keys=False))
+
+
+# --- Helpers added for matmul_exact.py, emulate_gemm.py and emulate_step.py. ----------
+
+
+def versions() -> dict[str, str]:
+    """Versions of jaxwarp, jax, jaxlib, numpy and Python (and the CUDA driver's, if any)."""
+    import sys
+
+    import numpy as np
+
+    import jaxwarp
+
+    out = {"jaxwarp": jaxwarp.__version__, "jax": jax.__version__, "numpy": np.__version__,
+           "python": sys.version.split()[0]}
+    try:
+        import jaxlib
+
+        out["jaxlib"] = jaxlib.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def peak_bytes() -> int | None:
+    """The device's ``peak_bytes_in_use`` (None where the backend keeps no statistics, e.g. CPU).
+
+    The counter only grows during a process: measure one computation per process, or
+    read it before and after a computation that is the first to exceed the old peak."""
+    stats = jax.devices()[0].memory_stats()
+    return None if not stats else stats.get("peak_bytes_in_use")
+
+
+def aot_compile(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """``jax.jit(fn).lower(*args).compile()`` and the seconds it took (trace + compile).
+
+    Call the returned executable with the same arguments; its ``memory_analysis()``
+    is what :func:`memory_of` reads, so a benchmark compiles each function once."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def memory_of(compiled: Any) -> dict[str, Any]:
+    """XLA's memory analysis of a compiled executable: temp, argument and output bytes.
+
+    CPU and GPU implement it; the temp buffer is what the computation needs beyond its
+    arguments and outputs, so ``peak_estimate_over_io = (io + temp) / io``."""
+    try:
+        ma = compiled.memory_analysis()
+    except Exception as e:  # noqa: BLE001 - not every backend implements it
+        return {"memory_analysis": f"unavailable ({type(e).__name__})"}
+    if ma is None:
+        return {"memory_analysis": "unavailable"}
+    io = ma.argument_size_in_bytes + ma.output_size_in_bytes
+    return {
+        "temp_bytes": int(ma.temp_size_in_bytes),
+        "arg_plus_out_bytes": int(io),
+        "peak_estimate_over_io": (io + ma.temp_size_in_bytes) / io,
+    }
+
+
+def compiled_memory(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """:func:`memory_of` ``jax.jit(fn)`` compiled for ``args`` (one extra compile)."""
+    try:
+        compiled, _ = aot_compile(fn, *args)
+    except Exception as e:  # noqa: BLE001
+        return {"memory_analysis": f"unavailable ({type(e).__name__})"}
+    return memory_of(compiled)
+
+
+def device_slug() -> str:
+    """Short lower-case device name for file names: ``cpu``, ``h100``, ``h200``, ``a100``..."""
+    import re
+
+    if jax.default_backend() == "cpu":
+        return "cpu"
+    kind = getattr(jax.devices()[0], "device_kind", "") or jax.default_backend()
+    words = [w for w in re.split(r"[^a-z0-9]+", kind.lower()) if w and w not in ("nvidia", "tesla")]
+    return words[0] if words else jax.default_backend()
+
+
+def timed_first_call(fn: Callable[[], Any]) -> float:
+    """Seconds of one call of ``fn`` (which must block), e.g. compile plus first run."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def host_info() -> dict[str, Any]:
+    """CPU count and 1-minute load average of the host (a busy host slows CPU timings)."""
+    import os
+
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - not on every platform
+        load = None
+    return {"host_cpus": os.cpu_count(), "host_load_1min": load}

@@ -1,9 +1,16 @@
 """Which XLA lowering of a static lane permutation runs fastest? (butterfly, 5 steps)
 
-The same butterfly reduction, with the lane permutation ``lane ^ m`` written as a
-gather on raw bits (jaxwarp's path), a plain gather, ``jnp.take``, reshape +
-reverse, and slices + concatenate. All give identical bits; this prints achieved
-bytes/s of each and of a device-to-device copy, measured in one run, as JSON.
+The same butterfly reduction, with the lane permutation ``lane ^ m`` written as
+``jaxwarp.shfl_xor_sync`` (since issue 12: reshape + reverse on raw bits for a
+static lane mask), a gather on raw bits (jaxwarp's path before), a plain gather,
+``jnp.take``, reshape + reverse, and slices + concatenate. All give identical
+bits; this prints achieved bytes/s of each, the number of kernels (non-trivial
+ENTRY operations) in the optimised HLO of the backend it runs on, and a
+device-to-device copy, measured in one run, as JSON.
+
+H100, jax 0.11.2, 2^22 warps (benchmarks/results/h100_2026-11-22.json, before
+``jaxwarp`` existed here): gather_bits 0.39, gather_plain 0.39, take 0.40,
+reshape_rev 0.42, slices_concat 0.25 of the copy's bytes/s.
 
 Usage: python benchmarks/shuffle_lowering.py [--log2-warps N]
 """
@@ -16,7 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _common import best_time, device_info, emit
+from warp_reduce import hlo_kernels
 
+import jaxwarp
 from jaxwarp._src.warp import lanes
 
 
@@ -32,6 +41,7 @@ def _concat_xor(v, m):
 
 
 VARIANTS = {
+    "jaxwarp": lambda v, m: jaxwarp.shfl_xor_sync(0xFFFFFFFF, v, m),
     "gather_bits": lambda v, m: lanes._move(v, jnp.asarray(lanes._LANES ^ m), None, None),
     "gather_plain": lambda v, m: v[jnp.asarray(lanes._LANES ^ m)],
     "take": lambda v, m: jnp.take(v, lanes._LANES ^ m, axis=0),
@@ -60,6 +70,7 @@ def main() -> None:
         want = got if want is None else want
         res[f"{name}_bytes_per_s"] = nbytes / best_time(lambda f=f: f(x).block_until_ready())
         res[f"{name}_same_bits"] = bool(np.array_equal(got.view(np.uint32), want.view(np.uint32)))
+        res[f"{name}_kernels"] = hlo_kernels(f, x)["kernels"]
     copy = jax.jit(lambda a: jnp.copy(a))
     res["copy_bytes_per_s"] = nbytes / best_time(lambda: copy(x).block_until_ready())
     emit(res)

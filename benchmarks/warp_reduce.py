@@ -1,8 +1,59 @@
 """Butterfly warp reduction (5 x ``shfl_xor_sync`` + add) over many warps.
 
-Prints JSON: warps/s of jaxwarp (jit + vmap) and of the same computation written
-with NumPy fancy indexing, measured in the same run, and on an accelerator the
-achieved bytes/s against a device-to-device copy of the same array.
+Prints JSON: for each lowering of the lane permutation it measures, warps/s,
+bytes/s, the fraction of a device-to-device copy's bandwidth (copy measured in
+the same run), whether the bits equal NumPy's, and the kernels in XLA's
+optimised HLO on the backend it runs on; plus the device and the jax version.
+
+Lowerings (the same butterfly, the same bits):
+
+* ``gather``: what jaxwarp did before issue 12: the source lanes ``lane ^ m`` as
+  a constant int32 table and a gather of the raw bits.
+* ``static``: what ``jaxwarp.shfl_xor_sync`` does now with a static
+  ``lane_mask``/``delta``/``src_lane`` (see ``lanes._static_plan``): split the
+  lane axis into its five bits, ``(32,) -> (2, 2, 2, 2, 2)``, reverse the axes
+  of the bits of ``m`` and reshape back (shfl_up/down: slices + concatenate;
+  shfl with a constant source: slice + broadcast); still on the raw bits.
+
+What the optimised HLO looks like (``jax.jit(f).lower(x).compile().as_text()``,
+jax 0.10.2, CPU, 2^16 warps, float32):
+
+* ``gather``: 2 loop fusions in ENTRY (step 1 | steps 2-5) and 5 constant
+  index tables (s32[32,1]); inside, one gather per step with a bitcast-convert,
+  a transpose and a copy around it (the batched gather puts the lane axis first,
+  so XLA transposes back).
+* ``static``: 2 loop fusions (step 1 | steps 2-5), no constants, gathers,
+  transposes or copies: bitcast-convert, reverse and add only (the reshapes
+  became layout bitcasts). The lowering removes the gathers, but not the split.
+
+Why two: XLA's fusion passes refuse a fusion whose emitter would evaluate one
+producer more than about 15 times per output element
+(``FusionNodeIndexingEvaluation``, ``kAllowedCodeDuplication = 15``; a
+shape-changing op such as the reshape around each reverse counts as a new index).
+Each butterfly step reads its input at 2 lane positions, so k fused steps read
+the first one's input at 2^k positions: 4 steps (16) already pass the limit when
+the last step is fused in from the root, and all 5 (32) can never be one loop
+fusion under that rule. Any per-element (loop) fusion of the whole butterfly
+must read 32 inputs per output element; two kernels move twice a copy's bytes,
+so 0.5 of a copy is the ceiling for two kernels.
+
+``static_first_steps`` times the first k steps alone. CPU (this machine, loaded,
+2^16 warps): k = 1, 2 run at about 0.6 of a copy, k = 3, 4 (one kernel each)
+at 0.08 and 0.05: on the CPU a fused kernel with 8 or 16 reversed reads is much
+slower than two short ones. The full butterfly: gather 0.008-0.018 of a copy,
+static 0.06-0.14 (about 8x faster; three runs, the ratio steady, the absolute
+numbers noisy because other work shared the two cores).
+
+The GPU compiler has its own fusion pass: recent XLA's GPU priority fusion
+checks an IR-size budget (``ProducerConsumerMergedTooLarge``) and a cost model
+instead of the 15-copy rule, so it may well fuse all five steps into one kernel
+that reads each warp's 128 bytes 32 times (from L1) per output element; whether
+it does, and what that kernel costs next to one or two short ones, is what
+``kernels`` and ``static_first_steps`` show when this runs there; they must be
+read there, not guessed from the CPU numbers above. On the H100 (jax 0.11.2,
+2^22 warps) the gather path ran at 0.37-0.39 of a copy and a reshape + reverse
+butterfly (the same ops as ``static`` less the bitcasts) at 0.42
+(benchmarks/results/h100_2026-11-2[23].json, shuffle_lowering.py).
 
 Usage: python benchmarks/warp_reduce.py [--log2-warps N] [--dtype float32|int32]
 """
@@ -10,6 +61,10 @@ Usage: python benchmarks/warp_reduce.py [--log2-warps N] [--dtype float32|int32]
 from __future__ import annotations
 
 import argparse
+import collections
+import re
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,19 +72,72 @@ import numpy as np
 from _common import best_time, device_info, emit
 
 import jaxwarp
+from jaxwarp._src.warp import lanes
+
+STEPS = (16, 8, 4, 2, 1)
 
 
-def butterfly(value: jax.Array) -> jax.Array:
-    for i in (16, 8, 4, 2, 1):
+def butterfly(value: jax.Array, steps: tuple[int, ...] = STEPS) -> jax.Array:
+    for i in steps:
         value = value + jaxwarp.shfl_xor_sync(0xFFFFFFFF, value, i)
     return value
 
 
+def _gather_xor(v: jax.Array, m: int) -> jax.Array:
+    """The lowering jaxwarp used before: a gather with a constant source-lane table."""
+    return lanes._move(v, jnp.asarray(lanes._LANES ^ m), None, None)
+
+
+def butterfly_gather(value: jax.Array) -> jax.Array:
+    for i in STEPS:
+        value = value + _gather_xor(value, i)
+    return value
+
+
+LOWERINGS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gather": butterfly_gather,
+    "static": butterfly,
+}
+
+
 def butterfly_numpy(x: np.ndarray) -> np.ndarray:
     lane = np.arange(32)
-    for i in (16, 8, 4, 2, 1):
+    for i in STEPS:
         x = x + x[:, lane ^ i]
     return x
+
+
+_NOT_KERNELS = {
+    "parameter", "constant", "bitcast", "tuple", "get-tuple-element", "opt-barrier",
+    "call", "async-start", "async-update", "async-done", "while", "conditional",
+}
+
+
+def hlo_kernels(fn: Any, x: jax.Array) -> dict[str, Any]:
+    """Counts the operations that run as kernels in the optimised HLO of ``fn(x)``.
+
+    Looks at every computation that is not the body of a fusion (ENTRY, and the
+    computations a GPU command buffer calls): each fusion and each other real op
+    there runs as (at least) one kernel on a GPU, one loop nest on the CPU.
+    Parameters, constants, bitcasts, tuples and calls are not counted.
+    """
+    text = fn.lower(x).compile().as_text()
+    fused = set(re.findall(r"calls=%?([\w.-]+)", text))  # fusion bodies
+    for op, body in re.findall(r" ([\w-]+)\(.*to_apply=%?([\w.-]+)", text):
+        if op != "call":  # reducers, comparators; a call's body (command buffer) counts
+            fused.add(body)
+    ops: collections.Counter[str] = collections.Counter()
+    name = None
+    for line in text.splitlines():
+        head = re.match(r"(?:ENTRY )?%?([\w.-]+) [(].*[{]$", line)
+        if head:
+            name = head.group(1)
+            continue
+        m = re.match(r"\s*(?:ROOT )?%?[\w.-]+ = .*? ([\w-]+)\(", line)
+        if m and name is not None and name not in fused:
+            ops[m.group(1)] += 1
+    kernels = sum(n for op, n in ops.items() if op not in _NOT_KERNELS)
+    return {"kernels": kernels, "ops_outside_fusions": dict(sorted(ops.items()))}
 
 
 def main() -> None:
@@ -48,29 +156,57 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x_np = rng.integers(-1000, 1000, (warps, 32)).astype(args.dtype)
     x = jax.device_put(x_np)
-    fn = jax.jit(jax.vmap(butterfly))
-    got = np.asarray(fn(x))
     want = butterfly_numpy(x_np)
-    exact = bool(np.array_equal(got, want))
-    t_jax = best_time(lambda: fn(x).block_until_ready())
     nbytes = 2 * x_np.nbytes  # read the input once, write the output once
-    result = {
+    copy = jax.jit(lambda a: jnp.copy(a))
+    t_copy = best_time(lambda: copy(x).block_until_ready())
+    result: dict[str, Any] = {
         "benchmark": "warp_reduce_butterfly",
         **device_info(),
         "warps": warps,
         "dtype": args.dtype,
-        "matches_numpy": exact,
-        "jaxwarp_warps_per_s": warps / t_jax,
-        "jaxwarp_bytes_per_s": nbytes / t_jax,
+        "bytes_moved": nbytes,
+        "copy_bytes_per_s": nbytes / t_copy,
     }
+    times = {}
+    for name, body in LOWERINGS.items():
+        fn = jax.jit(jax.vmap(body))
+        got = np.asarray(fn(x))
+        t = times[name] = best_time(lambda fn=fn: fn(x).block_until_ready())
+        result[name] = {
+            "matches_numpy": bool(np.array_equal(got.view(np.uint32), want.view(np.uint32))),
+            "warps_per_s": warps / t,
+            "bytes_per_s": nbytes / t,
+            "fraction_of_copy": t_copy / t,
+            **hlo_kernels(fn, x),
+        }
+    # The first k steps only (k = 1..4): where the compiler splits kernels, and what a
+    # kernel costs as it reads its input at more lane positions (2**k per element).
+    result["static_first_steps"] = {}
+    for k in range(1, len(STEPS)):
+        fn = jax.jit(jax.vmap(lambda v, k=k: butterfly(v, STEPS[:k])))
+        t = times[f"first_{k}"] = best_time(lambda fn=fn: fn(x).block_until_ready())
+        result["static_first_steps"][str(k)] = {
+            "fraction_of_copy": t_copy / t,
+            "kernels": hlo_kernels(fn, x)["kernels"],
+        }
+    # Copy again: the fraction uses the better of the two copy timings (less noise).
+    t_copy = min(t_copy, best_time(lambda: copy(x).block_until_ready()))
+    result["copy_bytes_per_s"] = nbytes / t_copy
+    for name in LOWERINGS:
+        result[name]["fraction_of_copy"] = t_copy / times[name]
+    for k, r in result["static_first_steps"].items():
+        r["fraction_of_copy"] = t_copy / times[f"first_{k}"]
+    result["static_over_gather"] = times["gather"] / times["static"]
+    # The keys earlier runs printed, for the default (jaxwarp) lowering.
+    result["matches_numpy"] = result["static"]["matches_numpy"]
+    result["jaxwarp_warps_per_s"] = result["static"]["warps_per_s"]
+    result["jaxwarp_bytes_per_s"] = result["static"]["bytes_per_s"]
+    result["fraction_of_copy"] = result["static"]["fraction_of_copy"]
     if on_cpu:
         t_np = best_time(lambda: butterfly_numpy(x_np))
         result["numpy_warps_per_s"] = warps / t_np
-        result["speedup_vs_numpy"] = t_np / t_jax
-    copy = jax.jit(lambda a: jnp.copy(a))
-    t_copy = best_time(lambda: copy(x).block_until_ready())
-    result["copy_bytes_per_s"] = nbytes / t_copy
-    result["fraction_of_copy"] = t_copy / t_jax
+        result["speedup_vs_numpy"] = t_np / times["static"]
     emit(result)
 
 

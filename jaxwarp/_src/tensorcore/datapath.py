@@ -362,12 +362,11 @@ def _row(x, i):  # operand i of the b side, (..., 1, n)
 _GROUP = 8
 
 
-def _sum_terms(terms, acc: _Acc, E, F, trunc):
+def _sum_terms(terms, acc: _Acc, E, F, trunc, halves=False):
     """Exact sum of the truncated product terms (int32, in units of 2**(E - F)) and the
     accumulator (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g.
-    """
+    With ``halves``, ``terms`` is (sum of t >> 1, sum of t & 1) over the terms t."""
     g = E - F
-    groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
     sh = acc.lsb - g
     cv = _shift(acc.sig, sh)
     cv = jnp.where(acc.neg, -cv, cv)
@@ -375,25 +374,39 @@ def _sum_terms(terms, acc: _Acc, E, F, trunc):
         lost = jnp.where(sh >= 0, False, jnp.where(
             sh <= -31, acc.sig != 0, (acc.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0))
         cv = cv - (lost & acc.neg).astype(jnp.int32)
-    groups.append(cv)
+    if halves:
+        hi, lo = terms[0] + (cv >> 1), terms[1] + (cv & 1)
+    else:
+        groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
+        groups.append(cv)
+        hi = sum(x >> 1 for x in groups)
+        lo = sum(x & 1 for x in groups)
     # sum = 2 * hi + lo exactly in int32 (|sum| may pass 2**31 but stays below 2**32).
-    hi = sum(x >> 1 for x in groups)
-    lo = sum(x & 1 for x in groups)
     neg = hi + (lo >> 1) < 0
     u = (hi.astype(jnp.uint32) << 1) + lo.astype(jnp.uint32)
     return neg, jnp.where(neg, jnp.uint32(0) - u, u), g
 
 
 def _acc_special(acc: _Acc):
-    """The accumulator's stand-in in the IEEE special sum: NaN, +-inf or 0."""
+    """The accumulator's stand-in in the IEEE special sum: NaN, +-inf, -0 (a zero of
+    negative sign, or no accumulator) or +0."""
     return jnp.where(acc.nan, jnp.float32(jnp.nan),
                      jnp.where(acc.pinf, jnp.float32(jnp.inf),
-                               jnp.where(acc.ninf, jnp.float32(-jnp.inf), jnp.float32(0))))
+                               jnp.where(acc.ninf, jnp.float32(-jnp.inf),
+                                         jnp.where(acc.negzero, jnp.float32(-0.0),
+                                                   jnp.float32(0)))))
 
 
-def _specials(sp):
+def _specials(prods, acc: _Acc, dp: Datapath):
+    """(nan, +inf, -inf, negzero) of a block from the IEEE fp32 sum of its exact
+    products (or of stand-ins with their signs and specials) and the accumulator's
+    stand-in: that sum is NaN / +-inf exactly when the block result is, and -0 exactly
+    when every term is a zero of negative sign (a sum rounded to nearest is -0 only
+    then; the products here are never fp32 subnormals, so no flush can fake one)."""
+    sp = functools.reduce(jnp.add, prods, _acc_special(acc))
     nan = jnp.isnan(sp)
-    return nan, sp == jnp.inf, sp == -jnp.inf
+    negzero = (sp == 0) & jnp.signbit(sp) if dp.zero == "ieee" else jnp.bool_(False)
+    return nan, sp == jnp.inf, sp == -jnp.inf, negzero
 
 
 def _trunc(v, p, trunc: str):
@@ -403,14 +416,6 @@ def _trunc(v, p, trunc: str):
         inexact = (t.astype(jnp.float32) != v) | ((v == 0) & (p != 0))
         t = t - (inexact & (p < 0)).astype(jnp.int32)
     return t
-
-
-def _negzero(prods, acc: _Acc, dp: Datapath):
-    """Every product is a zero of negative sign and so is the accumulator."""
-    if dp.zero != "ieee":
-        return jnp.bool_(False)
-    nz = [(p == 0) & jnp.signbit(p) for p in prods]
-    return functools.reduce(jnp.logical_and, nz, acc.negzero)
 
 
 class _Block(NamedTuple):
@@ -427,12 +432,16 @@ class _Block(NamedTuple):
 
 # How XLA sees a block: the k loop is unrolled into element-wise operations on
 # (..., m, n) arrays, so the whole block fuses into one loop over the outputs and no
-# (..., m, n, k) tensor is ever stored. Per product everything is int32 or float32:
-# pass 1 takes the block exponent E as a max of exponent sums, pass 2 forms each
-# product exactly in fp32, scales it by a power of two onto the grid of 2**(E - F),
-# truncates it toward zero with the fp32 -> int32 conversion and adds it in int32.
-# inf and NaN follow from the IEEE fp32 sum of the products (or of +-1 stand-ins),
-# which is NaN / +-inf exactly when the block result is.
+# (..., m, n, k) tensor is ever stored. The fast path (f16 and fp8 operands, whose
+# values and products fp32 holds exactly as normal numbers) is then fp32 arithmetic: the
+# product itself, the sum of the operands' alignment exponents whose maximum gives the
+# block exponent E, the product scaled onto the grid of 2**(E - F), one conversion to int32 (the truncation)
+# and one int32 addition. inf and NaN follow from the IEEE fp32 sum of the products,
+# which is NaN / +-inf exactly when the block result is. bf16 and tf32 take the
+# general path (``_Operand``): their products may leave fp32's range.
+# (On the H100, jax 0.11, a 2**18-tile batch: XLA stores each k slice of the operands
+# once and fuses the rest; folding the slices into k reductions, or a cond choosing
+# this path for bf16 in range, measured slower.)
 # (XLA on CPU flushes fp32 subnormals: every fp32 value formed here is normal, zero,
 # or only ever truncated to zero.)
 
@@ -442,35 +451,44 @@ def _ebits(x):
     return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
 
 
-def _block_values(a, b, ks, acc: _Acc, dp: Datapath) -> _Block:
-    """One block FMA over the k indices ``ks`` for f16 operands (products exact, finite
-    and normal in fp32): a (..., m, k) and b (..., k, n) are the operands themselves,
-    converted to fp32 slice by slice here (so that XLA fuses the conversion instead of
-    storing fp32 copies)."""
-    emin = 2 * _lsb_min("f16")  # lowest exponent of a non-zero product
+#: Operand formats of the fast path: fp32 holds every value and every product of two
+#: values exactly as a normal number (bf16 and tf32 products may leave fp32's range).
+_FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2"})
+
+
+def _fast_align(x, fmt: str, dp: Datapath):
+    """Alignment exponent + 127 of the fp32 operand x (an ``fmt`` value): its biased
+    exponent, a subnormal's raised to the format's smallest normal one
+    (``sub_exp="emin"``); -1000 for zero (its products count for nothing)."""
+    e = _ebits(x)
+    if dp.sub_exp == "emin":
+        e = jnp.maximum(e, _emin(fmt) + 127)
+    return jnp.where(x == 0, -1000, e)
+
+
+def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str]) -> _Block:
+    """One block FMA over the k indices ``ks`` for f16 / fp8 operands (a (..., m, k),
+    b (..., k, n) as f16: fp8 is converted exactly), converted to fp32 slice by slice here
+    (so that XLA fuses the conversions instead of storing fp32 copies)."""
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
-    prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact
-    if dp.align == "nominal":  # sum of the operands' exponents
-        if dp.sub_exp == "emin":  # an f16 subnormal aligns as 2**-14 (fp32 field 113)
-            def ex(x):
-                e = _ebits(x)
-                return jnp.where(e == 0, 0, jnp.maximum(e, 113))
-        else:
-            ex = _ebits
-        ea, eb = [ex(x) for x in av], [ex(y) for y in bv]
-        pe = [x + y for x, y in zip(ea, eb, strict=True)]
+    prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
+    if dp.align == "nominal":  # the sum of the operands' alignment exponents
+        ea = [_fast_align(x, fmts[0], dp) for x in av]
+        eb = [_fast_align(y, fmts[1], dp) for y in bv]
+        top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
+        top = top - 127  # biased once, as _ebits; <= 0 when every product is zero
     else:  # the product's own leading bit
-        pe = [_ebits(p) + 127 for p in prods]
-    # E + 254. A product with a zero operand has at most 142 (0 + f16's largest 15 + 127)
-    # here, every other one at least emin + 254 = 206.
-    Eb = functools.reduce(jnp.maximum, pe)
-    E = jnp.maximum(jnp.where(Eb >= emin + 254, Eb - 254, _NEG_BIG), acc.lead)
-    scale = _pow2(dp.F - jnp.maximum(E, emin) + 127)  # garbage only when E is inf/NaN's
+        top = _ebits(functools.reduce(jnp.maximum, [jnp.abs(p) for p in prods]))
+    # top: 255 or more only with an inf / NaN operand (the result is then special).
+    E = jnp.maximum(jnp.where(top > 0, top - 127, _NEG_BIG), acc.lead)
+    # A non-zero product has E >= emin; otherwise the scale is never used.
+    emin = sum(_emin(f) if dp.align == "nominal" and dp.sub_exp == "emin" else _lsb_min(f)
+               for f in fmts)
+    scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
     terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    sp = _specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
-    return _Block(neg, mag, g, *sp, _negzero(prods, acc, dp))
+    return _Block(neg, mag, g, *_specials(prods, acc, dp))
 
 
 class _Operand(NamedTuple):
@@ -526,8 +544,7 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
         scale = _pow2(jnp.maximum(x[1] + y[1] + fe, 1))
         terms.append(_trunc(p * scale, p, dp.trunc))
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    sp = _specials(functools.reduce(jnp.add, prods, _acc_special(acc)))
-    return _Block(neg, mag, g, *sp, _negzero(prods, acc, dp))
+    return _Block(neg, mag, g, *_specials(prods, acc, dp))
 
 
 def _to_bits(x, fmt):
@@ -683,23 +700,10 @@ _INSTR = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
 
 # The exact models are many small element-wise operations: jitted here, so that an
 # eager call compiles them once per shape instead of dispatching each operation.
-@functools.partial(jax.jit, static_argnums=(3,))
-def _mma_float_exact(a, b, c, cfg: _Cfg):
+def _chain(a, b, c, cfg: _Cfg, block):
+    """The instructions of one exact float mma over k, on prepared operands (pytrees
+    whose leaves are (..., m, k) / (..., k, n)): the first from C, the rest scanned."""
     dp = cfg.dp
-    a_type, b_type = cfg.a_type, cfg.b_type
-    if dp.operand_via == "f16":  # exact: every fp8 value is an f16 value
-        if a_type in _arch.FP8_TYPES:
-            a, a_type = a.astype(jnp.float16), "f16"
-        if b_type in _arch.FP8_TYPES:
-            b, b_type = b.astype(jnp.float16), "f16"
-    if a_type == b_type == "f16":
-        block = _block_values
-    else:
-        if dp.c_mode == "ffma":
-            raise ValueError("c_mode='ffma' is modelled for f16 operands only")
-        a = _operand(_to_bits(a, a_type), a_type, dp)
-        b = _operand(_to_bits(b, b_type), b_type, dp)
-        block = functools.partial(_block_general, emin=_lsb_min(a_type) + _lsb_min(b_type))
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
@@ -719,6 +723,31 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
             return instr(*ab, ks, acc, block, cfg, cfg.d_type), None
 
         bits, _ = lax.scan(step, bits, (a_s, b_s))
+    return bits
+
+
+# The exact models are many small element-wise operations: jitted here, so that an
+# eager call compiles them once per shape instead of dispatching each operation.
+@functools.partial(jax.jit, static_argnums=(3,))
+def _mma_float_exact(a, b, c, cfg: _Cfg):
+    dp = cfg.dp
+    a_type, b_type = cfg.a_type, cfg.b_type
+    if dp.operand_via == "f16":  # exact: every fp8 value is an f16 value
+        if a_type in _arch.FP8_TYPES:
+            a, a_type = a.astype(jnp.float16), "f16"
+        if b_type in _arch.FP8_TYPES:
+            b, b_type = b.astype(jnp.float16), "f16"
+    if dp.c_mode == "ffma":
+        if not a_type == b_type == "f16":
+            raise ValueError("c_mode='ffma' is modelled for f16 operands only")
+        bits = _chain(a, b, c, cfg, None)
+    elif {a_type, b_type} <= _FAST_FORMATS:  # fp8 as f16: exact
+        bits = _chain(a.astype(jnp.float16), b.astype(jnp.float16), c, cfg,
+                      functools.partial(_block_fast, fmts=(a_type, b_type)))
+    else:
+        block = functools.partial(_block_general, emin=_lsb_min(a_type) + _lsb_min(b_type))
+        bits = _chain(_operand(_to_bits(a, a_type), a_type, dp),
+                      _operand(_to_bits(b, b_type), b_type, dp), c, cfg, block)
     if cfg.d_type == "f32":
         return lax.bitcast_convert_type(bits, jnp.float32)
     return lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.float16)

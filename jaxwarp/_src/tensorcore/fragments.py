@@ -1,9 +1,10 @@
 """WMMA fragments and where each matrix element sits in them (per-lane layouts).
 
-A ``Fragment`` is CUDA's ``nvcuda::wmma::fragment<Use, m, n, k, T, Layout>``: each of
-the 32 lanes of a warp holds ``num_storage_elements`` values ``x[i]``. Here ``x`` is
-one array of shape ``(32, num_storage_elements)`` (lane axis first); many warps are
-a ``jax.vmap`` away.
+A ``FragmentType`` is CUDA's type ``nvcuda::wmma::fragment<Use, m, n, k, T, Layout>``
+(frozen, hashable, no registers); a ``Fragment`` is a value of it: each of the 32 lanes
+of a warp holds ``num_storage_elements`` values ``x[i]``. Here ``x`` is one array of
+shape ``(32, num_storage_elements)`` (lane axis first); many warps are a ``jax.vmap``
+away.
 
 CUDA calls the mapping from (lane, i) to matrix element unspecified. This module
 reproduces what an H100 (sm_90) does, element for element, for every fragment type
@@ -90,34 +91,66 @@ _LANE_BITS = 5
 
 
 @dataclasses.dataclass(frozen=True)
-class Fragment:
-    """``nvcuda::wmma::fragment<use, m, n, k, type, layout>`` for one warp, as a pytree.
+class FragmentType:
+    """The type ``nvcuda::wmma::fragment<use, m, n, k, type, layout>``, without registers.
 
-    ``x`` (the only pytree leaf) has shape ``(32, num_storage_elements)`` and the
-    storage dtype of ``type``; every other field is static. Element-wise work is
-    plain array work on ``x``, as in CUDA's ``for (i < num_elements) f.x[i] *= a``::
+    Frozen, hashable and validated when made: a static description that can be a
+    ``jax.jit`` static argument, a dict key or a closed-over constant, and that says
+    everything about a fragment except its values (``Fragment``, which adds the
+    registers ``x``). It is also a pytree without leaves, so it can be passed
+    through ``jax.jit`` / ``jax.vmap`` as an ordinary argument.
 
-        frag = frag.replace(x=frag.x * jnp.float16(2))
-
-    A batch of warps is a fragment whose ``x`` has leading axes, made and consumed
-    by ``jax.vmap``.
+    Make one with ``fragment_type(...)`` (or this constructor), and a value of it
+    with ``zeros()``, ``fill(v)``, ``from_matrix(matrix)``, ``from_storage(x)`` or
+    ``load_matrix_sync(ftype, memory, ldm)``.
 
     Attributes:
-        x: per-lane storage, ``(32, num_storage_elements)``.
         use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``.
-        m, n, k: the WMMA shape.
+        m, n, k: the WMMA shape (Python ints).
         type: element type name (see ``wmma_table.ELEMENT_TYPES``).
         layout: ``"row_major"`` / ``"col_major"`` for matrix_a/b, ``None`` for
             accumulators.
+
+    Raises:
+        ValueError: a combination the WMMA table does not have (the message lists the
+            valid ones); the same checks as ``fragment``.
+        TypeError: ``m``, ``n`` or ``k`` not a Python int (a traced one raises JAX's
+            ``ConcretizationTypeError`` naming it).
+
+    Example:
+        >>> t = FragmentType("matrix_a", 16, 16, 16, "f16", "row_major")
+        >>> t.num_elements, t.num_storage_elements, t.dtype, t.matrix_shape
+        (16, 16, dtype('float16'), (16, 16))
+        >>> t == fragment_type("matrix_a", 16, 16, 16, "f16", "row_major")
+        True
+        >>> {t: "A"}[FragmentType("matrix_a", 16, 16, 16, "f16", "row_major")]
+        'A'
+        >>> t.zeros().x.shape
+        (32, 16)
     """
 
-    x: Any
     use: str
     m: int
     n: int
     k: int
     type: str
     layout: str | None = None
+
+    def __post_init__(self) -> None:
+        # The checks (and their order) of fragment(): m, n, k are static ints, then the
+        # table; an unhashable value where a name belongs is refused before its lookups.
+        for name in ("m", "n", "k"):
+            object.__setattr__(self, name, checks.static_int(getattr(self, name), name))
+        for name, allowed in (("use", table.USES), ("type", tuple(table.ELEMENT_TYPES)),
+                              ("layout", table.LAYOUTS + (None,))):
+            v = getattr(self, name)
+            try:
+                hash(v)
+            except TypeError:
+                raise ValueError(f"{name}={v!r} is not a name; allowed: {allowed}") from None
+        table.check_fragment(self.use, self.m, self.n, self.k, self.type, self.layout)
+
+    # -- description -------------------------------------------------------------------
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -135,7 +168,13 @@ class Fragment:
         return self.k if self.use == "matrix_a" else self.n
 
     @property
+    def matrix_shape(self) -> tuple[int, int]:
+        """``(rows, cols)`` of the logical matrix."""
+        return (self.rows, self.cols)
+
+    @property
     def element_type(self) -> table.ElementType:
+        """How the element type is held (``wmma_table.ElementType``)."""
         return table.ELEMENT_TYPES[self.type]
 
     @property
@@ -152,6 +191,192 @@ class Fragment:
     def num_storage_elements(self) -> int:
         """CUDA's ``frag.num_storage_elements``: the length of ``x`` per lane."""
         return self.num_elements // self.element_type.per_storage
+
+    @property
+    def storage_shape(self) -> tuple[int, int]:
+        """Shape of one warp's ``x``: ``(32, num_storage_elements)``."""
+        return (WARP_SIZE, self.num_storage_elements)
+
+    # -- layout --------------------------------------------------------------------------
+
+    def layout_bases(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The linear layout of this type's registers (see ``layout_bases``)."""
+        return layout_bases(self)
+
+    def lane_map(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, cols)`` of the element held by each (lane, i) (see ``lane_map``)."""
+        return lane_map(self)
+
+    def lane_map_text(self) -> str:
+        """This type's layout as an ASCII grid (see ``lane_map_text``)."""
+        return lane_map_text(self)
+
+    # -- values --------------------------------------------------------------------------
+
+    def zeros(self) -> Fragment:
+        """A value of this type with ``x`` all zeros (what ``fragment(...)`` returns).
+
+        Raises:
+            RuntimeError: ``f64`` without ``jax_enable_x64``.
+        """
+        self._require_x64()
+        return _make(self, jnp.zeros(self.storage_shape, self.dtype))
+
+    def fill(self, v: Any) -> Fragment:
+        """A value of this type with every element ``v``: ``fill_fragment(self, v)``."""
+        from jaxwarp._src.tensorcore.wmma import fill_fragment
+
+        return fill_fragment(self, v)
+
+    def from_matrix(self, matrix: Any) -> Fragment:
+        """The logical matrix over the lanes: ``fragment_from_matrix(self, matrix)``."""
+        return fragment_from_matrix(self, matrix)
+
+    def from_storage(self, x: Any) -> Fragment:
+        """A value of this type holding the per-lane storage ``x`` (not copied).
+
+        Args:
+            x: ``(..., 32, num_storage_elements)`` array of the storage dtype (leading
+                axes are batches of warps); may be traced.
+
+        Raises:
+            ValueError: ``x`` of the wrong shape.
+            TypeError: ``x`` of the wrong dtype.
+        """
+        _check_storage(self, x)
+        return _make(self, x)
+
+    def _require_x64(self) -> None:
+        if self.dtype.itemsize == 8:
+            checks.require_x64(f"a {self.type} fragment")
+
+
+# A pytree without leaves: the type is static, so it passes through jit/vmap as is.
+jax.tree_util.register_pytree_node(FragmentType, lambda t: ((), t), lambda t, _: t)
+
+
+def fragment_type(use: str, m: int, n: int, k: int, type: str,
+                  layout: str | None = None) -> FragmentType:
+    """The fragment type ``wmma::fragment<use, m, n, k, type, layout>`` (no registers).
+
+    Checks what ``fragment`` checks (the WMMA table) but allocates nothing, so an
+    ``f64`` type needs no ``jax_enable_x64`` until a value of it is made.
+
+    Args:
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``.
+        m, n, k: a WMMA shape, e.g. 16, 16, 16 (Python ints).
+        type: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"``, ``"s8"``, ``"u8"``, ``"s4"``,
+            ``"u4"``, ``"b1"`` for matrix_a/b; ``"f16"``, ``"f32"``, ``"s32"``, ``"f64"``
+            for accumulators.
+        layout: ``"row_major"`` or ``"col_major"``, required for matrix_a/b, not
+            allowed for accumulators.
+
+    Returns:
+        A frozen, hashable ``FragmentType``.
+
+    Raises:
+        ValueError: a combination the WMMA table does not have (the message lists the
+            valid ones).
+        TypeError: ``m``, ``n``, ``k`` not Python ints.
+
+    Example:
+        >>> c = fragment_type("accumulator", 16, 16, 16, "f32")
+        >>> c.storage_shape, c.matrix_shape
+        ((32, 8), (16, 16))
+        >>> fragment_type("matrix_a", 16, 16, 16, "f16")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: layout is required for matrix_a fragments; allowed for f16: ...
+    """
+    return FragmentType(use, m, n, k, type, layout)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fragment:
+    """A value of a fragment type, ``wmma::fragment<...> f``, for one warp, as a pytree.
+
+    ``x`` (the only pytree leaf) has shape ``(32, num_storage_elements)`` and the
+    storage dtype of ``type``; every other field is static, and together they make
+    ``ftype``, the ``FragmentType`` (whose ``shape``, ``rows``, ``cols``, ``dtype``,
+    ``num_elements``, ... a fragment also has). Element-wise work is plain array work
+    on ``x``, as in CUDA's ``for (i < num_elements) f.x[i] *= a``::
+
+        frag = frag.replace(x=frag.x * jnp.float16(2))
+
+    A batch of warps is a fragment whose ``x`` has leading axes, made and consumed
+    by ``jax.vmap``.
+
+    Attributes:
+        x: per-lane storage, ``(32, num_storage_elements)``.
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``.
+        m, n, k: the WMMA shape.
+        type: element type name (see ``wmma_table.ELEMENT_TYPES``).
+        layout: ``"row_major"`` / ``"col_major"`` for matrix_a/b, ``None`` for
+            accumulators.
+
+    Example:
+        >>> f = fragment("accumulator", 16, 16, 16, "f32")
+        >>> f.ftype == fragment_type("accumulator", 16, 16, 16, "f32")
+        True
+    """
+
+    x: Any
+    use: str
+    m: int
+    n: int
+    k: int
+    type: str
+    layout: str | None = None
+
+    @functools.cached_property
+    def ftype(self) -> FragmentType:
+        """The ``FragmentType`` of this value (checked on first use)."""
+        return FragmentType(self.use, self.m, self.n, self.k, self.type, self.layout)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(m, n, k)``."""
+        return self.ftype.shape
+
+    @property
+    def rows(self) -> int:
+        """Rows of the logical matrix (m for A and C, k for B)."""
+        return self.ftype.rows
+
+    @property
+    def cols(self) -> int:
+        """Columns of the logical matrix (k for A, n for B and C)."""
+        return self.ftype.cols
+
+    @property
+    def matrix_shape(self) -> tuple[int, int]:
+        """``(rows, cols)`` of the logical matrix."""
+        return self.ftype.matrix_shape
+
+    @property
+    def element_type(self) -> table.ElementType:
+        """How the element type is held (``wmma_table.ElementType``)."""
+        return self.ftype.element_type
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Storage dtype of ``x``."""
+        return self.ftype.dtype
+
+    @property
+    def num_elements(self) -> int:
+        """CUDA's ``frag.num_elements``: elements per lane (packed ones counted singly)."""
+        return self.ftype.num_elements
+
+    @property
+    def num_storage_elements(self) -> int:
+        """CUDA's ``frag.num_storage_elements``: the length of ``x`` per lane."""
+        return self.ftype.num_storage_elements
+
+    @property
+    def storage_shape(self) -> tuple[int, int]:
+        """Shape of one warp's ``x``: ``(32, num_storage_elements)``."""
+        return self.ftype.storage_shape
 
     def replace(self, **changes: Any) -> Fragment:
         """Returns a copy with fields replaced; the result is checked as a whole.
@@ -178,9 +403,14 @@ class Fragment:
                 f"call (the storage of the new fragment); the old one would be "
                 f"reinterpreted. Use fragment(...) / fill_fragment / fragment_from_matrix "
                 f"for a new fragment")
-        new = dataclasses.replace(self, **changes)
         if meta:
-            table.check_fragment(new.use, new.m, new.n, new.k, new.type, new.layout)
+            d = {f: changes.get(f, getattr(self, f)) for f in fields - {"x"}}
+            new = _make(FragmentType(d["use"], d["m"], d["n"], d["k"], d["type"],
+                                     d["layout"]), changes["x"])
+        else:
+            new = dataclasses.replace(self, **changes)
+            if "ftype" in self.__dict__:  # the same description: keep its checked type
+                new.__dict__["ftype"] = self.__dict__["ftype"]
         if "x" in changes:
             _check_storage(new, new.x)
         return new
@@ -196,7 +426,14 @@ jax.tree_util.register_dataclass(
     Fragment, data_fields=["x"], meta_fields=["use", "m", "n", "k", "type", "layout"])
 
 
-def _check_storage(frag: Fragment, x: Any) -> None:
+def _make(ft: FragmentType, x: Any) -> Fragment:
+    """A ``Fragment`` of type ``ft`` holding ``x`` (unchecked), its ``ftype`` preset."""
+    frag = Fragment(x, ft.use, ft.m, ft.n, ft.k, ft.type, ft.layout)
+    frag.__dict__["ftype"] = ft  # the cached_property's slot; ft is already checked
+    return frag
+
+
+def _check_storage(frag: Fragment | FragmentType, x: Any) -> None:
     want = (WARP_SIZE, frag.num_storage_elements)
     shape = tuple(getattr(x, "shape", ()))
     if shape[-2:] != want:
@@ -210,7 +447,10 @@ def _check_storage(frag: Fragment, x: Any) -> None:
 def fragment(use: str, m: int, n: int, k: int, type: str, layout: str | None = None) -> Fragment:
     """Declares a fragment, ``wmma::fragment<use, m, n, k, type, layout> f;``.
 
-    CUDA leaves a new fragment uninitialized; here ``x`` is zeros.
+    CUDA leaves a new fragment uninitialized; here ``x`` is zeros. The same as
+    ``fragment_type(use, m, n, k, type, layout).zeros()``; where only the type is
+    needed (the target of ``load_matrix_sync`` or ``fill_fragment``,
+    ``fragment_from_matrix``, the lane maps) ``fragment_type`` allocates nothing.
 
     Args:
         use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``.
@@ -234,15 +474,7 @@ def fragment(use: str, m: int, n: int, k: int, type: str, layout: str | None = N
         >>> a.num_elements, a.x.shape, a.x.dtype
         (16, (32, 16), dtype('float16'))
     """
-    for name, v in (("m", m), ("n", n), ("k", k)):
-        checks.static_int(v, name)
-    m, n, k = int(m), int(n), int(k)
-    table.check_fragment(use, m, n, k, type, layout)
-    frag = Fragment(None, use, m, n, k, type, layout)
-    if frag.element_type.storage_dtype.itemsize == 8:
-        checks.require_x64(f"a {type} fragment")
-    return dataclasses.replace(
-        frag, x=jnp.zeros((WARP_SIZE, frag.num_storage_elements), frag.dtype))
+    return FragmentType(use, m, n, k, type, layout).zeros()
 
 
 def _num_elements(use: str, m: int, n: int, k: int, type: str) -> int:
@@ -274,15 +506,55 @@ def _powers(start: int, end: int):
         t *= 2
 
 
-def layout_bases(use: str, m: int, n: int, k: int, type: str):
+def _type_of(use: Any, m: Any, n: Any, k: Any, type: Any, fname: str) -> FragmentType:
+    """The checked FragmentType of ``(use, m, n, k, type)`` or of a FragmentType/Fragment
+    given alone as ``use`` (layouts do not change where elements sit in registers)."""
+    if isinstance(use, (FragmentType, Fragment)):
+        extra = [name for name, v in (("m", m), ("n", n), ("k", k), ("type", type))
+                 if v is not None]
+        if extra:
+            raise TypeError(f"{fname}: give a FragmentType (or Fragment) alone or "
+                            f"(use, m, n, k, type); got a {use.__class__.__name__} and "
+                            f"{', '.join(extra)}")
+        return use if isinstance(use, FragmentType) else use.ftype
+    missing = [name for name, v in (("m", m), ("n", n), ("k", k), ("type", type)) if v is None]
+    if missing:
+        raise TypeError(f"{fname}(use, m, n, k, type): missing {', '.join(missing)} (or pass "
+                        f"one FragmentType, see fragment_type)")
+    layout = None
+    if use != "accumulator":  # any allowed layout: the registers do not depend on it
+        layout = (table.entry(type).layouts(use)[0] if type in table.MULTIPLICAND_TYPES
+                  else table.LAYOUTS[0])
+    return FragmentType(use, m, n, k, type, layout)
+
+
+def layout_bases(use: str | FragmentType | Fragment, m: int | None = None,
+                 n: int | None = None, k: int | None = None, type: str | None = None
+                 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """The linear layout of a fragment: (lane bases, element bases) as (row, col) pairs.
 
     Lane ``l``, element ``i`` holds logical element ``(row, col)`` = XOR of
     ``lane_bases[b]`` over the set bits ``b`` of ``l`` and of ``elem_bases[b]`` over the
     set bits of ``i``. A zero basis vector means repetition (f16 A/B).
+
+    Args:
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``; or a ``FragmentType``
+            (or ``Fragment``), and then ``m``, ``n``, ``k``, ``type`` are omitted.
+        m, n, k, type: the WMMA shape and element type (with a use name).
+
+    Raises:
+        ValueError: a fragment type the WMMA table does not have.
+        TypeError: both a FragmentType and ``m``/``n``/``k``/``type``, or some missing.
+
+    Example:
+        >>> layout_bases(fragment_type("accumulator", 16, 16, 16, "f32"))[1]
+        [(0, 1), (8, 0), (0, 8)]
     """
-    table.check_fragment(use, m, n, k, type, None if use == "accumulator" else
-                         table.entry(type).layouts(use)[0])
+    ft = _type_of(use, m, n, k, type, "layout_bases")
+    return _layout_bases(ft.use, ft.m, ft.n, ft.k, ft.type)
+
+
+def _layout_bases(use: str, m: int, n: int, k: int, type: str):
     nbits = _num_elements(use, m, n, k, type).bit_length() - 1
     bits = table.ELEMENT_TYPES[type].bits
     swap = lambda vs: [(c, r) for r, c in vs]  # noqa: E731
@@ -300,11 +572,38 @@ def layout_bases(use: str, m: int, n: int, k: int, type: str):
     return swap(lane), swap(elem)  # (n, k) -> B's (k, n)
 
 
+def lane_map(use: str | FragmentType | Fragment, m: int | None = None, n: int | None = None,
+             k: int | None = None, type: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Where each register element of a fragment type sits in its logical matrix.
+
+    Args:
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``; or a ``FragmentType``
+            (or ``Fragment``), and then ``m``, ``n``, ``k``, ``type`` are omitted.
+        m, n, k, type: the WMMA shape and element type (with a use name).
+
+    Returns:
+        ``(rows, cols)``, read-only int32 arrays ``(32, num_elements)``: the logical
+        element held by lane ``l`` as element ``i`` (sub-byte elements counted singly).
+
+    Raises:
+        ValueError: a fragment type the WMMA table does not have.
+        TypeError: both a FragmentType and ``m``/``n``/``k``/``type``, or some missing.
+
+    Example:
+        >>> rows, cols = lane_map("accumulator", 16, 16, 16, "f32")
+        >>> int(rows[5, 0]), int(cols[5, 0])
+        (1, 2)
+        >>> t = fragment_type("accumulator", 16, 16, 16, "f32")
+        >>> all((a == b).all() for a, b in zip(lane_map(t), (rows, cols)))
+        True
+    """
+    ft = _type_of(use, m, n, k, type, "lane_map")
+    return _lane_map(ft.use, ft.m, ft.n, ft.k, ft.type)
+
+
 @functools.cache
-def lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, np.ndarray]:
-    """Returns ``(rows, cols)``, int32 arrays ``(32, num_elements)``: the logical
-    element held by lane ``l`` as element ``i`` (sub-byte elements counted singly)."""
-    lane_b, elem_b = layout_bases(use, m, n, k, type)
+def _lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, np.ndarray]:
+    lane_b, elem_b = _layout_bases(use, m, n, k, type)
     ne = _num_elements(use, m, n, k, type)
     lanes = np.arange(WARP_SIZE)[:, None]
     elems = np.arange(ne)[None, :]
@@ -320,10 +619,16 @@ def lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, n
     return rows, cols
 
 
-@functools.cache
-def _gather_maps(use: str, m: int, n: int, k: int, type: str):
+def _gather_maps(use: str | FragmentType | Fragment, m: int | None = None,
+                 n: int | None = None, k: int | None = None, type: str | None = None):
     """(linear index per (lane, element), first flat (lane, element) per linear index)."""
-    rows, cols = lane_map(use, m, n, k, type)
+    ft = _type_of(use, m, n, k, type, "_gather_maps")
+    return _gather_maps_cached(ft.use, ft.m, ft.n, ft.k, ft.type)
+
+
+@functools.cache
+def _gather_maps_cached(use: str, m: int, n: int, k: int, type: str):
+    rows, cols = _lane_map(use, m, n, k, type)
     ncols = k if use == "matrix_a" else n
     nrows = k if use == "matrix_b" else m
     lin = (rows * ncols + cols).astype(np.int32)
@@ -338,15 +643,37 @@ def _gather_maps(use: str, m: int, n: int, k: int, type: str):
     return lin, inv
 
 
-def lane_map_text(use: str, m: int, n: int, k: int, type: str) -> str:
+def lane_map_text(use: str | FragmentType | Fragment, m: int | None = None,
+                  n: int | None = None, k: int | None = None, type: str | None = None) -> str:
     """Draws a fragment layout as an ASCII grid: cell (row, col) = ``lane:i``.
 
     Where an element is held more than once (f16 A/B), the first (lane, i) is shown.
+
+    Args:
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``; or a ``FragmentType``
+            (or ``Fragment``), and then ``m``, ``n``, ``k``, ``type`` are omitted.
+        m, n, k, type: the WMMA shape and element type (with a use name).
+
+    Raises:
+        ValueError: a fragment type the WMMA table does not have.
+        TypeError: both a FragmentType and ``m``/``n``/``k``/``type``, or some missing.
+
+    Example:
+        >>> print(lane_map_text(fragment_type("accumulator", 8, 8, 4, "f64")))
+                0    1    2    3    4    5    6    7
+           0  0:0  0:1  1:0  1:1  2:0  2:1  3:0  3:1
+           1  4:0  4:1  5:0  5:1  6:0  6:1  7:0  7:1
+           2  8:0  8:1  9:0  9:1 10:0 10:1 11:0 11:1
+           3 12:0 12:1 13:0 13:1 14:0 14:1 15:0 15:1
+           4 16:0 16:1 17:0 17:1 18:0 18:1 19:0 19:1
+           5 20:0 20:1 21:0 21:1 22:0 22:1 23:0 23:1
+           6 24:0 24:1 25:0 25:1 26:0 26:1 27:0 27:1
+           7 28:0 28:1 29:0 29:1 30:0 30:1 31:0 31:1
     """
-    lin, inv = _gather_maps(use, m, n, k, type)
+    ft = _type_of(use, m, n, k, type, "lane_map_text")
+    lin, inv = _gather_maps_cached(ft.use, ft.m, ft.n, ft.k, ft.type)
     ne = lin.shape[1]
-    nrows = k if use == "matrix_b" else m
-    ncols = k if use == "matrix_a" else n
+    nrows, ncols = ft.rows, ft.cols
     cells = [f"{p // ne}:{p % ne}" for p in inv]
     width = max(len(c) for c in cells)
     lines = ["     " + " ".join(f"{c:>{width}}" for c in range(ncols))]
@@ -360,11 +687,27 @@ def lane_map_text(use: str, m: int, n: int, k: int, type: str) -> str:
 # Conversions between logical matrices and per-lane storage.
 
 
-def _spec_of(frag: Any, name: str) -> Fragment:
-    if not isinstance(frag, Fragment):
-        raise TypeError(f"{name} must be a Fragment (see jaxwarp.fragment), got "
-                        f"{type(frag).__name__}")
-    return frag
+def _type_arg(frag: Any, name: str) -> FragmentType:
+    """The FragmentType of an argument that only describes a fragment (its x unused)."""
+    if isinstance(frag, FragmentType):
+        return frag
+    if isinstance(frag, Fragment):
+        return frag.ftype
+    raise TypeError(f"{name} must be a Fragment (see jaxwarp.fragment), got "
+                    f"{frag.__class__.__name__}; or its FragmentType (see "
+                    f"jaxwarp.fragment_type)")
+
+
+def _value_arg(frag: Any, name: str) -> Fragment:
+    """An argument whose values (registers) are read: a Fragment, not only a type."""
+    if isinstance(frag, Fragment):
+        return frag
+    if isinstance(frag, FragmentType):
+        raise TypeError(f"{name} must be a Fragment (a value, with registers x), got the "
+                        f"FragmentType {frag!r}, which has no values: make one with "
+                        f".zeros(), .fill(v), .from_matrix(m) or load_matrix_sync")
+    raise TypeError(f"{name} must be a Fragment (see jaxwarp.fragment), got "
+                    f"{frag.__class__.__name__}")
 
 
 def as_bits(x: jax.Array) -> jax.Array:
@@ -415,15 +758,15 @@ def unpack_values(et: table.ElementType, words: jax.Array) -> jax.Array:
     return v.astype(et.value_dtype)
 
 
-def fragment_from_matrix(frag_spec: Fragment, matrix: Any) -> Fragment:
+def fragment_from_matrix(frag_spec: FragmentType | Fragment, matrix: Any) -> Fragment:
     """Distributes a logical matrix over the lanes, as ``load_matrix_sync`` would.
 
     A pure gather (``jnp.take`` with a constant index array); vmappable, and leading
     batch axes of ``matrix`` carry over to ``x``.
 
     Args:
-        frag_spec: a ``Fragment`` giving use, shape, type and layout (its ``x`` is
-            ignored).
+        frag_spec: the ``FragmentType`` to make, or a ``Fragment`` of it (its ``x``
+            is ignored).
         matrix: ``(..., rows, cols)`` logical matrix (m x k for A, k x n for B,
             m x n for accumulators) in the type's value dtype: float16, bfloat16,
             float32 (tf32, f32), float64, int8 (s8; s4 in [-8, 7]), uint8 (u8; u4
@@ -432,13 +775,13 @@ def fragment_from_matrix(frag_spec: Fragment, matrix: Any) -> Fragment:
             the low bits are kept).
 
     Returns:
-        ``frag_spec`` with ``x`` = the per-lane storage.
+        A ``Fragment`` of that type with ``x`` = the per-lane storage.
 
     Raises:
         ValueError: wrong matrix shape; a concrete s4/u4/b1 value out of range.
         TypeError: wrong matrix dtype (a 64-bit one with x64 off, complex, ...).
     """
-    spec = _spec_of(frag_spec, "frag_spec")
+    spec = _type_arg(frag_spec, "frag_spec")
     et = spec.element_type
     matrix = checks.array_arg(matrix, "matrix")
     want = (spec.rows, spec.cols)
@@ -481,13 +824,13 @@ def check_packed_range(et: table.ElementType, values: Any, name: str) -> None:
                          f"range {lo} .. {hi} (allowed: {lo} .. {hi})")
 
 
-def _distribute(spec: Fragment, matrix: jax.Array) -> Fragment:
+def _distribute(spec: FragmentType | Fragment, matrix: jax.Array) -> Fragment:
     """fragment_from_matrix without the argument checks (for values known to fit)."""
-    et = spec.element_type
-    lin, _ = _gather_maps(spec.use, spec.m, spec.n, spec.k, spec.type)
+    ft = spec if isinstance(spec, FragmentType) else spec.ftype
+    lin, _ = _gather_maps(ft)
     flat = matrix.reshape(*matrix.shape[:-2], -1)
     vals = take_bits(flat, lin)  # (..., 32, num_elements)
-    return dataclasses.replace(spec, x=pack_values(et, vals))
+    return _make(ft, pack_values(ft.element_type, vals))
 
 
 def matrix_from_fragment(frag: Fragment) -> jax.Array:
@@ -501,12 +844,12 @@ def matrix_from_fragment(frag: Fragment) -> jax.Array:
         ``(..., rows, cols)`` in the value dtype of ``frag.type`` (see
         ``fragment_from_matrix``; s4 as int8, u4 and b1 as uint8).
     """
-    frag = _spec_of(frag, "frag")
+    frag = _value_arg(frag, "frag")
     et = frag.element_type
     x = jnp.asarray(frag.x)
     _check_storage(frag, x)
     vals = unpack_values(et, x).astype(et.value_dtype)
-    _, inv = _gather_maps(frag.use, frag.m, frag.n, frag.k, frag.type)
+    _, inv = _gather_maps(frag.ftype)
     flat = vals.reshape(*vals.shape[:-2], -1)
     out = take_bits(flat, inv)
     return out.reshape(*out.shape[:-1], frag.rows, frag.cols)

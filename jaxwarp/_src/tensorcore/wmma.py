@@ -14,6 +14,14 @@ guide's example::
     c = mma_sync(a, b, c)
     c_mem = store_matrix_sync(c_mem, c, 16, "mem_row_major")
 
+Where a function needs only the fragment's *type* (the target of
+``load_matrix_sync`` and ``fill_fragment``), a ``FragmentType`` (``fragment_type(...)``:
+static, hashable, no registers) does as well as a ``Fragment``; ``mma_sync``,
+``bmma_sync`` and ``store_matrix_sync`` read values and take ``Fragment`` values::
+
+    A = fragment_type("matrix_a", 16, 16, 16, "f16", "col_major")
+    a = load_matrix_sync(A, a_mem, 16)
+
 Memory is a flat 1-D array of the fragment's storage dtype (float16, bfloat16,
 float32 for tf32 and f32, float64, int8, uint8, int32). Sub-byte matrices (s4, u4,
 b1) live in a uint8 byte buffer packed as on the GPU: two 4-bit elements per byte
@@ -49,11 +57,15 @@ from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.tensorcore.fragments import (
     Fragment,
+    FragmentType,
     _distribute,
+    _type_arg,
+    _value_arg,
     packed_range as _packed_range,
     as_bits,
-    fragment,
+    fragment,  # noqa: F401  (the doctests' name, and wmma.fragment for old callers)
     fragment_from_matrix,
+    fragment_type,
     from_bits,
     matrix_from_fragment,
     pack_values,
@@ -65,9 +77,8 @@ _MAX_HOST_ELEMENTS = 2**31 - 1
 
 
 def _frag(frag: Any, name: str, uses: tuple[str, ...] | None = None) -> Fragment:
-    if not isinstance(frag, Fragment):
-        raise TypeError(f"{name} must be a Fragment (see jaxwarp.fragment), got "
-                        f"{type(frag).__name__}")
+    """A fragment whose values are read (a ``Fragment``; a ``FragmentType`` has none)."""
+    frag = _value_arg(frag, name)
     if uses is not None and frag.use not in uses:
         raise ValueError(f"{name} must be a {' or '.join(uses)} fragment, got a {frag.use} "
                          f"fragment ({frag!r})")
@@ -78,7 +89,7 @@ def _frag(frag: Any, name: str, uses: tuple[str, ...] | None = None) -> Fragment
 # fill_fragment
 
 
-def fill_fragment(frag: Fragment, v: Any) -> Fragment:
+def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
     """``wmma::fill_fragment(frag, v)``: every element of the fragment becomes ``v``.
 
     ``v`` is converted to the element type as C++ would at the call: floats round to
@@ -93,7 +104,8 @@ def fill_fragment(frag: Fragment, v: Any) -> Fragment:
     (outside it only the low bits are kept), replicated into every packed element.
 
     Args:
-        frag: the fragment (its use/shape/type; its old ``x`` is discarded).
+        frag: the fragment, or its ``FragmentType`` (only its use/shape/type/layout
+            are read; an old ``x`` is discarded).
         v: a real scalar (Python number or 0-d array; may be traced). Complex values
             and, with x64 off, 64-bit NumPy values raise ``TypeError``.
 
@@ -106,10 +118,13 @@ def fill_fragment(frag: Fragment, v: Any) -> Fragment:
 
     Example:
         >>> c = fill_fragment(fragment("accumulator", 16, 16, 16, "f32"), 0.0)
+        >>> c2 = fill_fragment(fragment_type("accumulator", 16, 16, 16, "f32"), 0.0)
+        >>> bool((c.x == c2.x).all()), c2.x.shape
+        (True, (32, 8))
     """
-    frag = _frag(frag, "frag")
+    frag = _type_arg(frag, "frag")
     et = frag.element_type
-    if isinstance(v, Fragment) or v is None or isinstance(v, (str, bytes)):
+    if isinstance(v, (Fragment, FragmentType)) or v is None or isinstance(v, (str, bytes)):
         raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
                         f"got {type(v).__name__} {v!r}")
     if np.ndim(v) != 0:
@@ -129,6 +144,7 @@ def fill_fragment(frag: Fragment, v: Any) -> Fragment:
             raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
                             f"got {type(v).__name__} {v!r}")
         value = checks.array_arg(v, "v")  # 64-bit with x64 off, complex: TypeError
+    frag._require_x64()  # f64 storage: x64 on, or the fill would be narrowed
     storage = et.storage_dtype
     integer_elems = not jnp.issubdtype(storage, jnp.floating)
     is_float = (isinstance(value, float) if weak else jnp.issubdtype(value.dtype, jnp.floating))
@@ -156,7 +172,7 @@ def fill_fragment(frag: Fragment, v: Any) -> Fragment:
         else:
             fill = value.astype(storage)
         x = jnp.full((checks.WARP_SIZE, frag.num_storage_elements), fill, storage)
-    return frag.replace(x=x)
+    return frag.from_storage(x)
 
 
 def _check_fill_range(value: Any, weak: bool, is_float: bool, lo: int, hi: int,
@@ -188,7 +204,7 @@ def _check_fill_range(value: Any, weak: bool, is_float: bool, lo: int, hi: int,
 # load_matrix_sync / store_matrix_sync
 
 
-def _addresses(frag: Fragment, memory: Any, ldm: Any, offset: Any, col_major: bool,
+def _addresses(frag: FragmentType, memory: Any, ldm: Any, offset: Any, col_major: bool,
                what: str) -> tuple[jax.Array, np.ndarray]:
     """Checks memory arguments and returns (memory, element address of each (r, c))."""
     et = frag.element_type
@@ -251,8 +267,8 @@ def _read_elements(et: table.ElementType, memory: jax.Array, addr: np.ndarray) -
     return v
 
 
-def load_matrix_sync(frag: Fragment, memory: Any, ldm: Any, layout: str | None = None,
-                     offset: Any = 0) -> Fragment:
+def load_matrix_sync(frag: Fragment | FragmentType, memory: Any, ldm: Any,
+                     layout: str | None = None, offset: Any = 0) -> Fragment:
     """``wmma::load_matrix_sync(frag, memory + offset, ldm[, layout])``.
 
     Reads the fragment's logical matrix (m x k for matrix_a, k x n for matrix_b,
@@ -261,7 +277,8 @@ def load_matrix_sync(frag: Fragment, memory: Any, ldm: Any, layout: str | None =
     rounding; tf32 fragments keep all 32 bits of the loaded float).
 
     Args:
-        frag: the fragment to fill (use/shape/type/layout; its old ``x`` is discarded).
+        frag: the fragment to fill, or its ``FragmentType`` (only use/shape/type/layout
+            are read; an old ``x`` is discarded).
         memory: 1-D buffer, dtype as in the module docstring (uint8 bytes for s4/u4/b1).
         ldm: leading dimension in elements (static int): the stride between rows
             (row-major) or columns (column-major).
@@ -275,14 +292,20 @@ def load_matrix_sync(frag: Fragment, memory: Any, ldm: Any, layout: str | None =
 
     Raises:
         ValueError / TypeError: naming the argument (see the module docstring).
+
+    Example:
+        >>> t = fragment_type("matrix_a", 16, 16, 16, "f16", "row_major")
+        >>> a = load_matrix_sync(t, jnp.arange(256, dtype=jnp.float16), 16)
+        >>> a.ftype == t, a.x.shape
+        (True, (32, 16))
     """
-    frag = _frag(frag, "frag")
+    frag = _type_arg(frag, "frag")
     col_major = _memory_layout(frag, layout, "load_matrix_sync")
     memory, addr = _addresses(frag, memory, ldm, offset, col_major, "load_matrix_sync")
     return _distribute(frag, _read_elements(frag.element_type, memory, addr))
 
 
-def _memory_layout(frag: Fragment, layout: Any, what: str) -> bool:
+def _memory_layout(frag: FragmentType, layout: Any, what: str) -> bool:
     """True for column-major memory."""
     if frag.use == "accumulator":
         if layout is None:
@@ -324,8 +347,8 @@ def store_matrix_sync(memory: Any, frag: Fragment, ldm: Any, layout: str,
     if frag.use != "accumulator":
         raise ValueError(f"store_matrix_sync stores accumulator fragments only (as CUDA); "
                          f"frag is a {frag.use} fragment")
-    col_major = _memory_layout(frag, layout, "store_matrix_sync")
-    memory, addr = _addresses(frag, memory, ldm, offset, col_major, "store_matrix_sync")
+    col_major = _memory_layout(frag.ftype, layout, "store_matrix_sync")
+    memory, addr = _addresses(frag.ftype, memory, ldm, offset, col_major, "store_matrix_sync")
     # Scatter raw bits: XLA's CPU scatter/gather may canonicalize NaN payloads.
     bits = as_bits(matrix_from_fragment(frag)).reshape(-1)
     idx = addr.reshape(-1)
@@ -396,7 +419,7 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
     satf = _static_bool(satf, "satf")
     if not isinstance(mode, str):
         raise TypeError(f"mode must be a string (static), got {type(mode).__name__}")
-    d_spec = fragment("accumulator", a.m, a.n, a.k, d_type)
+    d_spec = fragment_type("accumulator", a.m, a.n, a.k, d_type)
     if checked.enabled("nan_inf"):
         for name, f in (("a", a), ("b", b), ("c", c)):
             if jnp.issubdtype(f.x.dtype, jnp.floating):
@@ -437,7 +460,7 @@ def bmma_sync(a: Fragment, b: Fragment, c: Fragment, op: str = "xor", *,
     table.check_mma(a.type, c.type, c.type, a.shape, arch, bmma_op=op)
     d = datapath.bmma(matrix_from_fragment(a), matrix_from_fragment(b),
                       matrix_from_fragment(c), op=op)
-    return fragment_from_matrix(fragment("accumulator", a.m, a.n, a.k, c.type), d)
+    return fragment_from_matrix(fragment_type("accumulator", a.m, a.n, a.k, c.type), d)
 
 
 def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
@@ -479,7 +502,7 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
         bad = "offset" if offset < 0 else "pad"
         raise ValueError(f"{bad}={offset if offset < 0 else pad} must be a non-negative number "
                          f"of elements")
-    if matrix is None or isinstance(matrix, (str, bytes)) or isinstance(matrix, Fragment):
+    if matrix is None or isinstance(matrix, (str, bytes, Fragment, FragmentType)):
         raise TypeError(f"matrix must be a 2-D numeric array (rows, cols), got "
                         f"{matrix.__class__.__name__}")
     try:
@@ -530,7 +553,21 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
 
 
 def parse_layout_key(key: str) -> Fragment:
-    """``"a.f16.m16n16k16.r"`` / ``"c.f32.m16n16k16"`` (layout.npz keys) -> Fragment."""
+    """``"a.f16.m16n16k16.r"`` / ``"c.f32.m16n16k16"`` (layout.npz keys) -> Fragment.
+
+    A zero fragment, as in 0.1 (``f64`` keys need ``jax_enable_x64``); its type alone
+    is ``layout_key_type(key)``.
+    """
+    return layout_key_type(key).zeros()
+
+
+def layout_key_type(key: str) -> FragmentType:
+    """``"a.f16.m16n16k16.r"`` / ``"c.f32.m16n16k16"`` (layout.npz keys) -> FragmentType.
+
+    Example:
+        >>> layout_key_type("a.f16.m16n16k16.r")
+        FragmentType(use='matrix_a', m=16, n=16, k=16, type='f16', layout='row_major')
+    """
     parts = key.split(".")
     try:
         use = _USE_LETTER[parts[0]]
@@ -546,10 +583,10 @@ def parse_layout_key(key: str) -> Fragment:
     except (KeyError, IndexError, ValueError):
         raise ValueError(f"key={key!r} is not a layout.npz key like 'a.f16.m16n16k16.r' or "
                          f"'c.f32.m16n16k16'") from None
-    return fragment(use, m, n, k, parts[1], layout)
+    return fragment_type(use, m, n, k, parts[1], layout)
 
 
-def _plane_memory(spec: Fragment, p: int) -> tuple[np.ndarray, int, str | None]:
+def _plane_memory(spec: FragmentType, p: int) -> tuple[np.ndarray, int, str | None]:
     """Memory holding plane p (element = bit p of its linear index, as 1 of the type)."""
     bit = (np.arange(spec.rows * spec.cols).reshape(spec.rows, spec.cols) >> p) & 1
     # The capture used ldm = rows (cols); where that is below CUDA's 16-byte minimum
@@ -581,7 +618,7 @@ def layout_conformance(key: str, planes: Any) -> tuple[int, int]:
 
 
 def _layout_conformance(key: str, planes: Any) -> tuple[int, int]:
-    spec = parse_layout_key(key)
+    spec = layout_key_type(key)
     planes = np.asarray(planes)
     want_shape = (32, spec.num_storage_elements)
     if planes.ndim != 3 or planes.shape[1:] != want_shape:

@@ -21,6 +21,11 @@ This is what an H100 (sm_90) does for every width in the captures, including
 widths that are not powers of two and widths above 32 (which CUDA calls
 undefined): ``b`` is taken modulo 32 and ``width`` only enters through ``c``.
 
+With a static ``b`` (a Python/NumPy int) the source lanes are known when tracing,
+and the shuffle lowers to reshapes, reversals, slices and broadcasts of the raw
+bits (``_static_plan``), which XLA fuses with the surrounding arithmetic; a traced
+``b`` gathers. Both move the same bits.
+
 Lanes outside ``mask`` do not take part: their result is their own input. A lane
 whose source lane is not in its ``mask`` (or did not call) reads 0, which is what
 the H100 did (CUDA: undefined). ``jaxwarp.checked`` reports both situations.
@@ -28,6 +33,7 @@ the H100 did (CUDA: undefined). ``jaxwarp.checked`` reports both situations.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -228,10 +234,10 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
             what + f"(width={width}): CUDA defines width only for powers "
             "of two in [1, 32] (the H100 follows the PTX formula)",
         )
-    j = source_lanes(mode, b, width)
+    j = source_lanes(mode, b, width)  # a NumPy array when b is a Python/NumPy int
     if mask_int == FULL_MASK:
         # Every lane calls and every source is a member: a pure permutation.
-        return _move(var, jnp.asarray(j), None, None)
+        return _move(var, j, None, None)
     m0 = checks.mask_array(mask)
     m = jnp.broadcast_to(m0, (WARP_SIZE,))
     calls = participating(m0, what)
@@ -247,12 +253,92 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
             lane=l,
             src=jj[l],
         )
-    return _move(var, jj, src_ok, calls)
+    return _move(var, j if isinstance(j, np.ndarray) else jj, src_ok, calls)
+
+
+def _static_plan(j: np.ndarray) -> tuple:
+    """Returns a hashable recipe that moves lanes by the static source table ``j``.
+
+    XLA fuses reshapes, reversals, slices, concatenations and broadcasts into the
+    surrounding elementwise work as index arithmetic; a gather (even with
+    constant indices) stays a gather on an index table (batched by ``vmap``, with
+    a transpose around it). So the source tables that shuffles with a static
+    ``b`` produce are recognised here, from ``j`` alone (the result is checked
+    against ``j`` for every mode, width and ``b`` in the tests):
+
+    * ``("id",)``: every lane reads itself.
+    * ``("xor", m, keep)``: ``j = lane ^ m``, except the lanes in the bit mask
+      ``keep``, which read themselves (``shfl_xor``: ``keep`` is 0 when
+      ``lane_mask < width``): reverse the axes of the bits of ``m`` after
+      splitting the lane axis into its five bits, then select.
+    * ``("bcast", w, s)``: every segment of ``w`` lanes reads its lane ``s``.
+    * ``("down", w, d)``/``("up", w, d)``: in every segment of ``w`` lanes, lane
+      ``p`` reads ``p + d`` (``p - d``) if that stays in the segment, else itself.
+    * ``("gather", j)``: anything else (a gather with constant indices).
+    """
+    return _static_plan_cached(tuple(int(v) for v in j))
+
+
+@functools.lru_cache(maxsize=1024)
+def _static_plan_cached(jt: tuple) -> tuple:
+    j = np.asarray(jt, np.int32)
+    lane = _LANES
+    if np.array_equal(j, lane):
+        return ("id",)
+    moved = j != lane
+    m = int(j[moved][0] ^ lane[moved][0])
+    if np.all(~moved | (j == lane ^ m)):
+        return ("xor", m, int(np.sum(~moved << lane.astype(np.int64))))
+    d_down, d_up = int(j[0]), WARP_SIZE - 1 - int(j[-1])
+    for w in (32, 16, 8, 4, 2):
+        pos, start = lane % w, lane - lane % w
+        if j[0] < w and np.array_equal(j, start + j[0]):
+            return ("bcast", w, int(j[0]))
+        if 0 < d_down < w and np.array_equal(j, np.where(pos + d_down < w, lane + d_down, lane)):
+            return ("down", w, d_down)
+        if 0 < d_up < w and np.array_equal(j, np.where(pos >= d_up, lane - d_up, lane)):
+            return ("up", w, d_up)
+    return ("gather", jt)
+
+
+def _apply_plan(var, plan: tuple):
+    """``var[j]`` along the leading lane axis, for the ``j`` that ``plan`` stands for."""
+    kind, rest = plan[0], var.shape[1:]
+    if kind == "id":
+        return var
+    if kind == "gather":
+        return var[np.asarray(plan[1], np.int32)]
+    if kind == "xor":
+        m = plan[1]
+        bits = [k for k in range(5) if (m >> k) & 1]
+        # lane = 16*b4 + 8*b3 + 4*b2 + 2*b1 + b0; axis a of (2,)*5 holds bit 4 - a.
+        v = lax.rev(var.reshape((2,) * 5 + rest), tuple(4 - k for k in bits))
+        v = v.reshape(var.shape)
+        if plan[2]:
+            keep = (plan[2] >> _LANES.astype(np.int64)) & 1 == 1
+            v = jnp.where(keep.reshape((WARP_SIZE,) + (1,) * len(rest)), var, v)
+        return v
+    w, k = plan[1], plan[2]
+    v = var.reshape((WARP_SIZE // w, w) + rest)
+    if kind == "bcast":
+        v = jnp.broadcast_to(v[:, k : k + 1], v.shape)
+    elif kind == "down":
+        v = jnp.concatenate([v[:, k:], v[:, w - k :]], axis=1)
+    else:  # up
+        v = jnp.concatenate([v[:, :k], v[:, : w - k]], axis=1)
+    return v.reshape(var.shape)
+
+
+def _take_lanes(var, j):
+    """``var[j]``: a static NumPy ``j`` goes through `_static_plan` (fusible), else a gather."""
+    if isinstance(j, np.ndarray):
+        return _apply_plan(var, _static_plan(j))
+    return var[j]
 
 
 def _move_values(var, j, src_ok, calls):
     """Lane l gets var[j[l]] (0 where not src_ok; its own var where it does not call)."""
-    out = var[j]
+    out = _take_lanes(var, j)
     if src_ok is None:
         return out
     extra = (1,) * (var.ndim - 1)
@@ -269,6 +355,29 @@ def _move_bits(var, j, src_ok, calls):
     # payloads, which the GPU keeps (capture_extra_warp, shflbf*). So move the raw bits.
     u = lax.bitcast_convert_type(var, _UINT[var.dtype.itemsize])
     return lax.bitcast_convert_type(_move_values(u, j, src_ok, calls), var.dtype)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _move_bits_static(var, plan, src_ok, calls):
+    # As _move_bits, for a static source table given by its (hashable) plan.
+    u = lax.bitcast_convert_type(var, _UINT[var.dtype.itemsize])
+    out = _apply_plan(u, plan)
+    if src_ok is not None:
+        extra = (1,) * (var.ndim - 1)
+        out = jnp.where(src_ok.reshape((WARP_SIZE, *extra)), out, jnp.zeros((), u.dtype))
+        out = jnp.where(calls.reshape((WARP_SIZE, *extra)), out, u)
+    return lax.bitcast_convert_type(out, var.dtype)
+
+
+@_move_bits_static.defjvp
+def _move_bits_static_jvp(plan, primals, tangents):
+    var, src_ok, calls = primals
+    t = _apply_plan(tangents[0], plan)
+    if src_ok is not None:
+        extra = (1,) * (var.ndim - 1)
+        t = jnp.where(src_ok.reshape((WARP_SIZE, *extra)), t, jnp.zeros((), t.dtype))
+        t = jnp.where(calls.reshape((WARP_SIZE, *extra)), t, tangents[0])
+    return _move_bits_static(var, plan, src_ok, calls), t
 
 
 @_move_bits.defjvp
@@ -291,7 +400,18 @@ def _permute_bits_jvp(primals, tangents):
 
 
 def _move(var, j, src_ok, calls):
-    if jnp.issubdtype(var.dtype, jnp.floating) and var.dtype.itemsize in _UINT:
+    """Moves lanes: ``var[j]``, masked by ``src_ok``/``calls`` (None: full mask).
+
+    ``j`` is a NumPy array when the source lanes are known at trace time (then
+    the move lowers to reshapes/reversals/slices that XLA fuses, see
+    `_static_plan`), else a traced int32 (32,) array (a gather).
+    """
+    is_float = jnp.issubdtype(var.dtype, jnp.floating) and var.dtype.itemsize in _UINT
+    if isinstance(j, np.ndarray):
+        if is_float:
+            return _move_bits_static(var, _static_plan(j), src_ok, calls)
+        return _move_values(var, j, src_ok, calls)
+    if is_float:
         if src_ok is None:
             return _permute_bits(var, j)
         return _move_bits(var, j, src_ok, calls)
