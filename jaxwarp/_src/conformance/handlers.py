@@ -497,5 +497,6 @@ def _ldmatrix(cap: Any, keys: set) -> Iterator[GroupResult]:
             note = ("stored words (written by the GPU or the model)" if op == "stmatrix"
                     else "")
             if kind == "dup":
-                note = (note + "; " if note else "") + "rows named twice: unspecified in the ISA"
+                note = (note + "; " if note else "") + ("rows named twice: unspecified in the ISA; "
+                                                        "modelled as the H100 does it")
             yield GroupResult(f"{base}[{kind}]", m, t, note)

@@ -363,10 +363,10 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
     acc = c_acc.reshape(mt, m, nt, n).transpose(0, 2, 1, 3)
 
     def step(acc, ab):
+        # (mt, 1, m, k) x (1, nt, k, n): the datapath broadcasts the tile grid itself,
+        # so operand work (decoding, k slices) happens once per tile, not per output tile.
         at, bt = ab
-        at = jnp.broadcast_to(at[:, None], (mt, nt, m, k))
-        bt = jnp.broadcast_to(bt[None, :], (mt, nt, k, n))
-        return _mma(at, bt, acc, cfg), None
+        return _mma(at[:, None], bt[None, :], acc, cfg), None
 
     def chain(acc, a_t, b_t):
         return lax.scan(step, acc, (a_t, b_t))[0]
