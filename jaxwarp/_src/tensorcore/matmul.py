@@ -357,22 +357,27 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
     Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
     a_op, b_op, c_acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
     mt, nt, kt = Mp // m, Np // n, Kp // k
-    # a_t[kk, i] is A's tile (i, kk); b_t[kk, j] is B's tile (kk, j).
-    a_t = a_op.reshape(mt, m, kt, k).transpose(2, 0, 1, 3)
-    b_t = b_op.reshape(kt, k, nt, n).transpose(0, 2, 1, 3)
-    acc = c_acc.reshape(mt, m, nt, n).transpose(0, 2, 1, 3)
+    # Views, not copies: A's tile (i, kk) is a4[i, :, kk], B's (kk, j) is b4[kk, :, j], and
+    # the accumulator stays in C's layout (the datapath's (..., m, n) tile order is a
+    # transposed read and write inside the fused step).
+    a4 = a_op.reshape(mt, m, kt, k)
+    b4 = b_op.reshape(kt, k, nt, n)
+    acc = c_acc.reshape(mt, m, nt, n)
 
-    def step(acc, ab):
+    def step(acc, kk):
         # (mt, 1, m, k) x (1, nt, k, n): the datapath broadcasts the tile grid itself,
         # so operand work (decoding, k slices) happens once per tile, not per output tile.
-        at, bt = ab
-        return _mma(at[:, None], bt[None, :], acc, cfg), None
+        at = lax.dynamic_index_in_dim(a4, kk, axis=2, keepdims=False)  # (mt, m, k)
+        bt = lax.dynamic_index_in_dim(b4, kk, axis=0, keepdims=False)  # (k, nt, n)
+        d = _mma(at[:, None], bt.transpose(1, 0, 2)[None, :], acc.transpose(0, 2, 1, 3),
+                 cfg)
+        return d.transpose(0, 2, 1, 3), None
 
-    def chain(acc, a_t, b_t):
-        return lax.scan(step, acc, (a_t, b_t))[0]
+    def chain(acc, kks):
+        return lax.scan(step, acc, kks)[0]
 
     if cfg.promote_every is None:
-        acc = chain(acc, a_t, b_t)
+        acc = chain(acc, jnp.arange(kt))
     else:
         # Promotion: each interval's chain starts from +0; its fp32 result is added to
         # the fp32 accumulator with an ordinary (round-to-nearest) fp32 addition.
@@ -380,16 +385,14 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
         full, rem = divmod(kt, s)
         zero = jnp.zeros_like(acc)
 
-        def interval(acc, ab):
-            return acc + chain(zero, *ab), None
+        def interval(acc, kks):
+            return acc + chain(zero, kks), None
 
         if full:
-            a_i = a_t[:full * s].reshape(full, s, *a_t.shape[1:])
-            b_i = b_t[:full * s].reshape(full, s, *b_t.shape[1:])
-            acc = lax.scan(interval, acc, (a_i, b_i))[0]
+            acc = lax.scan(interval, acc, jnp.arange(full * s).reshape(full, s))[0]
         if rem:
-            acc = acc + chain(zero, a_t[full * s:], b_t[full * s:])
-    return acc.transpose(0, 2, 1, 3).reshape(Mp, Np)[:M, :N]
+            acc = acc + chain(zero, jnp.arange(full * s, kt))
+    return acc.reshape(Mp, Np)[:M, :N]
 
 
 def _forward(a, b, c, sa, sb, cfg: _Cfg):
