@@ -116,12 +116,20 @@ def test_byte_and_float_views_of_shared_memory():
                                   np.asarray(outb).view(np.uint16))
 
 
-def test_stmatrix_same_row_twice_keeps_the_later_row():
-    addr = row_addrs(60)
-    addr[5] = addr[2]
+def test_stmatrix_same_row_twice_keeps_the_h100s_choice():
+    # Measured on the H100 (every duplicate-row word of the stmatrix captures): within a
+    # matrix the lower row remains; across matrices, the later matrix's row.
     regs = jnp.arange(32, dtype=jnp.uint32) * 0x20002 + 0x10000  # element k = k
+    addr = row_addrs(60)
+    addr[5] = addr[2]  # rows 2 and 5 of matrix 0
     out = np.asarray(stmatrix(np.zeros(NWORDS, np.uint16), regs, addr, num=1))
-    np.testing.assert_array_equal(out[addr[2] // 2: addr[2] // 2 + 8], np.arange(40, 48))
+    np.testing.assert_array_equal(out[addr[2] // 2: addr[2] // 2 + 8], np.arange(16, 24))
+    regs4 = jnp.stack([regs + 0x1000 * (0x10001 * i) for i in range(4)], axis=1)
+    addr = row_addrs(61)
+    addr[8 + 6] = addr[3]  # row 3 of matrix 0 and row 6 of matrix 1
+    out = np.asarray(stmatrix(np.zeros(NWORDS, np.uint16), regs4, addr, num=4))
+    np.testing.assert_array_equal(out[addr[3] // 2: addr[3] // 2 + 8],
+                                  np.arange(48, 56) + 0x1000)
 
 
 def test_bad_arguments_raise_clear_errors():

@@ -30,6 +30,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics import bits as _bitops
 
 __all__ = [
     "CVT_FUNCTIONS",
@@ -110,9 +111,6 @@ class Format:
         return 2.0 ** (1 - self.bias - self.mantissa_bits)
 
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
 def _float_format(name: str, dtype: Any, *, exponent_bits: int | None = None,
                   mantissa_bits: int | None = None) -> Format:
     fi = ml_dtypes.finfo(dtype)
@@ -122,7 +120,7 @@ def _float_format(name: str, dtype: Any, *, exponent_bits: int | None = None,
     max_value = float(fi.max) if mantissa_bits is None else (2.0 - 2.0**-mb) * 2.0**fi.maxexp / 2
     has_inf = bool(np.isinf(np.array(np.inf).astype(dtype)))
     dt = np.dtype(dtype)
-    return Format(name, "float", 1 + eb + mb, dt, np.dtype(_UINT[dt.itemsize]), eb, mb,
+    return Format(name, "float", 1 + eb + mb, dt, _bitops.uint_dtype(8 * dt.itemsize), eb, mb,
                   signed=True, has_inf=has_inf, has_nan=True, min_value=-max_value,
                   max_value=max_value)
 
@@ -130,7 +128,7 @@ def _float_format(name: str, dtype: Any, *, exponent_bits: int | None = None,
 def _int_format(name: str, bits: int, signed: bool, dtype: Any) -> Format:
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
     dt = np.dtype(dtype)
-    return Format(name, "int", bits, dt, np.dtype(_UINT[dt.itemsize]), signed=signed,
+    return Format(name, "int", bits, dt, _bitops.uint_dtype(8 * dt.itemsize), signed=signed,
                   min_value=lo, max_value=hi)
 
 
@@ -198,7 +196,6 @@ ROUNDING_MODES = ("rn", "rz", "rna")
 
 # The float format of each input dtype round_to accepts.
 _SOURCE_FORMAT = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-_UINT_OF_WIDTH = {16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}
 
 
 def get_format(name: str | Format, argname: str = "name",
@@ -377,7 +374,7 @@ def _widen_bits(u: jax.Array, src: Format, dst: Format, nan_bits: int) -> jax.Ar
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _rounding_fn(x: jax.Array, fmt: str, mode: str) -> jax.Array:
     src = FORMATS[_SOURCE_FORMAT[x.dtype]]
-    u = lax.bitcast_convert_type(x, _UINT_OF_WIDTH[src.bits])
+    u = _bitops.uint_view(x)
     return lax.bitcast_convert_type(_round_bits(u, src, FORMATS[fmt], mode), x.dtype)
 
 
@@ -471,7 +468,7 @@ def _float_to_tf32_bits(u: jax.Array) -> jax.Array:
     # A NaN is truncated, not rounded: its low 13 bits are cleared, so a NaN whose payload
     # lies only there becomes inf (0x7F800001 -> 0x7F800000 on the H100).
     nan = (u & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
-    return jnp.where(nan, u & jnp.uint32(0xFFFFE000), _round_bits(u, _FP32, _TF32, "rna"))
+    return jnp.where(nan, u & jnp.uint32(_bitops.TF32_MASK), _round_bits(u, _FP32, _TF32, "rna"))
 
 
 def _f32_arg(x: Any) -> jax.Array:
@@ -676,7 +673,6 @@ def bfloat162float(x: Any) -> jax.Array:
 # Bit views.
 # --------------------------------------------------------------------------------------
 
-_UINT_OF_BYTES = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
 # Formats whose elements fill whole bytes, so from_bits can bitcast to them.
 _BYTE_FORMATS = ("f16", "bf16", "tf32", "f32", "f64", "e4m3", "e5m2", "s32", "s8", "u8")
 
@@ -702,10 +698,10 @@ def bits(x: Any) -> jax.Array:
     arr = checks.array_arg(x, "x", complex_ok=True)  # 64-bit with x64 off: TypeError
     if jnp.issubdtype(arr.dtype, jnp.complexfloating):
         raise TypeError(f"x must be a real (float or integer) array, got dtype {arr.dtype}")
-    if arr.dtype == jnp.bool_ or arr.dtype.itemsize not in _UINT_OF_BYTES or arr.dtype in (
+    if arr.dtype == jnp.bool_ or arr.dtype.itemsize not in (1, 2, 4, 8) or arr.dtype in (
             jnp.dtype(ml_dtypes.int4), jnp.dtype(ml_dtypes.uint4)):
         raise TypeError(f"x must have an 8, 16, 32 or 64-bit dtype, got dtype {arr.dtype}")
-    return lax.bitcast_convert_type(arr, _UINT_OF_BYTES[arr.dtype.itemsize])
+    return _bitops.uint_view(arr)
 
 
 def from_bits(u: Any, fmt: str | Format) -> jax.Array:
@@ -739,9 +735,8 @@ def from_bits(u: Any, fmt: str | Format) -> jax.Array:
         given = fmt if isinstance(fmt, str) else f.name
         raise TypeError(f"u must be an integer array of {8 * width} bits (or 32 bits) for "
                         f"fmt={given!r}, got dtype {arr.dtype}")
-    unsigned = _UINT_OF_BYTES[width]
     if arr.dtype.itemsize != width:
-        arr = lax.bitcast_convert_type(arr, _UINT_OF_BYTES[arr.dtype.itemsize]).astype(unsigned)
+        arr = _bitops.uint_view(arr).astype(_bitops.uint_dtype(8 * width))
     return lax.bitcast_convert_type(arr, f.storage_dtype)
 
 

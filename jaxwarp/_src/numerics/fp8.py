@@ -23,9 +23,10 @@ leaves the finite range (above 464 for e4m3, from 61440 up for e5m2). Every NaN 
 0x7F. ``.relu`` turns a negative result into +0 (NaN stays NaN). fp8 to f16 is exact; NaN
 becomes the canonical f16 NaN 0x7FFF.
 
-Formats come from ``ml_dtypes.finfo`` (``float8_e4m3fn``, ``float8_e5m2``; sources
-``float32``, ``float16``, ``bfloat16``), the one registry of their parameters. Rounding is
-done on the bit patterns with uint32/int32 operations, never with XLA's ``convert``: XLA
+Formats come from :data:`~jaxwarp._src.numerics.formats.FORMATS` (read from
+``ml_dtypes.finfo``), the one registry of their parameters. Rounding is done on the bit
+patterns by the soft-float helpers of ``numerics/softfloat.py`` (decode, round to nearest
+even, encode), with uint32/int32 operations, never with XLA's ``convert``: XLA
 has no ``.satfinite``, keeps the sign of NaN (e4m3 0xFF; measured with jax 0.10 on CPU)
 and a backend may flush subnormals. In range it agrees with this model on every f16 and
 bf16 pattern (no double rounding through f32 was seen on CPU; ``tests/numerics/test_fp8.py``).
@@ -37,8 +38,8 @@ intrinsics are a software conversion in ``cuda_fp8.hpp``, with the same results 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,9 +47,11 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics.formats import FORMATS
 
 __all__ = [
     "FP8_FORMATS",
@@ -70,30 +73,18 @@ __all__ = [
 
 #: The fp8 formats, by the name PTX gives them, and their ml_dtypes storage type.
 FP8_FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
-_SOURCES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 _NAN8 = 0x7F  # the NaN every conversion to fp8 returns
 _NAN16 = 0x7FFF  # the NaN every conversion to f16 returns
 
 
-@dataclasses.dataclass(frozen=True)
-class _Fp:
-    """Bit-field parameters of a binary float format, read from ml_dtypes.finfo."""
-
-    nexp: int
-    nmant: int
-    bias: int
-    maxnorm_bits: int  # bits of the largest finite value
-    has_inf: bool
-
-
 @functools.cache
-def _fp(name: str) -> _Fp:
-    dt = FP8_FORMATS.get(name) or _SOURCES[name]
-    fi = ml_dtypes.finfo(dt)
-    width = 8 * np.dtype(dt).itemsize
-    maxbits = int(np.array(fi.max, dt).view(f"uint{width}"))
-    has_inf = bool(np.isinf(np.array(np.inf, dt)))
-    return _Fp(int(fi.nexp), int(fi.nmant), 1 - int(fi.minexp), maxbits, has_inf)
+def _overflow_limit(fmt: str) -> tuple[int, int]:
+    """(lsb, q) of the largest finite fp8 value ``q * 2**lsb`` (q of nmant + 1 bits), from
+    :data:`~jaxwarp._src.numerics.formats.FORMATS`."""
+    f = FORMATS[fmt]
+    _, e = math.frexp(f.max_value)  # max_value = m * 2**e, 0.5 <= m < 1
+    lsb = e - 1 - f.mantissa_bits
+    return lsb, int(f.max_value / 2.0**lsb)
 
 
 def _fmt_arg(fmt: Any) -> str:
@@ -110,43 +101,18 @@ def _bool_arg(v: Any, name: str) -> bool:
 
 def _to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) -> jax.Array:
     """Source bits (zero-extended to uint32) -> fp8 bits (uint32), RNE onto the fp8 grid."""
-    S, D = _fp(src), _fp(fmt)
-    se, sm = S.nexp, S.nmant
-    mb, bias = D.nmant, D.bias
-    u = u.astype(jnp.uint32)
-    sign = (u >> (se + sm)) & jnp.uint32(1)
-    e = ((u >> sm) & jnp.uint32((1 << se) - 1)).astype(jnp.int32)
-    f = u & jnp.uint32((1 << sm) - 1)
-    emax = (1 << se) - 1
-    nan = (e == emax) & (f != 0)
-    inf = (e == emax) & (f == 0)
-    # value = sig * 2**exp exactly
-    sig = jnp.where(e == 0, f, f | jnp.uint32(1 << sm))
-    exp = jnp.where(e == 0, jnp.int32(1 - S.bias - sm), e - jnp.int32(S.bias + sm))
-    lead = jnp.int32(31) - lax.clz(sig).astype(jnp.int32) + exp  # exponent of the top bit
-    emin_q = 1 - bias - mb  # exponent of one fp8 subnormal quantum
-    q = jnp.maximum(lead - mb, jnp.int32(emin_q))  # exponent of the result's quantum
-    s = q - exp  # bits to drop
-    sp = jnp.clip(s, 1, 31).astype(jnp.uint32)  # sig < 2**24: dropping 31 bits leaves 0
-    r = sig >> sp
-    rem = sig & ((jnp.uint32(1) << sp) - jnp.uint32(1))
-    half = jnp.uint32(1) << (sp - jnp.uint32(1))
-    r = r + ((rem > half) | ((rem == half) & ((r & jnp.uint32(1)) == 1))).astype(jnp.uint32)
-    r = jnp.where(s <= 0, sig << jnp.clip(-s, 0, 31).astype(jnp.uint32), r)
-    carry = r >= jnp.uint32(1 << (mb + 1))  # rounding carried into a new binade
-    r = jnp.where(carry, r >> 1, r)
-    q = jnp.where(carry, q + 1, q)
-    normal_code = (((q + mb + bias).astype(jnp.uint32)) << mb) | (r - jnp.uint32(1 << mb))
-    code = jnp.where(r < jnp.uint32(1 << mb), r, normal_code)
-    if D.has_inf:
-        over = code >= jnp.uint32(D.maxnorm_bits + 1)  # the next code is inf
-        over_code = D.maxnorm_bits + 1
-    else:
-        over = code > jnp.uint32(D.maxnorm_bits)  # the next code is NaN
-        over_code = _NAN8
-    over = over | inf
-    big = jnp.uint32(D.maxnorm_bits if satfinite else over_code)
-    code = jnp.where(over, big, code) | (sign << 7)
+    neg, lsb, sig, _, inf, nan = softfloat.decode(u.astype(jnp.uint32), src)
+    D = FORMATS[fmt]
+    q, lsb = softfloat.round_sig(sig.astype(jnp.uint32), lsb, softfloat.emin(fmt),
+                                 D.mantissa_bits, "rn")
+    code = softfloat.encode_rounded(neg, q, lsb, fmt)
+    # Beyond MAX_NORM (rounded with an unbounded exponent): e5m2's next code is inf, e4m3's
+    # is NaN; with satfinite, MAX_NORM.
+    max_lsb, max_q = _overflow_limit(fmt)
+    over = (lsb > max_lsb) | ((lsb == max_lsb) & (q > max_q)) | inf
+    max_bits = int(np.array(D.max_value, D.storage_dtype).view(np.uint8))
+    big = max_bits if satfinite else (max_bits + 1 if D.has_inf else _NAN8)
+    code = jnp.where(over, jnp.uint32(big) | (neg.astype(jnp.uint32) << 7), code)
     code = jnp.where(nan, jnp.uint32(_NAN8), code)
     if relu:
         code = jnp.where((code & jnp.uint32(0x80)) != 0, jnp.uint32(0), code)
@@ -155,40 +121,17 @@ def _to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) 
 
 def _fp8_to_f16_bits(b: jax.Array, fmt: str, relu: bool) -> jax.Array:
     """fp8 bits (uint32, low byte) -> f16 bits (uint32), exact; NaN -> 0x7FFF."""
-    D, H = _fp(fmt), _fp("f16")
     b = b.astype(jnp.uint32) & jnp.uint32(0xFF)
-    mb = D.nmant
-    sign = (b >> 7) & jnp.uint32(1)
-    e = ((b >> mb) & jnp.uint32((1 << D.nexp) - 1)).astype(jnp.int32)
-    m = b & jnp.uint32((1 << mb) - 1)
-    if D.has_inf:
-        nan = (e == (1 << D.nexp) - 1) & (m != 0)
-    else:
-        nan = (b & jnp.uint32(0x7F)) == jnp.uint32(D.maxnorm_bits + 1)
-    # value = sig * 2**exp exactly; encode it in f16 (always representable)
-    sig = jnp.where(e == 0, m, m | jnp.uint32(1 << mb))
-    exp = jnp.where(e == 0, jnp.int32(1 - D.bias - mb), e - jnp.int32(D.bias + mb))
-    top = jnp.int32(31) - lax.clz(jnp.maximum(sig, jnp.uint32(1))).astype(jnp.int32)
-    lead = top + exp
-    normal = lead >= 1 - H.bias
-    norm_bits = (((lead + H.bias).astype(jnp.uint32)) << H.nmant) | (
-        (sig << (H.nmant - top).astype(jnp.uint32)) - jnp.uint32(1 << H.nmant))
-    sub_bits = sig << jnp.clip(exp - (1 - H.bias - H.nmant), 0, 31).astype(jnp.uint32)
-    mag = jnp.where(sig == 0, jnp.uint32(0), jnp.where(normal, norm_bits, sub_bits))
-    if D.has_inf:
-        is_inf = (e == (1 << D.nexp) - 1) & (m == 0)
-        mag = jnp.where(is_inf, jnp.uint32(0x7C00), mag)
-    h = mag | (sign << 15)
+    neg, lsb, sig, _, inf, nan = softfloat.decode(b, fmt)
+    h = softfloat.encode(neg, sig.astype(jnp.uint32), lsb, "f16")  # always representable
+    h = jnp.where(inf, jnp.uint32(0x7C00) | (h & jnp.uint32(0x8000)), h)
     if relu:
-        h = jnp.where(sign == 1, jnp.uint32(0), h)
+        h = jnp.where(neg, jnp.uint32(0), h)
     return jnp.where(nan, jnp.uint32(_NAN16), h)
 
 
 # ----------------------------------------------------------------------------------------
 # Argument handling.
-
-_UINT = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
-
 
 def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
     """``x`` as uint32 bits: a ``float_dtype`` array (its bits) or an unsigned array of
@@ -197,11 +140,11 @@ def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
         x = np.asarray(x, float_dtype)
     arr = jnp.asarray(x)
     if arr.dtype == jnp.dtype(float_dtype):
-        return lax.bitcast_convert_type(arr, _UINT[width]).astype(jnp.uint32)
-    if arr.dtype == jnp.dtype(_UINT[width]):
+        return bits_.to_u32(arr)
+    if arr.dtype == bits_.uint_dtype(8 * width):
         return arr.astype(jnp.uint32)
     raise TypeError(f"{name} must be a {np.dtype(float_dtype).name} array or its raw bits as "
-                    f"{np.dtype(_UINT[width]).name}; got dtype {arr.dtype}")
+                    f"{bits_.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
 
 
 def _pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Array, jax.Array]:
@@ -224,7 +167,7 @@ def _word_arg(x: Any, name: str, dtype: Any) -> jax.Array:
 
 
 def _as_fp8(code: jax.Array, fmt: str) -> jax.Array:
-    return lax.bitcast_convert_type(code.astype(jnp.uint8), FP8_FORMATS[fmt])
+    return bits_.from_u32(code, FP8_FORMATS[fmt])
 
 
 def _pack8(hi: jax.Array, lo: jax.Array) -> jax.Array:
@@ -488,8 +431,7 @@ def fp8_to_halfraw(x: Any, fmt: str) -> jax.Array:
     """
     fmt = _fmt_arg(fmt)
     u = _bits_arg(x, "x", FP8_FORMATS[fmt], 1)
-    return lax.bitcast_convert_type(_fp8_to_f16_bits(u, fmt, False).astype(jnp.uint16),
-                                    jnp.float16)
+    return bits_.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
 
 
 def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
@@ -504,7 +446,7 @@ def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
     u = _word_arg(x, "x", np.uint16)
     lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, False)
     hi = _fp8_to_f16_bits(u >> 8, fmt, False)
-    return lax.bitcast_convert_type(jnp.stack([lo, hi], -1).astype(jnp.uint16), jnp.float16)
+    return bits_.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
 
 
 # ----------------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import softfloat
 from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import wmma_table
 from jaxwarp._src.tensorcore.arch import ARCHS as ARCHS
@@ -123,23 +125,6 @@ _MIXABLE = ({"e4m3", "e5m2"}, {"s8", "u8"}, {"s4", "u4"})
 
 MODES = ("exact", "fast")
 BMMA_OPS = ("xor", "and")
-
-
-# (exponent bits, fraction bits, storage width, ignored low bits, e4m3fn-style) of the
-# operand formats as the tensor core reads them.
-_FORMAT = {
-    "f16": (5, 10, 16, 0, False), "bf16": (8, 7, 16, 0, False),
-    "tf32": (8, 10, 32, 13, False), "f32": (8, 23, 32, 0, False),
-    "e4m3": (4, 3, 8, 0, True), "e5m2": (5, 2, 8, 0, False),
-}
-
-
-def _emin(fmt: str) -> int:
-    return 2 - (1 << (_FORMAT[fmt][0] - 1))
-
-
-def _lsb_min(fmt: str) -> int:
-    return _emin(fmt) - _FORMAT[fmt][1]
 
 
 # --------------------------------------------------------------------------------------
@@ -225,119 +210,14 @@ def _check_shapes(a, b, c):
 
 
 # --------------------------------------------------------------------------------------
-# Bit-level helpers (all int32 / uint32).
+# Decoded terms (the soft-float helpers live in ``numerics/softfloat.py``).
 
-_NEG_BIG = -(1 << 20)  # "exponent" of a zero term: below any real one
-
-
-def _i32(x):
-    return jnp.asarray(x, jnp.int32)
-
-
-def _bitlen(x):
-    """Bit length of a non-negative int32/uint32 array."""
-    return (32 - lax.clz(x.astype(jnp.uint32))).astype(jnp.int32)
-
-
-def _decode(bits, fmt, sub_emin=False):
-    """Bits (uint32) of a float format -> (neg, lsb_exp, sig, align, inf, nan).
-
-    value = (-1)**neg * sig * 2**lsb_exp; ``align`` is the exponent of sig's top bit, or
-    with ``sub_emin`` for a subnormal the format's minimum normal exponent
-    (``_NEG_BIG`` for zero, inf and NaN).
-    """
-    eb, mb, width, ign, fn = _FORMAT[fmt]
-    rawmb = mb + ign
-    bias = (1 << (eb - 1)) - 1
-    emax = (1 << eb) - 1
-    neg = (bits >> (width - 1)) & 1
-    e = _i32((bits >> rawmb) & emax)
-    f = _i32(bits & ((1 << rawmb) - 1)) >> ign
-    if fn:  # e4m3fn: no infinities, only S.1111.111 is NaN
-        nan = (e == emax) & (f == (1 << mb) - 1)
-        inf = jnp.zeros_like(nan)
-        special = nan
-    else:
-        special = e == emax
-        inf = special & (f == 0)
-        nan = special & (f != 0)
-    sig = jnp.where(special, 0, jnp.where(e == 0, f, f | (1 << mb)))
-    lsb = jnp.where(e == 0, 1 - bias - mb, e - bias - mb)
-    lead = jnp.where(sig == 0, _NEG_BIG, lsb + _bitlen(sig) - 1)
-    if sub_emin:
-        lead = jnp.where((e == 0) & (sig != 0), 1 - bias, lead)
-    return neg.astype(jnp.bool_), lsb, sig, lead, inf, nan
-
-
-def _shift(x, s):
-    """x * 2**s on non-negative int32 x, truncating; s may be any int32."""
-    left = x << jnp.clip(s, 0, 31)
-    right = jnp.where(s <= -32, 0, x >> jnp.clip(-s, 0, 31))
-    return jnp.where(s >= 0, left, right)
-
-
-def _round(mag, g, emin: int, mbits: int, mode: str):
-    """``mag * 2**g`` (mag uint32 >= 0) rounded (``"rz"``/``"rn"``) to a significand
-    of ``mbits`` fraction bits with exponent range down to ``emin`` (subnormals
-    below). Returns (q uint32, lsb int32): value ``q * 2**lsb``, q < 2**(mbits + 1)."""
-    n = _bitlen(mag)
-    lsb = jnp.maximum(g + n - 1 - mbits, emin - mbits)
-    sh = lsb - g
-    shc = jnp.clip(sh, 0, 31).astype(jnp.uint32)
-    q = jnp.where(sh >= 32, jnp.uint32(0),
-                  jnp.where(sh >= 0, mag >> shc,
-                            mag << jnp.clip(-sh, 0, 31).astype(jnp.uint32)))
-    if mode == "rn":
-        rem = jnp.where(sh >= 32, mag,
-                        jnp.where(sh > 0, mag & ((jnp.uint32(1) << shc) - 1), 0))
-        half = jnp.where(sh > 32, jnp.uint32(0xFFFFFFFF),
-                         jnp.where(sh > 0, jnp.uint32(1) << jnp.clip(sh - 1, 0, 31)
-                                   .astype(jnp.uint32), 0))
-        up = (sh > 0) & ((rem > half) | ((rem == half) & ((q & 1) == 1)))
-        q = q + up.astype(jnp.uint32)
-        carry = q >= (1 << (mbits + 1))
-        q = jnp.where(carry, q >> 1, q)
-        lsb = lsb + carry.astype(jnp.int32)
-    return q, lsb
-
-
-def _encode(neg, q, lsb, eb: int, mb: int):
-    """Bits (uint32) of ``(-1)**neg * q * 2**lsb`` in a format of ``eb`` exponent and
-    ``mb`` fraction bits; the value must be representable up to overflow (-> inf)."""
-    bias = (1 << (eb - 1)) - 1
-    n = _bitlen(q)
-    lead = lsb + n - 1
-    normal = lead >= 1 - bias
-    field = lead + bias
-    s = mb - (n - 1)
-    frac = jnp.where(s >= 0, q << jnp.clip(s, 0, 31).astype(jnp.uint32),
-                     q >> jnp.clip(-s, 0, 31).astype(jnp.uint32)) & ((1 << mb) - 1)
-    sub = q << jnp.clip(lsb - (1 - bias - mb), 0, 31).astype(jnp.uint32)
-    out = jnp.where(normal, (field.astype(jnp.uint32) << mb) | frac, sub)
-    inf = jnp.uint32(((1 << eb) - 1) << mb)
-    out = jnp.where(normal & (field >= (1 << eb) - 1), inf, out)
-    out = jnp.where(q == 0, jnp.uint32(0), out)
-    return out | (neg.astype(jnp.uint32) << (eb + mb))
-
-
-class _Acc(NamedTuple):
-    """A decoded accumulator term: value (-1)**neg * sig * 2**lsb, alignment exponent
-    ``lead``; specials; ``negzero``: it is a zero of negative sign."""
-
-    neg: jax.Array
-    lsb: jax.Array
-    sig: jax.Array
-    lead: jax.Array
-    nan: jax.Array
-    pinf: jax.Array
-    ninf: jax.Array
-    negzero: jax.Array
+_NEG_BIG = softfloat.NEG_BIG  # "exponent" of a zero term: below any real one
+_Acc = softfloat.Term  # a decoded accumulator term
 
 
 def _acc(bits, fmt: str, dp: Datapath) -> _Acc:
-    neg, lsb, sig, lead, inf, nan = _decode(bits, fmt, dp.c_sub_exp == "emin")
-    return _Acc(neg, lsb, sig, lead, nan, inf & ~neg, inf & neg,
-                neg & (sig == 0) & ~inf & ~nan)
+    return softfloat.term(bits, fmt, dp.c_sub_exp == "emin")
 
 
 # "No accumulator" (the +0 that ``c_mode="end"`` starts from; no term, no sign).
@@ -368,7 +248,7 @@ def _sum_terms(terms, acc: _Acc, E, F, trunc, halves=False):
     With ``halves``, ``terms`` is (sum of t >> 1, sum of t & 1) over the terms t."""
     g = E - F
     sh = acc.lsb - g
-    cv = _shift(acc.sig, sh)
+    cv = softfloat.shift(acc.sig, sh)
     cv = jnp.where(acc.neg, -cv, cv)
     if trunc == "floor":  # toward minus infinity: a negative C with lost bits goes down
         lost = jnp.where(sh >= 0, False, jnp.where(
@@ -435,8 +315,8 @@ class _Block(NamedTuple):
 # (..., m, n, k) tensor is ever stored. The fast path (f16 and fp8 operands, whose
 # values and products fp32 holds exactly as normal numbers) is then fp32 arithmetic: the
 # product itself, the sum of the operands' alignment exponents whose maximum gives the
-# block exponent E, the product scaled onto the grid of 2**(E - F), one conversion to int32 (the truncation)
-# and one int32 addition. inf and NaN follow from the IEEE fp32 sum of the products,
+# block exponent E, the product scaled onto the grid of 2**(E - F), one conversion to
+# int32 (the truncation) and one int32 addition. inf and NaN follow from the IEEE fp32 sum of the products,
 # which is NaN / +-inf exactly when the block result is. bf16 and tf32 take the
 # general path (``_Operand``): their products may leave fp32's range.
 # (On the H100, jax 0.11, a 2**18-tile batch: XLA stores each k slice of the operands
@@ -462,7 +342,7 @@ def _fast_align(x, fmt: str, dp: Datapath):
     (``sub_exp="emin"``); -1000 for zero (its products count for nothing)."""
     e = _ebits(x)
     if dp.sub_exp == "emin":
-        e = jnp.maximum(e, _emin(fmt) + 127)
+        e = jnp.maximum(e, softfloat.emin(fmt) + 127)
     return jnp.where(x == 0, -1000, e)
 
 
@@ -483,8 +363,8 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str]) -> 
     # top: 255 or more only with an inf / NaN operand (the result is then special).
     E = jnp.maximum(jnp.where(top > 0, top - 127, _NEG_BIG), acc.lead)
     # A non-zero product has E >= emin; otherwise the scale is never used.
-    emin = sum(_emin(f) if dp.align == "nominal" and dp.sub_exp == "emin" else _lsb_min(f)
-               for f in fmts)
+    emin = sum(softfloat.emin(f) if dp.align == "nominal" and dp.sub_exp == "emin"
+               else softfloat.lsb_min(f) for f in fmts)
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
     terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
@@ -507,7 +387,7 @@ class _Operand(NamedTuple):
 
 
 def _operand(bits, fmt, dp: Datapath) -> _Operand:
-    neg, lsb, sig, lead, inf, nan = _decode(bits, fmt, dp.sub_exp == "emin")
+    neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
     sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
     s = jnp.where(nan, jnp.float32(jnp.nan),
                   sign * jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
@@ -547,12 +427,6 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
     return _Block(neg, mag, g, *_specials(prods, acc, dp))
 
 
-def _to_bits(x, fmt):
-    dt = {"f16": jnp.uint16, "bf16": jnp.uint16, "e4m3": jnp.uint8,
-          "e5m2": jnp.uint8}.get(fmt, jnp.uint32)
-    return lax.bitcast_convert_type(x, dt).astype(jnp.uint32)
-
-
 # --------------------------------------------------------------------------------------
 # Rounding a block, IEEE additions.
 
@@ -571,8 +445,8 @@ def _zero_rule(bits, r: _Block, dp: Datapath, sign: int):
 
 def _f32_bits(r: _Block, dp: Datapath):
     """A block sum -> fp32 bits (``block_round``, ``sum_mbits``)."""
-    q, lsb = _round(r.mag, r.g, -126, dp.sum_mbits, dp.block_round)
-    bits = _zero_rule(_encode(r.neg, q, lsb, 8, 23), r, dp, 1 << 31)
+    q, lsb = softfloat.round_sig(r.mag, r.g, -126, dp.sum_mbits, dp.block_round)
+    bits = _zero_rule(softfloat.encode(r.neg, q, lsb, "f32"), r, dp, 1 << 31)
     if dp.f32_zero == "plus":
         bits = jnp.where(bits == jnp.uint32(0x80000000), jnp.uint32(0), bits)
     return _specials_to(bits, r, dp.nan_f32, 0x7F800000, 1 << 31)
@@ -580,8 +454,8 @@ def _f32_bits(r: _Block, dp: Datapath):
 
 def _f16_bits(r: _Block, dp: Datapath):
     """A block sum -> fp16 bits directly (``f16_round``, ``f16_zero``)."""
-    q, lsb = _round(r.mag, r.g, -14, 10, dp.f16_round)
-    bits = _zero_rule(_encode(r.neg, q, lsb, 5, 10), r, dp, 0x8000)
+    q, lsb = softfloat.round_sig(r.mag, r.g, -14, 10, dp.f16_round)
+    bits = _zero_rule(softfloat.encode(r.neg, q, lsb, "f16"), r, dp, 0x8000)
     if dp.f16_zero == "plus":
         bits = jnp.where(bits == 0x8000, jnp.uint32(0), bits)
     return _specials_to(bits, r, dp.nan_f16, 0x7C00, 0x8000)
@@ -589,55 +463,21 @@ def _f16_bits(r: _Block, dp: Datapath):
 
 def _f32_to_f16(bits, dp: Datapath):
     """fp32 bits -> fp16 bits (``f16_round``; NaN -> ``nan_f16``)."""
-    neg, lsb, sig, _, inf, nan = _decode(bits, "f32")
-    q, l16 = _round(sig.astype(jnp.uint32), lsb, -14, 10, dp.f16_round)
-    out = _encode(neg, q, l16, 5, 10)
+    neg, lsb, sig, _, inf, nan = softfloat.decode(bits, "f32")
+    q, l16 = softfloat.round_sig(sig.astype(jnp.uint32), lsb, -14, 10, dp.f16_round)
+    out = softfloat.encode(neg, q, l16, "f16")
     out = jnp.where(inf, jnp.uint32(0x7C00) | (out & 0x8000), out)
     return jnp.where(nan, jnp.uint32(dp.nan_f16), out)
 
 
 def _add_rn(x: _Acc, y: _Acc, out: str, dp: Datapath):
-    """IEEE ``x + y`` rounded to nearest even into ``out`` ("f32"/"f16") bits, on
-    integers (XLA's fp32 addition on CPU flushes subnormals). Both are aligned on the
-    grid 2**(E - 26), E the larger leading exponent; a smaller term loses bits only when
-    the exponents are 3 or more apart, and then its floor plus a sticky bit (round to
-    odd) keeps the nearest-even rounding to 24 bits exact."""
-    lx = jnp.where(x.sig == 0, _NEG_BIG, x.lsb + _bitlen(x.sig) - 1)
-    ly = jnp.where(y.sig == 0, _NEG_BIG, y.lsb + _bitlen(y.sig) - 1)
-    g = jnp.maximum(lx, ly) - 26
-
-    def term(t):
-        sh = t.lsb - g
-        v = jnp.where(t.neg, -t.sig, t.sig)
-        left = v << jnp.clip(sh, 0, 31)
-        right = v >> jnp.clip(-sh, 0, 31)  # arithmetic: floor
-        lost = (t.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0
-        lost = jnp.where(sh <= -31, t.sig != 0, lost)
-        return jnp.where(sh >= 0, left, right), (sh < 0) & lost
-
-    vx, sx = term(x)
-    vy, sy = term(y)
-    s = (vx + vy) | (sx | sy).astype(jnp.int32)
-    neg = s < 0
-    mag = jnp.abs(s).astype(jnp.uint32)
-    eb, mb = (8, 23) if out == "f32" else (5, 10)
-    q, lsb = _round(mag, g, _emin(out), mb, "rn")
-    bits = _encode(neg, q, lsb, eb, mb)
-    sign = 1 << (eb + mb)
-    bits = jnp.where(s == 0, jnp.where(x.negzero & y.negzero, jnp.uint32(sign), 0), bits)
-    inf_bits = ((1 << eb) - 1) << mb
-    pinf, ninf = x.pinf | y.pinf, x.ninf | y.ninf
-    bits = jnp.where(pinf, jnp.uint32(inf_bits), bits)
-    bits = jnp.where(ninf, jnp.uint32(inf_bits | sign), bits)
-    nan = x.nan | y.nan | (pinf & ninf)
-    return jnp.where(nan, jnp.uint32(dp.nan_f32 if out == "f32" else dp.nan_f16), bits)
+    """IEEE ``x + y`` to nearest even into ``out`` ("f32"/"f16") bits; NaN -> dp's."""
+    return softfloat.add_rn(x, y, out, dp.nan_f32 if out == "f32" else dp.nan_f16)
 
 
 def _f32_acc(x) -> _Acc:
     """An fp32 value (normal, zero, inf or NaN) as an accumulator term."""
-    bits = lax.bitcast_convert_type(x, jnp.uint32)
-    neg, lsb, sig, lead, inf, nan = _decode(bits, "f32")
-    return _Acc(neg, lsb, sig, lead, nan, inf & ~neg, inf & neg, neg & (sig == 0) & ~inf & ~nan)
+    return softfloat.term(bits_.to_u32(x), "f32")
 
 
 # --------------------------------------------------------------------------------------
@@ -707,7 +547,7 @@ def _chain(a, b, c, cfg: _Cfg, block):
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
-    acc = _acc(_to_bits(c, cfg.c_type), cfg.c_type, dp)
+    acc = _acc(bits_.to_u32(c), cfg.c_type, dp)
     first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b)
     bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
@@ -745,12 +585,11 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
         bits = _chain(a.astype(jnp.float16), b.astype(jnp.float16), c, cfg,
                       functools.partial(_block_fast, fmts=(a_type, b_type)))
     else:
-        block = functools.partial(_block_general, emin=_lsb_min(a_type) + _lsb_min(b_type))
-        bits = _chain(_operand(_to_bits(a, a_type), a_type, dp),
-                      _operand(_to_bits(b, b_type), b_type, dp), c, cfg, block)
-    if cfg.d_type == "f32":
-        return lax.bitcast_convert_type(bits, jnp.float32)
-    return lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.float16)
+        block = functools.partial(_block_general,
+                                  emin=softfloat.lsb_min(a_type) + softfloat.lsb_min(b_type))
+        bits = _chain(_operand(bits_.to_u32(a), a_type, dp),
+                      _operand(bits_.to_u32(b), b_type, dp), c, cfg, block)
+    return bits_.from_u32(bits, jnp.float32 if cfg.d_type == "f32" else jnp.float16)
 
 
 # --------------------------------------------------------------------------------------
@@ -759,137 +598,13 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
 _U64 = jnp.uint64
 
 
-def _sl(x, s):
-    return jnp.where((s >= 64) | (s < 0), _U64(0), x << jnp.clip(s, 0, 63).astype(_U64))
-
-
-def _sr(x, s):
-    return jnp.where((s >= 64) | (s < 0), _U64(0), x >> jnp.clip(s, 0, 63).astype(_U64))
-
-
-def _shl128(hi, lo, s):
-    return _sl(hi, s) | _sr(lo, 64 - s) | _sl(lo, s - 64), _sl(lo, s)
-
-
-def _shr128(hi, lo, s):
-    return _sr(hi, s), _sr(lo, s) | _sl(hi, 64 - s) | _sr(hi, s - 64)
-
-
-def _bitlen64(x):
-    return (64 - lax.clz(x)).astype(jnp.int32)
-
-
-def _bitlen128(hi, lo):
-    return jnp.where(hi != 0, 64 + _bitlen64(hi), _bitlen64(lo))
-
-
-def _low_nonzero128(hi, lo, s):
-    """Whether any of the bits below position s (0 <= s) is set."""
-    lo_m = jnp.where(s >= 64, ~_U64(0), _sl(_U64(1), s) - 1)
-    hi_m = jnp.where(s >= 128, ~_U64(0), jnp.where(s > 64, _sl(_U64(1), s - 64) - 1, _U64(0)))
-    return ((lo & lo_m) | (hi & hi_m)) != 0
-
-
-def _align128(hi, lo, s):
-    """(hi, lo) * 2**s: left shift for s >= 0, right shift with a sticky bit otherwise."""
-    lh, ll = _shl128(hi, lo, jnp.maximum(s, 0))
-    rh, rl = _shr128(hi, lo, jnp.maximum(-s, 0))
-    sticky = _low_nonzero128(hi, lo, jnp.maximum(-s, 0)).astype(_U64)
-    return jnp.where(s >= 0, lh, rh), jnp.where(s >= 0, ll, rl | sticky)
-
-
-def _decode64(bits):
-    neg = (bits >> 63) != 0
-    e = ((bits >> 52) & 0x7FF).astype(jnp.int32)
-    f = bits & _U64((1 << 52) - 1)
-    sig = jnp.where(e == 0, f, f | _U64(1 << 52))
-    lsb = jnp.where(e == 0, 1, e) - 1075
-    return neg, e, f, sig, lsb
-
-
-def _fma64(a, b, c):
-    """IEEE binary64 fma(a, b, c), round to nearest even, on uint64 bit patterns."""
-    an, ae, af, asig, alsb = _decode64(a)
-    bn, be, bf, bsig, blsb = _decode64(b)
-    cn, ce, cf, csig, clsb = _decode64(c)
-    pn = an ^ bn
-    # 106-bit product in (hi, lo).
-    m32 = _U64(0xFFFFFFFF)
-    a0, a1, b0, b1 = asig & m32, asig >> 32, bsig & m32, bsig >> 32
-    ll = a0 * b0
-    mid = a0 * b1 + a1 * b0
-    lo = ll + (mid << 32)
-    hi = a1 * b1 + (mid >> 32) + (lo < ll).astype(_U64)
-    plsb = alsb + blsb
-    pz = (hi == 0) & (lo == 0)
-    cz = csig == 0
-    plead = jnp.where(pz, -(1 << 20), plsb + _bitlen128(hi, lo) - 1)
-    clead = jnp.where(cz, -(1 << 20), clsb + _bitlen64(csig) - 1)
-    w = jnp.maximum(plead, clead) + 1 - 126  # exponent of the window's bit 0
-    ph, pl = _align128(hi, lo, plsb - w)
-    ch, cl = _align128(jnp.zeros_like(csig), csig, clsb - w)
-    ph = jnp.where(pz, _U64(0), ph)
-    pl = jnp.where(pz, _U64(0), pl)
-    # Signed add of magnitudes.
-    s_lo = pl + cl
-    s_hi = ph + ch + (s_lo < pl).astype(_U64)
-    p_ge = (ph > ch) | ((ph == ch) & (pl >= cl))
-    xh, xl = jnp.where(p_ge, ph, ch), jnp.where(p_ge, pl, cl)
-    yh, yl = jnp.where(p_ge, ch, ph), jnp.where(p_ge, cl, pl)
-    d_lo = xl - yl
-    d_hi = xh - yh - (xl < yl).astype(_U64)
-    same = pn == cn
-    mh, ml = jnp.where(same, s_hi, d_hi), jnp.where(same, s_lo, d_lo)
-    rneg = jnp.where(same, pn, jnp.where(p_ge, pn, cn))
-    # Round (mh, ml) * 2**w to binary64.
-    L = _bitlen128(mh, ml)
-    r = jnp.maximum(w + L - 1 - 52, -1074)
-    sh = r - w
-    qh, ql = _shr128(mh, ml, jnp.maximum(sh, 0))
-    q = jnp.where(sh >= 0, ql, _sl(ml, -sh))
-    rbit = jnp.where(sh >= 1, _shr128(mh, ml, sh - 1)[1] & 1, _U64(0))
-    sticky = jnp.where(sh >= 2, _low_nonzero128(mh, ml, sh - 1), False)
-    up = (rbit == 1) & (sticky | ((q & 1) == 1))
-    q = q + up.astype(_U64)
-    carry = q >= _U64(1 << 53)
-    q = jnp.where(carry, q >> 1, q)
-    r = r + carry.astype(jnp.int32)
-    normal = q >= _U64(1 << 52)
-    biased = jnp.where(normal, r + 1075, 0)
-    mag_bits = jnp.where(normal, (biased.astype(_U64) << 52) | (q & _U64((1 << 52) - 1)), q)
-    mag_bits = jnp.where(biased >= 2047, _U64(0x7FF0000000000000), mag_bits)
-    zero = (mh == 0) & (ml == 0)
-    sign = jnp.where(zero, pz & cz & pn & cn, rneg)  # exact zero: +0 unless -0 + -0
-    out = mag_bits | (sign.astype(_U64) << 63)
-    # Special operands.
-    inf_bits = _U64(0x7FF0000000000000)
-    a_inf, a_nan = (ae == 2047) & (af == 0), (ae == 2047) & (af != 0)
-    b_inf, b_nan = (be == 2047) & (bf == 0), (be == 2047) & (bf != 0)
-    c_inf, c_nan = (ce == 2047) & (cf == 0), (ce == 2047) & (cf != 0)
-    a_zero, b_zero = (ae == 0) & (af == 0), (be == 0) & (bf == 0)
-    p_inf = (a_inf | b_inf) & ~a_nan & ~b_nan
-    invalid = (a_inf & b_zero) | (b_inf & a_zero) | (p_inf & c_inf & (pn != cn))
-    out = jnp.where(c_inf, c, out)
-    out = jnp.where(p_inf, inf_bits | (pn.astype(_U64) << 63), out)
-    out = jnp.where(invalid, _U64(0xFFF8000000000000), out)
-    quiet = _U64(1 << 51)
-    # NaN operands propagate quieted. Which one: the H100 returned B's NaN over A's
-    # (capture_extra_mma, kind nan_payload) and the accumulator's NaN over A's (the
-    # fresh mma.sync f64 captures: a chain whose accumulator became a NaN at k1 keeps
-    # that payload through a quiet-NaN A at k2); B over C is not separated.
-    out = jnp.where(a_nan, a | quiet, out)
-    out = jnp.where(c_nan, c | quiet, out)
-    out = jnp.where(b_nan, b | quiet, out)
-    return out
-
-
 @jax.jit
 def _mma_f64_exact(a, b, c):
     ab = lax.bitcast_convert_type(a, _U64)
     bb = lax.bitcast_convert_type(b, _U64)
     acc = lax.bitcast_convert_type(c, _U64)
     for kk in range(a.shape[-1]):
-        acc = _fma64(ab[..., :, kk:kk + 1], bb[..., kk:kk + 1, :], acc)
+        acc = softfloat.fma64(ab[..., :, kk:kk + 1], bb[..., kk:kk + 1, :], acc)
     return lax.bitcast_convert_type(acc, jnp.float64)
 
 
@@ -922,8 +637,7 @@ def _mma_int(a, b, c, satf):
 
 def _round_operand(x, a_type):
     if a_type == "tf32":  # the tensor core ignores the low 13 bits
-        bits = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000)
-        return lax.bitcast_convert_type(bits, jnp.float32)
+        return bits_.tf32_keep(x)
     if a_type in _arch.FP8_TYPES:
         return x.astype(jnp.float32)
     return x
@@ -1084,8 +798,8 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
 
 
 def _low_nibble(x: jax.Array, signed: bool) -> jax.Array:
-    v = x.astype(jnp.int32) & 0xF
-    return ((v ^ 8) - 8).astype(x.dtype) if signed else v.astype(x.dtype)
+    v = bits_.sext(x, 4) if signed else x.astype(jnp.int32) & 0xF
+    return v.astype(x.dtype)
 
 
 def bmma(a, b, c, *, op: str) -> jax.Array:

@@ -83,6 +83,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics.bits import as_bits as as_bits  # re-exported (wmma.py)
+from jaxwarp._src.numerics.bits import from_bits as from_bits
+from jaxwarp._src.numerics.bits import sext
+from jaxwarp._src.numerics.bits import take_bits as take_bits
+from jaxwarp._src.numerics.bits import uint_view
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.warp import checked
 
@@ -710,24 +715,6 @@ def _value_arg(frag: Any, name: str) -> Fragment:
                     f"{frag.__class__.__name__}")
 
 
-def as_bits(x: jax.Array) -> jax.Array:
-    """Floats as same-width unsigned ints, so that gathers keep NaN payloads bit for bit
-    (XLA's CPU gather canonicalizes bfloat16 NaNs)."""
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        return jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{x.dtype.itemsize * 8}"))
-    return x
-
-
-def from_bits(x: jax.Array, dtype: Any) -> jax.Array:
-    dtype = np.dtype(dtype)
-    return jax.lax.bitcast_convert_type(x, dtype) if x.dtype != dtype else x
-
-
-def take_bits(x: jax.Array, indices: Any, axis: int = -1) -> jax.Array:
-    """``jnp.take`` of constant in-bounds indices that keeps every bit (NaN payloads too)."""
-    return from_bits(jnp.take(as_bits(x), indices, axis=axis, mode="clip"), x.dtype)
-
-
 def _shifts(et: table.ElementType) -> jax.Array:
     return jnp.arange(et.per_storage, dtype=jnp.uint32) * jnp.uint32(et.bits)
 
@@ -741,7 +728,7 @@ def pack_values(et: table.ElementType, values: jax.Array) -> jax.Array:
     v = v.reshape(*v.shape[:-1], -1, et.per_storage) << _shifts(et)
     words = jnp.sum(v, axis=-1, dtype=jnp.uint32)  # disjoint bit fields: sum == or
     if et.storage_dtype == np.dtype(np.int32):
-        words = jax.lax.bitcast_convert_type(words, jnp.int32)
+        words = from_bits(words, jnp.int32)
     return words
 
 
@@ -749,12 +736,11 @@ def unpack_values(et: table.ElementType, words: jax.Array) -> jax.Array:
     """Unpacks storage words (..., N) into values (..., N * per_storage), value dtype."""
     if not et.packed:
         return words
-    if words.dtype != jnp.uint32:
-        words = jax.lax.bitcast_convert_type(words, jnp.uint32)
+    words = uint_view(words)
     v = (words[..., None] >> _shifts(et)) & jnp.uint32((1 << et.bits) - 1)
     v = v.reshape(*v.shape[:-2], -1)
     if et.value_dtype == np.dtype(np.int8):  # s4: sign-extend the nibble
-        return (v.astype(jnp.int32) ^ 8) - 8
+        return sext(v, et.bits)
     return v.astype(et.value_dtype)
 
 

@@ -28,8 +28,9 @@ Rules (PTX ISA): every used row address is 16-byte aligned and the 16 bytes lie 
 shared memory. With concrete addresses a broken rule raises ``ValueError`` at once. With
 traced addresses (under ``jax.jit``) ``jaxwarp.checked`` reports it; unchecked, the model
 ignores the low 4 address bits, reads 0 outside ``smem`` and drops stores outside it.
-When two lanes of one ``stmatrix`` name the same row, the higher-numbered row (matrix 8i+r
-order) is what remains; ``jaxwarp.checked`` reports it.
+When two lanes of one ``stmatrix`` name the same row (the ISA leaves the result
+unspecified), the model does what the H100 does: the row of the later matrix remains, and
+within one matrix the lower row; ``jaxwarp.checked`` reports it.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.warp import checked
 
 __all__ = ["ldmatrix", "movmatrix", "stmatrix"]
@@ -68,7 +69,7 @@ def _smem_words(smem: Any, op: str) -> tuple[jax.Array, Any]:
         pair = arr.reshape(-1, 2).astype(jnp.uint16)
         return pair[:, 0] | (pair[:, 1] << 8), arr.dtype
     if arr.dtype in _WORD_DTYPES:
-        return lax.bitcast_convert_type(arr, jnp.uint16), arr.dtype
+        return bits_.uint_view(arr), arr.dtype
     raise TypeError(f"{op}: smem must be uint8 bytes or 16-bit words (uint16, float16, "
                     f"bfloat16); got dtype {arr.dtype}")
 
@@ -76,7 +77,7 @@ def _smem_words(smem: Any, op: str) -> tuple[jax.Array, Any]:
 def _smem_back(words: jax.Array, dtype: Any) -> jax.Array:
     if dtype == jnp.uint8:
         return jnp.stack([words & 0xFF, words >> 8], -1).reshape(-1).astype(jnp.uint8)
-    return lax.bitcast_convert_type(words, dtype)
+    return bits_.from_bits(words, dtype)
 
 
 def _addr_arg(addr: Any, op: str) -> jax.Array:
@@ -104,7 +105,7 @@ def _check_rows(addr: jax.Array, num: int, nbytes: int, op: str, store: bool) ->
                     f"lanes {lanes.tolist()} are affected. The PTX ISA requires every row "
                     f"address of lanes 0..{8 * num - 1} to be 16-byte aligned and inside "
                     f"shared memory.")
-        return  # a row stored twice is allowed eagerly: the later one remains (module doc)
+        return  # a row stored twice is allowed eagerly (the H100's order: see stmatrix)
     checked.check(~jnp.any(mis), f"{op}: the row address of lane {{lane}} is not 16-byte "
                   "aligned (PTX ISA: ldmatrix/stmatrix rows must be 16-byte aligned)",
                   lane=checked.first_lane(mis))
@@ -113,7 +114,7 @@ def _check_rows(addr: jax.Array, num: int, nbytes: int, op: str, store: bool) ->
     if store:
         dup = jnp.any((used[:, None] == used[None, :]) & ~jnp.eye(8 * num, dtype=bool), axis=1)
         checked.check(~jnp.any(dup), f"{op}: lane {{lane}} stores to a row another lane also "
-                      "stores to (which write remains is unspecified)",
+                      "stores to (unspecified in the PTX ISA; the model keeps the H100's choice)",
                       lane=checked.first_lane(dup))
 
 
@@ -190,6 +191,17 @@ def ldmatrix(smem: Any, addr: Any, *, num: int, trans: bool = False) -> jax.Arra
     return _to_fragment(m)
 
 
+def _store_beats() -> np.ndarray:
+    """[j, j2]: row j2 (lane 8 i2 + r2, matrix i2, row r2) overwrites row j when both name
+    one address: a later matrix, or in the same matrix a lower row (measured on the H100:
+    every duplicate-row word of 64 trials per form, x1/x2/x4 with and without .trans)."""
+    i, r = np.divmod(np.arange(32), 8)
+    return (i[None, :] > i[:, None]) | ((i[None, :] == i[:, None]) & (r[None, :] < r[:, None]))
+
+
+_STORE_BEATS = _store_beats()
+
+
 def stmatrix(smem: Any, regs: Any, addr: Any, *, num: int, trans: bool = False) -> jax.Array:
     """PTX ``stmatrix.sync.aligned.m8n8{.x1,.x2,.x4}{.trans}.shared.b16``.
 
@@ -227,10 +239,11 @@ def stmatrix(smem: Any, regs: Any, addr: Any, *, num: int, trans: bool = False) 
     if trans:
         m = jnp.swapaxes(m, 1, 2)
     idx = _row_words(a, num)
-    # a row named again by a later row index is not written here (the later one remains)
+    # Rows named twice (the ISA leaves it unspecified): on the H100 the later matrix
+    # wins, and within one matrix the lower row (``_STORE_BEATS``). Losers are dropped.
     first = idx[:, 0]
-    later = jnp.triu(first[:, None] == first[None, :], k=1).any(axis=1)
-    idx = jnp.where(later[:, None], n, idx)  # out of range: dropped
+    lost = ((first[:, None] == first[None, :]) & _STORE_BEATS[: 8 * num, : 8 * num]).any(axis=1)
+    idx = jnp.where(lost[:, None], n, idx)  # out of range: dropped
     out = words.at[idx.reshape(-1)].set(m.reshape(-1), mode="drop")
     return _smem_back(out, dtype)
 

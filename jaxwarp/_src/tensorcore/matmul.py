@@ -364,20 +364,21 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
     b4 = b_op.reshape(kt, k, nt, n)
     acc = c_acc.reshape(mt, m, nt, n)
 
-    def step(acc, kk):
+    def step(carry, _):
         # (mt, 1, m, k) x (1, nt, k, n): the datapath broadcasts the tile grid itself,
         # so operand work (decoding, k slices) happens once per tile, not per output tile.
+        acc, kk = carry
         at = lax.dynamic_index_in_dim(a4, kk, axis=2, keepdims=False)  # (mt, m, k)
         bt = lax.dynamic_index_in_dim(b4, kk, axis=0, keepdims=False)  # (k, nt, n)
         d = _mma(at[:, None], bt.transpose(1, 0, 2)[None, :], acc.transpose(0, 2, 1, 3),
                  cfg)
-        return d.transpose(0, 2, 1, 3), None
+        return (d.transpose(0, 2, 1, 3), kk + 1), None
 
-    def chain(acc, kks):
-        return lax.scan(step, acc, kks)[0]
+    def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
+        return lax.scan(step, (acc, jnp.asarray(k0, jnp.int32)), None, length=length)[0][0]
 
     if cfg.promote_every is None:
-        acc = chain(acc, jnp.arange(kt))
+        acc = chain(acc, 0, kt)
     else:
         # Promotion: each interval's chain starts from +0; its fp32 result is added to
         # the fp32 accumulator with an ordinary (round-to-nearest) fp32 addition.
@@ -385,13 +386,14 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
         full, rem = divmod(kt, s)
         zero = jnp.zeros_like(acc)
 
-        def interval(acc, kks):
-            return acc + chain(zero, kks), None
+        def interval(carry, _):
+            acc, k0 = carry
+            return (acc + chain(zero, k0, s), k0 + s), None
 
         if full:
-            acc = lax.scan(interval, acc, jnp.arange(full * s).reshape(full, s))[0]
+            acc = lax.scan(interval, (acc, jnp.int32(0)), None, length=full)[0][0]
         if rem:
-            acc = acc + chain(zero, jnp.arange(full * s, kt))
+            acc = acc + chain(zero, full * s, rem)
     return acc.reshape(Mp, Np)[:M, :N]
 
 

@@ -114,6 +114,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.tensorcore import datapath
 
 __all__ = [
@@ -510,19 +511,18 @@ def _inverse(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _uint_of(bits: int):
-    return {8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32, 64: jnp.uint64}[bits]
+    return bits_.uint_dtype(bits).type
 
 
 def _elem_bits(x: jax.Array, ty: str, word: Any) -> jax.Array:
     """Logical elements -> their bit fields, in the register word dtype."""
     bits = _BITS[ty]
     if bits in (8, 16, 32, 64) and not jnp.issubdtype(x.dtype, jnp.integer):
-        return lax.bitcast_convert_type(x, _uint_of(bits)).astype(word)
+        return bits_.uint_view(x).astype(word)
     if bits == 64:
         return lax.bitcast_convert_type(x, word)
-    v = lax.bitcast_convert_type(x, _uint_of(x.dtype.itemsize * 8)) if x.dtype.itemsize * 8 \
-        in (8, 16, 32) else x
-    return v.astype(word) & word((1 << bits) - 1)
+    v = bits_.uint_view(x) if x.dtype.itemsize * 8 in (8, 16, 32) else x
+    return v.astype(word) & word(bits_.low_mask(bits))
 
 
 def _bits_elem(v: jax.Array, ty: str) -> jax.Array:
@@ -531,9 +531,9 @@ def _bits_elem(v: jax.Array, ty: str) -> jax.Array:
     if bits == 64:
         return lax.bitcast_convert_type(v, dt)
     if bits in (8, 16, 32):
-        return lax.bitcast_convert_type(v.astype(_uint_of(bits)), dt)
+        return bits_.from_bits(v.astype(_uint_of(bits)), dt)
     if ty == "s4":
-        return ((v.astype(jnp.int32) ^ 8) - 8).astype(dt)
+        return bits_.sext(v, 4).astype(dt)
     return v.astype(dt)
 
 

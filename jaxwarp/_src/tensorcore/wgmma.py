@@ -67,9 +67,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.tensorcore import datapath
 
 __all__ = [
@@ -96,7 +96,6 @@ BITS_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
     "f16": np.dtype(np.uint16), "bf16": np.dtype(np.uint16), "tf32": np.dtype(np.uint32),
     "e4m3": np.dtype(np.uint8), "e5m2": np.dtype(np.uint8), "s8": np.dtype(np.int8),
     "u8": np.dtype(np.uint8), "b1": np.dtype(np.uint8)})
-_UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32)}
 #: dtype of the accumulator registers per d_type.
 REGISTER_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
     "f32": np.dtype(np.float32), "s32": np.dtype(np.int32), "f16": np.dtype(np.uint32)})
@@ -587,9 +586,7 @@ def read_operand(smem: Any, desc: Any, qualifier: Any, operand: str, *,
         word = raw[..., 0].astype(jnp.uint32)
         for jj in range(1, raw.shape[-1]):
             word = word | (raw[..., jj].astype(jnp.uint32) << jnp.uint32(8 * jj))
-        v = word.astype(_UINT[bits])
-        if BITS_DTYPE[t] != _UINT[bits]:
-            v = lax.bitcast_convert_type(v, BITS_DTYPE[t])
+        v = bits_.from_u32(word, BITS_DTYPE[t])
     return v if operand == "a" else jnp.swapaxes(v, -1, -2)
 
 
@@ -641,7 +638,7 @@ def write_operand(smem: Any, desc: Any, qualifier: Any, operand: str, x: Any, *,
         byte_addr = addr[..., 0]
         cleared = s.at[byte_addr.reshape(-1)].set(jnp.uint8(0))
         return cleared.at[byte_addr.reshape(-1)].add(v.reshape(-1))
-    u = lax.bitcast_convert_type(xr, _UINT[bits]).astype(jnp.uint32)
+    u = bits_.to_u32(xr)
     for jj in range(addr.shape[-1]):
         byte = ((u >> jnp.uint32(8 * jj)) & jnp.uint32(0xFF)).astype(jnp.uint8)
         s = s.at[addr[..., jj].reshape(-1)].set(byte.reshape(-1))
@@ -737,7 +734,7 @@ def accumulator_matrix(d_regs: Any, qualifier: Any) -> jax.Array:
     batch = x.shape[:-2]
     if instr.d_type == "f16":
         halves = jnp.stack([x & jnp.uint32(0xFFFF), x >> jnp.uint32(16)], axis=-1)
-        x = lax.bitcast_convert_type(halves.astype(jnp.uint16), jnp.float16)
+        x = bits_.from_u32(halves, jnp.float16)
     x = x.reshape(*batch, -1)
     return x[..., inv]
 
@@ -764,7 +761,7 @@ def accumulator_registers(d: Any, qualifier: Any) -> jax.Array:
     row, col = d_layout(instr)
     v = d[..., row, col]  # (..., 128, NR, h)
     if instr.d_type == "f16":
-        u = lax.bitcast_convert_type(v, jnp.uint16).astype(jnp.uint32)
+        u = bits_.to_u32(v)
         return u[..., 0] | (u[..., 1] << jnp.uint32(16))
     return v[..., 0]
 
@@ -787,7 +784,7 @@ def a_registers(a: Any, qualifier: Any) -> jax.Array:
         raise TypeError(f"a must hold {instr.a_type} elements as {bits}-bit integers "
                         f"({BITS_DTYPE[instr.a_type]}), got {a.dtype}")
     row, col = a_layout(instr)
-    u = lax.bitcast_convert_type(a[..., row, col], _UINT[bits]).astype(jnp.uint32)
+    u = bits_.to_u32(a[..., row, col])
     word = u[..., 0]
     for j in range(1, u.shape[-1]):
         word = word | (u[..., j] << jnp.uint32(j * bits))
@@ -811,7 +808,7 @@ def a_matrix(a_regs: Any, qualifier: Any) -> jax.Array:
     mask = jnp.uint32((1 << bits) - 1) if bits < 32 else jnp.uint32(0xFFFFFFFF)
     parts = jnp.stack([(x >> jnp.uint32(j * bits)) & mask for j in range(row.shape[-1])],
                       axis=-1)
-    v = lax.bitcast_convert_type(parts.astype(_UINT[bits]), BITS_DTYPE[instr.a_type])
+    v = bits_.from_u32(parts, BITS_DTYPE[instr.a_type])
     inv = np.zeros((M, instr.k), np.int64)
     inv[row, col] = np.arange(row.size).reshape(row.shape)
     return v.reshape(*v.shape[:-3], -1)[..., inv]
@@ -834,9 +831,7 @@ def _storage(bits: jax.Array, t: str) -> jax.Array:
     want = datapath.STORAGE_DTYPE.get(t)
     if want is None:
         raise NotImplementedError(f"datapath.mma has no storage dtype for {t!r} yet")
-    if bits.dtype == want:
-        return bits
-    return lax.bitcast_convert_type(bits, want)
+    return bits_.from_bits(bits, want)
 
 
 def _arith(instr: WgmmaInstruction, a_bits: jax.Array, b_bits: jax.Array, c: jax.Array,
@@ -981,7 +976,7 @@ def _bits_arg(x: Any, name: str, t: str, shape: tuple[int, int]) -> jax.Array:
         return x
     store = datapath.STORAGE_DTYPE.get(t)
     if store is not None and x.dtype == store and x.dtype.itemsize == want.itemsize:
-        return lax.bitcast_convert_type(x, want)
+        return bits_.from_bits(x, want)
     allowed = [str(want)] + ([str(store)] if store is not None else [])
     raise TypeError(f"{name} for type {t!r} must have dtype in {allowed}, got {x.dtype}")
 

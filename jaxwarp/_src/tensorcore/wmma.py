@@ -49,9 +49,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.warp import checked
 from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import wmma_table as table
@@ -425,9 +425,7 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
             if jnp.issubdtype(f.x.dtype, jnp.floating):
                 v = matrix_from_fragment(f)
                 if f.type == "tf32":  # the tensor core ignores the low 13 bits
-                    v = lax.bitcast_convert_type(
-                        lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFFE000),
-                        jnp.float32)
+                    v = bits_.tf32_keep(v)
                 bad = ~jnp.isfinite(v.astype(jnp.float32) if v.dtype != jnp.float64 else v)
                 flat = jnp.argmax(bad.reshape(-1))
                 cols = v.shape[-1]

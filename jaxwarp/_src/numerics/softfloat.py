@@ -1,0 +1,491 @@
+"""Soft float: decoding, rounding and encoding float bit patterns with integer operations.
+
+The one implementation shared by the conversions (``fp8.py``) and the tensor-core
+arithmetic (``tensorcore/datapath.py``). Everything works on uint32 / int32 arrays (fma64
+on uint64), never on XLA floats, which may flush subnormals and do not keep NaN bits.
+
+A finite value is held as ``(-1)**neg * sig * 2**lsb`` with an integer significand ``sig``
+and the exponent ``lsb`` of its last bit:
+
+* :func:`decode`: bits of a format -> ``(neg, lsb, sig, lead, inf, nan)``;
+* :func:`round_sig`: ``mag * 2**g`` -> a significand of ``mbits`` fraction bits on the grid
+  of a format with minimum normal exponent ``emin`` (subnormals below), ``"rz"``, ``"rn"``
+  (ties to even) or ``"rna"`` (ties away);
+* :func:`encode`: ``(neg, q, lsb)`` -> bits of a format;
+* :func:`add_rn`: IEEE addition of two decoded terms (:class:`Term`), to nearest even;
+* :func:`fma64`: IEEE binary64 fused multiply-add on uint64 bit patterns.
+
+Format facts (exponent and fraction bits, storage width, the low bits tf32 ignores, whether
+the format has infinities) come from :data:`~jaxwarp._src.numerics.formats.FORMATS`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxwarp._src.numerics.formats import get_format
+
+__all__ = [
+    "DECODE_FORMATS",
+    "NEG_BIG",
+    "ROUNDINGS",
+    "Term",
+    "add_rn",
+    "bitlen",
+    "decode",
+    "emin",
+    "encode",
+    "encode_rounded",
+    "fma64",
+    "lsb_min",
+    "round_sig",
+    "shift",
+    "term",
+]
+
+#: "Exponent" of a zero term: below any real one.
+NEG_BIG = -(1 << 20)
+
+#: Formats :func:`decode` and :func:`encode` read (stored in at most 32 bits).
+DECODE_FORMATS = ("f32", "tf32", "bf16", "f16", "e4m3", "e5m2")
+
+#: Rounding modes of :func:`round_sig`.
+ROUNDINGS = ("rz", "rn", "rna")
+
+
+class _Facts(NamedTuple):
+    eb: int  # exponent bits
+    mb: int  # fraction bits
+    width: int  # storage width in bits
+    ign: int  # low storage bits the format ignores (13 for tf32)
+    fn: bool  # e4m3fn-style: no infinities, only S.1111.111 is NaN
+
+
+@functools.cache
+def _facts(fmt: str) -> _Facts:
+    f = get_format(fmt, "fmt", DECODE_FORMATS)
+    width = 8 * f.storage_dtype.itemsize
+    return _Facts(f.exponent_bits, f.mantissa_bits, width, width - f.bits, not f.has_inf)
+
+
+def emin(fmt: str) -> int:
+    """The minimum normal exponent of a format.
+
+    Example:
+      >>> emin("f16"), emin("e4m3")
+      (-14, -6)
+    """
+    return 2 - (1 << (_facts(fmt).eb - 1))
+
+
+def lsb_min(fmt: str) -> int:
+    """The exponent of a format's smallest subnormal.
+
+    Example:
+      >>> lsb_min("f16"), lsb_min("tf32")
+      (-24, -136)
+    """
+    return emin(fmt) - _facts(fmt).mb
+
+
+def _i32(x):
+    return jnp.asarray(x, jnp.int32)
+
+
+def bitlen(x: jax.Array) -> jax.Array:
+    """Bit length of a non-negative int32/uint32 array (int32; 0 for 0).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> bitlen(jnp.array([0, 1, 5, 2**31], jnp.uint32))
+      Array([ 0,  1,  3, 32], dtype=int32)
+    """
+    return (32 - lax.clz(x.astype(jnp.uint32))).astype(jnp.int32)
+
+
+def shift(x: jax.Array, s: jax.Array) -> jax.Array:
+    """``x * 2**s`` on non-negative int32 ``x``, truncating; ``s`` may be any int32.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> shift(jnp.int32(5), jnp.array([2, -1, -40], jnp.int32))
+      Array([20,  2,  0], dtype=int32)
+    """
+    left = x << jnp.clip(s, 0, 31)
+    right = jnp.where(s <= -32, 0, x >> jnp.clip(-s, 0, 31))
+    return jnp.where(s >= 0, left, right)
+
+
+def decode(bits: jax.Array, fmt: str, sub_emin: bool = False):
+    """Bits (uint32, zero-extended) of a float format -> ``(neg, lsb, sig, lead, inf, nan)``.
+
+    ``value = (-1)**neg * sig * 2**lsb`` (``sig`` int32, 0 for zero, inf and NaN);
+    ``lead`` is the exponent of sig's top bit (:data:`NEG_BIG` for zero, inf and NaN), or
+    with ``sub_emin`` for a subnormal the format's minimum normal exponent. tf32 ignores
+    the low 13 bits of its word; e4m3 has no infinity and one NaN magnitude.
+
+    Args:
+      bits: uint32 array of bit patterns.
+      fmt: static, one of :data:`DECODE_FORMATS`.
+      sub_emin: static; a subnormal's ``lead`` is the minimum normal exponent.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> neg, lsb, sig, lead, inf, nan = decode(jnp.uint32(0xBE00), "f16")  # -1.5
+      >>> bool(neg), int(lsb), int(sig), int(lead)
+      (True, -10, 1536, 0)
+      >>> [bool(v) for v in decode(jnp.uint32(0x7F), "e4m3")[4:]]  # (inf, nan)
+      [False, True]
+    """
+    eb, mb, width, ign, fn = _facts(fmt)
+    rawmb = mb + ign
+    bias = (1 << (eb - 1)) - 1
+    emax = (1 << eb) - 1
+    neg = (bits >> (width - 1)) & 1
+    e = _i32((bits >> rawmb) & emax)
+    f = _i32(bits & ((1 << rawmb) - 1)) >> ign
+    if fn:  # e4m3fn: no infinities, only S.1111.111 is NaN
+        nan = (e == emax) & (f == (1 << mb) - 1)
+        inf = jnp.zeros_like(nan)
+        special = nan
+    else:
+        special = e == emax
+        inf = special & (f == 0)
+        nan = special & (f != 0)
+    sig = jnp.where(special, 0, jnp.where(e == 0, f, f | (1 << mb)))
+    lsb = jnp.where(e == 0, 1 - bias - mb, e - bias - mb)
+    lead = jnp.where(sig == 0, NEG_BIG, lsb + bitlen(sig) - 1)
+    if sub_emin:
+        lead = jnp.where((e == 0) & (sig != 0), 1 - bias, lead)
+    return neg.astype(jnp.bool_), lsb, sig, lead, inf, nan
+
+
+def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
+    """``mag * 2**g`` (``mag`` uint32 >= 0) rounded to a significand of ``mbits`` fraction
+    bits with exponents down to ``emin`` (subnormals below).
+
+    Args:
+      mag: uint32 magnitudes.
+      g: int32 exponent of mag's last bit.
+      emin: static minimum normal exponent of the target grid.
+      mbits: static fraction bits of the target grid.
+      mode: static ``"rz"`` (toward zero), ``"rn"`` (to nearest, ties to even) or
+        ``"rna"`` (to nearest, ties away from zero).
+
+    Returns:
+      ``(q, lsb)``: uint32 ``q < 2**(mbits + 1)`` and int32 ``lsb``, the value
+      ``q * 2**lsb``; a carry into a new binade is folded into ``lsb``. The exponent is not
+      bounded above: overflow is the caller's (or :func:`encode`'s) business.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> [tuple(int(v) for v in round_sig(jnp.uint32(0b10110), jnp.int32(0), -126, 2, m))
+      ...  for m in ("rz", "rn", "rna")]  # 22 = 101.10b * 4: a tie
+      [(5, 2), (6, 2), (6, 2)]
+    """
+    n = bitlen(mag)
+    lsb = jnp.maximum(g + n - 1 - mbits, emin - mbits)
+    sh = lsb - g
+    shc = jnp.clip(sh, 0, 31).astype(jnp.uint32)
+    q = jnp.where(sh >= 32, jnp.uint32(0),
+                  jnp.where(sh >= 0, mag >> shc,
+                            mag << jnp.clip(-sh, 0, 31).astype(jnp.uint32)))
+    if mode in ("rn", "rna"):
+        rem = jnp.where(sh >= 32, mag,
+                        jnp.where(sh > 0, mag & ((jnp.uint32(1) << shc) - 1), 0))
+        half = jnp.where(sh > 32, jnp.uint32(0xFFFFFFFF),
+                         jnp.where(sh > 0, jnp.uint32(1) << jnp.clip(sh - 1, 0, 31)
+                                   .astype(jnp.uint32), 0))
+        if mode == "rn":
+            up = (sh > 0) & ((rem > half) | ((rem == half) & ((q & 1) == 1)))
+        else:  # beyond 32 dropped bits the half is 2**32 or more: never reached
+            up = (sh > 0) & (sh <= 32) & (rem >= half)
+        q = q + up.astype(jnp.uint32)
+        carry = q >= (1 << (mbits + 1))
+        q = jnp.where(carry, q >> 1, q)
+        lsb = lsb + carry.astype(jnp.int32)
+    elif mode != "rz":
+        raise ValueError(f"mode must be one of {ROUNDINGS}, got {mode!r}")
+    return q, lsb
+
+
+def encode(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
+    """Bits (uint32) of ``(-1)**neg * q * 2**lsb`` in a format.
+
+    The value must be on the format's grid (as :func:`round_sig` leaves it). Beyond the
+    largest exponent it becomes inf in a format with infinities; for e4m3 (none) the
+    caller must handle values above its largest finite 448. Zeros keep their sign.
+
+    Args:
+      neg: bool signs.
+      q: uint32 significands.
+      lsb: int32 exponents of q's last bit.
+      fmt: static, one of :data:`DECODE_FORMATS` (tf32 is encoded in its 19 bits).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> hex(int(encode(jnp.bool_(True), jnp.uint32(3), jnp.int32(-1), "f16")))  # -1.5
+      '0xbe00'
+      >>> hex(int(encode(jnp.bool_(False), jnp.uint32(1), jnp.int32(-24), "f16")))
+      '0x1'
+    """
+    eb, mb, _, _, fn = _facts(fmt)
+    bias = (1 << (eb - 1)) - 1
+    n = bitlen(q)
+    lead = lsb + n - 1
+    normal = lead >= 1 - bias
+    field = lead + bias
+    s = mb - (n - 1)
+    frac = jnp.where(s >= 0, q << jnp.clip(s, 0, 31).astype(jnp.uint32),
+                     q >> jnp.clip(-s, 0, 31).astype(jnp.uint32)) & ((1 << mb) - 1)
+    sub = q << jnp.clip(lsb - (1 - bias - mb), 0, 31).astype(jnp.uint32)
+    out = jnp.where(normal, (field.astype(jnp.uint32) << mb) | frac, sub)
+    if not fn:
+        inf = jnp.uint32(((1 << eb) - 1) << mb)
+        out = jnp.where(normal & (field >= (1 << eb) - 1), inf, out)
+    out = jnp.where(q == 0, jnp.uint32(0), out)
+    return out | (neg.astype(jnp.uint32) << (eb + mb))
+
+
+def encode_rounded(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
+    """:func:`encode` for what ``round_sig(..., emin(fmt), mbits of fmt, mode)`` returns:
+    ``q`` is then a subnormal's significand at ``lsb == lsb_min(fmt)`` or a normal one of
+    ``mbits + 1`` bits, so the bits are ``((lsb - lsb_min) << mbits) + q`` (cheaper).
+
+    Above the largest exponent the result is inf in a format with infinities; for e4m3 the
+    caller must handle values above 448 (as with :func:`encode`).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> q, lsb = round_sig(jnp.uint32(3), jnp.int32(-1), emin("f16"), 10, "rn")  # 1.5
+      >>> hex(int(encode_rounded(jnp.bool_(True), q, lsb, "f16")))
+      '0xbe00'
+    """
+    eb, mb, _, _, fn = _facts(fmt)
+    code = ((lsb - lsb_min(fmt)).astype(jnp.uint32) << mb) + q
+    if not fn:
+        code = jnp.minimum(code, jnp.uint32(((1 << eb) - 1) << mb))
+    code = jnp.where(q == 0, jnp.uint32(0), code)
+    return code | (neg.astype(jnp.uint32) << (eb + mb))
+
+
+class Term(NamedTuple):
+    """A decoded operand of an addition: value ``(-1)**neg * sig * 2**lsb``, alignment
+    exponent ``lead``; specials; ``negzero``: it is a zero of negative sign."""
+
+    neg: jax.Array
+    lsb: jax.Array
+    sig: jax.Array
+    lead: jax.Array
+    nan: jax.Array
+    pinf: jax.Array
+    ninf: jax.Array
+    negzero: jax.Array
+
+
+def term(bits: jax.Array, fmt: str, sub_emin: bool = False) -> Term:
+    """Bits (uint32) of a format -> a :class:`Term` (see :func:`decode`).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> t = term(jnp.uint32(0x80000000), "f32")
+      >>> bool(t.negzero), int(t.sig)
+      (True, 0)
+    """
+    neg, lsb, sig, lead, inf, nan = decode(bits, fmt, sub_emin)
+    return Term(neg, lsb, sig, lead, nan, inf & ~neg, inf & neg,
+                neg & (sig == 0) & ~inf & ~nan)
+
+
+def add_rn(x: Term, y: Term, out: str, nan_bits: int) -> jax.Array:
+    """IEEE ``x + y`` rounded to nearest even into ``out`` (``"f32"``/``"f16"``) bits.
+
+    On integers (XLA's fp32 addition on CPU flushes subnormals). Both terms are aligned on
+    the grid ``2**(E - 26)``, E the larger leading exponent; a smaller term loses bits
+    only when the exponents are 3 or more apart, and then its floor plus a sticky bit
+    (round to odd) keeps the nearest-even rounding to 24 bits exact. An exact zero sum is
+    +0 unless both are -0; a NaN result is ``nan_bits``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> one, tiny = term(jnp.uint32(0x3F800000), "f32"), term(jnp.uint32(1), "f32")
+      >>> hex(int(add_rn(one, one, "f32", 0x7FFFFFFF))), hex(int(add_rn(tiny, tiny, "f32", 0)))
+      ('0x40000000', '0x2')
+    """
+    lx = jnp.where(x.sig == 0, NEG_BIG, x.lsb + bitlen(x.sig) - 1)
+    ly = jnp.where(y.sig == 0, NEG_BIG, y.lsb + bitlen(y.sig) - 1)
+    g = jnp.maximum(lx, ly) - 26
+
+    def aligned(t):
+        sh = t.lsb - g
+        v = jnp.where(t.neg, -t.sig, t.sig)
+        left = v << jnp.clip(sh, 0, 31)
+        right = v >> jnp.clip(-sh, 0, 31)  # arithmetic: floor
+        lost = (t.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0
+        lost = jnp.where(sh <= -31, t.sig != 0, lost)
+        return jnp.where(sh >= 0, left, right), (sh < 0) & lost
+
+    vx, sx = aligned(x)
+    vy, sy = aligned(y)
+    s = (vx + vy) | (sx | sy).astype(jnp.int32)
+    neg = s < 0
+    mag = jnp.abs(s).astype(jnp.uint32)
+    eb, mb = _facts(out).eb, _facts(out).mb
+    q, lsb = round_sig(mag, g, emin(out), mb, "rn")
+    bits = encode(neg, q, lsb, out)
+    sign = 1 << (eb + mb)
+    bits = jnp.where(s == 0, jnp.where(x.negzero & y.negzero, jnp.uint32(sign), 0), bits)
+    inf_bits = ((1 << eb) - 1) << mb
+    pinf, ninf = x.pinf | y.pinf, x.ninf | y.ninf
+    bits = jnp.where(pinf, jnp.uint32(inf_bits), bits)
+    bits = jnp.where(ninf, jnp.uint32(inf_bits | sign), bits)
+    nan = x.nan | y.nan | (pinf & ninf)
+    return jnp.where(nan, jnp.uint32(nan_bits), bits)
+
+
+# --------------------------------------------------------------------------------------
+# binary64 fma, with 128-bit integer arithmetic on (hi, lo) uint64 pairs.
+
+_U64 = jnp.uint64
+
+
+def _sl(x, s):
+    return jnp.where((s >= 64) | (s < 0), _U64(0), x << jnp.clip(s, 0, 63).astype(_U64))
+
+
+def _sr(x, s):
+    return jnp.where((s >= 64) | (s < 0), _U64(0), x >> jnp.clip(s, 0, 63).astype(_U64))
+
+
+def _shl128(hi, lo, s):
+    return _sl(hi, s) | _sr(lo, 64 - s) | _sl(lo, s - 64), _sl(lo, s)
+
+
+def _shr128(hi, lo, s):
+    return _sr(hi, s), _sr(lo, s) | _sl(hi, 64 - s) | _sr(hi, s - 64)
+
+
+def _bitlen64(x):
+    return (64 - lax.clz(x)).astype(jnp.int32)
+
+
+def _bitlen128(hi, lo):
+    return jnp.where(hi != 0, 64 + _bitlen64(hi), _bitlen64(lo))
+
+
+def _low_nonzero128(hi, lo, s):
+    """Whether any of the bits below position s (0 <= s) is set."""
+    lo_m = jnp.where(s >= 64, ~_U64(0), _sl(_U64(1), s) - 1)
+    hi_m = jnp.where(s >= 128, ~_U64(0), jnp.where(s > 64, _sl(_U64(1), s - 64) - 1, _U64(0)))
+    return ((lo & lo_m) | (hi & hi_m)) != 0
+
+
+def _align128(hi, lo, s):
+    """(hi, lo) * 2**s: left shift for s >= 0, right shift with a sticky bit otherwise."""
+    lh, ll = _shl128(hi, lo, jnp.maximum(s, 0))
+    rh, rl = _shr128(hi, lo, jnp.maximum(-s, 0))
+    sticky = _low_nonzero128(hi, lo, jnp.maximum(-s, 0)).astype(_U64)
+    return jnp.where(s >= 0, lh, rh), jnp.where(s >= 0, ll, rl | sticky)
+
+
+def _decode64(bits):
+    neg = (bits >> 63) != 0
+    e = ((bits >> 52) & 0x7FF).astype(jnp.int32)
+    f = bits & _U64((1 << 52) - 1)
+    sig = jnp.where(e == 0, f, f | _U64(1 << 52))
+    lsb = jnp.where(e == 0, 1, e) - 1075
+    return neg, e, f, sig, lsb
+
+
+def fma64(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+    """IEEE binary64 ``fma(a, b, c)``, round to nearest even, on uint64 bit patterns.
+
+    Needs ``jax_enable_x64``. A NaN operand propagates quieted (B's over C's over A's, as
+    the H100 returns them); ``inf - inf`` and ``0 * inf`` give ``0xFFF8000000000000``.
+    An exact zero sum is +0 unless both the product and ``c`` are -0.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> with jax.enable_x64(True):
+      ...     u = lambda v: np.float64(v).view(np.uint64)
+      ...     r = fma64(u(1 + 2**-30), u(1 - 2**-30), u(-1.0))  # exact: -2**-60
+      ...     float(np.uint64(r).view(np.float64)) == -2.0**-60
+      True
+    """
+    an, ae, af, asig, alsb = _decode64(a)
+    bn, be, bf, bsig, blsb = _decode64(b)
+    cn, ce, cf, csig, clsb = _decode64(c)
+    pn = an ^ bn
+    # 106-bit product in (hi, lo).
+    m32 = _U64(0xFFFFFFFF)
+    a0, a1, b0, b1 = asig & m32, asig >> 32, bsig & m32, bsig >> 32
+    ll = a0 * b0
+    mid = a0 * b1 + a1 * b0
+    lo = ll + (mid << 32)
+    hi = a1 * b1 + (mid >> 32) + (lo < ll).astype(_U64)
+    plsb = alsb + blsb
+    pz = (hi == 0) & (lo == 0)
+    cz = csig == 0
+    plead = jnp.where(pz, NEG_BIG, plsb + _bitlen128(hi, lo) - 1)
+    clead = jnp.where(cz, NEG_BIG, clsb + _bitlen64(csig) - 1)
+    w = jnp.maximum(plead, clead) + 1 - 126  # exponent of the window's bit 0
+    ph, pl = _align128(hi, lo, plsb - w)
+    ch, cl = _align128(jnp.zeros_like(csig), csig, clsb - w)
+    ph = jnp.where(pz, _U64(0), ph)
+    pl = jnp.where(pz, _U64(0), pl)
+    # Signed add of magnitudes.
+    s_lo = pl + cl
+    s_hi = ph + ch + (s_lo < pl).astype(_U64)
+    p_ge = (ph > ch) | ((ph == ch) & (pl >= cl))
+    xh, xl = jnp.where(p_ge, ph, ch), jnp.where(p_ge, pl, cl)
+    yh, yl = jnp.where(p_ge, ch, ph), jnp.where(p_ge, cl, pl)
+    d_lo = xl - yl
+    d_hi = xh - yh - (xl < yl).astype(_U64)
+    same = pn == cn
+    mh, ml = jnp.where(same, s_hi, d_hi), jnp.where(same, s_lo, d_lo)
+    rneg = jnp.where(same, pn, jnp.where(p_ge, pn, cn))
+    # Round (mh, ml) * 2**w to binary64.
+    L = _bitlen128(mh, ml)
+    r = jnp.maximum(w + L - 1 - 52, -1074)
+    sh = r - w
+    qh, ql = _shr128(mh, ml, jnp.maximum(sh, 0))
+    q = jnp.where(sh >= 0, ql, _sl(ml, -sh))
+    rbit = jnp.where(sh >= 1, _shr128(mh, ml, sh - 1)[1] & 1, _U64(0))
+    sticky = jnp.where(sh >= 2, _low_nonzero128(mh, ml, sh - 1), False)
+    up = (rbit == 1) & (sticky | ((q & 1) == 1))
+    q = q + up.astype(_U64)
+    carry = q >= _U64(1 << 53)
+    q = jnp.where(carry, q >> 1, q)
+    r = r + carry.astype(jnp.int32)
+    normal = q >= _U64(1 << 52)
+    biased = jnp.where(normal, r + 1075, 0)
+    mag_bits = jnp.where(normal, (biased.astype(_U64) << 52) | (q & _U64((1 << 52) - 1)), q)
+    mag_bits = jnp.where(biased >= 2047, _U64(0x7FF0000000000000), mag_bits)
+    zero = (mh == 0) & (ml == 0)
+    sign = jnp.where(zero, pz & cz & pn & cn, rneg)  # exact zero: +0 unless -0 + -0
+    out = mag_bits | (sign.astype(_U64) << 63)
+    # Special operands.
+    inf_bits = _U64(0x7FF0000000000000)
+    a_inf, a_nan = (ae == 2047) & (af == 0), (ae == 2047) & (af != 0)
+    b_inf, b_nan = (be == 2047) & (bf == 0), (be == 2047) & (bf != 0)
+    c_inf, c_nan = (ce == 2047) & (cf == 0), (ce == 2047) & (cf != 0)
+    a_zero, b_zero = (ae == 0) & (af == 0), (be == 0) & (bf == 0)
+    p_inf = (a_inf | b_inf) & ~a_nan & ~b_nan
+    invalid = (a_inf & b_zero) | (b_inf & a_zero) | (p_inf & c_inf & (pn != cn))
+    out = jnp.where(c_inf, c, out)
+    out = jnp.where(p_inf, inf_bits | (pn.astype(_U64) << 63), out)
+    out = jnp.where(invalid, _U64(0xFFF8000000000000), out)
+    quiet = _U64(1 << 51)
+    # NaN operands propagate quieted. Which one: the H100 returned B's NaN over A's
+    # (capture_extra_mma, kind nan_payload) and the accumulator's NaN over A's (the
+    # fresh mma.sync f64 captures: a chain whose accumulator became a NaN at k1 keeps
+    # that payload through a quiet-NaN A at k2); B over C is not separated.
+    out = jnp.where(a_nan, a | quiet, out)
+    out = jnp.where(c_nan, c | quiet, out)
+    out = jnp.where(b_nan, b | quiet, out)
+    return out

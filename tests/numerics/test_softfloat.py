@@ -1,0 +1,170 @@
+"""Tests of jaxwarp._src.numerics.softfloat against NumPy / exact rational arithmetic."""
+
+import doctest
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics.formats import round_to
+from jaxwarp._src.numerics.softfloat import (
+    add_rn,
+    bitlen,
+    decode,
+    emin,
+    encode,
+    fma64,
+    lsb_min,
+    round_sig,
+    shift,
+    term,
+)
+
+_DT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
+       "e5m2": ml_dtypes.float8_e5m2, "f32": np.float32}
+_UI = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def _all_patterns(fmt):
+    w = np.dtype(_DT[fmt]).itemsize
+    return np.arange(1 << (8 * w), dtype=np.uint64).astype(_UI[w])
+
+
+def test_doctests():
+    assert doctest.testmod(softfloat).failed == 0
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16", "e4m3", "e5m2"])
+def test_decode_every_pattern(fmt):
+    u = _all_patterns(fmt)
+    with np.errstate(invalid="ignore"):
+        vals = u.view(_DT[fmt]).astype(np.float64)
+    neg, lsb, sig, lead, inf, nan = (np.asarray(v) for v in jax.jit(
+        lambda x: decode(x, fmt))(jnp.asarray(u.astype(np.uint32))))
+    np.testing.assert_array_equal(nan, np.isnan(vals))
+    np.testing.assert_array_equal(inf, np.isinf(vals))
+    fin = np.isfinite(vals)
+    np.testing.assert_array_equal((np.where(neg, -1.0, 1.0) * sig * 2.0 ** lsb)[fin],
+                                  np.abs(vals[fin]) * np.where(neg, -1.0, 1.0)[fin])
+    np.testing.assert_array_equal(neg, np.signbit(vals) & ~np.isnan(vals) | (neg & np.isnan(vals)))
+    nz = fin & (vals != 0)
+    np.testing.assert_array_equal(lead[nz], np.floor(np.log2(np.abs(vals[nz]))).astype(int))
+    assert (lead[~nz] == softfloat.NEG_BIG).all()
+
+
+def test_decode_tf32_ignores_low_bits_and_sub_emin():
+    u = jnp.asarray(np.array([0x3F801FFF, 0x00001FFF, 0x00002000], np.uint32))
+    _, lsb, sig, lead, _, _ = decode(u, "tf32", sub_emin=True)
+    assert sig.tolist() == [1024, 0, 1]
+    assert lsb.tolist() == [-10, -136, -136]
+    assert lead.tolist() == [0, softfloat.NEG_BIG, emin("tf32")]
+    assert lsb_min("tf32") == -136
+
+
+def _f32_sample(n, seed=0):
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    u[: n // 4] = (u[: n // 4] & 0x87FFFFFF) | 0x30000000  # near f16 / bf16 small range
+    u[n // 4: n // 2] &= 0x807FFFFF  # f32 subnormals and zeros
+    return u
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+@pytest.mark.parametrize("mode", ["rn", "rz", "rna"])
+def test_round_encode_matches_round_to(fmt, mode):
+    u = _f32_sample(1 << 16)
+    x = u.view(np.float32)
+    keep = np.isfinite(x) & (np.abs(x) < float(ml_dtypes.finfo(_DT[fmt]).max) / 2)
+    u, x = u[keep], x[keep]
+    mb = {"f16": 10, "bf16": 7}[fmt]
+
+    @jax.jit
+    def ours(v):
+        neg, lsb, sig, _, _, _ = decode(v, "f32")
+        q, l2 = round_sig(sig.astype(jnp.uint32), lsb, emin(fmt), mb, mode)
+        return encode(neg, q, l2, fmt)
+
+    got = np.asarray(ours(jnp.asarray(u)))
+    want = np.asarray(round_to(jnp.asarray(x), fmt, mode)).astype(_DT[fmt]).view(np.uint16)
+    np.testing.assert_array_equal(got, want.astype(np.uint32))
+
+
+def test_round_sig_rounds_far_below_to_zero_or_one_quantum():
+    mag = jnp.asarray(np.array([0xFFFFFFFF, 0x80000000, 0x80000001, 1], np.uint32))
+    g = jnp.int32(-200)  # every value is far below the f16 grid (2**-24) except none
+    for mode in ("rz", "rn", "rna"):
+        q, _ = round_sig(mag, g, -14, 10, mode)
+        assert q.tolist() == [0, 0, 0, 0]
+    # exactly half a quantum: ties
+    q, lsb = round_sig(jnp.uint32(1), jnp.int32(-25), -14, 10, "rn")
+    assert (int(q), int(lsb)) == (0, -24)
+    q, lsb = round_sig(jnp.uint32(1), jnp.int32(-25), -14, 10, "rna")
+    assert (int(q), int(lsb)) == (1, -24)
+    with pytest.raises(ValueError, match="mode"):
+        round_sig(jnp.uint32(1), jnp.int32(0), -14, 10, "ru")
+
+
+def test_encode_overflow_and_signed_zero():
+    assert int(encode(jnp.bool_(False), jnp.uint32(1), jnp.int32(16), "f16")) == 0x7C00
+    assert int(encode(jnp.bool_(True), jnp.uint32(0), jnp.int32(0), "f16")) == 0x8000
+    # e4m3 has no infinity: 2**8 * 1.875 is encoded as the NaN magnitude, the caller decides
+    assert int(encode(jnp.bool_(False), jnp.uint32(15), jnp.int32(5), "e4m3")) == 0x7F
+
+
+def test_bitlen_shift():
+    x = jnp.asarray(np.array([0, 1, 2, 3, 255, 2**31 - 1], np.int32))
+    assert bitlen(x).tolist() == [0, 1, 2, 2, 8, 31]
+    assert shift(jnp.int32(3), jnp.asarray(np.array([0, 1, -1, -2, 31, -32], np.int32))
+                 ).tolist() == [3, 6, 1, 0, -2**31, 0]
+
+
+def test_add_rn_matches_numpy_f32():
+    rng = np.random.default_rng(1)
+    n = 1 << 15
+    a, b = _f32_sample(n, 2), _f32_sample(n, 3)
+    # mix exponents: b near a in half the cases, so that cancellation happens
+    near = rng.random(n) < 0.5
+    b = np.where(near, (a ^ 0x80000000) + rng.integers(-40, 40, n).astype(np.uint32), b)
+    b[:8] = [0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0, 0x80000000, 1, 0x80000001]
+    a[:8] = [0x80000000, 0xFF800000, 0xFF800000, 0x3F800000, 0x80000000, 0, 0x80000001, 1]
+    with np.errstate(all="ignore"):
+        want = (a.view(np.float32) + b.view(np.float32)).view(np.uint32)
+    got = np.asarray(jax.jit(lambda x, y: add_rn(term(x, "f32"), term(y, "f32"), "f32",
+                                                  0x7FFFFFFF))(jnp.asarray(a), jnp.asarray(b)))
+    nan = np.isnan(want.view(np.float32))
+    assert (got[nan] == 0x7FFFFFFF).all()
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+def _fma_ref(a, b, c):
+    fa, fb, fc = (float(v) for v in (a, b, c))
+    if not all(np.isfinite([fa, fb, fc])):
+        return None
+    exact = Fraction(fa) * Fraction(fb) + Fraction(fc)
+    if exact == 0:
+        p_neg = np.signbit(fa) != np.signbit(fb)
+        zero_neg = (p_neg and np.signbit(fc)) if (fa * fb == 0) else False
+        return np.float64(-0.0 if zero_neg else 0.0)
+    return np.float64(float(exact))  # correctly rounded, ties to even
+
+
+def test_fma64_matches_exact_rounding():
+    rng = np.random.default_rng(4)
+    n = 600
+    a = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    b = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    c = -a * b * (1 + rng.standard_normal(n) * 2.0 ** -rng.integers(1, 60, n))
+    c[::7] = rng.standard_normal(n)[::7]
+    a[:4], b[:4], c[:4] = [2.0**-600, 0.0, 1e200, 5e-324], [2.0**-500, -0.0, 1e100, 0.5], \
+        [0.0, -0.0, 1.0, 0.0]
+    with jax.enable_x64(True):
+        u = lambda v: jnp.asarray(np.asarray(v, np.float64).view(np.uint64))  # noqa: E731
+        got = np.asarray(jax.jit(fma64)(u(a), u(b), u(c))).view(np.float64)
+    for i in range(n):
+        want = _fma_ref(a[i], b[i], c[i])
+        assert want is not None
+        assert got[i].view(np.uint64) == np.float64(want).view(np.uint64), (i, a[i], b[i], c[i])
