@@ -16,26 +16,17 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_time, device_info, emit
+from _common import best_time, compiled_memory, device_info, emit
 
 from jaxwarp._src.tensorcore import datapath as mma_arith
 
 
 def _memory(fn, *args) -> dict:
     """Compiled memory analysis of ``fn`` (temp vs argument + output bytes)."""
-    try:
-        ma = jax.jit(fn).lower(*args).compile().memory_analysis()
-    except Exception as e:  # noqa: BLE001 - not every backend implements it
-        return {"memory_analysis": f"unavailable ({type(e).__name__})"}
-    if ma is None:
-        return {"memory_analysis": "unavailable"}
-    io = ma.argument_size_in_bytes + ma.output_size_in_bytes
-    return {
-        "temp_bytes": ma.temp_size_in_bytes,
-        "arg_plus_out_bytes": io,
-        "temp_over_io": ma.temp_size_in_bytes / io,
-        "peak_estimate_over_io": (io + ma.temp_size_in_bytes) / io,
-    }
+    m = compiled_memory(fn, *args)
+    if "temp_bytes" in m:
+        m["temp_over_io"] = m["temp_bytes"] / m["arg_plus_out_bytes"]
+    return m
 
 
 def _peak_bytes() -> int | None:
