@@ -16,8 +16,7 @@ MLP, width ``--width``) is plain JAX; the same loss function is run
   arithmetic bit for bit, fp32 accumulation;
 * ``fp8`` / ``fp8-promote128``: the hybrid fp8 recipe (e4m3 forward, e5m2
   gradients, per-tensor current scaling), without and with promotion of the
-  partial sums to fp32 every 128 k-elements; these need fp8 in ``jaxwarp.matmul``
-  (issue 10) and are reported as skipped until it lands.
+  partial sums to fp32 every 128 k-elements (``wgmma`` tiles).
 
 LayerNorm, softmax, the loss and the optimiser (a hand-written Adam) stay in fp32.
 Writes ``emulated_training.csv`` (loss and accuracy every ``--log-every`` steps,
@@ -236,19 +235,21 @@ def plot(rows, finals, path, title):
         print("matplotlib missing: no figure")
         return
     fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(16, 4))
+    color = {n: f"C{i}" for i, n in enumerate(CONFIGS)}  # one colour per config, every panel
     mean = {}
     for name in finals:
         r = np.asarray([(s, st, lo) for n, s, st, lo, _ in rows if n == name])
         steps = np.unique(r[:, 1])
         curves = np.stack([r[r[:, 0] == s][:, 2] for s in np.unique(r[:, 0])])
         mean[name] = curves.mean(0)
-        ax1.plot(steps, curves.mean(0), label=name)
+        ax1.plot(steps, curves.mean(0), label=name, color=color[name])
         if len(curves) > 1:
-            ax1.fill_between(steps, curves.min(0), curves.max(0), alpha=0.2)
+            ax1.fill_between(steps, curves.min(0), curves.max(0), alpha=0.2,
+                             color=color[name])
     # Where a format departs from fp32: the ratio of the mean loss curves.
     for name in finals:
         if name != "fp32" and "fp32" in mean:
-            ax3.plot(steps, mean[name] / mean["fp32"], label=name)
+            ax3.plot(steps, mean[name] / mean["fp32"], label=name, color=color[name])
     ax3.axhline(1.0, color="k", lw=0.5)
     ax3.set_xlabel("step")
     ax3.set_ylabel("loss / fp32 loss")
@@ -261,7 +262,8 @@ def plot(rows, finals, path, title):
     ax1.set_title(f"modular addition, {title}")
     ax1.legend()
     names = list(finals)
-    ax2.bar(names, [np.mean([a for _, a, _ in finals[n]]) for n in names])
+    ax2.bar(names, [np.mean([a for _, a, _ in finals[n]]) for n in names],
+            color=[color[n] for n in names])
     ax2.set_ylim(0, 1)
     ax2.set_ylabel("final accuracy (all pairs)")
     ax2.set_title("final accuracy per format")
