@@ -229,20 +229,31 @@ def test_conv_is_implicit_gemm_in_kh_kw_cin_order():
     want = mm("bf16")(np.pad(rows, ((0, (-len(rows)) % 16), (0, 5))),
                       np.pad(w.reshape(27, 5), ((0, 5), (0, 11))))[:len(rows), :5]
     same_bits(got, np.asarray(want).reshape(2, oh, ow, 5))
-    np.testing.assert_allclose(got, conv(x, w), rtol=0.05, atol=0.1)
+    # and it is the convolution: within bf16's operand rounding of the fp32 one
+    exact = lambda x, w: lax.conv_general_dilated(x, w, (1, 2), ((1, 1), (0, 1)),
+                                                  dimension_numbers=dn,
+                                                  precision=lax.Precision.HIGHEST)
+    scale = np.asarray(exact(np.abs(x), np.abs(w)))
+    assert np.all(np.abs(np.asarray(got) - np.asarray(exact(x, w))) <= 2.0 ** -7 * scale)
 
 
 def test_conv_groups_dilation_and_layouts():
-    x = rand(2, 4, 9, 8)  # NCHW
-    w = rand(6, 2, 2, 3)  # OIHW, 2 groups of 2 input channels
+    rng = np.random.default_rng(7)  # own data: the result must not depend on test order
+    x = rng.standard_normal((2, 4, 9, 8)).astype(np.float32)  # NCHW
+    w = rng.standard_normal((6, 2, 2, 3)).astype(np.float32)  # OIHW, 2 groups of 2 channels
     conv = lambda x, w: lax.conv_general_dilated(
         x, w, (2, 1), ((0, 1), (2, 0)), lhs_dilation=(1, 2), rhs_dilation=(2, 1),
-        feature_group_count=2, dimension_numbers=("NCHW", "OIHW", "NCHW"))
-    got = emulate(conv, operand_format="tf32")(x, w)
-    want = conv(x.astype(np.float64), w.astype(np.float64)) if jax.config.jax_enable_x64 \
-        else conv(x, w)
+        feature_group_count=2, dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        precision=lax.Precision.HIGHEST)
+    got = np.asarray(emulate(conv, operand_format="tf32")(x, w), np.float64)
+    # The same convolution of the operands converted as emulate converts them
+    # (__float_to_tf32), summed in fp32: the two differ only by the tensor core's
+    # truncating accumulation, a few units of 2**-23 of the sum of |terms| per output.
+    tf32 = lambda v: np.asarray(jaxwarp.float_to_tf32(v))
+    want = np.asarray(conv(tf32(x), tf32(w)), np.float64)
+    scale = np.asarray(conv(np.abs(tf32(x)), np.abs(tf32(w))), np.float64)
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    assert np.all(np.abs(got - want) <= 2.0 ** -20 * scale), np.max(np.abs(got - want) / scale)
     g = jax.grad(lambda x: emulate(conv, operand_format="tf32")(x, w).sum())(x)
     np.testing.assert_allclose(g, jax.grad(lambda x: conv(x, w).sum())(x), rtol=2e-3, atol=2e-3)
 
