@@ -242,10 +242,9 @@ def _row(x, i):  # operand i of the b side, (..., 1, n)
 _GROUP = 8
 
 
-def _sum_terms(terms, acc: _Acc, E, F, trunc, halves=False):
+def _sum_terms(terms, acc: _Acc, E, F, trunc):
     """Exact sum of the truncated product terms (int32, in units of 2**(E - F)) and the
-    accumulator (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g.
-    With ``halves``, ``terms`` is (sum of t >> 1, sum of t & 1) over the terms t."""
+    accumulator (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g."""
     g = E - F
     sh = acc.lsb - g
     cv = softfloat.shift(acc.sig, sh)
@@ -254,13 +253,10 @@ def _sum_terms(terms, acc: _Acc, E, F, trunc, halves=False):
         lost = jnp.where(sh >= 0, False, jnp.where(
             sh <= -31, acc.sig != 0, (acc.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0))
         cv = cv - (lost & acc.neg).astype(jnp.int32)
-    if halves:
-        hi, lo = terms[0] + (cv >> 1), terms[1] + (cv & 1)
-    else:
-        groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
-        groups.append(cv)
-        hi = sum(x >> 1 for x in groups)
-        lo = sum(x & 1 for x in groups)
+    groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
+    groups.append(cv)
+    hi = sum(x >> 1 for x in groups)
+    lo = sum(x & 1 for x in groups)
     # sum = 2 * hi + lo exactly in int32 (|sum| may pass 2**31 but stays below 2**32).
     neg = hi + (lo >> 1) < 0
     u = (hi.astype(jnp.uint32) << 1) + lo.astype(jnp.uint32)
@@ -316,9 +312,9 @@ class _Block(NamedTuple):
 # values and products fp32 holds exactly as normal numbers) is then fp32 arithmetic: the
 # product itself, the sum of the operands' alignment exponents whose maximum gives the
 # block exponent E, the product scaled onto the grid of 2**(E - F), one conversion to
-# int32 (the truncation) and one int32 addition. inf and NaN follow from the IEEE fp32 sum of the products,
-# which is NaN / +-inf exactly when the block result is. bf16 and tf32 take the
-# general path (``_Operand``): their products may leave fp32's range.
+# int32 (the truncation) and one int32 addition. inf and NaN follow from the IEEE fp32
+# sum of the products, which is NaN / +-inf exactly when the block result is. bf16 and
+# tf32 take the general path (``_Operand``): their products may leave fp32's range.
 # (On the H100, jax 0.11, a 2**18-tile batch: XLA stores each k slice of the operands
 # once and fuses the rest; folding the slices into k reductions, or a cond choosing
 # this path for bf16 in range, measured slower.)
@@ -346,10 +342,12 @@ def _fast_align(x, fmt: str, dp: Datapath):
     return jnp.where(x == 0, -1000, e)
 
 
-def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str]) -> _Block:
+def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
+                emin: int) -> _Block:
     """One block FMA over the k indices ``ks`` for f16 / fp8 operands (a (..., m, k),
     b (..., k, n) as f16: fp8 is converted exactly), converted to fp32 slice by slice here
-    (so that XLA fuses the conversions instead of storing fp32 copies)."""
+    (so that XLA fuses the conversions instead of storing fp32 copies). ``emin``: the
+    lowest alignment exponent of a non-zero product."""
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
@@ -363,8 +361,6 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str]) -> 
     # top: 255 or more only with an inf / NaN operand (the result is then special).
     E = jnp.maximum(jnp.where(top > 0, top - 127, _NEG_BIG), acc.lead)
     # A non-zero product has E >= emin; otherwise the scale is never used.
-    emin = sum(softfloat.emin(f) if dp.align == "nominal" and dp.sub_exp == "emin"
-               else softfloat.lsb_min(f) for f in fmts)
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
     terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
@@ -398,7 +394,7 @@ def _operand(bits, fmt, dp: Datapath) -> _Operand:
 def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
                    emin: int) -> _Block:
     """One block FMA for any operand formats (bf16, tf32, fp8: products may leave
-    fp32's range): like ``_block_values`` on decoded operands (``_operand``), each
+    fp32's range): like ``_block_fast`` on decoded operands (``_operand``), each
     product of significands scaled by its own power of two."""
 
     def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 alignment exponent)
@@ -582,8 +578,11 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
             raise ValueError("c_mode='ffma' is modelled for f16 operands only")
         bits = _chain(a, b, c, cfg, None)
     elif {a_type, b_type} <= _FAST_FORMATS:  # fp8 as f16: exact
-        bits = _chain(a.astype(jnp.float16), b.astype(jnp.float16), c, cfg,
-                      functools.partial(_block_fast, fmts=(a_type, b_type)))
+        lowest = (softfloat.emin if dp.align == "nominal" and dp.sub_exp == "emin"
+                  else softfloat.lsb_min)
+        block = functools.partial(_block_fast, fmts=(a_type, b_type),
+                                  emin=lowest(a_type) + lowest(b_type))
+        bits = _chain(a.astype(jnp.float16), b.astype(jnp.float16), c, cfg, block)
     else:
         block = functools.partial(_block_general,
                                   emin=softfloat.lsb_min(a_type) + softfloat.lsb_min(b_type))

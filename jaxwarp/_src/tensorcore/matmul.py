@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 from typing import Any
 
 import jax
@@ -306,19 +305,8 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
     return a, b, c, a_scale, b_scale, cfg
 
 
-def _datapath_has_instructions() -> bool:
-    return "instruction" in inspect.signature(mma_arith.mma).parameters
-
-
 def _mma(at, bt, acc, cfg: _Cfg):
     """One instruction per output tile (k = the tile's k), exact mode."""
-    if cfg.legacy:
-        return mma_arith.mma(at, bt, acc, a_type=cfg.a_format, c_type=cfg.accumulator,
-                             d_type=cfg.accumulator, arch=cfg.arch, mode="exact")
-    if not _datapath_has_instructions():  # pragma: no cover - until the datapath has them
-        raise NotImplementedError(
-            f"instruction={cfg.instruction!r} needs datapath.mma's instruction argument, "
-            f"which this jaxwarp does not have yet")
     # wgmma is only in the architecture-specific target: sm_90 means sm_90a for it.
     arch = "sm_90a" if cfg.instruction == "wgmma" and cfg.arch == "sm_90" else cfg.arch
     return mma_arith.mma(at, bt, acc, a_type=cfg.a_format, b_type=cfg.b_format,

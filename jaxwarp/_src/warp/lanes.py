@@ -330,7 +330,10 @@ def _apply_plan(var, plan: tuple):
 
 
 def _take_lanes(var, j):
-    """``var[j]``: a static NumPy ``j`` goes through `_static_plan` (fusible), else a gather."""
+    """``var[j]``: a plan (tuple) or a static NumPy ``j`` lowers through `_apply_plan`
+    (fusible), a traced ``j`` gathers."""
+    if isinstance(j, tuple):
+        return _apply_plan(var, j)
     if isinstance(j, np.ndarray):
         return _apply_plan(var, _static_plan(j))
     return var[j]
@@ -361,23 +364,14 @@ def _move_bits(var, j, src_ok, calls):
 def _move_bits_static(var, plan, src_ok, calls):
     # As _move_bits, for a static source table given by its (hashable) plan.
     u = lax.bitcast_convert_type(var, _UINT[var.dtype.itemsize])
-    out = _apply_plan(u, plan)
-    if src_ok is not None:
-        extra = (1,) * (var.ndim - 1)
-        out = jnp.where(src_ok.reshape((WARP_SIZE, *extra)), out, jnp.zeros((), u.dtype))
-        out = jnp.where(calls.reshape((WARP_SIZE, *extra)), out, u)
-    return lax.bitcast_convert_type(out, var.dtype)
+    return lax.bitcast_convert_type(_move_values(u, plan, src_ok, calls), var.dtype)
 
 
 @_move_bits_static.defjvp
 def _move_bits_static_jvp(plan, primals, tangents):
     var, src_ok, calls = primals
-    t = _apply_plan(tangents[0], plan)
-    if src_ok is not None:
-        extra = (1,) * (var.ndim - 1)
-        t = jnp.where(src_ok.reshape((WARP_SIZE, *extra)), t, jnp.zeros((), t.dtype))
-        t = jnp.where(calls.reshape((WARP_SIZE, *extra)), t, tangents[0])
-    return _move_bits_static(var, plan, src_ok, calls), t
+    return (_move_bits_static(var, plan, src_ok, calls),
+            _move_values(tangents[0], plan, src_ok, calls))
 
 
 @_move_bits.defjvp
