@@ -44,14 +44,26 @@ CONFIGS = {
     "wgmma_bf16_m64n64k16": ("wgmma", "bf16", "bf16", "f32", (64, 64, 16)),
     "wgmma_tf32_m64n64k8": ("wgmma", "tf32", "tf32", "f32", (64, 64, 8)),
     "wgmma_e4m3_m64n64k32": ("wgmma", "e4m3", "e4m3", "f32", (64, 64, 32)),
+    "mma_sync_s8_m16n8k32": ("mma_sync", "s8", "s8", "s32", (16, 8, 32)),
+    "wgmma_u8s8_m64n64k32": ("wgmma", "u8", "s8", "s32", (64, 64, 32)),
+    "wmma_s8_m16n16k16": ("wmma", "s8", "s8", "s32", (16, 16, 16)),
+    # f64 last: it switches on jax_enable_x64 for the rest of the process.
+    "mma_sync_f64_m8n8k4": ("mma_sync", "f64", "f64", "f64", (8, 8, 4)),
 }
-_DTYPE = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32,
+_DTYPE = {"s8": np.int8, "u8": np.uint8, "f64": np.float64, "s32": np.int32,
+          "f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32,
           "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 _BITS = {"f16": np.uint16, "bf16": np.uint16, "tf32": np.uint32, "e4m3": np.uint8,
-         "e5m2": np.uint8, "f32": np.uint32}
+         "e5m2": np.uint8, "f32": np.uint32, "f64": np.uint64, "s32": np.uint32,
+         "s8": np.uint8, "u8": np.uint8}
 
 
 def _operand(rng, shape, t):
+    if t in ("s8", "u8", "s32"):
+        info = np.iinfo(_DTYPE[t])
+        return rng.integers(info.min, info.max, shape, endpoint=True).astype(_DTYPE[t])
+    if t == "f64":
+        return rng.standard_normal(shape)
     x = rng.standard_normal(shape, np.float32)
     return x.astype(_DTYPE[t])
 
@@ -59,8 +71,16 @@ def _operand(rng, shape, t):
 def _check(a, b, c, d, instr, at, bt, ct, shape) -> bool:
     m, n, k = shape
     name = f"m{m}n{n}k{k}"
-    params = reference_tc.preset_for(instr, at, name)
     for t in range(2):
+        if at == "f64" or ct == "s32":
+            A, B, C = (np.asarray(x[t]).tolist() for x in (a, b, c))
+            want = (reference_tc.f64_tile(*(_f64_bits(x) for x in (a[t], b[t], c[t])))
+                    if at == "f64" else reference_tc.int_tile(A, B, C, False))
+            got = (_f64_bits(d[t]) if at == "f64" else np.asarray(d[t]).tolist())
+            if got != want:
+                return False
+            continue
+        params = reference_tc.preset_for(instr, at, name)
         A = np.asarray(a[t]).view(_BITS[at]).astype(int).tolist()
         B = np.asarray(b[t]).view(_BITS[bt]).astype(int).tolist()
         C = np.asarray(c[t]).view(_BITS[ct]).astype(int).tolist()
@@ -71,13 +91,20 @@ def _check(a, b, c, d, instr, at, bt, ct, shape) -> bool:
     return True
 
 
+def _f64_bits(x):
+    return [[int(v) for v in row] for row in np.asarray(x).view(np.uint64)]
+
+
 def run(name, macs, repeats, f16_rate=None):
     instr, at, bt, ct, (m, n, k) = CONFIGS[name]
+    if at == "f64":
+        jax.config.update("jax_enable_x64", True)
     tiles = max(2, macs // (m * n * k))
     rng = np.random.default_rng(0)
     a = jax.device_put(_operand(rng, (tiles, m, k), at))
     b = jax.device_put(_operand(rng, (tiles, k, n), bt))
-    c = jax.device_put(rng.standard_normal((tiles, m, n), np.float32))
+    c = jax.device_put(_operand(rng, (tiles, m, n), ct) if ct in ("s32", "f64")
+                       else rng.standard_normal((tiles, m, n), np.float32))
     arch = "sm_90a" if instr == "wgmma" else "sm_90"
 
     @jax.jit
@@ -86,13 +113,14 @@ def run(name, macs, repeats, f16_rate=None):
                             instruction=instr, instruction_k=k, arch=arch)
 
     # XLA's product on tiles of the same shape (f16 stands in for fp8 and tf32 operands).
-    xt = jnp.float16 if at in ("e4m3", "e5m2", "f16") else (jnp.bfloat16 if at == "bf16"
-                                                            else jnp.float32)
-    ax, bx = a.astype(xt), b.astype(xt)
+    xt = jnp.float16 if at in ("e4m3", "e5m2", "f16") else (
+        jnp.bfloat16 if at == "bf16" else jnp.float32 if at == "tf32" else None)
+    ax, bx = (a, b) if xt is None else (a.astype(xt), b.astype(xt))
+    acc = {"s32": jnp.int32, "f64": jnp.float64}.get(ct, jnp.float32)
 
     @jax.jit
     def native(a, b, c):
-        return jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=jnp.float32) + c
+        return jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=acc) + c
 
     d = exact(a, b, c).block_until_ready()
     checked = _check(a, b, c, d, instr, at, bt, ct, (m, n, k))

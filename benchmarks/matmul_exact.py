@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-isolate", action="store_true",
                    help="run every format in this process (the device peak then only "
                         "covers the first format)")
+    p.add_argument("--store-decoded", default="auto", choices=["auto", "on", "off"],
+                   help="the datapath's STORE_DECODED (same bits; for measuring)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--scaling", action="store_true")
     p.add_argument("--format", default="f16", help="operand format of --scaling")
@@ -163,7 +165,10 @@ def run_format(fmt: str, size: int, args) -> dict:
     import numpy as np
     from _common import aot_compile, best_time, memory_of, peak_bytes, timed_first_call
 
+    from jaxwarp._src.tensorcore import datapath
     from jaxwarp._src.tensorcore import matmul as mm
+
+    datapath.STORE_DECODED = args.store_decoded
 
     ins = _instruction(fmt, args)
     used = ins or mm.DEFAULT_INSTRUCTION[fmt]
@@ -275,7 +280,7 @@ def _parent_main(args) -> None:
         for f in formats:
             cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", f,
                    "--repeats", str(args.repeats), "--fp8-instruction", args.fp8_instruction,
-                   "--reference", str(args.reference)]
+                   "--reference", str(args.reference), "--store-decoded", args.store_decoded]
             if args.size:
                 cmd += ["--size", str(args.size)]
             if args.instruction:

@@ -75,6 +75,8 @@ import jaxwarp
 from jaxwarp._src.warp import lanes
 
 STEPS = (16, 8, 4, 2, 1)
+#: (warps_per_block, num_warps) of the ``warp_kernel`` configurations timed.
+KERNEL_CONFIGS = ((32, None), (128, None), (128, 8), (512, None), (512, 8))
 
 
 def butterfly(value: jax.Array, steps: tuple[int, ...] = STEPS) -> jax.Array:
@@ -180,6 +182,28 @@ def main() -> None:
             "fraction_of_copy": t_copy / t,
             **hlo_kernels(fn, x),
         }
+    # jaxwarp.warp_kernel: the same butterfly as one Pallas kernel on a GPU (vmap elsewhere).
+    result["kernel"] = {}
+    for b, nw in KERNEL_CONFIGS:
+        kern = jaxwarp.warp_kernel(butterfly, warps_per_block=b, num_warps=nw)
+        fn = jax.jit(kern)
+        got = np.asarray(fn(x))
+        key = f"block{b}_warps{nw or 'default'}"
+        t = times["kernel_" + key] = best_time(lambda fn=fn: fn(x).block_until_ready())
+        result["kernel"][key] = {
+            "runs_as": "pallas" if not on_cpu and kern.explain(x) is None else "vmap",
+            "matches_numpy": bool(np.array_equal(got.view(np.uint32), want.view(np.uint32))),
+            "warps_per_s": warps / t,
+            "fraction_of_copy": t_copy / t,
+            **hlo_kernels(fn, x),
+        }
+    # Every bit pattern (NaNs with payloads, infinities, subnormals): the kernel's bits
+    # against the XLA lowering's on this backend.
+    xr = jax.device_put(rng.integers(0, 2**32, (warps, 32), dtype=np.uint32).view(np.float32)
+                        if args.dtype == "float32" else x_np)
+    ref = np.asarray(jax.jit(jax.vmap(butterfly))(xr)).view(np.uint32)
+    got = np.asarray(jax.jit(jaxwarp.warp_kernel(butterfly))(xr)).view(np.uint32)
+    result["kernel_random_bits_equal_xla"] = f"{int((ref == got).sum())}/{ref.size}"
     # The first k steps only (k = 1..4): where the compiler splits kernels, and what a
     # kernel costs as it reads its input at more lane positions (2**k per element).
     result["static_first_steps"] = {}
@@ -195,6 +219,8 @@ def main() -> None:
     result["copy_bytes_per_s"] = nbytes / t_copy
     for name in LOWERINGS:
         result[name]["fraction_of_copy"] = t_copy / times[name]
+    for key, r in result["kernel"].items():
+        r["fraction_of_copy"] = t_copy / times["kernel_" + key]
     for k, r in result["static_first_steps"].items():
         r["fraction_of_copy"] = t_copy / times[f"first_{k}"]
     result["static_over_gather"] = times["gather"] / times["static"]

@@ -14,6 +14,7 @@ from jaxwarp._src.warp.lanes import shfl_sync as shfl_sync
 from jaxwarp._src.warp.lanes import shfl_up_sync as shfl_up_sync
 from jaxwarp._src.warp.lanes import shfl_down_sync as shfl_down_sync
 from jaxwarp._src.warp.lanes import shfl_xor_sync as shfl_xor_sync
+from jaxwarp._src.warp.kernel import warp_kernel as warp_kernel
 
 # Reductions.
 from jaxwarp._src.warp.reduce import reduce_sync as reduce_sync

@@ -348,10 +348,17 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     b (..., k, n) as f16: fp8 is converted exactly), converted to fp32 slice by slice here
     (so that XLA fuses the conversions instead of storing fp32 copies). ``emin``: the
     lowest alignment exponent of a non-zero product."""
+    a, a_al = a if isinstance(a, tuple) else (a, None)  # (values, alignments) or values
+    b, b_al = b if isinstance(b, tuple) else (b, None)
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
-    if dp.align == "nominal":  # the sum of the operands' alignment exponents
+    if dp.align == "nominal" and a_al is not None:  # alignments computed beforehand
+        ea = [_col(a_al, i).astype(jnp.int32) for i in ks]
+        eb = [_row(b_al, i).astype(jnp.int32) for i in ks]
+        top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
+        top = top - 127
+    elif dp.align == "nominal":  # the sum of the operands' alignment exponents
         ea = [_fast_align(x, fmts[0], dp) for x in av]
         eb = [_fast_align(y, fmts[1], dp) for y in bv]
         top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
@@ -382,20 +389,44 @@ class _Operand(NamedTuple):
     exp: jax.Array
 
 
+def _lead_only(dp: Datapath) -> bool:
+    """Whether the alignment exponent alone gives the lsb: with nominal alignment and a
+    subnormal at the minimum normal exponent, lsb = align - mbits for every non-zero
+    finite operand (a normal's exponent, a subnormal's emin, less the fraction bits)."""
+    return dp.align == "nominal" and dp.sub_exp == "emin"
+
+
 def _operand(bits, fmt, dp: Datapath) -> _Operand:
     neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
     sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
     s = jnp.where(nan, jnp.float32(jnp.nan),
                   sign * jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
-    exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
+    if _lead_only(dp):
+        exp = jnp.where(sig != 0, lead, -1000)
+    else:
+        exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
     return _Operand(s.astype(jnp.float16), exp.astype(jnp.int16))
 
 
 def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
-                   emin: int) -> _Block:
+                   emin: int, mbits: int) -> _Block:
     """One block FMA for any operand formats (bf16, tf32, fp8: products may leave
     fp32's range): like ``_block_fast`` on decoded operands (``_operand``), each
-    product of significands scaled by its own power of two."""
+    product of significands scaled by its own power of two. ``mbits``: the fraction
+    bits of a's format plus b's."""
+    if _lead_only(dp):  # exp is the alignment exponent; lsb_a + lsb_b = pe - mbits
+        av = [(_col(a.sig, i).astype(jnp.float32), _col(a.exp, i).astype(jnp.int32))
+              for i in ks]
+        bv = [(_row(b.sig, i).astype(jnp.float32), _row(b.exp, i).astype(jnp.int32))
+              for i in ks]
+        prods = [x[0] * y[0] for x, y in zip(av, bv, strict=True)]  # exact: < 2**22
+        pe = [x[1] + y[1] for x, y in zip(av, bv, strict=True)]
+        E = functools.reduce(jnp.maximum, pe, acc.lead)
+        fe = dp.F - jnp.maximum(E, emin) + 127 - mbits
+        terms = [_trunc(p * _pow2(jnp.maximum(e + fe, 1)), p, dp.trunc)
+                 for p, e in zip(prods, pe, strict=True)]
+        neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
+        return _Block(neg, mag, g, *_specials(prods, acc, dp))
 
     def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 alignment exponent)
         e = e.astype(jnp.int32)
@@ -564,6 +595,41 @@ def _chain(a, b, c, cfg: _Cfg, block):
 
 # The exact models are many small element-wise operations: jitted here, so that an
 # eager call compiles them once per shape instead of dispatching each operation.
+#: Whether the decoded operands are stored before the blocks read them: "auto" (the
+#: rule in ``_store_decoded``), "on" or "off" (for measuring; the bits are the same).
+STORE_DECODED = "auto"
+#: Outputs per operand element from which the fast path stores its decoded operands.
+_FAST_STORE_REUSE = 64
+
+
+def _store_decoded(a, b, c, general: bool, f16: bool = False) -> bool:
+    """Whether to decode the operands once into stored arrays (an XLA optimization
+    barrier between decoding and the blocks) rather than let XLA fuse the decoding into
+    the blocks, which decodes an operand element again for every output that reads it.
+    The bits are the same either way; the rule follows what was faster on the H100
+    (jax 0.11.2, 2026-11-24; ``benchmarks/barrier_ab.py`` for tiles, ``matmul_exact.py
+    --store-decoded`` for GEMMs):
+
+    * a batch of independent tiles (a and b with the same batch shape): stored for
+      bf16 / tf32, whose decoding is longer (WMMA / ``mma.sync`` / ``wgmma`` bf16 1.35x,
+      1.47x, 1.09x faster; ``mma.sync`` tf32 1.33x; ``wgmma`` tf32 0.90x), and for f16 /
+      fp8 when every operand element feeds at least 64 outputs (``wgmma`` f16 1.20x,
+      e4m3 1.37x; ``mma.sync`` fp8, 8 outputs, 0.72x; WMMA / ``mma.sync`` f16 1.0x);
+    * a GEMM's broadcast tiles (``matmul``): stored for f16 operands only (``f16``) (4096^3 f16 1.14x
+      faster; bf16 0.74x and e4m3 ``wgmma`` 0.80x: not stored).
+    """
+    if STORE_DECODED != "auto":
+        return STORE_DECODED == "on"
+    if a.shape[:-2] != b.shape[:-2]:  # broadcast tiles of a GEMM
+        return f16
+    if general:
+        return True
+    out = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+    outputs = int(np.prod(out, dtype=np.int64)) * c.shape[-2] * c.shape[-1]
+    uses = outputs * a.shape[-1]  # multiplications, each reading one a and one b
+    return min(uses // a.size, uses // b.size) >= _FAST_STORE_REUSE
+
+
 @functools.partial(jax.jit, static_argnums=(3,))
 def _mma_float_exact(a, b, c, cfg: _Cfg):
     dp = cfg.dp
@@ -582,12 +648,22 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
                   else softfloat.lsb_min)
         block = functools.partial(_block_fast, fmts=(a_type, b_type),
                                   emin=lowest(a_type) + lowest(b_type))
-        bits = _chain(a.astype(jnp.float16), b.astype(jnp.float16), c, cfg, block)
+        a16, b16 = a.astype(jnp.float16), b.astype(jnp.float16)
+        f16 = cfg.a_type == cfg.b_type == "f16"
+        if dp.align == "nominal" and _store_decoded(a, b, c, general=False, f16=f16):
+            ops = ((a16, _fast_align(a16.astype(jnp.float32), a_type, dp).astype(jnp.int16)),
+                   (b16, _fast_align(b16.astype(jnp.float32), b_type, dp).astype(jnp.int16)))
+            bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
+        else:
+            bits = _chain(a16, b16, c, cfg, block)
     else:
-        block = functools.partial(_block_general,
+        mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_type, b_type))
+        block = functools.partial(_block_general, mbits=mbits,
                                   emin=softfloat.lsb_min(a_type) + softfloat.lsb_min(b_type))
-        bits = _chain(_operand(bits_.to_u32(a), a_type, dp),
-                      _operand(bits_.to_u32(b), b_type, dp), c, cfg, block)
+        ops = (_operand(bits_.to_u32(a), a_type, dp), _operand(bits_.to_u32(b), b_type, dp))
+        if _store_decoded(a, b, c, general=True):
+            ops = lax.optimization_barrier(ops)
+        bits = _chain(*ops, c, cfg, block)
     return bits_.from_u32(bits, jnp.float32 if cfg.d_type == "f32" else jnp.float16)
 
 

@@ -33,6 +33,7 @@ the H100 did (CUDA: undefined). ``jaxwarp.checked`` reports both situations.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from typing import Any
 
@@ -301,8 +302,61 @@ def _static_plan_cached(jt: tuple) -> tuple:
     return ("gather", jt)
 
 
+# Set while ``jaxwarp.warp_kernel`` traces a warp program for a Pallas (Triton) kernel:
+# Triton has no reversal, slice or general concatenation, so there the static plans lower
+# to the operations it has (reshape, transpose, split into halves, join of two halves).
+_KERNEL_LOWERING = contextvars.ContextVar("jaxwarp_kernel_lowering", default=False)
+
+#: Plans that ``_apply_plan_kernel`` lowers (the others make ``warp_kernel`` fall back).
+KERNEL_PLANS = ("id", "xor", "bcast")
+
+
+def _swap_halves(v, g: int, m: int):
+    """(32,) -> (32,): the lanes with bit log2(m) set trade places with those without
+    (``lane ^ m``), as reshape, transpose, split and join."""
+    v = jnp.swapaxes(v.reshape(g, 2, m), 1, 2)  # (g, m, 2)
+    lo, hi = lax.split(v, (1, 1), axis=2)
+    return jnp.swapaxes(lax.concatenate([hi, lo], 2), 1, 2).reshape(WARP_SIZE)
+
+
+def _pick(v, w: int, s: int):
+    """(32,) -> (32,): every segment of ``w`` lanes reads its lane ``s`` (halving
+    splits, then a broadcast)."""
+    g = WARP_SIZE // w
+    size = w
+    v = v.reshape(g, w)
+    while size > 1:
+        size //= 2
+        halves = lax.split(jnp.swapaxes(v.reshape(g, 2, -1), 1, 2), (1, 1), axis=2)
+        v = halves[(s // size) % 2].reshape(g, -1)
+    return jnp.broadcast_to(v, (g, w)).reshape(WARP_SIZE)
+
+
+def _apply_plan_kernel(var, plan: tuple):
+    """``_apply_plan`` for a Triton kernel: one warp's (32,) lanes, xor and broadcast
+    plans only (``KERNEL_PLANS``)."""
+    kind = plan[0]
+    if kind not in KERNEL_PLANS or var.shape != (WARP_SIZE,):
+        raise NotImplementedError(f"plan {kind!r} on shape {var.shape} in a warp kernel")
+    if kind == "id":
+        return var
+    if kind == "bcast":
+        return _pick(var, plan[1], plan[2])
+    m, v = plan[1], var
+    for k in range(5):
+        if (m >> k) & 1:
+            v = _swap_halves(v, WARP_SIZE >> (k + 1), 1 << k)
+    if plan[2]:
+        lane = lax.iota(jnp.uint32, WARP_SIZE)
+        keep = ((jnp.uint32(plan[2]) >> lane) & 1) == 1
+        v = jnp.where(keep, var, v)
+    return v
+
+
 def _apply_plan(var, plan: tuple):
     """``var[j]`` along the leading lane axis, for the ``j`` that ``plan`` stands for."""
+    if _KERNEL_LOWERING.get():
+        return _apply_plan_kernel(var, plan)
     kind, rest = plan[0], var.shape[1:]
     if kind == "id":
         return var

@@ -1,0 +1,228 @@
+"""``warp_kernel``: a one-warp program run over many warps as one GPU kernel.
+
+``jax.vmap(fn)`` over a batch of warps is what every jaxwarp function is built for,
+and on a CPU it is what ``warp_kernel`` does. On a GPU, XLA compiles a vmapped warp
+program into loop fusions that compute one output element each; a shuffle makes
+every element of the result depend on two of its input, so a chain of k shuffles
+reads 2**k inputs per output and XLA cuts it into several kernels, each going
+through device memory (``benchmarks/warp_reduce.py`` shows where and why). In a
+Pallas kernel (Triton), a block of warps sits in registers and a shuffle with a
+static offset is a handful of register moves (reshape, transpose, split into halves,
+join), so a whole warp program is one pass over memory.
+
+Bits: the kernel runs only programs whose every operation gives the same bits in
+Triton as in XLA: data movement (reshapes, transposes, splits, joins, broadcasts,
+selects, bit casts), integer arithmetic and comparisons, and float32 addition and
+subtraction (IEEE, to nearest even, in both). Anything else (a float product, which
+Triton may contract with an addition into an FMA; a float division, which Triton
+computes approximately; a shuffle with a traced offset, which needs a gather; the
+``up``/``down`` shuffles, which need slices) makes ``warp_kernel`` run ``jax.vmap(fn)``
+instead, with the same bits, and ``warp_kernel(fn).explain(*args)`` says why.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxwarp._src.warp import lanes
+
+WARP_SIZE = lanes.WARP_SIZE
+
+# Primitives whose Triton lowering gives XLA's bits for every input of these dtypes.
+_MOVES = frozenset({
+    "reshape", "transpose", "split", "concatenate", "squeeze", "broadcast_in_dim",
+    "iota", "bitcast_convert_type", "select_n", "expand_dims",
+})
+_INT_OPS = frozenset({
+    "add", "sub", "mul", "neg", "and", "or", "xor", "not", "shift_left",
+    "shift_right_logical", "shift_right_arithmetic", "max", "min", "eq", "ne", "lt", "le",
+    "gt", "ge", "convert_element_type",
+})
+_F32_OPS = frozenset({"add", "sub"})
+_CALLS = frozenset({"pjit", "jit", "custom_jvp_call", "closed_call"})
+_DTYPES = frozenset({"float32", "int32", "uint32", "int16", "uint16", "int8", "uint8",
+                     "bool"})
+
+
+def _why_not(jaxpr) -> str | None:
+    """The first operation of ``jaxpr`` that the kernel does not run bit-exactly, or
+    None when every one is allowed."""
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        subs = [v for k, v in eqn.params.items() if k in ("jaxpr", "call_jaxpr")]
+        if name in _CALLS and subs:
+            sub = subs[0]
+            why = _why_not(getattr(sub, "jaxpr", sub))
+            if why:
+                return why
+            continue
+        dtypes = {str(v.aval.dtype) for v in (*eqn.invars, *eqn.outvars)
+                  if hasattr(v.aval, "dtype")}
+        if not dtypes <= _DTYPES:
+            return f"{name} on {sorted(dtypes - _DTYPES)}"
+        if name in _MOVES:
+            continue
+        if "float32" in dtypes:
+            if name in _F32_OPS and dtypes == {"float32"}:
+                continue
+            return f"{name} on float32 (Triton may give other bits than XLA)"
+        if name in _INT_OPS:
+            continue
+        return f"{name} (no bit-exact Triton lowering here)"
+    return None
+
+
+def _on_gpu(x) -> bool:
+    try:
+        devs = x.devices() if hasattr(x, "devices") else set()
+    except Exception:  # a tracer: ask the default backend
+        devs = set()
+    if devs:
+        return all(d.platform == "gpu" for d in devs)
+    return jax.default_backend() == "gpu"
+
+
+class WarpKernel:
+    """``fn`` (one warp: (32,) arrays -> (32,) array or tuple of them) over warps."""
+
+    def __init__(self, fn: Callable, warps_per_block: int, num_warps: int | None,
+                 force: str | None, interpret: bool):
+        self.fn = fn
+        self.interpret = interpret
+        self.warps_per_block = warps_per_block
+        self.num_warps = num_warps
+        self.force = force
+        functools.update_wrapper(self, fn)
+
+    def _block_jaxpr(self, args):
+        block = [jax.ShapeDtypeStruct((self.warps_per_block, WARP_SIZE), a.dtype)
+                 for a in args]
+        token = lanes._KERNEL_LOWERING.set(True)
+        try:
+            return jax.make_jaxpr(jax.vmap(self.fn))(*block)
+        except NotImplementedError as e:
+            return str(e)
+        finally:
+            lanes._KERNEL_LOWERING.reset(token)
+
+    def explain(self, *args) -> str | None:
+        """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU);
+        otherwise why it runs as ``jax.vmap(fn)``."""
+        args = [_check(a, i) for i, a in enumerate(args)]
+        jx = self._block_jaxpr(args)
+        if isinstance(jx, str):
+            return jx
+        return _why_not(jx.jaxpr)
+
+    def __call__(self, *args):
+        args = [_check(a, i) for i, a in enumerate(args)]
+        use = self.force or ("pallas" if self.interpret or all(_on_gpu(a) for a in args)
+                             else "vmap")
+        if use == "pallas" and self.explain(*args) is None:
+            return self._pallas(args)
+        if use == "pallas" and self.force == "pallas":
+            raise NotImplementedError(f"warp_kernel: {self.explain(*args)}")
+        return jax.vmap(self.fn)(*args)
+
+    def _pallas(self, args):
+        from jax.experimental import pallas as pl
+
+        b = self.warps_per_block
+        n_warps = args[0].shape[0]
+        out_avals = jax.eval_shape(jax.vmap(self.fn), *args)
+        multi = isinstance(out_avals, (tuple, list))
+        outs = tuple(out_avals) if multi else (out_avals,)
+        spec = pl.BlockSpec((b, WARP_SIZE), lambda i: (i, 0))
+        fn, n_in = self.fn, len(args)
+
+        def body(*refs):
+            vals = [r[...] for r in refs[:n_in]]
+            token = lanes._KERNEL_LOWERING.set(True)
+            try:
+                res = jax.vmap(fn)(*vals)
+            finally:
+                lanes._KERNEL_LOWERING.reset(token)
+            res = res if multi else (res,)
+            for r, v in zip(refs[n_in:], res, strict=True):
+                r[...] = v
+
+        params = {}
+        if self.num_warps is not None:
+            from jax.experimental.pallas import triton as pltriton
+            params["compiler_params"] = pltriton.CompilerParams(num_warps=self.num_warps)
+        call = pl.pallas_call(
+            body,
+            out_shape=outs,
+            grid=(pl.cdiv(n_warps, b),),
+            in_specs=[spec] * n_in,
+            out_specs=tuple(spec for _ in outs),
+            interpret=self.interpret,
+            **params,
+        )
+        res = call(*args)
+        return tuple(res) if multi else res[0]
+
+
+def _check(a: Any, i: int) -> jax.Array:
+    a = jnp.asarray(a)
+    if a.ndim != 2 or a.shape[1] != WARP_SIZE:
+        raise ValueError(f"warp_kernel: argument {i} has shape {a.shape}; allowed: "
+                         f"(warps, {WARP_SIZE})")
+    return a
+
+
+def warp_kernel(fn: Callable | None = None, *, warps_per_block: int = 128,
+                num_warps: int | None = None, force: str | None = None,
+                interpret: bool = False):
+    """Runs the one-warp program ``fn`` over many warps, on a GPU as one kernel.
+
+    ``warp_kernel(fn)(x, y, ...)`` equals ``jax.vmap(fn)(x, y, ...)`` bit for bit,
+    where every argument is a (warps, 32) array and ``fn`` maps one warp's (32,)
+    lanes to a (32,) array or a tuple of them. On a GPU, when every operation of
+    ``fn`` has a bit-exact Triton lowering (see the module docstring), it runs as a
+    Pallas kernel over blocks of ``warps_per_block`` warps, which keeps a chain of
+    shuffles in registers instead of device memory; otherwise, and on other
+    backends, it runs ``jax.vmap(fn)``.
+
+    Args:
+      fn: the warp program.
+      warps_per_block: warps per kernel program (a power of two).
+      num_warps: CUDA warps per program (Triton's ``num_warps``); None: Pallas's
+        default.
+      force: None (choose), "pallas" (raise if ``fn`` cannot run as a kernel) or
+        "vmap".
+      interpret: run the Pallas kernel in Pallas's interpreter (any backend; slow):
+        the kernel's own code path, for testing it where there is no GPU.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxwarp
+      >>> @jaxwarp.warp_kernel
+      ... def warp_sum(v):
+      ...     for m in (16, 8, 4, 2, 1):
+      ...         v = v + jaxwarp.shfl_xor_sync(0xFFFFFFFF, v, m)
+      ...     return v
+      >>> warp_sum(jnp.ones((4, 32), jnp.float32))[:, 0]
+      Array([32., 32., 32., 32.], dtype=float32)
+      >>> warp_sum.explain(jnp.ones((4, 32), jnp.float32)) is None
+      True
+    """
+    if force not in (None, "pallas", "vmap"):
+        raise ValueError(f"force={force!r}; allowed: None, 'pallas', 'vmap'")
+    if not (isinstance(warps_per_block, int) and warps_per_block >= 1
+            and warps_per_block & (warps_per_block - 1) == 0):
+        raise ValueError(f"warps_per_block={warps_per_block!r}; allowed: a power of two")
+    if num_warps is not None and not (isinstance(num_warps, int) and num_warps >= 1
+                                      and num_warps & (num_warps - 1) == 0):
+        raise ValueError(f"num_warps={num_warps!r}; allowed: None or a power of two")
+    if fn is None:
+        return functools.partial(warp_kernel, warps_per_block=warps_per_block,
+                                 num_warps=num_warps, force=force, interpret=interpret)
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r} is not callable; allowed: a function of (32,) arrays")
+    return WarpKernel(fn, warps_per_block, num_warps, force, bool(interpret))

@@ -1,0 +1,88 @@
+"""``datapath.STORE_DECODED``: storing the decoded operands (an XLA optimization barrier)
+is a speed choice only; every instruction family and operand type gives the same bits
+with it on, off and automatic, on operands drawn from every bit pattern."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwarp._src.tensorcore import datapath
+from jaxwarp._src.tensorcore import matmul as mm
+
+CASES = [  # (instruction, a_type, b_type, (m, n, k), arch)
+    ("wmma", "f16", "f16", (16, 16, 16), "sm_90"),
+    ("wmma", "bf16", "bf16", (16, 16, 16), "sm_90"),
+    ("wmma", "tf32", "tf32", (16, 16, 8), "sm_90"),
+    ("mma_sync", "e4m3", "e5m2", (16, 8, 32), "sm_90"),
+    ("wgmma", "f16", "f16", (64, 64, 16), "sm_90a"),
+    ("wgmma", "e4m3", "e4m3", (64, 64, 32), "sm_90a"),
+    ("wgmma", "bf16", "bf16", (64, 8, 32), "sm_90a"),  # a chain of two instructions
+]
+
+
+def _random(rng, shape, t):
+    dt = datapath.STORAGE_DTYPE[t]
+    u = {1: np.uint8, 2: np.uint16, 4: np.uint32}[dt.itemsize]
+    bits = rng.integers(0, np.iinfo(u).max, shape, dtype=u, endpoint=True)
+    if t in ("f16", "bf16", "tf32"):  # mostly finite values, some specials
+        bits[..., ::7] &= u(~(1 << (dt.itemsize * 8 - 2)) & np.iinfo(u).max)
+    return jax.lax.bitcast_convert_type(jnp.asarray(bits), dt)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}")
+def test_same_bits_on_off_auto(case, monkeypatch):
+    instr, at, bt, (m, n, k), arch = case
+    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    a, b = _random(rng, (6, m, k), at), _random(rng, (6, k, n), bt)
+    c = jnp.asarray(rng.standard_normal((6, m, n)), jnp.float32)
+    out = {}
+    for mode in ("off", "on", "auto"):
+        monkeypatch.setattr(datapath, "STORE_DECODED", mode)
+        jax.clear_caches()
+        out[mode] = np.asarray(datapath.mma(
+            a, b, c, a_type=at, b_type=bt, c_type="f32", d_type="f32", instruction=instr,
+            instruction_k=16 if (instr, at) == ("wgmma", "bf16") else k,
+            arch=arch)).view(np.uint32)
+    np.testing.assert_array_equal(out["on"], out["off"])
+    np.testing.assert_array_equal(out["auto"], out["off"])
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+def test_gemm_same_bits_on_off(fmt, monkeypatch):
+    rng = np.random.default_rng(5)
+    a = jnp.asarray(rng.standard_normal((48, 64)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setattr(datapath, "STORE_DECODED", mode)
+        jax.clear_caches()
+        out[mode] = np.asarray(mm.matmul(a, b, operand_format=fmt)).view(np.uint32)
+    np.testing.assert_array_equal(out["on"], out["off"])
+
+
+def _shape(*s):
+    return jax.ShapeDtypeStruct(s, jnp.float16)
+
+
+@pytest.mark.parametrize("a, b, general, f16, want", [
+    ((8, 16, 16), (8, 16, 16), True, False, True),     # tiles, bf16 / tf32
+    ((8, 16, 16), (8, 16, 8), False, True, False),      # tiles, mma.sync f16: 8 outputs
+    ((8, 64, 16), (8, 16, 64), False, True, True),      # tiles, wgmma: 64 outputs
+    ((4, 1, 16, 16), (1, 4, 16, 16), False, True, True),   # GEMM f16
+    ((4, 1, 16, 16), (1, 4, 16, 16), True, False, False),  # GEMM bf16
+    ((4, 1, 16, 16), (1, 4, 16, 16), False, False, False),  # GEMM fp8
+])
+def test_rule(a, b, general, f16, want):
+    c = _shape(*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, f16) is want
+
+
+def test_rule_threshold_is_data(monkeypatch):
+    a, b = _shape(8, 16, 16), _shape(8, 16, 16)
+    c = _shape(8, 16, 16)
+    assert not datapath._store_decoded(a, b, c, False, True)
+    monkeypatch.setattr(datapath, "_FAST_STORE_REUSE", 16)
+    assert datapath._store_decoded(a, b, c, False, True)
