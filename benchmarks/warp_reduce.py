@@ -55,6 +55,18 @@ read there, not guessed from the CPU numbers above. On the H100 (jax 0.11.2,
 butterfly (the same ops as ``static`` less the bitcasts) at 0.42
 (benchmarks/results/h100_2026-11-2[23].json, shuffle_lowering.py).
 
+``kernel``: ``jaxwarp.warp_kernel(butterfly)``, the same program as one Pallas (Triton)
+kernel on a GPU (``jax.vmap`` elsewhere, so on the CPU it is ``static``), for a few
+``(warps_per_block, num_warps)``. Inside the kernel a block of warps sits in registers
+and each xor shuffle is a reshape, a transpose, a split into halves and a join, so the
+five steps are one pass over memory. On the H100 (jax 0.11.2, 2^22 warps, 2026-11-24,
+``results/h100_2026-11-24_warp_kernel.json``): 0.92-0.96 of a copy with 32 or 128 warps
+per block, 0.68-0.70 with 512 (register pressure), against 0.37-0.40 for ``static``
+(three kernels); one kernel in the HLO; ``kernel_random_bits_equal_xla``, the kernel's
+bits against XLA's lowering on every bit pattern (NaN payloads, infinities, subnormals):
+134,217,728/134,217,728. The Pallas Triton backend is deprecated in JAX (a warning says
+so); ``warp_kernel`` will need a Mosaic GPU lowering when it goes.
+
 Usage: python benchmarks/warp_reduce.py [--log2-warps N] [--dtype float32|int32]
 """
 

@@ -136,6 +136,12 @@ class WarpKernel:
         b = self.warps_per_block
         n_warps = args[0].shape[0]
         out_avals = jax.eval_shape(jax.vmap(self.fn), *args)
+        pad = -n_warps % b
+        if pad:
+            # Whole blocks only: the Triton kernel computed wrong lanes in a block that
+            # reaches past the last warp (H100, jax 0.11.2); the padding warps are dropped.
+            args = [jnp.pad(a, ((0, pad), (0, 0))) for a in args]
+            out_avals = jax.eval_shape(jax.vmap(self.fn), *args)
         multi = isinstance(out_avals, (tuple, list))
         outs = tuple(out_avals) if multi else (out_avals,)
         spec = pl.BlockSpec((b, WARP_SIZE), lambda i: (i, 0))
@@ -159,14 +165,14 @@ class WarpKernel:
         call = pl.pallas_call(
             body,
             out_shape=outs,
-            grid=(pl.cdiv(n_warps, b),),
+            grid=((n_warps + pad) // b,),
             in_specs=[spec] * n_in,
             out_specs=tuple(spec for _ in outs),
             interpret=self.interpret,
             **params,
         )
-        res = call(*args)
-        return tuple(res) if multi else res[0]
+        res = tuple(r[:n_warps] for r in call(*args))
+        return res if multi else res[0]
 
 
 def _check(a: Any, i: int) -> jax.Array:
