@@ -442,6 +442,31 @@ case(6, "nanosleep-bool", lambda: jaxwarp.nanosleep(True), exc=TypeError,
      must=("ns must be an unsigned integer", "bool"), modes=EAGER)
 
 # --------------------------------------------------------------------------------------
+# Class 6, continued: warp_kernel (a warp program over many warps).
+
+
+def _warp_sum(v):
+    return v + jaxwarp.shfl_xor_sync(FULL, v, 1)
+
+
+case(6, "warp_kernel-arg-not-warps-by-32", lambda x: jaxwarp.warp_kernel(_warp_sum)(x),
+     np.zeros((4, 16), np.float32), exc=ValueError,
+     regex=r"argument 0 has shape \(4, 16\); allowed: \(warps, 32\)")
+case(6, "warp_kernel-arg-one-warp", lambda x: jaxwarp.warp_kernel(_warp_sum)(x), zf32,
+     exc=ValueError, regex=r"argument 0 has shape \(32,\); allowed: \(warps, 32\)")
+case(6, "warp_kernel-warps_per_block-3", lambda: jaxwarp.warp_kernel(
+    _warp_sum, warps_per_block=3), exc=ValueError, must=("warps_per_block=3", "power of two"))
+case(6, "warp_kernel-num_warps-6", lambda: jaxwarp.warp_kernel(_warp_sum, num_warps=6),
+     exc=ValueError, must=("num_warps=6", "power of two"))
+case(6, "warp_kernel-force-unknown", lambda: jaxwarp.warp_kernel(_warp_sum, force="cuda"),
+     exc=ValueError, must=("force='cuda'", "'pallas', 'vmap'"))
+case(6, "warp_kernel-fn-not-callable", lambda: jaxwarp.warp_kernel(7), exc=TypeError,
+     must=("fn=7 is not callable",))
+case(6, "warp_kernel-force-pallas-float-mul", lambda x: jaxwarp.warp_kernel(
+    lambda v: v * 2.0, force="pallas", interpret=True)(x), np.zeros((2, 32), np.float32),
+     exc=NotImplementedError, must=("warp_kernel", "mul on float32"))
+
+
 # Class 6, continued: reductions and votes.
 
 case(6, "reduce_add-float", lambda v: jaxwarp.reduce_add_sync(FULL, v), zf32, exc=TypeError,

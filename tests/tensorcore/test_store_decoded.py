@@ -77,12 +77,15 @@ def _shape(*s):
 ])
 def test_rule(a, b, general, f16, want):
     c = _shape(*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, f16) is want
+    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, f16, "gpu") is want
+    # On the CPU the fast path never stores; the general path does as on the GPU.
+    want_cpu = want and general
+    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, f16, "cpu") is want_cpu
 
 
 def test_rule_threshold_is_data(monkeypatch):
     a, b = _shape(8, 16, 16), _shape(8, 16, 16)
     c = _shape(8, 16, 16)
-    assert not datapath._store_decoded(a, b, c, False, True)
+    assert not datapath._store_decoded(a, b, c, False, True, "gpu")
     monkeypatch.setattr(datapath, "_FAST_STORE_REUSE", 16)
-    assert datapath._store_decoded(a, b, c, False, True)
+    assert datapath._store_decoded(a, b, c, False, True, "gpu")

@@ -602,7 +602,8 @@ STORE_DECODED = "auto"
 _FAST_STORE_REUSE = 64
 
 
-def _store_decoded(a, b, c, general: bool, f16: bool = False) -> bool:
+def _store_decoded(a, b, c, general: bool, f16: bool = False,
+                   backend: str | None = None) -> bool:
     """Whether to decode the operands once into stored arrays (an XLA optimization
     barrier between decoding and the blocks) rather than let XLA fuse the decoding into
     the blocks, which decodes an operand element again for every output that reads it.
@@ -617,9 +618,15 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False) -> bool:
       e4m3 1.37x; ``mma.sync`` fp8, 8 outputs, 0.72x; WMMA / ``mma.sync`` f16 1.0x);
     * a GEMM's broadcast tiles (``matmul``): stored for f16 operands only (``f16``) (4096^3 f16 1.14x
       faster; bf16 0.74x and e4m3 ``wgmma`` 0.80x: not stored).
+
+    On the CPU (2 cores, jax 0.10.2) storing left bf16 / tf32 as fast as before
+    (0.99x-1.02x) and slowed the fast path (``wgmma`` f16 / e4m3 0.90x): there the fast
+    path never stores. ``backend``: the backend the rule is for (default: JAX's default).
     """
     if STORE_DECODED != "auto":
         return STORE_DECODED == "on"
+    if not general and (backend or jax.default_backend()) == "cpu":
+        return False
     if a.shape[:-2] != b.shape[:-2]:  # broadcast tiles of a GEMM
         return f16
     if general:
