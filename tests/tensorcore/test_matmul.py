@@ -346,3 +346,19 @@ def test_hardware_fp8_chains(path, name):
     got = _bits(f(A, B, C))
     assert got.size == D.size and np.array_equal(got, D.view(np.uint32)), \
         f"{np.sum(got != D.view(np.uint32))}/{D.size} elements differ"
+
+
+def test_fp8_arrays_are_used_as_they_are():
+    # Data already in an fp8 dtype (no scale) goes to the tensor core unchanged, as in a
+    # CUDA program: an e5m2 infinity stays infinite; a float32 infinity is converted by
+    # cvt.rn.satfinite and saturates.
+    from jaxwarp._src.tensorcore.matmul import to_operand
+
+    inf8 = jnp.full((16, 32), jnp.inf, jnp.float8_e5m2)
+    assert bool(jnp.isinf(to_operand(inf8, "e5m2")).all())
+    assert float(to_operand(jnp.float32(jnp.inf), "e5m2")) == 57344.0
+    e4 = jax.lax.bitcast_convert_type(jnp.arange(256, dtype=jnp.uint8), jnp.float8_e4m3fn)
+    assert to_operand(e4, "e4m3") is e4
+    ones = jnp.ones((32, 16), jnp.float8_e5m2)
+    d = jaxwarp.matmul(inf8, ones, operand_format="e5m2", instruction="mma_sync")
+    assert bool(jnp.isinf(d).all())

@@ -141,14 +141,19 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         float16 / bfloat16 (round to nearest even), float32 with tf32 precision
         (``__float_to_tf32``), float64, or ``float8_e4m3fn`` / ``float8_e5m2``
         (``cvt.rn.satfinite``: nearest even, saturating to the largest finite value;
-        non-f32 inputs are first converted to f32).
+        non-f32 inputs are first converted to f32). An array that already has the
+        format's dtype (and no scale) is returned as it is, like f16 / bf16 arrays:
+        an e5m2 infinity stays infinite (the conversion would saturate it).
 
     Example:
         >>> to_operand(jnp.float32(500.0), "e4m3")
         Array(448, dtype=float8_e4m3fn)
     """
     if operand_format in FP8_FORMATS:
-        x32 = jnp.asarray(x).astype(jnp.float32)
+        x = jnp.asarray(x)
+        if scale is None and x.dtype == _FP8_DTYPE[operand_format]:
+            return x  # already fp8 data: a CUDA program feeds it to the tensor core as is
+        x32 = x.astype(jnp.float32)
         if scale is not None:
             x32 = x32 / jnp.asarray(scale, jnp.float32)
         return fp8_cvt.float_to_fp8(x32, operand_format, saturate=True)
@@ -164,6 +169,9 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
     if operand_format == "tf32":
         return formats.float_to_tf32(x.astype(jnp.float32))
     return x.astype(jnp.float64)
+
+
+_FP8_DTYPE = {"e4m3": jnp.dtype(jnp.float8_e4m3fn), "e5m2": jnp.dtype(jnp.float8_e5m2)}
 
 
 @dataclasses.dataclass(frozen=True)
