@@ -460,6 +460,11 @@ case(6, "warp_kernel-num_warps-6", lambda: jaxwarp.warp_kernel(_warp_sum, num_wa
      exc=ValueError, must=("num_warps=6", "power of two"))
 case(6, "warp_kernel-force-unknown", lambda: jaxwarp.warp_kernel(_warp_sum, force="cuda"),
      exc=ValueError, must=("force='cuda'", "'pallas', 'vmap'"))
+case(6, "warp_kernel-warps-differ", lambda x, y: jaxwarp.warp_kernel(
+    lambda v, w: v + w)(x, y), np.zeros((2, 32), np.float32), np.zeros((3, 32), np.float32),
+     exc=ValueError, must=("[2, 3] warps", "the same number of warps"))
+case(6, "warp_kernel-no-arguments", lambda: jaxwarp.warp_kernel(lambda: 0)(),
+     exc=ValueError, must=("no arguments", "(warps, 32) arrays"))
 case(6, "warp_kernel-fn-not-callable", lambda: jaxwarp.warp_kernel(7), exc=TypeError,
      must=("fn=7 is not callable",))
 case(6, "warp_kernel-force-pallas-float-mul", lambda x: jaxwarp.warp_kernel(

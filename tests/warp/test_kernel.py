@@ -89,6 +89,12 @@ def test_several_inputs_and_outputs_interpreted():
         np.testing.assert_array_equal(_bits(g), _bits(w))
 
 
+def test_zero_warps():
+    x = jnp.zeros((0, 32), jnp.float32)
+    out = jaxwarp.warp_kernel(butterfly, force="pallas", interpret=True)(x)
+    assert out.shape == (0, 32)
+
+
 def test_cpu_runs_vmap_and_matches():
     x = _random_f32((5, 32))
     k = jaxwarp.warp_kernel(butterfly)

@@ -78,14 +78,12 @@ def _why_not(jaxpr) -> str | None:
     return None
 
 
-def _on_gpu(x) -> bool:
+def _on_gpu(x: jax.Array) -> bool:
     try:
-        devs = x.devices() if hasattr(x, "devices") else set()
-    except Exception:  # a tracer: ask the default backend
-        devs = set()
-    if devs:
-        return all(d.platform == "gpu" for d in devs)
-    return jax.default_backend() == "gpu"
+        devices = x.devices()
+    except jax.errors.ConcretizationTypeError:  # a tracer: the default backend runs it
+        return jax.default_backend() == "gpu"
+    return all(d.platform == "gpu" for d in devices)
 
 
 class WarpKernel:
@@ -114,16 +112,18 @@ class WarpKernel:
     def explain(self, *args) -> str | None:
         """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU);
         otherwise why it runs as ``jax.vmap(fn)``."""
-        args = [_check(a, i) for i, a in enumerate(args)]
+        args = _check_all(args)
         jx = self._block_jaxpr(args)
         if isinstance(jx, str):
             return jx
         return _why_not(jx.jaxpr)
 
     def __call__(self, *args):
-        args = [_check(a, i) for i, a in enumerate(args)]
+        args = _check_all(args)
         use = self.force or ("pallas" if self.interpret or all(_on_gpu(a) for a in args)
                              else "vmap")
+        if args[0].shape[0] == 0:
+            use = "vmap"  # no warps: nothing to launch
         if use == "pallas" and self.explain(*args) is None:
             return self._pallas(args)
         if use == "pallas" and self.force == "pallas":
@@ -173,6 +173,17 @@ class WarpKernel:
         )
         res = tuple(r[:n_warps] for r in call(*args))
         return res if multi else res[0]
+
+
+def _check_all(args: tuple) -> list[jax.Array]:
+    if not args:
+        raise ValueError("warp_kernel: no arguments; allowed: one or more (warps, 32) arrays")
+    arrays = [_check(a, i) for i, a in enumerate(args)]
+    warps = [a.shape[0] for a in arrays]
+    if len(set(warps)) > 1:
+        raise ValueError(f"warp_kernel: the arguments have {warps} warps; allowed: the same "
+                         f"number of warps in every argument")
+    return arrays
 
 
 def _check(a: Any, i: int) -> jax.Array:
