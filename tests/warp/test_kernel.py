@@ -89,6 +89,16 @@ def test_several_inputs_and_outputs_interpreted():
         np.testing.assert_array_equal(_bits(g), _bits(w))
 
 
+def test_gradient_through_the_kernel_is_vmaps():
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((8, 32)), jnp.float32)
+    k = jaxwarp.warp_kernel(butterfly, warps_per_block=4, force="pallas", interpret=True)
+    loss = lambda f: lambda v: jnp.sum(f(v) * jnp.arange(32.0))
+    g = jax.grad(loss(k))(x)
+    np.testing.assert_array_equal(_bits(g), _bits(jax.grad(loss(jax.vmap(butterfly)))(x)))
+    _, t = jax.jvp(k, (x,), (jnp.ones_like(x),))
+    np.testing.assert_array_equal(_bits(t), _bits(jnp.full_like(x, 32.0)))
+
+
 def test_zero_warps():
     x = jnp.zeros((0, 32), jnp.float32)
     out = jaxwarp.warp_kernel(butterfly, force="pallas", interpret=True)(x)

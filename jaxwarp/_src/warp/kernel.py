@@ -125,10 +125,23 @@ class WarpKernel:
         if args[0].shape[0] == 0:
             use = "vmap"  # no warps: nothing to launch
         if use == "pallas" and self.explain(*args) is None:
-            return self._pallas(args)
+            return self._differentiable_pallas(*args)
         if use == "pallas" and self.force == "pallas":
             raise NotImplementedError(f"warp_kernel: {self.explain(*args)}")
         return jax.vmap(self.fn)(*args)
+
+    def _differentiable_pallas(self, *args):
+        # pallas_call has no derivative rule of its own; the kernel computes vmap(fn)'s
+        # values bit for bit, so its derivative is vmap(fn)'s.
+        @jax.custom_jvp
+        def run(*xs):
+            return self._pallas(list(xs))
+
+        @run.defjvp
+        def run_jvp(primals, tangents):
+            return run(*primals), jax.jvp(jax.vmap(self.fn), primals, tangents)[1]
+
+        return run(*args)
 
     def _pallas(self, args):
         from jax.experimental import pallas as pl
@@ -205,7 +218,8 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int = 128,
     ``fn`` has a bit-exact Triton lowering (see the module docstring), it runs as a
     Pallas kernel over blocks of ``warps_per_block`` warps, which keeps a chain of
     shuffles in registers instead of device memory; otherwise, and on other
-    backends, it runs ``jax.vmap(fn)``.
+    backends, it runs ``jax.vmap(fn)``. Derivatives (``jax.grad``, ``jax.jvp``) are
+    ``jax.vmap(fn)``'s in either case.
 
     Args:
       fn: the warp program.
