@@ -176,3 +176,13 @@ def test_triton_kernel_matches_vmap_on_gpu(width):
     k = jaxwarp.warp_kernel(prog, warps_per_block=64, force="pallas")
     for g, w in zip(jax.jit(k)(x, y), jax.vmap(prog)(x, y), strict=True):
         np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="the Triton kernel needs a GPU")
+def test_triton_kernel_gradient_on_gpu():
+    x = jnp.asarray(np.random.default_rng(6).standard_normal((300, 32)), jnp.float32)
+    k = jaxwarp.warp_kernel(butterfly, warps_per_block=64, force="pallas")
+    loss = lambda f: lambda v: jnp.sum(f(v) * jnp.arange(32.0))
+    np.testing.assert_array_equal(_bits(jax.jit(jax.grad(loss(k)))(x)),
+                                  _bits(jax.jit(jax.grad(loss(jax.vmap(butterfly))))(x)))
+    np.testing.assert_array_equal(_bits(jax.jit(k)(x)), _bits(jax.vmap(butterfly)(x)))
