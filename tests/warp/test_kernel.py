@@ -37,11 +37,8 @@ def butterfly(v):
 
 def _under_kernel_lowering(fn):
     def run(*xs):
-        token = lanes._KERNEL_LOWERING.set(True)
-        try:
+        with lanes.kernel_lowering():
             return jax.vmap(fn)(*xs)
-        finally:
-            lanes._KERNEL_LOWERING.reset(token)
     return run
 
 

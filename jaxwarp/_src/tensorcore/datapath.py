@@ -353,14 +353,13 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
-    if dp.align == "nominal" and a_al is not None:  # alignments computed beforehand
-        ea = [_col(a_al, i).astype(jnp.int32) for i in ks]
-        eb = [_row(b_al, i).astype(jnp.int32) for i in ks]
-        top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
-        top = top - 127
-    elif dp.align == "nominal":  # the sum of the operands' alignment exponents
-        ea = [_fast_align(x, fmts[0], dp) for x in av]
-        eb = [_fast_align(y, fmts[1], dp) for y in bv]
+    if dp.align == "nominal":  # the sum of the operands' alignment exponents
+        if a_al is None:
+            ea = [_fast_align(x, fmts[0], dp) for x in av]
+            eb = [_fast_align(y, fmts[1], dp) for y in bv]
+        else:  # computed beforehand (``_store_decoded``)
+            ea = [_col(a_al, i).astype(jnp.int32) for i in ks]
+            eb = [_row(b_al, i).astype(jnp.int32) for i in ks]
         top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
         top = top - 127  # biased once, as _ebits; <= 0 when every product is zero
     else:  # the product's own leading bit
@@ -414,22 +413,12 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
     fp32's range): like ``_block_fast`` on decoded operands (``_operand``), each
     product of significands scaled by its own power of two. ``mbits``: the fraction
     bits of a's format plus b's."""
-    if _lead_only(dp):  # exp is the alignment exponent; lsb_a + lsb_b = pe - mbits
-        av = [(_col(a.sig, i).astype(jnp.float32), _col(a.exp, i).astype(jnp.int32))
-              for i in ks]
-        bv = [(_row(b.sig, i).astype(jnp.float32), _row(b.exp, i).astype(jnp.int32))
-              for i in ks]
-        prods = [x[0] * y[0] for x, y in zip(av, bv, strict=True)]  # exact: < 2**22
-        pe = [x[1] + y[1] for x, y in zip(av, bv, strict=True)]
-        E = functools.reduce(jnp.maximum, pe, acc.lead)
-        fe = dp.F - jnp.maximum(E, emin) + 127 - mbits
-        terms = [_trunc(p * _pow2(jnp.maximum(e + fe, 1)), p, dp.trunc)
-                 for p, e in zip(prods, pe, strict=True)]
-        neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-        return _Block(neg, mag, g, *_specials(prods, acc, dp))
+    lead_only = _lead_only(dp)  # exp is the alignment exponent; lsb_a + lsb_b = pe - mbits
 
     def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 alignment exponent)
         e = e.astype(jnp.int32)
+        if lead_only:
+            return s.astype(jnp.float32), None, e
         lsb = e >> 4
         return s.astype(jnp.float32), lsb, lsb + (e & 15)
 
@@ -446,10 +435,12 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
     E = functools.reduce(jnp.maximum, pe, acc.lead)
     # Products only need a valid scale when one is non-zero (then E >= emin).
     fe = dp.F - jnp.maximum(E, emin) + 127
-    terms = []
-    for x, y, p in zip(ops_a, ops_b, prods, strict=True):
-        scale = _pow2(jnp.maximum(x[1] + y[1] + fe, 1))
-        terms.append(_trunc(p * scale, p, dp.trunc))
+    if lead_only:
+        lsbs, fe = pe, fe - mbits
+    else:
+        lsbs = [x[1] + y[1] for x, y in zip(ops_a, ops_b, strict=True)]
+    terms = [_trunc(p * _pow2(jnp.maximum(lsb + fe, 1)), p, dp.trunc)
+             for p, lsb in zip(prods, lsbs, strict=True)]
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
     return _Block(neg, mag, g, *_specials(prods, acc, dp))
 
@@ -565,8 +556,6 @@ def _instr_ffma(a, b, ks, acc_c, block, cfg: _Cfg, c_type: str):
 _INSTR = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
 
 
-# The exact models are many small element-wise operations: jitted here, so that an
-# eager call compiles them once per shape instead of dispatching each operation.
 def _chain(a, b, c, cfg: _Cfg, block):
     """The instructions of one exact float mma over k, on prepared operands (pytrees
     whose leaves are (..., m, k) / (..., k, n)): the first from C, the rest scanned."""
@@ -593,8 +582,6 @@ def _chain(a, b, c, cfg: _Cfg, block):
     return bits
 
 
-# The exact models are many small element-wise operations: jitted here, so that an
-# eager call compiles them once per shape instead of dispatching each operation.
 #: Whether the decoded operands are stored before the blocks read them: "auto" (the
 #: rule in ``_store_decoded``), "on" or "off" (for measuring; the bits are the same).
 STORE_DECODED = "auto"
@@ -616,8 +603,8 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
       1.47x, 1.09x faster; ``mma.sync`` tf32 1.33x; ``wgmma`` tf32 0.90x), and for f16 /
       fp8 when every operand element feeds at least 64 outputs (``wgmma`` f16 1.20x,
       e4m3 1.37x; ``mma.sync`` fp8, 8 outputs, 0.72x; WMMA / ``mma.sync`` f16 1.0x);
-    * a GEMM's broadcast tiles (``matmul``): stored for f16 operands only (``f16``) (4096^3 f16 1.14x
-      faster; bf16 0.74x and e4m3 ``wgmma`` 0.80x: not stored).
+    * a GEMM's broadcast tiles (``matmul``): stored for f16 operands only (``f16``;
+      4096^3 f16 1.14x faster; bf16 0.74x and e4m3 ``wgmma`` 0.80x: not stored).
 
     On the CPU (2 cores, jax 0.10.2) storing left bf16 / tf32 as fast as before
     (0.99x-1.02x) and slowed the fast path (``wgmma`` f16 / e4m3 0.90x): there the fast
@@ -637,6 +624,8 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
     return min(uses // a.size, uses // b.size) >= _FAST_STORE_REUSE
 
 
+# The exact models are many small element-wise operations: jitted here, so that an
+# eager call compiles them once per shape instead of dispatching each operation.
 @functools.partial(jax.jit, static_argnums=(3,))
 def _mma_float_exact(a, b, c, cfg: _Cfg):
     dp = cfg.dp

@@ -151,7 +151,7 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
     """
     if operand_format in FP8_FORMATS:
         x = jnp.asarray(x)
-        if scale is None and x.dtype == _FP8_DTYPE[operand_format]:
+        if scale is None and x.dtype == fp8_cvt.FP8_FORMATS[operand_format]:
             return x  # already fp8 data: a CUDA program feeds it to the tensor core as is
         x32 = x.astype(jnp.float32)
         if scale is not None:
@@ -169,9 +169,6 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
     if operand_format == "tf32":
         return formats.float_to_tf32(x.astype(jnp.float32))
     return x.astype(jnp.float64)
-
-
-_FP8_DTYPE = {"e4m3": jnp.dtype(jnp.float8_e4m3fn), "e5m2": jnp.dtype(jnp.float8_e5m2)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from jaxwarp._src.warp import lanes
 
@@ -98,36 +97,32 @@ class WarpKernel:
         self.force = force
         functools.update_wrapper(self, fn)
 
-    def _block_jaxpr(self, args):
+    def _why_not(self, args: list[jax.Array]) -> str | None:
+        """``explain`` on checked arguments: traces ``fn`` on one block of warps."""
         block = [jax.ShapeDtypeStruct((self.warps_per_block, WARP_SIZE), a.dtype)
                  for a in args]
-        token = lanes._KERNEL_LOWERING.set(True)
         try:
-            return jax.make_jaxpr(jax.vmap(self.fn))(*block)
+            with lanes.kernel_lowering():
+                jx = jax.make_jaxpr(jax.vmap(self.fn))(*block)
         except NotImplementedError as e:
             return str(e)
-        finally:
-            lanes._KERNEL_LOWERING.reset(token)
+        return _why_not(jx.jaxpr)
 
     def explain(self, *args) -> str | None:
         """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU);
         otherwise why it runs as ``jax.vmap(fn)``."""
-        args = _check_all(args)
-        jx = self._block_jaxpr(args)
-        if isinstance(jx, str):
-            return jx
-        return _why_not(jx.jaxpr)
+        return self._why_not(_check_all(args))
 
     def __call__(self, *args):
         args = _check_all(args)
         use = self.force or ("pallas" if self.interpret or all(_on_gpu(a) for a in args)
                              else "vmap")
-        if args[0].shape[0] == 0:
-            use = "vmap"  # no warps: nothing to launch
-        if use == "pallas" and self.explain(*args) is None:
-            return self._differentiable_pallas(*args)
-        if use == "pallas" and self.force == "pallas":
-            raise NotImplementedError(f"warp_kernel: {self.explain(*args)}")
+        if use == "pallas" and args[0].shape[0]:  # (no warps: nothing to launch)
+            why = self._why_not(args)
+            if why is None:
+                return self._differentiable_pallas(*args)
+            if self.force == "pallas":
+                raise NotImplementedError(f"warp_kernel: {why}")
         return jax.vmap(self.fn)(*args)
 
     def _differentiable_pallas(self, *args):
@@ -148,13 +143,12 @@ class WarpKernel:
 
         b = self.warps_per_block
         n_warps = args[0].shape[0]
-        out_avals = jax.eval_shape(jax.vmap(self.fn), *args)
         pad = -n_warps % b
         if pad:
             # Whole blocks only: the Triton kernel computed wrong lanes in a block that
             # reaches past the last warp (H100, jax 0.11.2); the padding warps are dropped.
             args = [jnp.pad(a, ((0, pad), (0, 0))) for a in args]
-            out_avals = jax.eval_shape(jax.vmap(self.fn), *args)
+        out_avals = jax.eval_shape(jax.vmap(self.fn), *args)
         multi = isinstance(out_avals, (tuple, list))
         outs = tuple(out_avals) if multi else (out_avals,)
         spec = pl.BlockSpec((b, WARP_SIZE), lambda i: (i, 0))
@@ -162,11 +156,8 @@ class WarpKernel:
 
         def body(*refs):
             vals = [r[...] for r in refs[:n_in]]
-            token = lanes._KERNEL_LOWERING.set(True)
-            try:
+            with lanes.kernel_lowering():
                 res = jax.vmap(fn)(*vals)
-            finally:
-                lanes._KERNEL_LOWERING.reset(token)
             res = res if multi else (res,)
             for r, v in zip(refs[n_in:], res, strict=True):
                 r[...] = v

@@ -33,6 +33,7 @@ the H100 did (CUDA: undefined). ``jaxwarp.checked`` reports both situations.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 from typing import Any
@@ -306,6 +307,17 @@ def _static_plan_cached(jt: tuple) -> tuple:
 # Triton has no reversal, slice or general concatenation, so there the static plans lower
 # to the operations it has (reshape, transpose, split into halves, join of two halves).
 _KERNEL_LOWERING = contextvars.ContextVar("jaxwarp_kernel_lowering", default=False)
+
+
+@contextlib.contextmanager
+def kernel_lowering():
+    """Within this context, static shuffles lower for a Triton kernel
+    (``_apply_plan_kernel``)."""
+    token = _KERNEL_LOWERING.set(True)
+    try:
+        yield
+    finally:
+        _KERNEL_LOWERING.reset(token)
 
 #: Plans that ``_apply_plan_kernel`` lowers (the others make ``warp_kernel`` fall back).
 KERNEL_PLANS = ("id", "xor", "bcast")
