@@ -395,3 +395,48 @@ def test_fp8_fast_mode_and_mixed_types():
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(fast, want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(exact, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("special", [None, np.nan, np.inf, 1e-310, 1e300])
+def test_f64_native_chain_equals_integer_chain(special):
+    # The f64 chain runs on native float64 operations when every element is in their exact
+    # range and on the integer emulation otherwise (one special element sends the whole
+    # call there); both give the same bits, eagerly, jitted and under vmap.
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((6, 8, 4)) * 2.0 ** rng.integers(-40, 40, (6, 8, 4))
+    b = rng.standard_normal((6, 4, 8)) * 2.0 ** rng.integers(-40, 40, (6, 4, 8))
+    c = -np.einsum("bmk,bkn->bmn", a, b) * (1 + 2.0 ** -rng.integers(1, 50, (6, 8, 8)))
+    if special is not None:
+        a[4, 3, 2] = special
+    with jax.enable_x64(True):
+        want = np.asarray(M._f64_chain_soft(jnp.asarray(a), jnp.asarray(b), jnp.asarray(c)))
+        kw = dict(a_type="f64", c_type="f64", d_type="f64")
+        for got in (M.mma(a, b, c, **kw),
+                    jax.jit(lambda a, b, c: M.mma(a, b, c, **kw))(a, b, c),
+                    jax.vmap(lambda a, b, c: M.mma(a, b, c, **kw))(a, b, c)):
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint64),
+                                          want.view(np.uint64))
+
+
+def _native_range_tiles(A, B, C):
+    """Indices of the tiles whose operands are all in fma64_native's range."""
+    from jaxwarp._src.numerics import softfloat as S
+    with jax.enable_x64(True):
+        ok = [np.asarray(f(jnp.asarray(x.view(np.float64)))).reshape(len(x), -1).all(1)
+              for f, x in ((S.native_operand_ok, A), (S.native_operand_ok, B),
+                           (S.native_acc_ok, C))]
+    return np.nonzero(ok[0] & ok[1] & ok[2])[0]
+
+
+@pytest.mark.parametrize("cfg", [c for c in _configs(FP) if c.startswith("f64")])
+def test_f64_native_chain_against_hardware(cfg):
+    # The captures mix specials into most batches (which take the integer emulation);
+    # here the tiles in the native range alone, through the native chain, against the H100.
+    A, B, C, D = (FP[f"{cfg}/{x}"] for x in "ABCD")
+    idx = _native_range_tiles(A, B, C)
+    assert idx.size >= 5
+    with jax.enable_x64(True):
+        acc, ok = jax.jit(M._f64_chain_native)(*(jnp.asarray(x[idx].view(np.float64))
+                                                for x in (A, B, C)))
+        assert bool(ok)
+        np.testing.assert_array_equal(np.asarray(acc).view(np.uint64), D[idx].view(np.uint64))

@@ -2,7 +2,8 @@
 
 The one implementation shared by the conversions (``fp8.py``) and the tensor-core
 arithmetic (``tensorcore/datapath.py``). Everything works on uint32 / int32 arrays (fma64
-on uint64), never on XLA floats, which may flush subnormals and do not keep NaN bits.
+on uint64), never on XLA floats, which may flush subnormals and do not keep NaN bits; the
+one exception, :func:`fma64_native`, says for which operands its float64 result is exact.
 
 A finite value is held as ``(-1)**neg * sig * 2**lsb`` with an integer significand ``sig``
 and the exponent ``lsb`` of its last bit:
@@ -13,7 +14,8 @@ and the exponent ``lsb`` of its last bit:
   (ties to even) or ``"rna"`` (ties away);
 * :func:`encode`: ``(neg, q, lsb)`` -> bits of a format;
 * :func:`add_rn`: IEEE addition of two decoded terms (:class:`Term`), to nearest even;
-* :func:`fma64`: IEEE binary64 fused multiply-add on uint64 bit patterns.
+* :func:`fma64`: IEEE binary64 fused multiply-add on uint64 bit patterns;
+* :func:`fma64_native`: the same from native float64 operations where they are exact.
 
 Format facts (exponent and fraction bits, storage width, the low bits tf32 ignores, whether
 the format has infinities) come from :data:`~jaxwarp._src.numerics.formats.FORMATS`.
@@ -26,6 +28,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxwarp._src.numerics.formats import get_format
@@ -41,7 +44,13 @@ __all__ = [
     "emin",
     "encode",
     "encode_rounded",
+    "NATIVE_ACC_RANGE",
+    "NATIVE_OPERAND_RANGE",
     "fma64",
+    "fma64_native",
+    "native_acc_ok",
+    "native_operand_ok",
+    "native_result_ok",
     "lsb_min",
     "round_sig",
     "shift",
@@ -489,3 +498,104 @@ def fma64(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
     out = jnp.where(c_nan, c | quiet, out)
     out = jnp.where(b_nan, b | quiet, out)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# binary64 fma from native binary64 operations (error-free transformations and rounding
+# to odd), for the operand ranges where those transformations are exact.
+
+_SPLIT64 = 134217729.0  # 2**27 + 1: Veltkamp's splitter for 53-bit significands
+# The ranges where fma64_native is exact, with margin. Above: Veltkamp's C * x stays finite
+# for |x| < 2**995, every sum below 2**1021. Below: XLA's CPU runtime flushes subnormal
+# inputs and results to zero, so every intermediate must be a normal number or an exact
+# zero: with operand exponents >= -450, Veltkamp's halves (last bit at 2**(e - 52)) and
+# Dekker's smallest partial product (last bit at 2**(ea + eb - 104) >= 2**-1004) are
+# multiples of 2**-1022, and with an accumulator zero or at least 2**-960 so is every sum
+# and error term.
+NATIVE_OPERAND_RANGE = (2.0**-450, 2.0**496)  # a, b: zero or min <= |x| < max
+NATIVE_ACC_RANGE = (2.0**-960, 2.0**1020)  # c and the result: zero or min <= |x| < max
+
+
+def _bits_in_range(x, rng):
+    """Zero or min <= |x| < max, from float64 x's bits behind an optimization barrier:
+    XLA's CPU runtime reads subnormals as zero, and LLVM (assuming IEEE subnormals) turns
+    bit tests of a float it can see into float compares, which then say 0 for them."""
+    bits = lax.optimization_barrier(lax.bitcast_convert_type(x, jnp.int64))
+    mag = bits & jnp.int64(0x7FFFFFFFFFFFFFFF)
+    lo, hi = (int(np.float64(v).view(np.int64)) for v in rng)
+    return (mag == 0) | ((mag >= lo) & (mag < hi))
+
+
+def native_operand_ok(x: jax.Array) -> jax.Array:
+    """Where float64 ``x`` may be an ``a`` or ``b`` of :func:`fma64_native`."""
+    return _bits_in_range(x, NATIVE_OPERAND_RANGE)
+
+
+def native_acc_ok(x: jax.Array) -> jax.Array:
+    """Where float64 ``x`` may be the ``c``, or is a result, of :func:`fma64_native`."""
+    return _bits_in_range(x, NATIVE_ACC_RANGE)
+
+
+def native_result_ok(d: jax.Array) -> jax.Array:
+    """:func:`native_acc_ok` for a result of :func:`fma64_native` whose operands were in
+    range, with float compares: such a result is zero or a multiple of 2**-1022, never
+    subnormal, so a flushing runtime compares it correctly."""
+    ad = jnp.abs(d)
+    return (d == 0) | ((ad >= NATIVE_ACC_RANGE[0]) & (ad < NATIVE_ACC_RANGE[1]))
+
+
+def _two_sum(x, y):
+    s = x + y
+    yy = s - x
+    return s, (x - (s - yy)) + (y - yy)
+
+
+def _split(x):
+    t = _SPLIT64 * x
+    hi = t - (t - x)
+    return hi, x - hi
+
+
+def _two_prod(x, y):
+    p = x * y
+    xh, xl = _split(x)
+    yh, yl = _split(y)
+    return p, ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+
+
+def _add_odd(x, y):
+    """x + y rounded to odd: truncated, then the last bit set if anything was cut off."""
+    s, e = _two_sum(x, y)
+    bits = lax.bitcast_convert_type(s, jnp.int64)
+    # s even and inexact: the odd neighbour on e's side (one step of the magnitude bits
+    # away from zero when e has s's sign, towards zero otherwise).
+    step = jnp.where((e > 0) == (s > 0), jnp.int64(1), jnp.int64(-1))
+    bits = jnp.where(((bits & 1) == 0) & (e != 0), bits + step, bits)
+    return lax.bitcast_convert_type(bits, jnp.float64)
+
+
+def fma64_native(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+    """IEEE binary64 ``fma(a, b, c)`` from native float64 operations, exact in a range.
+
+    The result equals :func:`fma64` of the same operands bit for bit where
+    :func:`native_operand_ok` holds for ``a`` and ``b`` and :func:`native_acc_ok` for
+    ``c`` and for the result (zeros, or magnitudes in ``NATIVE_OPERAND_RANGE`` /
+    ``NATIVE_ACC_RANGE``); elsewhere it is meaningless and the caller must use
+    :func:`fma64` (NaNs, infinities, subnormals, values near the ends of the range).
+
+    The method is Boldo and Melquiond's emulated FMA ("Emulation of FMA and correctly
+    rounded sums: proved algorithms using rounding to odd", IEEE Trans. Computers 57(4),
+    2008): the exact product as a pair (Dekker's product with Veltkamp's split), the exact
+    sum of ``c`` and the product's high part (Knuth's TwoSum), the two low parts added with
+    rounding to odd, and one final addition to nearest. Where the low parts cancel exactly
+    the high sum is the result as it is, which keeps IEEE's sign of an exact zero.
+
+    It relies on every multiply and add being rounded on its own (no contraction into
+    fused multiply-adds by the compiler), which XLA's CPU and GPU backends keep; the tests
+    compare it with :func:`fma64` on both.
+    """
+    ph, pl = _two_prod(a, b)
+    sh, sl = _two_sum(c, ph)
+    v = _add_odd(sl, pl)
+    # v is a multiple of 2**-1022 in range, so a float compare with zero is exact here.
+    return jnp.where(v == 0, sh, sh + v)

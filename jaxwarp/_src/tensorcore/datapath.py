@@ -585,26 +585,28 @@ def _chain(a, b, c, cfg: _Cfg, block):
 #: Whether the decoded operands are stored before the blocks read them: "auto" (the
 #: rule in ``_store_decoded``), "on" or "off" (for measuring; the bits are the same).
 STORE_DECODED = "auto"
-#: Outputs per operand element from which the fast path stores its decoded operands.
+#: Uses per operand element (the outputs each one feeds) from which the fast path stores
+#: its decoded operands, and up to which (exclusive) the general path does.
 _FAST_STORE_REUSE = 64
+_GENERAL_STORE_REUSE_MAX = 1024
 
 
-def _store_decoded(a, b, c, general: bool, f16: bool = False,
-                   backend: str | None = None) -> bool:
+def _store_decoded(a, b, c, general: bool, backend: str | None = None) -> bool:
     """Whether to decode the operands once into stored arrays (an XLA optimization
     barrier between decoding and the blocks) rather than let XLA fuse the decoding into
     the blocks, which decodes an operand element again for every output that reads it.
     The bits are the same either way; the rule follows what was faster on the H100
-    (jax 0.11.2, 2026-11-24; ``benchmarks/barrier_ab.py`` for tiles, ``matmul_exact.py
-    --store-decoded`` for GEMMs):
+    (jax 0.11.2, 2026-11-24/25; ``benchmarks/barrier_ab.py`` for tiles, ``matmul_exact.py
+    --store-decoded`` for GEMMs), keyed on the uses of an operand element (the outputs it
+    feeds: n for a batch of m x n tiles, N for a GEMM's k step):
 
-    * a batch of independent tiles (a and b with the same batch shape): stored for
-      bf16 / tf32, whose decoding is longer (WMMA / ``mma.sync`` / ``wgmma`` bf16 1.35x,
-      1.47x, 1.09x faster; ``mma.sync`` tf32 1.33x; ``wgmma`` tf32 0.90x), and for f16 /
-      fp8 when every operand element feeds at least 64 outputs (``wgmma`` f16 1.20x,
-      e4m3 1.37x; ``mma.sync`` fp8, 8 outputs, 0.72x; WMMA / ``mma.sync`` f16 1.0x);
-    * a GEMM's broadcast tiles (``matmul``): stored for f16 operands only (``f16``;
-      4096^3 f16 1.14x faster; bf16 0.74x and e4m3 ``wgmma`` 0.80x: not stored).
+    * general path (bf16 / tf32, whose decoding is longer): stored below 1024 uses: tiles
+      (16 or 8 uses: WMMA / ``mma.sync`` bf16 1.35x, 1.47x faster, ``mma.sync`` tf32
+      1.33x; 64: ``wgmma`` bf16 1.09x, tf32 0.90x), not for a GEMM (4096 uses: bf16
+      4096^3 0.81x stored);
+    * fast path (f16, fp8 as f16): stored from 64 uses (``wgmma`` f16 1.20x, e4m3 1.37x;
+      4096^3 GEMM f16 1.12x, e4m3 1.35x; ``mma.sync`` fp8, 8 uses, 0.72x; WMMA /
+      ``mma.sync`` f16 1.0x).
 
     On the CPU (2 cores, jax 0.10.2) storing left bf16 / tf32 as fast as before
     (0.99x-1.02x) and slowed the fast path (``wgmma`` f16 / e4m3 0.90x): there the fast
@@ -614,14 +616,11 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
         return STORE_DECODED == "on"
     if not general and (backend or jax.default_backend()) == "cpu":
         return False
-    if a.shape[:-2] != b.shape[:-2]:  # broadcast tiles of a GEMM
-        return f16
-    if general:
-        return True
     out = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
     outputs = int(np.prod(out, dtype=np.int64)) * c.shape[-2] * c.shape[-1]
     uses = outputs * a.shape[-1]  # multiplications, each reading one a and one b
-    return min(uses // a.size, uses // b.size) >= _FAST_STORE_REUSE
+    reuse = min(uses // a.size, uses // b.size)
+    return reuse < _GENERAL_STORE_REUSE_MAX if general else reuse >= _FAST_STORE_REUSE
 
 
 # The exact models are many small element-wise operations: jitted here, so that an
@@ -645,8 +644,7 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
         block = functools.partial(_block_fast, fmts=(a_type, b_type),
                                   emin=lowest(a_type) + lowest(b_type))
         a16, b16 = a.astype(jnp.float16), b.astype(jnp.float16)
-        f16 = cfg.a_type == cfg.b_type == "f16"
-        if dp.align == "nominal" and _store_decoded(a, b, c, general=False, f16=f16):
+        if dp.align == "nominal" and _store_decoded(a, b, c, general=False):
             ops = ((a16, _fast_align(a16.astype(jnp.float32), a_type, dp).astype(jnp.int16)),
                    (b16, _fast_align(b16.astype(jnp.float32), b_type, dp).astype(jnp.int16)))
             bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
@@ -664,19 +662,42 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
 
 
 # --------------------------------------------------------------------------------------
-# fp64: IEEE fma chain, emulated with 128-bit integer arithmetic on (hi, lo) uint64.
+# fp64: IEEE fma chain. Native float64 operations (softfloat.fma64_native) where they are
+# exact for every element of the call, else the 128-bit integer emulation (softfloat.fma64).
 
 _U64 = jnp.uint64
 
 
-@jax.jit
-def _mma_f64_exact(a, b, c):
+def _f64_chain_soft(a, b, c):
     ab = lax.bitcast_convert_type(a, _U64)
     bb = lax.bitcast_convert_type(b, _U64)
     acc = lax.bitcast_convert_type(c, _U64)
     for kk in range(a.shape[-1]):
         acc = softfloat.fma64(ab[..., :, kk:kk + 1], bb[..., kk:kk + 1, :], acc)
     return lax.bitcast_convert_type(acc, jnp.float64)
+
+
+def _f64_chain_native(a, b, c):
+    """The chain in native float64 operations, and whether every element was in the range
+    where they are exact (softfloat.native_*_ok): a result leaving it becomes NaN."""
+    ok = (jnp.all(softfloat.native_operand_ok(a)) & jnp.all(softfloat.native_operand_ok(b))
+          & jnp.all(softfloat.native_acc_ok(c)))
+    acc = c
+    for kk in range(a.shape[-1]):
+        d = softfloat.fma64_native(a[..., :, kk:kk + 1], b[..., kk:kk + 1, :], acc)
+        acc = jnp.where(softfloat.native_result_ok(d), d, jnp.nan)
+    # Stored once, so that the check reads it instead of recomputing the chain.
+    acc = lax.optimization_barrier(acc)
+    return acc, ok & ~jnp.any(jnp.isnan(acc))
+
+
+@jax.jit
+def _mma_f64_exact(a, b, c):
+    # One branch for the whole call: where any element leaves the native range, every
+    # element takes the integer emulation. Under vmap the condition is batched and XLA
+    # computes both branches, with the same bits.
+    acc, ok = _f64_chain_native(a, b, c)
+    return lax.cond(ok, lambda: acc, lambda: _f64_chain_soft(a, b, c))
 
 
 # --------------------------------------------------------------------------------------

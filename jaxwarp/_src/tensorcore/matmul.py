@@ -337,7 +337,7 @@ def _fast(a_op, b_op, c_acc, cfg: _Cfg):
 
 
 def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
-    """The k loop over (M/m, N/n) output tiles, on converted operands.
+    """The k loop over the whole (M, N) output, on converted operands.
 
     M, N and K are padded with zeros to the tile (only where ``_check`` allows it, or in
     the backward products, where a zero k-slice leaves the sum as it is)."""
@@ -348,24 +348,19 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
     (M, K), N = a_op.shape, b_op.shape[1]
     m, n, k = cfg.tile
     Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
-    a_op, b_op, c_acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
-    mt, nt, kt = Mp // m, Np // n, Kp // k
-    # Views, not copies: A's tile (i, kk) is a4[i, :, kk], B's (kk, j) is b4[kk, :, j], and
-    # the accumulator stays in C's layout (the datapath's (..., m, n) tile order is a
-    # transposed read and write inside the fused step).
-    a4 = a_op.reshape(mt, m, kt, k)
-    b4 = b_op.reshape(kt, k, nt, n)
-    acc = c_acc.reshape(mt, m, nt, n)
+    a_op, b_op, acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
+    kt = Kp // k
 
     def step(carry, _):
-        # (mt, 1, m, k) x (1, nt, k, n): the datapath broadcasts the tile grid itself,
-        # so operand work (decoding, k slices) happens once per tile, not per output tile.
+        # One k step of every output tile as a single (Mp, k) x (k, Np) instruction call:
+        # an instruction's output element depends only on its row of A, its column of B
+        # and its C element, so the M / N tiling changes no bit, and the operands and the
+        # accumulator are read and written in their own layouts (no tile transposes,
+        # which XLA had made into a copy of B before the loop).
         acc, kk = carry
-        at = lax.dynamic_index_in_dim(a4, kk, axis=2, keepdims=False)  # (mt, m, k)
-        bt = lax.dynamic_index_in_dim(b4, kk, axis=0, keepdims=False)  # (k, nt, n)
-        d = _mma(at[:, None], bt.transpose(1, 0, 2)[None, :], acc.transpose(0, 2, 1, 3),
-                 cfg)
-        return (d.transpose(0, 2, 1, 3), kk + 1), None
+        at = lax.dynamic_slice_in_dim(a_op, kk * k, k, axis=1)  # (Mp, k)
+        bt = lax.dynamic_slice_in_dim(b_op, kk * k, k, axis=0)  # (k, Np)
+        return (_mma(at, bt, acc, cfg), kk + 1), None
 
     def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
         return lax.scan(step, (acc, jnp.asarray(k0, jnp.int32)), None, length=length)[0][0]
@@ -387,7 +382,7 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
             acc = lax.scan(interval, (acc, jnp.int32(0)), None, length=full)[0][0]
         if rem:
             acc = acc + chain(zero, full * s, rem)
-    return acc.reshape(Mp, Np)[:M, :N]
+    return acc[:M, :N]
 
 
 def _forward(a, b, c, sa, sb, cfg: _Cfg):
