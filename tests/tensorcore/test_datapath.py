@@ -440,3 +440,24 @@ def test_f64_native_chain_against_hardware(cfg):
                                                 for x in (A, B, C)))
         assert bool(ok)
         np.testing.assert_array_equal(np.asarray(acc).view(np.uint64), D[idx].view(np.uint64))
+
+
+def test_f64_vmap_keeps_one_branch():
+    # Under vmap the whole-call choice between the native chain and the integer emulation
+    # stays a conditional (a batched predicate would make XLA compute both), with the
+    # bits of the unbatched calls, for any in_axes and nested vmaps.
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((3, 2, 8, 4))
+    b = rng.standard_normal((2, 4, 8))
+    c = rng.standard_normal((3, 2, 8, 8))
+    a[2, 1, 0, 0] = np.inf  # one call of the batch takes the integer emulation
+    kw = dict(a_type="f64", c_type="f64", d_type="f64")
+    with jax.enable_x64(True):
+        f = jax.vmap(lambda a, c: M.mma(a, b, c, **kw))
+        want = np.stack([np.asarray(M.mma(a[i], b, c[i], **kw)) for i in range(3)])
+        np.testing.assert_array_equal(np.asarray(f(a, c)).view(np.uint64), want.view(np.uint64))
+        g = jax.vmap(jax.vmap(lambda a, b, c: M.mma(a, b, c, **kw), in_axes=(0, 0, 0)),
+                     in_axes=(0, None, 0))
+        np.testing.assert_array_equal(np.asarray(g(a, b, c)).view(np.uint64),
+                                      want.view(np.uint64))
+        assert "conditional" in jax.jit(f).lower(a, c).compile().as_text()

@@ -691,11 +691,32 @@ def _f64_chain_native(a, b, c):
     return acc, ok & ~jnp.any(jnp.isnan(acc))
 
 
+def _vmap_as_batch(fn):
+    """``fn`` over (..., rows, cols) operands whose leading dims broadcast, with a vmap
+    rule that makes the mapped axis one more leading batch dim of the same call: a
+    whole-call ``lax.cond`` inside stays one branch instead of becoming a select that
+    computes both branches."""
+    f = jax.custom_batching.custom_vmap(fn)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, *args):
+        del axis_size
+        nd = max(x.ndim - 2 - int(bt) for x, bt in zip(args, in_batched, strict=True))
+        lifted = []
+        for x, bt in zip(args, in_batched, strict=True):
+            lead, rest = (x.shape[:1], x.shape[1:]) if bt else ((1,), x.shape)
+            lifted.append(x.reshape(*lead, *(1,) * (nd - (len(rest) - 2)), *rest))
+        return f(*lifted), True
+
+    return f
+
+
+@_vmap_as_batch
 @jax.jit
 def _mma_f64_exact(a, b, c):
-    # One branch for the whole call: where any element leaves the native range, every
-    # element takes the integer emulation. Under vmap the condition is batched and XLA
-    # computes both branches, with the same bits.
+    # One branch for the whole call (and, through _vmap_as_batch, for a vmapped call):
+    # where any element leaves the native range, every element takes the integer
+    # emulation.
     acc, ok = _f64_chain_native(a, b, c)
     return lax.cond(ok, lambda: acc, lambda: _f64_chain_soft(a, b, c))
 
