@@ -28,7 +28,8 @@ if [ "$phase" = check ]; then
 elif [ "$phase" = bench ]; then
   cd benchmarks
   { timeout 100 python3 mma_exact.py --a-type f16; timeout 100 python3 mma_exact.py --a-type bf16
-    timeout 150 python3 instructions_exact.py; timeout 90 python3 warp_reduce.py
+    timeout 150 python3 instructions_exact.py; timeout 90 python3 f64_native.py
+    timeout 90 python3 warp_reduce.py
     timeout 60 python3 shuffle_lowering.py; timeout 60 python3 matmul_fast.py
     timeout 200 python3 matmul_exact.py; } > "$out/benchmarks.json" 2> "$out/benchmarks_err.txt"
   cd ..
