@@ -333,13 +333,16 @@ _FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2"})
 
 
 def _fast_align(x, fmt: str, dp: Datapath):
-    """Alignment exponent + 127 of the fp32 operand x (an ``fmt`` value): its biased
-    exponent, a subnormal's raised to the format's smallest normal one
-    (``sub_exp="emin"``); -1000 for zero (its products count for nothing)."""
-    e = _ebits(x)
+    """2.0**(alignment exponent) of the fp32 operand x (an ``fmt`` value): its magnitude
+    with the fraction cleared, a subnormal's raised to the format's smallest normal power
+    (``sub_exp="emin"``); +inf for inf and NaN. Zero gives 2**emin or 0 (whatever), so a
+    product of two of these is 2**(ea + eb) exactly (normal fp32: f16 and fp8 exponents
+    stay within [-28, 30]); zero products are masked by the caller."""
+    m = lax.bitcast_convert_type(
+        lax.bitcast_convert_type(x, jnp.int32) & jnp.int32(0x7F800000), jnp.float32)
     if dp.sub_exp == "emin":
-        e = jnp.maximum(e, softfloat.emin(fmt) + 127)
-    return jnp.where(x == 0, -1000, e)
+        m = jnp.maximum(m, jnp.float32(2.0 ** softfloat.emin(fmt)))
+    return m
 
 
 def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
@@ -353,18 +356,20 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
-    if dp.align == "nominal":  # the sum of the operands' alignment exponents
+    if dp.align == "nominal":  # the largest sum of the operands' alignment exponents,
+        # as the largest product 2**ea * 2**eb (exact powers of two): fewer operations per
+        # product than adding integer exponents, since a per-row quantity is computed
+        # again for every output that reads it.
         if a_al is None:
-            ea = [_fast_align(x, fmts[0], dp) for x in av]
-            eb = [_fast_align(y, fmts[1], dp) for y in bv]
-        else:  # computed beforehand (``_store_decoded``)
-            ea = [_col(a_al, i).astype(jnp.int32) for i in ks]
-            eb = [_row(b_al, i).astype(jnp.int32) for i in ks]
-        top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
-        top = top - 127  # biased once, as _ebits; <= 0 when every product is zero
+            q = [jnp.where(p != 0, _fast_align(x, fmts[0], dp) * _fast_align(y, fmts[1], dp), 0)
+                 for x, y, p in zip(av, bv, prods, strict=True)]
+        else:  # computed beforehand, zero for a zero operand (``_store_decoded``)
+            q = [_col(a_al, i).astype(jnp.float32) * _row(b_al, i).astype(jnp.float32)
+                 for i in ks]
+        top = _ebits(functools.reduce(jnp.maximum, q))  # 0 when every product is zero
     else:  # the product's own leading bit
         top = _ebits(functools.reduce(jnp.maximum, [jnp.abs(p) for p in prods]))
-    # top: 255 or more only with an inf / NaN operand (the result is then special).
+    # top: 255 only with an inf / NaN operand (the result is then special).
     E = jnp.maximum(jnp.where(top > 0, top - 127, _NEG_BIG), acc.lead)
     # A non-zero product has E >= emin; otherwise the scale is never used.
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
@@ -645,8 +650,10 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
                                   emin=lowest(a_type) + lowest(b_type))
         a16, b16 = a.astype(jnp.float16), b.astype(jnp.float16)
         if dp.align == "nominal" and _store_decoded(a, b, c, general=False):
-            ops = ((a16, _fast_align(a16.astype(jnp.float32), a_type, dp).astype(jnp.int16)),
-                   (b16, _fast_align(b16.astype(jnp.float32), b_type, dp).astype(jnp.int16)))
+            def al(x, fmt):  # 2**alignment as f16 (exact: powers 2**-14 .. 2**15, inf), 0 for 0
+                x32 = x.astype(jnp.float32)
+                return jnp.where(x32 == 0, 0, _fast_align(x32, fmt, dp)).astype(jnp.float16)
+            ops = ((a16, al(a16, a_type)), (b16, al(b16, b_type)))
             bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
         else:
             bits = _chain(a16, b16, c, cfg, block)
