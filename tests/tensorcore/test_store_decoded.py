@@ -67,29 +67,30 @@ def _shape(*s):
     return jax.ShapeDtypeStruct(s, jnp.float16)
 
 
-@pytest.mark.parametrize("a, b, general, want", [
-    ((8, 16, 16), (8, 16, 16), True, True),      # tiles, bf16 / tf32: 16 uses
-    ((8, 64, 16), (8, 16, 64), True, True),      # tiles, wgmma bf16: 64 uses
-    ((8, 16, 16), (8, 16, 8), False, False),     # tiles, mma.sync f16 / fp8: 8 uses
-    ((8, 64, 16), (8, 16, 64), False, True),     # tiles, wgmma f16 / fp8: 64 uses
-    ((4096, 16), (16, 4096), False, True),       # a GEMM's k step (matmul), f16 / fp8
-    ((4096, 16), (16, 4096), True, False),       # the same, bf16 / tf32
-    ((4, 1, 16, 16), (1, 4, 16, 16), True, True),  # broadcast tiles: 4 x 16 = 64 uses
+@pytest.mark.parametrize("a, b, general, f16, want", [
+    ((8, 16, 16), (8, 16, 16), True, False, True),      # tiles, bf16 / tf32: 16 uses
+    ((8, 64, 16), (8, 16, 64), True, False, True),      # tiles, wgmma bf16: 64 uses
+    ((8, 16, 32), (8, 32, 8), False, False, False),     # tiles, mma.sync fp8: 8 uses
+    ((8, 16, 16), (8, 16, 8), False, True, True),       # tiles, mma.sync f16
+    ((8, 64, 16), (8, 16, 64), False, False, True),     # tiles, wgmma fp8: 64 uses
+    ((4096, 16), (16, 4096), False, False, True),       # a GEMM's k step (matmul), fp8
+    ((4096, 16), (16, 4096), True, False, False),       # the same, bf16 / tf32
+    ((4, 1, 16, 16), (1, 4, 16, 16), True, False, True),  # broadcast tiles: 64 uses
 ])
-def test_rule(a, b, general, want):
+def test_rule(a, b, general, f16, want):
     c = _shape(*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
-    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, "gpu") is want
+    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, f16, "gpu") is want
     # On the CPU the fast path never stores; the general path does as on the GPU.
     want_cpu = want and general
-    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, "cpu") is want_cpu
+    assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, f16, "cpu") is want_cpu
 
 
 def test_rule_thresholds_are_data(monkeypatch):
     a, b = _shape(8, 16, 16), _shape(8, 16, 16)
     c = _shape(8, 16, 16)
-    assert not datapath._store_decoded(a, b, c, False, "gpu")
-    assert datapath._store_decoded(a, b, c, True, "gpu")
+    assert not datapath._store_decoded(a, b, c, False, False, "gpu")
+    assert datapath._store_decoded(a, b, c, True, False, "gpu")
     monkeypatch.setattr(datapath, "_FAST_STORE_REUSE", 16)
     monkeypatch.setattr(datapath, "_GENERAL_STORE_REUSE_MAX", 16)
-    assert datapath._store_decoded(a, b, c, False, "gpu")
-    assert not datapath._store_decoded(a, b, c, True, "gpu")
+    assert datapath._store_decoded(a, b, c, False, False, "gpu")
+    assert not datapath._store_decoded(a, b, c, True, False, "gpu")

@@ -333,16 +333,13 @@ _FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2"})
 
 
 def _fast_align(x, fmt: str, dp: Datapath):
-    """2.0**(alignment exponent) of the fp32 operand x (an ``fmt`` value): its magnitude
-    with the fraction cleared, a subnormal's raised to the format's smallest normal power
-    (``sub_exp="emin"``); +inf for inf and NaN. Zero gives 2**emin or 0 (whatever), so a
-    product of two of these is 2**(ea + eb) exactly (normal fp32: f16 and fp8 exponents
-    stay within [-28, 30]); zero products are masked by the caller."""
-    m = lax.bitcast_convert_type(
-        lax.bitcast_convert_type(x, jnp.int32) & jnp.int32(0x7F800000), jnp.float32)
+    """Alignment exponent + 127 of the fp32 operand x (an ``fmt`` value): its biased
+    exponent, a subnormal's raised to the format's smallest normal one
+    (``sub_exp="emin"``); -1000 for zero (its products count for nothing)."""
+    e = _ebits(x)
     if dp.sub_exp == "emin":
-        m = jnp.maximum(m, jnp.float32(2.0 ** softfloat.emin(fmt)))
-    return m
+        e = jnp.maximum(e, softfloat.emin(fmt) + 127)
+    return jnp.where(x == 0, -1000, e)
 
 
 def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
@@ -356,20 +353,18 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
-    if dp.align == "nominal":  # the largest sum of the operands' alignment exponents,
-        # as the largest product 2**ea * 2**eb (exact powers of two): fewer operations per
-        # product than adding integer exponents, since a per-row quantity is computed
-        # again for every output that reads it.
+    if dp.align == "nominal":  # the sum of the operands' alignment exponents
         if a_al is None:
-            q = [jnp.where(p != 0, _fast_align(x, fmts[0], dp) * _fast_align(y, fmts[1], dp), 0)
-                 for x, y, p in zip(av, bv, prods, strict=True)]
-        else:  # computed beforehand, zero for a zero operand (``_store_decoded``)
-            q = [_col(a_al, i).astype(jnp.float32) * _row(b_al, i).astype(jnp.float32)
-                 for i in ks]
-        top = _ebits(functools.reduce(jnp.maximum, q))  # 0 when every product is zero
+            ea = [_fast_align(x, fmts[0], dp) for x in av]
+            eb = [_fast_align(y, fmts[1], dp) for y in bv]
+        else:  # computed beforehand (``_store_decoded``)
+            ea = [_col(a_al, i).astype(jnp.int32) for i in ks]
+            eb = [_row(b_al, i).astype(jnp.int32) for i in ks]
+        top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
+        top = top - 127  # biased once, as _ebits; <= 0 when every product is zero
     else:  # the product's own leading bit
         top = _ebits(functools.reduce(jnp.maximum, [jnp.abs(p) for p in prods]))
-    # top: 255 only with an inf / NaN operand (the result is then special).
+    # top: 255 or more only with an inf / NaN operand (the result is then special).
     E = jnp.maximum(jnp.where(top > 0, top - 127, _NEG_BIG), acc.lead)
     # A non-zero product has E >= emin; otherwise the scale is never used.
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
@@ -596,7 +591,8 @@ _FAST_STORE_REUSE = 64
 _GENERAL_STORE_REUSE_MAX = 1024
 
 
-def _store_decoded(a, b, c, general: bool, backend: str | None = None) -> bool:
+def _store_decoded(a, b, c, general: bool, f16: bool = False,
+                   backend: str | None = None) -> bool:
     """Whether to decode the operands once into stored arrays (an XLA optimization
     barrier between decoding and the blocks) rather than let XLA fuse the decoding into
     the blocks, which decodes an operand element again for every output that reads it.
@@ -609,9 +605,12 @@ def _store_decoded(a, b, c, general: bool, backend: str | None = None) -> bool:
       (16 or 8 uses: WMMA / ``mma.sync`` bf16 1.35x, 1.47x faster, ``mma.sync`` tf32
       1.33x; 64: ``wgmma`` bf16 1.09x, tf32 0.90x), not for a GEMM (4096 uses: bf16
       4096^3 0.81x stored);
-    * fast path (f16, fp8 as f16): stored from 64 uses (``wgmma`` f16 1.20x, e4m3 1.37x;
-      4096^3 GEMM f16 1.12x, e4m3 1.35x; ``mma.sync`` fp8, 8 uses, 0.72x; WMMA /
-      ``mma.sync`` f16 1.0x).
+    * fast path (f16, fp8 as f16): always for f16 x f16 operands (``f16``; session 19's
+      interleaved A/B: WMMA f16 1.19x at 2^18 tiles, 1.35x at 2^20, ``mma.sync`` f16
+      1.11x, ``wgmma`` f16 1.12x; an earlier session measured WMMA / ``mma.sync`` f16 at
+      1.0x: the H100's timings of one code moved by 10-20% between sessions), and for
+      fp8 from 64 uses (``wgmma`` e4m3 1.23x-1.37x, 4096^3 GEMM e4m3 1.35x; ``mma.sync``
+      fp8, 8 uses, 0.72x-0.82x).
 
     On the CPU (2 cores, jax 0.10.2) storing left bf16 / tf32 as fast as before
     (0.99x-1.02x) and slowed the fast path (``wgmma`` f16 / e4m3 0.90x): there the fast
@@ -625,7 +624,9 @@ def _store_decoded(a, b, c, general: bool, backend: str | None = None) -> bool:
     outputs = int(np.prod(out, dtype=np.int64)) * c.shape[-2] * c.shape[-1]
     uses = outputs * a.shape[-1]  # multiplications, each reading one a and one b
     reuse = min(uses // a.size, uses // b.size)
-    return reuse < _GENERAL_STORE_REUSE_MAX if general else reuse >= _FAST_STORE_REUSE
+    if general:
+        return reuse < _GENERAL_STORE_REUSE_MAX
+    return f16 or reuse >= _FAST_STORE_REUSE
 
 
 # The exact models are many small element-wise operations: jitted here, so that an
@@ -649,11 +650,10 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
         block = functools.partial(_block_fast, fmts=(a_type, b_type),
                                   emin=lowest(a_type) + lowest(b_type))
         a16, b16 = a.astype(jnp.float16), b.astype(jnp.float16)
-        if dp.align == "nominal" and _store_decoded(a, b, c, general=False):
-            def al(x, fmt):  # 2**alignment as f16 (exact: powers 2**-14 .. 2**15, inf), 0 for 0
-                x32 = x.astype(jnp.float32)
-                return jnp.where(x32 == 0, 0, _fast_align(x32, fmt, dp)).astype(jnp.float16)
-            ops = ((a16, al(a16, a_type)), (b16, al(b16, b_type)))
+        f16 = cfg.a_type == cfg.b_type == "f16"
+        if dp.align == "nominal" and _store_decoded(a, b, c, general=False, f16=f16):
+            ops = ((a16, _fast_align(a16.astype(jnp.float32), a_type, dp).astype(jnp.int16)),
+                   (b16, _fast_align(b16.astype(jnp.float32), b_type, dp).astype(jnp.int16)))
             bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
         else:
             bits = _chain(a16, b16, c, cfg, block)
