@@ -597,7 +597,7 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
     barrier between decoding and the blocks) rather than let XLA fuse the decoding into
     the blocks, which decodes an operand element again for every output that reads it.
     The bits are the same either way; the rule follows what was faster on the H100
-    (jax 0.11.2, 2026-11-24/25; ``benchmarks/barrier_ab.py`` for tiles, ``matmul_exact.py
+    (jax 0.11.2, 2026-11-24; ``benchmarks/barrier_ab.py`` for tiles, ``matmul_exact.py
     --store-decoded`` for GEMMs), keyed on the uses of an operand element (the outputs it
     feeds: n for a batch of m x n tiles, N for a GEMM's k step):
 
