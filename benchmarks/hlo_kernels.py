@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import device_info, emit
+from _common import best_time, device_info, emit
 
 from jaxwarp._src.tensorcore import datapath
 
@@ -44,19 +43,12 @@ def main() -> None:
             if m and m.group(3) not in ("parameter", "constant", "bitcast",
                                          "get-tuple-element", "tuple"):
                 ops.append(f"{m.group(3)} {m.group(1)} -> {m.group(2)}")
-        f(a, b, c).block_until_ready()
-        best = min(_timed(f, a, b, c) for _ in range(3))
+        best = best_time(lambda f=f: f(a, b, c).block_until_ready(), 3)
         stats = jax.devices()[0].memory_stats() or {}
         emit({"benchmark": "hlo_kernels", **device_info(), "a_type": t,
               "tiles": args.tiles, "store_decoded": args.store_decoded, "seconds": best,
               "tiles_per_s": args.tiles / best, "peak_bytes": stats.get("peak_bytes_in_use"),
               "entry_ops": ops, "n_entry_ops": len(ops)})
-
-
-def _timed(f, *xs):
-    t0 = time.perf_counter()
-    f(*xs).block_until_ready()
-    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

@@ -467,6 +467,8 @@ case(6, "warp_kernel-no-arguments", lambda: jaxwarp.warp_kernel(lambda: 0)(),
      exc=ValueError, must=("no arguments", "(warps, 32) arrays"))
 case(6, "warp_kernel-fn-not-callable", lambda: jaxwarp.warp_kernel(7), exc=TypeError,
      must=("fn=7 is not callable",))
+case(1, "warp_kernel-arg-int64", lambda x: jaxwarp.warp_kernel(_warp_sum)(x),
+     np.zeros((2, 32), np.int64), exc=TypeError, regex="argument 0 has " + X64, modes=CONST)
 case(6, "warp_kernel-force-pallas-float-mul", lambda x: jaxwarp.warp_kernel(
     lambda v: v * 2.0, force="pallas", interpret=True)(x), np.zeros((2, 32), np.float32),
      exc=NotImplementedError, must=("warp_kernel", "mul on float32"))

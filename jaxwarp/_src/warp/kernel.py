@@ -29,6 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxwarp._src import checks
 from jaxwarp._src.warp import lanes
 
 WARP_SIZE = lanes.WARP_SIZE
@@ -97,40 +98,41 @@ class WarpKernel:
         self.force = force
         functools.update_wrapper(self, fn)
 
-    def _why_not(self, args: list[jax.Array]) -> str | None:
-        """``explain`` on checked arguments: traces ``fn`` on one block of warps."""
+    def _trace(self, args: list[jax.Array]):
+        """Traces ``fn`` on one block of warps, as the kernel would run it: (why it cannot
+        run as a kernel or None, the block's output shapes)."""
         block = [jax.ShapeDtypeStruct((self.warps_per_block, WARP_SIZE), a.dtype)
                  for a in args]
         try:
             with lanes.kernel_lowering():
-                jx = jax.make_jaxpr(jax.vmap(self.fn))(*block)
+                jx, out_block = jax.make_jaxpr(jax.vmap(self.fn), return_shape=True)(*block)
         except NotImplementedError as e:
-            return str(e)
-        return _why_not(jx.jaxpr)
+            return str(e), None
+        return _why_not(jx.jaxpr), out_block
 
     def explain(self, *args) -> str | None:
         """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU);
         otherwise why it runs as ``jax.vmap(fn)``."""
-        return self._why_not(_check_all(args))
+        return self._trace(_check_all(args))[0]
 
     def __call__(self, *args):
         args = _check_all(args)
         use = self.force or ("pallas" if self.interpret or all(_on_gpu(a) for a in args)
                              else "vmap")
         if use == "pallas" and args[0].shape[0]:  # (no warps: nothing to launch)
-            why = self._why_not(args)
+            why, out_block = self._trace(args)
             if why is None:
-                return self._differentiable_pallas(*args)
+                return self._differentiable_pallas(out_block, *args)
             if self.force == "pallas":
                 raise NotImplementedError(f"warp_kernel: {why}")
         return jax.vmap(self.fn)(*args)
 
-    def _differentiable_pallas(self, *args):
+    def _differentiable_pallas(self, out_block, *args):
         # pallas_call has no derivative rule of its own; the kernel computes vmap(fn)'s
         # values bit for bit, so its derivative is vmap(fn)'s.
         @jax.custom_jvp
         def run(*xs):
-            return self._pallas(list(xs))
+            return self._pallas(list(xs), out_block)
 
         @run.defjvp
         def run_jvp(primals, tangents):
@@ -138,7 +140,7 @@ class WarpKernel:
 
         return run(*args)
 
-    def _pallas(self, args):
+    def _pallas(self, args, out_block):
         from jax.experimental import pallas as pl
 
         b = self.warps_per_block
@@ -148,9 +150,9 @@ class WarpKernel:
             # Whole blocks only: the Triton kernel computed wrong lanes in a block that
             # reaches past the last warp (H100, jax 0.11.2); the padding warps are dropped.
             args = [jnp.pad(a, ((0, pad), (0, 0))) for a in args]
-        out_avals = jax.eval_shape(jax.vmap(self.fn), *args)
-        multi = isinstance(out_avals, (tuple, list))
-        outs = tuple(out_avals) if multi else (out_avals,)
+        multi = isinstance(out_block, (tuple, list))
+        outs = tuple(jax.ShapeDtypeStruct((n_warps + pad, *o.shape[1:]), o.dtype)
+                     for o in (out_block if multi else (out_block,)))
         spec = pl.BlockSpec((b, WARP_SIZE), lambda i: (i, 0))
         fn, n_in = self.fn, len(args)
 
@@ -191,7 +193,7 @@ def _check_all(args: tuple) -> list[jax.Array]:
 
 
 def _check(a: Any, i: int) -> jax.Array:
-    a = jnp.asarray(a)
+    a = checks.array_arg(a, f"warp_kernel: argument {i}")
     if a.ndim != 2 or a.shape[1] != WARP_SIZE:
         raise ValueError(f"warp_kernel: argument {i} has shape {a.shape}; allowed: "
                          f"(warps, {WARP_SIZE})")
@@ -234,8 +236,7 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int = 128,
       >>> warp_sum.explain(jnp.ones((4, 32), jnp.float32)) is None
       True
     """
-    if force not in (None, "pallas", "vmap"):
-        raise ValueError(f"force={force!r}; allowed: None, 'pallas', 'vmap'")
+    checks.static_choice(force, "force", (None, "pallas", "vmap"))
     if not (isinstance(warps_per_block, int) and warps_per_block >= 1
             and warps_per_block & (warps_per_block - 1) == 0):
         raise ValueError(f"warps_per_block={warps_per_block!r}; allowed: a power of two")

@@ -319,6 +319,7 @@ def kernel_lowering():
     finally:
         _KERNEL_LOWERING.reset(token)
 
+
 #: Plans that ``_apply_plan_kernel`` lowers (the others make ``warp_kernel`` fall back).
 KERNEL_PLANS = ("id", "xor", "bcast")
 
