@@ -2,7 +2,7 @@
 fusions and other ops of the optimised HLO's ENTRY computation with their output shapes
 (what is stored between kernels), and the time and device peak of the batch.
 
-Usage: python benchmarks/hlo_kernels.py [--tiles N] [--types f16,bf16] [--store-decoded auto|on|off]
+Usage: python benchmarks/hlo_kernels.py [--tiles N] [--types f16,bf16]
 """
 
 from __future__ import annotations
@@ -15,26 +15,23 @@ import jax.numpy as jnp
 import numpy as np
 from _common import best_time, device_info, emit
 
-from jaxwarp._src.tensorcore import datapath
+import jaxwarp
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiles", type=int, default=1 << 18)
     p.add_argument("--types", default="f16,bf16")
-    p.add_argument("--store-decoded", default="auto", choices=["auto", "on", "off"],
-                   help="datapath.STORE_DECODED (the bits are the same)")
     args = p.parse_args()
-    datapath.STORE_DECODED = args.store_decoded
     rng = np.random.default_rng(0)
     for t in args.types.split(","):
-        dt = datapath.STORAGE_DTYPE[t]
+        dt = jaxwarp.get_format(t).storage_dtype
         k = 8 if t == "tf32" else 16
         a = jnp.asarray(rng.standard_normal((args.tiles, 16, k)), dt)
         b = jnp.asarray(rng.standard_normal((args.tiles, k, 16)), dt)
         c = jnp.asarray(rng.standard_normal((args.tiles, 16, 16)), jnp.float32)
-        f = jax.jit(lambda a, b, c, t=t: datapath.mma(a, b, c, a_type=t, c_type="f32",
-                                                      d_type="f32"))
+        f = jax.jit(lambda a, b, c, t=t: jaxwarp.mma(a, b, c, a_type=t, c_type="f32",
+                                                     d_type="f32"))
         txt = f.lower(a, b, c).compile().as_text()
         entry = txt[txt.index("ENTRY"):]
         ops = []
@@ -43,10 +40,10 @@ def main() -> None:
             if m and m.group(3) not in ("parameter", "constant", "bitcast",
                                          "get-tuple-element", "tuple"):
                 ops.append(f"{m.group(3)} {m.group(1)} -> {m.group(2)}")
-        best = best_time(lambda f=f: f(a, b, c).block_until_ready(), 3)
+        best = best_time(lambda f=f, a=a, b=b, c=c: f(a, b, c).block_until_ready(), 3)
         stats = jax.devices()[0].memory_stats() or {}
         emit({"benchmark": "hlo_kernels", **device_info(), "a_type": t,
-              "tiles": args.tiles, "store_decoded": args.store_decoded, "seconds": best,
+              "tiles": args.tiles, "seconds": best,
               "tiles_per_s": args.tiles / best, "peak_bytes": stats.get("peak_bytes_in_use"),
               "entry_ops": ops, "n_entry_ops": len(ops)})
 

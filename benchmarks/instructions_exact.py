@@ -1,7 +1,7 @@
 """Exact mode of every tensor-core instruction family against XLA's own batched product.
 
 For each instruction (WMMA, PTX ``mma.sync``, ``wgmma``) and operand type, times
-``datapath.mma(..., mode="exact")`` on a batch of independent tiles of the instruction's
+``jaxwarp.mma(..., mode="exact")`` on a batch of independent tiles of the instruction's
 shape, and in the same run XLA's native batched product on the same tiles
 (``einsum('tmk,tkn->tmn')`` with an fp32 accumulator; fp8 tiles are compared with f16 tiles
 of the same shape, since XLA has no fp8 product on every backend). Prints one JSON record
@@ -26,7 +26,7 @@ import ml_dtypes
 import numpy as np
 from _common import best_time, device_info, emit
 
-from jaxwarp._src.tensorcore import datapath
+import jaxwarp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import reference_tc  # noqa: E402  (the plain-int oracle, for the output check)
@@ -109,7 +109,7 @@ def run(name, macs, repeats, f16_rate=None):
 
     @jax.jit
     def exact(a, b, c):
-        return datapath.mma(a, b, c, a_type=at, b_type=bt, c_type=ct, d_type=ct,
+        return jaxwarp.mma(a, b, c, a_type=at, b_type=bt, c_type=ct, d_type=ct,
                             instruction=instr, instruction_k=k, arch=arch)
 
     # XLA's product on tiles of the same shape (f16 stands in for fp8 and tf32 operands).

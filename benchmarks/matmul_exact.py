@@ -52,6 +52,15 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's jaxwarp, before any installed one
 FORMATS = ("f16", "bf16", "e4m3")
+#: ``jaxwarp.matmul``'s default instruction per format, and its default tile (the
+#: instruction's first shape) per instruction and format, as its docstring states them;
+#: for the record only (``matmul`` is called with ``tile=None``).
+DEFAULT_INSTRUCTION = {"f16": "wmma", "bf16": "wmma", "e4m3": "wgmma"}
+DEFAULT_TILE = {
+    "wmma": {"f16": (16, 16, 16), "bf16": (16, 16, 16)},
+    "mma_sync": {"f16": (16, 8, 16), "bf16": (16, 8, 16), "e4m3": (16, 8, 32)},
+    "wgmma": {"f16": (64, 8, 16), "bf16": (64, 8, 16), "e4m3": (64, 8, 32)},
+}
 TARGET_SECONDS = 1.0  # exact 4096^3 f16 / bf16 on an H100 (issue 12)
 TARGET_MEMORY = 2.0  # peak <= 2x (inputs + outputs)
 BLOCK = 64
@@ -72,8 +81,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-isolate", action="store_true",
                    help="run every format in this process (the device peak then only "
                         "covers the first format)")
-    p.add_argument("--store-decoded", default="auto", choices=["auto", "on", "off"],
-                   help="the datapath's STORE_DECODED (same bits; for measuring)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--scaling", action="store_true")
     p.add_argument("--format", default="f16", help="operand format of --scaling")
@@ -165,20 +172,15 @@ def run_format(fmt: str, size: int, args) -> dict:
     import numpy as np
     from _common import aot_compile, best_time, memory_of, peak_bytes, timed_first_call
 
-    from jaxwarp._src.tensorcore import datapath
-    from jaxwarp._src.tensorcore import matmul as mm
-
-    datapath.STORE_DECODED = args.store_decoded
-
     ins = _instruction(fmt, args)
-    used = ins or mm.DEFAULT_INSTRUCTION[fmt]
+    used = ins or DEFAULT_INSTRUCTION[fmt]
     m = n = k = size
     a, b = _inputs(fmt, m, n, k)
     jax.block_until_ready((a, b))
     io = a.nbytes + b.nbytes + m * n * 4
     flops = 2.0 * m * n * k
     rec: dict = {"operand_format": fmt, "instruction": used,
-                 "tile": list(mm.TILES[used][fmt][0]), "accumulator": "f32",
+                 "tile": list(DEFAULT_TILE[used][fmt]), "accumulator": "f32",
                  "M": m, "N": n, "K": k, "input_dtype": str(a.dtype),
                  "io_bytes": int(io)}
     peak0 = peak_bytes()
@@ -280,7 +282,7 @@ def _parent_main(args) -> None:
         for f in formats:
             cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", f,
                    "--repeats", str(args.repeats), "--fp8-instruction", args.fp8_instruction,
-                   "--reference", str(args.reference), "--store-decoded", args.store_decoded]
+                   "--reference", str(args.reference)]
             if args.size:
                 cmd += ["--size", str(args.size)]
             if args.instruction:
@@ -322,8 +324,7 @@ def _parent_main(args) -> None:
 
 def _scaling_main(args) -> None:
     import jax
-    from _common import (aot_compile, best_time, device_info, device_slug, emit, host_info,
-                         versions)
+    from _common import aot_compile, best_time, device_info, device_slug, emit, host_info, versions
 
     on_cpu = jax.default_backend() == "cpu"
     sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes else
@@ -367,9 +368,9 @@ def _scaling_main(args) -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 4))
-        for axis, style in zip("MNK", ("o-", "s-", "^-")):
+        for axis, style in zip("MNK", ("o-", "s-", "^-"), strict=True):
             pts = [(r["size"], r["seconds"]) for r in rows if r["axis"] == axis]
-            ax.plot(*zip(*pts), style, label=f"{axis} grows")
+            ax.plot(*zip(*pts, strict=True), style, label=f"{axis} grows")
         s0, t0_ = sizes[0], min(r["seconds"] for r in rows if r["size"] == sizes[0])
         ax.plot(sizes, [t0_ * s / s0 for s in sizes], "k:", label="linear in size")
         ax.set_xscale("log", base=2)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from _common import best_time, compiled_memory, device_info, emit
 
-from jaxwarp._src.tensorcore import datapath as mma_arith
+import jaxwarp
 
 
 def _memory(fn, *args) -> dict:
@@ -59,7 +59,7 @@ def main() -> None:
     del a_np, b_np, c_np
 
     def exact(a, b, c):
-        return mma_arith.mma(a, b, c, a_type=args.a_type, c_type=args.c_type, d_type=d_type)
+        return jaxwarp.mma(a, b, c, a_type=args.a_type, c_type=args.c_type, d_type=d_type)
 
     def einsum(a, b, c):
         d = jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=jnp.float32)

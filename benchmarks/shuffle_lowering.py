@@ -26,7 +26,8 @@ from _common import best_time, device_info, emit
 from warp_reduce import hlo_kernels
 
 import jaxwarp
-from jaxwarp._src.warp import lanes
+
+LANES = np.arange(jaxwarp.WARP_SIZE, dtype=np.int32)
 
 
 def _reshape_rev(v, m):
@@ -42,9 +43,10 @@ def _concat_xor(v, m):
 
 VARIANTS = {
     "jaxwarp": lambda v, m: jaxwarp.shfl_xor_sync(0xFFFFFFFF, v, m),
-    "gather_bits": lambda v, m: lanes._move(v, jnp.asarray(lanes._LANES ^ m), None, None),
-    "gather_plain": lambda v, m: v[jnp.asarray(lanes._LANES ^ m)],
-    "take": lambda v, m: jnp.take(v, lanes._LANES ^ m, axis=0),
+    # shfl_sync with a per-lane source-lane array: a gather of the raw bits.
+    "gather_bits": lambda v, m: jaxwarp.shfl_sync(jaxwarp.FULL_MASK, v, jnp.asarray(LANES ^ m)),
+    "gather_plain": lambda v, m: v[jnp.asarray(LANES ^ m)],
+    "take": lambda v, m: jnp.take(v, LANES ^ m, axis=0),
     "reshape_rev": _reshape_rev,
     "slices_concat": _concat_xor,
 }

@@ -8,9 +8,10 @@ optimised HLO on the backend it runs on; plus the device and the jax version.
 Lowerings (the same butterfly, the same bits):
 
 * ``gather``: what jaxwarp did before issue 12: the source lanes ``lane ^ m`` as
-  a constant int32 table and a gather of the raw bits.
+  an int32 table and a gather of the raw bits; written here as ``jaxwarp.shfl_sync``
+  with that table as a per-lane ``src_lane`` array, which takes the same path.
 * ``static``: what ``jaxwarp.shfl_xor_sync`` does now with a static
-  ``lane_mask``/``delta``/``src_lane`` (see ``lanes._static_plan``): split the
+  ``lane_mask``/``delta``/``src_lane`` (source lanes known at trace time): split the
   lane axis into its five bits, ``(32,) -> (2, 2, 2, 2, 2)``, reverse the axes
   of the bits of ``m`` and reshape back (shfl_up/down: slices + concatenate;
   shfl with a constant source: slice + broadcast); still on the raw bits.
@@ -84,7 +85,6 @@ import numpy as np
 from _common import best_time, device_info, emit
 
 import jaxwarp
-from jaxwarp._src.warp import lanes
 
 STEPS = (16, 8, 4, 2, 1)
 #: (warps_per_block, num_warps) of the ``warp_kernel`` configurations timed.
@@ -98,8 +98,10 @@ def butterfly(value: jax.Array, steps: tuple[int, ...] = STEPS) -> jax.Array:
 
 
 def _gather_xor(v: jax.Array, m: int) -> jax.Array:
-    """The lowering jaxwarp used before: a gather with a constant source-lane table."""
-    return lanes._move(v, jnp.asarray(lanes._LANES ^ m), None, None)
+    """The lowering jaxwarp used before: a gather with a source-lane table (``shfl_sync``
+    with a per-lane ``src_lane`` array gathers the raw bits)."""
+    src = jnp.asarray(np.arange(jaxwarp.WARP_SIZE, dtype=np.int32) ^ m)
+    return jaxwarp.shfl_sync(jaxwarp.FULL_MASK, v, src)
 
 
 def butterfly_gather(value: jax.Array) -> jax.Array:

@@ -21,7 +21,7 @@ Two variants (``--dtype``):
   ``ldmatrix`` moves 16-bit pairs and cannot transpose 8-bit elements.
 
 Warps are a ``jax.vmap``: each has its own shared-memory tile. The result is compared
-bit for bit with the logical GEMM ``datapath.mma`` (one call over all of K with
+bit for bit with the logical GEMM ``jaxwarp.mma`` (one call over all of K with
 ``instruction="mma_sync"``, i.e. the same chain of instructions) and with float64.
 
 Usage: python experiments/cutlass_mainloop.py [--warps 64] [--k 256] [--dtype f16|e4m3]
@@ -38,9 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxwarp._src.tensorcore import datapath
-from jaxwarp._src.tensorcore.ldmatrix import ldmatrix
-from jaxwarp._src.tensorcore.mma_ptx import from_registers, mma_sync_ptx, parse_mma
+from jaxwarp import from_registers, ldmatrix, mma, mma_sync_ptx, parse_mma
 
 M = N = 16  # warp tile
 QUALIFIER = {"f16": "m16n8k16.row.col.f32.f16.f16.f32",
@@ -121,20 +119,20 @@ gemm_tiles_jit = jax.jit(gemm_tiles, static_argnames=("k", "dtype"))
 
 
 def reference(a: jax.Array, b: jax.Array, dtype: str) -> jax.Array:
-    """The logical GEMM: ``datapath.mma`` over all of K, a chain of mma_sync of k each."""
+    """The logical GEMM: ``jaxwarp.mma`` over all of K, a chain of mma_sync of k each."""
     c = jnp.zeros(a.shape[:-1] + (N,), jnp.float32)
-    return datapath.mma(a, b, c, a_type=dtype, b_type=dtype, c_type="f32", d_type="f32",
-                        instruction="mma_sync", instruction_k=instr_k(dtype))
+    return mma(a, b, c, a_type=dtype, b_type=dtype, c_type="f32", d_type="f32",
+               instruction="mma_sync", instruction_k=instr_k(dtype))
 
 
 def reference_steps(a: jax.Array, b: jax.Array, dtype: str) -> jax.Array:
-    """The same as an explicit Python chain of one-instruction ``datapath.mma`` calls."""
+    """The same as an explicit Python chain of one-instruction ``jaxwarp.mma`` calls."""
     kk = instr_k(dtype)
     acc = jnp.zeros(a.shape[:-1] + (N,), jnp.float32)
     for s in range(a.shape[-1] // kk):
-        acc = datapath.mma(a[..., s * kk:(s + 1) * kk], b[..., s * kk:(s + 1) * kk, :], acc,
-                           a_type=dtype, b_type=dtype, c_type="f32", d_type="f32",
-                           instruction="mma_sync", instruction_k=kk)
+        acc = mma(a[..., s * kk:(s + 1) * kk], b[..., s * kk:(s + 1) * kk, :], acc,
+                  a_type=dtype, b_type=dtype, c_type="f32", d_type="f32",
+                  instruction="mma_sync", instruction_k=kk)
     return acc
 
 
@@ -168,7 +166,7 @@ def run(warps: int, k: int, dtype: str, seed: int = 0) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(
         description="CUTLASS-style warp main loop (ldmatrix -> mma.sync over K) on jaxwarp, "
-                    "checked bit for bit against the logical datapath GEMM.")
+                    "checked bit for bit against the logical GEMM (jaxwarp.mma).")
     ap.add_argument("--warps", type=int, default=64, help="warps (16x16 C tiles), default 64")
     ap.add_argument("--k", type=int, default=256,
                     help="K, a multiple of 16 (f16) or 32 (e4m3); default 256")

@@ -597,9 +597,10 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
     barrier between decoding and the blocks) rather than let XLA fuse the decoding into
     the blocks, which decodes an operand element again for every output that reads it.
     The bits are the same either way; the rule follows what was faster on the H100
-    (jax 0.11.2, 2026-11-24; ``benchmarks/barrier_ab.py`` for tiles, ``matmul_exact.py
-    --store-decoded`` for GEMMs), keyed on the uses of an operand element (the outputs it
-    feeds: n for a batch of m x n tiles, N for a GEMM's k step):
+    (jax 0.11.2, 2026-11-24; the A/B records ``store_decoded_ab`` for tiles and
+    ``gemm_store_decoded_ab`` for GEMMs in ``benchmarks/results``), keyed on the uses
+    of an operand element (the outputs it feeds: n for a batch of m x n tiles, N for a
+    GEMM's k step):
 
     * general path (bf16 / tf32, whose decoding is longer): stored below 1024 uses: tiles
       (16 or 8 uses: WMMA / ``mma.sync`` bf16 1.35x, 1.47x faster, ``mma.sync`` tf32
