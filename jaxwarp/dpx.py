@@ -2,7 +2,8 @@
 
 Names drop CUDA's leading underscores: ``__vimax3_s32(a, b, c)`` is
 ``jaxwarp.dpx.vimax3_s32(a, b, c)``. ``vib*`` functions return ``(value, pred)``
-(``(value, pred_hi, pred_lo)`` for the 16x2 forms). See ``jaxwarp._src.warp.dpx`` docs.
+(``(value, pred_hi, pred_lo)`` for the 16x2 forms). Each function's docstring gives
+its CUDA semantics and an example.
 """
 
 from jaxwarp._src.warp.dpx import DPX_FUNCTIONS as DPX_FUNCTIONS

@@ -1,6 +1,6 @@
 """fp8 (e4m3, e5m2) conversions, bit-exact to an H100: CUDA's ``__nv_cvt_*`` intrinsics and
 PTX ``cvt`` (``jaxwarp.fp8.cvt_f32_to_e4m3x2`` ...). Packed values are uint16/uint32 words laid out as
-in registers. See ``jaxwarp._src.numerics.fp8`` for the semantics of each."""
+in registers. Each function's docstring gives its semantics and an example."""
 
 from jaxwarp._src.numerics.fp8 import FP8_FORMATS as FP8_FORMATS
 from jaxwarp._src.numerics.fp8 import PTX_FORMS as PTX_FORMS

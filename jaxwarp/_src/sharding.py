@@ -33,7 +33,23 @@ BATCH_AXIS = "batch"
 
 
 def batch_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A one-axis ``Mesh`` named ``"batch"`` over ``devices`` (default: all devices)."""
+    """A one-axis ``Mesh`` named ``"batch"`` over ``devices`` (default: all devices).
+
+    Args:
+        devices: the devices of the mesh, in order (default ``jax.devices()``).
+
+    Returns:
+        ``jax.sharding.Mesh`` with the single axis ``"batch"``, as `shard_batch` and
+        `sharded_vmap` use it.
+
+    Raises:
+        ValueError: ``devices`` is empty.
+
+    Example:
+        >>> mesh = jaxwarp.batch_mesh(jax.devices()[:1])
+        >>> mesh.axis_names, mesh.size
+        (('batch',), 1)
+    """
     devices = list(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("batch_mesh needs at least one device")
@@ -95,6 +111,15 @@ def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
 
     Raises:
         ValueError: leaves disagree on the leading size, or a leaf is a scalar.
+
+    Example:
+        On a mesh of one device nothing is padded; on d devices the leading size
+        becomes the next multiple of d:
+
+        >>> mesh = jaxwarp.batch_mesh(jax.devices()[:1])
+        >>> tree, n = jaxwarp.shard_batch({"x": np.zeros((3, 2))}, mesh)
+        >>> n, tree["x"].shape, tree["x"].sharding.spec == jax.sharding.PartitionSpec("batch")
+        (3, (3, 2), True)
     """
     mesh = batch_mesh() if mesh is None else mesh
     leaves = jax.tree_util.tree_leaves(tree)

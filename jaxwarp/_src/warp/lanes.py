@@ -68,6 +68,12 @@ def activemask() -> jax.Array:
     The functional model has no divergence: every lane of the (32,) axis executes
     every call, so all 32 lanes are active. Restricting work to some lanes is done
     with the ``mask`` argument of each intrinsic.
+
+    Example:
+        >>> hex(int(jaxwarp.activemask()))
+        '0xffffffff'
+        >>> jaxwarp.reduce_add_sync(jaxwarp.activemask(), jnp.ones(32, jnp.uint32))[0]
+        Array(32, dtype=uint32)
     """
     return jnp.uint32(FULL_MASK)
 
@@ -86,6 +92,14 @@ def nanosleep(ns: Any) -> None:
     Raises:
         ValueError: a concrete ``ns`` outside [0, 1000000].
         TypeError: ``ns`` is not an integer.
+
+    Example:
+        >>> jaxwarp.nanosleep(100) is None
+        True
+        >>> jaxwarp.nanosleep(2_000_000)
+        Traceback (most recent call last):
+        ...
+        ValueError: ns=2000000 is outside what __nanosleep accepts: 0 .. 1000000
     """
     if isinstance(ns, (bool, np.bool_)):
         raise TypeError("ns must be an unsigned integer number of nanoseconds, got bool")

@@ -96,30 +96,83 @@ def reduce_sync(op: str, mask: Any, value: Any) -> jax.Array:
 
 
 def reduce_add_sync(mask: Any, value: Any) -> jax.Array:
-    """``__reduce_add_sync``: wrapping sum over the lanes in ``mask``. See `reduce_sync`."""
+    """``__reduce_add_sync``: wrapping sum over the lanes in ``mask``. See `reduce_sync`.
+
+    Example:
+        Lanes 0-15 sum 0 + 1 + ... + 15; lane 16 is outside the mask and keeps its input:
+
+        >>> x = jnp.arange(32, dtype=jnp.int32)
+        >>> jaxwarp.reduce_add_sync(0x0000FFFF, x)[jnp.array([0, 15, 16])]
+        Array([120, 120,  16], dtype=int32)
+    """
     return reduce_sync("add", mask, value)
 
 
 def reduce_min_sync(mask: Any, value: Any) -> jax.Array:
-    """``__reduce_min_sync``: signed for int32, unsigned for uint32. See `reduce_sync`."""
+    """``__reduce_min_sync``: signed for int32, unsigned for uint32. See `reduce_sync`.
+
+    Example:
+        The same bits, -3 .. 28: as int32 the minimum is -3; as uint32 -3 is
+        4294967293 and the minimum is 0:
+
+        >>> v = jnp.arange(32, dtype=jnp.int32) - 3
+        >>> jaxwarp.reduce_min_sync(0xFFFFFFFF, v)[0]
+        Array(-3, dtype=int32)
+        >>> jaxwarp.reduce_min_sync(0xFFFFFFFF, v.astype(jnp.uint32))[0]
+        Array(0, dtype=uint32)
+    """
     return reduce_sync("min", mask, value)
 
 
 def reduce_max_sync(mask: Any, value: Any) -> jax.Array:
-    """``__reduce_max_sync``: signed for int32, unsigned for uint32. See `reduce_sync`."""
+    """``__reduce_max_sync``: signed for int32, unsigned for uint32. See `reduce_sync`.
+
+    Example:
+        The same bits, -3 .. 28: as int32 the maximum is 28; as uint32 -1 is the largest:
+
+        >>> v = jnp.arange(32, dtype=jnp.int32) - 3
+        >>> jaxwarp.reduce_max_sync(0xFFFFFFFF, v)[0]
+        Array(28, dtype=int32)
+        >>> jaxwarp.reduce_max_sync(0xFFFFFFFF, v.astype(jnp.uint32))[0]
+        Array(4294967295, dtype=uint32)
+    """
     return reduce_sync("max", mask, value)
 
 
 def reduce_and_sync(mask: Any, value: Any) -> jax.Array:
-    """``__reduce_and_sync``: bitwise AND, uint32 only. See `reduce_sync`."""
+    """``__reduce_and_sync``: bitwise AND, uint32 only. See `reduce_sync`.
+
+    Example:
+        Every lane holds 0xFF except lane 5, which holds 0x0F:
+
+        >>> w = jnp.full(32, 0xFF, jnp.uint32).at[5].set(0x0F)
+        >>> jaxwarp.reduce_and_sync(0xFFFFFFFF, w)[0]
+        Array(15, dtype=uint32)
+    """
     return reduce_sync("and", mask, value)
 
 
 def reduce_or_sync(mask: Any, value: Any) -> jax.Array:
-    """``__reduce_or_sync``: bitwise OR, uint32 only. See `reduce_sync`."""
+    """``__reduce_or_sync``: bitwise OR, uint32 only. See `reduce_sync`.
+
+    Example:
+        Lane l holds bit l; the OR over lanes 0-7 sets bits 0-7:
+
+        >>> bit = jnp.uint32(1) << jnp.arange(32, dtype=jnp.uint32)
+        >>> hex(int(jaxwarp.reduce_or_sync(0x000000FF, bit)[0]))
+        '0xff'
+    """
     return reduce_sync("or", mask, value)
 
 
 def reduce_xor_sync(mask: Any, value: Any) -> jax.Array:
-    """``__reduce_xor_sync``: bitwise XOR, uint32 only. See `reduce_sync`."""
+    """``__reduce_xor_sync``: bitwise XOR, uint32 only. See `reduce_sync`.
+
+    Example:
+        Lanes 0-3 get 0 ^ 1 ^ 2 ^ 3 = 0; lane 4 is outside the mask and keeps its input:
+
+        >>> x = jnp.arange(32, dtype=jnp.uint32)
+        >>> jaxwarp.reduce_xor_sync(0b1111, x)[:5]
+        Array([0, 0, 0, 0, 4], dtype=uint32)
+    """
     return reduce_sync("xor", mask, value)

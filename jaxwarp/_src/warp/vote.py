@@ -59,6 +59,16 @@ def any_sync(mask: Any, pred: Any) -> jax.Array:
     """``__any_sync(mask, pred)``: int32[32], 1 where any lane of ``mask`` has pred true.
 
     Lanes outside ``mask`` get 0. See `ballot_sync` for the arguments.
+
+    Example:
+        Only lane 7 votes true, so every lane of the full mask gets 1; with the mask of
+        lanes 0-15, lanes 16-31 (where the pred holds) neither count nor get a result:
+
+        >>> lane = jaxwarp.lane_id()
+        >>> jaxwarp.any_sync(0xFFFFFFFF, lane == 7)[:4]
+        Array([1, 1, 1, 1], dtype=int32)
+        >>> jaxwarp.any_sync(0x0000FFFF, lane >= 16)[jnp.array([0, 16])]
+        Array([0, 0], dtype=int32)
     """
     return (ballot_sync(mask, pred) != 0).astype(jnp.int32)
 
@@ -67,6 +77,15 @@ def all_sync(mask: Any, pred: Any) -> jax.Array:
     """``__all_sync(mask, pred)``: int32[32], 1 where every lane of ``mask`` has pred true.
 
     Lanes outside ``mask`` get 0. See `ballot_sync` for the arguments.
+
+    Example:
+        ``lane < 16`` holds on lanes 0-15 only: true over their mask, false over all 32:
+
+        >>> lane = jaxwarp.lane_id()
+        >>> jaxwarp.all_sync(0xFFFFFFFF, lane < 16)[0]
+        Array(0, dtype=int32)
+        >>> jaxwarp.all_sync(0x0000FFFF, lane < 16)[jnp.array([0, 16])]
+        Array([1, 0], dtype=int32)
     """
     p = _predicate(pred)
     calls, member = members(mask, "__all_sync")
@@ -101,6 +120,14 @@ def match_any_sync(mask: Any, value: Any) -> jax.Array:
 
     Returns:
         uint32[32]; 0 for lanes outside ``mask``.
+
+    Example:
+        Keys ``lane % 4``: lanes 0, 4, 8, ... hold 0 and match each other (bits 0, 4,
+        8, ... set), lanes 1, 5, 9, ... hold 1, and so on:
+
+        >>> keys = jaxwarp.lane_id() % 4
+        >>> [hex(int(m)) for m in jaxwarp.match_any_sync(0xFFFFFFFF, keys)[:4]]
+        ['0x11111111', '0x22222222', '0x44444444', '0x88888888']
     """
     key = _key_bits(value)
     calls, member = members(mask, "__match_any_sync")
@@ -115,6 +142,18 @@ def match_all_sync(mask: Any, value: Any) -> tuple[jax.Array, jax.Array]:
         (uint32[32], int32[32]): the lanes of ``mask`` that call (the mask) and 1
         where every lane of ``mask`` has the same value, else (0, 0). Lanes outside
         ``mask`` get (0, 0). See `match_any_sync` for the arguments.
+
+    Example:
+        ``lane // 16`` is 0 on lanes 0-15 and 1 on lanes 16-31: no match over the
+        whole warp, a match over lanes 0-15 (lane 16, outside that mask, gets (0, 0)):
+
+        >>> half = jaxwarp.lane_id() // 16
+        >>> mask, pred = jaxwarp.match_all_sync(0xFFFFFFFF, half)
+        >>> hex(int(mask[0])), int(pred[0])
+        ('0x0', 0)
+        >>> mask, pred = jaxwarp.match_all_sync(0x0000FFFF, half)
+        >>> hex(int(mask[0])), int(pred[0]), int(mask[16]), int(pred[16])
+        ('0xffff', 1, 0, 0)
     """
     key = _key_bits(value)
     calls, member = members(mask, "__match_all_sync")
