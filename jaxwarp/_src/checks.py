@@ -32,7 +32,7 @@ bits likewise.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax
@@ -79,6 +79,44 @@ def static_choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:
 
 _X64_HINT = ("enable x64 (jax.config.update('jax_enable_x64', True)) or cast to 32 bits "
              "(x64 is off, so JAX would silently narrow it to 32 bits)")
+
+
+def format_name(value: Any, name: str, allowed: Iterable[str] | None = None,
+                aliases: Mapping[str, str] | None = None) -> Any:
+    """The canonical format name of a static format argument, or raises naming ``name``.
+
+    Accepts a format name (``"f16"``, ``"e4m3"``, ...), one of ``aliases`` (the format
+    registry's, e.g. ``"float16"``, ``"fp8_e4m3"``), or a dtype that names a format
+    (``jnp.bfloat16``, ``np.float16``, ``jnp.float8_e4m3fn``, ``np.dtype("int8")``: its
+    name is looked up in ``aliases``). A tuple or list is checked item by item and
+    returned as a tuple (an (a, b) pair of formats). ``allowed`` None accepts any name.
+    ``"f64"`` with x64 off raises ``RuntimeError`` telling the user to enable
+    ``jax_enable_x64``.
+    """
+    if isinstance(value, (tuple, list)):
+        return tuple(format_name(v, name, allowed, aliases) for v in value)
+    allowed = None if allowed is None else tuple(allowed)
+    aliases = aliases or {}
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{name} is a static argument and must be a format name, not a "
+                        f"traced value; allowed: {allowed}")
+    if isinstance(value, str):
+        canonical = aliases.get(value, value)
+    elif value is None or isinstance(value, (bool, int, float, complex)):
+        canonical = None
+    else:
+        try:
+            dtype = np.dtype(value)
+        except TypeError:
+            canonical = None
+        else:
+            canonical = aliases.get(dtype.name, dtype.name)
+    if canonical is None or allowed is not None and canonical not in allowed:
+        raise ValueError(f"{name}={value!r} is not a supported format; allowed: {allowed} "
+                         f"(format names, their aliases, or the dtypes that name them)")
+    if canonical == "f64":
+        require_x64(f"{name}={value!r}")
+    return canonical
 
 
 def x64_enabled() -> bool:
@@ -141,6 +179,22 @@ def array_arg(x: Any, name: str, *, complex_ok: bool = False) -> jax.Array:
         raise TypeError(f"{name} must be real, got complex dtype {arr.dtype} (its imaginary "
                         f"part would be dropped)")
     return arr
+
+
+def array_args(**named: Any) -> tuple[jax.Array, ...]:
+    """`array_arg` on each keyword argument, in order: ``a, b = array_args(a=a, b=b)``.
+
+    The first line of an entry point that takes several data arguments, so that each is
+    checked (and named) before anything converts it.
+    """
+    return tuple(array_arg(x, name) for name, x in named.items())
+
+
+def check_64bit_args(**named: Any) -> None:
+    """`check_64bit` on each keyword argument, for entry points that convert their data
+    themselves (a Python scalar that must take the argument's own dtype)."""
+    for name, x in named.items():
+        check_64bit(x, name)
 
 
 def lane_array(var: Any, name: str = "var", *, complex_ok: bool = False) -> jax.Array:

@@ -29,6 +29,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxwarp._src import checks
+
 BATCH_AXIS = "batch"
 
 
@@ -98,6 +100,19 @@ def _pad_leading(x: Any, pad: int) -> Any:
     return xp.concatenate([x, tail], axis=0)
 
 
+def _checked_leaves(tree: Any, name: str) -> Any:
+    """Every leaf of ``tree`` through `checks.array_arg`, named by its path in the tree
+    (``x``, ``x['key']``, ``x[0]``): the 64-bit policy before anything is placed. NumPy
+    leaves stay NumPy arrays (they are placed by ``jax.device_put``)."""
+    def leaf(path, x):
+        where = name + jax.tree_util.keystr(path)
+        if isinstance(x, np.ndarray):
+            checks.check_64bit(x, where)
+            return x
+        return checks.array_arg(x, where)
+    return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
 def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
     """Pads the leading axis of every leaf to a multiple of the mesh size and shards it.
 
@@ -122,6 +137,7 @@ def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
         (3, (3, 2), True)
     """
     mesh = batch_mesh() if mesh is None else mesh
+    tree = _checked_leaves(tree, "tree")
     leaves = jax.tree_util.tree_leaves(tree)
     sizes = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
     if None in sizes:
@@ -133,6 +149,16 @@ def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
     sharding = NamedSharding(mesh, P(BATCH_AXIS))
     return jax.tree_util.tree_map(lambda x: jax.device_put(_pad_leading(x, pad), sharding),
                                   tree), n
+
+
+def _arg_name(fn: Callable[..., Any], i: int) -> str:
+    """The name of ``fn``'s positional parameter ``i`` (for error messages)."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return params[i].name if i < len(params) else f"argument {i}"
 
 
 def sharded_vmap(
@@ -190,6 +216,7 @@ def sharded_vmap(
         if kwargs:
             args = _positional(fn, args, kwargs)
         axes = _normalize_in_axes(in_axes, len(args))
+        args = [_checked_leaves(a, _arg_name(fn, i)) for i, a in enumerate(args)]
         mapped = [a for a, ax in zip(args, axes, strict=True) if ax == 0]
         if not mapped:
             raise ValueError("sharded_vmap: no argument is mapped (all in_axes are None)")

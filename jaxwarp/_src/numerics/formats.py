@@ -643,6 +643,7 @@ def half2float(x: Any) -> jax.Array:
       >>> half2float(jnp.float16(2**-24))
       Array(5.9604645e-08, dtype=float32)
     """
+    checks.check_64bit(x, "x")
     return _widen(x, jnp.float16, _FP16)
 
 
@@ -666,6 +667,7 @@ def bfloat162float(x: Any) -> jax.Array:
       >>> bfloat162float(jnp.bfloat16(1.5))
       Array(1.5, dtype=float32)
     """
+    checks.check_64bit(x, "x")
     return _widen(x, jnp.bfloat16, _BF16)
 
 

@@ -136,6 +136,7 @@ def _fp8_to_f16_bits(b: jax.Array, fmt: str, relu: bool) -> jax.Array:
 def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
     """``x`` as uint32 bits: a ``float_dtype`` array (its bits) or an unsigned array of
     ``width`` bytes (taken as bits). Python scalars are converted to ``float_dtype``."""
+    checks.check_64bit(x, name)
     if isinstance(x, (int, float)) and not isinstance(x, bool):
         x = np.asarray(x, float_dtype)
     arr = jnp.asarray(x)
@@ -157,6 +158,7 @@ def _pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Arra
 
 
 def _word_arg(x: Any, name: str, dtype: Any) -> jax.Array:
+    checks.check_64bit(x, name)
     if isinstance(x, int) and not isinstance(x, bool):
         x = np.asarray(x, dtype)
     arr = jnp.asarray(x)

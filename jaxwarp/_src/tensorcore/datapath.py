@@ -883,6 +883,7 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
       >>> float(d[0, 0])  # two chained m64n8k32 instructions
       64.0
     """
+    a, b, c = checks.array_args(a=a, b=b, c=c)
     b_type = a_type if b_type is None else b_type
     model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
                           datapath)
@@ -891,7 +892,9 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
     a = _check_array(a, "a", STORAGE_DTYPE[a_type])
     b = _check_array(b, "b", STORAGE_DTYPE[b_type])
     c = _check_array(c, "c", STORAGE_DTYPE[c_type])
-    k = _check_shapes(a, b, c)[3]
+    batch, _, _, k = _check_shapes(a, b, c)
+    if k == 0:  # no instruction runs: D is C converted to d_type (round to nearest)
+        return jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_type])
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
     ik = _arch.instruction_k(instruction, a_type, k, instruction_k)
@@ -939,6 +942,7 @@ def bmma(a, b, c, *, op: str) -> jax.Array:
       >>> int(bmma(a, b, jnp.zeros((8, 8), jnp.int32), op="xor")[0, 0])
       128
     """
+    a, b, c = checks.array_args(a=a, b=b, c=c)
     checks.static_choice(op, "op", BMMA_OPS)
     a = _check_array(a, "a", jnp.dtype(jnp.uint8))
     b = _check_array(b, "b", jnp.dtype(jnp.uint8))

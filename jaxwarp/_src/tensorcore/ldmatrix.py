@@ -179,6 +179,7 @@ def ldmatrix(smem: Any, addr: Any, *, num: int, trans: bool = False) -> jax.Arra
       >>> [hex(int(w)) for w in ldmatrix(smem, addr, num=1, trans=True)[:2, 0]]
       ['0x80000', '0x180010']
     """
+    smem = checks.array_arg(smem, "smem")
     num = checks.static_choice(num, "num", NUMS)
     trans = checks.static_choice(trans, "trans", (False, True))
     words, _ = _smem_words(smem, "ldmatrix")
@@ -228,6 +229,7 @@ def stmatrix(smem: Any, regs: Any, addr: Any, *, num: int, trans: bool = False) 
       >>> bool((stmatrix(jnp.zeros(64, jnp.uint16), regs, addr, num=1) == smem).all())
       True
     """
+    smem = checks.array_arg(smem, "smem")
     num = checks.static_choice(num, "num", NUMS)
     trans = checks.static_choice(trans, "trans", (False, True))
     words, dtype = _smem_words(smem, "stmatrix")

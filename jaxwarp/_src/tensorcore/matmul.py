@@ -149,6 +149,10 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         >>> to_operand(jnp.float32(500.0), "e4m3")
         Array(448, dtype=float8_e4m3fn)
     """
+    x = checks.array_arg(x, "x")
+    scale = None if scale is None else checks.array_arg(scale, "scale")
+    operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
+                                        formats.ALIASES)
     if operand_format in FP8_FORMATS:
         x = jnp.asarray(x)
         if scale is None and x.dtype == fp8_cvt.FP8_FORMATS[operand_format]:
@@ -528,11 +532,24 @@ def matmul(
         >>> jaxwarp.matmul(a, b, operand_format="bf16")[0, 0]
         Array(64., dtype=float32)
     """
+    a, b = checks.array_args(a=a, b=b)
+    c = None if c is None else checks.array_arg(c, "c")
+    a_scale = None if a_scale is None else checks.array_arg(a_scale, "a_scale")
+    b_scale = None if b_scale is None else checks.array_arg(b_scale, "b_scale")
+    operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
+                                        formats.ALIASES)
+    accumulator = checks.format_name(accumulator, "accumulator", None, formats.ALIASES)
     a, b, c, a_scale, b_scale, cfg = _check(
         a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
         a_scale, b_scale)
     if c is None:
         c = jnp.zeros((a.shape[0], b.shape[1]), _ACC_DTYPE[cfg.accumulator])
     one = jnp.float32(1)
+    if a.shape[1] == 0:  # K = 0: no instruction runs, D is C (through the fp8 epilogue)
+        acc_dt = _ACC_DTYPE[cfg.accumulator]
+        if not cfg.scaled:
+            return c.astype(acc_dt)
+        s = (one if a_scale is None else a_scale) * (one if b_scale is None else b_scale)
+        return _epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     return _matmul(a, b, c, one if a_scale is None else a_scale,
                    one if b_scale is None else b_scale, cfg)

@@ -566,6 +566,7 @@ def to_registers(qualifier: Union[str, MmaInstr], use: str, x: Any) -> jax.Array
       >>> r.shape, hex(int(r[1, 0]))    # lane 1: row 0, cols 2 (low half), 3 (high half)
       ((32, 4), '0x42004000')
     """
+    x = checks.array_arg(x, "x")
     instr = _instr_arg(qualifier)
     checks.static_choice(use, "use", USES)
     _need_x64(instr, "to_registers")
@@ -613,6 +614,7 @@ def from_registers(qualifier: Union[str, MmaInstr], use: str, regs: Any) -> jax.
       >>> from_registers(i, "a", regs)[0, :8].tolist()   # low nibble first, sign-extended
       [-1, -2, -3, -4, -5, -6, -7, -8]
     """
+    regs = checks.array_arg(regs, "regs")
     instr = _instr_arg(qualifier)
     checks.static_choice(use, "use", USES)
     _need_x64(instr, "from_registers")
@@ -686,6 +688,7 @@ def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
       >>> int(mma_ptx("m8n8k16.row.col.satfinite.s32.s8.u8.s32", a, b, c)[0, 0])
       2147483647
     """
+    a, b, c = checks.array_args(a=a, b=b, c=c)
     instr = _instr_arg(qualifier)
     _check_arch(instr, arch)
     _need_x64(instr, "mma_ptx")
@@ -737,6 +740,7 @@ def mma_sync_ptx(qualifier: Union[str, MmaInstr], a_regs: Any, b_regs: Any, c_re
       >>> d.shape, hex(int(d[0, 0]))                         # 32.0 in fp32
       ((32, 4), '0x42000000')
     """
+    a_regs, b_regs, c_regs = checks.array_args(a_regs=a_regs, b_regs=b_regs, c_regs=c_regs)
     instr = _instr_arg(qualifier)
     _check_arch(instr, arch)
     _need_x64(instr, "mma_sync_ptx")

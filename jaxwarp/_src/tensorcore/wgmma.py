@@ -925,6 +925,8 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
       >>> int(d[0, 0]), int(accumulator_matrix(d, q)[63, 7])
       (64, 64)
     """
+    smem, d_regs = checks.array_args(smem=smem, d_regs=d_regs)
+    a = a if _is_descriptor(a) else checks.array_arg(a, "a")
     instr = _instr(qualifier)
     arch_p = _arch(arch)
     sa = _static_flag(imm_scale_a, "imm_scale_a", (1, -1))
@@ -1005,6 +1007,7 @@ def wgmma_logical(qualifier: Any, a: Any, b: Any, c: Any, *, scale_d: Any = True
       >>> int(d[0, 0])
       256
     """
+    a, b, c = checks.array_args(a=a, b=b, c=c)
     instr = _instr(qualifier)
     arch_p = _arch(arch)
     if not isinstance(neg_a, bool) or not isinstance(neg_b, bool):

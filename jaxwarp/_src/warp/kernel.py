@@ -119,6 +119,15 @@ class WarpKernel:
         args = _check_all(args)
         use = self.force or ("pallas" if self.interpret or all(_on_gpu(a) for a in args)
                              else "vmap")
+        if (self.force == "pallas" and not self.interpret and args[0].shape[0]
+                and not all(_on_gpu(a) for a in args)):
+            where = sorted({d.platform for a in args if not isinstance(a, jax.core.Tracer)
+                            for d in a.devices()} or {jax.default_backend()})
+            raise ValueError(
+                f"warp_kernel(force='pallas') compiles a Pallas GPU kernel, but the "
+                f"arguments are on {', '.join(where)}; pass force=None (choose) or "
+                f"force='vmap' to run jax.vmap(fn) here, interpret=True to run the kernel "
+                f"in Pallas' interpreter, or run on a GPU")
         if use == "pallas" and args[0].shape[0]:  # (no warps: nothing to launch)
             why, out_block = self._trace(args)
             if why is None:

@@ -1,0 +1,307 @@
+"""Every public entry point that takes array data applies the 64-bit policy.
+
+``ENTRY_POINTS`` is one table of every public callable of ``jaxwarp``, ``jaxwarp.dpx`` and
+``jaxwarp.fp8`` that takes array data, each with a small valid call: the data arguments
+(by parameter name, in order) and the static ones. For every entry the valid call works
+eagerly and under ``jax.jit``, and each data argument replaced by a float64, int64 or
+uint64 NumPy array (x64 off) raises ``TypeError`` naming the argument, eagerly and under
+``jax.jit`` with the argument closed over (a 64-bit *argument* of a jitted function is
+narrowed by JAX itself before any library code sees it). ``NO_ARRAY_DATA`` lists the
+public callables that take no array data; a test checks that every public callable is in
+one of the two, so a new entry point cannot be forgotten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp import dpx, fp8
+
+FULL = 0xFFFFFFFF
+U32 = np.arange(32, dtype=np.uint32)
+I32 = np.arange(32, dtype=np.int32)
+F32 = np.linspace(0.5, 2.0, 32, dtype=np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """``fn(*data.values(), *static_args, **static)`` is a valid call; ``wide`` names the
+    data arguments whose 64-bit replacement must be refused (default: all of them)."""
+
+    fn: Callable[..., Any]
+    data: dict[str, Any]
+    static: dict[str, Any] = dataclasses.field(default_factory=dict)
+    static_args: tuple = ()
+    wide: tuple[str, ...] | None = None
+    jit: bool = True  # the valid call also works with its data traced
+    keywords: tuple[str, ...] = ()  # data passed by keyword (keyword-only parameters)
+    wide_dtypes: tuple[str, ...] = ("float64", "int64", "uint64")
+
+    def call(self, data: dict[str, Any]):
+        pos = [v for k, v in data.items() if k not in self.keywords]
+        kw = {k: v for k, v in data.items() if k in self.keywords}
+        return self.fn(*pos, *self.static_args, **kw, **self.static)
+
+    def wide_names(self) -> tuple[str, ...]:
+        return tuple(self.data) if self.wide is None else self.wide
+
+
+def _q(s: str) -> str:
+    return s
+
+
+QF16 = "m16n8k16.row.col.f32.f16.f16.f32"
+QS8 = "m8n8k16.row.col.satfinite.s32.s8.u8.s32"
+QW = "m64n8k16.f32.f16.f16"
+QWS8 = "m64n8k32.s32.s8.s8"
+DESC_A = jaxwarp.make_descriptor(0, 128, 256)
+DESC_B = jaxwarp.make_descriptor(2048, 128, 256)
+FA = jaxwarp.fragment("matrix_a", 16, 16, 16, "f16", "row_major")
+FB = jaxwarp.fragment("matrix_b", 16, 16, 16, "f16", "col_major")
+FC = jaxwarp.fragment("accumulator", 16, 16, 16, "f32")
+FB1A = jaxwarp.fragment("matrix_a", 8, 8, 128, "b1", "row_major")
+FB1B = jaxwarp.fragment("matrix_b", 8, 8, 128, "b1", "col_major")
+FS32 = jaxwarp.fragment("accumulator", 8, 8, 128, "s32")
+LDM_ADDR = (np.arange(32, dtype=np.int32) % 8) * 16
+
+
+def _sharded_sum(x):
+    return jaxwarp.sharded_vmap(lambda x: jaxwarp.reduce_add_sync(FULL, x))(x)
+
+
+def _shard_batch(tree):
+    return jaxwarp.shard_batch(tree, jaxwarp.batch_mesh(jax.devices()[:1]))[0]
+
+
+def _warp_kernel(v):
+    return jaxwarp.warp_kernel(lambda x: jaxwarp.reduce_add_sync(FULL, x))(v)
+
+
+def _lanes(dtype=np.uint32):
+    return np.arange(32).astype(dtype)
+
+
+ENTRY_POINTS: dict[str, Entry] = {
+    # Lanes, shuffles, reductions, votes.
+    "shfl_sync": Entry(jaxwarp.shfl_sync, {"mask": FULL, "var": U32, "src_lane": I32}),
+    "shfl_up_sync": Entry(jaxwarp.shfl_up_sync, {"mask": FULL, "var": U32, "delta": 1}),
+    "shfl_down_sync": Entry(jaxwarp.shfl_down_sync, {"mask": FULL, "var": F32, "delta": 1}),
+    "shfl_xor_sync": Entry(jaxwarp.shfl_xor_sync, {"mask": FULL, "var": U32, "lane_mask": 1}),
+    # A NumPy integer (0-d or scalar) for ns counts as a Python int: exact, range-checked.
+    "nanosleep": Entry(jaxwarp.nanosleep, {"ns": 100}, jit=False, wide_dtypes=("float64",)),
+    "reduce_sync": Entry(jaxwarp.reduce_sync, {"mask": FULL, "value": U32},
+                         static_args=(), keywords=()),
+    "reduce_add_sync": Entry(jaxwarp.reduce_add_sync, {"mask": FULL, "value": U32}),
+    "reduce_min_sync": Entry(jaxwarp.reduce_min_sync, {"mask": FULL, "value": I32}),
+    "reduce_max_sync": Entry(jaxwarp.reduce_max_sync, {"mask": FULL, "value": I32}),
+    "reduce_and_sync": Entry(jaxwarp.reduce_and_sync, {"mask": FULL, "value": U32}),
+    "reduce_or_sync": Entry(jaxwarp.reduce_or_sync, {"mask": FULL, "value": U32}),
+    "reduce_xor_sync": Entry(jaxwarp.reduce_xor_sync, {"mask": FULL, "value": U32}),
+    "ballot_sync": Entry(jaxwarp.ballot_sync, {"mask": FULL, "pred": I32 % 2}),
+    "any_sync": Entry(jaxwarp.any_sync, {"mask": FULL, "pred": I32 % 2}),
+    "all_sync": Entry(jaxwarp.all_sync, {"mask": FULL, "pred": I32 % 2}),
+    "match_any_sync": Entry(jaxwarp.match_any_sync, {"mask": FULL, "value": U32 % 3}),
+    "match_all_sync": Entry(jaxwarp.match_all_sync, {"mask": FULL, "value": U32 % 3}),
+    "warp_kernel": Entry(_warp_kernel, {"v": np.ones((2, 32), np.uint32)},
+                         wide=()),  # named "argument 0": see test_warp_kernel_64bit
+    # Number formats.
+    "round_to": Entry(jaxwarp.round_to, {"x": F32}, static_args=("f16",)),
+    "float2half_rn": Entry(jaxwarp.float2half_rn, {"x": F32}),
+    "float2half_rz": Entry(jaxwarp.float2half_rz, {"x": F32}),
+    "float2bfloat16_rn": Entry(jaxwarp.float2bfloat16_rn, {"x": F32}),
+    "float2bfloat16_rz": Entry(jaxwarp.float2bfloat16_rz, {"x": F32}),
+    "float_to_tf32": Entry(jaxwarp.float_to_tf32, {"x": F32}),
+    "half2float": Entry(jaxwarp.half2float, {"x": F32.astype(np.float16)}),
+    "bfloat162float": Entry(jaxwarp.bfloat162float, {"x": F32.astype(jnp.bfloat16)}),
+    "bits": Entry(jaxwarp.bits, {"x": F32}),
+    "from_bits": Entry(jaxwarp.from_bits, {"u": U32}, static_args=("f32",)),
+    # WMMA.
+    "fill_fragment": Entry(jaxwarp.fill_fragment, {"frag": FC, "v": np.float32(1)},
+                           wide=("v",)),
+    "load_matrix_sync": Entry(jaxwarp.load_matrix_sync,
+                              {"frag": FC, "memory": np.zeros(256, np.float32), "ldm": 16},
+                              static_args=("mem_row_major",), wide=("memory",)),
+    "store_matrix_sync": Entry(jaxwarp.store_matrix_sync,
+                               {"memory": np.zeros(256, np.float32), "frag": FC, "ldm": 16},
+                               static_args=("mem_row_major",), wide=("memory",)),
+    "mma_sync": Entry(jaxwarp.mma_sync, {"a": FA, "b": FB, "c": FC}, wide=()),
+    "bmma_sync": Entry(jaxwarp.bmma_sync, {"a": FB1A, "b": FB1B, "c": FS32}, wide=()),
+    "fragment_from_matrix": Entry(jaxwarp.fragment_from_matrix,
+                                  {"frag_spec": FC, "matrix": np.zeros((16, 16), np.float32)},
+                                  wide=("matrix",)),
+    "matrix_from_fragment": Entry(jaxwarp.matrix_from_fragment, {"frag": FC}, wide=()),
+    # Host side (NumPy in, NumPy out): converts to the storage of its type argument.
+    "matrix_to_memory": Entry(jaxwarp.matrix_to_memory,
+                              {"matrix": np.zeros((16, 16), np.float32)},
+                              static_args=("f32", "mem_row_major"), jit=False, wide=()),
+    # Tensor-core arithmetic and the GEMM.
+    "mma": Entry(jaxwarp.mma, {"a": np.ones((16, 16), np.float16),
+                               "b": np.ones((16, 16), np.float16),
+                               "c": np.zeros((16, 16), np.float32)},
+                 static={"a_type": "f16", "c_type": "f32", "d_type": "f32"}),
+    "bmma": Entry(jaxwarp.bmma, {"a": np.ones((8, 128), np.uint8),
+                                 "b": np.ones((128, 8), np.uint8),
+                                 "c": np.zeros((8, 8), np.int32)}, static={"op": "xor"}),
+    "matmul": Entry(jaxwarp.matmul, {"a": np.ones((16, 16), np.float32),
+                                     "b": np.ones((16, 16), np.float32),
+                                     "c": np.zeros((16, 16), np.float32)}),
+    "to_operand": Entry(jaxwarp.to_operand, {"x": F32}, static_args=("f16",)),
+    # ldmatrix family.
+    "ldmatrix": Entry(jaxwarp.ldmatrix, {"smem": np.arange(64, dtype=np.uint16),
+                                         "addr": LDM_ADDR}, static={"num": 1}),
+    "stmatrix": Entry(jaxwarp.stmatrix, {"smem": np.zeros(64, np.uint16),
+                                         "regs": np.ones((32, 1), np.uint32),
+                                         "addr": LDM_ADDR}, static={"num": 1}),
+    "movmatrix": Entry(jaxwarp.movmatrix, {"regs": np.ones(32, np.uint32)}),
+    # PTX mma.sync.
+    "to_registers": Entry(jaxwarp.to_registers, {"x": np.ones((16, 16), np.float16)},
+                          static_args=(), static={}),
+    "from_registers": Entry(jaxwarp.from_registers, {"regs": np.ones((32, 4), np.uint32)}),
+    "mma_ptx": Entry(jaxwarp.mma_ptx, {"a": np.full((8, 16), 3, np.int8),
+                                       "b": np.full((16, 8), 200, np.uint8),
+                                       "c": np.full((8, 8), 7, np.int32)}),
+    "mma_sync_ptx": Entry(jaxwarp.mma_sync_ptx, {"a_regs": np.ones((32, 4), np.uint32),
+                                                 "b_regs": np.ones((32, 2), np.uint32),
+                                                 "c_regs": np.zeros((32, 4), np.uint32)}),
+    # wgmma.
+    "decode_descriptor": Entry(jaxwarp.decode_descriptor, {"desc": DESC_A}, wide=(),
+                               jit=False),
+    "wgmma": Entry(jaxwarp.wgmma, {"a": DESC_A, "desc_b": DESC_B,
+                                   "smem": np.zeros(4096, np.uint8),
+                                   "d_regs": np.zeros((128, 4), np.int32)},
+                   wide=("smem", "d_regs"), jit=False),
+    "wgmma_logical": Entry(jaxwarp.wgmma_logical, {"a": np.ones((64, 16), np.float16),
+                                                   "b": np.ones((16, 8), np.float16),
+                                                   "c": np.zeros((64, 8), np.float32)}),
+    # Many devices.
+    "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
+    "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
+    # fp8.
+    "fp8.cvt_f32_to_fp8x2": Entry(fp8.cvt_f32_to_fp8x2, {"a": F32, "b": F32},
+                                  static_args=("e4m3",)),
+    "fp8.cvt_f32_to_e4m3x2": Entry(fp8.cvt_f32_to_e4m3x2, {"a": F32, "b": F32}),
+    "fp8.cvt_f32_to_e5m2x2": Entry(fp8.cvt_f32_to_e5m2x2, {"a": F32, "b": F32}),
+    "fp8.cvt_f16x2_to_fp8x2": Entry(fp8.cvt_f16x2_to_fp8x2, {"x": U32},
+                                    static_args=("e5m2",)),
+    "fp8.cvt_fp8x2_to_f16x2": Entry(fp8.cvt_fp8x2_to_f16x2, {"x": U32.astype(np.uint16)},
+                                    static_args=("e4m3",)),
+    "fp8.float_to_fp8": Entry(fp8.float_to_fp8, {"x": F32}, static_args=("e4m3", True)),
+    "fp8.float2_to_fp8x2": Entry(fp8.float2_to_fp8x2, {"x": F32.reshape(16, 2)},
+                                 static_args=("e4m3", True)),
+    "fp8.halfraw_to_fp8": Entry(fp8.halfraw_to_fp8, {"x": F32.astype(np.float16)},
+                                static_args=("e5m2", False)),
+    "fp8.halfraw2_to_fp8x2": Entry(fp8.halfraw2_to_fp8x2,
+                                   {"x": F32.astype(np.float16).reshape(16, 2)},
+                                   static_args=("e5m2", False)),
+    "fp8.bfloat16raw_to_fp8": Entry(fp8.bfloat16raw_to_fp8, {"x": F32.astype(jnp.bfloat16)},
+                                    static_args=("e4m3", True)),
+    "fp8.bfloat16raw2_to_fp8x2": Entry(fp8.bfloat16raw2_to_fp8x2,
+                                       {"x": F32.astype(jnp.bfloat16).reshape(16, 2)},
+                                       static_args=("e4m3", True)),
+    "fp8.fp8_to_halfraw": Entry(fp8.fp8_to_halfraw, {"x": U32.astype(np.uint8)},
+                                static_args=("e4m3",)),
+    "fp8.fp8x2_to_halfraw2": Entry(fp8.fp8x2_to_halfraw2, {"x": U32.astype(np.uint16)},
+                                   static_args=("e5m2",)),
+}
+
+# The qualifier (or use) is the first positional argument of the PTX front-ends.
+for _name, _lead in (("to_registers", (QF16, "a")), ("from_registers", (QF16, "a")),
+                     ("mma_ptx", (QS8,)), ("mma_sync_ptx", (QF16,)), ("wgmma", (QWS8,)),
+                     ("wgmma_logical", (QW,)), ("reduce_sync", ("add",))):
+    _e = ENTRY_POINTS[_name]
+    ENTRY_POINTS[_name] = dataclasses.replace(
+        _e, fn=(lambda f, lead: lambda *a, **k: f(*lead, *a, **k))(_e.fn, _lead))
+
+# Every DPX function: its three (or two) operands are data.
+for _name in sorted(n for n in dir(dpx) if n.startswith("vi")):
+    _f = getattr(dpx, _name)
+    _params = [p for p in inspect.signature(_f).parameters]
+    ENTRY_POINTS[f"dpx.{_name}"] = Entry(_f, {p: I32 for p in _params})
+
+# Public callables that take no array data (types, parsers, factories, decorators).
+NO_ARRAY_DATA = frozenset({
+    "ArchModel", "ArchParams", "Datapath", "EmulationReport", "Format", "FragmentType",
+    "Product", "ProductFilter", "ReportEntry", "Target", "UnsupportedProductError",
+    # A pytree container: the functions that read a Fragment check its x.
+    "Fragment",
+    "activemask", "lane_id", "batch_mesh", "checked", "datapath_for", "fragment",
+    "fragment_type", "get_format", "lane_map", "lane_map_text", "make_descriptor",
+    "mma_instructions", "parse_mma", "parse_target", "parse_wgmma",
+    # Takes a function; the wrapper's arguments are that function's own.
+    "emulate",
+})
+
+WIDE = {"float64": np.float64, "int64": np.int64, "uint64": np.uint64}
+
+
+def _public_callables() -> set[str]:
+    names = set()
+    for prefix, mod in (("", jaxwarp), ("dpx.", dpx), ("fp8.", fp8)):
+        for n in dir(mod):
+            obj = getattr(mod, n)
+            if n.startswith("_") or inspect.ismodule(obj) or not callable(obj):
+                continue
+            names.add(prefix + n)
+    return names
+
+
+def test_table_is_complete():
+    public = _public_callables()
+    missing = public - set(ENTRY_POINTS) - NO_ARRAY_DATA
+    assert not missing, f"public callables in neither ENTRY_POINTS nor NO_ARRAY_DATA: {missing}"
+    stale = (set(ENTRY_POINTS) | NO_ARRAY_DATA) - public
+    assert not stale, f"listed but not public: {stale}"
+    assert not set(ENTRY_POINTS) & NO_ARRAY_DATA
+
+
+def _widened(value: Any, dtype) -> np.ndarray:
+    shape = np.shape(value)
+    return np.ones(shape, dtype)
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_valid_call(name):
+    e = ENTRY_POINTS[name]
+    e.call(dict(e.data))
+    if e.jit:
+        arrays = {k: v for k, v in e.data.items() if isinstance(v, np.ndarray)}
+
+        def traced(*xs):
+            return e.call({**e.data, **dict(zip(arrays, xs, strict=True))})
+
+        jax.jit(traced)(*arrays.values())
+
+
+_WIDE_CASES = [(name, arg, dt) for name, e in sorted(ENTRY_POINTS.items())
+               for arg in e.wide_names() for dt in e.wide_dtypes]
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit_const"])
+@pytest.mark.parametrize("name,arg,dt", _WIDE_CASES,
+                         ids=[f"{n}-{a}-{d}" for n, a, d in _WIDE_CASES])
+def test_64bit_refused(name, arg, dt, mode):
+    assert not jax.config.jax_enable_x64
+    e = ENTRY_POINTS[name]
+    data = {**e.data, arg: _widened(e.data[arg], WIDE[dt])}
+    call = (lambda: e.call(data)) if mode == "eager" else jax.jit(lambda: e.call(data))
+    with pytest.raises(TypeError, match=rf"\b{re.escape(arg)} has 64-bit dtype {dt}"):
+        call()
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit_const"])
+def test_warp_kernel_64bit(mode):
+    f = jaxwarp.warp_kernel(lambda x: jaxwarp.reduce_add_sync(FULL, x))
+    x = np.ones((2, 32), np.int64)
+    call = (lambda: f(x)) if mode == "eager" else jax.jit(lambda: f(x))
+    with pytest.raises(TypeError, match=r"argument 0 has 64-bit dtype int64"):
+        call()
