@@ -1068,3 +1068,197 @@ def test_conformance_bad_file(fc: FileCase, conformance_runs):
     assert not missing, f"lacks {missing}: {text}"
     present = [s for s in fc.must_not if s in text]
     assert not present, f"should not say {present}: {text}"
+
+
+# --------------------------------------------------------------------------------------
+# The later entry points (PTX mma.sync, wgmma, fp8, matmul, mma, ldmatrix, sharding):
+# the same 64-bit policy, format arguments, and what to pass instead. These cases run
+# in their own test below (the catalogue test's parameters are fixed above).
+
+_ENTRY_N0 = len(CATALOGUE)
+_QF16 = "m16n8k16.row.col.f32.f16.f16.f32"
+_QS8 = "m8n8k16.row.col.satfinite.s32.s8.u8.s32"
+_QW = "m64n8k16.f32.f16.f16"
+_QWS8 = "m64n8k32.s32.s8.s8"
+_DA = jaxwarp.make_descriptor(0, 128, 256)
+_DB = jaxwarp.make_descriptor(2048, 128, 256)
+_A8, _B8, _C8 = (np.full((8, 16), 3, np.int8), np.full((16, 8), 200, np.uint8),
+                 np.zeros((8, 8), np.int32))
+_F16x16 = np.ones((16, 16), np.float16)
+_F32x16 = np.ones((16, 16), np.float32)
+_ACC = 2**40 + 5  # an int64 accumulator that narrowing would turn into 5
+
+
+def _wide(shape, dtype, value=1):
+    return np.full(shape, value, dtype)
+
+
+for _arg, _val in (("a", _wide((8, 16), np.int64)), ("b", _wide((16, 8), np.uint64)),
+                   ("c", _wide((8, 8), np.int64, _ACC))):
+    case(1, f"mma_ptx-{_arg}-{_val.dtype}",
+         lambda x, _arg=_arg: jaxwarp.mma_ptx(_QS8, **{"a": _A8, "b": _B8, "c": _C8, _arg: x}),
+         _val, exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
+case(1, "mma_ptx-f16-a-float64", lambda x: jaxwarp.mma_ptx(
+    _QF16, x, np.ones((16, 8), np.float16), np.zeros((16, 8), np.float32)),
+    np.ones((16, 16)), exc=TypeError, regex="a has " + X64, modes=CONST)
+for _arg, _shape in (("a_regs", (32, 4)), ("b_regs", (32, 2)), ("c_regs", (32, 4))):
+    case(1, f"mma_sync_ptx-{_arg}-uint64", lambda x, _arg=_arg: jaxwarp.mma_sync_ptx(
+        _QF16, **{"a_regs": np.ones((32, 4), np.uint32), "b_regs": np.ones((32, 2), np.uint32),
+                  "c_regs": np.zeros((32, 4), np.uint32), _arg: x}),
+        _wide(_shape, np.uint64, 2**32 + 1), exc=TypeError, regex=f"{_arg} has " + X64,
+        modes=CONST)
+case(1, "to_registers-x-float64", lambda x: jaxwarp.to_registers(_QF16, "a", x),
+     np.ones((16, 16)), exc=TypeError, regex="x has " + X64, modes=CONST)
+case(1, "to_registers-x-int64", lambda x: jaxwarp.to_registers(_QS8, "c", x),
+     _wide((8, 8), np.int64, _ACC), exc=TypeError, regex="x has " + X64, modes=CONST)
+case(1, "from_registers-regs-uint64", lambda r: jaxwarp.from_registers(_QF16, "a", r),
+     _wide((32, 4), np.uint64, 2**40), exc=TypeError, regex="regs has " + X64, modes=CONST)
+case(1, "wgmma-smem-uint64", lambda s: jaxwarp.wgmma(
+    _QWS8, _DA, _DB, s, np.zeros((128, 4), np.int32)), _wide(4096, np.uint64, 0),
+    exc=TypeError, regex="smem has " + X64, modes=CONST)
+case(1, "wgmma-d_regs-int64", lambda d: jaxwarp.wgmma(
+    _QWS8, _DA, _DB, np.zeros(4096, np.uint8), d), _wide((128, 4), np.int64, _ACC),
+    exc=TypeError, regex="d_regs has " + X64, modes=CONST)
+case(1, "wgmma-a-registers-float64", lambda a: jaxwarp.wgmma(
+    _QW, a, _DB, np.zeros(4096, np.uint8), np.zeros((128, 4), np.float32)),
+    np.ones((128, 4)), exc=TypeError, regex="a has " + X64, modes=CONST)
+for _arg, _val in (("a", np.ones((64, 16))), ("b", np.ones((16, 8)) * 3),
+                   ("c", np.zeros((64, 8)))):
+    case(1, f"wgmma_logical-{_arg}-float64", lambda x, _arg=_arg: jaxwarp.wgmma_logical(
+        _QW, **{"a": np.ones((64, 16), np.float16), "b": np.ones((16, 8), np.float16),
+                "c": np.zeros((64, 8), np.float32), _arg: x}),
+        _val, exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
+case(1, "wgmma_logical-s8-c-int64", lambda c: jaxwarp.wgmma_logical(
+    _QWS8, np.ones((64, 32), np.int8), np.ones((32, 8), np.int8), c),
+    _wide((64, 8), np.int64, _ACC), exc=TypeError, regex="c has " + X64, modes=CONST)
+for _id, _fn, _val in (
+        ("cvt_f32_to_fp8x2-a", lambda x: jaxwarp.fp8.cvt_f32_to_fp8x2(x, zf32, "e4m3"), f64),
+        ("cvt_f32_to_fp8x2-b", lambda x: jaxwarp.fp8.cvt_f32_to_fp8x2(zf32, x, "e5m2"), f64),
+        ("cvt_f32_to_e4m3x2-a", lambda x: jaxwarp.fp8.cvt_f32_to_e4m3x2(x, zf32), f64),
+        ("cvt_f32_to_e5m2x2-b", lambda x: jaxwarp.fp8.cvt_f32_to_e5m2x2(zf32, x), f64),
+        ("cvt_f16x2_to_fp8x2-x", lambda x: jaxwarp.fp8.cvt_f16x2_to_fp8x2(x, "e4m3"), u64),
+        ("cvt_fp8x2_to_f16x2-x", lambda x: jaxwarp.fp8.cvt_fp8x2_to_f16x2(x, "e4m3"), u64),
+        ("float_to_fp8-x", lambda x: jaxwarp.fp8.float_to_fp8(x, "e4m3", True), f64),
+        ("float2_to_fp8x2-x",
+         lambda x: jaxwarp.fp8.float2_to_fp8x2(x, "e5m2", True), f64.reshape(16, 2)),
+        ("halfraw_to_fp8-x", lambda x: jaxwarp.fp8.halfraw_to_fp8(x, "e4m3", False), u64),
+        ("halfraw2_to_fp8x2-x",
+         lambda x: jaxwarp.fp8.halfraw2_to_fp8x2(x, "e4m3", False), f64.reshape(16, 2)),
+        ("bfloat16raw_to_fp8-x",
+         lambda x: jaxwarp.fp8.bfloat16raw_to_fp8(x, "e5m2", True), i64),
+        ("bfloat16raw2_to_fp8x2-x",
+         lambda x: jaxwarp.fp8.bfloat16raw2_to_fp8x2(x, "e5m2", True), f64.reshape(16, 2)),
+        ("fp8_to_halfraw-x", lambda x: jaxwarp.fp8.fp8_to_halfraw(x, "e4m3"), u64),
+        ("fp8x2_to_halfraw2-x", lambda x: jaxwarp.fp8.fp8x2_to_halfraw2(x, "e5m2"), i64)):
+    case(1, f"fp8.{_id}-{_val.dtype}", _fn, _val, exc=TypeError,
+         regex=_id.rsplit("-", 1)[1] + " has " + X64, modes=CONST)
+case(1, "half2float-float64", jaxwarp.half2float, f64, exc=TypeError,
+     regex="x has " + X64, modes=CONST)
+case(1, "bfloat162float-uint64", jaxwarp.bfloat162float, u64, exc=TypeError,
+     regex="x has " + X64, modes=CONST)
+for _fmt in ("f16", "bf16", "e4m3"):
+    case(1, f"to_operand-{_fmt}-float64", lambda x, f=_fmt: jaxwarp.to_operand(x, f), f64,
+         exc=TypeError, regex="x has " + X64, modes=CONST)
+case(1, "to_operand-scale-float64", lambda s: jaxwarp.to_operand(zf32, "e4m3", s),
+     np.float64(2.0), exc=TypeError, regex="scale has " + X64, modes=CONST)
+for _arg in ("a", "b", "c"):
+    case(1, f"matmul-{_arg}-float64", lambda x, _arg=_arg: jaxwarp.matmul(
+        **{"a": _F32x16, "b": _F32x16, "c": _F32x16, _arg: x}),
+        np.ones((16, 16)), exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
+case(1, "matmul-a_scale-float64", lambda s: jaxwarp.matmul(
+    _F32x16, _F32x16, operand_format="e4m3", instruction="mma_sync", a_scale=s),
+    np.float64(0.5), exc=TypeError, regex="a_scale has " + X64, modes=CONST)
+for _arg, _val in (("a", np.ones((16, 16))), ("b", np.ones((16, 16))),
+                   ("c", np.zeros((16, 16)))):
+    case(1, f"mma-{_arg}-float64", lambda x, _arg=_arg: jaxwarp.mma(
+        **{"a": _F16x16, "b": _F16x16, "c": _F32x16, _arg: x},
+        a_type="f16", c_type="f32", d_type="f32"),
+        _val, exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
+case(1, "mma-s8-c-int64", lambda c: jaxwarp.mma(
+    np.ones((16, 16), np.int8), np.ones((16, 16), np.int8), c,
+    a_type="s8", c_type="s32", d_type="s32"), _wide((16, 16), np.int64, _ACC),
+    exc=TypeError, regex="c has " + X64, modes=CONST)
+for _arg, _val in (("a", _wide((8, 128), np.uint64)), ("b", _wide((128, 8), np.int64)),
+                   ("c", _wide((8, 8), np.int64, _ACC))):
+    case(1, f"bmma-{_arg}-{_val.dtype}", lambda x, _arg=_arg: jaxwarp.bmma(
+        **{"a": np.ones((8, 128), np.uint8), "b": np.ones((128, 8), np.uint8),
+           "c": np.zeros((8, 8), np.int32), _arg: x}, op="xor"),
+        _val, exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
+_LDA = (np.arange(32, dtype=np.int32) % 8) * 16
+case(1, "ldmatrix-smem-uint64", lambda s: jaxwarp.ldmatrix(s, _LDA, num=1),
+     _wide(64, np.uint64, 2**40), exc=TypeError, regex="smem has " + X64, modes=CONST)
+case(1, "ldmatrix-addr-int64", lambda a: jaxwarp.ldmatrix(np.zeros(64, np.uint16), a, num=1),
+     _LDA.astype(np.int64), exc=TypeError, regex="addr has " + X64, modes=CONST)
+case(1, "stmatrix-smem-float64", lambda s: jaxwarp.stmatrix(
+    s, np.ones((32, 1), np.uint32), _LDA, num=1), np.zeros(64), exc=TypeError,
+    regex="smem has " + X64, modes=CONST)
+case(1, "stmatrix-regs-uint64", lambda r: jaxwarp.stmatrix(
+    np.zeros(64, np.uint16), r, _LDA, num=1), _wide((32, 1), np.uint64, 2**40),
+    exc=TypeError, regex="regs has " + X64, modes=CONST)
+case(1, "movmatrix-regs-uint64", jaxwarp.movmatrix, _wide(32, np.uint64, 2**40),
+     exc=TypeError, regex="regs has " + X64, modes=CONST)
+_VSUM = jaxwarp.sharded_vmap(lambda value: jaxwarp.reduce_add_sync(FULL, value))
+case(1, "sharded_vmap-mapped-int64", _VSUM, _wide((3, 32), np.int64, 2**33),
+     exc=TypeError, regex="value has " + X64, modes=CONST)
+case(1, "sharded_vmap-replicated-float64", lambda y: jaxwarp.sharded_vmap(
+    lambda x, scale: x * scale, in_axes=(0, None))(np.ones((3, 32), np.float32), y),
+    np.float64(0.1), exc=TypeError, regex="scale has " + X64, modes=CONST)
+case(1, "sharded_vmap-tree-leaf-uint64", lambda t: jaxwarp.sharded_vmap(
+    lambda d: d["w"] + 1)(t), {"w": _wide((3, 32), np.uint64, 2**40)},
+    exc=TypeError, regex=r"d\['w'\] has " + X64, modes=CONST)
+case(1, "shard_batch-leaf-float64", lambda t: jaxwarp.shard_batch(
+    t, jaxwarp.batch_mesh(jax.devices()[:1])), {"x": np.zeros((3, 2))},
+    exc=TypeError, regex=r"tree\['x'\] has " + X64, modes=CONST)
+case(1, "shard_batch-list-leaf-int64", lambda t: jaxwarp.shard_batch(
+    t, jaxwarp.batch_mesh(jax.devices()[:1])), [np.zeros((3, 2), np.float32),
+                                                _wide((3,), np.int64, _ACC)],
+    exc=TypeError, regex=r"tree\[1\] has " + X64, modes=CONST)
+case(1, "warp_kernel-argument-int64", jaxwarp.warp_kernel(
+    lambda v: jaxwarp.reduce_add_sync(FULL, v)), _wide((2, 32), np.int64, 2**33),
+    exc=TypeError, regex="argument 0 has " + X64, modes=CONST)
+
+# Format arguments: names, registry aliases and dtypes; anything else names the argument.
+case(6, "matmul-operand_format-unknown", lambda a: jaxwarp.matmul(a, a, operand_format="e3m2"),
+     _F32x16, exc=ValueError, must=("operand_format='e3m2'", "allowed", "'bf16'", "dtypes"))
+case(6, "matmul-operand_format-float32-dtype", lambda a: jaxwarp.matmul(
+    a, a, operand_format=np.float32), _F32x16, exc=ValueError,
+    must=("operand_format=", "float32", "allowed", "'tf32'"))
+case(6, "matmul-operand_format-None", lambda a: jaxwarp.matmul(a, a, operand_format=None),
+     _F32x16, exc=ValueError, must=("operand_format=None", "allowed"))
+case(6, "matmul-operand_format-int", lambda a: jaxwarp.matmul(a, a, operand_format=16),
+     _F32x16, exc=ValueError, must=("operand_format=16", "allowed"))
+case(6, "matmul-operand_format-pair-bad", lambda a: jaxwarp.matmul(
+    a, a, operand_format=("e4m3", "e2m1")), _F32x16, exc=ValueError,
+    must=("operand_format='e2m1'", "allowed"))
+case(6, "matmul-operand_format-float64-no-x64", lambda a: jaxwarp.matmul(
+    a, a, operand_format=np.float64), _F32x16, exc=RuntimeError,
+    must=("operand_format=", "jax_enable_x64"))
+case(6, "matmul-operand_format-f64-no-x64", lambda a: jaxwarp.matmul(
+    a, a, operand_format="f64"), _F32x16, exc=RuntimeError, must=("f64", "jax_enable_x64"))
+case(6, "matmul-accumulator-dtype-not-allowed", lambda a: jaxwarp.matmul(
+    a, a, accumulator=np.int8), _F32x16, exc=ValueError, must=("accumulator", "allowed"))
+case(6, "matmul-accumulator-garbage", lambda a: jaxwarp.matmul(a, a, accumulator="fp33"),
+     _F32x16, exc=ValueError, must=("accumulator", "allowed"))
+case(6, "to_operand-format-unknown", lambda x: jaxwarp.to_operand(x, "fp4"), zf32,
+     exc=ValueError, must=("operand_format='fp4'", "allowed", "'e4m3'"))
+case(6, "to_operand-format-int32-dtype", lambda x: jaxwarp.to_operand(x, np.int32), zf32,
+     exc=ValueError, must=("operand_format=", "int32", "allowed"))
+case(6, "to_operand-format-float64-no-x64", lambda x: jaxwarp.to_operand(x, "double"), zf32,
+     exc=RuntimeError, must=("operand_format='double'", "jax_enable_x64"))
+case(6, "warp_kernel-force-pallas-on-cpu", jaxwarp.warp_kernel(
+    lambda v: v + 1, force="pallas"), np.ones((2, 32), np.float32), exc=ValueError,
+    must=("force='pallas'", "force=None", "force='vmap'", "interpret=True", "GPU"),
+    xfail=None if jax.default_backend() != "gpu" else "a GPU runs the kernel")
+case(6, "sharded_vmap-var-keyword-argument", lambda x: jaxwarp.sharded_vmap(
+    lambda v, **kw: v * kw["s"])(x, s=2.0), np.ones((3, 4), np.float32), exc=TypeError,
+    must=("sharded_vmap", "['s']", "functools.partial"), modes=EAGER)
+
+
+def _entry_params():
+    new = {id(c) for c in CATALOGUE[_ENTRY_N0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _entry_params())
+def test_bad_input_entry_points(c: Case, mode: str):
+    test_bad_input(c, mode)

@@ -14,6 +14,7 @@ one of the two, so a new entry point cannot be forgotten.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -305,3 +306,108 @@ def test_warp_kernel_64bit(mode):
     call = (lambda: f(x)) if mode == "eager" else jax.jit(lambda: f(x))
     with pytest.raises(TypeError, match=r"argument 0 has 64-bit dtype int64"):
         call()
+
+
+# --------------------------------------------------------------------------------------
+# Valid empty inputs: K = 0 gives C (converted to the result type); M or N = 0 is empty.
+
+_C16 = np.arange(256, dtype=np.float32).reshape(16, 16) - 100.5
+
+
+@pytest.mark.parametrize("instruction,fmt", [("wmma", "f16"), ("wmma", "bf16"),
+                                             ("wmma", "tf32"), ("mma_sync", "f16"),
+                                             ("mma_sync", "e4m3"), ("wgmma", "bf16"),
+                                             ("wgmma", "e5m2")])
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_matmul_k0_returns_c(instruction, fmt, mode):
+    a, b = np.zeros((16, 0), np.float32), np.zeros((0, 16), np.float32)
+    f = functools.partial(jaxwarp.matmul, operand_format=fmt, instruction=instruction,
+                          arch="sm_90a" if instruction == "wgmma" else "sm_90")
+    f = jax.jit(f) if mode == "jit" else f
+    np.testing.assert_array_equal(np.asarray(f(a, b, _C16)).view(np.uint32),
+                                  _C16.view(np.uint32))
+    np.testing.assert_array_equal(np.asarray(f(a, b)), np.zeros((16, 16), np.float32))
+
+
+def test_matmul_k0_fp8_scaled_returns_c():
+    a, b = np.zeros((16, 0), np.float32), np.zeros((0, 16), np.float32)
+    d = jaxwarp.matmul(a, b, _C16, operand_format="e4m3", instruction="mma_sync",
+                       a_scale=np.float32(2), b_scale=np.float32(3))
+    np.testing.assert_array_equal(np.asarray(d), _C16)
+
+
+@pytest.mark.parametrize("m,n", [(0, 16), (16, 0), (0, 0)])
+@pytest.mark.parametrize("instruction", ["wmma", "mma_sync", "wgmma"])
+def test_matmul_empty_m_or_n(m, n, instruction):
+    d = jaxwarp.matmul(np.zeros((m, 16), np.float32), np.zeros((16, n), np.float32),
+                       instruction=instruction, arch="sm_90a")
+    assert d.shape == (m, n) and d.dtype == np.float32
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("a_type,c_type,d_type,instruction", [
+    ("f16", "f32", "f32", "wmma"), ("f16", "f16", "f16", "mma_sync"),
+    ("bf16", "f32", "f32", "wgmma"), ("tf32", "f32", "f32", "mma_sync"),
+    ("e4m3", "f32", "f32", "wgmma"), ("s8", "s32", "s32", "wmma"), ("u4", "s32", "s32", "wmma")])
+def test_mma_k0_returns_c(a_type, c_type, d_type, instruction, mode):
+    from jaxwarp._src.tensorcore.datapath import STORAGE_DTYPE
+    m, n = 16, 8
+    a = np.zeros((2, m, 0), STORAGE_DTYPE[a_type])  # a batch axis broadcasts onto C
+    b = np.zeros((0, n), STORAGE_DTYPE[a_type])
+    c = (np.arange(m * n).reshape(m, n) - 60).astype(STORAGE_DTYPE[c_type])
+    f = functools.partial(jaxwarp.mma, a_type=a_type, c_type=c_type, d_type=d_type,
+                          instruction=instruction, arch="sm_90a")
+    f = jax.jit(f) if mode == "jit" else f
+    d = f(a, b, c)
+    assert d.shape == (2, m, n) and d.dtype == STORAGE_DTYPE[d_type]
+    np.testing.assert_array_equal(np.asarray(d[1]), c)
+
+
+def test_mma_k0_f32_to_f16_rounds_to_nearest():
+    c = np.array([[1 + 2**-11, 1 + 3 * 2**-11, 70000.0, -0.0]], np.float32).repeat(16, 0)
+    c = np.tile(c, (1, 2))
+    d = jaxwarp.mma(np.zeros((16, 0), np.float16), np.zeros((0, 8), np.float16), c,
+                    a_type="f16", c_type="f32", d_type="f16", instruction="wmma")
+    np.testing.assert_array_equal(np.asarray(d).view(np.uint16),
+                                  c.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("m,n", [(0, 16), (16, 0)])
+def test_mma_empty_m_or_n(m, n):
+    d = jaxwarp.mma(np.zeros((m, 16), np.float16), np.zeros((16, n), np.float16),
+                    np.zeros((m, n), np.float32), a_type="f16", c_type="f32", d_type="f32")
+    assert d.shape == (m, n)
+
+
+# --------------------------------------------------------------------------------------
+# Format arguments: a name, a registry alias or a dtype that names the format.
+
+@pytest.mark.parametrize("fmt,want", [
+    ("bf16", "bf16"), ("bfloat16", "bf16"), (jnp.bfloat16, "bf16"),
+    (np.dtype(jnp.bfloat16), "bf16"), (np.float16, "f16"), ("half", "f16"),
+    (np.dtype("float16"), "f16"), (jnp.float8_e4m3fn, "e4m3"), ("fp8_e5m2", "e5m2"),
+    (jnp.float8_e5m2, "e5m2"), ("tf32", "tf32")])
+def test_format_argument_accepts_names_aliases_and_dtypes(fmt, want):
+    x = F32.reshape(4, 8)
+    np.testing.assert_array_equal(
+        np.asarray(jaxwarp.to_operand(x, fmt)).view(np.uint8),
+        np.asarray(jaxwarp.to_operand(x, want)).view(np.uint8))
+
+
+def test_matmul_operand_format_dtype_pair():
+    a = np.ones((16, 32), np.float32)
+    b = np.ones((32, 8), np.float32)
+    want = jaxwarp.matmul(a, b, operand_format=("e5m2", "e4m3"), instruction="mma_sync")
+    got = jaxwarp.matmul(a, b, operand_format=(jnp.float8_e5m2, jnp.float8_e4m3fn),
+                         instruction="mma_sync", accumulator=np.float32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_format_name_f64_with_x64():
+    from jaxwarp._src import checks
+    with jax.enable_x64(True):
+        assert checks.format_name(np.float64, "fmt", ("f64",), {"float64": "f64"}) == "f64"
+    with pytest.raises(RuntimeError, match="jax_enable_x64"):
+        checks.format_name(np.float64, "fmt", ("f64",), {"float64": "f64"})
+    with pytest.raises(TypeError, match="fmt is a static argument"):
+        jax.jit(lambda f: checks.format_name(f, "fmt", ("f16",)))(1.0)

@@ -78,10 +78,12 @@ def _positional(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple:
     except (TypeError, ValueError) as e:
         raise TypeError(f"sharded_vmap: cannot bind keyword arguments {sorted(kwargs)} to "
                         f"fn: {e}; pass the arguments positionally") from None
-    if bound.kwargs:  # keyword-only parameters have no position for in_axes
-        raise TypeError(f"sharded_vmap: keyword-only arguments {sorted(bound.kwargs)} are not "
-                        f"supported (in_axes counts positional arguments); bind them with "
-                        f"functools.partial before sharded_vmap")
+    if bound.kwargs:  # keyword-only and **kwargs parameters have no position for in_axes
+        names = sorted(k for k in kwargs if k not in bound.arguments or k in bound.kwargs)
+        raise TypeError(f"sharded_vmap: keyword-only arguments {names} are not supported "
+                        f"(fn takes them as keyword-only or **kwargs parameters, and in_axes "
+                        f"counts positional arguments); bind them with functools.partial "
+                        f"before sharded_vmap")
     return tuple(bound.args)
 
 
