@@ -51,7 +51,7 @@ def test_bad_in_axes(in_axes):
 
 def test_mismatched_batch_sizes():
     with pytest.raises(ValueError, match="leading sizes"):
-        sharded_vmap(lambda a, b: a + b)(np.ones((2, 3)), np.ones((3, 3)))
+        sharded_vmap(lambda a, b: a + b)(np.ones((2, 3), np.float32), np.ones((3, 3), np.float32))
 
 
 _FOUR_DEVICES = textwrap.dedent(

@@ -134,7 +134,7 @@ def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
         becomes the next multiple of d:
 
         >>> mesh = jaxwarp.batch_mesh(jax.devices()[:1])
-        >>> tree, n = jaxwarp.shard_batch({"x": np.zeros((3, 2))}, mesh)
+        >>> tree, n = jaxwarp.shard_batch({"x": np.zeros((3, 2), np.float32)}, mesh)
         >>> n, tree["x"].shape, tree["x"].sharding.spec == jax.sharding.PartitionSpec("batch")
         (3, (3, 2), True)
     """
