@@ -1231,10 +1231,11 @@ case(6, "matmul-operand_format-pair-bad", lambda a: jaxwarp.matmul(
     a, a, operand_format=("e4m3", "e2m1")), _F32x16, exc=ValueError,
     must=("operand_format='e2m1'", "allowed"))
 case(6, "matmul-operand_format-float64-no-x64", lambda a: jaxwarp.matmul(
-    a, a, operand_format=np.float64), _F32x16, exc=RuntimeError,
-    must=("operand_format=", "jax_enable_x64"))
+    a, a, operand_format=np.float64, accumulator=np.float64), _F32x16, exc=RuntimeError,
+    must=("f64", "jax_enable_x64"))
 case(6, "matmul-operand_format-f64-no-x64", lambda a: jaxwarp.matmul(
-    a, a, operand_format="f64"), _F32x16, exc=RuntimeError, must=("f64", "jax_enable_x64"))
+    a, a, operand_format="f64", accumulator="f64"), _F32x16, exc=RuntimeError,
+    must=("f64", "jax_enable_x64"))
 case(6, "matmul-accumulator-dtype-not-allowed", lambda a: jaxwarp.matmul(
     a, a, accumulator=np.int8), _F32x16, exc=ValueError, must=("accumulator", "allowed"))
 case(6, "matmul-accumulator-garbage", lambda a: jaxwarp.matmul(a, a, accumulator="fp33"),

@@ -82,19 +82,20 @@ _X64_HINT = ("enable x64 (jax.config.update('jax_enable_x64', True)) or cast to 
 
 
 def format_name(value: Any, name: str, allowed: Iterable[str] | None = None,
-                aliases: Mapping[str, str] | None = None) -> Any:
+                aliases: Mapping[str, str] | None = None, *, need_x64: bool = True) -> Any:
     """The canonical format name of a static format argument, or raises naming ``name``.
 
     Accepts a format name (``"f16"``, ``"e4m3"``, ...), one of ``aliases`` (the format
     registry's, e.g. ``"float16"``, ``"fp8_e4m3"``), or a dtype that names a format
     (``jnp.bfloat16``, ``np.float16``, ``jnp.float8_e4m3fn``, ``np.dtype("int8")``: its
     name is looked up in ``aliases``). A tuple or list is checked item by item and
-    returned as a tuple (an (a, b) pair of formats). ``allowed`` None accepts any name.
-    ``"f64"`` with x64 off raises ``RuntimeError`` telling the user to enable
-    ``jax_enable_x64``.
+    returned as a tuple (an (a, b) pair of formats). ``allowed`` None accepts any name
+    (the caller checks it). An allowed ``"f64"`` with x64 off raises ``RuntimeError``
+    telling the user to enable ``jax_enable_x64`` (unless ``need_x64`` is False: the
+    caller checks it later, after the checks that come first for it).
     """
     if isinstance(value, (tuple, list)):
-        return tuple(format_name(v, name, allowed, aliases) for v in value)
+        return tuple(format_name(v, name, allowed, aliases, need_x64=need_x64) for v in value)
     allowed = None if allowed is None else tuple(allowed)
     aliases = aliases or {}
     if isinstance(value, jax.core.Tracer):
@@ -112,9 +113,9 @@ def format_name(value: Any, name: str, allowed: Iterable[str] | None = None,
         else:
             canonical = aliases.get(dtype.name, dtype.name)
     if canonical is None or allowed is not None and canonical not in allowed:
-        raise ValueError(f"{name}={value!r} is not a supported format; allowed: {allowed} "
-                         f"(format names, their aliases, or the dtypes that name them)")
-    if canonical == "f64":
+        raise ValueError(f"{name}={value!r} is not supported; allowed: {allowed} (format "
+                         f"names, their aliases, or the dtypes that name them)")
+    if canonical == "f64" and allowed is not None and need_x64:
         require_x64(f"{name}={value!r}")
     return canonical
 

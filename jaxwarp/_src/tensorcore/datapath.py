@@ -883,12 +883,12 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
       >>> float(d[0, 0])  # two chained m64n8k32 instructions
       64.0
     """
-    a, b, c = checks.array_args(a=a, b=b, c=c)
     b_type = a_type if b_type is None else b_type
     model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
                           datapath)
     if a_type == "f64":
         checks.require_x64("mma with a_type='f64'")
+    a, b, c = checks.array_args(a=a, b=b, c=c)
     a = _check_array(a, "a", STORAGE_DTYPE[a_type])
     b = _check_array(b, "b", STORAGE_DTYPE[b_type])
     c = _check_array(c, "c", STORAGE_DTYPE[c_type])

@@ -149,10 +149,10 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         >>> to_operand(jnp.float32(500.0), "e4m3")
         Array(448, dtype=float8_e4m3fn)
     """
-    x = checks.array_arg(x, "x")
-    scale = None if scale is None else checks.array_arg(scale, "scale")
     operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
                                         formats.ALIASES)
+    x = checks.array_arg(x, "x")
+    scale = None if scale is None else checks.array_arg(scale, "scale")
     if operand_format in FP8_FORMATS:
         x = jnp.asarray(x)
         if scale is None and x.dtype == fp8_cvt.FP8_FORMATS[operand_format]:
@@ -532,13 +532,13 @@ def matmul(
         >>> jaxwarp.matmul(a, b, operand_format="bf16")[0, 0]
         Array(64., dtype=float32)
     """
+    operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
+                                        formats.ALIASES, need_x64=False)  # _check does it
+    accumulator = checks.format_name(accumulator, "accumulator", None, formats.ALIASES)
     a, b = checks.array_args(a=a, b=b)
     c = None if c is None else checks.array_arg(c, "c")
     a_scale = None if a_scale is None else checks.array_arg(a_scale, "a_scale")
     b_scale = None if b_scale is None else checks.array_arg(b_scale, "b_scale")
-    operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
-                                        formats.ALIASES)
-    accumulator = checks.format_name(accumulator, "accumulator", None, formats.ALIASES)
     a, b, c, a_scale, b_scale, cfg = _check(
         a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
         a_scale, b_scale)

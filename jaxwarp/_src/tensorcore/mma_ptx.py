@@ -566,10 +566,10 @@ def to_registers(qualifier: Union[str, MmaInstr], use: str, x: Any) -> jax.Array
       >>> r.shape, hex(int(r[1, 0]))    # lane 1: row 0, cols 2 (low half), 3 (high half)
       ((32, 4), '0x42004000')
     """
-    x = checks.array_arg(x, "x")
     instr = _instr_arg(qualifier)
     checks.static_choice(use, "use", USES)
     _need_x64(instr, "to_registers")
+    x = checks.array_arg(x, "x")
     ty = instr.elem_type(use)
     x = jnp.asarray(x)
     want = instr.logical_shape(use)
@@ -614,10 +614,10 @@ def from_registers(qualifier: Union[str, MmaInstr], use: str, regs: Any) -> jax.
       >>> from_registers(i, "a", regs)[0, :8].tolist()   # low nibble first, sign-extended
       [-1, -2, -3, -4, -5, -6, -7, -8]
     """
-    regs = checks.array_arg(regs, "regs")
     instr = _instr_arg(qualifier)
     checks.static_choice(use, "use", USES)
     _need_x64(instr, "from_registers")
+    regs = checks.array_arg(regs, "regs")
     r = _regs_arg(instr, use, regs, f"{use} registers")
     return _from_regs(instr, use, r)
 
@@ -688,10 +688,10 @@ def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
       >>> int(mma_ptx("m8n8k16.row.col.satfinite.s32.s8.u8.s32", a, b, c)[0, 0])
       2147483647
     """
-    a, b, c = checks.array_args(a=a, b=b, c=c)
     instr = _instr_arg(qualifier)
     _check_arch(instr, arch)
     _need_x64(instr, "mma_ptx")
+    a, b, c = checks.array_args(a=a, b=b, c=c)
     ops = []
     for use, x in (("a", a), ("b", b), ("c", c)):
         x = jnp.asarray(x)
@@ -740,10 +740,10 @@ def mma_sync_ptx(qualifier: Union[str, MmaInstr], a_regs: Any, b_regs: Any, c_re
       >>> d.shape, hex(int(d[0, 0]))                         # 32.0 in fp32
       ((32, 4), '0x42000000')
     """
-    a_regs, b_regs, c_regs = checks.array_args(a_regs=a_regs, b_regs=b_regs, c_regs=c_regs)
     instr = _instr_arg(qualifier)
     _check_arch(instr, arch)
     _need_x64(instr, "mma_sync_ptx")
+    a_regs, b_regs, c_regs = checks.array_args(a_regs=a_regs, b_regs=b_regs, c_regs=c_regs)
     regs = [_regs_arg(instr, u, r, f"{u}_regs")
             for u, r in (("a", a_regs), ("b", b_regs), ("c", c_regs))]
     try:
