@@ -441,11 +441,12 @@ def test_sharded_batch_one_and_four_devices():
 def test_docstring_examples():
     import doctest
 
-    from jaxwarp._src import emulate as mod
+    from jaxwarp._src.emulate import api, report
 
-    result = doctest.testmod(mod, extraglobs={"jaxwarp": _Public(), "jnp": jnp},
-                             optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
+    for mod in (api, report):
+        result = doctest.testmod(mod, extraglobs={"jaxwarp": _Public(), "jnp": jnp},
+                                 optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.attempted > 0 and result.failed == 0
 
 
 class _Public:
