@@ -9,6 +9,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp  # noqa: F401  (the docstring example's namespace)
 
+from jaxwarp._src import checks
 from jaxwarp._src.emulate.config import make_config
 from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
 from jaxwarp._src.emulate.report import EmulationReport, Product
@@ -48,12 +49,28 @@ class _Key:
                         for a, b in zip(self.static, other.static)))
 
 
+def _check_64bit(leaves, args, kwargs) -> None:
+    """The shared 64-bit policy (``checks.check_64bit``) on every array argument: with x64
+    off, JAX would narrow a float64 / int64 array to 32 bits silently."""
+    if checks.x64_enabled():
+        return
+    for i, x in enumerate(leaves):
+        if is_dynamic(x):
+            try:
+                checks.check_64bit(x, "")
+            except TypeError:
+                path = jax.tree_util.tree_flatten_with_path((args, kwargs))[0][i][0]
+                where = ("args" if path[0].idx == 0 else "kwargs") + jax.tree_util.keystr(
+                    path[1:])
+                checks.check_64bit(x, f"emulate's argument {where}")
+
+
 def emulate(
     fn: Callable,
     *,
     operand_format: str,
     accumulator: str = "f32",
-    instruction: str = "wmma",
+    instruction: str | None = None,
     arch: str = "sm_90",
     mode: str = "exact",
     tile: tuple[int, int, int] | None = None,
@@ -88,23 +105,30 @@ def emulate(
     :class:`UnsupportedProductError` naming the primitive and shapes, or, with
     ``on_unsupported="skip"``, run unemulated and are listed in the report.
 
-    fp8 recipes (``operand_format="e4m3"``, issue 10's matmul): ``scaling="tensor"``
-    multiplies each operand by ``fmt_max / amax`` (current scaling, per operand
-    tensor, a constant to the derivative) before it is rounded to the operand
-    format, and divides the fp32 result by both scales; ``backward_format="e5m2"``
-    converts gradients to e5m2 in the backward products (the hybrid recipe;
-    with ``scaling`` the gradient gets its own amax scale); ``promote_every=128``
-    is passed to ``matmul`` (promotion of partial sums to fp32, DeepSeek-V3).
+    fp8 recipes (``operand_format="e4m3"``): ``scaling="tensor"`` (for f16, e4m3
+    and e5m2 operands) multiplies each operand by its current per-tensor scale
+    ``2**k``, the largest power of two with ``amax * 2**k <= max_value`` of the
+    format (a constant to the derivative; ``k`` within +-126, 0 where the amax is 0
+    or not finite), before it is rounded to the operand format, and multiplies the
+    fp32 result by ``2**-(kx + ky)``. Powers of two make every scaling step an exact
+    multiplication, so the recipe gives the same bits on every backend (a scale
+    ``max_value / amax`` would need a division, which XLA's GPU backend does not
+    round correctly). ``backward_format="e5m2"`` converts gradients to e5m2 in the
+    backward products (the hybrid recipe; with ``scaling`` the gradient gets its own
+    amax scale); ``promote_every=128`` is passed to ``matmul`` (promotion of partial
+    sums to fp32, DeepSeek-V3).
 
     Args:
         fn: the function. Array leaves of its arguments (``jax.Array``,
             ``np.ndarray``, NumPy scalars) are traced; every other leaf (Python
             numbers, strings, functions in an Equinox module) is static, as in
             ``equinox.filter_jit``. Non-array output leaves are returned as they are.
-        operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"`` (needs x64);
-            ``"e4m3"``/``"e5m2"`` once ``jaxwarp.matmul`` has them.
+        operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"`` (needs
+            ``jax_enable_x64``), ``"e4m3"`` or ``"e5m2"``; an alias (``"fp16"``) or a
+            dtype (``jnp.bfloat16``) works too.
         accumulator: ``"f32"``, ``"f16"`` (f16 operands) or ``"f64"`` (f64).
-        instruction: ``"wmma"``; ``"mma_sync"``/``"wgmma"`` once ``matmul`` has them.
+        instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"``, or None for matmul's
+            default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8).
         arch: ``matmul``'s architecture preset (``"sm_90"`` is the H100's).
         mode: ``"exact"`` (bit for bit) or ``"fast"`` (see ``matmul``).
         tile: ``matmul``'s WMMA tile; None for its default.
@@ -113,10 +137,12 @@ def emulate(
             unemulated (``dot_general`` as written).
         on_unsupported: ``"error"`` or ``"skip"``.
         report: if True, the function returns ``(out, EmulationReport)``.
-        scaling: None or ``"tensor"`` (per-tensor current scaling from the amax).
+        scaling: None or ``"tensor"`` (per-tensor current scaling from the amax, by
+            powers of two; f16, e4m3 and e5m2 operand and gradient formats only).
         backward_format: None (gradients in ``operand_format``, as ``matmul``'s
             own vjp) or the operand format of the gradient in backward products.
-        promote_every: None or N, passed to ``matmul`` (needs issue 10).
+        promote_every: None or N, passed to ``matmul`` (promotion of partial sums
+            to fp32 every N k-elements).
 
     Returns:
         A function with ``fn``'s signature (returning ``(out, report)`` when
@@ -125,10 +151,11 @@ def emulate(
         ``jax.grad`` and ``jax.sharding`` in any order.
 
     Raises:
-        ValueError: a format, instruction, scaling, accumulator, arch, mode or
-            tile that is not allowed (the message lists what is).
-        NotImplementedError: an fp8 format, instruction or ``promote_every`` that
-            ``jaxwarp.matmul`` does not support yet.
+        ValueError: a format, instruction, scaling, accumulator, arch, mode,
+            promotion or tile that is not allowed (the message lists what is).
+        RuntimeError: ``operand_format="f64"`` with ``jax_enable_x64`` off.
+        TypeError: (when called) a 64-bit NumPy or JAX array argument with
+            ``jax_enable_x64`` off (JAX would narrow it silently).
         UnsupportedProductError: (when called) a product emulate cannot run.
 
     Example:
@@ -144,7 +171,7 @@ def emulate(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
     cfg = make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
-                       on_unsupported, scaling, backward_format, promote_every)
+                      on_unsupported, scaling, backward_format, promote_every)
     config_items = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                          if f.name != "filter") + (("filter", filter),)
     backward = ("matmul's custom_vjp: dA = dD @ B^T and dB = A^T @ dD on the same emulated "
@@ -170,6 +197,7 @@ def emulate(
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        _check_64bit(leaves, args, kwargs)
         static = tuple(_DYNAMIC if is_dynamic(x) else x for x in leaves)
         dyn = [x for x in leaves if is_dynamic(x)]
         key = _Key(treedef, static)

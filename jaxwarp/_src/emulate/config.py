@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
+import numpy as np
 
+from jaxwarp._src import checks
+from jaxwarp._src.numerics import formats
 from jaxwarp._src.tensorcore import matmul as matmul_mod
 
-INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
-FP8_FORMATS = ("e4m3", "e5m2")  # designed here; need fp8 in jaxwarp.matmul (issue 10)
-_FP8_DTYPE = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+INSTRUCTIONS = matmul_mod.INSTRUCTIONS
+OPERAND_FORMATS = matmul_mod.OPERAND_FORMATS
+FP8_FORMATS = matmul_mod.FP8_FORMATS
 SCALINGS = (None, "tensor")
+#: Operand formats per-tensor scaling is for: scaled to the format's largest value, two
+#: operands' products and their K-long sums stay finite in the fp32 accumulator.
+SCALED_FORMATS = ("f16", *FP8_FORMATS)
 ON_UNSUPPORTED = ("error", "skip")
 # Products that emulate refuses (they are products, but not dot_general's semantics).
 OTHER_PRODUCTS = ("ragged_dot", "ragged_dot_general", "ragged_all_to_all", "bcoo_dot_general",
@@ -28,26 +32,11 @@ PRODUCTS = ("dot_general", "conv_general_dilated")
 MARKER = "jaxwarp_emulated"
 
 
-def matmul_formats() -> tuple[str, ...]:
-    return tuple(matmul_mod.DEFAULT_TILE)
-
-
-def _matmul_params() -> frozenset:
-    return frozenset(inspect.signature(matmul_mod.matmul).parameters)
-
-
-def fmt_max(fmt: str) -> float:
-    """Largest finite value of an operand format (ml_dtypes' finfo, the one registry)."""
-    dtype = _FP8_DTYPE.get(fmt) or {"f16": jnp.float16, "bf16": jnp.bfloat16,
-                                    "tf32": jnp.float32, "f64": jnp.float64}[fmt]
-    return float(ml_dtypes.finfo(dtype).max)
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
     operand_format: str
     accumulator: str
-    instruction: str
+    instruction: str | None
     arch: str
     mode: str
     tile: tuple[int, int, int] | None
@@ -59,8 +48,7 @@ class Config:
 
     @property
     def pad_multiple(self) -> int:
-        tile = self.tile or matmul_mod.DEFAULT_TILE.get(self.operand_format)
-        return math.lcm(*tile) if tile else 64  # fp8 tiles: k = 32, wgmma m = 64
+        return math.lcm(*(self.tile or matmul_mod.DEFAULT_TILE[self.operand_format]))
 
     @property
     def custom_recipe(self) -> bool:
@@ -68,51 +56,54 @@ class Config:
         return self.scaling is not None or self.backward_format is not None
 
     def matmul_kwargs(self, fmt) -> dict:
-        kw = dict(operand_format=fmt, accumulator=self.accumulator, tile=self.tile,
-                  arch=self.arch, mode=self.mode)
-        if self.instruction != "wmma":
-            kw["instruction"] = self.instruction
-        if self.promote_every is not None:
-            kw["promote_every"] = self.promote_every
-        return kw
+        return dict(operand_format=fmt, accumulator=self.accumulator, tile=self.tile,
+                    arch=self.arch, mode=self.mode, instruction=self.instruction,
+                    promote_every=self.promote_every)
 
 
-def _check_format(fmt: Any, name: str) -> str:
-    now = matmul_formats()
-    allowed = now + tuple(f for f in FP8_FORMATS if f not in now)
-    if isinstance(fmt, jax.core.Tracer) or not isinstance(fmt, str) or fmt not in allowed:
-        raise ValueError(f"{name}={fmt!r} is not supported; allowed: {allowed}")
-    if fmt not in now:
-        raise NotImplementedError(
-            f"{name}={fmt!r} needs fp8 support in jaxwarp.matmul (issue 10); "
-            f"formats jaxwarp.matmul supports now: {now}"
-        )
+def check_format(fmt: Any, name: str) -> str:
+    """The operand format ``fmt`` as matmul's name: a name, an alias (``"fp16"``) or a
+    dtype (``jnp.bfloat16``, ``np.float16``, ``ml_dtypes.float8_e4m3fn``)."""
+    if not isinstance(fmt, (str, jax.core.Tracer)):
+        try:
+            fmt = np.dtype(fmt).name  # a dtype: its name is one of formats.ALIASES
+        except TypeError:
+            pass
+    if isinstance(fmt, str):
+        fmt = formats.ALIASES.get(fmt, fmt)
+    if isinstance(fmt, jax.core.Tracer) or not isinstance(fmt, str) \
+            or fmt not in OPERAND_FORMATS:
+        raise ValueError(f"{name}={fmt!r} is not supported; allowed: {OPERAND_FORMATS} "
+                         f"(or their dtypes, e.g. jnp.bfloat16)")
+    if fmt == "f64":
+        checks.require_x64(f"emulate with {name}='f64'")
     return fmt
 
 
 def make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
                 on_unsupported, scaling, backward_format, promote_every) -> Config:
-    operand_format = _check_format(operand_format, "operand_format")
+    """Checks emulate's settings; matmul checks the rest with its own tables and messages."""
+    operand_format = check_format(operand_format, "operand_format")
     if backward_format is not None:
-        backward_format = _check_format(backward_format, "backward_format")
-    if instruction not in INSTRUCTIONS:
-        raise ValueError(f"instruction={instruction!r} is not supported; allowed: {INSTRUCTIONS}")
-    params = _matmul_params()
-    if instruction != "wmma" and "instruction" not in params:
-        raise NotImplementedError(
-            f"instruction={instruction!r} needs jaxwarp.matmul's instruction argument "
-            f"(issue 10); available now: ('wmma',)"
-        )
+        backward_format = check_format(backward_format, "backward_format")
+    if instruction is not None and instruction not in INSTRUCTIONS:
+        raise ValueError(f"instruction={instruction!r} is not supported; allowed: "
+                         f"{INSTRUCTIONS}, or None for matmul's default for the format")
     if scaling not in SCALINGS:
         raise ValueError(f"scaling={scaling!r} is not supported; allowed: {SCALINGS}")
+    if scaling is not None:
+        for name, fmt in (("operand_format", operand_format),
+                          ("backward_format", backward_format)):
+            if fmt is not None and fmt not in SCALED_FORMATS:
+                raise ValueError(
+                    f"scaling={scaling!r} is for the operand formats {SCALED_FORMATS}; got "
+                    f"{name}={fmt!r} (its range is fp32's: scaling to its largest value "
+                    f"would overflow the fp32 accumulator); use scaling=None")
     if promote_every is not None:
         if isinstance(promote_every, bool) or not isinstance(promote_every, int) \
                 or promote_every <= 0:
             raise ValueError(f"promote_every must be None or a positive int, got "
                              f"{promote_every!r}")
-        if "promote_every" not in params:
-            raise NotImplementedError(
-                "promote_every needs jaxwarp.matmul's promote_every argument (issue 10)")
     if on_unsupported not in ON_UNSUPPORTED:
         raise ValueError(
             f"on_unsupported={on_unsupported!r} is not supported; allowed: {ON_UNSUPPORTED}")
@@ -123,8 +114,7 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
                 and all(isinstance(t, int) and t > 0 for t in tile)):
             raise TypeError(f"tile must be None or a static (m, n, k) tuple, got {tile!r}")
     cfg = Config(operand_format, accumulator, instruction, arch, mode, tile, scaling,
-                  backward_format, promote_every, filter, on_unsupported)
-    # matmul checks the rest (accumulator, arch, mode, tile) with its own table and messages.
+                 backward_format, promote_every, filter, on_unsupported)
     p = cfg.pad_multiple
     dtype = jnp.float64 if operand_format == "f64" else jnp.float32
     for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):

@@ -13,7 +13,7 @@ from jax import lax
 from jax.extend import core as jcore
 from jax.extend import linear_util as lu
 
-from jaxwarp._src.emulate.config import MARKER, OTHER_PRODUCTS, PRODUCTS, Config, matmul_formats
+from jaxwarp._src.emulate.config import MARKER, OPERAND_FORMATS, OTHER_PRODUCTS, PRODUCTS, Config
 from jaxwarp._src.emulate.products import as_float_operand, gemm
 from jaxwarp._src.emulate.report import Product, ReportEntry, UnsupportedProductError
 
@@ -186,7 +186,7 @@ class Interpreter:
             return "unsupported:complex operands (no complex tensor-core product)"
         if not any(jnp.issubdtype(d, jnp.floating) for d in (ld, rd)):
             return ("skip:integer product (left alone: no integer operand format in "
-                    f"jaxwarp.matmul; formats: {matmul_formats()})")
+                    f"jaxwarp.matmul; formats: {OPERAND_FORMATS})")
         if jnp.float64 in (ld, rd) and self.cfg.operand_format != "f64":
             return (f"unsupported:f64 operands with operand_format="
                     f"{self.cfg.operand_format!r} (converting f64 through f32 rounds twice; "

@@ -7,42 +7,77 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jaxwarp._src.emulate.config import FP8_FORMATS, MARKER, Config, fmt_max
+from jaxwarp._src.emulate.config import FP8_FORMATS, MARKER, Config
+from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore.matmul import matmul
 
 
 def _pair(fa: str, fb: str):
-    # Mixed fp8 pairs (e5m2 gradient x e4m3 weight) as an (a, b) tuple: the form
-    # assumed for issue 10's matmul, which models mma.sync's four fp8 pairings.
+    # Mixed fp8 pairs (e5m2 gradient x e4m3 weight) as matmul's (a, b) tuple: it models
+    # the four fp8 pairings of mma.sync and wgmma.
     # (Other formats are never mixed: _recipe_bwd converts both to the gradient's.)
     return fa if fa == fb else (fa, fb)
 
 
-def _tensor_scale(x: jax.Array, fmt: str) -> jax.Array:
-    """Current per-tensor scale ``fmt_max / amax(x)`` in fp32 (1 where amax is 0 or not finite).
+#: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX], so that
+#: every scale and half of every rescale exponent is a normal fp32 power of two.
+SCALE_EXP_MAX = 126
 
-    Scales are constants to the derivative (``stop_gradient``), as in fp8 training
-    recipes: they choose the representation, not the value.
+
+def pow2(k: jax.Array) -> jax.Array:
+    """``2.0**k`` as float32 for int32 ``k`` in [-126, 127], built from its bits (exact)."""
+    return lax.bitcast_convert_type((k + 127) << 23, jnp.float32)
+
+
+def tensor_scale_exponent(x: jax.Array, fmt: str) -> jax.Array:
+    """Current per-tensor scale exponent: the largest int32 ``k`` with
+    ``amax(|x|) * 2**k <= max_value(fmt)``, clamped to ``[-SCALE_EXP_MAX, SCALE_EXP_MAX]``;
+    0 where the amax is 0 or not finite.
+
+    The scale is a power of two, so scaling and unscaling are exact multiplications
+    (in fp32's normal range) and the recipe's bits are the same on every backend: no
+    division (XLA's GPU division is ``div.full.f32``, not correctly rounded) and no
+    rounding that a fused multiply-add could change. It is computed from the bits of
+    the amax (an exact maximum) with integer operations. Scales are constants to the
+    derivative (``stop_gradient``), as in fp8 training recipes: they choose the
+    representation, not the value.
     """
     amax = jnp.max(jnp.abs(x.astype(jnp.float32)))
-    scale = jnp.float32(fmt_max(fmt)) / amax
-    scale = jnp.where(jnp.isfinite(scale) & (amax > 0), scale, jnp.float32(1))
-    return lax.stop_gradient(scale)
+    bits = lax.bitcast_convert_type(amax, jnp.int32)
+    top = int(np.array(FORMATS[fmt].max_value, np.float32).view(np.int32))
+    # amax = 1.f * 2**e and max = 1.F * 2**E (biased e, E): amax * 2**k <= max for
+    # k <= E - e when f <= F, else k <= E - e - 1. A subnormal amax (e = 0) gives a k
+    # above the clamp.
+    k = (top >> 23) - (bits >> 23) - ((bits & 0x7FFFFF) > (top & 0x7FFFFF)).astype(jnp.int32)
+    k = jnp.clip(k, -SCALE_EXP_MAX, SCALE_EXP_MAX)
+    k = jnp.where(jnp.isfinite(amax) & (amax > 0), k, 0)
+    return lax.stop_gradient(k)
 
 
 def _raw_product(x, y, fx, fy, cfg: Config, batched: bool):
-    """x @ y (x: (B,)M,K, y: (B,)K,N) through matmul, with the recipe's per-tensor scales."""
+    """x @ y (x: (B,)M,K, y: (B,)K,N) through matmul, with the recipe's per-tensor scales.
+
+    Scaled: ``D = fl32(fl32(T * 2**n1) * 2**n2)`` with ``T = fl32(x * 2**kx) @
+    fl32(y * 2**ky)`` through the tensor core, ``n1 = floor(n / 2)``, ``n2 = n - n1``,
+    ``n = -(kx + ky)``: multiplications by powers of two, exact in fp32's normal range,
+    so D is T * 2**n rounded once there (twice at most where the result is subnormal),
+    in this order on every backend; an optimization barrier keeps the last one apart
+    from whatever the program adds to the product (no FMA contraction)."""
     kw = cfg.matmul_kwargs(_pair(fx, fy))
     if cfg.scaling == "tensor":
-        sx, sy = _tensor_scale(x, fx), _tensor_scale(y, fy)
-        x = x.astype(jnp.float32) * sx
-        y = y.astype(jnp.float32) * sy
+        kx, ky = tensor_scale_exponent(x, fx), tensor_scale_exponent(y, fy)
+        x = x.astype(jnp.float32) * pow2(kx)
+        y = y.astype(jnp.float32) * pow2(ky)
     mm = functools.partial(matmul, **kw)
     out = jax.vmap(mm)(x, y) if batched else mm(x, y)
     if cfg.scaling == "tensor":
-        out = out / (sx * sy).astype(out.dtype)
+        n = -(kx + ky)
+        n1 = n >> 1  # floor(n / 2): n1 and n - n1 in [-126, 126]
+        rescaled = (out.astype(jnp.float32) * pow2(n1)) * pow2(n - n1)
+        out = lax.optimization_barrier(rescaled.astype(out.dtype))
     return out
 
 
@@ -63,9 +98,8 @@ def _recipe_bwd(cfg, batched, res, g):
     if not (f in FP8_FORMATS and gf in FP8_FORMATS):
         f = gf  # no tensor core mixes other formats: both operands in the gradient's format
     g = g.astype(jnp.float32 if g.dtype != jnp.float64 else g.dtype)
-    t = (lambda a: jnp.swapaxes(a, -1, -2))
-    dx = _raw_product(g, t(y), gf, f, cfg, batched)
-    dy = _raw_product(t(x), g, f, gf, cfg, batched)
+    dx = _raw_product(g, jnp.swapaxes(y, -1, -2), gf, f, cfg, batched)
+    dy = _raw_product(jnp.swapaxes(x, -1, -2), g, f, gf, cfg, batched)
     return dx.astype(x.dtype), dy.astype(y.dtype)
 
 
