@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 sys.path.insert(0, str(ROOT))
 import emulated_training as et  # noqa: E402
 
-from jaxwarp._src.emulate import emulate  # noqa: E402
+from jaxwarp import emulate  # noqa: E402
 
 TARGET_FAST = 0.8  # issue 11: fast mode >= 80% of the plain step's speed on an H100
 MODES = ("plain", "exact", "fast")

@@ -44,7 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from jaxwarp._src.emulate import emulate  # noqa: E402  (jaxwarp.emulate once exported)
+from jaxwarp import emulate  # noqa: E402
 
 #: label -> emulate settings (None: no emulation).
 CONFIGS = {
