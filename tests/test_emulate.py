@@ -422,7 +422,11 @@ def test_tensor_scale_is_the_largest_power_of_two(fmt):
     dict(operand_format="f16", scaling="tensor"),
     dict(operand_format="e4m3", scaling="tensor", backward_format="e5m2"),
     dict(operand_format="tf32", backward_format="bf16"),
-], ids=["bf16", "bf16-fast", "f16-scaled", "fp8-hybrid-scaled", "tf32-bf16-grads"])
+    pytest.param(dict(operand_format="e4m3"), marks=pytest.mark.xfail(
+        strict=True, reason="matmul's own fp8 backward divides by its current scales "
+                            "amax / max_value (matmul._current_scale, to_operand)")),
+], ids=["bf16", "bf16-fast", "f16-scaled", "fp8-hybrid-scaled", "tf32-bf16-grads",
+        "fp8-matmul-vjp"])
 def test_gradient_program_is_backend_independent(kw):
     # Every product in the forward and backward program states its precision (an fp32
     # dot at DEFAULT precision runs as TF32 on an H100), and there is no float division
