@@ -177,8 +177,8 @@ def emulate(
     backward = ("matmul's custom_vjp: dA = dD @ B^T and dB = A^T @ dD on the same emulated "
                 "tensor core" if not cfg.custom_recipe else
                 f"emulate's recipe vjp: gradients in {cfg.backward_format or operand_format}"
-                f"{', per-tensor scaled' if cfg.scaling else ''}, saved operands in "
-                f"{operand_format}")
+                f"{', per-tensor scaled by powers of two' if cfg.scaling else ''}, saved "
+                f"operands in {operand_format}")
 
     def run(key: _Key, *dyn):
         interp = Interpreter(cfg)
