@@ -417,6 +417,26 @@ def test_tensor_scale_is_the_largest_power_of_two(fmt):
             (0,) if v != 0 else (pow2_exponent([1.0], fmax),))
 
 
+@pytest.mark.parametrize("out", ["f32", "f16"])
+def test_rescale_is_rounded_once_on_the_bits(out):
+    # times_pow2 (every scaling step of the recipe) equals x * 2**k computed exactly in
+    # float64 and rounded once, for normal, subnormal and special inputs and results,
+    # with integer operations only (XLA's CPU flushes subnormal float results, the
+    # GPU does not: on the bits both give these).
+    from jaxwarp._src.emulate.products import times_pow2
+
+    x = (RNG.standard_normal(4000) * 2.0 ** RNG.uniform(-140, 120, 4000)).astype(np.float32)
+    x = np.concatenate([x, np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39,
+                                     3.4e38, 65504.0, 65520.0], np.float32)])
+    for k in (0, 1, -1, 13, -30, 126, -126, 250, -250):
+        got = np.asarray(times_pow2(jnp.asarray(x), jnp.int32(k), out))
+        with np.errstate(over="ignore"):
+            want = (x.astype(np.float64) * 2.0 ** k).astype(got.dtype)
+        nan = np.isnan(want)
+        assert np.isnan(got[nan]).all()
+        same_bits(got[~nan], want[~nan])
+
+
 @pytest.mark.parametrize("kw", [
     dict(operand_format="bf16"), dict(operand_format="bf16", mode="fast"),
     dict(operand_format="f16", scaling="tensor"),

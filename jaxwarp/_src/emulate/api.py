@@ -110,10 +110,12 @@ def emulate(
     ``2**k``, the largest power of two with ``amax * 2**k <= max_value`` of the
     format (a constant to the derivative; ``k`` within +-126, 0 where the amax is 0
     or not finite), before it is rounded to the operand format, and multiplies the
-    fp32 result by ``2**-(kx + ky)``. Powers of two make every scaling step an exact
-    multiplication, so the recipe gives the same bits on every backend (a scale
-    ``max_value / amax`` would need a division, which XLA's GPU backend does not
-    round correctly). ``backward_format="e5m2"`` converts gradients to e5m2 in the
+    result by ``2**-(kx + ky)``, rounded once into the accumulator's format. Every
+    scaling step is computed on the bits with integer operations (exact in fp32's
+    normal range, else rounded once), so the recipe gives the same bits on every
+    backend (a scale ``max_value / amax`` would need a division, which XLA's GPU
+    backend does not round correctly; XLA's CPU flushes subnormal float results and
+    its GPU does not). ``backward_format="e5m2"`` converts gradients to e5m2 in the
     backward products (the hybrid recipe; with ``scaling`` the gradient gets its own
     amax scale); ``promote_every=128`` is passed to ``matmul`` (promotion of partial
     sums to fp32, DeepSeek-V3).

@@ -11,6 +11,8 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src.emulate.config import FP8_FORMATS, MARKER, Config
+from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import formats, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore.matmul import matmul
 
@@ -22,14 +24,42 @@ def _pair(fa: str, fb: str):
     return fa if fa == fb else (fa, fb)
 
 
-#: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX], so that
-#: every scale and half of every rescale exponent is a normal fp32 power of two.
+#: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX].
 SCALE_EXP_MAX = 126
+_F32_INF = 0x7F800000
+#: Canonical quiet NaN and infinity bits of the formats a rescaled product has.
+_SPECIAL_BITS = {"f32": (0x7FC00000, _F32_INF), "f16": (0x7E00, 0x7C00)}
 
 
-def pow2(k: jax.Array) -> jax.Array:
-    """``2.0**k`` as float32 for int32 ``k`` in [-126, 127], built from its bits (exact)."""
-    return lax.bitcast_convert_type((k + 127) << 23, jnp.float32)
+def times_pow2(x: jax.Array, k: jax.Array, out_fmt: str) -> jax.Array:
+    """``x * 2**k`` rounded once (to nearest, ties to even) into ``out_fmt`` (``"f32"`` or
+    ``"f16"``), computed on the bits with integer operations.
+
+    No floating-point operation is involved, so the result is the same on every backend:
+    XLA's CPU backend flushes subnormal operands and results of float operations to zero
+    and its GPU backend does not, and an integer result cannot be contracted into a fused
+    multiply-add with whatever the program adds to it. Subnormal inputs and results are
+    exact or rounded once; beyond the largest finite value the result is infinite; NaN
+    stays NaN and infinities keep their sign.
+
+    Args:
+      x: float array of a ``softfloat.DECODE_FORMATS`` dtype (float32, float16,
+        bfloat16, fp8); other floats are converted to float32 first.
+      k: int32 exponent (broadcasts against ``x``).
+      out_fmt: static, ``"f32"`` or ``"f16"``.
+    """
+    fmt = formats.ALIASES.get(x.dtype.name, x.dtype.name)
+    if fmt not in softfloat.DECODE_FORMATS or fmt == "tf32":
+        x, fmt = x.astype(jnp.float32), "f32"
+    bits = bits_.to_u32(x)
+    neg, lsb, sig, _, inf, nan = softfloat.decode(bits, fmt)
+    q, e = softfloat.round_sig(sig.astype(jnp.uint32), lsb + k, softfloat.emin(out_fmt),
+                               FORMATS[out_fmt].mantissa_bits, "rn")
+    code = softfloat.encode_rounded(neg, q, e, out_fmt)
+    nan_bits, inf_bits = _SPECIAL_BITS[out_fmt]
+    sign = neg.astype(jnp.uint32) << (FORMATS[out_fmt].bits - 1)
+    code = jnp.where(nan, jnp.uint32(nan_bits), jnp.where(inf, sign | inf_bits, code))
+    return bits_.from_u32(code, FORMATS[out_fmt].storage_dtype)
 
 
 def tensor_scale_exponent(x: jax.Array, fmt: str) -> jax.Array:
@@ -37,47 +67,39 @@ def tensor_scale_exponent(x: jax.Array, fmt: str) -> jax.Array:
     ``amax(|x|) * 2**k <= max_value(fmt)``, clamped to ``[-SCALE_EXP_MAX, SCALE_EXP_MAX]``;
     0 where the amax is 0 or not finite.
 
-    The scale is a power of two, so scaling and unscaling are exact multiplications
-    (in fp32's normal range) and the recipe's bits are the same on every backend: no
-    division (XLA's GPU division is ``div.full.f32``, not correctly rounded) and no
-    rounding that a fused multiply-add could change. It is computed from the bits of
-    the amax (an exact maximum) with integer operations. Scales are constants to the
-    derivative (``stop_gradient``), as in fp8 training recipes: they choose the
-    representation, not the value.
+    The scale is a power of two, so scaling and unscaling are exact (:func:`times_pow2`,
+    in fp32's normal range) and the recipe's bits are the same on every backend: no
+    division (XLA's GPU division is ``div.full.f32``, not correctly rounded), no float
+    operation at all. The amax and ``k`` come from the operand's fp32 bits (an integer
+    maximum of the magnitudes). Scales are constants to the derivative (``stop_gradient``),
+    as in fp8 training recipes: they choose the representation, not the value.
     """
-    amax = jnp.max(jnp.abs(x.astype(jnp.float32)))
-    bits = lax.bitcast_convert_type(amax, jnp.int32)
+    f32 = times_pow2(x, jnp.int32(0), "f32")
+    bits = jnp.max(lax.bitcast_convert_type(f32, jnp.int32) & 0x7FFFFFFF)
     top = int(np.array(FORMATS[fmt].max_value, np.float32).view(np.int32))
     # amax = 1.f * 2**e and max = 1.F * 2**E (biased e, E): amax * 2**k <= max for
     # k <= E - e when f <= F, else k <= E - e - 1. A subnormal amax (e = 0) gives a k
     # above the clamp.
     k = (top >> 23) - (bits >> 23) - ((bits & 0x7FFFFF) > (top & 0x7FFFFF)).astype(jnp.int32)
     k = jnp.clip(k, -SCALE_EXP_MAX, SCALE_EXP_MAX)
-    k = jnp.where(jnp.isfinite(amax) & (amax > 0), k, 0)
+    k = jnp.where((bits > 0) & (bits < _F32_INF), k, 0)  # not 0, inf or NaN
     return lax.stop_gradient(k)
 
 
 def _raw_product(x, y, fx, fy, cfg: Config, batched: bool):
     """x @ y (x: (B,)M,K, y: (B,)K,N) through matmul, with the recipe's per-tensor scales.
 
-    Scaled: ``D = fl32(fl32(T * 2**n1) * 2**n2)`` with ``T = fl32(x * 2**kx) @
-    fl32(y * 2**ky)`` through the tensor core, ``n1 = floor(n / 2)``, ``n2 = n - n1``,
-    ``n = -(kx + ky)``: multiplications by powers of two, exact in fp32's normal range,
-    so D is T * 2**n rounded once there (twice at most where the result is subnormal),
-    in this order on every backend; an optimization barrier keeps the last one apart
-    from whatever the program adds to the product (no FMA contraction)."""
+    Scaled: ``D = rn(T * 2**-(kx + ky))`` in the accumulator's format, ``T`` the tensor
+    core's ``rn32(x * 2**kx) @ rn32(y * 2**ky)``: every scaling is :func:`times_pow2`,
+    exact or rounded once, on the bits (the same on every backend)."""
     kw = cfg.matmul_kwargs(_pair(fx, fy))
     if cfg.scaling == "tensor":
         kx, ky = tensor_scale_exponent(x, fx), tensor_scale_exponent(y, fy)
-        x = x.astype(jnp.float32) * pow2(kx)
-        y = y.astype(jnp.float32) * pow2(ky)
+        x, y = times_pow2(x, kx, "f32"), times_pow2(y, ky, "f32")
     mm = functools.partial(matmul, **kw)
     out = jax.vmap(mm)(x, y) if batched else mm(x, y)
     if cfg.scaling == "tensor":
-        n = -(kx + ky)
-        n1 = n >> 1  # floor(n / 2): n1 and n - n1 in [-126, 126]
-        rescaled = (out.astype(jnp.float32) * pow2(n1)) * pow2(n - n1)
-        out = lax.optimization_barrier(rescaled.astype(out.dtype))
+        out = times_pow2(out, -(kx + ky), cfg.accumulator)
     return out
 
 
