@@ -813,6 +813,38 @@ case(7, "match_all-bool", lambda v: jaxwarp.match_all_sync(FULL, v), np.zeros(32
 
 
 # --------------------------------------------------------------------------------------
+# emulate: 64-bit arguments (class 1) and settings (class 6).
+
+F32_16 = np.ones((16, 16), np.float32)
+
+
+def _emulate(**kw):
+    return lambda a, b: jaxwarp.emulate(lambda x, y: x @ y, **kw)(a, b)
+
+
+case(1, "emulate-f64-argument", _emulate(operand_format="bf16"), np.ones((16, 16)), F32_16,
+     exc=TypeError, regex=X64, must=("emulate's argument args[0]", "float64"), modes=CONST)
+case(1, "emulate-i64-argument", _emulate(operand_format="bf16"), F32_16,
+     np.ones((16, 16), np.int64), exc=TypeError, regex=X64,
+     must=("emulate's argument args[1]", "int64"), modes=CONST)
+case(6, "emulate-scaling-bf16", _emulate(operand_format="bf16", scaling="tensor"), F32_16,
+     F32_16, exc=ValueError,
+     must=("scaling='tensor'", "('f16', 'e4m3', 'e5m2')", "operand_format='bf16'"))
+case(6, "emulate-scaling-tf32-gradients",
+     _emulate(operand_format="f16", scaling="tensor", backward_format="tf32"), F32_16, F32_16,
+     exc=ValueError, must=("scaling='tensor'", "('f16', 'e4m3', 'e5m2')",
+                           "backward_format='tf32'"))
+case(6, "emulate-f64-format-x64-off", _emulate(operand_format="f64"), F32_16, F32_16,
+     exc=RuntimeError, must=("operand_format='f64'", "jax_enable_x64"))
+case(6, "emulate-unknown-format", _emulate(operand_format="fp12"), F32_16, F32_16,
+     exc=ValueError, must=("operand_format='fp12'", "allowed", "'bf16'", "dtypes"))
+case(6, "emulate-format-dtype-f32", _emulate(operand_format=jnp.float32), F32_16, F32_16,
+     exc=ValueError, must=("operand_format='f32'", "allowed", "'tf32'"))
+case(6, "emulate-unknown-instruction", _emulate(operand_format="bf16", instruction="hmma"),
+     F32_16, F32_16, exc=ValueError, must=("instruction='hmma'", "'wmma'", "'wgmma'"))
+
+
+# --------------------------------------------------------------------------------------
 # The catalogue test.
 
 
