@@ -69,6 +69,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa
 from jaxwarp._src.tensorcore.arch import Target, supported_target
 
@@ -88,10 +89,11 @@ M = 64
 # bits of one element in shared memory / registers, and the logical (bits) dtype used for
 # operands read from shared memory (the capture files use the same).
 _ELEM_BITS = {t: isa.element_bits(t) for t in isa.a_types("wgmma")}
+# Floats as unsigned words of their width, integers (and b1 0/1) as their storage dtype.
+_FLOAT_TYPES = tuple(t for t in isa.a_types("wgmma") if FORMATS[t].is_float)
 BITS_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
-    "f16": np.dtype(np.uint16), "bf16": np.dtype(np.uint16), "tf32": np.dtype(np.uint32),
-    "e4m3": np.dtype(np.uint8), "e5m2": np.dtype(np.uint8), "s8": np.dtype(np.int8),
-    "u8": np.dtype(np.uint8), "b1": np.dtype(np.uint8)})
+    t: np.dtype(f"uint{isa.element_bits(t)}") if t in _FLOAT_TYPES else isa.storage_dtype(t)
+    for t in isa.a_types("wgmma")})
 #: dtype of the accumulator registers per d_type: the element's storage dtype, f16
 #: packed two to a 32-bit word.
 REGISTER_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
@@ -796,7 +798,7 @@ def a_matrix(a_regs: Any, qualifier: Any) -> jax.Array:
 # Arithmetic.
 
 
-_SIGN = {"f16": 0x8000, "bf16": 0x8000, "tf32": 0x80000000, "e4m3": 0x80, "e5m2": 0x80}
+_SIGN = {t: 1 << (isa.element_bits(t) - 1) for t in _FLOAT_TYPES}
 
 
 def _negate_bits(x: jax.Array, t: str) -> jax.Array:
