@@ -73,8 +73,8 @@ matmul = _matmul_mod.matmul
 # Static configuration
 # ---------------------------------------------------------------------------
 
-INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
-FP8_FORMATS = ("e4m3", "e5m2")  # designed here; need fp8 in jaxwarp.matmul (issue 10)
+INSTRUCTIONS = _matmul_mod.INSTRUCTIONS
+FP8_FORMATS = _matmul_mod.FP8_FORMATS
 _FP8_DTYPE = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 SCALINGS = (None, "tensor")
 ON_UNSUPPORTED = ("error", "skip")

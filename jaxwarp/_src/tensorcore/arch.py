@@ -2,10 +2,11 @@
 
 Two separate things:
 
-* a :class:`Target` is a *capability*: the ``sm_XY[a]`` a kernel is compiled for. It
-  decides which instructions and operand types exist (``wgmma`` needs ``sm_90a``, fp8
-  ``mma.sync`` ``sm_89``, bf16 / tf32 / f64 ``sm_80``, s8 / u8 ``sm_72``, s4 / u4 / b1
-  ``sm_75``) and which instruction shapes (k) an instruction family offers;
+* a :class:`Target` is a *capability*: the ``sm_XY[a]`` a kernel is compiled for
+  (:func:`parse_target`, the one parser of an architecture name). Which instructions,
+  operand types and shapes it can issue is the instruction catalogue's business
+  (``isa.ROWS``: minimum ``sm`` and ``a`` target per shape); :func:`check_target` and
+  :func:`instruction_k` read it;
 * a :class:`Datapath` is the *arithmetic* of one instruction family and operand type:
   how many products are fused per block, how many alignment bits are kept, where C is
   added, how the block sum is rounded. An :class:`ArchModel` collects the datapaths of

@@ -36,13 +36,14 @@ from typing import Any
 import numpy as np
 
 from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.numerics.fp8 import FP8_FORMATS
 
 Shape = tuple[int, int, int]
 
 #: Instruction families, in the order every table lists them.
 INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
-#: The fp8 operand types.
-FP8_TYPES = ("e4m3", "e5m2")
+#: The fp8 operand types (the fp8 formats of the number layer).
+FP8_TYPES = tuple(FP8_FORMATS)
 #: Layouts of A and B (PTX names; WMMA spells them ``row_major`` / ``col_major``).
 LAYOUTS = ("row", "col")
 ROW_COL = (("row", "col"),)

@@ -11,21 +11,10 @@ Instructions
 :func:`parse_mma` reads the text after ``mma.sync.aligned.``, e.g.
 ``"m16n8k32.row.col.f32.e4m3.e5m2.f32"``, into a frozen :class:`MmaInstr`. It accepts
 exactly the 94 configurations that ptxas of CUDA 13.0 accepts for sm_90a
-(:func:`mma_instructions` lists them):
-
-=============  ================================  =======================  ===========
-A / B types    shapes                            C/D types (ctype,dtype)  min arch
-=============  ================================  =======================  ===========
-f16 / f16      m8n8k4 (row|col . row|col)        f16f16 f16f32 f32f32     sm_70
-f16 / f16      m16n8k8, m16n8k16                 f16f16 f32f32            sm_75/sm_80
-bf16 / bf16    m16n8k8, m16n8k16                 f32f32                   sm_80
-tf32 / tf32    m16n8k4, m16n8k8                  f32f32                   sm_80
-f64 / f64      m8n8k4; m16n8k4, m16n8k8, m16n8k16  f64f64                 sm_80; sm_90
-e4m3|e5m2 (4)  m16n8k16, m16n8k32                f32f32 f16f16            sm_89
-s8|u8 (4)      m8n8k16; m16n8k16, m16n8k32       s32s32 (.satfinite opt)  sm_75; sm_80
-s4|u4 (4)      m8n8k32; m16n8k32, m16n8k64       s32s32 (.satfinite opt)  sm_75; sm_80
-b1 / b1        m8n8k128; m16n8k128, m16n8k256    s32s32, .xor|.and .popc  sm_75; sm_80
-=============  ================================  =======================  ===========
+(:func:`mma_instructions` lists them): the ``"mma_sync"`` rows of the instruction
+catalogue (``jaxwarp._src.tensorcore.isa.ROWS``; its table is in ``docs/extending.md``),
+each with its shapes, (C, D) types, A/B pairings and minimum target per shape
+(:attr:`MmaInstr.min_arch`).
 
 Only f16 m8n8k4 takes layouts other than ``.row.col``. ptxas rejects a mixed f16/f32
 C/D at m16n8k*, C f32 with D f16 at m8n8k4, and any mixed C/D with fp8; the parser says

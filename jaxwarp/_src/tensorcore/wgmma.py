@@ -11,19 +11,13 @@ descriptor tells the hardware to (canonical layouts, 32/64/128-byte swizzles), m
 accumulator and A fragments to and from the registers of the warpgroup, and hands the
 logical matrices to the one datapath model, ``datapath.mma`` (``datapath.bmma`` for b1).
 
-Shapes and types (PTX ISA, "Matrix shape" and "Data types"; every K is 32 bytes of a row):
-
-============================  =============  ======================  ===========================
-a_type . b_type               d_type         K                       N
-============================  =============  ======================  ===========================
-f16.f16                       f32, f16       16                      8, 16, 24, ..., 256
-bf16.bf16                     f32            16                      8, 16, 24, ..., 256
-tf32.tf32                     f32            8                       8, 16, 24, ..., 256
-{e4m3,e5m2}.{e4m3,e5m2}       f32, f16       32                      8, 16, 24, ..., 256
-{s8,u8}.{s8,u8} [.satfinite]  s32            32                      8, 16, 24, 32, 48, ..., 256
-b1.b1 .and.popc               s32            256                     8, 16, 24, 32, 48, ..., 256
-============================  =============  ======================  ===========================
-
+Shapes and types (PTX ISA, "Matrix shape" and "Data types"; every K is 32 bytes of a row)
+are the ``"wgmma"`` rows of the instruction catalogue
+(``jaxwarp._src.tensorcore.isa.ROWS``; :data:`FAMILIES` is a view of them, its table is
+in ``docs/extending.md``): f16 (D f32 or f16) and bf16 (f32) at K = 16, tf32 (f32) at
+K = 8, e4m3/e5m2 in any pairing (f32 or f16) and s8/u8 in any pairing (s32,
+``.satfinite`` optional) at K = 32, b1 (s32, ``.and.popc``) at K = 256; N a multiple of
+8 from 8 to 256 for the floating-point types
 (integer and b1 N: 8, 16, 24, then multiples of 16 from 32 to 256). ``imm-scale-a`` and
 ``imm-scale-b`` (±1) exist for the floating-point types only, ``imm-trans-a/b`` (operand
 stored M/N-major instead of K-major) for f16 and bf16 only, and ``imm-trans-a`` only when
