@@ -63,15 +63,15 @@ from jaxwarp._src.tensorcore.fragments import matrix_from_fragment as matrix_fro
 from jaxwarp._src.tensorcore.fragments import lane_map as lane_map
 from jaxwarp._src.tensorcore.fragments import lane_map_text as lane_map_text
 from jaxwarp._src.tensorcore import wmma_table as wmma_table  # TABLE: what WMMA supports
+from jaxwarp._src.tensorcore import isa as isa  # ROWS: what every instruction accepts
 
 # Tensor-core arithmetic models (on logical matrices) and a tiled GEMM built on them.
-from jaxwarp._src.tensorcore.datapath import ARCHS as ARCHS
+from jaxwarp._src.tensorcore.arch import ARCHS as ARCHS
 from jaxwarp._src.tensorcore.arch import Datapath as Datapath
 from jaxwarp._src.tensorcore.arch import ArchModel as ArchModel
 from jaxwarp._src.tensorcore.arch import Target as Target
 from jaxwarp._src.tensorcore.arch import parse_target as parse_target
 from jaxwarp._src.tensorcore.arch import datapath_for as datapath_for
-from jaxwarp._src.tensorcore.datapath import ArchParams as ArchParams
 from jaxwarp._src.tensorcore.datapath import mma as mma
 from jaxwarp._src.tensorcore.datapath import bmma as bmma
 from jaxwarp._src.tensorcore.matmul import matmul as matmul
