@@ -4,9 +4,10 @@ Strict dtype promotion is on everywhere, so an implicit promotion in the library
 fails loudly. 64-bit mode stays off (a user's default); tests of 64-bit features
 turn it on locally with ``jax.enable_x64(True)``.
 
-Long tests (large conformance files, the studies at their real sizes, long chains, slow
-property runs) carry ``@pytest.mark.slow`` and are left out of the default run
-(pyproject.toml's ``addopts``); ``python -m pytest -n auto -m slow`` runs them, and
+Long tests (the largest capture file, the studies, models trained through ``emulate``,
+long property runs, more parametrizations of a rule the default run covers) carry
+``@pytest.mark.slow`` and are left out of a run without ``-m``, unless named by their id
+(``path::test``); ``python -m pytest -n auto -m slow`` runs them, and
 ``-m "slow or not slow"`` runs everything.
 """
 
@@ -19,6 +20,16 @@ import pytest
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 DATA = pathlib.Path(__file__).parent / "data"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leaves the tests marked slow out of the default run (see the module doc)."""
+    if config.option.markexpr or any("::" in arg for arg in config.args):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
 
 def fast_dot_rounding() -> str:
