@@ -123,6 +123,7 @@ def test_vector_products_and_padding():
               mm("bf16")(np.pad(v[None], ((0, 15), (0, 12))), np.pad(b, ((0, 12), (0, 13))))[0, :3])
 
 
+@pytest.mark.slow
 def test_k_padding_changes_no_bit():
     a, b = rand(16, 24), rand(24, 16)  # tf32 K=24 is a tile multiple; emulate pads to 32
     same_bits(emulate(lambda x, y: x @ y, operand_format="tf32")(a, b), mm("tf32")(a, b))
@@ -359,6 +360,7 @@ def test_static_arguments_and_outputs():
 
 # --- recipes -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_tensor_scaling_recipe():
     a, b = rand(16, 32) * 1e-3, rand(32, 16) * 50
     got = emulate(lambda x, y: x @ y, operand_format="f16", scaling="tensor")(a, b)
@@ -446,6 +448,7 @@ def test_sharded_batch_one_and_four_devices():
     assert res.stdout.strip().endswith("ok")
 
 
+@pytest.mark.slow
 def test_docstring_examples():
     import doctest
 
