@@ -51,7 +51,9 @@ def test_matmul_contract(fmt):
     same_bits(emulate(lambda x, y: x @ y, operand_format=fmt)(a, b), mm(fmt)(a, b))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+# f16 by default; bf16 and tf32 (the same rule, slower) with -m slow.
+@pytest.mark.parametrize("fmt", [f if f == "f16" else pytest.param(f, marks=pytest.mark.slow)
+                                 for f in FORMATS])
 def test_grad_contract(fmt):
     a, b = rand(32, 48), rand(48, 16)
     loss_e = lambda x, y: jnp.sum(jnp.sin(emulate(lambda p, q: p @ q, operand_format=fmt)(x, y)))
@@ -76,6 +78,7 @@ def test_grad_inside_emulate_equals_grad_of_matmul():
         same_bits(g, h)
 
 
+@pytest.mark.slow
 def test_batched_einsum_is_per_batch_matmul():
     a, b = rand(3, 16, 32), rand(3, 32, 16)
     got = emulate(lambda x, y: jnp.einsum("bmk,bkn->bmn", x, y), operand_format="bf16")(a, b)
@@ -125,6 +128,7 @@ def test_vector_products_and_padding():
               mm("bf16")(np.pad(v[None], ((0, 15), (0, 12))), np.pad(b, ((0, 12), (0, 13))))[0, :3])
 
 
+@pytest.mark.slow
 def test_k_padding_changes_no_bit():
     a, b = rand(16, 24), rand(24, 16)  # tf32 K=24 is a tile multiple; emulate pads to 32
     same_bits(emulate(lambda x, y: x @ y, operand_format="tf32")(a, b), mm("tf32")(a, b))
@@ -132,6 +136,7 @@ def test_k_padding_changes_no_bit():
 
 # --- transformations ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_jit_vmap_nesting():
     a, b = rand(4, 16, 32), rand(32, 16)
     want = np.stack([mm("bf16")(a[i], b) for i in range(4)])
@@ -178,6 +183,7 @@ def test_control_flow_and_wrappers():
     assert rep.entries[0].product.name_stack == "jit(<lambda>)"
 
 
+@pytest.mark.slow
 def test_custom_jvp_and_custom_vjp():
     x = rand(16, 16) * 0.3
 
@@ -242,6 +248,7 @@ def test_conv_is_implicit_gemm_in_kh_kw_cin_order():
     assert np.all(np.abs(np.asarray(got) - np.asarray(exact(x, w))) <= 2.0 ** -7 * scale)
 
 
+@pytest.mark.slow
 def test_conv_groups_dilation_and_layouts():
     rng = np.random.default_rng(7)  # own data: the result must not depend on test order
     x = rng.standard_normal((2, 4, 9, 8)).astype(np.float32)  # NCHW
@@ -377,6 +384,7 @@ def rescaled(t, k):
     return (t.astype(np.float64) * 2.0 ** -k).astype(t.dtype)
 
 
+@pytest.mark.slow
 def test_tensor_scaling_recipe():
     a, b = rand(16, 32) * 1e-3, rand(32, 16) * 50
     got = emulate(lambda x, y: x @ y, operand_format="f16", scaling="tensor")(a, b)
@@ -501,6 +509,7 @@ def test_backward_format_recipe():
     same_bits(ga, mm("f16")(gd, b.T))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("promote", [None, 128], ids=["no_promotion", "promote128"])
 def test_fp8_hybrid_recipe(promote):
     a, b = rand(32, 256), rand(256, 32)
@@ -554,6 +563,7 @@ _FOUR = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sharded_batch_one_and_four_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")
@@ -563,6 +573,7 @@ def test_sharded_batch_one_and_four_devices():
     assert res.stdout.strip().endswith("ok")
 
 
+@pytest.mark.slow
 def test_docstring_examples():
     import doctest
 

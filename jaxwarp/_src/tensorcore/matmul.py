@@ -11,7 +11,7 @@ WMMA kernel)::
         mma_sync(accFrag, aFrag, bFrag, accFrag)
 
 The fragments' lane layout does not change the arithmetic, so the loop runs on
-logical tiles (``tests/test_matmul.py`` checks it against the fragment path);
+logical tiles (``tests/tensorcore/test_matmul.py`` checks it against the fragment path);
 all output tiles of a step go through the model at once, and ``jax.lax.scan``
 runs the k loop.
 
