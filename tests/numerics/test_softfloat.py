@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.numerics import softfloat
-from jaxwarp._src.numerics.formats import round_to
+from jaxwarp._src.numerics.convert import round_to
 from jaxwarp._src.numerics.softfloat import (
     add_rn,
     bitlen,

@@ -45,12 +45,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics import bits, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
 __all__ = [
@@ -71,8 +69,9 @@ __all__ = [
     "halfraw_to_fp8",
 ]
 
-#: The fp8 formats, by the name PTX gives them, and their ml_dtypes storage type.
-FP8_FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+#: The fp8 formats, by the name PTX gives them, and their ml_dtypes storage type (read from
+#: :data:`~jaxwarp._src.numerics.formats.FORMATS`).
+FP8_FORMATS = {f: FORMATS[f].storage_dtype.type for f in ("e4m3", "e5m2")}
 _NAN8 = 0x7F  # the NaN every conversion to fp8 returns
 _NAN16 = 0x7FFF  # the NaN every conversion to f16 returns
 
@@ -140,11 +139,11 @@ def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
         x = np.asarray(x, float_dtype)
     arr = jnp.asarray(x)
     if arr.dtype == jnp.dtype(float_dtype):
-        return bits_.to_u32(arr)
-    if arr.dtype == bits_.uint_dtype(8 * width):
+        return bits.to_u32(arr)
+    if arr.dtype == bits.uint_dtype(8 * width):
         return arr.astype(jnp.uint32)
     raise TypeError(f"{name} must be a {np.dtype(float_dtype).name} array or its raw bits as "
-                    f"{bits_.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
+                    f"{bits.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
 
 
 def _pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Array, jax.Array]:
@@ -167,7 +166,7 @@ def _word_arg(x: Any, name: str, dtype: Any) -> jax.Array:
 
 
 def _as_fp8(code: jax.Array, fmt: str) -> jax.Array:
-    return bits_.from_u32(code, FP8_FORMATS[fmt])
+    return bits.from_u32(code, FP8_FORMATS[fmt])
 
 
 def _pack8(hi: jax.Array, lo: jax.Array) -> jax.Array:
@@ -314,7 +313,8 @@ def _sat_arg(saturate: Any) -> bool:
 
 
 # Source type of the __nv_cvt_* intrinsics: (dtype of the values, bytes per element).
-_NV_SOURCE = {"f32": (np.float32, 4), "f16": (np.float16, 2), "bf16": (ml_dtypes.bfloat16, 2)}
+_NV_SOURCE = {f: (FORMATS[f].storage_dtype, FORMATS[f].storage_dtype.itemsize)
+              for f in ("f32", "f16", "bf16")}
 
 
 def _nv_to_fp8(x: Any, src: str, fmt: str, saturate: Any) -> jax.Array:
@@ -431,7 +431,7 @@ def fp8_to_halfraw(x: Any, fmt: str) -> jax.Array:
     """
     fmt = _fmt_arg(fmt)
     u = _bits_arg(x, "x", FP8_FORMATS[fmt], 1)
-    return bits_.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
+    return bits.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
 
 
 def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
@@ -446,7 +446,7 @@ def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
     u = _word_arg(x, "x", np.uint16)
     lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, False)
     hi = _fp8_to_f16_bits(u >> 8, fmt, False)
-    return bits_.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
+    return bits.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
 
 
 # ----------------------------------------------------------------------------------------
