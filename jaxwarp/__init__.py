@@ -52,7 +52,7 @@ from jaxwarp._src.tensorcore.fragments import Fragment as Fragment
 from jaxwarp._src.tensorcore.fragments import fragment as fragment
 from jaxwarp._src.tensorcore.fragments import FragmentType as FragmentType
 from jaxwarp._src.tensorcore.fragments import fragment_type as fragment_type
-from jaxwarp._src.tensorcore.wmma import fill_fragment as fill_fragment
+from jaxwarp._src.tensorcore.fragments import fill_fragment as fill_fragment
 from jaxwarp._src.tensorcore.wmma import load_matrix_sync as load_matrix_sync
 from jaxwarp._src.tensorcore.wmma import store_matrix_sync as store_matrix_sync
 from jaxwarp._src.tensorcore.wmma import mma_sync as mma_sync
