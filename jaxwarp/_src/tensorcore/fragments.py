@@ -84,6 +84,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics.bits import from_bits, sext, take_bits, uint_view
+from jaxwarp._src.tensorcore import layouts
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.warp import checked
 
@@ -203,6 +204,10 @@ class FragmentType:
     def layout_bases(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """The linear layout of this type's registers (see ``layout_bases``)."""
         return layout_bases(self)
+
+    def register_layout(self) -> layouts.Layout:
+        """The layout of this type's registers as a ``layouts.Layout``."""
+        return register_layout(self)
 
     def lane_map(self) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, cols)`` of the element held by each (lane, i) (see ``lane_map``)."""
@@ -601,18 +606,36 @@ def lane_map(use: str | FragmentType | Fragment, m: int | None = None, n: int | 
 
 
 @functools.cache
-def _lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, np.ndarray]:
+def _register_layout(use: str, m: int, n: int, k: int, type: str) -> layouts.Layout:
     lane_b, elem_b = _layout_bases(use, m, n, k, type)
-    ne = _num_elements(use, m, n, k, type)
-    lanes = np.arange(WARP_SIZE)[:, None]
-    elems = np.arange(ne)[None, :]
-    rows = np.zeros((WARP_SIZE, ne), np.int32)
-    cols = np.zeros((WARP_SIZE, ne), np.int32)
-    for idx, bases in ((lanes, lane_b), (elems, elem_b)):
-        for b, (dr, dc) in enumerate(bases):
-            bit = (idx >> b) & 1
-            rows ^= (bit * dr).astype(np.int32)
-            cols ^= (bit * dc).astype(np.int32)
+    shape = {"matrix_a": (m, k), "matrix_b": (k, n)}.get(use, (m, n))
+    return layouts.wmma_layout(f"wmma {use} m{m}n{n}k{k} {type}", shape, lane_b, elem_b,
+                               _num_elements(use, m, n, k, type))
+
+
+def register_layout(use: str | FragmentType | Fragment, m: int | None = None,
+                    n: int | None = None, k: int | None = None,
+                    type: str | None = None) -> layouts.Layout:
+    """The :class:`~jaxwarp._src.tensorcore.layouts.Layout` of a fragment type's registers
+    (what :func:`layout_bases` lists, as one hashable object).
+
+    Args:
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``; or a ``FragmentType``
+            (or ``Fragment``), and then ``m``, ``n``, ``k``, ``type`` are omitted.
+        m, n, k, type: the WMMA shape and element type (with a use name).
+
+    Example:
+        >>> lay = register_layout(fragment_type("accumulator", 16, 16, 16, "f32"))
+        >>> lay.shape, lay.num_elements, lay.elem_bases
+        ((16, 16), 8, ((0, 1), (8, 0), (0, 8)))
+    """
+    ft = _type_of(use, m, n, k, type, "register_layout")
+    return _register_layout(ft.use, ft.m, ft.n, ft.k, ft.type)
+
+
+@functools.cache
+def _lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, np.ndarray]:
+    rows, cols = (c.astype(np.int32) for c in _register_layout(use, m, n, k, type).coords())
     rows.setflags(write=False)
     cols.setflags(write=False)
     return rows, cols
@@ -670,16 +693,7 @@ def lane_map_text(use: str | FragmentType | Fragment, m: int | None = None,
            7 28:0 28:1 29:0 29:1 30:0 30:1 31:0 31:1
     """
     ft = _type_of(use, m, n, k, type, "lane_map_text")
-    lin, inv = _gather_maps_cached(ft.use, ft.m, ft.n, ft.k, ft.type)
-    ne = lin.shape[1]
-    nrows, ncols = ft.rows, ft.cols
-    cells = [f"{p // ne}:{p % ne}" for p in inv]
-    width = max(len(c) for c in cells)
-    lines = ["     " + " ".join(f"{c:>{width}}" for c in range(ncols))]
-    for r in range(nrows):
-        row = cells[r * ncols:(r + 1) * ncols]
-        lines.append(f"{r:>4} " + " ".join(f"{c:>{width}}" for c in row))
-    return "\n".join(lines)
+    return _register_layout(ft.use, ft.m, ft.n, ft.k, ft.type).text()
 
 
 # ----------------------------------------------------------------------------------------
