@@ -153,6 +153,8 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         x = jnp.asarray(x)
         if scale is None and x.dtype == fp8_cvt.FP8_FORMATS[operand_format]:
             return x  # already fp8 data: a CUDA program feeds it to the tensor core as is
+        if scale is None and x.dtype == jnp.float64:  # rounded once, not via float32
+            return fp8_cvt.double_to_fp8(x, operand_format, saturate=True)
         x32 = x.astype(jnp.float32)
         if scale is not None:
             x32 = x32 / jnp.asarray(scale, jnp.float32)
