@@ -153,7 +153,7 @@ case(1, "float_to_tf32-float64", jaxwarp.float_to_tf32, f64,
      exc=TypeError, regex="x has " + X64, modes=CONST)
 case(1, "round_to-float64", lambda x: jaxwarp.round_to(x, "f16"), f64,
      exc=TypeError, regex="x has " + X64, modes=CONST)
-case(1, "bits-float64", jaxwarp.bits, f64, exc=TypeError, regex="x has " + X64, modes=CONST)
+case(1, "to_bits-float64", jaxwarp.to_bits, f64, exc=TypeError, regex="x has " + X64, modes=CONST)
 case(1, "from_bits-uint64", lambda u: jaxwarp.from_bits(u, "f32"), u64,
      exc=TypeError, regex="u has " + X64, modes=CONST)
 case(1, "fill-float64-scalar", lambda v: jaxwarp.fill_fragment(FA, v), np.float64(0.1),
@@ -350,7 +350,7 @@ case(6, "dpx-missing-argument", lambda: dpx.vimax3_s32(1, 2), exc=TypeError,
      regex=r"vimax3_s32\(a, b, c\): missing a required argument: 'c'", modes=EAGER)
 case(6, "float2half_rn-None", lambda: jaxwarp.float2half_rn(None), exc=TypeError,
      regex=r"x must be a numeric array, got NoneType", modes=EAGER)
-case(6, "bits-str", lambda: jaxwarp.bits("abc"), exc=TypeError,
+case(6, "to_bits-str", lambda: jaxwarp.to_bits("abc"), exc=TypeError,
      regex=r"x must be a numeric array, got str", modes=EAGER)
 case(6, "from_bits-None", lambda: jaxwarp.from_bits(None, "f16"), exc=TypeError,
      regex=r"u must be a numeric array, got NoneType", modes=EAGER)
@@ -501,7 +501,7 @@ case(6, "float2half_rn-int", lambda x: jaxwarp.float2half_rn(x), zi32, exc=TypeE
      must=("x must be a float32 array", "int32"))
 case(6, "from_bits-wrong-width", lambda u: jaxwarp.from_bits(u, "fp16"), np.zeros(3, np.uint8),
      exc=TypeError, must=("u must be an integer array of 16 bits", "fmt='fp16'", "uint8"))
-case(6, "bits-complex", lambda x: jaxwarp.bits(x), np.zeros(3, np.complex64), exc=TypeError,
+case(6, "to_bits-complex", lambda x: jaxwarp.to_bits(x), np.zeros(3, np.complex64), exc=TypeError,
      must=("x must", "complex64"))
 case(6, "dpx-float-operand", lambda a, b, c: jaxwarp.dpx.vimax3_s32(a, b, c), zf32, zi32, zi32,
      exc=TypeError, must=("a must be a 32-bit integer", "float32"))

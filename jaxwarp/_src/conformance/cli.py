@@ -31,7 +31,7 @@ from jaxwarp._src.conformance.registry import GroupResult as GroupResult
 from jaxwarp._src.conformance.registry import count as _count
 from jaxwarp._src.conformance.registry import floor_percent as floor_percent
 from jaxwarp._src.conformance.registry import handler, prefix_handler
-from jaxwarp._src.numerics import formats
+from jaxwarp._src.numerics import convert
 from jaxwarp._src.tensorcore import wmma
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.tensorcore.fragments import fragment, unpack_values
@@ -174,10 +174,10 @@ def _dpx_pred(d) -> Iterator[GroupResult]:
 @handler("cvt_x", "cvt_out")
 def _cvt(d) -> Iterator[GroupResult]:
     x, want = np.asarray(d["cvt_x"]).astype(np.uint32), d["cvt_out"]
-    if want.shape[0] != len(formats.CVT_FUNCTIONS):
+    if want.shape[0] != len(convert.CVT_FUNCTIONS):
         raise CaptureError(f"cvt_out has {want.shape[0]} rows; the schema has "
-                           f"{len(formats.CVT_FUNCTIONS)}")
-    for row, (name, fn) in enumerate(formats.CVT_FUNCTIONS):
+                           f"{len(convert.CVT_FUNCTIONS)}")
+    for row, (name, fn) in enumerate(convert.CVT_FUNCTIONS):
         got = np.asarray(jax.jit(fn)(x)).astype(np.uint32)
         yield GroupResult(f"cvt/{name}", int((got == want[row]).sum()), int(want[row].size))
 
@@ -284,8 +284,8 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
         a = wmma.load_matrix_sync(a_spec, a_mem, lda)
         b = wmma.load_matrix_sync(b_spec, b_mem, ldb)
         if cfg.tf32_cvt:  # the kernel ran __float_to_tf32 on every element after loading
-            a = a.replace(x=formats.float_to_tf32(a.x))
-            b = b.replace(x=formats.float_to_tf32(b.x))
+            a = a.replace(x=convert.float_to_tf32(a.x))
+            b = b.replace(x=convert.float_to_tf32(b.x))
         c = wmma.load_matrix_sync(c_spec, c_mem, ldc, "mem_row_major")
         if cfg.bmma_op:
             d = wmma.bmma_sync(a, b, c, cfg.bmma_op)

@@ -76,7 +76,7 @@ import ml_dtypes
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import formats
+from jaxwarp._src.numerics import convert, formats
 from jaxwarp._src.numerics import fp8 as fp8_cvt
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import isa, wmma_table
@@ -160,6 +160,8 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         x = jnp.asarray(x)
         if scale is None and x.dtype == fp8_cvt.FP8_FORMATS[operand_format]:
             return x  # already fp8 data: a CUDA program feeds it to the tensor core as is
+        if scale is None and x.dtype == jnp.float64:  # rounded once, not via float32
+            return fp8_cvt.double_to_fp8(x, operand_format, saturate=True)
         x32 = x.astype(jnp.float32)
         if scale is not None:
             x32 = x32 / jnp.asarray(scale, jnp.float32)
@@ -169,12 +171,9 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
                          f"got operand_format={operand_format!r}")
     if (operand_format, x.dtype) in (("f16", jnp.float16), ("bf16", jnp.bfloat16)):
         return x  # already in the format: nothing to round
-    if operand_format == "f16":
-        return formats.float2half_rn(x.astype(jnp.float32))
-    if operand_format == "bf16":
-        return formats.float2bfloat16_rn(x.astype(jnp.float32))
-    if operand_format == "tf32":
-        return formats.float_to_tf32(x.astype(jnp.float32))
+    if operand_format in ("f16", "bf16", "tf32"):  # a float64 is rounded once, not via f32
+        return convert.narrow_to(x if x.dtype == jnp.float64 else x.astype(jnp.float32),
+                                 operand_format)
     return x.astype(jnp.float64)
 
 

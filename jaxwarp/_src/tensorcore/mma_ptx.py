@@ -103,7 +103,7 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.tensorcore import datapath, isa
+from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import parse_target, supported_target
 
 __all__ = [
@@ -111,6 +111,7 @@ __all__ = [
     "parse_mma",
     "mma_instructions",
     "fragment_coords",
+    "operand_layout",
     "to_registers",
     "from_registers",
     "mma_sync_ptx",
@@ -400,6 +401,43 @@ def _check_arch(instr: MmaInstr, arch: Any) -> None:
                          f"needs sm_{instr.min_arch} or newer")
 
 
+def operand_layout(instr: MmaInstr, use: str) -> layouts.Layout:
+    """The :class:`~jaxwarp._src.tensorcore.layouts.Layout` of operand ``use`` of ``instr``.
+
+    A named layout of ``layouts`` (``MMA_A_M16``, ``MMA_A_M8``, ``MMA_B`` packed with
+    ``P`` elements per register; ``MMA_CD_M16N8``, ``MMA_CD_M8N8``; the quadpair layouts
+    of f16 m8n8k4), cut to the operand's elements and logical shape.
+
+    Example:
+      >>> lay = operand_layout(parse_mma("m16n8k16.row.col.f32.f16.f16.f32"), "a")
+      >>> lay.shape, lay.num_elements, lay.elem_bases
+      ((16, 16), 8, ((0, 1), (8, 0), (0, 8)))
+    """
+    checks.static_choice(use, "use", USES)
+    P = instr.elems_per_reg(use)
+    E = instr.nregs(use) * P
+    name = f"mma.sync.aligned.{instr.qualifier} {use.upper()}"
+    if instr.quadpair:
+        if use == "a":
+            base = layouts.MMA_M8N8K4_A_ROW if instr.a_layout == "row" else \
+                layouts.MMA_M8N8K4_A_COL
+        elif use == "b":
+            base = layouts.MMA_M8N8K4_B_ROW if instr.b_layout == "row" else \
+                layouts.MMA_M8N8K4_B_COL
+        elif instr.elem_type(use) == "f16":
+            base = layouts.MMA_M8N8K4_CD_F16
+        else:
+            base = layouts.MMA_M8N8K4_CD_F32
+        return base.take(E, instr.logical_shape(use), name)
+    if use in ("c", "d"):
+        base = layouts.MMA_CD_M16N8 if instr.m == 16 else layouts.MMA_CD_M8N8
+    elif use == "a":
+        base = (layouts.MMA_A_M16 if instr.m == 16 else layouts.MMA_A_M8).packed(P, 1)
+    else:
+        base = layouts.MMA_B.packed(P, 0)
+    return base.take(E, instr.dims(use), name)
+
+
 @functools.lru_cache(maxsize=None)
 def fragment_coords(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where each register element of a lane sits in the logical operand (PTX ISA 9.7.14.5).
@@ -411,46 +449,20 @@ def fragment_coords(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray, 
     Returns:
       (q, row, col), int arrays of shape (32, nregs * P): element ``e`` of lane ``l``
       (register ``e // P``, bits ``(e % P) * bits …``) is entry (row, col) of MMA ``q``
-      of the warp (``q`` is 0 except for f16 m8n8k4, which runs one MMA per quadpair).
+      of the warp (``q`` is 0 except for f16 m8n8k4, which runs one MMA per quadpair);
+      :func:`operand_layout`'s coordinates.
 
     Example:
       >>> q, r, c = fragment_coords(parse_mma("m16n8k16.row.col.f32.f16.f16.f32"), "a")
       >>> [(int(r[5, e]), int(c[5, e])) for e in range(0, 8, 2)]   # lane 5: g=1, t=1
       [(1, 2), (9, 2), (1, 10), (9, 10)]
     """
-    checks.static_choice(use, "use", USES)
-    P = instr.elems_per_reg(use)
-    E = instr.nregs(use) * P
-    lane = np.arange(WARP_SIZE)[:, None]
-    e = np.arange(E)[None, :]
-    full = np.zeros((WARP_SIZE, E), np.int64)
+    # Fresh writable arrays, as before: indexing with the layout's cached read-only arrays,
+    # once used with x64 off, failed with x64 on (int32 against int64 in JAX's indexing).
+    coords = tuple(np.array(c) for c in operand_layout(instr, use).coords())
     if instr.quadpair:
-        q = (lane // 4) % 4 + full
-        hi = 4 * (lane // 16)
-        i = lane % 4
-        if use == "a":
-            rc = (i + hi, e) if instr.a_layout == "row" else (e + hi, i)
-        elif use == "b":
-            rc = (i, e + hi) if instr.b_layout == "row" else (e, i + hi)
-        elif instr.elem_type(use) == "f16":
-            rc = (i + hi, e)
-        else:
-            rc = ((lane & 1) + (e & 2) + hi, (e & 4) + (lane & 2) + (e & 1))
-        return q, rc[0] + full, rc[1] + full
-    g, t = lane // 4, lane % 4
-    reg, j = e // P, e % P
-    core_w = 4 * P  # elements per core-matrix row
-    if use in ("c", "d"):
-        # c0, c1 at row g, c2, c3 at row g + 8; columns 2t, 2t + 1.
-        row, col = g + 8 * (e // 2), 2 * t + e % 2
-    elif use == "a":
-        blocks_r = instr.m // 8  # 1 (m8) or 2 (m16) core rows
-        row = g + 8 * (reg % blocks_r)
-        col = (reg // blocks_r) * core_w + t * P + j
-    else:  # b: cores stacked along k, transposed
-        row = reg * core_w + t * P + j
-        col = g + 0 * e
-    return full, row + full, col + full
+        return coords
+    return (np.zeros_like(coords[0]), *coords)
 
 
 @functools.lru_cache(maxsize=None)

@@ -64,12 +64,13 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import datapath, isa
+from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import Target, supported_target
 
 __all__ = [
     "DescriptorFields", "WgmmaInstruction", "a_layout",
-    "a_matrix", "a_registers", "accumulator_matrix", "accumulator_registers", "d_layout",
+    "a_matrix", "a_register_layout", "a_registers", "accumulator_matrix",
+    "accumulator_registers", "d_layout", "d_register_layout",
     "decode_descriptor", "make_descriptor", "operand_addresses", "parse_wgmma",
     "read_operand", "wgmma", "wgmma_logical", "write_operand",
 ]
@@ -637,19 +638,22 @@ def d_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
       ((128, 8, 1), 25, 11)
     """
     instr = _instr(qualifier)
-    t = np.arange(WARPGROUP_SIZE).reshape(-1, 1, 1)
-    w, g, q = t // 32, (t % 32) // 4, t % 4
-    if instr.d_type == "f16":
-        i = np.arange(instr.n // 4).reshape(1, -1, 1)
-        h = np.arange(2).reshape(1, 1, -1)
-        row = 16 * w + g + 8 * (i % 2)
-        col = 8 * (i // 2) + 2 * q + h
-    else:
-        i = np.arange(instr.n // 2).reshape(1, -1, 1)
-        row = 16 * w + g + 8 * ((i % 4) // 2)
-        col = 8 * (i // 4) + 2 * q + (i % 2)
-    shape = (WARPGROUP_SIZE, i.shape[1], 2 if instr.d_type == "f16" else 1)
-    return np.broadcast_to(row, shape), np.broadcast_to(col, shape)
+    h = 2 if instr.d_type == "f16" else 1  # f16: elements 2i, 2i + 1 in register i
+    row, col = d_register_layout(instr).coords()
+    shape = (WARPGROUP_SIZE, instr.n // 2 // h, h)
+    return np.array(row).reshape(shape), np.array(col).reshape(shape)  # fresh copies
+
+
+def d_register_layout(qualifier: Any) -> layouts.Layout:
+    """The accumulator's :class:`~jaxwarp._src.tensorcore.layouts.Layout`:
+    ``layouts.WGMMA_D`` cut to N/2 elements per thread on the 64 x N tile.
+
+    Example:
+      >>> d_register_layout("m64n16k16.f32.f16.f16").num_elements
+      8
+    """
+    instr = _instr(qualifier)
+    return layouts.WGMMA_D.take(instr.n // 2, (M, instr.n), f"wgmma {instr.qualifier} D")
 
 
 def a_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -665,16 +669,25 @@ def a_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
     instr = _instr(qualifier)
     if not instr.family.a_in_registers:
         raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
-    t = np.arange(WARPGROUP_SIZE).reshape(-1, 1, 1)
-    w, g, q = t // 32, (t % 32) // 4, t % 4
-    r = np.arange(4).reshape(1, -1, 1)
+    row, col = a_register_layout(instr).coords()
+    shape = (WARPGROUP_SIZE, 4, 32 // instr.a_bits)
+    return np.array(row).reshape(shape), np.array(col).reshape(shape)  # fresh copies
+
+
+def a_register_layout(qualifier: Any) -> layouts.Layout:
+    """A's :class:`~jaxwarp._src.tensorcore.layouts.Layout` when it comes from registers:
+    ``layouts.WGMMA_A`` with ``32 // bits`` elements per register, on the 64 x K tile.
+
+    Example:
+      >>> a_register_layout("m64n8k16.f32.f16.f16").elem_bases
+      ((0, 1), (8, 0), (0, 8))
+    """
+    instr = _instr(qualifier)
+    if not instr.family.a_in_registers:
+        raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
     per = 32 // instr.a_bits
-    j = np.arange(per).reshape(1, 1, -1)
-    row = 16 * w + g + 8 * (r % 2)
-    # Each register pair covers 16 bytes of K: 4 bytes per thread group member.
-    col = (4 // (instr.a_bits // 8)) * q + j + (16 // (instr.a_bits // 8)) * (r // 2)
-    shape = (WARPGROUP_SIZE, 4, per)
-    return np.broadcast_to(row, shape), np.broadcast_to(col, shape)
+    return layouts.WGMMA_A.packed(per, 1).take(4 * per, (M, instr.k),
+                                               f"wgmma {instr.qualifier} A")
 
 
 def _regs(x: Any, name: str, nregs: int, dtype: np.dtype) -> jax.Array:
