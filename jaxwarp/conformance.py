@@ -9,12 +9,12 @@ error (unreadable or empty file, unknown key or mode, a configuration the model 
 run yet). See ``docs/conformance.md``.
 """
 
-from jaxwarp._src.conformance.cli import CaptureError as CaptureError
-from jaxwarp._src.conformance.cli import GroupResult as GroupResult
-from jaxwarp._src.conformance.cli import check_file as check_file
-from jaxwarp._src.conformance.cli import floor_percent as floor_percent
+from jaxwarp._src.conformance.check import check_file as check_file
 from jaxwarp._src.conformance.cli import main as main
-from jaxwarp._src.conformance.handlers import datapath_lacks as datapath_lacks
+from jaxwarp._src.conformance.handlers_ptx import datapath_lacks as datapath_lacks
+from jaxwarp._src.conformance.registry import CaptureError as CaptureError
+from jaxwarp._src.conformance.registry import GroupResult as GroupResult
+from jaxwarp._src.conformance.registry import floor_percent as floor_percent
 
 if __name__ == "__main__":
     raise SystemExit(main())
