@@ -21,52 +21,48 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 from jax import lax
 
 from jaxwarp._src.conformance import keys as K
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
+from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, wgmma
 
 # ---------------------------------------------------------------------------------------
-# Element types: raw capture bits -> the datapath's storage dtypes.
-
-_RAW = {  # bits dtype of each type in the capture files
-    "f16": np.uint16, "bf16": np.uint16, "tf32": np.uint32, "f32": np.uint32,
-    "f64": np.uint64, "e4m3": np.uint8, "e5m2": np.uint8, "s8": np.int8, "u8": np.uint8,
-    "s4": np.int8, "u4": np.uint8, "b1": np.uint8, "s32": np.int32,
-}
-_VALUE = {  # our default storage dtype when the datapath does not name one
-    "f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "f32": np.float32,
-    "f64": np.float64, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
-    "s8": np.int8, "u8": np.uint8, "s4": np.int8, "u4": np.uint8, "b1": np.uint8,
-    "s32": np.int32,
-}
-_SIGN = {"f16": 1 << 15, "bf16": 1 << 15, "tf32": 1 << 31, "f32": 1 << 31, "f64": 1 << 63,
-         "e4m3": 1 << 7, "e5m2": 1 << 7}
+# Element types: raw capture bits -> storage dtypes, both read from the one format
+# registry (formats.FORMATS).
 
 _NEW_ARGS = ("b_type", "instruction", "instruction_k")
 _CHUNK_ELEMS = 1 << 22  # products per datapath call (m * n * k * trials)
 
 
-def _storage(t: str) -> np.dtype:
-    table = getattr(datapath, "STORAGE_DTYPE", {})
-    return np.dtype(table[t]) if t in table else np.dtype(_VALUE[t])
+def _raw_dtype(t: str) -> np.dtype:
+    """How the capture files store type ``t``: a float as its bits (the unsigned integer
+    as wide as its storage dtype), an integer as its value (its storage dtype)."""
+    f = FORMATS[t]
+    return np.dtype(f.uint_dtype if f.is_float else f.storage_dtype)
+
+
+def _sign_bit(t: str) -> int:
+    """The sign bit of float type ``t`` in its raw bits; 0 for integer types."""
+    f = FORMATS[t]
+    return 1 << (8 * f.storage_dtype.itemsize - 1) if f.is_float else 0
 
 
 def _as_values(raw: np.ndarray, t: str, what: str) -> np.ndarray:
     raw = np.asarray(raw)
-    want = np.dtype(_RAW[t])
+    want = _raw_dtype(t)
     if raw.dtype != want:
         raise CaptureError(f"{what}: type {t} is stored as {want.name}; got {raw.dtype}")
-    dt = _storage(t)
+    dt = FORMATS[t].storage_dtype
     return raw if dt == want else raw.view(dt)
 
 
 def _bits(x: np.ndarray, t: str) -> np.ndarray:
     x = np.asarray(x)
-    return x.view(_RAW[t]) if x.dtype.itemsize == np.dtype(_RAW[t]).itemsize else x
+    raw = _raw_dtype(t)
+    return x.view(raw) if x.dtype.itemsize == raw.itemsize else x
 
 
 def _datapath_params() -> set[str]:
@@ -147,9 +143,9 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
     B = _as_values(cap[f"{base}/B"], cfg.b_type, f"{base}/B")
     C = _as_values(cap[f"{base}/C"], cfg.c_type, f"{base}/C")
     want = np.asarray(cap[f"{base}/D"])
-    if want.dtype != np.dtype(_RAW[cfg.d_type]):
+    if want.dtype != _raw_dtype(cfg.d_type):
         raise CaptureError(f"{base}/D: type {cfg.d_type} is stored as "
-                           f"{np.dtype(_RAW[cfg.d_type]).name}; got {want.dtype}")
+                           f"{_raw_dtype(cfg.d_type).name}; got {want.dtype}")
     t = len(A)
     kk = cfg.k * cfg.steps
     shapes = {"A": (A.shape, (t, cfg.m, kk)), "B": (B.shape, (t, kk, cfg.n)),
@@ -158,18 +154,20 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
         if tuple(got_s) != want_s:
             raise CaptureError(f"{base}/{what} has shape {tuple(got_s)}; the name says {want_s}")
     for what, flag, t_ in (("A", cfg.neg_a, cfg.a_type), ("B", cfg.neg_b, cfg.b_type)):
-        if flag and t_ not in _SIGN:
+        if flag and not FORMATS[t_].is_float:
             raise CaptureError(f"{base}: .neg{what} with the non-float type {t_}")
     key = (cfg.op, cfg.a_type, cfg.b_type, cfg.c_type, cfg.d_type, cfg.k, cfg.satf,
            cfg.bmma_op)
     if cfg.neg_a:
-        A = (_bits(A, cfg.a_type) ^ _RAW[cfg.a_type](_SIGN[cfg.a_type])).view(A.dtype)
+        A = (_bits(A, cfg.a_type) ^ _raw_dtype(cfg.a_type).type(_sign_bit(cfg.a_type))
+             ).view(A.dtype)
     if cfg.neg_b:
-        B = (_bits(B, cfg.b_type) ^ _RAW[cfg.b_type](_SIGN[cfg.b_type])).view(B.dtype)
+        B = (_bits(B, cfg.b_type) ^ _raw_dtype(cfg.b_type).type(_sign_bit(cfg.b_type))
+             ).view(B.dtype)
     if cfg.scale_d0:
         # C ignored: -0 is the additive identity (x + -0 == x for every x, +0 included,
         # under round-to-nearest and round-toward-zero); integer C becomes 0.
-        C = np.full(C.shape, _SIGN.get(cfg.c_type, 0), _RAW[cfg.c_type]).view(C.dtype)
+        C = np.full(C.shape, _sign_bit(cfg.c_type), _raw_dtype(cfg.c_type)).view(C.dtype)
     step = _step_fn(key)
     fn = step if cfg.steps == 1 else _chain_fn(step, cfg.steps, cfg.k)
     per = max(1, _CHUNK_ELEMS // (cfg.m * cfg.n * cfg.k))
