@@ -25,6 +25,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src.conformance import keys as K
+from jaxwarp._src.conformance import targets
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, wgmma
@@ -258,6 +259,13 @@ def mma_configs(cap: Any, keys: set) -> Iterator[GroupResult]:
         if n_out == 0:
             yield GroupResult(base, 0, 0, error=f"{base} has zero trials (D is empty): "
                               f"nothing to compare")
+            continue
+        why = targets.refusal(cap, cfg.instruction, cfg.a_type, cfg.b_type)
+        if why:
+            yield GroupResult(base, 0, n_out, error=why)
+            if "layout_D" in subs:
+                n_layout = int(np.asarray(cap[f"{base}/layout_D"]).size)
+                yield GroupResult(f"{base}/layout_D", 0, n_layout, error=why)
             continue
         try:
             got, want = run_mma(cap, family, cfg)

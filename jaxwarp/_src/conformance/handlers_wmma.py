@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp._src.conformance import targets
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.numerics import formats
 from jaxwarp._src.tensorcore import wmma
@@ -34,9 +35,26 @@ def is_layout_key(key: str) -> bool:
     return "/" not in key and len(parts) in (3, 4) and parts[0] in ("a", "b", "c")
 
 
+def fragment_refusal(d, spec) -> str:
+    """Why the capture's GPU cannot have used WMMA fragment ``spec`` (``""``: it can).
+
+    An accumulator fragment goes with every operand type whose C/D types include its
+    type (``wmma_table``): it is refused only when the GPU has none of them.
+    """
+    if spec.use != "accumulator":
+        return targets.refusal(d, "wmma", spec.type)
+    why = [targets.refusal(d, "wmma", e.ab_type) for e in table.TABLE
+           if spec.type in e.accumulator_types]
+    return "" if not why or not all(why) else why[0]
+
+
 def layouts(d, keys) -> Iterator[GroupResult]:
     """Fragment layouts: which lane holds which element, per layout key."""
     for key in sorted(keys):
+        why = fragment_refusal(d, wmma.parse_layout_key(key))
+        if why:
+            yield GroupResult(f"layout/{key}", 0, int(np.asarray(d[key]).size), error=why)
+            continue
         m, t = wmma.layout_conformance(key, d[key])
         yield GroupResult(f"layout/{key}", m, t)
 
@@ -98,6 +116,9 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
 
     Returns:
         (got, want): the stored D of every trial as raw bits, (T, m * n) each.
+
+    Raises:
+        CaptureError: a name or shapes that do not follow the schema, or zero trials.
     """
     cfg = MmaConfig.parse(name)
     et, ct, dt = (table.ELEMENT_TYPES[t] for t in (cfg.a_type, cfg.c_type, cfg.d_type))
@@ -108,6 +129,8 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
 
     A, B, C = values("A", et), values("B", et), values("C", ct)
     trials = len(A)
+    if trials == 0:
+        raise CaptureError(f"{name} has zero trials (A is empty): nothing to compare")
     if not (len(B) == len(C) == trials):
         raise CaptureError(f"{name}: A, B and C have different numbers of trials")
     m, n, k = cfg.shape
@@ -157,6 +180,16 @@ def is_mma_key(key: str) -> bool:
 def mma_configs(d, keys) -> Iterator[GroupResult]:
     """Every WMMA configuration of the file through the whole warp program."""
     for name in sorted({k.split("/")[0] for k in keys}):
+        cfg = MmaConfig.parse(name)
+        n_out = int(np.asarray(d[f"{name}/D"]).size)
+        if n_out == 0:
+            yield GroupResult(f"mma/{name}", 0, 0, error=f"{name} has zero trials (D is "
+                              f"empty): nothing to compare")
+            continue
+        why = targets.refusal(d, "wmma", cfg.a_type)
+        if why:
+            yield GroupResult(f"mma/{name}", 0, n_out, error=why)
+            continue
         got, want = run_mma_config(d, name)
         kinds = np.asarray(d[f"{name}/kind"]) if f"{name}/kind" in keys else None
         ok = got == want
@@ -178,6 +211,69 @@ def _fragment_of(key: str):
         return wmma.parse_layout_key(base), {"r": "mem_row_major", "c": "mem_col_major"}[mem]
     spec = wmma.parse_layout_key(key)
     return spec, None
+
+
+# The memory a load or store case may span, in elements. The load check builds one image
+# of the span per address bit, the store check one buffer; the captures span fewer than
+# 2**13 elements, and a bound here keeps a corrupt ldm from allocating without limit.
+MAX_SPAN = 1 << 20
+
+
+def _leading(spec, mem_layout) -> tuple[int, int]:
+    """(inner, outer): the extent along ``ldm``'s rows (or columns) and their count."""
+    col = (mem_layout or spec.layout) in ("col_major", "mem_col_major")
+    return (spec.rows, spec.cols) if col else (spec.cols, spec.rows)
+
+
+def case_problem(base: str, spec, mem_layout, what: str, i: int, ldm: int, off: int) -> str:
+    """Why case ``i`` (``ldm``, ``off``) of key ``base`` cannot be run (``""``: it can).
+
+    Checked before any memory is allocated: ``what`` (``load_matrix_sync`` or
+    ``store_matrix_sync``) needs ``ldm`` a positive multiple of 16 bytes and at least
+    the tile's leading extent, and ``off`` a non-negative multiple of 32 bytes (from the
+    WMMA element table); the span of the case is at most `MAX_SPAN` elements.
+
+    Example:
+      >>> spec = wmma.parse_layout_key("a.f16.m16n16k16.r")
+      >>> print(case_problem("ld/K", spec, None, "load_matrix_sync", 0, 12, 0))
+      ld/K/ldm[0] = 12: load_matrix_sync needs a positive multiple of 8 elements (16 bytes)
+      for f16
+      >>> print(case_problem("ld/K", spec, None, "load_matrix_sync", 3, 2**30, 0))
+      ld/K: case 3 (ldm=1073741824, off=0) spans 16106127376 elements (off + (16 - 1) *
+      ldm + 16); at most 1048576 are allowed (the check builds memory images of the span)
+    """
+    et = spec.element_type
+    inner, outer = _leading(spec, mem_layout)
+    if ldm <= 0 or ldm % et.ldm_multiple:
+        return (f"{base}/ldm[{i}] = {ldm}: {what} needs a positive multiple of "
+                f"{et.ldm_multiple} elements (16 bytes) for {spec.type}")
+    if ldm < inner:
+        return f"{base}/ldm[{i}] = {ldm} is smaller than the tile's leading extent {inner}"
+    if off < 0 or off % et.align_elements:
+        return (f"{base}/off[{i}] = {off}: {what} needs a non-negative multiple of "
+                f"{et.align_elements} elements (a 32-byte aligned pointer) for {spec.type}")
+    span = off + (outer - 1) * ldm + inner
+    if span > MAX_SPAN:
+        return (f"{base}: case {i} (ldm={ldm}, off={off}) spans {span} elements "
+                f"(off + ({outer} - 1) * ldm + {inner}); at most {MAX_SPAN} are allowed (the "
+                f"check builds memory images of the span)")
+    return ""
+
+
+def _cases(d, base: str, spec, mem_layout, what: str
+           ) -> tuple[list[tuple[int, int]], str]:
+    """The (ldm, off) pairs of key ``base`` as ints, and why they cannot be run (or "")."""
+    ldms, offs = np.asarray(d[f"{base}/ldm"]), np.asarray(d[f"{base}/off"])
+    if ldms.ndim != 1 or ldms.shape != offs.shape:
+        raise CaptureError(f"{base}/ldm and {base}/off must be (L,) arrays of the same "
+                           f"length; got shapes {ldms.shape} and {offs.shape}")
+    cases = [(int(ldm), int(off)) for ldm, off in zip(ldms.tolist(), offs.tolist(), strict=True)]
+    if not cases:
+        return cases, f"{base} has zero cases: nothing to compare"
+    why = fragment_refusal(d, spec)
+    for i, (ldm, off) in enumerate(cases):
+        why = why or case_problem(base, spec, mem_layout, what, i, ldm, off)
+    return cases, why
 
 
 def _load_sources(spec, mem_layout, ldm: int, off: int) -> np.ndarray:
@@ -202,11 +298,14 @@ def loads(d, keys) -> Iterator[GroupResult]:
     """``ld/{fragment}/{ldm,off,src}``: the memory element each loaded element came from."""
     for base in sorted({k.rsplit("/", 1)[0] for k in keys}):
         spec, mem_layout = _fragment_of(base[3:])
-        ldms, offs, want = d[f"{base}/ldm"], d[f"{base}/off"], d[f"{base}/src"]
+        want = d[f"{base}/src"]
+        cases, why = _cases(d, base, spec, mem_layout, "load_matrix_sync")
+        if why:
+            yield GroupResult(f"load/{base[3:]}", 0, int(want.size), error=why)
+            continue
         x64 = spec.type == "f64"
         with jax.enable_x64(x64):
-            got = np.stack([_load_sources(spec, mem_layout, int(l), int(o))
-                            for l, o in zip(ldms, offs, strict=True)])
+            got = np.stack([_load_sources(spec, mem_layout, l, o) for l, o in cases])
         yield GroupResult(f"load/{base[3:]}", int((got == want).sum()), int(want.size))
 
 
@@ -214,18 +313,22 @@ def stores(d, keys) -> Iterator[GroupResult]:
     """``st/{accumulator}.{r,c}/{ldm,off,dst,nwritten}``: where each stored element landed."""
     for base in sorted({k.rsplit("/", 1)[0] for k in keys}):
         spec, mem_layout = _fragment_of(base[3:])
-        ldms, offs = d[f"{base}/ldm"], d[f"{base}/off"]
         want, nwritten = d[f"{base}/dst"], d[f"{base}/nwritten"]
+        cases, why = _cases(d, base, spec, mem_layout, "store_matrix_sync")
+        if why:
+            yield GroupResult(f"store/{base[3:]}", 0, int(want.size) + len(nwritten),
+                              error=why)
+            continue
         et = spec.element_type
         matched = total = 0
         with jax.enable_x64(spec.type == "f64"):
             ids = np.arange(1, 32 * spec.num_storage_elements + 1).reshape(32, -1)
             frag = spec.replace(x=jnp.asarray(ids.astype(et.storage_dtype)))
-            for i, (l, o) in enumerate(zip(ldms, offs, strict=True)):
+            for i, (l, o) in enumerate(cases):
                 outer = spec.cols if mem_layout == "mem_col_major" else spec.rows
-                size = int(o) + int(l) * outer
+                size = o + l * outer
                 mem = np.asarray(wmma.store_matrix_sync(
-                    jnp.zeros(size, et.memory_dtype), frag, int(l), mem_layout, offset=int(o)))
+                    jnp.zeros(size, et.memory_dtype), frag, l, mem_layout, offset=o))
                 where = np.zeros(ids.size + 1, np.int64) - 1
                 hit = np.flatnonzero(mem != 0)
                 where[mem[hit].astype(np.int64)] = hit
