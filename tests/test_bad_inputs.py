@@ -1100,3 +1100,48 @@ def test_conformance_bad_file(fc: FileCase, conformance_runs):
     assert not missing, f"lacks {missing}: {text}"
     present = [s for s in fc.must_not if s in text]
     assert not present, f"should not say {present}: {text}"
+
+
+# Capture files whose sizes, trial counts or device would make the check misbehave: sizes
+# from the file are checked before allocating, zero trials and a device that lacks the
+# instruction are errors. Added to FILE_CASES, which the module fixture runs.
+def _npy_claiming(shape) -> bytes:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<u4", "fortran_order": False, "shape": shape})
+    return header.getvalue() + bytes(64)
+
+
+def _zeros_mma(family: str, name: str, device: str, shapes) -> bytes:
+    a, b, cd, raw = shapes
+    return _npz(device=np.array(device), **{
+        f"{family}/{name}/A": np.zeros(a, raw), f"{family}/{name}/B": np.zeros(b, raw),
+        f"{family}/{name}/C": np.zeros(cd, np.uint32),
+        f"{family}/{name}/D": np.zeros(cd, np.uint32)})
+
+
+_LD = "ld/a.f16.m16n16k16.r"
+_FP8 = ((1, 16, 32), (1, 32, 8), (1, 16, 8), np.uint8)
+_WG = ((1, 64, 16), (1, 16, 8), (1, 64, 8), np.uint16)
+SIZE_TRIAL_DEVICE_CASES = [
+    FileCase("ldst-huge-ldm", _npz(**{
+        f"{_LD}/ldm": np.array([2**30], np.int32), f"{_LD}/off": np.array([0], np.int32),
+        f"{_LD}/src": np.zeros((1, 32, 16), np.int32)}), 2,
+        (_LD, "ldm=1073741824", "at most 1048576")),
+    FileCase("npy-header-claims-too-much", _zip(**{"reduce_x.npy": _npy_claiming((2**34,))}),
+             2, ("reduce_x", "truncated or corrupt")),
+    FileCase("mma-zero-trials", _mma_cfg(_S8, _I8[:0], _I8[:0], _I32[:0], _I32[:0]), 2,
+             (_S8, "zero trials"), must_not=("IndexError",)),
+    FileCase("ptx-fp8-captured-on-sm80",
+             _zeros_mma("ptx", "e4m3.e4m3.f32f32.m16n8k32", "NVIDIA A100 sm_80", _FP8), 2,
+             ("mma_sync with e4m3 operands needs sm_89 or newer", "sm_80")),
+    FileCase("wgmma-captured-on-sm80",
+             _zeros_mma("wgmma", "f16.f16.f32f32.m64n8k16", "NVIDIA A100 sm_80", _WG), 2,
+             ("wgmma with f16 operands needs sm_90a", "sm_80")),
+]
+FILE_CASES.extend(SIZE_TRIAL_DEVICE_CASES)
+
+
+@pytest.mark.parametrize("fc", [pytest.param(fc, id=fc.id) for fc in SIZE_TRIAL_DEVICE_CASES])
+def test_conformance_bad_file_sizes_trials_devices(fc: FileCase, conformance_runs):
+    test_conformance_bad_file(fc, conformance_runs)
