@@ -36,23 +36,23 @@ from jaxwarp._src.warp.vote import match_all_sync as match_all_sync
 from jaxwarp._src.numerics.formats import Format as Format
 from jaxwarp._src.numerics.formats import FORMATS as FORMATS
 from jaxwarp._src.numerics.formats import get_format as get_format
-from jaxwarp._src.numerics.formats import round_to as round_to
-from jaxwarp._src.numerics.formats import float2half_rn as float2half_rn
-from jaxwarp._src.numerics.formats import float2half_rz as float2half_rz
-from jaxwarp._src.numerics.formats import float2bfloat16_rn as float2bfloat16_rn
-from jaxwarp._src.numerics.formats import float2bfloat16_rz as float2bfloat16_rz
-from jaxwarp._src.numerics.formats import float_to_tf32 as float_to_tf32
-from jaxwarp._src.numerics.formats import half2float as half2float
-from jaxwarp._src.numerics.formats import bfloat162float as bfloat162float
-from jaxwarp._src.numerics.formats import bits as bits
+from jaxwarp._src.numerics.formats import to_bits as to_bits
 from jaxwarp._src.numerics.formats import from_bits as from_bits
+from jaxwarp._src.numerics.convert import round_to as round_to
+from jaxwarp._src.numerics.convert import float2half_rn as float2half_rn
+from jaxwarp._src.numerics.convert import float2half_rz as float2half_rz
+from jaxwarp._src.numerics.convert import float2bfloat16_rn as float2bfloat16_rn
+from jaxwarp._src.numerics.convert import float2bfloat16_rz as float2bfloat16_rz
+from jaxwarp._src.numerics.convert import float_to_tf32 as float_to_tf32
+from jaxwarp._src.numerics.convert import half2float as half2float
+from jaxwarp._src.numerics.convert import bfloat162float as bfloat162float
 
 # WMMA: fragments, the warp matrix functions, the shape/type table.
 from jaxwarp._src.tensorcore.fragments import Fragment as Fragment
 from jaxwarp._src.tensorcore.fragments import fragment as fragment
 from jaxwarp._src.tensorcore.fragments import FragmentType as FragmentType
 from jaxwarp._src.tensorcore.fragments import fragment_type as fragment_type
-from jaxwarp._src.tensorcore.wmma import fill_fragment as fill_fragment
+from jaxwarp._src.tensorcore.fragments import fill_fragment as fill_fragment
 from jaxwarp._src.tensorcore.wmma import load_matrix_sync as load_matrix_sync
 from jaxwarp._src.tensorcore.wmma import store_matrix_sync as store_matrix_sync
 from jaxwarp._src.tensorcore.wmma import mma_sync as mma_sync
@@ -63,15 +63,15 @@ from jaxwarp._src.tensorcore.fragments import matrix_from_fragment as matrix_fro
 from jaxwarp._src.tensorcore.fragments import lane_map as lane_map
 from jaxwarp._src.tensorcore.fragments import lane_map_text as lane_map_text
 from jaxwarp._src.tensorcore import wmma_table as wmma_table  # TABLE: what WMMA supports
+from jaxwarp._src.tensorcore import isa as isa  # ROWS: what every instruction accepts
 
 # Tensor-core arithmetic models (on logical matrices) and a tiled GEMM built on them.
-from jaxwarp._src.tensorcore.datapath import ARCHS as ARCHS
+from jaxwarp._src.tensorcore.arch import ARCHS as ARCHS
 from jaxwarp._src.tensorcore.arch import Datapath as Datapath
 from jaxwarp._src.tensorcore.arch import ArchModel as ArchModel
 from jaxwarp._src.tensorcore.arch import Target as Target
 from jaxwarp._src.tensorcore.arch import parse_target as parse_target
 from jaxwarp._src.tensorcore.arch import datapath_for as datapath_for
-from jaxwarp._src.tensorcore.datapath import ArchParams as ArchParams
 from jaxwarp._src.tensorcore.datapath import mma as mma
 from jaxwarp._src.tensorcore.datapath import bmma as bmma
 from jaxwarp._src.tensorcore.matmul import matmul as matmul

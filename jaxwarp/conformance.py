@@ -5,16 +5,17 @@ runs the model on the recorded inputs and prints, per file, a table of every gro
 (config, elements, exact, %) with a subtotal per family, then
 ``conformance: M/N bit-exact (P%)``. Percentages are rounded down: 100% only when every
 element matched. Exit status 0 only when everything matched, 1 on a mismatch, 2 on an
-error (unreadable or empty file, unknown key or mode, a configuration the model cannot
-run yet). See ``docs/conformance.md``.
+error (unreadable or empty file, unknown key or mode, a group with zero trials, a size
+from the file beyond what the instruction allows, a configuration the model cannot run
+yet or the capture's GPU cannot issue). See ``docs/conformance.md``.
 """
 
-from jaxwarp._src.conformance.cli import CaptureError as CaptureError
-from jaxwarp._src.conformance.cli import GroupResult as GroupResult
-from jaxwarp._src.conformance.cli import check_file as check_file
-from jaxwarp._src.conformance.cli import floor_percent as floor_percent
+from jaxwarp._src.conformance.check import check_file as check_file
 from jaxwarp._src.conformance.cli import main as main
-from jaxwarp._src.conformance.handlers import datapath_lacks as datapath_lacks
+from jaxwarp._src.conformance.handlers_ptx import datapath_lacks as datapath_lacks
+from jaxwarp._src.conformance.registry import CaptureError as CaptureError
+from jaxwarp._src.conformance.registry import GroupResult as GroupResult
+from jaxwarp._src.conformance.registry import floor_percent as floor_percent
 
 if __name__ == "__main__":
     raise SystemExit(main())

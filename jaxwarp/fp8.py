@@ -11,6 +11,7 @@ from jaxwarp._src.numerics.fp8 import cvt_f32_to_e4m3x2 as cvt_f32_to_e4m3x2
 from jaxwarp._src.numerics.fp8 import cvt_f32_to_e5m2x2 as cvt_f32_to_e5m2x2
 from jaxwarp._src.numerics.fp8 import cvt_f32_to_fp8x2 as cvt_f32_to_fp8x2
 from jaxwarp._src.numerics.fp8 import cvt_fp8x2_to_f16x2 as cvt_fp8x2_to_f16x2
+from jaxwarp._src.numerics.fp8 import double_to_fp8 as double_to_fp8
 from jaxwarp._src.numerics.fp8 import float2_to_fp8x2 as float2_to_fp8x2
 from jaxwarp._src.numerics.fp8 import float_to_fp8 as float_to_fp8
 from jaxwarp._src.numerics.fp8 import fp8_to_halfraw as fp8_to_halfraw

@@ -153,7 +153,7 @@ case(1, "float_to_tf32-float64", jaxwarp.float_to_tf32, f64,
      exc=TypeError, regex="x has " + X64, modes=CONST)
 case(1, "round_to-float64", lambda x: jaxwarp.round_to(x, "f16"), f64,
      exc=TypeError, regex="x has " + X64, modes=CONST)
-case(1, "bits-float64", jaxwarp.bits, f64, exc=TypeError, regex="x has " + X64, modes=CONST)
+case(1, "to_bits-float64", jaxwarp.to_bits, f64, exc=TypeError, regex="x has " + X64, modes=CONST)
 case(1, "from_bits-uint64", lambda u: jaxwarp.from_bits(u, "f32"), u64,
      exc=TypeError, regex="u has " + X64, modes=CONST)
 case(1, "fill-float64-scalar", lambda v: jaxwarp.fill_fragment(FA, v), np.float64(0.1),
@@ -350,7 +350,7 @@ case(6, "dpx-missing-argument", lambda: dpx.vimax3_s32(1, 2), exc=TypeError,
      regex=r"vimax3_s32\(a, b, c\): missing a required argument: 'c'", modes=EAGER)
 case(6, "float2half_rn-None", lambda: jaxwarp.float2half_rn(None), exc=TypeError,
      regex=r"x must be a numeric array, got NoneType", modes=EAGER)
-case(6, "bits-str", lambda: jaxwarp.bits("abc"), exc=TypeError,
+case(6, "to_bits-str", lambda: jaxwarp.to_bits("abc"), exc=TypeError,
      regex=r"x must be a numeric array, got str", modes=EAGER)
 case(6, "from_bits-None", lambda: jaxwarp.from_bits(None, "f16"), exc=TypeError,
      regex=r"u must be a numeric array, got NoneType", modes=EAGER)
@@ -501,7 +501,7 @@ case(6, "float2half_rn-int", lambda x: jaxwarp.float2half_rn(x), zi32, exc=TypeE
      must=("x must be a float32 array", "int32"))
 case(6, "from_bits-wrong-width", lambda u: jaxwarp.from_bits(u, "fp16"), np.zeros(3, np.uint8),
      exc=TypeError, must=("u must be an integer array of 16 bits", "fmt='fp16'", "uint8"))
-case(6, "bits-complex", lambda x: jaxwarp.bits(x), np.zeros(3, np.complex64), exc=TypeError,
+case(6, "to_bits-complex", lambda x: jaxwarp.to_bits(x), np.zeros(3, np.complex64), exc=TypeError,
      must=("x must", "complex64"))
 case(6, "dpx-float-operand", lambda a, b, c: jaxwarp.dpx.vimax3_s32(a, b, c), zf32, zi32, zi32,
      exc=TypeError, must=("a must be a 32-bit integer", "float32"))
@@ -810,6 +810,38 @@ case(7, "all-pred-2d", lambda p: jaxwarp.all_sync(FULL, p), np.zeros((32, 2), bo
      exc=ValueError, must=("pred must have shape (32,)", "(32, 2)"))
 case(7, "match_all-bool", lambda v: jaxwarp.match_all_sync(FULL, v), np.zeros(32, bool),
      exc=TypeError, must=("value must be a 32- or 64-bit int or float", "bool"))
+
+
+# --------------------------------------------------------------------------------------
+# emulate: 64-bit arguments (class 1) and settings (class 6).
+
+F32_16 = np.ones((16, 16), np.float32)
+
+
+def _emulate(**kw):
+    return lambda a, b: jaxwarp.emulate(lambda x, y: x @ y, **kw)(a, b)
+
+
+case(1, "emulate-f64-argument", _emulate(operand_format="bf16"), np.ones((16, 16)), F32_16,
+     exc=TypeError, regex=X64, must=("emulate's argument args[0]", "float64"), modes=CONST)
+case(1, "emulate-i64-argument", _emulate(operand_format="bf16"), F32_16,
+     np.ones((16, 16), np.int64), exc=TypeError, regex=X64,
+     must=("emulate's argument args[1]", "int64"), modes=CONST)
+case(6, "emulate-scaling-bf16", _emulate(operand_format="bf16", scaling="tensor"), F32_16,
+     F32_16, exc=ValueError,
+     must=("scaling='tensor'", "('f16', 'e4m3', 'e5m2')", "operand_format='bf16'"))
+case(6, "emulate-scaling-tf32-gradients",
+     _emulate(operand_format="f16", scaling="tensor", backward_format="tf32"), F32_16, F32_16,
+     exc=ValueError, must=("scaling='tensor'", "('f16', 'e4m3', 'e5m2')",
+                           "backward_format='tf32'"))
+case(6, "emulate-f64-format-x64-off", _emulate(operand_format="f64"), F32_16, F32_16,
+     exc=RuntimeError, must=("operand_format='f64'", "jax_enable_x64"))
+case(6, "emulate-unknown-format", _emulate(operand_format="fp12"), F32_16, F32_16,
+     exc=ValueError, must=("operand_format='fp12'", "allowed", "'bf16'", "dtypes"))
+case(6, "emulate-format-dtype-f32", _emulate(operand_format=jnp.float32), F32_16, F32_16,
+     exc=ValueError, must=("operand_format='f32'", "allowed", "'tf32'"))
+case(6, "emulate-unknown-instruction", _emulate(operand_format="bf16", instruction="hmma"),
+     F32_16, F32_16, exc=ValueError, must=("instruction='hmma'", "'wmma'", "'wgmma'"))
 
 
 # --------------------------------------------------------------------------------------
@@ -1263,3 +1295,48 @@ def _entry_params():
 @pytest.mark.parametrize("c, mode", _entry_params())
 def test_bad_input_entry_points(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# Capture files whose sizes, trial counts or device would make the check misbehave: sizes
+# from the file are checked before allocating, zero trials and a device that lacks the
+# instruction are errors. Added to FILE_CASES, which the module fixture runs.
+def _npy_claiming(shape) -> bytes:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<u4", "fortran_order": False, "shape": shape})
+    return header.getvalue() + bytes(64)
+
+
+def _zeros_mma(family: str, name: str, device: str, shapes) -> bytes:
+    a, b, cd, raw = shapes
+    return _npz(device=np.array(device), **{
+        f"{family}/{name}/A": np.zeros(a, raw), f"{family}/{name}/B": np.zeros(b, raw),
+        f"{family}/{name}/C": np.zeros(cd, np.uint32),
+        f"{family}/{name}/D": np.zeros(cd, np.uint32)})
+
+
+_LD = "ld/a.f16.m16n16k16.r"
+_FP8 = ((1, 16, 32), (1, 32, 8), (1, 16, 8), np.uint8)
+_WG = ((1, 64, 16), (1, 16, 8), (1, 64, 8), np.uint16)
+SIZE_TRIAL_DEVICE_CASES = [
+    FileCase("ldst-huge-ldm", _npz(**{
+        f"{_LD}/ldm": np.array([2**30], np.int32), f"{_LD}/off": np.array([0], np.int32),
+        f"{_LD}/src": np.zeros((1, 32, 16), np.int32)}), 2,
+        (_LD, "ldm=1073741824", "at most 1048576")),
+    FileCase("npy-header-claims-too-much", _zip(**{"reduce_x.npy": _npy_claiming((2**34,))}),
+             2, ("reduce_x", "truncated or corrupt")),
+    FileCase("mma-zero-trials", _mma_cfg(_S8, _I8[:0], _I8[:0], _I32[:0], _I32[:0]), 2,
+             (_S8, "zero trials"), must_not=("IndexError",)),
+    FileCase("ptx-fp8-captured-on-sm80",
+             _zeros_mma("ptx", "e4m3.e4m3.f32f32.m16n8k32", "NVIDIA A100 sm_80", _FP8), 2,
+             ("mma_sync with e4m3 operands needs sm_89 or newer", "sm_80")),
+    FileCase("wgmma-captured-on-sm80",
+             _zeros_mma("wgmma", "f16.f16.f32f32.m64n8k16", "NVIDIA A100 sm_80", _WG), 2,
+             ("wgmma with f16 operands needs sm_90a", "sm_80")),
+]
+FILE_CASES.extend(SIZE_TRIAL_DEVICE_CASES)
+
+
+@pytest.mark.parametrize("fc", [pytest.param(fc, id=fc.id) for fc in SIZE_TRIAL_DEVICE_CASES])
+def test_conformance_bad_file_sizes_trials_devices(fc: FileCase, conformance_runs):
+    test_conformance_bad_file(fc, conformance_runs)

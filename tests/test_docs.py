@@ -1,8 +1,10 @@
 """The documentation runs: docstring examples (doctest), the README as written in a fresh
 clone, the documentation site's build, and the version in one place."""
 
+import ast
 import contextlib
 import doctest
+import fnmatch
 import importlib
 import importlib.util
 import io
@@ -10,7 +12,6 @@ import os
 import pathlib
 import pkgutil
 import re
-import shutil
 import subprocess
 import sys
 
@@ -142,6 +143,87 @@ def test_no_message_points_at_the_shared_format_file():
     assert not offenders, offenders
 
 
+# --- Every repository path that the docs and docstrings name exists. ---------------------
+
+# A path starts with a top-level folder of the repository, not preceded by anything that makes
+# it part of a longer path or a URL (`../shared/...`, `https://.../docs/...`). It may hold
+# glob characters (`*`, `?`, `[23]`) and brace forms: `{a,b}` lists alternatives, `{name}`
+# stands for any text (a format placeholder).
+_PATH = re.compile(r"(?<![\w./~$:@-])((?:jaxwarp|tools|benchmarks|experiments|tests|docs|\.ci)"
+                   r"/(?:[\w.*?{},/-]|\[[\w-]+\])*(?:[\w*}]|\[[\w-]+\]))")
+
+
+def _docstrings(path):
+    """The module's, classes' and functions' docstrings of a Python file."""
+    tree = ast.parse(path.read_text())
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [d for node in ast.walk(tree) if isinstance(node, kinds)
+            if (d := ast.get_docstring(node, clean=False))]
+
+
+def _named_paths():
+    """{path as written: [where it is named]} over the Markdown files (README.md, docs/, the
+    READMEs and format files of the other folders; not CHANGELOG.md, which is history) and
+    the docstrings of jaxwarp/, tools/, benchmarks/ and experiments/."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for folder in ("tools", "benchmarks", "experiments"):
+        pages += sorted(p for p in (ROOT / folder).rglob("*.md") if "out" not in p.parts)
+    texts = [(p.relative_to(ROOT).as_posix(), p.read_text()) for p in pages]
+    for folder in ("jaxwarp", "tools", "benchmarks", "experiments"):
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            texts += [(p.relative_to(ROOT).as_posix(), d) for d in _docstrings(p)]
+    named = {}
+    for where, text in texts:
+        for m in _PATH.finditer(text):
+            named.setdefault(m.group(1), []).append(where)
+    return named
+
+
+def _expand_braces(pattern):
+    """`a{b,c}d` -> [abd, acd]; `a{name}d` -> [a*d]."""
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return [pattern]
+    options = m.group(1).split(",") if "," in m.group(1) else ["*"]
+    return [q for o in options
+            for q in _expand_braces(pattern[:m.start()] + o + pattern[m.end():])]
+
+
+def _generated(path):
+    """Paths that programs write (the anchored entries of .gitignore): not in a clone."""
+    for line in (ROOT / ".gitignore").read_text().splitlines():
+        if "/" in line.strip().rstrip("/"):  # anchored: a path, not a name anywhere
+            entry = line.strip().strip("/")
+            if fnmatch.fnmatch(path, entry) or fnmatch.fnmatch(path, entry + "/*"):
+                return True
+    return False
+
+
+def test_path_pattern_finds_what_it_should():
+    text = ("see `tests/data/h100_{ptx,chain}_sample.npz` and benchmarks/x.py, docs/y.md. "
+            "../shared/hw/h100/a.npz https://github.com/o/r/tree/main/docs/z.md "
+            "benchmarks/results/h100_2026-11-2[23].json tools/capture/FORMAT_*.md.")
+    assert _PATH.findall(text) == ["tests/data/h100_{ptx,chain}_sample.npz", "benchmarks/x.py",
+                                   "docs/y.md", "benchmarks/results/h100_2026-11-2[23].json",
+                                   "tools/capture/FORMAT_*.md"]
+    assert _expand_braces("a/{b,c}_{name}.npz") == ["a/b_*.npz", "a/c_*.npz"]
+    assert _generated("experiments/out/matmul_error.csv") and not _generated("experiments/x.py")
+
+
+def test_every_named_repository_path_exists():
+    named = _named_paths()
+    assert len(named) > 40, named  # the pattern still finds the references
+    missing = []
+    for path, where in sorted(named.items()):
+        if _generated(path):
+            continue
+        for alternative in _expand_braces(path):
+            if not (list(ROOT.glob(alternative)) if re.search(r"[*?\[]", alternative)
+                    else (ROOT / alternative).exists()):
+                missing.append(f"{alternative} (named in {', '.join(sorted(set(where)))})")
+    assert not missing, "\n".join(missing)
+
+
 # --- The documentation site. ------------------------------------------------------------
 
 
@@ -170,8 +252,14 @@ def test_every_docs_page_is_in_the_navigation():
             assert rel in nav, rel
 
 
-@pytest.mark.skipif(shutil.which("mkdocs") is None and importlib.util.find_spec("mkdocs") is None,
-                    reason="mkdocs is not installed (pip install -e '.[docs]')")
+# The build runs `python -m mkdocs` with the theme and plugins of the `docs` extra.
+_DOCS_MISSING = [m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers")
+                 if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.skipif(bool(_DOCS_MISSING),
+                    reason=f"documentation build not run: {', '.join(_DOCS_MISSING)} not "
+                           "installed; to run it: python -m pip install -e '.[docs]'")
 def test_docs_build_strict(tmp_path):
     site = tmp_path / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")

@@ -77,6 +77,7 @@ def nnx_transformer(nnx):
     return Block(nnx.Rngs(1))
 
 
+@pytest.mark.slow
 def test_nnx_mlp_bits_forward_and_backward(nnx):
     model = nnx_mlp(nnx)
     graphdef, state = nnx.split(model)
@@ -116,6 +117,7 @@ def with_output(loss_and_out, **settings):
     return f
 
 
+@pytest.mark.slow
 def test_nnx_transformer(nnx):
     model = nnx_transformer(nnx)
     graphdef, state = nnx.split(model)
@@ -172,6 +174,7 @@ def eqx_transformer(eqx):
     return Block(jax.random.key(2))
 
 
+@pytest.mark.slow
 def test_eqx_mlp_forward_and_backward(eqx):
     mlp = eqx.nn.MLP(D, D, 2 * D, 2, activation=jax.nn.tanh, key=jax.random.key(0))
     x = tokens().reshape(-1, D)
@@ -187,6 +190,7 @@ def test_eqx_mlp_forward_and_backward(eqx):
     same_bits(nothing(mlp, x), eqx.filter_jit(loss)(mlp, x))
 
 
+@pytest.mark.slow
 def test_eqx_transformer(eqx):
     model = eqx_transformer(eqx)
     x = tokens()

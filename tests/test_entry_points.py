@@ -47,6 +47,7 @@ class Entry:
     jit: bool = True  # the valid call also works with its data traced
     keywords: tuple[str, ...] = ()  # data passed by keyword (keyword-only parameters)
     wide_dtypes: tuple[str, ...] = ("float64", "int64", "uint64")
+    x64: bool = False  # the valid call needs jax_enable_x64 (its data is float64)
 
     def call(self, data: dict[str, Any]):
         pos = [v for k, v in data.items() if k not in self.keywords]
@@ -124,7 +125,7 @@ ENTRY_POINTS: dict[str, Entry] = {
     "float_to_tf32": Entry(jaxwarp.float_to_tf32, {"x": F32}),
     "half2float": Entry(jaxwarp.half2float, {"x": F32.astype(np.float16)}),
     "bfloat162float": Entry(jaxwarp.bfloat162float, {"x": F32.astype(jnp.bfloat16)}),
-    "bits": Entry(jaxwarp.bits, {"x": F32}),
+    "to_bits": Entry(jaxwarp.to_bits, {"x": F32}),
     "from_bits": Entry(jaxwarp.from_bits, {"u": U32}, static_args=("f32",)),
     # WMMA.
     "fill_fragment": Entry(jaxwarp.fill_fragment, {"frag": FC, "v": np.float32(1)},
@@ -209,6 +210,8 @@ ENTRY_POINTS: dict[str, Entry] = {
     "fp8.bfloat16raw2_to_fp8x2": Entry(fp8.bfloat16raw2_to_fp8x2,
                                        {"x": F32.astype(jnp.bfloat16).reshape(16, 2)},
                                        static_args=("e4m3", True)),
+    "fp8.double_to_fp8": Entry(fp8.double_to_fp8, {"x": F32.astype(np.float64)},
+                               static_args=("e4m3", True), x64=True),
     "fp8.fp8_to_halfraw": Entry(fp8.fp8_to_halfraw, {"x": U32.astype(np.uint8)},
                                 static_args=("e4m3",)),
     "fp8.fp8x2_to_halfraw2": Entry(fp8.fp8x2_to_halfraw2, {"x": U32.astype(np.uint16)},
@@ -231,7 +234,7 @@ for _name in sorted(n for n in dir(dpx) if n.startswith("vi")):
 
 # Public callables that take no array data (types, parsers, factories, decorators).
 NO_ARRAY_DATA = frozenset({
-    "ArchModel", "ArchParams", "Datapath", "EmulationReport", "Format", "FragmentType",
+    "ArchModel", "Datapath", "EmulationReport", "Format", "FragmentType",
     "Product", "ProductFilter", "ReportEntry", "Target", "UnsupportedProductError",
     # A pytree container: the functions that read a Fragment check its x.
     "Fragment",
@@ -273,6 +276,11 @@ def _widened(value: Any, dtype) -> np.ndarray:
 @pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
 def test_valid_call(name):
     e = ENTRY_POINTS[name]
+    with jax.enable_x64(e.x64):
+        _valid_call(e)
+
+
+def _valid_call(e: Entry):
     e.call(dict(e.data))
     if e.jit:
         arrays = {k: v for k, v in e.data.items() if isinstance(v, np.ndarray)}

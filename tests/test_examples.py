@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
@@ -59,6 +60,7 @@ def test_guide_wmma_kernel_equals_the_model():
     np.testing.assert_array_equal(c.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.slow
 def test_seed_tiled_gemm_one_warp_per_tile():
     rng = np.random.default_rng(2)
     A = rng.normal(size=(32, 64)).astype(np.float16)

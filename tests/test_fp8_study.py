@@ -4,12 +4,15 @@ import csv
 import pathlib
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import fp8_study  # noqa: E402
 
 
+@pytest.mark.slow
 def test_fp8_study_tiny(tmp_path):
     rows = fp8_study.main(["--ks", "4096", "--series", "wgmma,wgmma promote128", "--no-progress",
                            "--out", str(tmp_path), "--captures", str(tmp_path / "none")])

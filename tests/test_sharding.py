@@ -105,6 +105,7 @@ _FOUR_DEVICES = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_four_devices_bit_for_bit():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")

@@ -12,6 +12,7 @@ cannot drift from what it describes:
   through the public ``jaxwarp.mma``, wherever the code behind it lives);
 * ``results``: ``experiments/RESULTS.md``, with its plots copied into the site;
 * ``capture_extra``: the capture tool's ``tools/capture/FORMAT_*.md``;
+* ``instructions``: the instruction catalogue, ``jaxwarp.isa.support_table()``;
 * ``changelog``: CHANGELOG.md.
 
 Only public names of ``jaxwarp`` are used here.
@@ -34,6 +35,7 @@ SITE_PAGES = {
     "docs/capture_format.md": "capture_format.md",
     "docs/lane_maps.md": "lane_maps.md",
     "docs/arithmetic.md": "arithmetic.md",
+    "docs/extending.md": "extending.md",
 }
 # Folders of plots that RESULTS.md shows, copied into the site under the same paths.
 RESULT_IMAGES = ROOT / "experiments" / "results"
@@ -98,6 +100,12 @@ def _arithmetic() -> str:
     return _rst_to_md(doc.strip())
 
 
+def _instructions() -> str:
+    import jaxwarp
+
+    return jaxwarp.isa.support_table()
+
+
 def _lane_maps() -> str:
     import jaxwarp
 
@@ -133,6 +141,7 @@ GENERATORS = {
     "arithmetic": _arithmetic,
     "capture_extra": _capture_extra,
     "lane_maps": _lane_maps,
+    "instructions": _instructions,
 }
 
 

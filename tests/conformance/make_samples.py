@@ -122,7 +122,9 @@ def movcvt_sample(cap: pathlib.Path, every: int = 16) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    cap = pathlib.Path(argv[0] if argv else "/work/caps/cap")
+    if len(argv) != 1:
+        raise SystemExit("usage: python tests/conformance/make_samples.py CAPTURE_DIR")
+    cap = pathlib.Path(argv[0])
     for name, fn in (("ptx", ptx_sample), ("chain", chain_sample), ("movcvt", movcvt_sample)):
         path = DATA / f"h100_{name}_sample.npz"
         np.savez_compressed(path, **fn(cap))

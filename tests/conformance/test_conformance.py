@@ -21,7 +21,13 @@ CAPTURES = sorted(p.name for p in DATA.glob("*.npz")
                   if not p.name.endswith("_sample.npz") and p.name not in _FRONT_END_DATA)
 
 
-@pytest.mark.parametrize("name", CAPTURES)
+# The largest file runs with -m slow; by default its configurations are checked by
+# tests/tensorcore/test_wmma.py (a sample) and test_reference.py (the reference against it).
+_SLOW = {"h100_mma_fp.npz"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n
+                                  for n in CAPTURES])
 def test_capture_is_bit_exact(name):
     results, device = conformance.check_file(str(DATA / name))
     assert "H100" in device

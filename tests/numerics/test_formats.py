@@ -1,4 +1,5 @@
-"""Tests of jaxwarp._src.numerics.formats: format table, round_to, CUDA conversions, bit views."""
+"""Tests of jaxwarp._src.numerics.formats and .convert: format table, bit views, round_to,
+CUDA conversions."""
 
 import doctest
 
@@ -11,22 +12,20 @@ import pytest
 from hypothesis import given, settings
 from jax import lax
 
-from jaxwarp._src.numerics import formats
-from jaxwarp._src.numerics.formats import (
+import jaxwarp
+from jaxwarp._src.numerics import convert, formats
+from jaxwarp._src.numerics.convert import (
     CVT_FUNCTIONS,
-    FORMATS,
     bfloat162float,
-    bits,
     float2bfloat16_rn,
     float2bfloat16_rz,
     float2half_rn,
     float2half_rz,
     float_to_tf32,
-    from_bits,
-    get_format,
     half2float,
     round_to,
 )
+from jaxwarp._src.numerics.formats import FORMATS, from_bits, get_format, to_bits
 
 CVT_ROWS = ("float2half_rn", "float2bfloat16_rn", "float_to_tf32", "float2half_rz",
             "float2bfloat16_rz")
@@ -76,7 +75,7 @@ def test_cvt_bits_match_h100(warp_capture, row):
      (3, float2half_rz, 16), (4, float2bfloat16_rz, 16)],
     ids=CVT_ROWS)
 def test_typed_conversions_match_h100(warp_capture, row, fn, width):
-    out = np.asarray(bits(fn(jnp.asarray(f32(warp_capture["cvt_x"])))))
+    out = np.asarray(to_bits(fn(jnp.asarray(f32(warp_capture["cvt_x"])))))
     assert out.dtype == np.dtype(f"uint{width}")
     np.testing.assert_array_equal(out.astype(np.uint32), warp_capture["cvt_out"][row])
 
@@ -143,8 +142,8 @@ def test_aliases_resolve_everywhere(alias, name):
     assert formats.get_format(alias).name == name
     if FORMATS[name].is_float and name != "f64":
         x = jnp.asarray(np.float32([1.1, -3.7e3, 1e-6]))
-        np.testing.assert_array_equal(np.asarray(formats.round_to(x, alias)),
-                                      np.asarray(formats.round_to(x, name)))
+        np.testing.assert_array_equal(np.asarray(convert.round_to(x, alias)),
+                                      np.asarray(convert.round_to(x, name)))
 
 
 def test_ptx_names_are_the_registry():
@@ -158,7 +157,7 @@ def test_round_to_fp8_matches_ml_dtypes(name, dtype):
     rng = np.random.default_rng(7)
     x = (rng.standard_normal(20000) * 2.0 ** rng.integers(-24, 18, 20000)).astype(np.float32)
     x[:6] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30]
-    got = np.asarray(formats.round_to(jnp.asarray(x), name))
+    got = np.asarray(convert.round_to(jnp.asarray(x), name))
     want = x.astype(dtype).astype(np.float32)
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     assert same.all(), x[~same][:5]
@@ -339,6 +338,64 @@ def test_float64_inputs():
             assert np.all(np.abs(got) <= np.abs(x))
 
 
+# Float64 values just beside a tie of the narrow format, where rounding through float32
+# first (onto the tie) gives another result than one rounding: (format, mode, x, want).
+_DOUBLE_ROUNDING = [
+    ("f16", "rn", 1 + 2.0**-11 + 2.0**-40, 1 + 2.0**-10),  # above the tie: up
+    ("f16", "rn", -(1 + 2.0**-11 + 2.0**-40), -(1 + 2.0**-10)),
+    ("f16", "rn", 2.0**-25 + 2.0**-60, 2.0**-24),  # above half the smallest subnormal
+    ("bf16", "rn", 1 + 2.0**-8 + 2.0**-40, 1 + 2.0**-7),
+    ("tf32", "rna", 1 + 2.0**-11 - 2.0**-40, 1.0),  # below the tie: down
+    ("f16", "rna", 1 + 2.0**-11 - 2.0**-40, 1.0),
+    ("e4m3", "rn", 1 + 2.0**-4 + 2.0**-40, 1 + 2.0**-3),
+]
+
+
+@pytest.mark.parametrize("fmt, mode, x, want", _DOUBLE_ROUNDING,
+                         ids=[f"{f}-{m}-{x!r}" for f, m, x, _ in _DOUBLE_ROUNDING])
+def test_float64_rounds_once(fmt, mode, x, want):
+    # Through float32 the value lands on the tie first, and the tie rule then goes the
+    # other way: the premise of the test.
+    x32 = float(np.float32(x))
+    assert abs(x32) == 1 + 2.0**-FORMATS[fmt].mantissa_bits / 2 or abs(x32) == 2.0**-25
+    with jax.enable_x64(True):
+        got = round_to(jnp.float64(x), fmt, mode)
+        assert got.dtype == jnp.float64 and float(got) == want
+        assert float(round_to(jnp.float32(x32), fmt, mode)) != want
+        if mode == ("rna" if fmt == "tf32" else "rn") and fmt in ("f16", "bf16", "tf32"):
+            out = convert.narrow_to(jnp.float64(x), fmt)
+            assert float(out) == want
+            assert float(convert.narrow_to(jnp.float32(x32), fmt)) != want
+            # matmul's operand conversion rounds a float64 once too.
+            assert float(jaxwarp.to_operand(jnp.float64(x), fmt)) == want
+
+
+def test_narrow_to_float64_rounds_once_everywhere():
+    # One rounding from the double: narrow_to agrees with round_to on float64 values
+    # (finite, infinite, NaN -> the canonical NaN), and with the CUDA function on float32.
+    rng = np.random.default_rng(1)
+    u = rng.integers(0, 2**64, 4096, dtype=np.uint64)
+    x = np.concatenate([u.view(np.float64), [np.inf, -np.inf, np.nan, 0.0, -0.0, 65520.0,
+                                             65519.99999, 2.0**-25, 3.4e38, 3.5e38]])
+    x[:2048] = rng.uniform(-2, 2, 2048) * 2.0 ** rng.integers(-150, 130, 2048)
+    cuda = {"f16": float2half_rn, "bf16": float2bfloat16_rn, "tf32": float_to_tf32}
+    nan = {"f16": 0x7FFF, "bf16": 0x7FFF, "tf32": 0x7FFFE000}
+    with jax.enable_x64(True):
+        for fmt in ("f16", "bf16", "tf32"):
+            got = np.asarray(to_bits(convert.narrow_to(jnp.asarray(x), fmt)))
+            mode = "rna" if fmt == "tf32" else "rn"
+            want = np.asarray(round_to(jnp.asarray(x), fmt, mode))
+            with np.errstate(invalid="ignore"):
+                want = to_bits(jnp.asarray(want.astype(FORMATS[fmt].storage_dtype)))
+            want = np.where(np.isnan(x), nan[fmt], np.asarray(want))
+            np.testing.assert_array_equal(got, want, err_msg=fmt)
+            with np.errstate(over="ignore", invalid="ignore"):
+                x32 = x[2048:2048 + 512].astype(np.float32)
+            np.testing.assert_array_equal(
+                np.asarray(to_bits(convert.narrow_to(jnp.asarray(x32), fmt))),
+                np.asarray(to_bits(cuda[fmt](jnp.asarray(x32)))), err_msg=fmt)
+
+
 # --------------------------------------------------------------------------- widening, bits
 
 
@@ -362,7 +419,7 @@ def test_bits_round_trip(fmt, dtype):
     u = u.astype(f"uint{width}")
     x = from_bits(jnp.asarray(u), fmt)
     assert x.dtype == np.dtype(dtype)
-    np.testing.assert_array_equal(np.asarray(bits(x)), u)
+    np.testing.assert_array_equal(np.asarray(to_bits(x)), u)
 
 
 def test_from_bits_takes_zero_extended_words():
@@ -372,8 +429,8 @@ def test_from_bits_takes_zero_extended_words():
 
 def test_float64_bits():
     with jax.enable_x64(True):
-        assert bits(jnp.float64(1.0)).dtype == jnp.uint64
-        assert int(bits(jnp.float64(1.0))) == 0x3FF0000000000000
+        assert to_bits(jnp.float64(1.0)).dtype == jnp.uint64
+        assert int(to_bits(jnp.float64(1.0))) == 0x3FF0000000000000
         assert float(from_bits(jnp.uint64(0x3FF0000000000000), "fp64")) == 1.0
 
 
@@ -449,7 +506,7 @@ def test_conversions_reject_wrong_dtype(fn):
 
 def test_bit_helpers_reject_bad_arguments():
     with pytest.raises(TypeError, match=r"\bx\b"):
-        bits(jnp.ones(3, jnp.bool_))
+        to_bits(jnp.ones(3, jnp.bool_))
     with pytest.raises(TypeError, match=r"\bu\b"):
         from_bits(jnp.ones(3, jnp.float32), "fp32")
     with pytest.raises(TypeError, match=r"\bu\b"):
@@ -460,6 +517,7 @@ def test_bit_helpers_reject_bad_arguments():
         CVT_FUNCTIONS[0][1](jnp.ones(3, jnp.float32))
 
 
-def test_docstring_examples():
-    result = doctest.testmod(formats, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 10 and result.failed == 0
+@pytest.mark.parametrize("module", [formats, convert], ids=lambda m: m.__name__.split(".")[-1])
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 3 and result.failed == 0

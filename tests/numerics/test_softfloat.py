@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.numerics import softfloat
-from jaxwarp._src.numerics.formats import round_to
+from jaxwarp._src.numerics.convert import round_to
 from jaxwarp._src.numerics.softfloat import (
     add_rn,
     bitlen,
@@ -219,3 +219,62 @@ def test_fma64_native_equals_fma64_in_its_range():
         x = jnp.asarray([np.nan, np.inf, 5e-324, 0.0, -0.0, 1.0])
         assert np.asarray(softfloat.native_operand_ok(x)).tolist() == [False] * 3 + [True] * 3
         assert np.asarray(softfloat.native_acc_ok(x)).tolist() == [False] * 3 + [True] * 3
+
+
+# --------------------------------------------------------------------------- 64-bit path
+
+
+def _f64_values(n=4096, seed=3):
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 2**64, n, dtype=np.uint64)  # every exponent, subnormals, NaN, inf
+    x = u.view(np.float64).copy()
+    x[: n // 2] = rng.uniform(-2, 2, n // 2) * 2.0 ** rng.integers(-160, 140, n // 2)
+    return x
+
+
+def test_decode_encode_f64_round_trip():
+    x = _f64_values()
+    with jax.enable_x64(True):
+        u = jnp.asarray(x.view(np.uint64))
+        neg, lsb, sig, _, inf, nan = decode(u, "f64")
+        assert sig.dtype == jnp.int64
+        back = np.asarray(encode(neg, sig.astype(jnp.uint64), lsb, "f64"))
+    finite = np.isfinite(x)
+    np.testing.assert_array_equal(back[finite], x.view(np.uint64)[finite])
+    np.testing.assert_array_equal(np.asarray(inf), np.isinf(x))
+    np.testing.assert_array_equal(np.asarray(nan), np.isnan(x))
+
+
+def _round_exact(f, emin_, mb):
+    """f rounded to nearest even on the grid of mb fraction bits, exponents >= emin_."""
+    if f == 0:
+        return f
+    e = abs(f).numerator.bit_length() - abs(f).denominator.bit_length()
+    if Fraction(2) ** e > abs(f):
+        e -= 1
+    step = Fraction(2) ** (max(e, emin_) - mb)
+    q, r = divmod(f / step, 1)
+    q += 1 if r > Fraction(1, 2) or (r == Fraction(1, 2) and q % 2 == 1) else 0
+    return q * step
+
+
+@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16"])
+def test_round_sig_f64_once_to_nearest(fmt):
+    # uint64 significands rounded once onto a narrower grid: NumPy's float64 -> float32 /
+    # float16 conversions round once (bf16: exact rationals, ml_dtypes goes via float32).
+    x = _f64_values()
+    x = x[np.isfinite(x) & (np.abs(x) < 2.0**100)]
+    with jax.enable_x64(True):
+        neg, lsb, sig, _, _, _ = decode(jnp.asarray(x.view(np.uint64)), "f64")
+        mb = {"f32": 23, "f16": 10, "bf16": 7}[fmt]
+        q, l2 = round_sig(sig.astype(jnp.uint64), lsb, emin(fmt), mb, "rn")
+        q, l2 = np.asarray(q), np.asarray(l2)
+    got = np.where(np.asarray(neg), -1.0, 1.0) * q.astype(np.float64) * np.exp2(l2.astype(float))
+    if fmt == "bf16":
+        for v, g in zip(x[:500], got[:500], strict=True):
+            assert Fraction(g) == _round_exact(Fraction(v), -126, mb), v
+        return
+    with np.errstate(over="ignore"):
+        want = x.astype({"f32": np.float32, "f16": np.float16}[fmt]).astype(np.float64)
+    ok = np.isfinite(want)
+    np.testing.assert_array_equal(got[ok], want[ok])

@@ -226,8 +226,15 @@ def test_integer_and_b1_bit_exact_h100(int_capture, cfg):
     assert _check_capture(int_capture, cfg, registers=cfg.name in REG_INT) > 0
 
 
+# With -m slow only: the f64 chains longer than k4 and the fp8 k16 shapes (the same
+# arithmetic as f64 m8n8k4 / m16n8k4 and the fp8 k32 shapes, which run by default).
+_SLOW_FLOAT = {"f64.f64.f64f64.m16n8k8", "f64.f64.f64f64.m16n8k16"}
+
+
 def _float_param(cfg):
-    return pytest.param(cfg, id=cfg.name)
+    slow = cfg.name in _SLOW_FLOAT or (cfg.name.startswith(("e4m3", "e5m2"))
+                                       and cfg.name.endswith(".m16n8k16"))
+    return pytest.param(cfg, id=cfg.name, marks=[pytest.mark.slow] if slow else [])
 
 
 # Configurations whose subset in h100_ptx_float.npz holds a trial of that NaN case.

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from jaxwarp._src.tensorcore import wmma_table as table
+from jaxwarp._src.tensorcore.arch import parse_target
 from jaxwarp._src.tensorcore.wmma_table import TABLE
 
 USE_LETTER = {"matrix_a": "a", "matrix_b": "b", "accumulator": "c"}
@@ -112,11 +113,11 @@ def test_bmma_ops():
 
 
 def test_parse_arch():
-    assert table.parse_arch("sm_90") == 90
-    assert table.parse_arch("sm_90a") == 90
-    assert table.parse_arch("sm80") == 80
+    assert parse_target("sm_90").sm == 90
+    assert parse_target("sm_90a").sm == 90
+    assert parse_target("sm80").sm == 80
     with pytest.raises(ValueError, match="arch='hopper'"):
-        table.parse_arch("hopper")
+        parse_target("hopper")
 
 
 @pytest.mark.parametrize("name", sorted(table.ELEMENT_TYPES))

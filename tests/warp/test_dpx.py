@@ -126,6 +126,7 @@ def test_public_functions_match_h100(warp_capture, operands, row):
 # --------------------------------------------------------------------------- first principles
 
 
+@pytest.mark.slow
 @given(words=WORDS)
 @PROPERTY
 def test_agrees_with_python_reference(words):

@@ -42,6 +42,7 @@ def _under_kernel_lowering(fn):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shfl", ["xor", "idx"])
 def test_kernel_lowering_of_every_static_plan_matches(shfl):
     # Every lane mask / source lane and width that gives an xor or broadcast plan: the

@@ -22,6 +22,7 @@ SHUFFLES = {
 MODE_CODES = ("idx", "up", "down", "bfly")  # shfl_cfg mode order
 
 
+@pytest.mark.slow
 def test_h100_capture_bit_exact(warp_capture):
     cfg, x, want = warp_capture["shfl_cfg"], warp_capture["shfl_x"], warp_capture["shfl_out"]
     in_mask = ((cfg[:, 3:4].astype(np.int64) & 0xFFFFFFFF) >> np.arange(32)) & 1 == 1
@@ -63,6 +64,7 @@ def _reference(mode, mask, x, b, width):
     return np.array(out, np.uint32)
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=200, deadline=None)
 @given(
     mode=st.sampled_from(MODE_CODES),
@@ -77,6 +79,7 @@ def test_matches_ptx_definition(mode, mask, b, width, seed):
     np.testing.assert_array_equal(np.asarray(got), _reference(mode, mask, list(x), b, width))
 
 
+@pytest.mark.slow
 def test_power_of_two_widths_stay_in_segment():
     # CUDA guide: with a power-of-two width, idx/up/down stay in the lane's segment;
     # xor may reach earlier segments (when lane_mask >= width) but never later ones.

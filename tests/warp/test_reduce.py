@@ -35,6 +35,7 @@ def test_h100_capture_bit_exact(warp_capture):
         np.testing.assert_array_equal(got.astype(np.uint32), want[sel], err_msg=op)
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=100, deadline=None)
 @given(
     mask=st.integers(1, 2**32 - 1),

@@ -21,6 +21,7 @@ SHUFFLES = {
 WIDTHS = (1, 2, 4, 8, 16, 32)
 
 
+@pytest.mark.slow
 def test_plan_reproduces_every_source_table():
     # Every (mode, width, b) a static shuffle can see, including widths CUDA leaves
     # undefined: the plan, applied to the lane ids, gives back the PTX source table.
@@ -72,7 +73,9 @@ def _nan_rich(dtype, shape, seed):
 
 @pytest.mark.parametrize(
     "dtype",
-    [np.uint32, np.int8, np.float16, ml_dtypes.bfloat16, np.float32, np.float64],
+    # bfloat16 by default (the fastest); every other width with -m slow.
+    [pytest.param(d, marks=pytest.mark.slow) if d is not ml_dtypes.bfloat16 else d
+     for d in (np.uint32, np.int8, np.float16, ml_dtypes.bfloat16, np.float32, np.float64)],
     ids=lambda d: np.dtype(d).name,
 )
 def test_static_and_traced_offsets_move_the_same_bits(dtype):

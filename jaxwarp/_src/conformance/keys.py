@@ -10,9 +10,9 @@ and ``tools/capture/FORMAT_WGMMA.md`` (``wgmma/{name}``, ``chain/wgmma/{name}x{s
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from jaxwarp._src.conformance.registry import CaptureError
+from jaxwarp._src.tensorcore import isa
 
 #: Operand (A/B) element types of the PTX captures.
 OPERAND_TYPES = ("f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "u4", "b1")
@@ -22,7 +22,6 @@ ACCUMULATOR_TYPES = ("f16", "f32", "f64", "s32")
 FLOAT_TYPES = ("f16", "bf16", "tf32", "f64", "e4m3", "e5m2")
 INT_TYPES = ("s8", "u8", "s4", "u4")
 
-_SHAPE = re.compile(r"m(\d+)n(\d+)k(\d+)(?:x(\d+))?$")
 _PTX_LAYOUTS = ("rr", "cr", "cc")
 _WGMMA_FLAGS = ("areg", "ta", "tb", "sw32", "sw64", "sw128", "negA", "negB", "scaled0")
 
@@ -107,12 +106,13 @@ def parse_mma_name(op: str, name: str, chain: bool = False) -> MmaName:
         if len(cd) != 6 or t not in ACCUMULATOR_TYPES:
             raise CaptureError(f"{where}: {what} type in {cd!r} unknown; valid: "
                                f"{ACCUMULATOR_TYPES} (written as e.g. 'f32f32')")
-    mt = _SHAPE.match(shape)
-    if not mt or (mt.group(4) is not None) != chain:
+    head, x, tail = shape.partition("x")
+    mnk = isa.parse_shape(head)
+    if mnk is None or bool(x) != chain or (chain and not (tail.isascii() and tail.isdigit())):
         want = "m{M}n{N}k{K}x{steps}" if chain else "m{M}n{N}k{K}"
         raise CaptureError(f"{where}: shape {shape!r} is not {want!r}")
-    m, n, k = (int(mt.group(i)) for i in (1, 2, 3))
-    steps = int(mt.group(4)) if chain else 1
+    m, n, k = mnk
+    steps = int(tail) if chain else 1
     if steps < 1:
         raise CaptureError(f"{where}: a chain needs at least one step; got x{steps}")
     kw: dict = {}

@@ -1,8 +1,9 @@
-"""What every conformance handler shares: results, errors and the handler registry.
+"""What every conformance handler shares: results, errors and the `Handler` type.
 
 A *handler* claims keys of a capture file and yields one `GroupResult` per group of
-outputs it compared. A group it could not check (no model yet, a schema problem in one
-configuration) is a `GroupResult` with ``error`` set: it is never a pass.
+outputs it compared; ``families.HANDLERS`` lists all of them. A group it could not
+check (no model yet, a schema problem in one configuration) is a `GroupResult` with
+``error`` set: it is never a pass.
 """
 
 from __future__ import annotations
@@ -60,32 +61,32 @@ class GroupResult:
         return parts[0]
 
 
-# A handler is (match, run): match(file keys) -> the keys it will consume (empty: not
-# for this file); run(capture, keys) -> results.
-Handler = tuple[Callable[[set], set], Callable[[Any, set], Iterator[GroupResult]]]
-HANDLERS: list[Handler] = []
+@dataclasses.dataclass(frozen=True)
+class Handler:
+    """One handler family: which keys of a file it claims, and how it checks them.
+
+    Attributes:
+      name: the family, for messages (``"shfl"``, ``"ptx/wgmma/chain"``, ...).
+      match: file keys -> the keys it will consume (empty: not for this file).
+      run: (capture, its keys) -> one result per group it compared.
+
+    Every handler is listed in ``families.HANDLERS``, in the order results are reported.
+    """
+
+    name: str
+    match: Callable[[set], set]
+    run: Callable[[Any, set], Iterator[GroupResult]]
 
 
-def handler(*keys: str):
-    """Registers a handler that needs every one of ``keys`` (all present, or it is skipped)."""
-
-    def wrap(fn):
-        HANDLERS.append(
-            (lambda files: set(keys) if set(keys) <= files else set(), lambda d, _keys: fn(d))
-        )
-        return fn
-
-    return wrap
+def needs_all(*keys: str) -> Callable[[set], set]:
+    """A ``match`` that claims ``keys`` when every one of them is in the file."""
+    want = frozenset(keys)
+    return lambda files: set(want) if want <= files else set()
 
 
-def prefix_handler(match: Callable[[str], bool]):
-    """Registers a handler for every key for which ``match(key)`` holds."""
-
-    def wrap(fn):
-        HANDLERS.append((lambda files: {k for k in files if match(k)}, fn))
-        return fn
-
-    return wrap
+def keys_where(pred: Callable[[str], bool]) -> Callable[[set], set]:
+    """A ``match`` that claims every key for which ``pred(key)`` holds."""
+    return lambda files: {k for k in files if pred(k)}
 
 
 def count(got: np.ndarray, want: np.ndarray, where: Any = True) -> tuple[int, int]:

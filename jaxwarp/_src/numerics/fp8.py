@@ -8,11 +8,11 @@ Two families of functions:
   (``cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2}``). :data:`PTX_FORMS` lists them by their
   PTX name.
 * The ``cuda_fp8.h`` intrinsics, on the C types they take: :func:`float_to_fp8`,
-  :func:`float2_to_fp8x2`, :func:`halfraw_to_fp8`, :func:`halfraw2_to_fp8x2`,
-  :func:`bfloat16raw_to_fp8`, :func:`bfloat16raw2_to_fp8x2`, :func:`fp8_to_halfraw`,
-  :func:`fp8x2_to_halfraw2`. A ``float2`` / ``__half2_raw`` / ``__nv_bfloat162_raw`` is a
-  trailing axis of 2 (``[..., 0]`` is ``.x``); an ``__nv_fp8x2_storage_t`` is a uint16
-  word (``.x`` in the low byte).
+  :func:`float2_to_fp8x2`, :func:`double_to_fp8`, :func:`halfraw_to_fp8`,
+  :func:`halfraw2_to_fp8x2`, :func:`bfloat16raw_to_fp8`, :func:`bfloat16raw2_to_fp8x2`,
+  :func:`fp8_to_halfraw`, :func:`fp8x2_to_halfraw2`. A ``float2`` / ``__half2_raw`` /
+  ``__nv_bfloat162_raw`` is a trailing axis of 2 (``[..., 0]`` is ``.x``); an
+  ``__nv_fp8x2_storage_t`` is a uint16 word (``.x`` in the low byte).
 
 Arithmetic (PTX ISA, ``cvt``; ``cuda_fp8.h``): round to nearest, ties to even, onto the
 fp8 grid including its subnormals; zeros and results that round to zero keep their sign.
@@ -45,12 +45,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics import bits, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
 __all__ = [
@@ -63,6 +61,7 @@ __all__ = [
     "cvt_f32_to_e5m2x2",
     "cvt_f32_to_fp8x2",
     "cvt_fp8x2_to_f16x2",
+    "double_to_fp8",
     "float2_to_fp8x2",
     "float_to_fp8",
     "fp8_to_halfraw",
@@ -71,8 +70,9 @@ __all__ = [
     "halfraw_to_fp8",
 ]
 
-#: The fp8 formats, by the name PTX gives them, and their ml_dtypes storage type.
-FP8_FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+#: The fp8 formats, by the name PTX gives them, and their ml_dtypes storage type (read from
+#: :data:`~jaxwarp._src.numerics.formats.FORMATS`).
+FP8_FORMATS = {f: FORMATS[f].storage_dtype.type for f in ("e4m3", "e5m2")}
 _NAN8 = 0x7F  # the NaN every conversion to fp8 returns
 _NAN16 = 0x7FFF  # the NaN every conversion to f16 returns
 
@@ -100,12 +100,14 @@ def _bool_arg(v: Any, name: str) -> bool:
 
 
 def _to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) -> jax.Array:
-    """Source bits (zero-extended to uint32) -> fp8 bits (uint32), RNE onto the fp8 grid."""
-    neg, lsb, sig, _, inf, nan = softfloat.decode(u.astype(jnp.uint32), src)
+    """Source bits (zero-extended to uint32; uint64 for f64) -> fp8 bits (uint32), one RNE
+    rounding onto the fp8 grid."""
+    u = u if src == "f64" else u.astype(jnp.uint32)
+    neg, lsb, sig, _, inf, nan = softfloat.decode(u, src)
     D = FORMATS[fmt]
-    q, lsb = softfloat.round_sig(sig.astype(jnp.uint32), lsb, softfloat.emin(fmt),
+    q, lsb = softfloat.round_sig(sig.astype(u.dtype), lsb, softfloat.emin(fmt),
                                  D.mantissa_bits, "rn")
-    code = softfloat.encode_rounded(neg, q, lsb, fmt)
+    code = softfloat.encode_rounded(neg, q.astype(jnp.uint32), lsb, fmt)
     # Beyond MAX_NORM (rounded with an unbounded exponent): e5m2's next code is inf, e4m3's
     # is NaN; with satfinite, MAX_NORM.
     max_lsb, max_q = _overflow_limit(fmt)
@@ -141,11 +143,11 @@ def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
         x = np.asarray(x, float_dtype)
     arr = jnp.asarray(x)
     if arr.dtype == jnp.dtype(float_dtype):
-        return bits_.to_u32(arr)
-    if arr.dtype == bits_.uint_dtype(8 * width):
+        return bits.to_u32(arr)
+    if arr.dtype == bits.uint_dtype(8 * width):
         return arr.astype(jnp.uint32)
     raise TypeError(f"{name} must be a {np.dtype(float_dtype).name} array or its raw bits as "
-                    f"{bits_.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
+                    f"{bits.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
 
 
 def _pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Array, jax.Array]:
@@ -169,7 +171,7 @@ def _word_arg(x: Any, name: str, dtype: Any) -> jax.Array:
 
 
 def _as_fp8(code: jax.Array, fmt: str) -> jax.Array:
-    return bits_.from_u32(code, FP8_FORMATS[fmt])
+    return bits.from_u32(code, FP8_FORMATS[fmt])
 
 
 def _pack8(hi: jax.Array, lo: jax.Array) -> jax.Array:
@@ -316,7 +318,8 @@ def _sat_arg(saturate: Any) -> bool:
 
 
 # Source type of the __nv_cvt_* intrinsics: (dtype of the values, bytes per element).
-_NV_SOURCE = {"f32": (np.float32, 4), "f16": (np.float16, 2), "bf16": (ml_dtypes.bfloat16, 2)}
+_NV_SOURCE = {f: (FORMATS[f].storage_dtype, FORMATS[f].storage_dtype.itemsize)
+              for f in ("f32", "f16", "bf16")}
 
 
 def _nv_to_fp8(x: Any, src: str, fmt: str, saturate: Any) -> jax.Array:
@@ -354,6 +357,38 @@ def float_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
       Array(448, dtype=float8_e4m3fn)
     """
     return _nv_to_fp8(x, "f32", fmt, saturate)
+
+
+def double_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
+    """``__nv_cvt_double_to_fp8(x, saturate ? __NV_SATFINITE : __NV_NOSAT, fmt)``.
+
+    The double is rounded once, straight onto the fp8 grid (never through float32, which
+    could first round it onto a tie), with the rules of :func:`float_to_fp8`. No GPU
+    capture holds this intrinsic; it is the same arithmetic on a wider source.
+
+    Args:
+      x: float64 array (needs ``jax_enable_x64``).
+      fmt: static, ``"e4m3"`` or ``"e5m2"``.
+      saturate: static bool: True for ``__NV_SATFINITE``, False for ``__NV_NOSAT``.
+
+    Returns:
+      Array of ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2``.
+
+    Raises:
+      TypeError: ``x`` is not float64 (with x64 off a float64 NumPy input raises too).
+      ValueError: ``fmt`` or ``saturate`` is not allowed.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> with jax.enable_x64(True):
+      ...     print(double_to_fp8(jnp.float64(1 + 2**-4 + 2**-40), "e4m3", True))
+      1.125
+    """
+    fmt, sat = _fmt_arg(fmt), _sat_arg(saturate)
+    arr = checks.array_arg(x, "x")
+    if arr.dtype != jnp.float64:
+        raise TypeError(f"x must be a float64 array (with jax_enable_x64), got dtype {arr.dtype}")
+    return _as_fp8(_to_fp8_bits(bits.uint_view(arr), "f64", fmt, sat, False), fmt)
 
 
 def float2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
@@ -433,7 +468,7 @@ def fp8_to_halfraw(x: Any, fmt: str) -> jax.Array:
     """
     fmt = _fmt_arg(fmt)
     u = _bits_arg(x, "x", FP8_FORMATS[fmt], 1)
-    return bits_.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
+    return bits.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
 
 
 def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
@@ -448,7 +483,7 @@ def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
     u = _word_arg(x, "x", np.uint16)
     lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, False)
     hi = _fp8_to_f16_bits(u >> 8, fmt, False)
-    return bits_.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
+    return bits.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Soft float: decoding, rounding and encoding float bit patterns with integer operations.
 
-The one implementation shared by the conversions (``fp8.py``) and the tensor-core
-arithmetic (``tensorcore/datapath.py``). Everything works on uint32 / int32 arrays (fma64
-on uint64), never on XLA floats, which may flush subnormals and do not keep NaN bits; the
-one exception, :func:`fma64_native`, says for which operands its float64 result is exact.
+The one rounding engine of jaxwarp, shared by the conversions (``convert.py``,
+``fp8.py``) and the tensor-core arithmetic (``tensorcore/datapath.py``). Everything works
+on uint32 / int32 arrays, or on uint64 / int64 for float64 bit patterns (which needs
+``jax_enable_x64``; fma64 too), never on XLA floats, which may flush subnormals and do not
+keep NaN bits; the one exception, :func:`fma64_native`, says for which operands its float64
+result is exact.
 
 A finite value is held as ``(-1)**neg * sig * 2**lsb`` with an integer significand ``sig``
 and the exponent ``lsb`` of its last bit:
@@ -60,8 +62,8 @@ __all__ = [
 #: "Exponent" of a zero term: below any real one.
 NEG_BIG = -(1 << 20)
 
-#: Formats :func:`decode` and :func:`encode` read (stored in at most 32 bits).
-DECODE_FORMATS = ("f32", "tf32", "bf16", "f16", "e4m3", "e5m2")
+#: Formats :func:`decode` and :func:`encode` read: uint32 bit patterns, and uint64 for f64.
+DECODE_FORMATS = ("f64", "f32", "tf32", "bf16", "f16", "e4m3", "e5m2")
 
 #: Rounding modes of :func:`round_sig`.
 ROUNDINGS = ("rz", "rn", "rna")
@@ -78,8 +80,8 @@ class _Facts(NamedTuple):
 @functools.cache
 def _facts(fmt: str) -> _Facts:
     f = get_format(fmt, "fmt", DECODE_FORMATS)
-    width = 8 * f.storage_dtype.itemsize
-    return _Facts(f.exponent_bits, f.mantissa_bits, width, width - f.bits, not f.has_inf)
+    return _Facts(f.exponent_bits, f.mantissa_bits, f.storage_bits, f.ignored_bits,
+                  not f.has_inf)
 
 
 def emin(fmt: str) -> int:
@@ -89,7 +91,7 @@ def emin(fmt: str) -> int:
       >>> emin("f16"), emin("e4m3")
       (-14, -6)
     """
-    return 2 - (1 << (_facts(fmt).eb - 1))
+    return get_format(fmt, "fmt", DECODE_FORMATS).min_exponent
 
 
 def lsb_min(fmt: str) -> int:
@@ -106,15 +108,22 @@ def _i32(x):
     return jnp.asarray(x, jnp.int32)
 
 
+# The unsigned and signed integer dtypes of a 32- or 64-bit word.
+_UINT = {32: jnp.uint32, 64: jnp.uint64}
+_INT = {32: jnp.int32, 64: jnp.int64}
+
+
 def bitlen(x: jax.Array) -> jax.Array:
-    """Bit length of a non-negative int32/uint32 array (int32; 0 for 0).
+    """Bit length of a non-negative integer array (int32; 0 for 0): 32-bit inputs, or
+    64-bit ones (int64 / uint64, with x64).
 
     Example:
       >>> import jax.numpy as jnp
       >>> bitlen(jnp.array([0, 1, 5, 2**31], jnp.uint32))
       Array([ 0,  1,  3, 32], dtype=int32)
     """
-    return (32 - lax.clz(x.astype(jnp.uint32))).astype(jnp.int32)
+    width = 64 if x.dtype.itemsize == 8 else 32
+    return (width - lax.clz(x.astype(_UINT[width]))).astype(jnp.int32)
 
 
 def shift(x: jax.Array, s: jax.Array) -> jax.Array:
@@ -131,17 +140,21 @@ def shift(x: jax.Array, s: jax.Array) -> jax.Array:
 
 
 def decode(bits: jax.Array, fmt: str, sub_emin: bool = False):
-    """Bits (uint32, zero-extended) of a float format -> ``(neg, lsb, sig, lead, inf, nan)``.
+    """Bits of a float format -> ``(neg, lsb, sig, lead, inf, nan)``.
 
-    ``value = (-1)**neg * sig * 2**lsb`` (``sig`` int32, 0 for zero, inf and NaN);
+    ``value = (-1)**neg * sig * 2**lsb`` (``sig`` 0 for zero, inf and NaN);
     ``lead`` is the exponent of sig's top bit (:data:`NEG_BIG` for zero, inf and NaN), or
     with ``sub_emin`` for a subnormal the format's minimum normal exponent. tf32 ignores
     the low 13 bits of its word; e4m3 has no infinity and one NaN magnitude.
 
     Args:
-      bits: uint32 array of bit patterns.
+      bits: uint32 array of bit patterns (zero-extended); uint64 for ``"f64"`` (x64 on).
       fmt: static, one of :data:`DECODE_FORMATS`.
       sub_emin: static; a subnormal's ``lead`` is the minimum normal exponent.
+
+    Returns:
+      bool ``neg``, int32 ``lsb``, ``sig`` (int32; int64 for f64), int32 ``lead``, bool
+      ``inf`` and ``nan``.
 
     Example:
       >>> import jax.numpy as jnp
@@ -152,12 +165,13 @@ def decode(bits: jax.Array, fmt: str, sub_emin: bool = False):
       [False, True]
     """
     eb, mb, width, ign, fn = _facts(fmt)
+    word = 64 if width == 64 else 32
     rawmb = mb + ign
     bias = (1 << (eb - 1)) - 1
     emax = (1 << eb) - 1
     neg = (bits >> (width - 1)) & 1
     e = _i32((bits >> rawmb) & emax)
-    f = _i32(bits & ((1 << rawmb) - 1)) >> ign
+    f = jnp.asarray(bits & ((1 << rawmb) - 1), _INT[word]) >> ign
     if fn:  # e4m3fn: no infinities, only S.1111.111 is NaN
         nan = (e == emax) & (f == (1 << mb) - 1)
         inf = jnp.zeros_like(nan)
@@ -175,11 +189,11 @@ def decode(bits: jax.Array, fmt: str, sub_emin: bool = False):
 
 
 def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
-    """``mag * 2**g`` (``mag`` uint32 >= 0) rounded to a significand of ``mbits`` fraction
-    bits with exponents down to ``emin`` (subnormals below).
+    """``mag * 2**g`` (``mag`` unsigned) rounded to a significand of ``mbits`` fraction
+    bits with exponents down to ``emin`` (subnormals below), in one rounding.
 
     Args:
-      mag: uint32 magnitudes.
+      mag: uint32 magnitudes, or uint64 ones (x64 on: a float64 significand).
       g: int32 exponent of mag's last bit.
       emin: static minimum normal exponent of the target grid.
       mbits: static fraction bits of the target grid.
@@ -187,7 +201,7 @@ def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
         ``"rna"`` (to nearest, ties away from zero).
 
     Returns:
-      ``(q, lsb)``: uint32 ``q < 2**(mbits + 1)`` and int32 ``lsb``, the value
+      ``(q, lsb)``: ``q < 2**(mbits + 1)`` of mag's dtype and int32 ``lsb``, the value
       ``q * 2**lsb``; a carry into a new binade is folded into ``lsb``. The exponent is not
       bounded above: overflow is the caller's (or :func:`encode`'s) business.
 
@@ -197,34 +211,36 @@ def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
       ...  for m in ("rz", "rn", "rna")]  # 22 = 101.10b * 4: a tie
       [(5, 2), (6, 2), (6, 2)]
     """
+    if mode not in ROUNDINGS:
+        raise ValueError(f"mode must be one of {ROUNDINGS}, got {mode!r}")
+    width = 64 if mag.dtype.itemsize == 8 else 32
+    ut = _UINT[width]
     n = bitlen(mag)
     lsb = jnp.maximum(g + n - 1 - mbits, emin - mbits)
     sh = lsb - g
-    shc = jnp.clip(sh, 0, 31).astype(jnp.uint32)
-    q = jnp.where(sh >= 32, jnp.uint32(0),
+    shc = jnp.clip(sh, 0, width - 1).astype(ut)
+    q = jnp.where(sh >= width, ut(0),
                   jnp.where(sh >= 0, mag >> shc,
-                            mag << jnp.clip(-sh, 0, 31).astype(jnp.uint32)))
+                            mag << jnp.clip(-sh, 0, width - 1).astype(ut)))
     if mode in ("rn", "rna"):
-        rem = jnp.where(sh >= 32, mag,
-                        jnp.where(sh > 0, mag & ((jnp.uint32(1) << shc) - 1), 0))
-        half = jnp.where(sh > 32, jnp.uint32(0xFFFFFFFF),
-                         jnp.where(sh > 0, jnp.uint32(1) << jnp.clip(sh - 1, 0, 31)
-                                   .astype(jnp.uint32), 0))
+        rem = jnp.where(sh >= width, mag,
+                        jnp.where(sh > 0, mag & ((ut(1) << shc) - 1), 0))
+        half = jnp.where(sh > width, ut((1 << width) - 1),
+                         jnp.where(sh > 0, ut(1) << jnp.clip(sh - 1, 0, width - 1)
+                                   .astype(ut), 0))
         if mode == "rn":
             up = (sh > 0) & ((rem > half) | ((rem == half) & ((q & 1) == 1)))
-        else:  # beyond 32 dropped bits the half is 2**32 or more: never reached
-            up = (sh > 0) & (sh <= 32) & (rem >= half)
-        q = q + up.astype(jnp.uint32)
+        else:  # beyond `width` dropped bits the half is 2**width or more: never reached
+            up = (sh > 0) & (sh <= width) & (rem >= half)
+        q = q + up.astype(ut)
         carry = q >= (1 << (mbits + 1))
         q = jnp.where(carry, q >> 1, q)
         lsb = lsb + carry.astype(jnp.int32)
-    elif mode != "rz":
-        raise ValueError(f"mode must be one of {ROUNDINGS}, got {mode!r}")
     return q, lsb
 
 
 def encode(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
-    """Bits (uint32) of ``(-1)**neg * q * 2**lsb`` in a format.
+    """Bits of ``(-1)**neg * q * 2**lsb`` in a format (uint32; uint64 for f64).
 
     The value must be on the format's grid (as :func:`round_sig` leaves it). Beyond the
     largest exponent it becomes inf in a format with infinities; for e4m3 (none) the
@@ -232,7 +248,7 @@ def encode(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
 
     Args:
       neg: bool signs.
-      q: uint32 significands.
+      q: unsigned significands (uint32; uint64 for f64).
       lsb: int32 exponents of q's last bit.
       fmt: static, one of :data:`DECODE_FORMATS` (tf32 is encoded in its 19 bits).
 
@@ -243,22 +259,25 @@ def encode(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
       >>> hex(int(encode(jnp.bool_(False), jnp.uint32(1), jnp.int32(-24), "f16")))
       '0x1'
     """
-    eb, mb, _, _, fn = _facts(fmt)
+    eb, mb, width, _, fn = _facts(fmt)
+    word = 64 if width == 64 else 32
+    ut = _UINT[word]
+    q = q.astype(ut)
     bias = (1 << (eb - 1)) - 1
     n = bitlen(q)
     lead = lsb + n - 1
     normal = lead >= 1 - bias
     field = lead + bias
     s = mb - (n - 1)
-    frac = jnp.where(s >= 0, q << jnp.clip(s, 0, 31).astype(jnp.uint32),
-                     q >> jnp.clip(-s, 0, 31).astype(jnp.uint32)) & ((1 << mb) - 1)
-    sub = q << jnp.clip(lsb - (1 - bias - mb), 0, 31).astype(jnp.uint32)
-    out = jnp.where(normal, (field.astype(jnp.uint32) << mb) | frac, sub)
+    frac = jnp.where(s >= 0, q << jnp.clip(s, 0, word - 1).astype(ut),
+                     q >> jnp.clip(-s, 0, word - 1).astype(ut)) & ((1 << mb) - 1)
+    sub = q << jnp.clip(lsb - (1 - bias - mb), 0, word - 1).astype(ut)
+    out = jnp.where(normal, (field.astype(ut) << mb) | frac, sub)
     if not fn:
-        inf = jnp.uint32(((1 << eb) - 1) << mb)
+        inf = ut(((1 << eb) - 1) << mb)
         out = jnp.where(normal & (field >= (1 << eb) - 1), inf, out)
-    out = jnp.where(q == 0, jnp.uint32(0), out)
-    return out | (neg.astype(jnp.uint32) << (eb + mb))
+    out = jnp.where(q == 0, ut(0), out)
+    return out | (neg.astype(ut) << (eb + mb))
 
 
 def encode_rounded(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:

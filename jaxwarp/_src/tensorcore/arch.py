@@ -2,10 +2,11 @@
 
 Two separate things:
 
-* a :class:`Target` is a *capability*: the ``sm_XY[a]`` a kernel is compiled for. It
-  decides which instructions and operand types exist (``wgmma`` needs ``sm_90a``, fp8
-  ``mma.sync`` ``sm_89``, bf16 / tf32 / f64 ``sm_80``, s8 / u8 ``sm_72``, s4 / u4 / b1
-  ``sm_75``) and which instruction shapes (k) an instruction family offers;
+* a :class:`Target` is a *capability*: the ``sm_XY[a]`` a kernel is compiled for
+  (:func:`parse_target`, the one parser of an architecture name). Which instructions,
+  operand types and shapes it can issue is the instruction catalogue's business
+  (``isa.ROWS``: minimum ``sm`` and ``a`` target per shape); :func:`check_target` and
+  :func:`instruction_k` read it;
 * a :class:`Datapath` is the *arithmetic* of one instruction family and operand type:
   how many products are fused per block, how many alignment bits are kept, where C is
   added, how the block sum is rounded. An :class:`ArchModel` collects the datapaths of
@@ -38,12 +39,15 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
-INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
+from jaxwarp._src.tensorcore import isa
+
 TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
-FP8_TYPES = ("e4m3", "e5m2")
+_TARGET_RE = re.compile(r"sm_?([1-9][0-9]*)([af]?)")
 
 
 # --------------------------------------------------------------------------------------
@@ -59,67 +63,70 @@ class Target:
     arch_specific: bool = False
 
 
-def parse_target(arch: str, argname: str = "arch") -> Target:
-    """``"sm_90a"`` -> ``Target("sm_90a", 90, True)``; names outside :data:`TARGETS`
-    raise a ValueError naming ``argname`` and listing the known targets."""
-    if not isinstance(arch, str) or arch not in TARGETS:
+def parse_target(arch: Any, argname: str = "arch") -> Target:
+    """The one parser of an architecture name: ``"sm_90a"`` -> ``Target("sm_90a", 90,
+    True)``. ``"sm90"`` is read as ``"sm_90"``; any ``sm_XY[a|f]`` is a target (what it
+    can issue is the catalogue's business); :func:`supported_target` also asks for a
+    datapath model.
+
+    Raises:
+      ValueError: naming ``argname``, if ``arch`` is not an ``sm_XY`` name.
+    """
+    if isinstance(arch, Target):
+        return arch
+    m = _TARGET_RE.fullmatch(arch.strip().lower()) if isinstance(arch, str) else None
+    if m is None:
+        raise ValueError(f"{argname}={arch!r} is not an architecture name; expected e.g. "
+                         f"'sm_80', 'sm_90'")
+    return Target(f"sm_{m.group(1)}{m.group(2)}", int(m.group(1)), m.group(2) == "a")
+
+
+def supported_target(arch: Any, argname: str = "arch") -> Target:
+    """:func:`parse_target`, for a target that has a datapath model (:data:`TARGETS`).
+
+    Raises:
+      ValueError: naming ``argname`` and listing :data:`TARGETS`.
+    """
+    target = parse_target(arch, argname) if isinstance(arch, str) else None
+    if target is None or target.name not in TARGETS:
         raise ValueError(f"{argname}={arch!r} is not supported; allowed: {TARGETS}")
-    return Target(arch, int(arch[3:5]), arch.endswith("a"))
+    return target
 
 
-# (instruction, operand type) -> (minimum sm, needs the arch-specific 'a' target).
-_REQUIRES: Mapping[tuple[str, str], tuple[int, bool]] = MappingProxyType({
-    **{("wmma", t): (sm, False) for t, sm in (
-        ("f16", 70), ("bf16", 80), ("tf32", 80), ("f64", 80), ("s8", 72), ("u8", 72),
-        ("s4", 75), ("u4", 75), ("b1", 75))},
-    **{("mma_sync", t): (sm, False) for t, sm in (
-        ("f16", 70), ("bf16", 80), ("tf32", 80), ("f64", 80), ("s8", 72), ("u8", 72),
-        ("s4", 75), ("u4", 75), ("b1", 75), ("e4m3", 89), ("e5m2", 89))},
-    **{("wgmma", t): (90, True) for t in (
-        "f16", "bf16", "tf32", "e4m3", "e5m2", "s8", "u8", "b1")},
-})
-
-# (instruction, operand type) -> instruction k values, in the order tried when k is
-# derived (the largest that divides the k axis); a third entry lists shapes that are
-# only used when asked for by ``instruction_k``.
-_INSTRUCTION_K: Mapping[tuple[str, str], tuple[tuple[int, ...], tuple[int, ...]]] = \
-    MappingProxyType({
-        ("wmma", "f16"): ((16,), ()), ("wmma", "bf16"): ((16,), ()),
-        ("wmma", "tf32"): ((8,), ()), ("wmma", "f64"): ((4,), ()),
-        ("wmma", "s8"): ((16,), ()), ("wmma", "u8"): ((16,), ()),
-        ("wmma", "s4"): ((32,), ()), ("wmma", "u4"): ((32,), ()),
-        # m8n8k4 f16 is a different unit (an FFMA routine on sm_90): only on request.
-        ("mma_sync", "f16"): ((16, 8), (4,)), ("mma_sync", "bf16"): ((16, 8), ()),
-        ("mma_sync", "tf32"): ((8, 4), ()), ("mma_sync", "f64"): ((16, 8, 4), ()),
-        ("mma_sync", "e4m3"): ((32, 16), ()), ("mma_sync", "e5m2"): ((32, 16), ()),
-        ("mma_sync", "s8"): ((32, 16), ()), ("mma_sync", "u8"): ((32, 16), ()),
-        ("mma_sync", "s4"): ((64, 32), ()), ("mma_sync", "u4"): ((64, 32), ()),
-        ("wgmma", "f16"): ((16,), ()), ("wgmma", "bf16"): ((16,), ()),
-        ("wgmma", "tf32"): ((8,), ()), ("wgmma", "e4m3"): ((32,), ()),
-        ("wgmma", "e5m2"): ((32,), ()), ("wgmma", "s8"): ((32,), ()),
-        ("wgmma", "u8"): ((32,), ()),
-    })
+def _need(sm: int, arch_specific: bool) -> str:
+    return f"sm_{sm}a" if arch_specific else f"sm_{sm} or newer"
 
 
-def check_target(target: Target, instruction: str, a_type: str, b_type: str) -> None:
-    """Raises ValueError if ``target`` cannot issue ``instruction`` on these types."""
+def has(target: Target, sm: int, arch_specific: bool = False) -> bool:
+    """True if ``target`` is ``sm_{sm}`` or newer (and arch-specific if asked)."""
+    return target.sm >= sm and (target.arch_specific or not arch_specific)
+
+
+def check_target(target: Target, instruction: str, a_type: str, b_type: str,
+                 k: int | None = None) -> None:
+    """Raises ValueError if ``target`` cannot issue ``instruction`` on these types (at
+    instruction k ``k``, or at its smallest target). Minimums: ``isa.ROWS``."""
     for t in dict.fromkeys((a_type, b_type)):
-        req = _REQUIRES.get((instruction, t))
-        if req is None:
-            have = sorted({ty for ins, ty in _REQUIRES if ins == instruction})
+        if not isa.rows(instruction, t):
             raise ValueError(f"instruction={instruction!r} has no {t!r} operands; it takes "
-                             f"{have}")
-        sm, needs_a = req
-        if target.sm < sm or (needs_a and not target.arch_specific):
-            want = f"sm_{sm}a" if needs_a else f"sm_{sm} or newer"
-            raise ValueError(f"{instruction} with {t} operands needs {want}; "
+                             f"{sorted(isa.a_types(instruction))}")
+        sm, needs_a = isa.min_target(instruction, t)
+        if not has(target, sm, needs_a):
+            raise ValueError(f"{instruction} with {t} operands needs {_need(sm, needs_a)}; "
                              f"arch={target.name!r}")
+        if k is not None:
+            sm, needs_a = isa.min_target(instruction, t, k)
+            if not has(target, sm, needs_a):
+                shapes = [isa.shape_name(s) for s in isa.shapes(instruction, t) if s[2] == k]
+                raise ValueError(f"{instruction} with {t} operands at k = {k} "
+                                 f"({', '.join(shapes)}) needs {_need(sm, needs_a)}; "
+                                 f"arch={target.name!r}")
 
 
 def instruction_k(instruction: str, a_type: str, k: int, requested: int | None) -> int:
     """The k of one instruction: ``requested`` if given (checked), else the largest
     shape of the family that divides the k axis. Raises ValueError naming the shapes."""
-    auto, extra = _INSTRUCTION_K[(instruction, a_type)]
+    auto, extra = isa.instruction_ks(instruction, a_type)
     allowed = auto + extra
     if requested is not None:
         if requested not in allowed:
@@ -231,22 +238,14 @@ class Datapath:
         return dataclasses.replace(self, **kw)
 
 
-#: Datapath families: which one an (instruction, type, k) uses is :func:`family`.
-FAMILIES = ("hmma", "hmma_tf32_k4", "hmma_tf32_k8", "mma_sync_fp8_k32", "mma_sync_fp8_k16",
-            "wgmma_fp8", "mma_sync_m8n8k4_f16")
+#: Float datapath families (which one an instruction uses is its catalogue row's
+#: ``datapath``: :func:`family`).
+FAMILIES = isa.float_datapaths()
 
 
 def family(instruction: str, a_type: str, ik: int) -> str:
     """The datapath family of one instruction (WMMA tf32 m16n16k8 is two k4 ones)."""
-    if a_type in FP8_TYPES:
-        if instruction == "wgmma":
-            return "wgmma_fp8"
-        return "mma_sync_fp8_k32" if ik == 32 else "mma_sync_fp8_k16"
-    if a_type == "tf32":
-        return "hmma_tf32_k4" if instruction == "wmma" or ik == 4 else "hmma_tf32_k8"
-    if instruction == "mma_sync" and ik == 4:
-        return "mma_sync_m8n8k4_f16"
-    return "hmma"
+    return isa.datapath_family(instruction, a_type, ik)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,10 +274,6 @@ class ArchModel:
                              + (f": {self.missing_note}" if self.missing_note else "")
                              + f"; it models {sorted(d)}")
         return d[fam]
-
-    def block(self, a_type: str) -> int:
-        """Products per block of the f16/bf16 ("hmma") or tf32 datapath (old API)."""
-        return self.datapath("hmma_tf32_k4" if a_type == "tf32" else "hmma").block_k
 
 
 _H100 = Datapath(block_k=16, F=25, sub_exp="emin")
@@ -329,5 +324,5 @@ ARCHS: Mapping[str, ArchModel] = MappingProxyType({
 
 def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int) -> Datapath:
     """The :class:`Datapath` that ``arch``'s model uses for one instruction."""
-    model = arch if isinstance(arch, ArchModel) else ARCHS[parse_target(arch).name]
+    model = arch if isinstance(arch, ArchModel) else ARCHS[supported_target(arch).name]
     return model.datapath(family(instruction, a_type, ik))

@@ -68,60 +68,30 @@ from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics import softfloat
 from jaxwarp._src.tensorcore import arch as _arch
-from jaxwarp._src.tensorcore import wmma_table
-from jaxwarp._src.tensorcore.arch import ARCHS as ARCHS
-from jaxwarp._src.tensorcore.arch import ArchModel as ArchModel
-from jaxwarp._src.tensorcore.arch import Datapath as Datapath
-from jaxwarp._src.tensorcore.arch import Target as Target
-
-#: The old name of :class:`ArchModel` (one architecture's tensor-core parameters).
-ArchParams = ArchModel
+from jaxwarp._src.tensorcore import isa
+from jaxwarp._src.tensorcore.arch import ARCHS, ArchModel, Datapath, Target
 
 # --------------------------------------------------------------------------------------
-# Types and the table of valid combinations.
+# Types and valid combinations: views of the instruction catalogue (``isa.ROWS``; b1
+# goes through ``bmma``).
 
-_FLOAT_DTYPES = {
-    "f16": jnp.dtype(jnp.float16),
-    "bf16": jnp.dtype(jnp.bfloat16),
-    "tf32": jnp.dtype(jnp.float32),
-    "f32": jnp.dtype(jnp.float32),
-    "f64": jnp.dtype(jnp.float64),
-    "e4m3": jnp.dtype(jnp.float8_e4m3fn),
-    "e5m2": jnp.dtype(jnp.float8_e5m2),
-}
-_INT_DTYPES = {
-    "s8": jnp.dtype(jnp.int8),
-    "u8": jnp.dtype(jnp.uint8),
-    "s4": jnp.dtype(jnp.int8),
-    "u4": jnp.dtype(jnp.uint8),
-    "s32": jnp.dtype(jnp.int32),
-}
-STORAGE_DTYPE = MappingProxyType({**_FLOAT_DTYPES, **_INT_DTYPES})
+_MMA_ROWS = tuple(r for r in isa.ROWS if r.datapath != "bmma")
+A_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS for t in r.a_types))
+ACC_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS for p in r.cd for t in p))
+#: Type name -> dtype of a logical matrix entry (from the format registry).
+STORAGE_DTYPE = MappingProxyType({t: isa.storage_dtype(t) for t in A_TYPES + ACC_TYPES})
 
-# The valid WMMA combinations come from the WMMA table (b1 goes through ``bmma``).
-_MMA_ENTRIES = tuple(e for e in wmma_table.TABLE if not e.bmma_ops)
-A_TYPES = tuple(e.ab_type for e in _MMA_ENTRIES) + _arch.FP8_TYPES
-ACC_TYPES = tuple(dict.fromkeys(t for e in _MMA_ENTRIES for t in e.accumulator_types))
-
-#: Valid WMMA (a_type, c_type, d_type) combinations, read from ``wmma_table.TABLE``.
-COMBOS = tuple((e.ab_type, c, d) for e in _MMA_ENTRIES for c, d in e.cd_types)
-
-_F32F32, _F16F16, _S32 = ("f32", "f32"), ("f16", "f16"), ("s32", "s32")
-#: (instruction, a_type) -> valid (c_type, d_type) of ``mma.sync`` and ``wgmma``
-#: (ptxas 13.0; f16 C with f32 D only at m8n8k4).
-PTX_CD = MappingProxyType({
-    **{("mma_sync", t): cd for t, cd in (
-        ("f16", (_F16F16, _F32F32, ("f16", "f32"))), ("bf16", (_F32F32,)),
-        ("tf32", (_F32F32,)), ("f64", (("f64", "f64"),)), ("e4m3", (_F32F32, _F16F16)),
-        ("e5m2", (_F32F32, _F16F16)), ("s8", (_S32,)), ("u8", (_S32,)), ("s4", (_S32,)),
-        ("u4", (_S32,)))},
-    **{("wgmma", t): cd for t, cd in (
-        ("f16", (_F16F16, _F32F32)), ("bf16", (_F32F32,)), ("tf32", (_F32F32,)),
-        ("e4m3", (_F32F32, _F16F16)), ("e5m2", (_F32F32, _F16F16)), ("s8", (_S32,)),
-        ("u8", (_S32,)))},
-})
+#: Valid WMMA (a_type, c_type, d_type) combinations.
+COMBOS = tuple(dict.fromkeys((t, c, d) for r in _MMA_ROWS if r.instruction == "wmma"
+                             for t in r.a_types for c, d in r.cd))
+#: (instruction, a_type) -> valid (c_type, d_type) of ``mma.sync`` (at any shape) and
+#: ``wgmma``.
+PTX_CD = MappingProxyType({(r.instruction, t): isa.cd_pairs(r.instruction, t)
+                           for r in _MMA_ROWS if r.instruction != "wmma" for t in r.a_types})
 # Operand types that may be paired (a_type, b_type) with a different one.
-_MIXABLE = ({"e4m3", "e5m2"}, {"s8", "u8"}, {"s4", "u4"})
+_MIXABLE = isa.mixed_pairs()
+_INT_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS if r.datapath == "int"
+                                 for t in r.a_types))
 
 MODES = ("exact", "fast")
 BMMA_OPS = ("xor", "and")
@@ -146,13 +116,13 @@ def _resolve_arch(arch) -> tuple[Target | None, ArchModel]:
     if isinstance(arch, ArchModel):
         target = _arch.parse_target(arch.name) if arch.name in _arch.TARGETS else None
         return target, arch
-    target = _arch.parse_target(arch)
+    target = _arch.supported_target(arch)
     return target, ARCHS[target.name]
 
 
 def _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
                   datapath):
-    checks.static_choice(instruction, "instruction", _arch.INSTRUCTIONS)
+    checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
     checks.static_choice(a_type, "a_type", A_TYPES)
     checks.static_choice(b_type, "b_type", A_TYPES)
     checks.static_choice(c_type, "c_type", ACC_TYPES)
@@ -181,7 +151,7 @@ def _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
                 f"(c_type, d_type) for a_type={a_type!r}: {valid}")
     if target is not None:
         _arch.check_target(target, instruction, a_type, b_type)
-    return model
+    return target, model
 
 
 def _check_array(x, name: str, want: jnp.dtype) -> jax.Array:
@@ -637,9 +607,9 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
     dp = cfg.dp
     a_type, b_type = cfg.a_type, cfg.b_type
     if dp.operand_via == "f16":  # exact: every fp8 value is an f16 value
-        if a_type in _arch.FP8_TYPES:
+        if a_type in isa.FP8_TYPES:
             a, a_type = a.astype(jnp.float16), "f16"
-        if b_type in _arch.FP8_TYPES:
+        if b_type in isa.FP8_TYPES:
             b, b_type = b.astype(jnp.float16), "f16"
     if dp.c_mode == "ffma":
         if not a_type == b_type == "f16":
@@ -759,7 +729,7 @@ def _mma_int(a, b, c, satf):
 def _round_operand(x, a_type):
     if a_type == "tf32":  # the tensor core ignores the low 13 bits
         return bits_.tf32_keep(x)
-    if a_type in _arch.FP8_TYPES:
+    if a_type in isa.FP8_TYPES:
         return x.astype(jnp.float32)
     return x
 
@@ -884,8 +854,8 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
       64.0
     """
     b_type = a_type if b_type is None else b_type
-    model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
-                          datapath)
+    target, model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf,
+                                  instruction, datapath)
     if a_type == "f64":
         checks.require_x64("mma with a_type='f64'")
     a, b, c = checks.array_args(a=a, b=b, c=c)
@@ -898,6 +868,8 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
     ik = _arch.instruction_k(instruction, a_type, k, instruction_k)
+    if target is not None:
+        _arch.check_target(target, instruction, a_type, b_type, ik)
     if k > ik and c_type != d_type:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_type ({c_type}) must equal d_type ({d_type})")
@@ -907,7 +879,7 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         a = _low_nibble(a, a_type == "s4")
     if b_type in ("s4", "u4"):
         b = _low_nibble(b, b_type == "s4")
-    if a_type in _INT_DTYPES:
+    if a_type in _INT_TYPES:
         if not satf or k == ik:  # wrapping modulo 2**32 is associative
             return _mma_int(a, b, c, satf)
         d = c

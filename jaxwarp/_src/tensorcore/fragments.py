@@ -83,11 +83,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics.bits import as_bits as as_bits  # re-exported (wmma.py)
-from jaxwarp._src.numerics.bits import from_bits as from_bits
-from jaxwarp._src.numerics.bits import sext
-from jaxwarp._src.numerics.bits import take_bits as take_bits
-from jaxwarp._src.numerics.bits import uint_view
+from jaxwarp._src.numerics.bits import from_bits, sext, take_bits, uint_view
+from jaxwarp._src.tensorcore import layouts
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.warp import checked
 
@@ -208,6 +205,10 @@ class FragmentType:
         """The linear layout of this type's registers (see ``layout_bases``)."""
         return layout_bases(self)
 
+    def register_layout(self) -> layouts.Layout:
+        """The layout of this type's registers as a ``layouts.Layout``."""
+        return register_layout(self)
+
     def lane_map(self) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, cols)`` of the element held by each (lane, i) (see ``lane_map``)."""
         return lane_map(self)
@@ -229,8 +230,6 @@ class FragmentType:
 
     def fill(self, v: Any) -> Fragment:
         """A value of this type with every element ``v``: ``fill_fragment(self, v)``."""
-        from jaxwarp._src.tensorcore.wmma import fill_fragment
-
         return fill_fragment(self, v)
 
     def from_matrix(self, matrix: Any) -> Fragment:
@@ -607,18 +606,36 @@ def lane_map(use: str | FragmentType | Fragment, m: int | None = None, n: int | 
 
 
 @functools.cache
-def _lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, np.ndarray]:
+def _register_layout(use: str, m: int, n: int, k: int, type: str) -> layouts.Layout:
     lane_b, elem_b = _layout_bases(use, m, n, k, type)
-    ne = _num_elements(use, m, n, k, type)
-    lanes = np.arange(WARP_SIZE)[:, None]
-    elems = np.arange(ne)[None, :]
-    rows = np.zeros((WARP_SIZE, ne), np.int32)
-    cols = np.zeros((WARP_SIZE, ne), np.int32)
-    for idx, bases in ((lanes, lane_b), (elems, elem_b)):
-        for b, (dr, dc) in enumerate(bases):
-            bit = (idx >> b) & 1
-            rows ^= (bit * dr).astype(np.int32)
-            cols ^= (bit * dc).astype(np.int32)
+    shape = {"matrix_a": (m, k), "matrix_b": (k, n)}.get(use, (m, n))
+    return layouts.wmma_layout(f"wmma {use} m{m}n{n}k{k} {type}", shape, lane_b, elem_b,
+                               _num_elements(use, m, n, k, type))
+
+
+def register_layout(use: str | FragmentType | Fragment, m: int | None = None,
+                    n: int | None = None, k: int | None = None,
+                    type: str | None = None) -> layouts.Layout:
+    """The :class:`~jaxwarp._src.tensorcore.layouts.Layout` of a fragment type's registers
+    (what :func:`layout_bases` lists, as one hashable object).
+
+    Args:
+        use: ``"matrix_a"``, ``"matrix_b"`` or ``"accumulator"``; or a ``FragmentType``
+            (or ``Fragment``), and then ``m``, ``n``, ``k``, ``type`` are omitted.
+        m, n, k, type: the WMMA shape and element type (with a use name).
+
+    Example:
+        >>> lay = register_layout(fragment_type("accumulator", 16, 16, 16, "f32"))
+        >>> lay.shape, lay.num_elements, lay.elem_bases
+        ((16, 16), 8, ((0, 1), (8, 0), (0, 8)))
+    """
+    ft = _type_of(use, m, n, k, type, "register_layout")
+    return _register_layout(ft.use, ft.m, ft.n, ft.k, ft.type)
+
+
+@functools.cache
+def _lane_map(use: str, m: int, n: int, k: int, type: str) -> tuple[np.ndarray, np.ndarray]:
+    rows, cols = (c.astype(np.int32) for c in _register_layout(use, m, n, k, type).coords())
     rows.setflags(write=False)
     cols.setflags(write=False)
     return rows, cols
@@ -676,23 +693,14 @@ def lane_map_text(use: str | FragmentType | Fragment, m: int | None = None,
            7 28:0 28:1 29:0 29:1 30:0 30:1 31:0 31:1
     """
     ft = _type_of(use, m, n, k, type, "lane_map_text")
-    lin, inv = _gather_maps_cached(ft.use, ft.m, ft.n, ft.k, ft.type)
-    ne = lin.shape[1]
-    nrows, ncols = ft.rows, ft.cols
-    cells = [f"{p // ne}:{p % ne}" for p in inv]
-    width = max(len(c) for c in cells)
-    lines = ["     " + " ".join(f"{c:>{width}}" for c in range(ncols))]
-    for r in range(nrows):
-        row = cells[r * ncols:(r + 1) * ncols]
-        lines.append(f"{r:>4} " + " ".join(f"{c:>{width}}" for c in row))
-    return "\n".join(lines)
+    return _register_layout(ft.use, ft.m, ft.n, ft.k, ft.type).text()
 
 
 # ----------------------------------------------------------------------------------------
 # Conversions between logical matrices and per-lane storage.
 
 
-def _type_arg(frag: Any, name: str) -> FragmentType:
+def type_arg(frag: Any, name: str) -> FragmentType:
     """The FragmentType of an argument that only describes a fragment (its x unused)."""
     if isinstance(frag, FragmentType):
         return frag
@@ -703,7 +711,7 @@ def _type_arg(frag: Any, name: str) -> FragmentType:
                     f"jaxwarp.fragment_type)")
 
 
-def _value_arg(frag: Any, name: str) -> Fragment:
+def value_arg(frag: Any, name: str) -> Fragment:
     """An argument whose values (registers) are read: a Fragment, not only a type."""
     if isinstance(frag, Fragment):
         return frag
@@ -767,7 +775,7 @@ def fragment_from_matrix(frag_spec: FragmentType | Fragment, matrix: Any) -> Fra
         ValueError: wrong matrix shape; a concrete s4/u4/b1 value out of range.
         TypeError: wrong matrix dtype (a 64-bit one with x64 off, complex, ...).
     """
-    spec = _type_arg(frag_spec, "frag_spec")
+    spec = type_arg(frag_spec, "frag_spec")
     et = spec.element_type
     matrix = checks.array_arg(matrix, "matrix")
     want = (spec.rows, spec.cols)
@@ -779,7 +787,7 @@ def fragment_from_matrix(frag_spec: FragmentType | Fragment, matrix: Any) -> Fra
                         f"got {matrix.dtype}")
     if et.packed:
         check_packed_range(et, matrix, "matrix")
-    return _distribute(spec, matrix)
+    return distribute(spec, matrix)
 
 
 def packed_range(et: table.ElementType) -> tuple[int, int]:
@@ -810,7 +818,7 @@ def check_packed_range(et: table.ElementType, values: Any, name: str) -> None:
                          f"range {lo} .. {hi} (allowed: {lo} .. {hi})")
 
 
-def _distribute(spec: FragmentType | Fragment, matrix: jax.Array) -> Fragment:
+def distribute(spec: FragmentType | Fragment, matrix: jax.Array) -> Fragment:
     """fragment_from_matrix without the argument checks (for values known to fit)."""
     ft = spec if isinstance(spec, FragmentType) else spec.ftype
     lin, _ = _gather_maps(ft)
@@ -830,7 +838,7 @@ def matrix_from_fragment(frag: Fragment) -> jax.Array:
         ``(..., rows, cols)`` in the value dtype of ``frag.type`` (see
         ``fragment_from_matrix``; s4 as int8, u4 and b1 as uint8).
     """
-    frag = _value_arg(frag, "frag")
+    frag = value_arg(frag, "frag")
     et = frag.element_type
     x = jnp.asarray(frag.x)
     _check_storage(frag, x)
@@ -840,3 +848,117 @@ def matrix_from_fragment(frag: Fragment) -> jax.Array:
     out = take_bits(flat, inv)
     return out.reshape(*out.shape[:-1], frag.rows, frag.cols)
 
+
+# ----------------------------------------------------------------------------------------
+# fill_fragment
+
+
+def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
+    """``wmma::fill_fragment(frag, v)``: every element of the fragment becomes ``v``.
+
+    ``v`` is converted to the element type as C++ would at the call: floats round to
+    nearest even (float16, bfloat16; a Python float is rounded once, from its double
+    value), integers wrap (s8, u8, s32); tf32 fragments keep the float32 ``v``
+    unchanged (as CUDA's fill does). A float ``v`` for an integer fragment is
+    truncated toward zero; C++ leaves NaN, inf and values out of the element's range
+    undefined, so a concrete one raises ``ValueError`` and a traced one is reported
+    by ``jaxwarp.checked`` (outside it the result is XLA's conversion, unspecified).
+    For s4/u4/b1 ``v`` must lie in the element's range (-8 .. 7, 0 .. 15, 0 .. 1):
+    concrete values outside raise, traced ones are reported by ``jaxwarp.checked``
+    (outside it only the low bits are kept), replicated into every packed element.
+
+    Args:
+        frag: the fragment, or its ``FragmentType`` (only its use/shape/type/layout
+            are read; an old ``x`` is discarded).
+        v: a real scalar (Python number or 0-d array; may be traced). Complex values
+            and, with x64 off, 64-bit NumPy values raise ``TypeError``.
+
+    Returns:
+        The filled fragment.
+
+    Raises:
+        TypeError: ``v`` is not a real scalar number, or is 64-bit with x64 off.
+        ValueError: ``v`` is not a scalar, or (concrete) does not fit the element type.
+
+    Example:
+        >>> c = fill_fragment(fragment("accumulator", 16, 16, 16, "f32"), 0.0)
+        >>> c2 = fill_fragment(fragment_type("accumulator", 16, 16, 16, "f32"), 0.0)
+        >>> bool((c.x == c2.x).all()), c2.x.shape
+        (True, (32, 8))
+    """
+    frag = type_arg(frag, "frag")
+    et = frag.element_type
+    if isinstance(v, (Fragment, FragmentType)) or v is None or isinstance(v, (str, bytes)):
+        raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
+                        f"got {type(v).__name__} {v!r}")
+    if np.ndim(v) != 0:
+        raise ValueError(f"v must be a scalar (fill_fragment sets every element to one "
+                         f"value), got shape {np.shape(v)}")
+    if isinstance(v, complex) and not isinstance(v, np.generic):
+        raise TypeError(f"v must be a real scalar, got complex {v!r} (its imaginary part "
+                        f"would be dropped)")
+    weak = isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
+    if weak:
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
+            raise ValueError(f"v={v} does not fit in 64 bits")
+        value = v
+    else:
+        dtype = getattr(v, "dtype", None)
+        if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_):
+            raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
+                            f"got {type(v).__name__} {v!r}")
+        value = checks.array_arg(v, "v")  # 64-bit with x64 off, complex: TypeError
+    frag._require_x64()  # f64 storage: x64 on, or the fill would be narrowed
+    storage = et.storage_dtype
+    integer_elems = not jnp.issubdtype(storage, jnp.floating)
+    is_float = (isinstance(value, float) if weak else jnp.issubdtype(value.dtype, jnp.floating))
+    if et.packed:
+        lo, hi = packed_range(et)
+    elif integer_elems:
+        info = np.iinfo(storage)
+        lo, hi = int(info.min), int(info.max)
+    if integer_elems and (et.packed or is_float):
+        _check_fill_range(value, weak, is_float, lo, hi, et.name)
+    if et.packed:
+        ints = jnp.asarray(value).astype(jnp.int32) if not weak else jnp.int32(
+            int(value) if not is_float else int(np.trunc(value)))
+        vals = jnp.full((checks.WARP_SIZE, frag.num_elements), ints)
+        x = pack_values(et, vals)
+    else:
+        if weak and integer_elems and not is_float:
+            # C++ integer conversion: wrap modulo 2**bits.
+            fill = jnp.asarray(np.array(int(value) & ((1 << (8 * storage.itemsize)) - 1),
+                                        np.uint64).astype(storage))
+        elif weak and integer_elems:
+            fill = jnp.asarray(np.array(np.trunc(value)).astype(storage))
+        elif weak:
+            fill = jnp.asarray(value, storage)  # one rounding, from the Python value
+        else:
+            fill = value.astype(storage)
+        x = jnp.full((checks.WARP_SIZE, frag.num_storage_elements), fill, storage)
+    return frag.from_storage(x)
+
+
+def _check_fill_range(value: Any, weak: bool, is_float: bool, lo: int, hi: int,
+                      type_name: str) -> None:
+    """``v`` must convert into [lo, hi] (floats: finite, truncated toward zero)."""
+    what = f"a {type_name} fragment (allowed: {lo} .. {hi}"
+    what += ", finite floats truncated toward zero)" if is_float else ")"
+    if isinstance(value, jax.core.Tracer):
+        if checked.enabled():
+            f = value.astype(jnp.float32) if is_float else value
+            t = jnp.trunc(f) if is_float else f
+            ok = (t >= lo) & (t <= hi)
+            if is_float:
+                ok = ok & jnp.isfinite(f)
+            checked.check(ok, "fill_fragment: v={v} does not fit " + what, v=value)
+        return
+    if is_float:
+        f = float(np.asarray(value))
+        if not np.isfinite(f) or not lo <= np.trunc(f) <= hi:
+            raise ValueError(f"v={f!r} does not fit {what}; C++ leaves this conversion "
+                             f"undefined")
+        return
+    i = int(np.asarray(value))
+    if not lo <= i <= hi:
+        raise ValueError(f"v={i} does not fit {what}")

@@ -174,10 +174,12 @@ def ldmatrix(smem: Any, addr: Any, *, num: int, trans: bool = False) -> jax.Arra
       >>> import jax.numpy as jnp
       >>> smem = jnp.arange(64, dtype=jnp.uint16)           # one 8x8 matrix, row-major
       >>> addr = (jnp.arange(32, dtype=jnp.int32) % 8) * 16  # lane r -> row r
-      >>> [hex(int(w)) for w in ldmatrix(smem, addr, num=1)[:2, 0]]
-      ['0x10000', '0x30002']
-      >>> [hex(int(w)) for w in ldmatrix(smem, addr, num=1, trans=True)[:2, 0]]
-      ['0x80000', '0x180010']
+      >>> regs = ldmatrix(smem, addr, num=1)                  # lanes 0, 1: row 0
+      >>> hex(int(regs[0, 0])), hex(int(regs[1, 0]))         # columns (0, 1), (2, 3)
+      ('0x10000', '0x30002')
+      >>> regs = ldmatrix(smem, addr, num=1, trans=True)      # of the transpose
+      >>> hex(int(regs[0, 0])), hex(int(regs[1, 0]))
+      ('0x80000', '0x180010')
     """
     smem = checks.array_arg(smem, "smem")
     num = checks.static_choice(num, "num", NUMS)

@@ -11,7 +11,7 @@ WMMA kernel)::
         mma_sync(accFrag, aFrag, bFrag, accFrag)
 
 The fragments' lane layout does not change the arithmetic, so the loop runs on
-logical tiles (``tests/test_matmul.py`` checks it against the fragment path);
+logical tiles (``tests/tensorcore/test_matmul.py`` checks it against the fragment path);
 all output tiles of a step go through the model at once, and ``jax.lax.scan``
 runs the k loop.
 
@@ -76,54 +76,61 @@ import ml_dtypes
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import formats
+from jaxwarp._src.numerics import convert, formats
 from jaxwarp._src.numerics import fp8 as fp8_cvt
 from jaxwarp._src.tensorcore import datapath as mma_arith
-from jaxwarp._src.tensorcore import wmma_table
+from jaxwarp._src.tensorcore import isa, wmma_table
+from jaxwarp._src.tensorcore.arch import check_target, parse_target
 
-INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
-FP8_FORMATS = ("e4m3", "e5m2")
-OPERAND_FORMATS = ("f16", "bf16", "tf32", "f64", *FP8_FORMATS)
-_WMMA_FORMATS = ("f16", "bf16", "tf32", "f64")
+# The tables below are views of the instruction catalogue (``isa.ROWS``).
+INSTRUCTIONS = isa.INSTRUCTIONS
+FP8_FORMATS = isa.FP8_TYPES
+# matmul chains the float datapaths (and f64 through WMMA): a row's types are operand
+# formats where its datapath is a float family, or f64 on WMMA.
+_TILE_ROWS = tuple(r for r in isa.ROWS if r.k_auto and (
+    r.datapath not in isa.EXACT_DATAPATHS or (r.instruction, r.datapath) == ("wmma", "f64")))
+OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_types))
 
-#: n of the wgmma shapes m64nNkK: multiples of 8 from 8 to 256.
-WGMMA_N = tuple(range(8, 257, 8))
-#: Default wgmma n: every output element's arithmetic is the same for any n, so the
-#: smallest n (the least zero padding of N) is the default.
-WGMMA_DEFAULT_N = 8
-_WGMMA_K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
-_MMA_SYNC_TILES = {"f16": ((16, 8, 16), (16, 8, 8)), "bf16": ((16, 8, 16), (16, 8, 8)),
-                   "tf32": ((16, 8, 8), (16, 8, 4)),
-                   "e4m3": ((16, 8, 32), (16, 8, 16)), "e5m2": ((16, 8, 32), (16, 8, 16))}
+
+def _tiles(instruction: str) -> dict[str, tuple[tuple[int, int, int], ...]]:
+    """Per operand format, the instruction's shapes: catalogue order for WMMA (the CUDA
+    guide's), largest k first for mma_sync, every n (smallest first) for wgmma."""
+    out: dict[str, list] = {}
+    for r in _TILE_ROWS:
+        if r.instruction == instruction:
+            for t in r.a_types:
+                out.setdefault(t, []).extend(r.shapes)
+    if instruction == "mma_sync":
+        return {t: tuple(sorted(s, key=lambda s: -s[2])) for t, s in out.items()}
+    return {t: tuple(s) for t, s in out.items()}
+
 
 #: Allowed (m, n, k) per instruction and (a's) operand format; the first is the default.
 TILES: dict[str, dict[str, tuple[tuple[int, int, int], ...]]] = {
-    "wmma": {f: tuple(wmma_table.entry(f).shapes) for f in _WMMA_FORMATS},
-    "mma_sync": _MMA_SYNC_TILES,
-    "wgmma": {f: tuple((64, n, k) for n in sorted(WGMMA_N, key=lambda n: n != WGMMA_DEFAULT_N))
-              for f, k in _WGMMA_K.items()},
-}
-# The WMMA guide lists (16, 16, 16) first; keep the old defaults exactly.
-TILES["wmma"]["f16"] = TILES["wmma"]["bf16"] = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
+    i: _tiles(i) for i in INSTRUCTIONS}
+_WGMMA_K = {f: shapes[0][2] for f, shapes in TILES["wgmma"].items()}
+#: n of the wgmma shapes m64nNkK: multiples of 8 from 8 to 256.
+WGMMA_N = tuple(dict.fromkeys(s[1] for shapes in TILES["wgmma"].values() for s in shapes))
+#: Default wgmma n: every output element's arithmetic is the same for any n, so the
+#: smallest n (the least zero padding of N) is the default.
+WGMMA_DEFAULT_N = min(WGMMA_N)
+_WMMA_FORMATS = tuple(TILES["wmma"])
 
 #: The instruction used when ``instruction=None``: WMMA for the formats WMMA has, wgmma
 #: (the H100's own fp8 unit) for fp8.
-DEFAULT_INSTRUCTION = {**{f: "wmma" for f in _WMMA_FORMATS}, "e4m3": "wgmma", "e5m2": "wgmma"}
+DEFAULT_INSTRUCTION = {f: "wmma" if f in TILES["wmma"] else "wgmma" for f in OPERAND_FORMATS}
 
 #: Default tile per operand format (of its default instruction): the WMMA shapes the
 #: CUDA guide lists first, and wgmma m64n8k32 for fp8.
 DEFAULT_TILE = {f: TILES[DEFAULT_INSTRUCTION[f]][f][0] for f in OPERAND_FORMATS}
 
-# Accumulators a GEMM can chain: C types whose D has the same type.
-_WMMA_ACC = {t: tuple(c for c, d in wmma_table.entry(t).cd_types if c == d)
-             for t in _WMMA_FORMATS}
-_PTX_ACC = {"f16": ("f32", "f16"), "bf16": ("f32",), "tf32": ("f32",),
-            "e4m3": ("f32", "f16"), "e5m2": ("f32", "f16")}
-ACCUMULATORS = {"wmma": _WMMA_ACC, "mma_sync": _PTX_ACC, "wgmma": _PTX_ACC}
-_ACC_DTYPE = {"f16": jnp.float16, "f32": jnp.float32, "f64": jnp.float64}
-# Smallest architecture with the instruction / the fp8 operands.
-_MIN_SM = {"wmma": 70, "mma_sync": 80, "wgmma": 90}
-_FP8_MIN_SM = 89
+#: Accumulators a GEMM can chain: C types whose D has the same type, at the tiles.
+ACCUMULATORS = {
+    i: {f: tuple(dict.fromkeys(c for r in _TILE_ROWS if r.instruction == i and f in r.a_types
+                               for c, d in r.cd if c == d))
+        for f in TILES[i]}
+    for i in INSTRUCTIONS}
+_ACC_DTYPE = {t: isa.storage_dtype(t) for t in ("f16", "f32", "f64")}
 _FP8_MAX = {f: float(ml_dtypes.finfo(fp8_cvt.FP8_FORMATS[f]).max) for f in FP8_FORMATS}
 
 
@@ -157,6 +164,8 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         x = jnp.asarray(x)
         if scale is None and x.dtype == fp8_cvt.FP8_FORMATS[operand_format]:
             return x  # already fp8 data: a CUDA program feeds it to the tensor core as is
+        if scale is None and x.dtype == jnp.float64:  # rounded once, not via float32
+            return fp8_cvt.double_to_fp8(x, operand_format, saturate=True)
         x32 = x.astype(jnp.float32)
         if scale is not None:
             x32 = x32 / jnp.asarray(scale, jnp.float32)
@@ -166,12 +175,9 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
                          f"got operand_format={operand_format!r}")
     if (operand_format, x.dtype) in (("f16", jnp.float16), ("bf16", jnp.bfloat16)):
         return x  # already in the format: nothing to round
-    if operand_format == "f16":
-        return formats.float2half_rn(x.astype(jnp.float32))
-    if operand_format == "bf16":
-        return formats.float2bfloat16_rn(x.astype(jnp.float32))
-    if operand_format == "tf32":
-        return formats.float_to_tf32(x.astype(jnp.float32))
+    if operand_format in ("f16", "bf16", "tf32"):  # a float64 is rounded once, not via f32
+        return convert.narrow_to(x if x.dtype == jnp.float64 else x.astype(jnp.float32),
+                                 operand_format)
     return x.astype(jnp.float64)
 
 
@@ -259,14 +265,12 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
         raise TypeError(f"tile must be a static (m, n, k) tuple, got {tile!r}")
     tile = tuple(checks.static_int(t, "tile") for t in tile)
     valid = list(TILES[instruction][fa])
+    target = None
     if instruction == "wmma":
         wmma_table.check_mma(fa, accumulator, accumulator, valid[0], arch)
     elif isinstance(arch, str):
-        sm = wmma_table.parse_arch(arch)
-        need = max(_MIN_SM[instruction], _FP8_MIN_SM if fa in FP8_FORMATS else 0)
-        if sm < need:
-            raise ValueError(f"instruction={instruction!r} with operand_format={fa!r} needs "
-                             f"sm_{need} or newer; arch={arch!r}")
+        target = parse_target(_issue_arch(instruction, arch))
+        check_target(target, instruction, fa, fb)
     if tile not in valid:
         what = "WMMA" if instruction == "wmma" else instruction
         raise ValueError(
@@ -281,6 +285,8 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
     if K != K2:
         raise ValueError(f"a is {M}x{K} and b is {K2}x{N}: inner dimensions differ")
     m, n, k = tile
+    if target is not None:
+        check_target(target, instruction, fa, fb, k)
     # wgmma's m = 64 is larger than many matrices: rows / columns beyond M / N are a
     # kernel's zero padding (they do not change the other rows and columns).
     padded = ("M", "N") if instruction == "wgmma" else ()
@@ -314,10 +320,14 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
     return a, b, c, a_scale, b_scale, cfg
 
 
+def _issue_arch(instruction: str, arch: Any) -> Any:
+    """wgmma is only in the architecture-specific target: sm_90 means sm_90a for it."""
+    return "sm_90a" if instruction == "wgmma" and arch == "sm_90" else arch
+
+
 def _mma(at, bt, acc, cfg: _Cfg):
     """One instruction per output tile (k = the tile's k), exact mode."""
-    # wgmma is only in the architecture-specific target: sm_90 means sm_90a for it.
-    arch = "sm_90a" if cfg.instruction == "wgmma" and cfg.arch == "sm_90" else cfg.arch
+    arch = _issue_arch(cfg.instruction, cfg.arch)
     return mma_arith.mma(at, bt, acc, a_type=cfg.a_format, b_type=cfg.b_format,
                          c_type=cfg.accumulator, d_type=cfg.accumulator, arch=arch,
                          mode="exact", instruction=cfg.instruction,

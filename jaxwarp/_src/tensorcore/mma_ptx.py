@@ -11,21 +11,10 @@ Instructions
 :func:`parse_mma` reads the text after ``mma.sync.aligned.``, e.g.
 ``"m16n8k32.row.col.f32.e4m3.e5m2.f32"``, into a frozen :class:`MmaInstr`. It accepts
 exactly the 94 configurations that ptxas of CUDA 13.0 accepts for sm_90a
-(:func:`mma_instructions` lists them):
-
-=============  ================================  =======================  ===========
-A / B types    shapes                            C/D types (ctype,dtype)  min arch
-=============  ================================  =======================  ===========
-f16 / f16      m8n8k4 (row|col . row|col)        f16f16 f16f32 f32f32     sm_70
-f16 / f16      m16n8k8, m16n8k16                 f16f16 f32f32            sm_75/sm_80
-bf16 / bf16    m16n8k8, m16n8k16                 f32f32                   sm_80
-tf32 / tf32    m16n8k4, m16n8k8                  f32f32                   sm_80
-f64 / f64      m8n8k4; m16n8k4, m16n8k8, m16n8k16  f64f64                 sm_80; sm_90
-e4m3|e5m2 (4)  m16n8k16, m16n8k32                f32f32 f16f16            sm_89
-s8|u8 (4)      m8n8k16; m16n8k16, m16n8k32       s32s32 (.satfinite opt)  sm_75; sm_80
-s4|u4 (4)      m8n8k32; m16n8k32, m16n8k64       s32s32 (.satfinite opt)  sm_75; sm_80
-b1 / b1        m8n8k128; m16n8k128, m16n8k256    s32s32, .xor|.and .popc  sm_75; sm_80
-=============  ================================  =======================  ===========
+(:func:`mma_instructions` lists them): the ``"mma_sync"`` rows of the instruction
+catalogue (``jaxwarp._src.tensorcore.isa.ROWS``; its table is in ``docs/extending.md``),
+each with its shapes, (C, D) types, A/B pairings and minimum target per shape
+(:attr:`MmaInstr.min_arch`).
 
 Only f16 m8n8k4 takes layouts other than ``.row.col``. ptxas rejects a mixed f16/f32
 C/D at m16n8k*, C f32 with D f16 at m8n8k4, and any mixed C/D with fp8; the parser says
@@ -105,7 +94,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from typing import Any, Union
 
 import jax
@@ -115,13 +103,15 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.tensorcore import datapath
+from jaxwarp._src.tensorcore import datapath, isa, layouts
+from jaxwarp._src.tensorcore.arch import parse_target, supported_target
 
 __all__ = [
     "MmaInstr",
     "parse_mma",
     "mma_instructions",
     "fragment_coords",
+    "operand_layout",
     "to_registers",
     "from_registers",
     "mma_sync_ptx",
@@ -134,51 +124,24 @@ USES = ("a", "b", "c", "d")
 LAYOUTS = ("row", "col")
 B1_OPS = ("xor", "and")
 
-# Element types: bits in a register, logical dtype.
-_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "f64": 64, "e4m3": 8, "e5m2": 8,
-         "s8": 8, "u8": 8, "s4": 4, "u4": 4, "b1": 1, "s32": 32}
-_LOGICAL = {
-    "f16": jnp.dtype(jnp.float16), "bf16": jnp.dtype(jnp.bfloat16),
-    "tf32": jnp.dtype(jnp.float32), "f32": jnp.dtype(jnp.float32),
-    "f64": jnp.dtype(jnp.float64), "e4m3": jnp.dtype(jnp.float8_e4m3fn),
-    "e5m2": jnp.dtype(jnp.float8_e5m2), "s8": jnp.dtype(jnp.int8),
-    "u8": jnp.dtype(jnp.uint8), "s4": jnp.dtype(jnp.int8), "u4": jnp.dtype(jnp.uint8),
-    "b1": jnp.dtype(jnp.uint8), "s32": jnp.dtype(jnp.int32),
-}
-TYPES = tuple(_BITS)
-_INT_TYPES = ("s8", "u8", "s4", "u4")
-
-# Operand families: A type -> (allowed B types, {shape: min arch}, allowed (ctype, dtype)).
-_F16_M8 = (("f16", "f16"), ("f16", "f32"), ("f32", "f32"))
-_FAMILIES: dict[str, tuple[tuple[str, ...], dict[tuple[int, int, int], int]]] = {
-    "f16": (("f16",), {(8, 8, 4): 70, (16, 8, 8): 75, (16, 8, 16): 80}),
-    "bf16": (("bf16",), {(16, 8, 8): 80, (16, 8, 16): 80}),
-    "tf32": (("tf32",), {(16, 8, 4): 80, (16, 8, 8): 80}),
-    "f64": (("f64",), {(8, 8, 4): 80, (16, 8, 4): 90, (16, 8, 8): 90, (16, 8, 16): 90}),
-    "e4m3": (("e4m3", "e5m2"), {(16, 8, 16): 89, (16, 8, 32): 89}),
-    "e5m2": (("e4m3", "e5m2"), {(16, 8, 16): 89, (16, 8, 32): 89}),
-    "s8": (("s8", "u8"), {(8, 8, 16): 75, (16, 8, 16): 80, (16, 8, 32): 80}),
-    "u8": (("s8", "u8"), {(8, 8, 16): 75, (16, 8, 16): 80, (16, 8, 32): 80}),
-    "s4": (("s4", "u4"), {(8, 8, 32): 75, (16, 8, 32): 80, (16, 8, 64): 80}),
-    "u4": (("s4", "u4"), {(8, 8, 32): 75, (16, 8, 32): 80, (16, 8, 64): 80}),
-    "b1": (("b1",), {(8, 8, 128): 75, (16, 8, 128): 80, (16, 8, 256): 80}),
-}
+_ROWS = isa.rows("mma_sync")
+#: Every type name of a qualifier: the A/B types, then the C/D types (catalogue order).
+TYPES = isa.a_types("mma_sync") + tuple(t for t in isa.accumulator_types("mma_sync")
+                                         if t not in isa.a_types("mma_sync"))
+# Element types: bits in a register, logical dtype (from the format registry).
+_BITS = {t: isa.element_bits(t) for t in TYPES}
+_LOGICAL = {t: jnp.dtype(isa.storage_dtype(t)) for t in TYPES}
 
 
 def _shape_str(s: tuple[int, int, int]) -> str:
-    return f"m{s[0]}n{s[1]}k{s[2]}"
+    return isa.shape_name(s)
 
 
-def _cd_allowed(a_type: str, shape: tuple[int, int, int]) -> tuple[tuple[str, str], ...]:
-    if a_type == "f16":
-        return _F16_M8 if shape == (8, 8, 4) else (("f16", "f16"), ("f32", "f32"))
-    if a_type in ("bf16", "tf32"):
-        return (("f32", "f32"),)
-    if a_type == "f64":
-        return (("f64", "f64"),)
-    if a_type in ("e4m3", "e5m2"):
-        return (("f32", "f32"), ("f16", "f16"))
-    return (("s32", "s32"),)
+def _row(a_type: str, shape: tuple[int, int, int]) -> isa.Row:
+    row = isa.row_of("mma_sync", a_type, shape)
+    if row is None:
+        raise KeyError((a_type, shape))
+    return row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,8 +205,8 @@ class MmaInstr:
     @property
     def min_arch(self) -> int:
         """Lowest sm_XY (as XY) that has the instruction (PTX ISA target notes)."""
-        base = _FAMILIES[self.a_type][1][self.shape]
-        return max(base, 80) if self.b1_op == "and" else base
+        row = _row(self.a_type, self.shape)
+        return max(row.min_sm, dict(row.b1_ops).get(self.b1_op, 0))
 
     def elem_type(self, use: str) -> str:
         return {"a": self.a_type, "b": self.b_type, "c": self.c_type, "d": self.d_type}[use]
@@ -269,26 +232,24 @@ class MmaInstr:
         return jnp.dtype(jnp.uint64) if self.word_bits == 64 else jnp.dtype(jnp.uint32)
 
 
-_QUAD_LAYOUTS = (("row", "col"), ("row", "row"), ("col", "row"), ("col", "col"))
-
-
 def _allowed_instrs() -> tuple[MmaInstr, ...]:
+    """Every configuration of the catalogue's ``"mma_sync"`` rows, A type by A type."""
     out = []
-    for a_type, (b_types, shapes) in _FAMILIES.items():
-        for shape in shapes:
-            quad = a_type == "f16" and shape == (8, 8, 4)
-            lays = _QUAD_LAYOUTS if quad else _QUAD_LAYOUTS[:1]
-            for b_type in b_types:
-                for c, d in _cd_allowed(a_type, shape):
-                    for al, bl in lays:
-                        if a_type in _INT_TYPES:
-                            variants = [(False, None), (True, None)]
-                        elif a_type == "b1":
-                            variants = [(False, "xor"), (False, "and")]
-                        else:
-                            variants = [(False, None)]
-                        for sat, op in variants:
-                            out.append(MmaInstr(*shape, al, bl, a_type, b_type, c, d, sat, op))
+    for a_type in isa.a_types("mma_sync"):
+        for row in isa.rows("mma_sync", a_type):
+            if row.satfinite:
+                variants = [(False, None), (True, None)]
+            elif row.b1_ops:
+                variants = [(False, op) for op, _ in row.b1_ops]
+            else:
+                variants = [(False, None)]
+            for shape in row.shapes:
+                for b_type in row.b_types(a_type):
+                    for c, d in row.cd:
+                        for al, bl in row.layouts:
+                            for sat, op in variants:
+                                out.append(MmaInstr(*shape, al, bl, a_type, b_type, c, d,
+                                                    sat, op))
     return tuple(out)
 
 
@@ -307,7 +268,6 @@ def mma_instructions() -> tuple[str, ...]:
     return tuple(i.qualifier for i in ALLOWED)
 
 
-_SHAPE_RE = re.compile(r"m(\d+)n(\d+)k(\d+)")
 _PTXAS = "ptxas (CUDA 13.0, sm_90a) rejects it"
 
 
@@ -326,12 +286,11 @@ def _parse(qual: str) -> MmaInstr:
     grammar = ("shape.alayout.blayout[.satfinite].dtype.atype.btype.ctype[.xor|.and.popc]")
     if len(parts) < 7:
         raise _err(qual, f"too few parts ({len(parts)}); expected {grammar}")
-    sm = _SHAPE_RE.fullmatch(parts[0])
-    all_shapes = sorted({s for _, sh in _FAMILIES.values() for s in sh})
-    if not sm:
+    shape = isa.parse_shape(parts[0])
+    all_shapes = sorted({s for r in _ROWS for s in r.shapes})
+    if shape is None:
         raise _err(qual, f"shape {parts[0]!r} is not a shape like m16n8k16; allowed shapes: "
                    f"{', '.join(_shape_str(s) for s in all_shapes)}")
-    shape = tuple(int(x) for x in sm.groups())
     for name, lay in (("a layout", parts[1]), ("b layout", parts[2])):
         if lay not in LAYOUTS:
             raise _err(qual, f"{name} {lay!r} is not allowed; allowed: .row, .col")
@@ -353,20 +312,25 @@ def _parse(qual: str) -> MmaInstr:
             raise _err(qual, f"unexpected trailing parts {'.'.join(tail)!r}; only b1 takes "
                        f"a suffix, .xor.popc or .and.popc")
         op = tail[0]
-    if a_type not in _FAMILIES:
+    a_types = isa.a_types("mma_sync")
+    if a_type not in a_types:
         raise _err(qual, f"a type {a_type} is not an mma operand type; allowed: "
-                   f"{', '.join(_FAMILIES)}")
-    b_types, shapes = _FAMILIES[a_type]
+                   f"{', '.join(a_types)}")
+    b_types, shapes = isa.b_types("mma_sync", a_type), isa.shapes("mma_sync", a_type)
     if b_type not in b_types:
         raise _err(qual, f"b type {b_type} is not allowed with a type {a_type}; allowed: "
                    f"{', '.join(b_types)}")
     if shape not in shapes:
         raise _err(qual, f"shape {_shape_str(shape)} with a type {a_type} is not allowed; "
                    f"{a_type} allows {', '.join(_shape_str(s) for s in shapes)}")
-    if (parts[1], parts[2]) != ("row", "col") and not (a_type == "f16" and shape == (8, 8, 4)):
+    row = _row(a_type, shape)
+    if (parts[1], parts[2]) not in row.layouts:
+        with_all = [f"{t} {_shape_str(s)}" for r in _ROWS if len(r.layouts) > 1
+                    for t in r.a_types for s in r.shapes]
         raise _err(qual, f"layouts .{parts[1]}.{parts[2]} are not allowed for {a_type} "
-                   f"{_shape_str(shape)}; only .row.col (f16 m8n8k4 allows all four)")
-    cd = _cd_allowed(a_type, shape)
+                   f"{_shape_str(shape)}; only .row.col ({', '.join(with_all)} allows all "
+                   f"four)")
+    cd = row.cd
     if (c_type, d_type) not in cd:
         allowed = ", ".join(f"c {c} / d {d}" for c, d in cd)
         why = ""
@@ -374,12 +338,14 @@ def _parse(qual: str) -> MmaInstr:
             why = f"; {_PTXAS} (mixed f16/f32 accumulators)"
         raise _err(qual, f"c type {c_type} with d type {d_type} is not allowed for "
                    f"{a_type} {_shape_str(shape)}; allowed: {allowed}{why}")
-    if sat and a_type not in _INT_TYPES:
-        raise _err(qual, f".satfinite is only allowed with s8/u8/s4/u4 operands, not "
+    if sat and not row.satfinite:
+        sat_types = "/".join(dict.fromkeys(t for r in _ROWS if r.satfinite for t in r.a_types))
+        raise _err(qual, f".satfinite is only allowed with {sat_types} operands, not "
                    f"{a_type}")
-    if a_type == "b1" and op is None:
-        raise _err(qual, "b1 needs the suffix .xor.popc or .and.popc")
-    if a_type != "b1" and op is not None:
+    if row.b1_ops and op not in dict(row.b1_ops):
+        raise _err(qual, f"{a_type} needs the suffix "
+                   f"{' or '.join(f'.{o}.popc' for o, _ in row.b1_ops)}")
+    if not row.b1_ops and op is not None:
         raise _err(qual, f".{op}.popc is only allowed with b1 operands, not {a_type}")
     instr = MmaInstr(*shape, parts[1], parts[2], a_type, b_type, c_type, d_type, sat, op)
     assert instr in _ALLOWED_SET, instr  # the checks above mirror the table
@@ -425,21 +391,51 @@ def parse_mma(qualifier: Union[str, MmaInstr]) -> MmaInstr:
 # --------------------------------------------------------------------------------------
 # Register fragments.
 
-_ARCH_RE = re.compile(r"sm_(\d+)a?")
-
-
 def _check_arch(instr: MmaInstr, arch: Any) -> None:
-    if isinstance(arch, datapath.ArchParams):
-        name = arch.name
+    if isinstance(arch, datapath.ArchModel):
+        target = parse_target(arch.name)
     else:
-        checks.static_choice(arch, "arch", tuple(datapath.ARCHS))
-        name = arch
-    m = _ARCH_RE.fullmatch(name)
-    if m is None:
-        raise ValueError(f"arch {name!r} is not an sm_XY name")
-    if int(m.group(1)) < instr.min_arch:
-        raise ValueError(f"arch={name!r} lacks mma.sync.aligned.{instr.qualifier}: it needs "
-                         f"sm_{instr.min_arch} or newer")
+        target = supported_target(arch)
+    if target.sm < instr.min_arch:
+        raise ValueError(f"arch={target.name!r} lacks mma.sync.aligned.{instr.qualifier}: it "
+                         f"needs sm_{instr.min_arch} or newer")
+
+
+def operand_layout(instr: MmaInstr, use: str) -> layouts.Layout:
+    """The :class:`~jaxwarp._src.tensorcore.layouts.Layout` of operand ``use`` of ``instr``.
+
+    A named layout of ``layouts`` (``MMA_A_M16``, ``MMA_A_M8``, ``MMA_B`` packed with
+    ``P`` elements per register; ``MMA_CD_M16N8``, ``MMA_CD_M8N8``; the quadpair layouts
+    of f16 m8n8k4), cut to the operand's elements and logical shape.
+
+    Example:
+      >>> lay = operand_layout(parse_mma("m16n8k16.row.col.f32.f16.f16.f32"), "a")
+      >>> lay.shape, lay.num_elements, lay.elem_bases
+      ((16, 16), 8, ((0, 1), (8, 0), (0, 8)))
+    """
+    checks.static_choice(use, "use", USES)
+    P = instr.elems_per_reg(use)
+    E = instr.nregs(use) * P
+    name = f"mma.sync.aligned.{instr.qualifier} {use.upper()}"
+    if instr.quadpair:
+        if use == "a":
+            base = layouts.MMA_M8N8K4_A_ROW if instr.a_layout == "row" else \
+                layouts.MMA_M8N8K4_A_COL
+        elif use == "b":
+            base = layouts.MMA_M8N8K4_B_ROW if instr.b_layout == "row" else \
+                layouts.MMA_M8N8K4_B_COL
+        elif instr.elem_type(use) == "f16":
+            base = layouts.MMA_M8N8K4_CD_F16
+        else:
+            base = layouts.MMA_M8N8K4_CD_F32
+        return base.take(E, instr.logical_shape(use), name)
+    if use in ("c", "d"):
+        base = layouts.MMA_CD_M16N8 if instr.m == 16 else layouts.MMA_CD_M8N8
+    elif use == "a":
+        base = (layouts.MMA_A_M16 if instr.m == 16 else layouts.MMA_A_M8).packed(P, 1)
+    else:
+        base = layouts.MMA_B.packed(P, 0)
+    return base.take(E, instr.dims(use), name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -453,46 +449,20 @@ def fragment_coords(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray, 
     Returns:
       (q, row, col), int arrays of shape (32, nregs * P): element ``e`` of lane ``l``
       (register ``e // P``, bits ``(e % P) * bits …``) is entry (row, col) of MMA ``q``
-      of the warp (``q`` is 0 except for f16 m8n8k4, which runs one MMA per quadpair).
+      of the warp (``q`` is 0 except for f16 m8n8k4, which runs one MMA per quadpair);
+      :func:`operand_layout`'s coordinates.
 
     Example:
       >>> q, r, c = fragment_coords(parse_mma("m16n8k16.row.col.f32.f16.f16.f32"), "a")
       >>> [(int(r[5, e]), int(c[5, e])) for e in range(0, 8, 2)]   # lane 5: g=1, t=1
       [(1, 2), (9, 2), (1, 10), (9, 10)]
     """
-    checks.static_choice(use, "use", USES)
-    P = instr.elems_per_reg(use)
-    E = instr.nregs(use) * P
-    lane = np.arange(WARP_SIZE)[:, None]
-    e = np.arange(E)[None, :]
-    full = np.zeros((WARP_SIZE, E), np.int64)
+    # Fresh writable arrays, as before: indexing with the layout's cached read-only arrays,
+    # once used with x64 off, failed with x64 on (int32 against int64 in JAX's indexing).
+    coords = tuple(np.array(c) for c in operand_layout(instr, use).coords())
     if instr.quadpair:
-        q = (lane // 4) % 4 + full
-        hi = 4 * (lane // 16)
-        i = lane % 4
-        if use == "a":
-            rc = (i + hi, e) if instr.a_layout == "row" else (e + hi, i)
-        elif use == "b":
-            rc = (i, e + hi) if instr.b_layout == "row" else (e, i + hi)
-        elif instr.elem_type(use) == "f16":
-            rc = (i + hi, e)
-        else:
-            rc = ((lane & 1) + (e & 2) + hi, (e & 4) + (lane & 2) + (e & 1))
-        return q, rc[0] + full, rc[1] + full
-    g, t = lane // 4, lane % 4
-    reg, j = e // P, e % P
-    core_w = 4 * P  # elements per core-matrix row
-    if use in ("c", "d"):
-        # c0, c1 at row g, c2, c3 at row g + 8; columns 2t, 2t + 1.
-        row, col = g + 8 * (e // 2), 2 * t + e % 2
-    elif use == "a":
-        blocks_r = instr.m // 8  # 1 (m8) or 2 (m16) core rows
-        row = g + 8 * (reg % blocks_r)
-        col = (reg // blocks_r) * core_w + t * P + j
-    else:  # b: cores stacked along k, transposed
-        row = reg * core_w + t * P + j
-        col = g + 0 * e
-    return full, row + full, col + full
+        return coords
+    return (np.zeros_like(coords[0]), *coords)
 
 
 @functools.lru_cache(maxsize=None)
@@ -673,7 +643,7 @@ def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
       c: (..., m, n) in the C type's logical dtype. Leading batch axes of a, b, c
         broadcast. Layouts (``.row``/``.col``) only matter for registers.
       arch: a key of ``datapath.ARCHS`` (``"sm_90"``, ``"sm_80"``, ``"sm_70"``) or a
-        ``datapath.ArchParams``; it must have the instruction (e.g. fp8 needs sm_89+).
+        ``datapath.ArchModel``; it must have the instruction (e.g. fp8 needs sm_89+).
 
     Returns:
       (..., m, n) in the D type's logical dtype.

@@ -11,19 +11,13 @@ descriptor tells the hardware to (canonical layouts, 32/64/128-byte swizzles), m
 accumulator and A fragments to and from the registers of the warpgroup, and hands the
 logical matrices to the one datapath model, ``datapath.mma`` (``datapath.bmma`` for b1).
 
-Shapes and types (PTX ISA, "Matrix shape" and "Data types"; every K is 32 bytes of a row):
-
-============================  =============  ======================  ===========================
-a_type . b_type               d_type         K                       N
-============================  =============  ======================  ===========================
-f16.f16                       f32, f16       16                      8, 16, 24, ..., 256
-bf16.bf16                     f32            16                      8, 16, 24, ..., 256
-tf32.tf32                     f32            8                       8, 16, 24, ..., 256
-{e4m3,e5m2}.{e4m3,e5m2}       f32, f16       32                      8, 16, 24, ..., 256
-{s8,u8}.{s8,u8} [.satfinite]  s32            32                      8, 16, 24, 32, 48, ..., 256
-b1.b1 .and.popc               s32            256                     8, 16, 24, 32, 48, ..., 256
-============================  =============  ======================  ===========================
-
+Shapes and types (PTX ISA, "Matrix shape" and "Data types"; every K is 32 bytes of a row)
+are the ``"wgmma"`` rows of the instruction catalogue
+(``jaxwarp._src.tensorcore.isa.ROWS``; :data:`FAMILIES` is a view of them, its table is
+in ``docs/extending.md``): f16 (D f32 or f16) and bf16 (f32) at K = 16, tf32 (f32) at
+K = 8, e4m3/e5m2 in any pairing (f32 or f16) and s8/u8 in any pairing (s32,
+``.satfinite`` optional) at K = 32, b1 (s32, ``.and.popc``) at K = 256; N a multiple of
+8 from 8 to 256 for the floating-point types
 (integer and b1 N: 8, 16, 24, then multiples of 16 from 32 to 256). ``imm-scale-a`` and
 ``imm-scale-b`` (±1) exist for the floating-point types only, ``imm-trans-a/b`` (operand
 stored M/N-major instead of K-major) for f16 and bf16 only, and ``imm-trans-a`` only when
@@ -59,7 +53,6 @@ registers uint32 words. Leading batch axes broadcast.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -70,11 +63,14 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.tensorcore import datapath
+from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.tensorcore import datapath, isa, layouts
+from jaxwarp._src.tensorcore.arch import Target, supported_target
 
 __all__ = [
-    "ARCHS", "DescriptorFields", "WgmmaArch", "WgmmaInstruction", "a_layout",
-    "a_matrix", "a_registers", "accumulator_matrix", "accumulator_registers", "d_layout",
+    "DescriptorFields", "WgmmaInstruction", "a_layout",
+    "a_matrix", "a_register_layout", "a_registers", "accumulator_matrix",
+    "accumulator_registers", "d_layout", "d_register_layout",
     "decode_descriptor", "make_descriptor", "operand_addresses", "parse_wgmma",
     "read_operand", "wgmma", "wgmma_logical", "write_operand",
 ]
@@ -85,22 +81,20 @@ M = 64
 # --------------------------------------------------------------------------------------
 # The instruction table (PTX ISA, wgmma "Matrix shape" / "Data types").
 
-_N_FLOAT = tuple(range(8, 257, 8))
-_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))
-
 # bits of one element in shared memory / registers, and the logical (bits) dtype used for
 # operands read from shared memory (the capture files use the same).
-_ELEM_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "e4m3": 8, "e5m2": 8, "s8": 8, "u8": 8,
-              "b1": 1}
+_ELEM_BITS = {t: isa.element_bits(t) for t in isa.a_types("wgmma")}
+# Floats as unsigned words of their width, integers (and b1 0/1) as their storage dtype.
+_FLOAT_TYPES = tuple(t for t in isa.a_types("wgmma") if FORMATS[t].is_float)
 BITS_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
-    "f16": np.dtype(np.uint16), "bf16": np.dtype(np.uint16), "tf32": np.dtype(np.uint32),
-    "e4m3": np.dtype(np.uint8), "e5m2": np.dtype(np.uint8), "s8": np.dtype(np.int8),
-    "u8": np.dtype(np.uint8), "b1": np.dtype(np.uint8)})
-#: dtype of the accumulator registers per d_type.
+    t: np.dtype(f"uint{isa.element_bits(t)}") if t in _FLOAT_TYPES else isa.storage_dtype(t)
+    for t in isa.a_types("wgmma")})
+#: dtype of the accumulator registers per d_type: the element's storage dtype, f16
+#: packed two to a 32-bit word.
 REGISTER_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
-    "f32": np.dtype(np.float32), "s32": np.dtype(np.int32), "f16": np.dtype(np.uint32)})
-_MATRIX_DTYPE = {"f32": np.dtype(np.float32), "s32": np.dtype(np.int32),
-                 "f16": np.dtype(np.float16)}
+    t: np.dtype(np.uint32) if isa.element_bits(t) < 32 else isa.storage_dtype(t)
+    for t in isa.accumulator_types("wgmma")})
+_MATRIX_DTYPE = {t: isa.storage_dtype(t) for t in isa.accumulator_types("wgmma")}
 
 
 class _Family(NamedTuple):
@@ -116,16 +110,16 @@ class _Family(NamedTuple):
     a_in_registers: bool
 
 
-#: One entry per type family: the single source of truth for what wgmma accepts.
-FAMILIES: Mapping[str, _Family] = MappingProxyType({
-    "f16": _Family(("f16",), True, ("f32", "f16"), 16, _N_FLOAT, True, True, False, None, True),
-    "bf16": _Family(("bf16",), True, ("f32",), 16, _N_FLOAT, True, True, False, None, True),
-    "tf32": _Family(("tf32",), True, ("f32",), 8, _N_FLOAT, True, False, False, None, True),
-    "fp8": _Family(("e4m3", "e5m2"), False, ("f32", "f16"), 32, _N_FLOAT, True, False, False,
-                   None, True),
-    "int": _Family(("s8", "u8"), False, ("s32",), 32, _N_INT, False, False, True, None, True),
-    "b1": _Family(("b1",), True, ("s32",), 256, _N_INT, False, False, False, "and", False),
-})
+def _family(row: isa.Row) -> _Family:
+    return _Family(row.a_types, row.pairing == "same", tuple(d for _, d in row.cd),
+                   row.ks[0], tuple(s[1] for s in row.shapes), row.scale, row.transpose,
+                   row.satfinite, row.b1_ops[0][0] if row.b1_ops else None,
+                   row.a_in_registers)
+
+
+#: One entry per type family: a view of the catalogue's ``"wgmma"`` rows (``isa.ROWS``).
+FAMILIES: Mapping[str, _Family] = MappingProxyType(
+    {r.group_name: _family(r) for r in isa.rows("wgmma")})
 _FAMILY_OF = {t: name for name, f in FAMILIES.items() for t in f.a_types}
 
 
@@ -187,7 +181,6 @@ class WgmmaInstruction:
         return _ELEM_BITS[self.b_type]
 
 
-_SHAPE_RE = re.compile(r"^m(\d+)n(\d+)k(\d+)$")
 _PREFIX = ("wgmma", "mma_async", "sync", "aligned")
 
 
@@ -224,11 +217,11 @@ def parse_wgmma(qualifier: str) -> WgmmaInstruction:
     if not parts:
         raise ValueError(f"qualifier {qualifier!r} is empty; expected e.g. "
                          f"'m64n128k16.f32.f16.f16'")
-    shape = _SHAPE_RE.match(parts[0])
+    shape = isa.parse_shape(parts[0])
     if shape is None:
         raise ValueError(f"qualifier {qualifier!r}: shape {parts[0]!r} is not of the form "
                          f"m64nNkK; allowed: {_combos_text()}")
-    m, n, k = (int(x) for x in shape.groups())
+    m, n, k = shape
     rest = parts[1:]
     satfinite = "satfinite" in rest
     rest = [p for p in rest if p != "satfinite"]
@@ -283,32 +276,14 @@ def _instr(qualifier: Any) -> WgmmaInstruction:
 # Architectures.
 
 
-@dataclasses.dataclass(frozen=True)
-class WgmmaArch:
-    """An architecture that has ``wgmma`` (data, not branches).
-
-    Attributes:
-      name: the PTX target, ``"sm_90a"``.
-      datapath_arch: the ``arch`` passed to ``datapath.mma`` (a target of ``arch.TARGETS``).
-      verified: layouts and descriptors checked bit for bit against captures.
-    """
-
-    name: str
-    datapath_arch: str
-    verified: bool = False
-
-
-ARCHS: Mapping[str, WgmmaArch] = MappingProxyType({
-    # Checked against the H100 captures of tools/capture/capture_wgmma.py (CUDA 13.0).
-    "sm_90a": WgmmaArch("sm_90a", "sm_90a", verified=True),
-})
-
-
-def _arch(arch: Any) -> WgmmaArch:
-    if isinstance(arch, WgmmaArch):
-        return arch
-    checks.static_choice(arch, "arch", tuple(ARCHS))
-    return ARCHS[arch]
+def _arch(arch: Any, instr: WgmmaInstruction) -> Target:
+    """The target, which must be able to issue ``instr`` (the catalogue's minimum)."""
+    target = supported_target(arch)
+    sm, needs_a = isa.min_target("wgmma", instr.a_type)
+    if target.sm < sm or (needs_a and not target.arch_specific):
+        want = f"sm_{sm}a" if needs_a else f"sm_{sm} or newer"
+        raise ValueError(f"arch={arch!r} is not supported: wgmma needs {want}")
+    return target
 
 
 # --------------------------------------------------------------------------------------
@@ -663,19 +638,22 @@ def d_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
       ((128, 8, 1), 25, 11)
     """
     instr = _instr(qualifier)
-    t = np.arange(WARPGROUP_SIZE).reshape(-1, 1, 1)
-    w, g, q = t // 32, (t % 32) // 4, t % 4
-    if instr.d_type == "f16":
-        i = np.arange(instr.n // 4).reshape(1, -1, 1)
-        h = np.arange(2).reshape(1, 1, -1)
-        row = 16 * w + g + 8 * (i % 2)
-        col = 8 * (i // 2) + 2 * q + h
-    else:
-        i = np.arange(instr.n // 2).reshape(1, -1, 1)
-        row = 16 * w + g + 8 * ((i % 4) // 2)
-        col = 8 * (i // 4) + 2 * q + (i % 2)
-    shape = (WARPGROUP_SIZE, i.shape[1], 2 if instr.d_type == "f16" else 1)
-    return np.broadcast_to(row, shape), np.broadcast_to(col, shape)
+    h = 2 if instr.d_type == "f16" else 1  # f16: elements 2i, 2i + 1 in register i
+    row, col = d_register_layout(instr).coords()
+    shape = (WARPGROUP_SIZE, instr.n // 2 // h, h)
+    return np.array(row).reshape(shape), np.array(col).reshape(shape)  # fresh copies
+
+
+def d_register_layout(qualifier: Any) -> layouts.Layout:
+    """The accumulator's :class:`~jaxwarp._src.tensorcore.layouts.Layout`:
+    ``layouts.WGMMA_D`` cut to N/2 elements per thread on the 64 x N tile.
+
+    Example:
+      >>> d_register_layout("m64n16k16.f32.f16.f16").num_elements
+      8
+    """
+    instr = _instr(qualifier)
+    return layouts.WGMMA_D.take(instr.n // 2, (M, instr.n), f"wgmma {instr.qualifier} D")
 
 
 def a_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -691,16 +669,25 @@ def a_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
     instr = _instr(qualifier)
     if not instr.family.a_in_registers:
         raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
-    t = np.arange(WARPGROUP_SIZE).reshape(-1, 1, 1)
-    w, g, q = t // 32, (t % 32) // 4, t % 4
-    r = np.arange(4).reshape(1, -1, 1)
+    row, col = a_register_layout(instr).coords()
+    shape = (WARPGROUP_SIZE, 4, 32 // instr.a_bits)
+    return np.array(row).reshape(shape), np.array(col).reshape(shape)  # fresh copies
+
+
+def a_register_layout(qualifier: Any) -> layouts.Layout:
+    """A's :class:`~jaxwarp._src.tensorcore.layouts.Layout` when it comes from registers:
+    ``layouts.WGMMA_A`` with ``32 // bits`` elements per register, on the 64 x K tile.
+
+    Example:
+      >>> a_register_layout("m64n8k16.f32.f16.f16").elem_bases
+      ((0, 1), (8, 0), (0, 8))
+    """
+    instr = _instr(qualifier)
+    if not instr.family.a_in_registers:
+        raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
     per = 32 // instr.a_bits
-    j = np.arange(per).reshape(1, 1, -1)
-    row = 16 * w + g + 8 * (r % 2)
-    # Each register pair covers 16 bytes of K: 4 bytes per thread group member.
-    col = (4 // (instr.a_bits // 8)) * q + j + (16 // (instr.a_bits // 8)) * (r // 2)
-    shape = (WARPGROUP_SIZE, 4, per)
-    return np.broadcast_to(row, shape), np.broadcast_to(col, shape)
+    return layouts.WGMMA_A.packed(per, 1).take(4 * per, (M, instr.k),
+                                               f"wgmma {instr.qualifier} A")
 
 
 def _regs(x: Any, name: str, nregs: int, dtype: np.dtype) -> jax.Array:
@@ -818,7 +805,7 @@ def a_matrix(a_regs: Any, qualifier: Any) -> jax.Array:
 # Arithmetic.
 
 
-_SIGN = {"f16": 0x8000, "bf16": 0x8000, "tf32": 0x80000000, "e4m3": 0x80, "e5m2": 0x80}
+_SIGN = {t: 1 << (isa.element_bits(t) - 1) for t in _FLOAT_TYPES}
 
 
 def _negate_bits(x: jax.Array, t: str) -> jax.Array:
@@ -835,13 +822,13 @@ def _storage(bits: jax.Array, t: str) -> jax.Array:
 
 
 def _arith(instr: WgmmaInstruction, a_bits: jax.Array, b_bits: jax.Array, c: jax.Array,
-           arch: WgmmaArch) -> jax.Array:
+           arch: Target) -> jax.Array:
     """D = A @ B + C on logical matrices; a, b raw bits, c in the matrix dtype of d_type."""
     if instr.a_type == "b1":
         return datapath.bmma(a_bits, b_bits, c, op=instr.bop)
     kwargs: dict[str, Any] = dict(a_type=instr.a_type, b_type=instr.b_type,
                                   c_type=instr.d_type, d_type=instr.d_type,
-                                  arch=arch.datapath_arch, satf=instr.satfinite,
+                                  arch=arch.name, satf=instr.satfinite,
                                   instruction="wgmma", instruction_k=instr.k)
     return datapath.mma(_storage(a_bits, instr.a_type), _storage(b_bits, instr.b_type), c,
                         **kwargs)
@@ -905,7 +892,7 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
       imm_scale_a, imm_scale_b: 1 or -1 (negate A or B: the sign bit of every element is
         flipped); floating-point types only.
       tnsp_a, tnsp_b: imm-trans-a/b, 0 (K-major) or 1 (M/N-major); f16/bf16 only.
-      arch: ``"sm_90a"`` (a key of ``ARCHS``).
+      arch: ``"sm_90a"`` (a target that has wgmma: ``isa.ROWS``).
 
     Returns:
       The accumulator registers after the instruction, same shape/dtype as ``d_regs``
@@ -928,7 +915,7 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
     smem, d_regs = checks.array_args(smem=smem, d_regs=d_regs)
     a = a if _is_descriptor(a) else checks.array_arg(a, "a")
     instr = _instr(qualifier)
-    arch_p = _arch(arch)
+    arch_p = _arch(arch, instr)
     sa = _static_flag(imm_scale_a, "imm_scale_a", (1, -1))
     sb = _static_flag(imm_scale_b, "imm_scale_b", (1, -1))
     ta = _static_flag(tnsp_a, "tnsp_a", (0, 1))
@@ -1009,7 +996,7 @@ def wgmma_logical(qualifier: Any, a: Any, b: Any, c: Any, *, scale_d: Any = True
     """
     a, b, c = checks.array_args(a=a, b=b, c=c)
     instr = _instr(qualifier)
-    arch_p = _arch(arch)
+    arch_p = _arch(arch, instr)
     if not isinstance(neg_a, bool) or not isinstance(neg_b, bool):
         raise TypeError(f"neg_a and neg_b must be Python bools, got {neg_a!r}, {neg_b!r}")
     _check_modifiers(instr, -1 if neg_a else 1, -1 if neg_b else 1, 0, 0, False)

@@ -51,26 +51,26 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.warp import checked
+from jaxwarp._src.numerics import bits
+from jaxwarp._src.numerics.bits import as_bits, from_bits, take_bits
 from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.tensorcore.fragments import (
     Fragment,
     FragmentType,
-    _distribute,
-    _type_arg,
-    _value_arg,
-    packed_range as _packed_range,
-    as_bits,
+    check_packed_range,
+    distribute,
     fragment,  # noqa: F401  (the doctests' name, and wmma.fragment for old callers)
     fragment_from_matrix,
     fragment_type,
-    from_bits,
     matrix_from_fragment,
-    pack_values,
-    take_bits,
+    type_arg,
+    value_arg,
 )
+from jaxwarp._src.tensorcore.fragments import (
+    fill_fragment as fill_fragment,  # the WMMA API name (defined with the fragment types)
+)
+from jaxwarp._src.warp import checked
 
 _USE_LETTER = {"a": "matrix_a", "b": "matrix_b", "c": "accumulator"}
 _MAX_HOST_ELEMENTS = 2**31 - 1
@@ -78,126 +78,11 @@ _MAX_HOST_ELEMENTS = 2**31 - 1
 
 def _frag(frag: Any, name: str, uses: tuple[str, ...] | None = None) -> Fragment:
     """A fragment whose values are read (a ``Fragment``; a ``FragmentType`` has none)."""
-    frag = _value_arg(frag, name)
+    frag = value_arg(frag, name)
     if uses is not None and frag.use not in uses:
         raise ValueError(f"{name} must be a {' or '.join(uses)} fragment, got a {frag.use} "
                          f"fragment ({frag!r})")
     return frag
-
-
-# ----------------------------------------------------------------------------------------
-# fill_fragment
-
-
-def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
-    """``wmma::fill_fragment(frag, v)``: every element of the fragment becomes ``v``.
-
-    ``v`` is converted to the element type as C++ would at the call: floats round to
-    nearest even (float16, bfloat16; a Python float is rounded once, from its double
-    value), integers wrap (s8, u8, s32); tf32 fragments keep the float32 ``v``
-    unchanged (as CUDA's fill does). A float ``v`` for an integer fragment is
-    truncated toward zero; C++ leaves NaN, inf and values out of the element's range
-    undefined, so a concrete one raises ``ValueError`` and a traced one is reported
-    by ``jaxwarp.checked`` (outside it the result is XLA's conversion, unspecified).
-    For s4/u4/b1 ``v`` must lie in the element's range (-8 .. 7, 0 .. 15, 0 .. 1):
-    concrete values outside raise, traced ones are reported by ``jaxwarp.checked``
-    (outside it only the low bits are kept), replicated into every packed element.
-
-    Args:
-        frag: the fragment, or its ``FragmentType`` (only its use/shape/type/layout
-            are read; an old ``x`` is discarded).
-        v: a real scalar (Python number or 0-d array; may be traced). Complex values
-            and, with x64 off, 64-bit NumPy values raise ``TypeError``.
-
-    Returns:
-        The filled fragment.
-
-    Raises:
-        TypeError: ``v`` is not a real scalar number, or is 64-bit with x64 off.
-        ValueError: ``v`` is not a scalar, or (concrete) does not fit the element type.
-
-    Example:
-        >>> c = fill_fragment(fragment("accumulator", 16, 16, 16, "f32"), 0.0)
-        >>> c2 = fill_fragment(fragment_type("accumulator", 16, 16, 16, "f32"), 0.0)
-        >>> bool((c.x == c2.x).all()), c2.x.shape
-        (True, (32, 8))
-    """
-    frag = _type_arg(frag, "frag")
-    et = frag.element_type
-    if isinstance(v, (Fragment, FragmentType)) or v is None or isinstance(v, (str, bytes)):
-        raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
-                        f"got {type(v).__name__} {v!r}")
-    if np.ndim(v) != 0:
-        raise ValueError(f"v must be a scalar (fill_fragment sets every element to one "
-                         f"value), got shape {np.shape(v)}")
-    if isinstance(v, complex) and not isinstance(v, np.generic):
-        raise TypeError(f"v must be a real scalar, got complex {v!r} (its imaginary part "
-                        f"would be dropped)")
-    weak = isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
-    if weak:
-        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
-            raise ValueError(f"v={v} does not fit in 64 bits")
-        value = v
-    else:
-        dtype = getattr(v, "dtype", None)
-        if dtype is None or not (jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_):
-            raise TypeError(f"v must be a scalar number (int, float or a 0-d numeric array), "
-                            f"got {type(v).__name__} {v!r}")
-        value = checks.array_arg(v, "v")  # 64-bit with x64 off, complex: TypeError
-    frag._require_x64()  # f64 storage: x64 on, or the fill would be narrowed
-    storage = et.storage_dtype
-    integer_elems = not jnp.issubdtype(storage, jnp.floating)
-    is_float = (isinstance(value, float) if weak else jnp.issubdtype(value.dtype, jnp.floating))
-    if et.packed:
-        lo, hi = _packed_range(et)
-    elif integer_elems:
-        info = np.iinfo(storage)
-        lo, hi = int(info.min), int(info.max)
-    if integer_elems and (et.packed or is_float):
-        _check_fill_range(value, weak, is_float, lo, hi, et.name)
-    if et.packed:
-        ints = jnp.asarray(value).astype(jnp.int32) if not weak else jnp.int32(
-            int(value) if not is_float else int(np.trunc(value)))
-        vals = jnp.full((checks.WARP_SIZE, frag.num_elements), ints)
-        x = pack_values(et, vals)
-    else:
-        if weak and integer_elems and not is_float:
-            # C++ integer conversion: wrap modulo 2**bits.
-            fill = jnp.asarray(np.array(int(value) & ((1 << (8 * storage.itemsize)) - 1),
-                                        np.uint64).astype(storage))
-        elif weak and integer_elems:
-            fill = jnp.asarray(np.array(np.trunc(value)).astype(storage))
-        elif weak:
-            fill = jnp.asarray(value, storage)  # one rounding, from the Python value
-        else:
-            fill = value.astype(storage)
-        x = jnp.full((checks.WARP_SIZE, frag.num_storage_elements), fill, storage)
-    return frag.from_storage(x)
-
-
-def _check_fill_range(value: Any, weak: bool, is_float: bool, lo: int, hi: int,
-                      type_name: str) -> None:
-    """``v`` must convert into [lo, hi] (floats: finite, truncated toward zero)."""
-    what = f"a {type_name} fragment (allowed: {lo} .. {hi}"
-    what += ", finite floats truncated toward zero)" if is_float else ")"
-    if isinstance(value, jax.core.Tracer):
-        if checked.enabled():
-            f = value.astype(jnp.float32) if is_float else value
-            t = jnp.trunc(f) if is_float else f
-            ok = (t >= lo) & (t <= hi)
-            if is_float:
-                ok = ok & jnp.isfinite(f)
-            checked.check(ok, "fill_fragment: v={v} does not fit " + what, v=value)
-        return
-    if is_float:
-        f = float(np.asarray(value))
-        if not np.isfinite(f) or not lo <= np.trunc(f) <= hi:
-            raise ValueError(f"v={f!r} does not fit {what}; C++ leaves this conversion "
-                             f"undefined")
-        return
-    i = int(np.asarray(value))
-    if not lo <= i <= hi:
-        raise ValueError(f"v={i} does not fit {what}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -299,10 +184,10 @@ def load_matrix_sync(frag: Fragment | FragmentType, memory: Any, ldm: Any,
         >>> a.ftype == t, a.x.shape
         (True, (32, 16))
     """
-    frag = _type_arg(frag, "frag")
+    frag = type_arg(frag, "frag")
     col_major = _memory_layout(frag, layout, "load_matrix_sync")
     memory, addr = _addresses(frag, memory, ldm, offset, col_major, "load_matrix_sync")
-    return _distribute(frag, _read_elements(frag.element_type, memory, addr))
+    return distribute(frag, _read_elements(frag.element_type, memory, addr))
 
 
 def _memory_layout(frag: FragmentType, layout: Any, what: str) -> bool:
@@ -425,7 +310,7 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
             if jnp.issubdtype(f.x.dtype, jnp.floating):
                 v = matrix_from_fragment(f)
                 if f.type == "tf32":  # the tensor core ignores the low 13 bits
-                    v = bits_.tf32_keep(v)
+                    v = bits.tf32_keep(v)
                 bad = ~jnp.isfinite(v.astype(jnp.float32) if v.dtype != jnp.float64 else v)
                 flat = jnp.argmax(bad.reshape(-1))
                 cols = v.shape[-1]
@@ -519,8 +404,6 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
         raise TypeError(f"matrix of dtype {mat.dtype} does not convert to {type}'s "
                         f"{np.dtype(et.value_dtype).name}")
     if et.packed:
-        from jaxwarp._src.tensorcore.fragments import check_packed_range
-
         check_packed_range(et, mat, "matrix")
     elif mat.dtype.kind in "biu" and np.dtype(et.value_dtype).kind in "iu":
         info = np.iinfo(et.value_dtype)

@@ -1,23 +1,10 @@
-"""What WMMA supports: the single source of truth for shapes, types, layouts and arch.
+"""What WMMA supports: the WMMA rows of the instruction catalogue, as a lookup table.
 
-Every check, error message, docstring table and test of ``jaxwarp``'s WMMA model
-reads this module; nothing repeats it by hand. It follows the CUDA programming
-guide, section "Warp Matrix Functions" (element types and matrix sizes):
-
-=========  ===============  ==========================  ==========  ==============
-A/B type   C/D types        shapes (m, n, k)            A, B        min arch
-=========  ===============  ==========================  ==========  ==============
-f16        f16/f32 (any C,  m16n16k16 m32n8k16          row | col   sm_70
-           any D)           m8n32k16
-bf16       f32              m16n16k16 m32n8k16 m8n32k16 row | col   sm_80
-tf32       f32              m16n16k8                    row | col   sm_80
-f64        f64              m8n8k4                      row | col   sm_80
-s8, u8     s32              m16n16k16 m32n8k16 m8n32k16 row | col   sm_72
-s4, u4     s32              m8n8k32                     A row,      sm_75 (exp.)
-                                                        B col
-b1         s32              m8n8k128                    A row,      sm_75 (exp.)
-                                                        B col
-=========  ===============  ==========================  ==========  ==============
+The facts (A/B types, C/D pairs, shapes, layouts, minimum arch, bmma ops) are the
+``"wmma"`` rows of :data:`jaxwarp._src.tensorcore.isa.ROWS` (the CUDA programming guide,
+section "Warp Matrix Functions"); :data:`TABLE` is a view of them, one
+:class:`WmmaEntry` per A/B type, and every check, error message, docstring table and
+test of ``jaxwarp``'s WMMA model reads it. :func:`describe` prints it.
 
 ``b1`` is multiplied with ``bmma_sync``: ``bmmaBitOpXOR`` from sm_75,
 ``bmmaBitOpAND`` from sm_80. Sub-byte types are ``nvcuda::wmma::experimental``.
@@ -32,13 +19,14 @@ Type names follow PTX: ``f16`` (``__half``), ``bf16`` (``__nv_bfloat16``),
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.tensorcore import isa
+from jaxwarp._src.tensorcore.arch import parse_target
 
 USES = ("matrix_a", "matrix_b", "accumulator")
 LAYOUTS = ("row_major", "col_major")
@@ -125,8 +113,8 @@ ELEMENT_TYPES: dict[str, ElementType] = {
     )
 }
 
-MULTIPLICAND_TYPES = ("f16", "bf16", "tf32", "f64", "s8", "u8", "s4", "u4", "b1")
-ACCUMULATOR_TYPES = ("f16", "f32", "s32", "f64")
+MULTIPLICAND_TYPES = isa.a_types("wmma")
+ACCUMULATOR_TYPES = isa.accumulator_types("wmma")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,31 +149,31 @@ class WmmaEntry:
         return self.a_layouts if use == "matrix_a" else self.b_layouts
 
 
-_K16 = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
+_LAYOUT_NAME = {"row": "row_major", "col": "col_major"}
 
-TABLE: tuple[WmmaEntry, ...] = (
-    WmmaEntry("f16", (("f16", "f16"), ("f16", "f32"), ("f32", "f16"), ("f32", "f32")), _K16,
-              min_sm=70),
-    WmmaEntry("bf16", (("f32", "f32"),), _K16, min_sm=80),
-    WmmaEntry("tf32", (("f32", "f32"),), ((16, 16, 8),), min_sm=80),
-    WmmaEntry("f64", (("f64", "f64"),), ((8, 8, 4),), min_sm=80),
-    WmmaEntry("s8", (("s32", "s32"),), _K16, min_sm=72),
-    WmmaEntry("u8", (("s32", "s32"),), _K16, min_sm=72),
-    WmmaEntry("s4", (("s32", "s32"),), ((8, 8, 32),), ("row_major",), ("col_major",),
-              min_sm=75, experimental=True),
-    WmmaEntry("u4", (("s32", "s32"),), ((8, 8, 32),), ("row_major",), ("col_major",),
-              min_sm=75, experimental=True),
-    WmmaEntry("b1", (("s32", "s32"),), ((8, 8, 128),), ("row_major",), ("col_major",),
-              min_sm=75, experimental=True, bmma_ops=(("xor", 75), ("and", 80))),
-)
+
+def _entry(row: isa.Row, ab_type: str) -> WmmaEntry:
+    a_lay = tuple(dict.fromkeys(_LAYOUT_NAME[a] for a, _ in row.layouts))
+    b_lay = tuple(dict.fromkeys(_LAYOUT_NAME[b] for _, b in row.layouts))
+    return WmmaEntry(ab_type, row.cd, row.shapes, a_lay, b_lay, row.min_sm,
+                     row.experimental, row.b1_ops)
+
+
+def _table() -> tuple[WmmaEntry, ...]:
+    """One entry per A/B type, from the catalogue's ``"wmma"`` rows."""
+    out = []
+    for t in isa.a_types("wmma"):
+        (row,) = isa.rows("wmma", t)  # WMMA has one row per A/B type
+        out.append(_entry(row, t))
+    return tuple(out)
+
+
+TABLE: tuple[WmmaEntry, ...] = _table()
 
 _BY_TYPE = {e.ab_type: e for e in TABLE}
 
 
-def shape_name(shape: Shape) -> str:
-    """``(16, 16, 16)`` -> ``"m16n16k16"``."""
-    m, n, k = shape
-    return f"m{m}n{n}k{k}"
+shape_name = isa.shape_name
 
 
 def _shapes_text(shapes) -> str:
@@ -207,16 +195,6 @@ def describe() -> str:
 def all_shapes() -> tuple[Shape, ...]:
     """Every (m, n, k) some entry allows, in table order."""
     return tuple(dict.fromkeys(s for e in TABLE for s in e.shapes))
-
-
-def parse_arch(arch: Any, name: str = "arch") -> int:
-    """``"sm_90"`` (or ``"sm_90a"``, ``"sm90"``) -> 90; raises naming ``name`` otherwise."""
-    if isinstance(arch, str):
-        match = re.fullmatch(r"sm_?(\d+)[af]?", arch.strip().lower())
-        if match:
-            return int(match.group(1))
-    raise ValueError(f"{name}={arch!r} is not an architecture name; expected e.g. 'sm_80', "
-                     f"'sm_90'")
 
 
 def _check_shape_tuple(shape: Any) -> Shape:
@@ -306,7 +284,7 @@ def check_mma(ab_type: str, c_type: str, d_type: str, shape: Shape, arch: Any = 
         raise ValueError(
             f"unsupported WMMA combination (a_type={ab_type!r}, c_type={c_type!r}, "
             f"d_type={d_type!r}); valid for {ab_type}: {pairs}")
-    sm = parse_arch(arch)
+    sm = parse_target(arch).sm
     if sm < e.min_sm:
         raise ValueError(f"WMMA with {ab_type} needs sm_{e.min_sm} or newer; arch={arch!r}")
     ops = dict(e.bmma_ops)

@@ -1,0 +1,36 @@
+"""Every handler family of the conformance command, in one list.
+
+`HANDLERS` is the only registration: a handler module defines functions and this table
+says which keys each one claims. The order is the order of the report (and a key may be
+read by more than one family: ``dpx_a`` feeds both DPX tables).
+"""
+
+from __future__ import annotations
+
+from jaxwarp._src.conformance import handlers_movcvt as movcvt
+from jaxwarp._src.conformance import handlers_ptx as ptx
+from jaxwarp._src.conformance import handlers_warp as warp
+from jaxwarp._src.conformance import handlers_wmma as wmma
+from jaxwarp._src.conformance.registry import Handler, keys_where, needs_all
+
+HANDLERS: tuple[Handler, ...] = (
+    # warp.npz, capture_extra_warp.npz
+    *(Handler(prefix, needs_all(f"{prefix}_cfg", f"{prefix}_x", f"{prefix}_out"),
+              warp.shuffle(prefix)) for prefix in warp.SHFL_VIEWS),
+    Handler("reduce", needs_all("reduce_cfg", "reduce_x", "reduce_out"), warp.reduce_ops),
+    Handler("vote", needs_all("vote_mask", "vote_x", "vote_out"), warp.votes),
+    Handler("dpx", needs_all("dpx_a", "dpx_b", "dpx_c", "dpx_out"), warp.dpx_functions),
+    Handler("dpx predicates", needs_all("dpx_a", "dpx_b", "dpx_pred"), warp.dpx_predicates),
+    Handler("cvt", needs_all("cvt_x", "cvt_out"), warp.conversions),
+    # layout.npz, mma_*.npz, capture_extra_{mma,ldst}.npz
+    Handler("layout", keys_where(wmma.is_layout_key), wmma.layouts),
+    Handler("mma", keys_where(wmma.is_mma_key), wmma.mma_configs),
+    Handler("load", keys_where(lambda key: key.startswith("ld/")), wmma.loads),
+    Handler("store", keys_where(lambda key: key.startswith("st/")), wmma.stores),
+    # ptx_mma*.npz, wgmma*.npz, *_chain.npz
+    Handler("ptx/wgmma/chain", keys_where(ptx.is_mma_key), ptx.mma_configs),
+    # cvt_fp8.npz, ldmatrix.npz
+    Handler("fp8 cvt", keys_where(movcvt.is_cvt_key), movcvt.conversions),
+    Handler("ldmatrix/stmatrix/movmatrix", keys_where(movcvt.is_matrix_move_key),
+            movcvt.matrix_moves),
+)

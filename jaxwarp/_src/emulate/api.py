@@ -1,0 +1,220 @@
+"""``emulate``: the public function, its static-argument cache key and its jitted runner."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp  # noqa: F401  (the docstring example's namespace)
+
+from jaxwarp._src import checks
+from jaxwarp._src.emulate.config import make_config
+from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
+from jaxwarp._src.emulate.report import EmulationReport, Product
+
+
+class _Static:
+    """Leafless pytree carrying trace-time Python data out of a jitted call."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+jax.tree_util.register_pytree_node(_Static, lambda s: ((), s), lambda s, _: s)
+
+
+class _DynamicMarker:
+    def __repr__(self):
+        return "<dynamic>"
+
+
+_DYNAMIC = _DynamicMarker()  # marks the array leaves in a _Key's static tuple
+
+
+class _Key:
+    """Hashable static part of a call: argument structure, non-array leaves."""
+
+    def __init__(self, treedef, static):
+        self.treedef, self.static = treedef, static
+
+    def __hash__(self):
+        return hash((self.treedef, self.static))
+
+    def __eq__(self, other):
+        return (isinstance(other, _Key) and self.treedef == other.treedef
+                and len(self.static) == len(other.static)
+                and all(a is b or (type(a) is type(b) and a == b)
+                        for a, b in zip(self.static, other.static)))
+
+
+def _check_64bit(leaves, args, kwargs) -> None:
+    """The shared 64-bit policy (``checks.check_64bit``) on every array argument: with x64
+    off, JAX would narrow a float64 / int64 array to 32 bits silently."""
+    if checks.x64_enabled():
+        return
+    for i, x in enumerate(leaves):
+        if is_dynamic(x):
+            try:
+                checks.check_64bit(x, "")
+            except TypeError:
+                path = jax.tree_util.tree_flatten_with_path((args, kwargs))[0][i][0]
+                where = ("args" if path[0].idx == 0 else "kwargs") + jax.tree_util.keystr(
+                    path[1:])
+                checks.check_64bit(x, f"emulate's argument {where}")
+
+
+def emulate(
+    fn: Callable,
+    *,
+    operand_format: str,
+    accumulator: str = "f32",
+    instruction: str | None = None,
+    arch: str = "sm_90",
+    mode: str = "exact",
+    tile: tuple[int, int, int] | None = None,
+    filter: Callable[[Product], bool] | None = None,
+    on_unsupported: str = "error",
+    report: bool = False,
+    scaling: str | None = None,
+    backward_format: str | None = None,
+    promote_every: int | None = None,
+) -> Callable:
+    """Returns ``fn`` with every matrix product run as the emulated tensor core runs it.
+
+    Each floating-point ``dot_general`` (``@``, ``jnp.matmul``, ``jnp.einsum``,
+    ``jnp.dot``, Flax/Equinox layers, attention) and ``conv_general_dilated``
+    becomes :func:`jaxwarp.matmul` with these settings: operands converted to
+    ``operand_format`` (round to nearest for f16/bf16, ``__float_to_tf32`` for
+    tf32), tiles of the instruction's shape, K chained in order through the
+    accumulator, the result converted to the product's own output dtype (round to
+    nearest). ``emulate(lambda a, b: a @ b, operand_format=f)(A, B)`` equals
+    ``jaxwarp.matmul(A, B, operand_format=f)`` bit for bit, and so do its
+    gradients. See the module docstring for the k order of several contracting
+    dimensions and of convolutions, and for zero padding to the tile.
+
+    What is entered: ``jit``, ``scan``, ``while_loop``, ``cond``/``switch``,
+    ``checkpoint``, ``custom_jvp`` (primal and jvp rule emulated), ``custom_vjp``
+    (primal, fwd and the user's bwd emulated), ``shard_map``. Products inside
+    any other primitive with a sub-program (e.g. ``pallas_call``) are unsupported.
+
+    Integer and boolean products are left alone (``jaxwarp.matmul`` has no integer
+    operand format). Unsupported products (complex, f64 operands with a non-f64
+    format, ``ragged_dot``, conv with ``batch_group_count > 1``) raise
+    :class:`UnsupportedProductError` naming the primitive and shapes, or, with
+    ``on_unsupported="skip"``, run unemulated and are listed in the report.
+
+    fp8 recipes (``operand_format="e4m3"``): ``scaling="tensor"`` (for f16, e4m3
+    and e5m2 operands) multiplies each operand by its current per-tensor scale
+    ``2**k``, the largest power of two with ``amax * 2**k <= max_value`` of the
+    format (a constant to the derivative; ``k`` within +-126, 0 where the amax is 0
+    or not finite), before it is rounded to the operand format, and multiplies the
+    result by ``2**-(kx + ky)``, rounded once into the accumulator's format. Every
+    scaling step is computed on the bits with integer operations (exact in fp32's
+    normal range, else rounded once), so the recipe gives the same bits on every
+    backend (a scale ``max_value / amax`` would need a division, which XLA's GPU
+    backend does not round correctly; XLA's CPU flushes subnormal float results and
+    its GPU does not). ``backward_format="e5m2"`` converts gradients to e5m2 in the
+    backward products (the hybrid recipe; with ``scaling`` the gradient gets its own
+    amax scale); ``promote_every=128`` is passed to ``matmul`` (promotion of partial
+    sums to fp32, DeepSeek-V3).
+
+    Args:
+        fn: the function. Array leaves of its arguments (``jax.Array``,
+            ``np.ndarray``, NumPy scalars) are traced; every other leaf (Python
+            numbers, strings, functions in an Equinox module) is static, as in
+            ``equinox.filter_jit``. Non-array output leaves are returned as they are.
+        operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"`` (needs
+            ``jax_enable_x64``), ``"e4m3"`` or ``"e5m2"``; an alias (``"fp16"``) or a
+            dtype (``jnp.bfloat16``) works too.
+        accumulator: ``"f32"``, ``"f16"`` (f16 operands) or ``"f64"`` (f64).
+        instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"``, or None for matmul's
+            default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8).
+        arch: ``matmul``'s architecture preset (``"sm_90"`` is the H100's).
+        mode: ``"exact"`` (bit for bit) or ``"fast"`` (see ``matmul``).
+        tile: ``matmul``'s WMMA tile; None for its default.
+        filter: None (emulate every product) or a callable ``Product -> bool``;
+            see :class:`ProductFilter` for ready-made ones. False leaves the product
+            unemulated (``dot_general`` as written).
+        on_unsupported: ``"error"`` or ``"skip"``.
+        report: if True, the function returns ``(out, EmulationReport)``.
+        scaling: None or ``"tensor"`` (per-tensor current scaling from the amax, by
+            powers of two; f16, e4m3 and e5m2 operand and gradient formats only).
+        backward_format: None (gradients in ``operand_format``, as ``matmul``'s
+            own vjp) or the operand format of the gradient in backward products.
+        promote_every: None or N, passed to ``matmul`` (promotion of partial sums
+            to fp32 every N k-elements).
+
+    Returns:
+        A function with ``fn``'s signature (returning ``(out, report)`` when
+        ``report=True``). It is jitted inside (retraced only for new shapes,
+        dtypes or static arguments) and composes with ``jax.jit``, ``jax.vmap``,
+        ``jax.grad`` and ``jax.sharding`` in any order.
+
+    Raises:
+        ValueError: a format, instruction, scaling, accumulator, arch, mode,
+            promotion or tile that is not allowed (the message lists what is).
+        RuntimeError: ``operand_format="f64"`` with ``jax_enable_x64`` off.
+        TypeError: (when called) a 64-bit NumPy or JAX array argument with
+            ``jax_enable_x64`` off (JAX would narrow it silently).
+        UnsupportedProductError: (when called) a product emulate cannot run.
+
+    Example:
+        >>> a = jnp.ones((16, 32), jnp.float32); b = jnp.full((32, 16), 1 / 3, jnp.float32)
+        >>> f = jaxwarp.emulate(lambda x, y: jnp.tanh(x @ y), operand_format="bf16")
+        >>> bool((f(a, b) == jnp.tanh(jaxwarp.matmul(a, b, operand_format="bf16"))).all())
+        True
+        >>> out, rep = jaxwarp.emulate(lambda x, y: x @ y, operand_format="tf32",
+        ...                            report=True)(a, b)
+        >>> rep.count, rep.entries[0].product.k
+        (1, 32)
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {fn!r}")
+    cfg = make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
+                      on_unsupported, scaling, backward_format, promote_every)
+    config_items = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+                         if f.name != "filter") + (("filter", filter),)
+    backward = ("matmul's custom_vjp: dA = dD @ B^T and dB = A^T @ dD on the same emulated "
+                "tensor core" if not cfg.custom_recipe else
+                f"emulate's recipe vjp: gradients in {cfg.backward_format or operand_format}"
+                f"{', per-tensor scaled by powers of two' if cfg.scaling else ''}, saved "
+                f"operands in {operand_format}")
+
+    def run(key: _Key, *dyn):
+        interp = Interpreter(cfg)
+        it = iter(dyn)
+        leaves = [next(it) if s is _DYNAMIC else s for s in key.static]
+        args, kwargs = jax.tree_util.tree_unflatten(key.treedef, leaves)
+        out = interp.call(fn, args, kwargs)
+        out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+        mask = [is_dynamic(x) for x in out_leaves]
+        rep = EmulationReport(tuple(interp.entries), config_items, backward)
+        return ([x for x, m in zip(out_leaves, mask) if m],
+                _Static((out_tree, [None if m else x for x, m in zip(out_leaves, mask)], rep)))
+
+    jitted = jax.jit(run, static_argnums=0)
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        _check_64bit(leaves, args, kwargs)
+        static = tuple(_DYNAMIC if is_dynamic(x) else x for x in leaves)
+        dyn = [x for x in leaves if is_dynamic(x)]
+        key = _Key(treedef, static)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable static leaf: run without the outer jit
+            outs, aux = run(key, *dyn)
+        else:
+            outs, aux = jitted(key, *dyn)
+        out_tree, static_out, rep = aux.value
+        it = iter(outs)
+        # None is never a pytree leaf, so None marks the dynamic outputs.
+        out = jax.tree_util.tree_unflatten(
+            out_tree, [next(it) if s is None else s for s in static_out])
+        return (out, rep) if report else out
+
+    wrapped.config = dict(config_items)
+    return wrapped

@@ -1,0 +1,123 @@
+"""emulate's static settings: the allowed values, their checks and the ``Config`` record."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwarp._src import checks
+from jaxwarp._src.numerics import formats
+from jaxwarp._src.tensorcore import matmul as matmul_mod
+
+INSTRUCTIONS = matmul_mod.INSTRUCTIONS
+OPERAND_FORMATS = matmul_mod.OPERAND_FORMATS
+FP8_FORMATS = matmul_mod.FP8_FORMATS
+SCALINGS = (None, "tensor")
+#: Operand formats per-tensor scaling is for: scaled to the format's largest value, two
+#: operands' products and their K-long sums stay finite in the fp32 accumulator.
+SCALED_FORMATS = ("f16", *FP8_FORMATS)
+ON_UNSUPPORTED = ("error", "skip")
+# Products that emulate refuses (they are products, but not dot_general's semantics).
+OTHER_PRODUCTS = ("ragged_dot", "ragged_dot_general", "ragged_all_to_all", "bcoo_dot_general",
+                  "bcoo_dot_general_sampled", "bcsr_dot_general", "bcoo_spdot_general")
+PRODUCTS = ("dot_general", "conv_general_dilated")
+# Products emitted by emulate itself carry this name scope; an outer emulate leaves them alone.
+MARKER = "jaxwarp_emulated"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    operand_format: str
+    accumulator: str
+    instruction: str | None
+    arch: str
+    mode: str
+    tile: tuple[int, int, int] | None
+    scaling: str | None
+    backward_format: str | None
+    promote_every: int | None
+    filter: Callable[..., bool] | None
+    on_unsupported: str
+
+    @property
+    def pad_multiple(self) -> int:
+        return math.lcm(*(self.tile or matmul_mod.DEFAULT_TILE[self.operand_format]))
+
+    @property
+    def custom_recipe(self) -> bool:
+        """True when emulate's own vjp runs the backward (scales or a gradient format)."""
+        return self.scaling is not None or self.backward_format is not None
+
+    def matmul_kwargs(self, fmt) -> dict:
+        return dict(operand_format=fmt, accumulator=self.accumulator, tile=self.tile,
+                    arch=self.arch, mode=self.mode, instruction=self.instruction,
+                    promote_every=self.promote_every)
+
+
+def check_format(fmt: Any, name: str) -> str:
+    """The operand format ``fmt`` as matmul's name: a name, an alias (``"fp16"``) or a
+    dtype (``jnp.bfloat16``, ``np.float16``, ``ml_dtypes.float8_e4m3fn``)."""
+    if not isinstance(fmt, (str, jax.core.Tracer)):
+        try:
+            fmt = np.dtype(fmt).name  # a dtype: its name is one of formats.ALIASES
+        except TypeError:
+            pass
+    if isinstance(fmt, str):
+        fmt = formats.ALIASES.get(fmt, fmt)
+    if isinstance(fmt, jax.core.Tracer) or not isinstance(fmt, str) \
+            or fmt not in OPERAND_FORMATS:
+        raise ValueError(f"{name}={fmt!r} is not supported; allowed: {OPERAND_FORMATS} "
+                         f"(or their dtypes, e.g. jnp.bfloat16)")
+    if fmt == "f64":
+        checks.require_x64(f"emulate with {name}='f64'")
+    return fmt
+
+
+def make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
+                on_unsupported, scaling, backward_format, promote_every) -> Config:
+    """Checks emulate's settings; matmul checks the rest with its own tables and messages."""
+    operand_format = check_format(operand_format, "operand_format")
+    if backward_format is not None:
+        backward_format = check_format(backward_format, "backward_format")
+    if instruction is not None and instruction not in INSTRUCTIONS:
+        raise ValueError(f"instruction={instruction!r} is not supported; allowed: "
+                         f"{INSTRUCTIONS}, or None for matmul's default for the format")
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling={scaling!r} is not supported; allowed: {SCALINGS}")
+    if scaling is not None:
+        for name, fmt in (("operand_format", operand_format),
+                          ("backward_format", backward_format)):
+            if fmt is not None and fmt not in SCALED_FORMATS:
+                raise ValueError(
+                    f"scaling={scaling!r} is for the operand formats {SCALED_FORMATS}; got "
+                    f"{name}={fmt!r} (its range is fp32's: scaling to its largest value "
+                    f"would overflow the fp32 accumulator); use scaling=None")
+    if promote_every is not None:
+        if isinstance(promote_every, bool) or not isinstance(promote_every, int) \
+                or promote_every <= 0:
+            raise ValueError(f"promote_every must be None or a positive int, got "
+                             f"{promote_every!r}")
+    if on_unsupported not in ON_UNSUPPORTED:
+        raise ValueError(
+            f"on_unsupported={on_unsupported!r} is not supported; allowed: {ON_UNSUPPORTED}")
+    if filter is not None and not callable(filter):
+        raise TypeError(f"filter must be None or a callable Product -> bool, got {filter!r}")
+    if tile is not None:
+        if not (isinstance(tile, tuple) and len(tile) == 3
+                and all(isinstance(t, int) and t > 0 for t in tile)):
+            raise TypeError(f"tile must be None or a static (m, n, k) tuple, got {tile!r}")
+    cfg = Config(operand_format, accumulator, instruction, arch, mode, tile, scaling,
+                 backward_format, promote_every, filter, on_unsupported)
+    p = cfg.pad_multiple
+    dtype = jnp.float64 if operand_format == "f64" else jnp.float32
+    for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):
+        jax.eval_shape(functools.partial(matmul_mod.matmul, **cfg.matmul_kwargs(fmt)),
+                       jax.ShapeDtypeStruct((p, p), dtype), jax.ShapeDtypeStruct((p, p), dtype))
+    return cfg

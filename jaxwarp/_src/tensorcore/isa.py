@@ -1,0 +1,342 @@
+"""The instruction catalogue: what every tensor-core instruction accepts, stated once.
+
+One :class:`Row` per instruction family, operand types and group of shapes that share
+a minimum target and one datapath model. Every other tensor-core module reads these
+rows: the WMMA table (``wmma_table.TABLE``), the ``mma.sync`` and ``wgmma`` parsers, the
+target checks of ``arch.py``, the argument checks of ``datapath.mma`` and ``matmul``,
+their error messages and the support tables of the README and the docs. Adding an
+instruction or an architecture is adding rows here (and, for a new architecture, a
+datapath preset in ``arch.py``); see ``docs/extending.md``.
+
+Sources: the CUDA programming guide ("Warp Matrix Functions") for ``wmma``; the PTX ISA
+("Warp-level matrix multiply-accumulate instructions: mma", "Asynchronous Warpgroup
+Level Matrix Multiply-Accumulate Instructions", and their target notes) for
+``mma.sync`` and ``wgmma``, narrowed to what ptxas of CUDA 13.0 accepts for sm_90a (the
+captures: a mixed f16/f32 C/D only at ``mma.sync`` m8n8k4, and there not C f32 with
+D f16).
+
+Element storage (the dtype of one logical matrix entry) comes from the format registry
+(``jaxwarp._src.numerics.formats.FORMATS[name].storage_dtype``): :func:`storage_dtype`.
+
+Example:
+    >>> parse_shape("m16n8k16")
+    (16, 8, 16)
+    >>> [r.min_sm for r in rows("mma_sync", "f16")]
+    [70, 75, 80]
+    >>> min_target("mma_sync", "f16", k=16)
+    (80, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+
+from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.numerics.fp8 import FP8_FORMATS
+
+Shape = tuple[int, int, int]
+
+#: Instruction families, in the order every table lists them.
+INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
+#: The fp8 operand types (the fp8 formats of the number layer).
+FP8_TYPES = tuple(FP8_FORMATS)
+#: Layouts of A and B (PTX names; WMMA spells them ``row_major`` / ``col_major``).
+LAYOUTS = ("row", "col")
+ROW_COL = (("row", "col"),)
+ALL_LAYOUTS = (("row", "col"), ("row", "row"), ("col", "row"), ("col", "col"))
+#: Datapath kinds of rows that are not a float datapath of ``arch.py``.
+EXACT_DATAPATHS = ("int", "f64", "bmma")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One catalogue row: an instruction family on some operand types and shapes.
+
+    Attributes:
+      instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"``.
+      a_types: A types of the row. B pairs with A as ``pairing`` says.
+      pairing: ``"same"`` (B type == A type) or ``"mixed"`` (B any of ``a_types``).
+      shapes: the (m, n, k) of the row (wgmma: one per n).
+      cd: allowed (C type, D type) pairs, in the order messages list them.
+      min_sm: smallest ``sm_XY`` (as XY) that has these shapes.
+      arch_specific: needs the ``a`` target (``sm_90a``).
+      layouts: allowed (A layout, B layout) pairs.
+      datapath: the arithmetic: a float datapath family of ``arch.FAMILIES``
+        (``"hmma"``, ``"wgmma_fp8"`` ...), or ``"int"``, ``"f64"``, ``"bmma"``.
+      k_auto: ``datapath.mma`` may pick this k by itself (False: only on request, as
+        the m8n8k4 f16 quadpair unit).
+      satfinite: ``.satfinite`` may be given (integer types).
+      scale: ``imm-scale-a/b`` exist (wgmma floats).
+      transpose: ``imm-trans-a/b`` exist (wgmma f16 / bf16).
+      a_in_registers: A may come from registers (wgmma).
+      b1_ops: for b1: (op, minimum sm) of ``.xor.popc`` / ``.and.popc``.
+      experimental: WMMA ``nvcuda::wmma::experimental`` types.
+      group: a name for the row's types where they are several (``"fp8"``, ``"int"``);
+        default: the A type.
+    """
+
+    instruction: str
+    a_types: tuple[str, ...]
+    shapes: tuple[Shape, ...]
+    cd: tuple[tuple[str, str], ...]
+    min_sm: int
+    datapath: str
+    pairing: str = "same"
+    arch_specific: bool = False
+    layouts: tuple[tuple[str, str], ...] = ROW_COL
+    k_auto: bool = True
+    satfinite: bool = False
+    scale: bool = False
+    transpose: bool = False
+    a_in_registers: bool = False
+    b1_ops: tuple[tuple[str, int], ...] = ()
+    experimental: bool = False
+    group: str = ""
+
+    @property
+    def group_name(self) -> str:
+        return self.group or self.a_types[0]
+
+    def b_types(self, a_type: str) -> tuple[str, ...]:
+        """The B types that go with A type ``a_type`` in this row."""
+        return self.a_types if self.pairing == "mixed" else (a_type,)
+
+    @property
+    def ks(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(s[2] for s in self.shapes))
+
+    @property
+    def target(self) -> str:
+        """The minimum target's name, ``"sm_80"`` or ``"sm_90a"``."""
+        return f"sm_{self.min_sm}" + ("a" if self.arch_specific else "")
+
+
+_CD_F16 = (("f16", "f16"), ("f16", "f32"), ("f32", "f16"), ("f32", "f32"))
+_F32 = (("f32", "f32"),)
+_F32_F16 = (("f32", "f32"), ("f16", "f16"))
+_S32 = (("s32", "s32"),)
+_F64 = (("f64", "f64"),)
+_WMMA_K16 = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
+_WMMA_ALL = tuple((a, b) for a in LAYOUTS for b in LAYOUTS)
+#: wgmma n: multiples of 8 (floats); 8, 16, 24, then multiples of 16 (integers, b1).
+WGMMA_N_FLOAT = tuple(range(8, 257, 8))
+WGMMA_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))
+
+
+def _m64(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
+    return tuple((64, n, k) for n in ns)
+
+
+#: The catalogue. Rows of one (instruction, A type) are listed smallest target first.
+ROWS: tuple[Row, ...] = (
+    # WMMA (CUDA programming guide, "Warp Matrix Functions"; A type == B type).
+    Row("wmma", ("f16",), _WMMA_K16, _CD_F16, 70, "hmma", layouts=_WMMA_ALL),
+    Row("wmma", ("bf16",), _WMMA_K16, _F32, 80, "hmma", layouts=_WMMA_ALL),
+    Row("wmma", ("tf32",), ((16, 16, 8),), _F32, 80, "hmma_tf32_k4", layouts=_WMMA_ALL),
+    Row("wmma", ("f64",), ((8, 8, 4),), _F64, 80, "f64", layouts=_WMMA_ALL),
+    Row("wmma", ("s8", "u8"), _WMMA_K16, _S32, 72, "int", layouts=_WMMA_ALL),
+    Row("wmma", ("s4", "u4"), ((8, 8, 32),), _S32, 75, "int", experimental=True),
+    Row("wmma", ("b1",), ((8, 8, 128),), _S32, 75, "bmma", experimental=True,
+        b1_ops=(("xor", 75), ("and", 80))),
+    # mma.sync.aligned (PTX ISA target notes; C/D pairs as ptxas 13.0 accepts them).
+    Row("mma_sync", ("f16",), ((8, 8, 4),), (("f16", "f16"), ("f16", "f32"), ("f32", "f32")),
+        70, "mma_sync_m8n8k4_f16", layouts=ALL_LAYOUTS, k_auto=False),
+    Row("mma_sync", ("f16",), ((16, 8, 8),), (("f16", "f16"), ("f32", "f32")), 75, "hmma"),
+    Row("mma_sync", ("f16",), ((16, 8, 16),), (("f16", "f16"), ("f32", "f32")), 80, "hmma"),
+    Row("mma_sync", ("bf16",), ((16, 8, 8), (16, 8, 16)), _F32, 80, "hmma"),
+    Row("mma_sync", ("tf32",), ((16, 8, 4),), _F32, 80, "hmma_tf32_k4"),
+    Row("mma_sync", ("tf32",), ((16, 8, 8),), _F32, 80, "hmma_tf32_k8"),
+    Row("mma_sync", ("f64",), ((8, 8, 4),), _F64, 80, "f64"),
+    Row("mma_sync", ("f64",), ((16, 8, 4), (16, 8, 8), (16, 8, 16)), _F64, 90, "f64"),
+    Row("mma_sync", FP8_TYPES, ((16, 8, 16),), _F32_F16, 89, "mma_sync_fp8_k16",
+        pairing="mixed"),
+    Row("mma_sync", FP8_TYPES, ((16, 8, 32),), _F32_F16, 89, "mma_sync_fp8_k32",
+        pairing="mixed"),
+    Row("mma_sync", ("s8", "u8"), ((8, 8, 16),), _S32, 75, "int", pairing="mixed",
+        satfinite=True),
+    Row("mma_sync", ("s8", "u8"), ((16, 8, 16), (16, 8, 32)), _S32, 80, "int",
+        pairing="mixed", satfinite=True),
+    Row("mma_sync", ("s4", "u4"), ((8, 8, 32),), _S32, 75, "int", pairing="mixed",
+        satfinite=True),
+    Row("mma_sync", ("s4", "u4"), ((16, 8, 32), (16, 8, 64)), _S32, 80, "int",
+        pairing="mixed", satfinite=True),
+    Row("mma_sync", ("b1",), ((8, 8, 128),), _S32, 75, "bmma",
+        b1_ops=(("xor", 75), ("and", 80))),
+    Row("mma_sync", ("b1",), ((16, 8, 128), (16, 8, 256)), _S32, 80, "bmma",
+        b1_ops=(("xor", 80), ("and", 80))),
+    # wgmma.mma_async (sm_90a only; D = A @ B + D, so C type == D type).
+    Row("wgmma", ("f16",), _m64(16, WGMMA_N_FLOAT), _F32_F16, 90, "hmma", arch_specific=True,
+        scale=True, transpose=True, a_in_registers=True),
+    Row("wgmma", ("bf16",), _m64(16, WGMMA_N_FLOAT), _F32, 90, "hmma", arch_specific=True,
+        scale=True, transpose=True, a_in_registers=True),
+    Row("wgmma", ("tf32",), _m64(8, WGMMA_N_FLOAT), _F32, 90, "hmma_tf32_k8",
+        arch_specific=True, scale=True, a_in_registers=True),
+    Row("wgmma", FP8_TYPES, _m64(32, WGMMA_N_FLOAT), _F32_F16, 90, "wgmma_fp8",
+        pairing="mixed", arch_specific=True, scale=True, a_in_registers=True, group="fp8"),
+    Row("wgmma", ("s8", "u8"), _m64(32, WGMMA_N_INT), _S32, 90, "int", pairing="mixed",
+        arch_specific=True, satfinite=True, a_in_registers=True, group="int"),
+    Row("wgmma", ("b1",), _m64(256, WGMMA_N_INT), _S32, 90, "bmma", arch_specific=True,
+        b1_ops=(("and", 90),)),
+)
+
+
+# --------------------------------------------------------------------------------------
+# Views of the catalogue.
+
+
+def rows(instruction: str, a_type: str | None = None) -> tuple[Row, ...]:
+    """The rows of one instruction family (and A type), in catalogue order."""
+    return tuple(r for r in ROWS if r.instruction == instruction
+                 and (a_type is None or a_type in r.a_types))
+
+
+def a_types(instruction: str) -> tuple[str, ...]:
+    """Every A type of an instruction family, in catalogue order."""
+    return tuple(dict.fromkeys(t for r in rows(instruction) for t in r.a_types))
+
+
+def shapes(instruction: str, a_type: str) -> tuple[Shape, ...]:
+    """Every (m, n, k) of an instruction family with A type ``a_type``."""
+    return tuple(dict.fromkeys(s for r in rows(instruction, a_type) for s in r.shapes))
+
+
+def row_of(instruction: str, a_type: str, shape: Shape) -> Row | None:
+    """The row that has this (m, n, k), or None."""
+    for r in rows(instruction, a_type):
+        if tuple(shape) in r.shapes:
+            return r
+    return None
+
+
+def cd_pairs(instruction: str, a_type: str, shape: Shape | None = None
+             ) -> tuple[tuple[str, str], ...]:
+    """Allowed (C type, D type) pairs (at one shape, or at any shape)."""
+    rs = rows(instruction, a_type) if shape is None else (row_of(instruction, a_type, shape),)
+    return tuple(dict.fromkeys(p for r in rs if r is not None for p in r.cd))
+
+
+def b_types(instruction: str, a_type: str) -> tuple[str, ...]:
+    """The B types that go with A type ``a_type``."""
+    return tuple(dict.fromkeys(b for r in rows(instruction, a_type) for b in r.b_types(a_type)))
+
+
+def mixed_pairs(instruction: str | None = None) -> tuple[frozenset[str], ...]:
+    """The groups of types that may be mixed as (A, B), e.g. {e4m3, e5m2}."""
+    return tuple(dict.fromkeys(frozenset(r.a_types) for r in ROWS if r.pairing == "mixed"
+                               and (instruction is None or r.instruction == instruction)))
+
+
+def instruction_ks(instruction: str, a_type: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(k values tried when k is derived, largest first; k values only on request)."""
+    rs = rows(instruction, a_type)
+    auto = sorted({k for r in rs if r.k_auto for k in r.ks}, reverse=True)
+    extra = sorted({k for r in rs if not r.k_auto for k in r.ks} - set(auto), reverse=True)
+    return tuple(auto), tuple(extra)
+
+
+def min_target(instruction: str, a_type: str, k: int | None = None) -> tuple[int, bool]:
+    """(minimum sm, needs the ``a`` target) of an instruction family and A type, at k
+    (the smallest over the shapes with that k) or at any shape.
+
+    Raises:
+      KeyError: no row has this instruction, type (and k).
+    """
+    rs = [r for r in rows(instruction, a_type) if k is None or k in r.ks]
+    if not rs:
+        raise KeyError((instruction, a_type, k))
+    best = min(rs, key=lambda r: (r.min_sm, r.arch_specific))
+    return best.min_sm, best.arch_specific
+
+
+def datapath_family(instruction: str, a_type: str, k: int) -> str:
+    """The datapath model of one instruction (a float family of ``arch.FAMILIES``, or
+    ``"int"`` / ``"f64"`` / ``"bmma"``)."""
+    for r in rows(instruction, a_type):
+        if k in r.ks:
+            return r.datapath
+    raise KeyError((instruction, a_type, k))
+
+
+def float_datapaths() -> tuple[str, ...]:
+    """Every float datapath family some row uses."""
+    return tuple(dict.fromkeys(r.datapath for r in ROWS
+                               if r.datapath not in EXACT_DATAPATHS))
+
+
+# --------------------------------------------------------------------------------------
+# Element types.
+
+
+def storage_dtype(name: str) -> np.dtype:
+    """dtype of one logical matrix entry of type ``name`` (from the format registry)."""
+    return np.dtype(FORMATS[name].storage_dtype)
+
+
+def element_bits(name: str) -> int:
+    """Bits one element takes in a register or in memory (tf32: the 32-bit word)."""
+    fmt = FORMATS[name]
+    return fmt.bits if fmt.bits < 8 else np.dtype(fmt.storage_dtype).itemsize * 8
+
+
+def accumulator_types(instruction: str | None = None) -> tuple[str, ...]:
+    """Every C / D type (of one family, or of all)."""
+    return tuple(dict.fromkeys(t for r in ROWS
+                               if instruction is None or r.instruction == instruction
+                               for p in r.cd for t in p))
+
+
+# --------------------------------------------------------------------------------------
+# Qualifier parsing.
+
+_SHAPE = re.compile(r"m([1-9][0-9]*)n([1-9][0-9]*)k([1-9][0-9]*)")
+
+
+def parse_shape(text: Any) -> Shape | None:
+    """``"m16n8k16"`` -> ``(16, 8, 16)``; None unless the whole text is such a shape
+    (strict: no leading zeros, no empty part, no sign, no spaces).
+
+    Example:
+        >>> parse_shape("m64n256k32"), parse_shape("m016n8k16"), parse_shape("mnk")
+        ((64, 256, 32), None, None)
+    """
+    if not isinstance(text, str):
+        return None
+    m = _SHAPE.fullmatch(text)
+    return None if m is None else tuple(int(g) for g in m.groups())
+
+
+def shape_name(shape: Shape) -> str:
+    """``(16, 8, 16)`` -> ``"m16n8k16"`` (the inverse of :func:`parse_shape`)."""
+    m, n, k = shape
+    return f"m{m}n{n}k{k}"
+
+
+# --------------------------------------------------------------------------------------
+# The support table of the docs (README and docs/index.md read it).
+
+
+def _shapes_text(shapes_: tuple[Shape, ...]) -> str:
+    ks = {s[2] for s in shapes_}
+    if all(s[0] == 64 for s in shapes_) and len(ks) == 1:
+        ns = [s[1] for s in shapes_]
+        return f"m64nNk{ks.pop()} (N = {ns[0]}..{ns[-1]})"
+    return ", ".join(shape_name(s) for s in shapes_)
+
+
+def support_table() -> str:
+    """The catalogue as a Markdown table, one line per row."""
+    lines = ["| instruction | A / B types | shapes | C / D types | min target |",
+             "|---|---|---|---|---|"]
+    for r in ROWS:
+        ab = ", ".join(r.a_types) + (" (mixed)" if r.pairing == "mixed" else "")
+        cd = ", ".join(f"{c}/{d}" for c, d in r.cd)
+        extra = ""
+        if r.b1_ops:
+            extra = " (" + ", ".join(f".{op}.popc sm_{sm}" for op, sm in r.b1_ops) + ")"
+        lines.append(f"| {r.instruction} | {ab} | {_shapes_text(r.shapes)} | {cd} | "
+                     f"{r.target}{extra} |")
+    return "\n".join(lines)
