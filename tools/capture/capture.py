@@ -950,7 +950,7 @@ def gen_subnormal_f16(rng, kind, m, n, k):
         b = _f16_values(rng, eb)
         npairs = int(rng.integers(1, k // 4 + 1))
         pos = rng.permutation(k)[: 2 * npairs]
-        for p, q in zip(pos[0::2], pos[1::2]):
+        for p, q in zip(pos[0::2], pos[1::2], strict=True):
             ea2, eb2 = _pair_exps(rng, int(rng.integers(-14, 9)), m, 1, n, -14, 15, 1)
             a[:, p] = a[:, q] = _f16_values(rng, ea2[:, 0])
             b[p, :] = _f16_values(rng, eb2[0])
