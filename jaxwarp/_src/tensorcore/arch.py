@@ -178,6 +178,10 @@ class Datapath:
         (``"emin"``, as an adder of biased exponent fields sees it) or with its own
         leading bit (``"lead"``).
       c_sub_exp: the same for a subnormal accumulator.
+      e_floor: ``None``, or E is at least the accumulator format's minimum normal
+        exponent less ``e_floor`` (a zero or tiny accumulator still bounds the grid:
+        sm_90 cuts terms at ``2**(emin - 7 - F)`` at the finest, ``2**-46`` with an f16 C,
+        ``2**-158`` with an fp32 one).
       trunc: aligned terms are truncated toward zero (``"rz"``) or toward minus
         infinity (``"floor"``).
       block_round: rounding of a block sum to fp32 (``"rz"`` / ``"rn"``).
@@ -203,6 +207,7 @@ class Datapath:
     align: str = "nominal"
     sub_exp: str = "emin"
     c_sub_exp: str = "lead"
+    e_floor: int | None = None
     trunc: str = "rz"
     block_round: str = "rz"
     sum_mbits: int = 23
@@ -221,6 +226,10 @@ class Datapath:
             v = getattr(self, name)
             if v not in allowed:
                 raise ValueError(f"Datapath.{name} must be one of {allowed}, got {v!r}")
+        if self.e_floor is not None and (not isinstance(self.e_floor, int)
+                                         or not 0 <= self.e_floor <= 64):
+            raise ValueError(f"Datapath.e_floor must be None or an int in [0, 64], got "
+                             f"{self.e_floor!r}")
         for name, lo, hi in (("block_k", 1, 64), ("F", 3, 28), ("sum_mbits", 1, 23)):
             v = getattr(self, name)
             if not isinstance(v, int) or not lo <= v <= hi:
@@ -281,7 +290,7 @@ class ArchModel:
         return self.datapath("hmma_tf32_k4" if a_type == "tf32" else "hmma").block_k
 
 
-_H100 = Datapath(block_k=16, F=25, sub_exp="emin")
+_H100 = Datapath(block_k=16, F=25, sub_exp="emin", c_sub_exp="emin", e_floor=7)
 SM90 = ArchModel("sm_90", (
     ("hmma", _H100),
     ("hmma_tf32_k4", _H100.replace(block_k=4)),

@@ -216,8 +216,14 @@ _NEG_BIG = softfloat.NEG_BIG  # "exponent" of a zero term: below any real one
 _Acc = softfloat.Term  # a decoded accumulator term
 
 
-def _acc(bits, fmt: str, dp: Datapath) -> _Acc:
-    return softfloat.term(bits, fmt, dp.c_sub_exp == "emin")
+def _acc(bits, fmt: str, dp: Datapath, out: str | None = None) -> _Acc:
+    """An accumulator term of ``fmt`` bits; with ``e_floor`` its alignment exponent
+    (``lead``) is at least ``emin(out) - e_floor`` (``out``: the format the block sums
+    into, default ``fmt``), also for a zero, which then bounds E from below."""
+    t = softfloat.term(bits, fmt, dp.c_sub_exp == "emin")
+    if dp.e_floor is not None:
+        t = t._replace(lead=jnp.maximum(t.lead, softfloat.emin(out or fmt) - dp.e_floor))
+    return t
 
 
 # "No accumulator" (the +0 that ``c_mode="end"`` starts from; no term, no sign).
@@ -563,7 +569,7 @@ def _chain(a, b, c, cfg: _Cfg, block):
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
-    acc = _acc(bits_.to_u32(c), cfg.c_type, dp)
+    acc = _acc(bits_.to_u32(c), cfg.c_type, dp, cfg.d_type)
     first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b)
     bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
