@@ -21,9 +21,12 @@ One instruction computes each output element as a chain of *block fused multiply
 2. every product ``a_i * b_i`` is exact; its *alignment exponent* is the sum of the
    operands' exponents (``align="nominal"``), a subnormal operand counting with the
    format's minimum normal exponent (``sub_exp="emin"``: what an adder of biased
-   exponent fields sees); the accumulator counts with its leading-bit exponent;
-3. ``E`` is the largest alignment exponent of the non-zero terms; every term is
-   truncated toward zero (``trunc="rz"``) to a multiple of ``2**(E - F)``;
+   exponent fields sees); the accumulator counts with its leading-bit exponent, a
+   subnormal one with its format's minimum normal exponent too (``c_sub_exp="emin"``);
+3. ``E`` is the largest alignment exponent of the non-zero terms, but never below
+   ``emin(D) - 7`` (``e_floor=7``; -21 with an f16 D, -133 with an fp32 D or block
+   result, also when C is zero); every term is truncated toward zero (``trunc="rz"``)
+   to a multiple of ``2**(E - F)``;
 4. the truncated terms are added exactly;
 5. the sum becomes fp32 toward zero (``block_round``; cut to ``sum_mbits`` fraction
    bits first: 13 for fp8 ``wgmma``) or, with an f16 C, f16 to nearest even directly
