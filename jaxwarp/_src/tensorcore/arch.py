@@ -177,11 +177,13 @@ class Datapath:
       sub_exp: a subnormal operand counts with the format's minimum normal exponent
         (``"emin"``, as an adder of biased exponent fields sees it) or with its own
         leading bit (``"lead"``).
-      c_sub_exp: the same for a subnormal accumulator.
-      e_floor: ``None``, or E is at least the accumulator format's minimum normal
-        exponent less ``e_floor`` (a zero or tiny accumulator still bounds the grid:
-        sm_90 cuts terms at ``2**(emin - 7 - F)`` at the finest, ``2**-46`` with an f16 C,
-        ``2**-158`` with an fp32 one).
+      c_sub_exp: ``"emin"``: the accumulator counts with at least the minimum normal
+        exponent of the format the block sums into (D or fp32), ``"lead"``: with its
+        own leading bit.
+      e_floor: ``None``, or E is at least that format's minimum normal exponent less
+        ``e_floor`` (also with a zero accumulator: sm_90 cuts terms at
+        ``2**(emin - 7 - F)`` at the finest, ``2**-46`` with an f16 D, ``2**-158`` with
+        an fp32 one).
       trunc: aligned terms are truncated toward zero (``"rz"``) or toward minus
         infinity (``"floor"``).
       block_round: rounding of a block sum to fp32 (``"rz"`` / ``"rn"``).

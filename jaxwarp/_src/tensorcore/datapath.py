@@ -21,8 +21,9 @@ One instruction computes each output element as a chain of *block fused multiply
 2. every product ``a_i * b_i`` is exact; its *alignment exponent* is the sum of the
    operands' exponents (``align="nominal"``), a subnormal operand counting with the
    format's minimum normal exponent (``sub_exp="emin"``: what an adder of biased
-   exponent fields sees); the accumulator counts with its leading-bit exponent, a
-   subnormal one with its format's minimum normal exponent too (``c_sub_exp="emin"``);
+   exponent fields sees); the accumulator counts with its leading-bit exponent, but at
+   least D's minimum normal exponent (``c_sub_exp="emin"``: a subnormal C of D's
+   format counts at emin, an f16 subnormal C of an fp32 D with its own leading bit);
 3. ``E`` is the largest alignment exponent of the non-zero terms, but never below
    ``emin(D) - 7`` (``e_floor=7``; -21 with an f16 D, -133 with an fp32 D or block
    result, also when C is zero); every term is truncated toward zero (``trunc="rz"``)
@@ -220,12 +221,16 @@ _Acc = softfloat.Term  # a decoded accumulator term
 
 
 def _acc(bits, fmt: str, dp: Datapath, out: str | None = None) -> _Acc:
-    """An accumulator term of ``fmt`` bits; with ``e_floor`` its alignment exponent
-    (``lead``) is at least ``emin(out) - e_floor`` (``out``: the format the block sums
-    into, default ``fmt``), also for a zero, which then bounds E from below."""
-    t = softfloat.term(bits, fmt, dp.c_sub_exp == "emin")
+    """An accumulator term of ``fmt`` bits, as the block that sums into ``out`` (default
+    ``fmt``) sees it: with ``c_sub_exp="emin"`` its alignment exponent (``lead``) is at
+    least ``emin(out)`` (an f16 subnormal C of an fp32 D keeps its own), with
+    ``e_floor`` at least ``emin(out) - e_floor`` also for a zero, which then bounds E."""
+    t = softfloat.term(bits, fmt)
+    lo = softfloat.emin(out or fmt)
+    if dp.c_sub_exp == "emin":
+        t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, lo), t.lead))
     if dp.e_floor is not None:
-        t = t._replace(lead=jnp.maximum(t.lead, softfloat.emin(out or fmt) - dp.e_floor))
+        t = t._replace(lead=jnp.maximum(t.lead, lo - dp.e_floor))
     return t
 
 
