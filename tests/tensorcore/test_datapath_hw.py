@@ -81,3 +81,58 @@ def test_edges_cover_the_rules():
     for want in ("m8n8k4", "chain/wgmma", "chain/ptx", "e4m3.e5m2", "wgmma/e5m2",
                  "m64n8k32x128", "satfinite"):
         assert want in names
+
+
+# --------------------------------------------------------------------------------------
+# f16 / tf32 results in and near the subnormal range (``capture.py --extra --subnormal``;
+# tools/capture/FORMAT_EXTRA.md): a subnormal accumulator aligns at the format's minimum
+# normal exponent (``c_sub_exp="emin"``) and E never falls below emin(D) - 7
+# (``e_floor=7``), also with C = 0.
+
+SUB = np.load(pathlib.Path(__file__).resolve().parents[1] / "data"
+              / "capture_extra_subnormal.npz")
+SUB_CONFIGS = sorted({k.rsplit("/", 1)[0] for k in SUB.files if k.endswith("/D")})
+
+
+def _run_sub(key: str, **change) -> tuple[np.ndarray, np.ndarray]:
+    """(model bits, captured bits) of one WMMA configuration of the subnormal sample;
+    ``change``: Datapath fields to change from the sm_90 model."""
+    a_type, cd, shape, _ = key.split(".")
+    A, B, C, D = (SUB[f"{key}/{x}"] for x in "ABCD")
+    if a_type == "tf32cvt":
+        A, B, a_type = _float_to_tf32(A), _float_to_tf32(B), "tf32"
+    k = int(shape.split("k")[1])
+    dp = M.ARCHS["sm_90"].datapath(M._arch.family("wmma", a_type, k)).replace(**change)
+    out = M.mma(A.view(_STORAGE[a_type]), B.view(_STORAGE[a_type]),
+                C.view(_STORAGE[cd[:3]]), a_type=a_type, c_type=cd[:3], d_type=cd[3:],
+                datapath=dp if change else None)
+    return np.asarray(out).view(D.dtype), D
+
+
+@pytest.mark.parametrize("key", SUB_CONFIGS)
+def test_bit_exact_on_h100_subnormal_probes(key):
+    out, want = _run_sub(key)
+    bad = np.argwhere(out != want)
+    assert bad.size == 0, (f"{len(bad)}/{want.size} elements differ, first (trial, i, j) "
+                           f"{bad[:3].tolist()} kinds {SUB[key + '/kind'][bad[:3, 0]]}")
+
+
+@pytest.mark.parametrize("change", [{"e_floor": None}, {"e_floor": 6}, {"e_floor": 8},
+                                    {"c_sub_exp": "lead"}], ids=str)
+def test_subnormal_rule_is_read_from_the_datapath(change):
+    """Each field of the rule changes bits on the sample (so the sample pins it)."""
+    keys = [k for k in SUB_CONFIGS if k.startswith("f16")]
+    if change in ({"e_floor": None}, {"c_sub_exp": "lead"}):
+        keys += [k for k in SUB_CONFIGS if k.startswith("tf32")]
+    for key in keys:
+        out, want = _run_sub(key, **change)
+        if (out != want).any():
+            return
+    pytest.fail(f"Datapath change {change} leaves every element of {keys} as captured")
+
+
+def test_e_floor_is_checked():
+    with pytest.raises(ValueError, match="e_floor"):
+        M.Datapath(e_floor=-1)
+    with pytest.raises(ValueError, match="e_floor"):
+        M.Datapath(e_floor=1.5)

@@ -770,8 +770,9 @@ def gen_probe(rng, kind, at, ct, m, n, k):
     fb = min(fa, 10)
     if kind == "probe_align":
         # C = +-2^eC(1+f); one product at k0 (sometimes a second one) with exponent d below.
-        lo_a = max(emin_a, -14)
-        a0 = int(rng.integers(lo_a + m, min(emax_a, 15) + 1))
+        lo_a, hi_a = max(emin_a, -14), min(emax_a, 15) + 1
+        # m = 32 (m32n8k16) leaves no room above: rows then reach the subnormal range
+        a0 = int(rng.integers(min(lo_a + m, hi_a - 1), hi_a))
         a[:, 0] = sg(m) * frac(m, fb) * 2.0 ** (a0 - np.arange(m))
         b[0, :] = sg(n) * frac(n, fb) * 2.0 ** -np.arange(n)
         eC = a0 + int(rng.integers(-4, 24))
@@ -890,6 +891,181 @@ def probe_trials(rng, at, ct, m, n, k, reps):
     return trials
 
 
+def _split_exp(rng, P, lo, hi):
+    """Operand exponents (ea, eb), each in [lo, hi], with ea + eb = P (P clipped to fit)."""
+    P = np.clip(P, 2 * lo, 2 * hi)
+    ea = rng.integers(np.maximum(lo, P - hi), np.minimum(hi, P - lo) + 1)
+    return ea, P - ea
+
+
+def _pair_exps(rng, P, m, k, n, lo, hi, jit=2):
+    """Exponents of A (m, k) and B (k, n) whose products a[i, q] * b[q, j] lie near 2**P:
+    a split of P per k, jittered by up to ``jit`` per element."""
+    ea, eb = _split_exp(rng, np.full(k, P), lo, hi)
+    ja = lambda s: rng.integers(-jit, jit + 1, s)
+    return (np.clip(ea[None, :] + ja((m, k)), lo, hi),
+            np.clip(eb[:, None] + ja((k, n)), lo, hi))
+
+
+def _f16_values(rng, e, sparse=0.3):
+    """Exact f16 values of random sign whose leading bit is 2**e (e in [-24, 15] per element;
+    below -14 a subnormal); a share ``sparse`` gets a fraction of 0, one bit, or all ones."""
+    e = np.clip(np.asarray(e), -24, 15)
+    fb = np.where(e >= -14, 10, e + 24)
+    frac = rng.integers(0, 1 << fb)
+    pick = rng.random(e.shape)
+    one_bit = 1 << rng.integers(0, np.maximum(fb, 1))
+    frac = np.where(pick < sparse / 3, 0, frac)
+    frac = np.where((pick >= sparse / 3) & (pick < 2 * sparse / 3), one_bit & ((1 << fb) - 1), frac)
+    frac = np.where((pick >= 2 * sparse / 3) & (pick < sparse), (1 << fb) - 1, frac)
+    sign = rng.choice([-1.0, 1.0], e.shape)
+    return sign * ((1 << fb) + frac) * 2.0 ** (e - fb)
+
+
+def _small_c(rng, shape, P):
+    """C for the subnormal probes: 0, -0, subnormal, or near 2**P (P an int or per element)."""
+    P = np.broadcast_to(np.asarray(P), shape)
+    c = _f16_values(rng, P + rng.integers(-8, 5, shape))
+    r = rng.random(shape)
+    c = np.where(r < 0.1, 0.0, np.where(r < 0.2, -0.0, c))
+    c = np.where((r >= 0.2) & (r < 0.4), _f16_values(rng, rng.integers(-24, -14, shape)), c)
+    return c
+
+
+def gen_subnormal_f16(rng, kind, m, n, k):
+    """f16 operands (float64 values, exact) for ``--subnormal``: products, sums and C in and
+    near the f16 subnormal range (FORMAT_EXTRA.md)."""
+    dens = float(rng.choice([1.0, 0.5, 0.25, 0.125]))
+    keep = lambda s: rng.random(s) < dens
+    if kind == "sub_dense":  # products around 2**P, P in the subnormal range and above
+        P = int(rng.integers(-32, -9))
+        ea, eb = _pair_exps(rng, P, m, k, n, -24, 15)
+        a = _f16_values(rng, ea) * keep((m, k))
+        b = _f16_values(rng, eb) * keep((k, n))
+        c = _small_c(rng, (m, n), P)
+    elif kind == "sub_cancel":  # pairs of big products cancelling exactly, a small residue
+        P = int(rng.integers(-34, -13))
+        ea, eb = _pair_exps(rng, P, m, k, n, -24, 15)
+        a = _f16_values(rng, ea) * keep((m, k))
+        b = _f16_values(rng, eb)
+        npairs = int(rng.integers(1, k // 4 + 1))
+        pos = rng.permutation(k)[: 2 * npairs]
+        for p, q in zip(pos[0::2], pos[1::2], strict=True):
+            ea2, eb2 = _pair_exps(rng, int(rng.integers(-14, 9)), m, 1, n, -14, 15, 1)
+            a[:, p] = a[:, q] = _f16_values(rng, ea2[:, 0])
+            b[p, :] = _f16_values(rng, eb2[0])
+            b[q, :] = -b[p, :]
+        c = _small_c(rng, (m, n), P)
+    elif kind == "sub_tie":  # integer multiples of 2**-(sa + sb): ties at 2**-24 and below
+        s = int(rng.choice([25, 26, 27, 30]))
+        sa = int(rng.integers(s - 15, 16))
+        a = rng.integers(-63, 64, (m, k)) * 2.0**-sa * keep((m, k))
+        b = rng.integers(-63, 64, (k, n)) * 2.0 ** -(s - sa)
+        c = rng.integers(-64, 65, (m, n)) * 2.0**-24 * (rng.random((m, n)) < 0.5)
+    elif kind == "sub_c":  # C subnormal (or just above), products below it or none
+        Ec = rng.integers(-24, -11, (m, n))
+        c = _f16_values(rng, Ec)
+        P = int(rng.integers(-44, -18))
+        ea, eb = _pair_exps(rng, P, m, k, n, -24, 15)
+        a = _f16_values(rng, ea) * (rng.random((m, k)) < dens / 2)
+        b = _f16_values(rng, eb)
+    elif kind == "sub_edge":  # products on and next to 2**-14, 2**-24, 2**-25
+        fr = np.array([1.0, 1 + 2.0**-10, 2 - 2.0**-10, 1.5, 1 - 2.0**-11])
+        P = int(rng.choice([-13, -14, -15, -23, -24, -25, -26]))
+        ea, eb = _pair_exps(rng, P, m, k, n, -14, 15, 1)
+        a = rng.choice([-1.0, 1.0], (m, k)) * rng.choice(fr, (m, k)) * 2.0**ea
+        a *= rng.random((m, k)) < max(dens, 3.0 / k)
+        b = rng.choice([-1.0, 1.0], (k, n)) * rng.choice(fr[:3], (k, n)) * 2.0**eb
+        c = rng.choice([0.0, -0.0, 2.0**-24, -(2.0**-24), 2.0**-14, -(2.0**-14),
+                        2.0**-14 - 2.0**-24, 2.0**-25 * 3, 2.0**-15], (m, n))
+    else:
+        raise ValueError(kind)
+    return a, b, c
+
+
+SUB_F16_KINDS = ("sub_dense", "sub_cancel", "sub_tie", "sub_c", "sub_edge")
+SUB_TF32_KINDS = ("tz_cancel", "tz_tiny", "tz_round", "tz_zero")
+
+
+def _f32_words(rng, e, low="random"):
+    """fp32 words of random sign with leading-bit exponent e (fp32 subnormal below -126),
+    random fraction; the low 13 bits random, or chosen from values next to the
+    __float_to_tf32 tie (``low="tie"``)."""
+    e = np.clip(np.asarray(e), -149, 127)
+    biased = np.where(e >= -126, e + 127, 0).astype(np.uint64)
+    fb = np.where(e >= -126, 23, e + 149).astype(np.uint64)
+    frac = rng.integers(0, 1 << 23, e.shape).astype(np.uint64) & ((np.uint64(1) << fb) - 1)
+    frac |= np.where(e >= -126, 0, np.uint64(1) << fb).astype(np.uint64)
+    if low == "tie":
+        lows = np.array([0x0FFF, 0x1000, 0x1001, 0x1FFF, 0, 0x0001], np.uint64)
+        frac = (frac & ~np.uint64(0x1FFF)) | rng.choice(lows, e.shape)
+        frac = np.where((rng.random(e.shape) < 0.2) & (e >= -126),
+                        frac | np.uint64(0x7FE000), frac)  # the tie carries into the exponent
+        frac = np.where(e >= -126, frac & np.uint64(0x7FFFFF), frac)
+    sign = (rng.random(e.shape) < 0.5).astype(np.uint64) << np.uint64(31)
+    return (sign | (biased << np.uint64(23)) | frac).astype(np.uint32)
+
+
+def gen_subnormal_tf32(rng, kind, m, n, k):
+    """fp32 words (A, B, C) for the tf32 / tf32cvt zero-sign and low-bit probes."""
+    pos0 = lambda s: np.where(rng.random(s) < 0.5, np.uint32(0), np.uint32(0x80000000))
+    tinyc = lambda s: np.where(rng.random(s) < 0.6, pos0(s), _f32_words(
+        rng, rng.integers(-149, -100, s)))
+    if kind == "tz_cancel":  # x*y - x'*y' with x, x' equal up to the low 13 bits
+        E = int(rng.integers(-20, 21))
+        x = _f32_words(rng, E + rng.integers(-3, 4, (m, k // 2)),
+                       "tie" if rng.random() < 0.5 else "random")
+        y = _f32_words(rng, -E + rng.integers(-3, 4, (k // 2, n)))
+        a = np.zeros((m, k), np.uint32)
+        b = np.zeros((k, n), np.uint32)
+        a[:, 0::2] = x
+        a[:, 1::2] = np.where(rng.random(x.shape) < 0.5, x,
+                              x ^ rng.integers(0, 1 << 13, x.shape).astype(np.uint32))
+        b[0::2] = y
+        b[1::2] = y ^ np.uint32(0x80000000)
+        c = tinyc((m, n))
+    elif kind == "tz_tiny":  # products below fp32's normal range and fp32 subnormal operands
+        P = int(rng.integers(-170, -110))
+        ea, eb = _pair_exps(rng, P, m, k, n, -149, 127, 3)
+        a = _f32_words(rng, ea)
+        b = _f32_words(rng, eb)
+        c = tinyc((m, n))
+    elif kind == "tz_round":  # low bits at the rna tie, carries into the exponent
+        a = _f32_words(rng, rng.integers(-6, 7, (m, k)), "tie")
+        b = _f32_words(rng, rng.integers(-6, 7, (k, n)), "tie")
+        c = np.where(rng.random((m, n)) < 0.5, tinyc((m, n)),
+                     _f32_words(rng, rng.integers(-12, 6, (m, n)), "tie"))
+    elif kind == "tz_zero":  # words that are zero as tf32 (low bits only) or true zeros
+        low = lambda s: (rng.integers(0, 1 << 13, s).astype(np.uint32)
+                         * (rng.random(s) < 0.7)).astype(np.uint32)
+        a = pos0((m, k)) | low((m, k))
+        b = _f32_words(rng, rng.integers(-10, 11, (k, n)))
+        if rng.random() < 0.5:  # some true products too, cancelling exactly
+            x = _f32_words(rng, rng.integers(-4, 5, m))
+            a[:, 0], a[:, 1] = x, x
+            b[1] = b[0] ^ np.uint32(0x80000000)
+        c = tinyc((m, n))
+    else:
+        raise ValueError(kind)
+    return a, b, c
+
+
+def subnormal_trials(rng, at, ct, m, n, k, reps):
+    """(kind, A bits, B bits, C bits) of the ``--subnormal`` probes of one configuration."""
+    out = []
+    if at == F16:
+        for kind in SUB_F16_KINDS:
+            for _ in range(reps):
+                a, b, c = gen_subnormal_f16(rng, kind, m, n, k)
+                out.append((kind, from_f64(a, F16), from_f64(b, F16), from_f64(c, ct)))
+    elif at == TF32:
+        for kind in SUB_TF32_KINDS:
+            for _ in range(reps):
+                a, b, c = gen_subnormal_tf32(rng, kind, m, n, k)
+                out.append((kind, a, b, c))
+    return out
+
+
 def f64_order_trials(rng, reps):
     """f64 m8n8k4: products of +-X and +-1 in every arrangement, to tell a chain of fmas in
     some k order from a correctly rounded sum."""
@@ -907,11 +1083,16 @@ def f64_order_trials(rng, reps):
     return out
 
 
-def capture_extra_mma(lib: Lib, rng, reps: int):
+def capture_extra_mma(lib: Lib, rng, reps: int, all_shapes: bool = False, sub_reps: int = 0,
+                      sub_rng=None):
+    """The probes of capture_extra_mma.npz; ``all_shapes``: f16.f16f16 also in m32n8k16 and
+    m8n32k16; ``sub_reps``: that many trials per ``--subnormal`` kind (drawn from
+    ``sub_rng``, so the other trials are those of a run without them)."""
     out = {"device": np.array(lib.device)}
+    f16_shapes = ("m16n16k16", "m32n8k16", "m8n32k16") if all_shapes else ("m16n16k16",)
     targets = [
         "f16.f32f32.m16n16k16.rc",
-        "f16.f16f16.m16n16k16.rc",
+        *(f"f16.f16f16.{s}.rc" for s in f16_shapes),
         "bf16.f32f32.m16n16k16.rc",
         "tf32.f32f32.m16n16k8.rc",
         "tf32cvt.f32f32.m16n16k8.rc",
@@ -926,6 +1107,9 @@ def capture_extra_mma(lib: Lib, rng, reps: int):
             trials = tf32_inputs  # the very same words as the tf32 run
         else:
             trials = probe_trials(rng, cfg["at"], cfg["ct"], cfg["m"], cfg["n"], cfg["k"], reps)
+            if sub_reps and not name.startswith("bf16"):
+                trials += subnormal_trials(sub_rng, cfg["at"], cfg["ct"], cfg["m"], cfg["n"],
+                                           cfg["k"], sub_reps)
             if name.startswith("tf32."):
                 tf32_inputs = trials
         _store_trials(lib, out, name, cfg, trials)
@@ -970,6 +1154,14 @@ def capture_extra_mma(lib: Lib, rng, reps: int):
         out[f"{key}/step"] = np.tile(np.arange(L, dtype=np.int32), T0)
         log(f"  {key}: {T0} chains of {L}")
     return out
+
+
+def _concat_trials(runs: list[dict]) -> dict:
+    """The mma captures of several seeds as one: trials of each key one after another."""
+    if len(runs) == 1:
+        return runs[0]
+    return {key: runs[0][key] if key == "device" else np.concatenate([r[key] for r in runs])
+            for key in runs[0]}
 
 
 def _store_trials(lib, out, name, cfg, trials):
@@ -1215,6 +1407,30 @@ def main(argv=None):
     ap.add_argument(
         "--per-kind", type=int, help="fp WMMA trials per input kind (default 8, quick 2)"
     )
+    ap.add_argument(
+        "--extra-files", default="warp,mma,ldst", help="with --extra: which files to write"
+    )
+    ap.add_argument(
+        "--probe-shapes",
+        choices=("m16n16k16", "all"),
+        default="m16n16k16",
+        help="with --extra: f16.f16f16 probes in m16n16k16 only, or in all three WMMA shapes",
+    )
+    ap.add_argument(
+        "--subnormal",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --extra: add N trials per kind of the subnormal / zero-sign probes "
+        "(FORMAT_EXTRA.md) to the f16 and tf32 configurations",
+    )
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="S",
+        help="with --extra: draw the mma probes with seeds seed..seed+S-1, one file",
+    )
     args = ap.parse_args(argv)
     if not (args.out or args.replay):
         ap.error("give --out DIR and/or --replay DIR")
@@ -1237,9 +1453,20 @@ def main(argv=None):
         bad = replay(lib, args.replay)
     if args.out and args.extra:
         reps = 2 if args.quick else 4
-        save(args.out / "capture_extra_warp.npz", capture_extra_warp(lib, rng))
-        save(args.out / "capture_extra_mma.npz", capture_extra_mma(lib, rng, reps))
-        save(args.out / "capture_extra_ldst.npz", capture_extra_ldst(lib))
+        files = set(args.extra_files.split(","))
+        mma = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            rng = np.random.default_rng(seed)
+            warp = capture_extra_warp(lib, rng)  # always: the mma probes are drawn after it
+            if "warp" in files and seed == args.seed:
+                save(args.out / "capture_extra_warp.npz", warp)
+            sub_rng = np.random.default_rng([seed, 1])
+            mma.append(capture_extra_mma(lib, rng, reps, args.probe_shapes == "all",
+                                         args.subnormal, sub_rng))
+        if "mma" in files:
+            save(args.out / "capture_extra_mma.npz", _concat_trials(mma))
+        if "ldst" in files:
+            save(args.out / "capture_extra_ldst.npz", capture_extra_ldst(lib))
     elif args.out:
         only = set(args.only.split(","))
         per_kind = args.per_kind or (2 if args.quick else 8)

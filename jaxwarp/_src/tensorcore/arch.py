@@ -184,7 +184,13 @@ class Datapath:
       sub_exp: a subnormal operand counts with the format's minimum normal exponent
         (``"emin"``, as an adder of biased exponent fields sees it) or with its own
         leading bit (``"lead"``).
-      c_sub_exp: the same for a subnormal accumulator.
+      c_sub_exp: ``"emin"``: the accumulator counts with at least the minimum normal
+        exponent of the format the block sums into (D or fp32), ``"lead"``: with its
+        own leading bit.
+      e_floor: ``None``, or E is at least that format's minimum normal exponent less
+        ``e_floor`` (also with a zero accumulator: sm_90 cuts terms at
+        ``2**(emin - 7 - F)`` at the finest, ``2**-46`` with an f16 D, ``2**-158`` with
+        an fp32 one).
       trunc: aligned terms are truncated toward zero (``"rz"``) or toward minus
         infinity (``"floor"``).
       block_round: rounding of a block sum to fp32 (``"rz"`` / ``"rn"``).
@@ -210,6 +216,7 @@ class Datapath:
     align: str = "nominal"
     sub_exp: str = "emin"
     c_sub_exp: str = "lead"
+    e_floor: int | None = None
     trunc: str = "rz"
     block_round: str = "rz"
     sum_mbits: int = 23
@@ -228,6 +235,10 @@ class Datapath:
             v = getattr(self, name)
             if v not in allowed:
                 raise ValueError(f"Datapath.{name} must be one of {allowed}, got {v!r}")
+        if self.e_floor is not None and (not isinstance(self.e_floor, int)
+                                         or not 0 <= self.e_floor <= 64):
+            raise ValueError(f"Datapath.e_floor must be None or an int in [0, 64], got "
+                             f"{self.e_floor!r}")
         for name, lo, hi in (("block_k", 1, 64), ("F", 3, 28), ("sum_mbits", 1, 23)):
             v = getattr(self, name)
             if not isinstance(v, int) or not lo <= v <= hi:
@@ -276,7 +287,7 @@ class ArchModel:
         return d[fam]
 
 
-_H100 = Datapath(block_k=16, F=25, sub_exp="emin")
+_H100 = Datapath(block_k=16, F=25, sub_exp="emin", c_sub_exp="emin", e_floor=7)
 SM90 = ArchModel("sm_90", (
     ("hmma", _H100),
     ("hmma_tf32_k4", _H100.replace(block_k=4)),

@@ -21,9 +21,13 @@ One instruction computes each output element as a chain of *block fused multiply
 2. every product ``a_i * b_i`` is exact; its *alignment exponent* is the sum of the
    operands' exponents (``align="nominal"``), a subnormal operand counting with the
    format's minimum normal exponent (``sub_exp="emin"``: what an adder of biased
-   exponent fields sees); the accumulator counts with its leading-bit exponent;
-3. ``E`` is the largest alignment exponent of the non-zero terms; every term is
-   truncated toward zero (``trunc="rz"``) to a multiple of ``2**(E - F)``;
+   exponent fields sees); the accumulator counts with its leading-bit exponent, but at
+   least D's minimum normal exponent (``c_sub_exp="emin"``: a subnormal C of D's
+   format counts at emin, an f16 subnormal C of an fp32 D with its own leading bit);
+3. ``E`` is the largest alignment exponent of the non-zero terms, but never below
+   ``emin(D) - 7`` (``e_floor=7``; -21 with an f16 D, -133 with an fp32 D or block
+   result, also when C is zero); every term is truncated toward zero (``trunc="rz"``)
+   to a multiple of ``2**(E - F)``;
 4. the truncated terms are added exactly;
 5. the sum becomes fp32 toward zero (``block_round``; cut to ``sum_mbits`` fraction
    bits first: 13 for fp8 ``wgmma``) or, with an f16 C, f16 to nearest even directly
@@ -186,8 +190,18 @@ _NEG_BIG = softfloat.NEG_BIG  # "exponent" of a zero term: below any real one
 _Acc = softfloat.Term  # a decoded accumulator term
 
 
-def _acc(bits, fmt: str, dp: Datapath) -> _Acc:
-    return softfloat.term(bits, fmt, dp.c_sub_exp == "emin")
+def _acc(bits, fmt: str, dp: Datapath, out: str | None = None) -> _Acc:
+    """An accumulator term of ``fmt`` bits, as the block that sums into ``out`` (default
+    ``fmt``) sees it: with ``c_sub_exp="emin"`` its alignment exponent (``lead``) is at
+    least ``emin(out)`` (an f16 subnormal C of an fp32 D keeps its own), with
+    ``e_floor`` at least ``emin(out) - e_floor`` also for a zero, which then bounds E."""
+    t = softfloat.term(bits, fmt)
+    lo = softfloat.emin(out or fmt)
+    if dp.c_sub_exp == "emin":
+        t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, lo), t.lead))
+    if dp.e_floor is not None:
+        t = t._replace(lead=jnp.maximum(t.lead, lo - dp.e_floor))
+    return t
 
 
 # "No accumulator" (the +0 that ``c_mode="end"`` starts from; no term, no sign).
@@ -533,7 +547,7 @@ def _chain(a, b, c, cfg: _Cfg, block):
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
-    acc = _acc(bits_.to_u32(c), cfg.c_type, dp)
+    acc = _acc(bits_.to_u32(c), cfg.c_type, dp, cfg.d_type)
     first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b)
     bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
