@@ -15,7 +15,10 @@ The model, as implemented here:
   element: the exact products and the accumulator are the terms; the block exponent
   E is the largest *nominal* exponent of a non-zero term (for a product the sum of
   the operands' leading-bit exponents, a subnormal operand counting with its format's
-  minimum normal exponent; for the accumulator its leading-bit exponent);
+  minimum normal exponent; for the accumulator its leading-bit exponent, but at least
+  the minimum normal exponent emin of the format the block sums into: D's for the
+  block C joins, fp32 for a block result passed on); E is never below that emin - 7,
+  also when the accumulator is zero;
   every term is truncated toward zero to a multiple of 2**(E - 25); the truncated
   terms are summed exactly. A block that is not the last one is rounded to fp32
   toward zero and becomes the accumulator of the next block. The last block's sum
@@ -184,12 +187,14 @@ def round_fraction(x: Fraction, fmt: Fmt, mode: str) -> int:
 # The block model for f16 / bf16 / tf32.
 
 F_BITS = 25  # fraction bits kept below the block exponent (sm_90)
+C_FLOOR = 7  # E >= emin(output) - C_FLOOR (sm_90)
 BLOCK_K = {"f16": 16, "bf16": 16, "tf32": 4}
 NAN_BITS = {"f32": 0x7FFFFFFF, "f16": 0x7FFF}
 
 
-def _block(prods: list[tuple[Num, Num]], acc: Num) -> tuple[str, bool, int, int]:
-    """One block FMA on exact terms.
+def _block(prods: list[tuple[Num, Num]], acc: Num, out: Fmt) -> tuple[str, bool, int, int]:
+    """One block FMA on exact terms, summing into format ``out`` (D's format for the
+    block that C joins, fp32 for a block result passed on).
 
     Returns ``(kind, neg, s, g)``: kind ``"nan"``, ``"inf"`` (sign ``neg``) or ``"fin"``
     with value ``s * 2**g`` (``s`` a signed Python int).
@@ -215,11 +220,13 @@ def _block(prods: list[tuple[Num, Num]], acc: Num) -> tuple[str, bool, int, int]
         return NAN, False, 0, 0
     if pinf or ninf:
         return INF, ninf, 0, 0
-    if acc.sig:
-        terms.append((acc.neg, acc.sig, acc.exp, acc.lead))
+    emin = 1 - out.bias  # the minimum normal exponent of the output format
+    if acc.sig:  # a non-zero accumulator counts at least at emin
+        terms.append((acc.neg, acc.sig, acc.exp, max(acc.lead, emin)))
     if not terms:
         return FIN, False, 0, 0
-    E = max(t[3] for t in terms)
+    # E is never below emin - 7, also with a zero accumulator.
+    E = max(max(t[3] for t in terms), emin - C_FLOOR)
     g = E - F_BITS
     s = 0
     for neg, sig, exp, _ in terms:
@@ -262,11 +269,12 @@ def _finish(kind, neg, s, g, c_type, d_type) -> int:
 def _mma_float_elem(arow: list[Num], bcol: list[Num], c: Num, a_type, c_type, d_type) -> int:
     bk = BLOCK_K[a_type]
     k = len(arow)
-    acc = c
+    acc, out = c, FMTS[d_type]
     for k0 in range(0, k, bk):
-        kind, neg, s, g = _block(list(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk], strict=True)), acc)
+        kind, neg, s, g = _block(list(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk], strict=True)),
+                                 acc, out)
         if k0 + bk < k:
-            acc = decode(_f32_rz(kind, neg, s, g), FMTS["f32"])
+            acc, out = decode(_f32_rz(kind, neg, s, g), FMTS["f32"]), FMTS["f32"]
     return _finish(kind, neg, s, g, c_type, d_type)
 
 

@@ -225,7 +225,9 @@ class Datapath:
     c_mode: str = "fused"           # fused | end | ffma | after | after_fused
     align: str = "nominal"          # nominal | normalised
     sub_exp: str = "lead"           # lead | emin  (subnormal operands' exponent)
-    c_sub_exp: str = "lead"         # lead | emin  (a subnormal accumulator's)
+    c_sub_exp: str = "lead"         # lead | emin  (a non-zero accumulator: at least
+                                    #   the minimum normal exponent of the block's output)
+    e_floor: int | None = None      # E >= emin(output) - e_floor, also with a zero C
     trunc: str = "rz"               # rz | floor
     block_round: str = "rz"         # rz | rn  (block sum -> fp32)
     f16_out: str = "direct"         # direct | via_f32
@@ -303,13 +305,21 @@ def _fuse(terms, F: int, trunc: str) -> tuple[int, int]:
     return s, g
 
 
-def _c_term(c: Num, P: Datapath):
-    nom = c.emin if (c.sub and P.c_sub_exp == "emin") else c.lead
+def _c_term(c: Num, P: Datapath, out: Fmt | None = None):
+    if P.c_sub_exp == "emin":
+        nom = max(c.lead, (out.emin if out is not None else c.emin))
+    else:
+        nom = c.lead
     return (c.neg, c.sig, c.exp, nom)
 
 
-def _block(pairs, acc: Num | None, P: Datapath) -> Sum:
+def _block(pairs, acc: Num | None, P: Datapath, out: Fmt | None = None) -> Sum:
+    """One fused block; ``acc`` joins it as a term whose format's block sums into
+    ``out`` (default: the accumulator's own format)."""
     nan, pinf, ninf, terms, allnegzero = _terms(pairs, P)
+    floor = None
+    if acc is not None and acc.kind == FIN and P.e_floor is not None:
+        floor = (out.emin if out is not None else acc.emin) - P.e_floor
     if acc is not None:
         if acc.kind == NAN:
             nan = True
@@ -319,7 +329,7 @@ def _block(pairs, acc: Num | None, P: Datapath) -> Sum:
             else:
                 pinf = True
         elif acc.sig:
-            terms.append(_c_term(acc, P))
+            terms.append(_c_term(acc, P, out))
             allnegzero = False
         else:
             allnegzero &= acc.neg
@@ -329,6 +339,8 @@ def _block(pairs, acc: Num | None, P: Datapath) -> Sum:
         return Sum(INF, ninf)
     if not terms:
         return Sum(FIN, negzero=allnegzero)
+    if floor is not None:  # a zero-valued term that only bounds E from below
+        terms.append((False, 0, 0, floor))
     s, g = _fuse(terms, P.F, P.trunc)
     return Sum(FIN, s=s, g=g)
 
@@ -463,9 +475,10 @@ def mma_elem(arow, bcol, c: Num, c_fmt: Fmt, d_fmt: Fmt, P: Datapath) -> int:
     bk = P.block_k
     nan_d = P.nan_f32 if d_fmt.width == 32 else P.nan_f16
     if P.c_mode == "fused":
-        acc = c
+        acc, out = c, d_fmt  # C joins the first block as D's format sees it
         for k0 in range(0, k, bk):
-            r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk]), acc, P)
+            r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk]), acc, P, out)
+            out = None
             last = k0 + bk >= k
             if not last:
                 acc = decode(_f32(r, P), F32)
@@ -622,18 +635,24 @@ def int_tile(A, B, C, satfinite: bool):
 # --------------------------------------------------------------------------------------
 # The parameters that reproduce the H100 captures (see the module docstring).
 
+# How sm_90 aligns the accumulator (found on dense subnormal probes of the H100): a
+# non-zero C counts at least at the minimum normal exponent of the format its block sums
+# into, and the alignment exponent E is never below that exponent less 7.
+_SM90_C = dict(c_sub_exp="emin", e_floor=7)
+
 PRESETS = {
-    "hmma": Datapath(block_k=16, F=25, c_mode="fused", sub_exp="emin"),
-    "hmma_tf32_k4": Datapath(block_k=4, F=25, c_mode="fused", sub_exp="emin"),
-    "hmma_tf32_k8": Datapath(block_k=8, F=25, c_mode="fused", sub_exp="emin"),
+    "hmma": Datapath(block_k=16, F=25, c_mode="fused", sub_exp="emin", **_SM90_C),
+    "hmma_tf32_k4": Datapath(block_k=4, F=25, c_mode="fused", sub_exp="emin", **_SM90_C),
+    "hmma_tf32_k8": Datapath(block_k=8, F=25, c_mode="fused", sub_exp="emin", **_SM90_C),
     "mma_sync_fp8": Datapath(block_k=16, F=25, c_mode="end", k_split="mod4",
-                             operand_via="f16", sub_exp="emin"),
-    "wgmma_fp8": Datapath(block_k=32, F=13, c_mode="fused", sum_mbits=13, sub_exp="emin"),
+                             operand_via="f16", sub_exp="emin", **_SM90_C),
+    "wgmma_fp8": Datapath(block_k=32, F=13, c_mode="fused", sum_mbits=13, sub_exp="emin",
+                          **_SM90_C),
     # mma.sync m8n8k4 f16 (Volta shape): a software FFMA routine on sm_90 (from the SASS).
     "mma_sync_m8n8k4_f16": Datapath(c_mode="ffma"),
     # mma.sync fp8 m16n8k16: the same lowering as k32 with two HMMA.1688 (blocks of 8).
     "mma_sync_fp8_k16": Datapath(block_k=8, F=25, c_mode="end", k_split="mod4",
-                                 operand_via="f16", sub_exp="emin"),
+                                 operand_via="f16", sub_exp="emin", **_SM90_C),
 }
 
 

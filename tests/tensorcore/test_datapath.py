@@ -248,6 +248,11 @@ def _e4m3(x):
     return np.asarray(x, np.float32).astype(jnp.float8_e4m3fn)
 
 
+def _other(value, choices):
+    """The choice of ``choices`` that is not ``value``."""
+    return next(c for c in choices if c != value)
+
+
 def _case(field):
     """(inputs, mma kwargs, base datapath, flipped value) showing ``field`` matters."""
     a, b, c = _random_f16()
@@ -267,7 +272,10 @@ def _case(field):
     if field == "c_sub_exp":  # a subnormal fp32 C is the largest term (bf16 products)
         a1, b1 = _tile([(1 + 2**-7) * 2**-75], [-(2**-74)], jnp.bfloat16)
         c1 = np.array([[3 * 2**-149]], np.float32)
-        return (a1, b1, c1), {"a_type": "bf16"}, HMMA, "emin"
+        return (a1, b1, c1), {"a_type": "bf16"}, HMMA, _other(HMMA.c_sub_exp, ("emin", "lead"))
+    if field == "e_floor":  # all terms below 2**-133: -2**-159 counts only without a floor
+        a1, b1 = _tile([2**-67, -(2**-80)], [2**-67, 2**-79], jnp.bfloat16)
+        return (a1, b1, z32), {"a_type": "bf16"}, HMMA, None if HMMA.e_floor else 7
     if field == "trunc":  # a negative product loses bits below 2**-25
         a1, b1 = _tile([1, -(1 + 2**-10) * 2**-10], [1, 2**-10])
         return (a1, b1, z32), {}, HMMA, "floor"
@@ -279,8 +287,8 @@ def _case(field):
         a1, b1 = _tile([-(2**-14)], [2**-14])
         return ((a1, b1, np.zeros((1, 1), np.float16)), {"c_type": "f16", "d_type": "f16"},
                 HMMA, "keep")
-    if field == "f32_zero":  # -2**-160 truncates to -0 in fp32
-        a1, b1 = _tile([-(2**-80)], [2**-80], jnp.bfloat16)
+    if field == "f32_zero":  # -2**-150 (on the term grid) truncates to -0 in fp32
+        a1, b1 = _tile([-(2**-75)], [2**-75], jnp.bfloat16)
         return (a1, b1, z32), {"a_type": "bf16"}, HMMA, "keep"
     if field == "zero":  # every term a zero of negative sign
         a1, b1 = _tile([-0.0] * 16, [1.0] * 16)
