@@ -195,7 +195,8 @@ def on_files(files, config, **kwargs):
     return files
 
 
-# --- A griffe extension (mkdocs.yml loads it as ``tools/docs_hooks.py:PlainValues``). ---
+# --- Griffe extensions (mkdocs.yml loads them as ``tools/docs_hooks.py:PlainValues`` and
+# ``tools/docs_hooks.py:ExampleSections``). ---
 try:
     import griffe
 except ImportError:  # the hooks above do not need it
@@ -213,3 +214,17 @@ if griffe is not None:
             if attr.docstring is not None and obj is not None and isinstance(own, str) \
                     and attr.docstring.value.strip() == own.strip():
                 attr.docstring = None
+
+    _EXAMPLE_TITLE = re.compile(r"^(\s*)Example:[ \t]*$", re.M)
+
+    class ExampleSections(griffe.Extension):
+        """Google-style docstrings here title a single example ``Example:``, which griffe's
+        parser does not know (only ``Examples:``): it would render the section as an
+        admonition with the ``>>>`` lines mangled into nested quotes. The title is read
+        as ``Examples:`` (the docstring's text is otherwise unchanged), so each ``>>>``
+        example shows as a code block with its output."""
+
+        def on_object(self, *, obj, **kwargs):
+            doc = obj.docstring
+            if doc is not None and "Example:" in doc.value:
+                doc.value = _EXAMPLE_TITLE.sub(r"\1Examples:", doc.value)

@@ -24,6 +24,13 @@ class Product:
             (``jax.named_scope`` names, Flax module paths where Flax sets them,
             ``jit(f)`` names, ``transpose(jvp(...))`` for derivative products).
         context: enclosing primitives, outermost first (``("jit", "scan")``).
+
+    Example:
+        >>> a = jnp.ones((16, 32), jnp.float32)
+        >>> _, rep = jaxwarp.emulate(lambda x: x @ x.T, operand_format="bf16", report=True)(a)
+        >>> p = rep.entries[0].product
+        >>> p.primitive, (p.batch, p.m, p.n, p.k), p.lhs_dtype
+        ('dot_general', (1, 16, 16, 32), 'float32')
     """
 
     primitive: str
@@ -114,6 +121,13 @@ class ReportEntry:
         operand_format: the format it ran in (None when not emulated).
         reason: why it was not emulated (``"filtered out"``, ``"integer product"``,
             an unsupported dtype or primitive), or ``""``.
+
+    Example:
+        >>> a = jnp.ones((16, 32), jnp.float32)
+        >>> _, rep = jaxwarp.emulate(lambda x: x @ x.T, operand_format="bf16", report=True)(a)
+        >>> e = rep.entries[0]
+        >>> e.emulated, e.operand_format, e.reason
+        (True, 'bf16', '')
     """
 
     product: Product
@@ -137,6 +151,14 @@ class EmulationReport:
         entries: a tuple of :class:`ReportEntry`.
         config: the emulation settings, as a dict.
         backward: how the backward products of emulated products run.
+
+    Example:
+        >>> a = jnp.ones((16, 32), jnp.float32); b = jnp.ones((32, 8), jnp.float32)
+        >>> def f(x, y):
+        ...     return x @ y, x.astype(jnp.int32) @ y.astype(jnp.int32)
+        >>> _, rep = jaxwarp.emulate(f, operand_format="bf16", report=True)(a, b)
+        >>> len(rep.entries), len(rep.emulated), len(rep.skipped)
+        (2, 1, 1)
     """
 
     entries: tuple[ReportEntry, ...]
@@ -175,5 +197,15 @@ jax.tree_util.register_pytree_node(EmulationReport, lambda r: ((), r), lambda r,
 
 
 class UnsupportedProductError(NotImplementedError):
-    """A product emulate cannot run through the tensor core (see ``on_unsupported``)."""
+    """A product emulate cannot run through the tensor core (see ``on_unsupported``).
+
+    Example:
+        >>> f = jaxwarp.emulate(lambda x: x @ x, operand_format="bf16")
+        >>> try:
+        ...     f(jnp.ones((4, 4), jnp.complex64))
+        ... except jaxwarp.UnsupportedProductError as e:
+        ...     print(e)
+        jaxwarp.emulate cannot run dot_general with operands complex64[4, 4] ... complex operands
+        (no complex tensor-core product). Pass on_unsupported='skip' ...
+    """
 

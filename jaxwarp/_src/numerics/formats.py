@@ -63,6 +63,13 @@ class Format:
       has_nan: whether the format encodes NaNs.
       min_value: most negative finite value (a Python int for integer formats).
       max_value: largest finite value (448 for e4m3: its top code is NaN, not a number).
+
+    Example:
+        >>> e4m3 = jaxwarp.FORMATS["e4m3"]
+        >>> e4m3.exponent_bits, e4m3.mantissa_bits, e4m3.max_value, e4m3.has_inf
+        (4, 3, 448.0, False)
+        >>> jaxwarp.get_format("fp16").name
+        'f16'
     """
 
     name: str

@@ -56,7 +56,12 @@ _TARGET_RE = re.compile(r"sm_?([1-9][0-9]*)([af]?)")
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A compilation target ``sm_{sm}`` (``arch_specific``: the ``a`` suffix)."""
+    """A compilation target ``sm_{sm}`` (``arch_specific``: the ``a`` suffix).
+
+    Example:
+        >>> jaxwarp.Target("sm_90a", 90, True) == jaxwarp.parse_target("sm_90a")
+        True
+    """
 
     name: str
     sm: int
@@ -71,6 +76,12 @@ def parse_target(arch: Any, argname: str = "arch") -> Target:
 
     Raises:
       ValueError: naming ``argname``, if ``arch`` is not an ``sm_XY`` name.
+
+    Example:
+        >>> jaxwarp.parse_target("sm_90a")
+        Target(name='sm_90a', sm=90, arch_specific=True)
+        >>> jaxwarp.parse_target("sm90").name
+        'sm_90'
     """
     if isinstance(arch, Target):
         return arch
@@ -208,6 +219,20 @@ class Datapath:
         {0, 1} first, then the rest: how sm_90 feeds fp8 k to two f16 HMMAs).
       operand_via: ``"f16"``: fp8 operands are first converted (exactly) to f16.
       nan_f32, nan_f16: bits of a NaN result.
+
+    Example:
+        >>> h100 = jaxwarp.datapath_for("sm_90", "wmma", "f16", 16)
+        >>> h100.block_k, h100.F, h100.e_floor
+        (16, 25, 7)
+        >>> z = jnp.zeros((16, 16), jnp.float16)
+        >>> a = z.at[0, :2].set(jnp.array([1.0, -2.0**-13], jnp.float16))
+        >>> b = z.at[:2, 0].set(jnp.array([1.0, 2.0**-13], jnp.float16))
+        >>> c = jnp.zeros((16, 16), jnp.float32)
+        >>> kw = dict(a_type="f16", c_type="f32", d_type="f32")
+        >>> float(jaxwarp.mma(a, b, c, **kw)[0, 0])  # the term -2**-26 is cut at 2**-25
+        1.0
+        >>> float(jaxwarp.mma(a, b, c, **kw, datapath=h100.replace(F=26))[0, 0])
+        0.9999999403953552
     """
 
     block_k: int = 16
@@ -270,6 +295,13 @@ class ArchModel:
       verified: every datapath was checked bit for bit against hardware captures.
       note: where the parameters come from.
       missing_note: why a family has no model.
+
+    Example:
+        >>> h100 = jaxwarp.ARCHS["sm_90"]
+        >>> h100.name, h100.verified
+        ('sm_90', True)
+        >>> h100.datapath("hmma") == jaxwarp.datapath_for(h100, "wmma", "f16", 16)
+        True
     """
 
     name: str
@@ -334,6 +366,13 @@ ARCHS: Mapping[str, ArchModel] = MappingProxyType({
 
 
 def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int) -> Datapath:
-    """The :class:`Datapath` that ``arch``'s model uses for one instruction."""
+    """The :class:`Datapath` that ``arch``'s model uses for one instruction.
+
+    Example:
+        >>> jaxwarp.datapath_for("sm_80", "wmma", "f16", 16).block_k
+        8
+        >>> jaxwarp.datapath_for("sm_90", "wmma", "f16", 16).block_k
+        16
+    """
     model = arch if isinstance(arch, ArchModel) else ARCHS[supported_target(arch).name]
     return model.datapath(family(instruction, a_type, ik))

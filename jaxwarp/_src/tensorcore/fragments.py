@@ -774,6 +774,15 @@ def fragment_from_matrix(frag_spec: FragmentType | Fragment, matrix: Any) -> Fra
     Raises:
         ValueError: wrong matrix shape; a concrete s4/u4/b1 value out of range.
         TypeError: wrong matrix dtype (a 64-bit one with x64 off, complex, ...).
+
+    Example:
+        >>> t = jaxwarp.fragment_type("matrix_a", 16, 16, 16, "f16", "row_major")
+        >>> m = jnp.arange(256, dtype=jnp.float16).reshape(16, 16)
+        >>> a = jaxwarp.fragment_from_matrix(t, m)
+        >>> a.ftype == t, a.x.shape
+        (True, (32, 16))
+        >>> bool((jaxwarp.matrix_from_fragment(a) == m).all())
+        True
     """
     spec = type_arg(frag_spec, "frag_spec")
     et = spec.element_type
@@ -837,6 +846,12 @@ def matrix_from_fragment(frag: Fragment) -> jax.Array:
     Returns:
         ``(..., rows, cols)`` in the value dtype of ``frag.type`` (see
         ``fragment_from_matrix``; s4 as int8, u4 and b1 as uint8).
+
+    Example:
+        >>> c = jaxwarp.fill_fragment(jaxwarp.fragment("accumulator", 16, 16, 16, "f32"), 2.0)
+        >>> m = jaxwarp.matrix_from_fragment(c)
+        >>> m.shape, m.dtype, float(m.sum())
+        ((16, 16), dtype('float32'), 512.0)
     """
     frag = value_arg(frag, "frag")
     et = frag.element_type

@@ -297,6 +297,18 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
     Raises:
         ValueError: fragments in the wrong role, shapes or element types that differ,
             or a combination not in the WMMA table (the message lists the valid ones).
+
+    Example:
+        >>> a = jaxwarp.fragment_from_matrix(
+        ...     jaxwarp.fragment_type("matrix_a", 16, 16, 16, "f16", "row_major"),
+        ...     jnp.ones((16, 16), jnp.float16))
+        >>> b = jaxwarp.fragment_from_matrix(
+        ...     jaxwarp.fragment_type("matrix_b", 16, 16, 16, "f16", "col_major"),
+        ...     jnp.full((16, 16), 0.5, jnp.float16))
+        >>> c = jaxwarp.fill_fragment(jaxwarp.fragment("accumulator", 16, 16, 16, "f32"), 1.0)
+        >>> d = jaxwarp.mma_sync(a, b, c)
+        >>> d.type, d.x.shape, float(jaxwarp.matrix_from_fragment(d)[0, 0])
+        ('f32', (32, 8), 9.0)
     """
     a, b, c = _check_operands(a, b, c)
     d_type = c.type if d_type is None else d_type
@@ -337,6 +349,16 @@ def bmma_sync(a: Fragment, b: Fragment, c: Fragment, op: str = "xor", *,
 
     Returns:
         The s32 ``d`` accumulator fragment.
+
+    Example:
+        >>> ta = jaxwarp.fragment_type("matrix_a", 8, 8, 128, "b1", "row_major")
+        >>> tb = jaxwarp.fragment_type("matrix_b", 8, 8, 128, "b1", "col_major")
+        >>> a = jaxwarp.fragment_from_matrix(ta, jnp.ones((8, 128), jnp.uint8))
+        >>> b = jaxwarp.fragment_from_matrix(tb, jnp.zeros((128, 8), jnp.uint8))
+        >>> c = jaxwarp.fill_fragment(jaxwarp.fragment("accumulator", 8, 8, 128, "s32"), 0)
+        >>> [int(jaxwarp.matrix_from_fragment(jaxwarp.bmma_sync(a, b, c, op))[0, 0])
+        ...  for op in ("xor", "and")]
+        [128, 0]
     """
     a, b, c = _check_operands(a, b, c)
     checks.static_choice(op, "op", table.BMMA_OPS)
@@ -371,6 +393,15 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
             2**31 - 1 elements (checked before allocating).
         TypeError: a matrix that is not real numeric or does not convert to the
             type's value dtype (e.g. floats for an integer type).
+
+    Example:
+        >>> mem, ldm = jaxwarp.matrix_to_memory(
+        ...     np.arange(6, dtype=np.float16).reshape(2, 3), "f16", "row_major")
+        >>> ldm, mem.shape, mem[:10].tolist()
+        (8, (16,), [0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 3.0, 4.0])
+        >>> mem, ldm = jaxwarp.matrix_to_memory(np.array([[1, -2, 3]], np.int8), "s4", "row_major")
+        >>> ldm, mem[:2]
+        (32, array([225,   3], dtype=uint8))
     """
     if type not in table.ELEMENT_TYPES:
         raise ValueError(f"type={type!r} is not a WMMA element type; allowed: "
