@@ -273,6 +273,66 @@ def test_fp8_gradients(datapath_mma):
     assert np.max(np.abs(np.asarray(da) - want)) < 0.15 * np.max(np.abs(want))
 
 
+def _pow2_scale_exponent(x, fmt):
+    """The largest k with amax(|x|) * 2**k <= max_value(fmt), in exact float64 (powers
+    of two), clamped to [-126, 126]; 0 for a zero amax."""
+    amax = float(np.max(np.abs(np.asarray(x, np.float64))))
+    if amax == 0:
+        return 0
+    fmax = float(ml_dtypes.finfo(mm_mod.fp8_cvt.FP8_FORMATS[fmt]).max)
+    k = int(np.floor(np.log2(fmax / amax)))
+    while amax * 2.0 ** (k + 1) <= fmax:
+        k += 1
+    while amax * 2.0 ** k > fmax:
+        k -= 1
+    return max(-126, min(126, k))
+
+
+def _ref_scaled_product(x, y, fx, fy):
+    """x @ y with power-of-two current scales: x * 2**kx exact in float64, rounded once to
+    fp8 (via float32, exact there); the tensor core chain; times 2**-(kx + ky) exact in
+    float64, rounded once to float32."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    kx, ky = _pow2_scale_exponent(x, fx), _pow2_scale_exponent(y, fy)
+    qx = (x * 2.0 ** kx).astype(np.float32).astype(mm_mod.fp8_cvt.FP8_FORMATS[fx])
+    qy = (y * 2.0 ** ky).astype(np.float32).astype(mm_mod.fp8_cvt.FP8_FORMATS[fy])
+    t = _ref_chain(qx.astype(np.float32), qy.astype(np.float32),
+                   np.zeros((x.shape[0], y.shape[1]), np.float32), fx, fy, "mma_sync", 32)
+    return (t.astype(np.float64) * 2.0 ** -(kx + ky)).astype(np.float32)
+
+
+@pytest.mark.parametrize("fa,fb,scale", [("e4m3", "e4m3", 1.0), ("e5m2", "e4m3", 1e-30),
+                                         ("e4m3", "e5m2", 1e30)])
+def test_fp8_gradients_use_power_of_two_scales(datapath_mma, fa, fb, scale):
+    # The backward products scale each operand by 2**k (k from its amax, the largest with
+    # amax * 2**k <= max_value), exactly, and unscale the tensor core's result once: the
+    # bits equal a float64 reference rounded once (no float division or multiply, so the
+    # same on every backend). Tiny / huge gradients need scale exponents near the clamp.
+    a, b = _rand((16, 64), 20), _rand((64, 8), 21)
+    g = _rand((16, 8), 22, scale)
+    f = functools.partial(jaxwarp.matmul, operand_format=(fa, fb), instruction="mma_sync")
+    _, vjp = jax.vjp(jax.jit(f), a, b)
+    da, db = vjp(g)
+    np.testing.assert_array_equal(_bits(da), _bits(_ref_scaled_product(g, b.T, fa, fb)))
+    np.testing.assert_array_equal(_bits(db), _bits(_ref_scaled_product(a.T, g, fa, fb)))
+    # A zero gradient keeps the scale 2**0 and gives zero gradients.
+    da0, db0 = vjp(jnp.zeros_like(g))
+    assert not np.any(np.asarray(da0)) and not np.any(np.asarray(db0))
+    # No float division anywhere in the backward program (nested jaxprs included).
+    from jax.extend import core as jcore
+
+    def eqns(jaxpr):
+        for e in jaxpr.eqns:
+            yield e
+            for sub in jcore.jaxprs_in_params(e.params):
+                yield from eqns(sub)
+
+    seen = list(eqns(jax.make_jaxpr(vjp)(g).jaxpr))
+    assert len(seen) > 50
+    assert not [e for e in seen if e.primitive.name == "div"
+                and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.floating)]
+
+
 def test_new_instruction_gradients_16bit(datapath_mma):
     a, b = _rand((16, 16), 15), _rand((16, 8), 16)
     g = _rand((16, 8), 17)

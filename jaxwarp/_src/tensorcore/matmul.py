@@ -72,12 +72,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import convert, formats
 from jaxwarp._src.numerics import fp8 as fp8_cvt
+from jaxwarp._src.numerics.scaling import tensor_scale_exponent, times_pow2
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import isa, wmma_table
 from jaxwarp._src.tensorcore.arch import check_target, parse_target
@@ -131,7 +131,6 @@ ACCUMULATORS = {
         for f in TILES[i]}
     for i in INSTRUCTIONS}
 _ACC_DTYPE = {t: isa.storage_dtype(t) for t in ("f16", "f32", "f64")}
-_FP8_MAX = {f: float(ml_dtypes.finfo(fp8_cvt.FP8_FORMATS[f]).max) for f in FP8_FORMATS}
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
@@ -428,12 +427,6 @@ def _fwd(a, b, c, sa, sb, cfg):
     return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
 
 
-def _current_scale(x, fmt):
-    amax = jnp.max(jnp.abs(x.astype(jnp.float32)))
-    s = amax / jnp.float32(_FP8_MAX[fmt])
-    return jnp.where(jnp.isfinite(s) & (s > 0), s, jnp.float32(1))
-
-
 def _bwd(cfg: _Cfg, res, g):
     # Straight-through estimator: the operand conversions pass gradients unchanged.
     # The backward products run on the emulated tensor core, like a GPU's backward.
@@ -445,12 +438,16 @@ def _bwd(cfg: _Cfg, res, g):
         M, K = x.shape
         N = y.shape[1]
         if cfg.fp8:
-            # Current per-tensor scaling of both operands, the forward's format pairing;
-            # zero padding to the tile (a zero k-slice leaves the sum as it is).
-            s_x, s_y = _current_scale(x, cfg.a_format), _current_scale(y, cfg.b_format)
-            t = _tiled(to_operand(x, cfg.a_format, s_x), to_operand(y, cfg.b_format, s_y),
+            # Current per-tensor power-of-two scaling of both operands, the forward's
+            # format pairing: x * 2**kx rounded once to fp32, then to fp8; the product
+            # times 2**-(kx + ky) rounded once to the accumulator. Integer operations on
+            # the bits (times_pow2): the same bits on every backend.
+            kx = tensor_scale_exponent(x, cfg.a_format)
+            ky = tensor_scale_exponent(y, cfg.b_format)
+            t = _tiled(to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
+                       to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
                        jnp.zeros((M, N), acc_dt), bcfg)
-            return _epilogue(t, s_x * s_y, jnp.zeros((M, N), jnp.float32)).astype(acc_dt)
+            return times_pow2(t, -(kx + ky), cfg.accumulator)
         if not cfg.legacy:
             return _tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
                           jnp.zeros((M, N), acc_dt), bcfg)
