@@ -255,6 +255,35 @@ def test_scales(datapath_mma):
     assert np.asarray(mm_mod.to_operand(b * 100, "e4m3"), np.float32).max() == 448
 
 
+def test_scale_division_is_correctly_rounded():
+    # to_operand's x / scale is IEEE fp32 division rounded once (on the bits, subnormal
+    # operands and results kept). Reference: the float64 quotient rounded to float32
+    # (double rounding is innocuous for division when 53 >= 2 * 24 + 2).
+    from jaxwarp._src.numerics.scaling import divide_rn
+
+    rng = np.random.default_rng(30)
+    n = 20000
+    x = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 127, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 127, n)).astype(np.float32)
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38, 1.0, 3.0,
+                   448.0, 2.0 ** -126], np.float32)
+    sx, sy = np.meshgrid(sp, sp)
+    x, y = np.concatenate([x, sx.ravel(), x[:50]]), np.concatenate([y, sy.ravel(), x[:50]])
+    got = np.asarray(jax.jit(divide_rn)(x, y))
+    with np.errstate(all="ignore"):
+        want = (x.astype(np.float64) / y.astype(np.float64)).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
+    # to_operand divides with it: e5m2(rn32(x / s)).
+    s = np.float32(0.3)
+    v = x[:1000]
+    with np.errstate(all="ignore"):
+        q = (v.astype(np.float64) / np.float64(s)).astype(np.float32)
+    want = np.asarray(mm_mod.fp8_cvt.float_to_fp8(q, "e5m2", saturate=True))
+    np.testing.assert_array_equal(_bits(mm_mod.to_operand(v, "e5m2", scale=s)), _bits(want))
+
+
 def test_fast_mode_fp8():
     a, b = _fp8_values((64, 64), 10), _fp8_values((64, 16), 11)
     got = jaxwarp.matmul(a, b, operand_format="e4m3", mode="fast", promote_every=32)

@@ -7,7 +7,9 @@ step is :func:`times_pow2`: ``x * 2**k`` rounded once, on the bits. No float ope
 involved, so the results are the same on every backend (XLA's GPU division is
 ``div.full.f32``, not correctly rounded; its CPU backend flushes subnormal results of
 float operations to zero, the GPU does not). Used by ``tensorcore.matmul`` (its own fp8
-backward pass) and by ``emulate``'s ``scaling="tensor"`` recipe.
+backward pass) and by ``emulate``'s ``scaling="tensor"`` recipe. A scale that is not a
+power of two (``matmul``'s ``a_scale``, ``b_scale``) is applied by :func:`divide_rn`, an
+fp32 division rounded once on the bits.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics import formats, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
-__all__ = ["SCALE_EXP_MAX", "tensor_scale_exponent", "times_pow2"]
+__all__ = ["SCALE_EXP_MAX", "divide_rn", "tensor_scale_exponent", "times_pow2"]
 
 #: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX].
 SCALE_EXP_MAX = 126
@@ -82,3 +84,50 @@ def tensor_scale_exponent(x: jax.Array, fmt: str) -> jax.Array:
     k = jnp.where((bits > 0) & (bits < _F32_INF), k, 0)  # not 0, inf or NaN
     return lax.stop_gradient(k)
 
+
+
+def _normalized(sig, lsb):
+    # A nonzero significand shifted up to 24 bits (its value kept by lowering lsb).
+    up = jnp.maximum(24 - softfloat.bitlen(sig), 0)
+    return (sig.astype(jnp.uint32) << up.astype(jnp.uint32)), lsb - up
+
+
+def divide_rn(x: jax.Array, y: jax.Array) -> jax.Array:
+    """IEEE fp32 ``x / y`` rounded to nearest even, computed on the bits with integer
+    operations (a restoring long division of the significands and one :func:`round_sig
+    <jaxwarp._src.numerics.softfloat.round_sig>`).
+
+    XLA's GPU backend divides with ``div.full.f32``, which is not correctly rounded, and
+    its CPU backend flushes subnormal operands and results; this division gives the
+    correctly rounded IEEE result, subnormals included, on every backend. NaN operands,
+    ``0 / 0`` and ``inf / inf`` give NaN; ``x / 0`` (x nonzero) and ``inf / y`` infinity,
+    ``x / inf`` and ``0 / y`` zero, with the sign the exclusive or of the operands'.
+
+    Args:
+      x, y: float32 arrays (other floats are converted to float32 first); they broadcast.
+    """
+    x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+    nx, lx, sx, _, ix, qx = softfloat.decode(bits_.to_u32(x), "f32")
+    ny, ly, sy, _, iy, qy = softfloat.decode(bits_.to_u32(y), "f32")
+    zx, zy = (sx == 0) & ~ix & ~qx, (sy == 0) & ~iy & ~qy
+    mx, lx = _normalized(jnp.where(sx == 0, 1, sx), lx)
+    my, ly = _normalized(jnp.where(sy == 0, 1, sy), ly)
+    # q = floor(mx * 2**26 / my) (26 or 27 bits, as mx / my is in (1/2, 2)); r the rest.
+    r, q = mx, jnp.zeros_like(mx)
+    for _ in range(27):
+        bit = r >= my
+        r = jnp.where(bit, r - my, r)
+        q = (q << 1) | bit.astype(jnp.uint32)
+        r = r << 1
+    mag = (q << 1) | (r != 0).astype(jnp.uint32)  # a sticky bit below the quotient's
+    q, e = softfloat.round_sig(mag, lx - ly - 27, softfloat.emin("f32"),
+                               FORMATS["f32"].mantissa_bits, "rn")
+    neg = nx ^ ny
+    code = softfloat.encode_rounded(neg, q, e, "f32")
+    sign = neg.astype(jnp.uint32) << 31
+    nan = qx | qy | (zx & zy) | (ix & iy)
+    inf = ix | zy
+    zero = zx | iy
+    code = jnp.where(zero, sign, jnp.where(inf, sign | _F32_INF, code))
+    code = jnp.where(nan, jnp.uint32(0x7FC00000), code)
+    return bits_.from_u32(code, jnp.float32)

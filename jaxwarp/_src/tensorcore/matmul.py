@@ -40,8 +40,9 @@ fp8 scaling (``a_scale``, ``b_scale``; fp8 formats only), as fp8 GEMM recipes
     D  = fl(fl32(T * s) + C)                      # fp32 rn; rounded (rn) to the
                                                   # accumulator type at the end
 
-where ``fl32`` is an fp32 operation rounded to nearest even. A missing scale counts
-as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
+where ``fl32`` is an fp32 operation rounded to nearest even. The division is computed
+on the bits (``numerics.scaling.divide_rn``): XLA's GPU division is not correctly
+rounded. A missing scale counts as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
 kernel (and D is the tensor core's own result).
 
 Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
@@ -58,10 +59,19 @@ Gradients: the conversions are treated as the identity (straight-through
 estimator) and the backward products ``dA = dD @ B^T`` and ``dB = A^T @ dD`` go
 through the same emulated tensor core (operands converted again, as a
 mixed-precision backward pass on a GPU would), ``dC = dD``. With fp8 operands each
-backward operand gets a current per-tensor scale (``amax / max_finite``, 1 where
-the amax is 0 or not finite), the backward products keep the forward's (a, b)
-format pairing, and the scales ``a_scale``, ``b_scale`` get zero gradients (they
-choose the representation, not the value).
+backward operand X gets a current per-tensor power-of-two scale ``2**-k``, ``k`` the
+largest integer with ``amax(|X|) * 2**k <= max_finite`` (clamped to +-126; 0 where the
+amax is 0 or not finite)::
+
+    qX = fp8_satfinite_rn(rn32(X * 2**kX))        # same for Y with kY
+    dX = rn(T * 2**-(kX + kY))                    # T the chain of qX @ qY from zero;
+                                                  # rounded once to the accumulator
+
+Both scalings are computed on the bits (``numerics.scaling.times_pow2``), so the
+gradients' bits are the same on every backend (no float division, no flushed
+subnormal). The backward products keep the forward's (a, b) format pairing, and the
+scales ``a_scale``, ``b_scale`` get zero gradients (they choose the representation, not
+the value).
 """
 
 from __future__ import annotations
@@ -77,7 +87,7 @@ from jax import lax
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import convert, formats
 from jaxwarp._src.numerics import fp8 as fp8_cvt
-from jaxwarp._src.numerics.scaling import tensor_scale_exponent, times_pow2
+from jaxwarp._src.numerics.scaling import divide_rn, tensor_scale_exponent, times_pow2
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import isa, wmma_table
 from jaxwarp._src.tensorcore.arch import check_target, parse_target
@@ -140,8 +150,9 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         x: float array.
         operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"``, ``"e4m3"`` or
             ``"e5m2"``.
-        scale: fp8 only: x is divided by this fp32 scale (rounded to nearest) before
-            the conversion.
+        scale: fp8 only: x is divided by this fp32 scale before the conversion, an IEEE
+            fp32 division rounded to nearest even (on the bits, subnormals kept: the
+            same on every backend).
 
     Returns:
         float16 / bfloat16 (round to nearest even), float32 with tf32 precision
@@ -166,8 +177,8 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         if scale is None and x.dtype == jnp.float64:  # rounded once, not via float32
             return fp8_cvt.double_to_fp8(x, operand_format, saturate=True)
         x32 = x.astype(jnp.float32)
-        if scale is not None:
-            x32 = x32 / jnp.asarray(scale, jnp.float32)
+        if scale is not None:  # IEEE division on the bits: XLA's GPU one is not rn
+            x32 = divide_rn(x32, scale)
         return fp8_cvt.float_to_fp8(x32, operand_format, saturate=True)
     if scale is not None:
         raise ValueError(f"scale is only for the fp8 formats {FP8_FORMATS}; "
