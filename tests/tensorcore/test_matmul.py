@@ -263,8 +263,8 @@ def test_scale_division_is_correctly_rounded():
 
     rng = np.random.default_rng(30)
     n = 20000
-    x = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 127, n)).astype(np.float32)
-    y = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 127, n)).astype(np.float32)
+    x = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
     sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38, 1.0, 3.0,
                    448.0, 2.0 ** -126], np.float32)
     sx, sy = np.meshgrid(sp, sp)
@@ -282,6 +282,56 @@ def test_scale_division_is_correctly_rounded():
         q = (v.astype(np.float64) / np.float64(s)).astype(np.float32)
     want = np.asarray(mm_mod.fp8_cvt.float_to_fp8(q, "e5m2", saturate=True))
     np.testing.assert_array_equal(_bits(mm_mod.to_operand(v, "e5m2", scale=s)), _bits(want))
+
+
+def test_scale_product_is_correctly_rounded():
+    # multiply_rn (a_scale * b_scale, T * s) is IEEE fp32 multiplication rounded once, on
+    # the bits: subnormal operands and results kept (XLA's CPU flushes them). Reference:
+    # the float64 product (exact: 48 bits) rounded once to float32.
+    from jaxwarp._src.numerics.scaling import multiply_rn
+
+    rng = np.random.default_rng(31)
+    n = 20000
+    x = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
+    x[:5000] = (rng.standard_normal(5000) * 2.0 ** rng.uniform(-100, 0, 5000)).astype(np.float32)
+    y[:5000] = (rng.standard_normal(5000) * 2.0 ** rng.uniform(-60, 0, 5000)).astype(np.float32)
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38, 1.0, 3.0],
+                  np.float32)
+    sx, sy = np.meshgrid(sp, sp)
+    x, y = np.concatenate([x, sx.ravel()]), np.concatenate([y, sy.ravel()])
+    got = np.asarray(jax.jit(multiply_rn)(x, y))
+    with np.errstate(all="ignore"):
+        want = (x.astype(np.float64) * y.astype(np.float64)).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
+
+
+def test_scaled_epilogue_keeps_subnormals(datapath_mma):
+    # Tiny scales: s = a_scale * b_scale and T * s are subnormal, C subnormal too. Every
+    # step is an IEEE fp32 operation rounded once (a float64 reference rounded once to
+    # float32 per step; double rounding is innocuous for +, *, / at 53 >= 2 * 24 + 2).
+    rng = np.random.default_rng(32)
+    a = (rng.normal(size=(16, 64)) * 2.0 ** -70).astype(np.float32)
+    b = (rng.normal(size=(64, 8)) * 2.0 ** -66).astype(np.float32)
+    c = (rng.normal(size=(16, 8)) * 2.0 ** -128).astype(np.float32)
+    sa, sb = np.float32(1.3 * 2.0 ** -72), np.float32(1.7 * 2.0 ** -68)
+    got = jax.jit(lambda a, b, c, sa, sb: jaxwarp.matmul(
+        a, b, c, operand_format="e4m3", instruction="mma_sync", a_scale=sa, b_scale=sb))(
+        a, b, c, sa, sb)
+    f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
+    qa = (f64(a) / f64(sa)).astype(np.float32)
+    qb = (f64(b) / f64(sb)).astype(np.float32)
+    qa = np.asarray(mm_mod.fp8_cvt.float_to_fp8(qa, "e4m3", saturate=True), np.float32)
+    qb = np.asarray(mm_mod.fp8_cvt.float_to_fp8(qb, "e4m3", saturate=True), np.float32)
+    t = _ref_chain(qa, qb, np.zeros((16, 8), np.float32), "e4m3", "e4m3", "mma_sync", 32)
+    s = (f64(sa) * f64(sb)).astype(np.float32)
+    assert 0 < s < np.finfo(np.float32).tiny  # a subnormal scale
+    p = (f64(t) * f64(s)).astype(np.float32)
+    want = (f64(p) + f64(c)).astype(np.float32)
+    assert np.any((want != 0) & (np.abs(want) < np.finfo(np.float32).tiny))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
 def test_fast_mode_fp8():

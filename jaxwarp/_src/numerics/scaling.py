@@ -8,8 +8,8 @@ involved, so the results are the same on every backend (XLA's GPU division is
 ``div.full.f32``, not correctly rounded; its CPU backend flushes subnormal results of
 float operations to zero, the GPU does not). Used by ``tensorcore.matmul`` (its own fp8
 backward pass) and by ``emulate``'s ``scaling="tensor"`` recipe. A scale that is not a
-power of two (``matmul``'s ``a_scale``, ``b_scale``) is applied by :func:`divide_rn`, an
-fp32 division rounded once on the bits.
+power of two (``matmul``'s ``a_scale``, ``b_scale``) is applied by :func:`divide_rn` and
+:func:`multiply_rn`, fp32 division and multiplication rounded once on the bits.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics import formats, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
-__all__ = ["SCALE_EXP_MAX", "divide_rn", "tensor_scale_exponent", "times_pow2"]
+__all__ = ["SCALE_EXP_MAX", "divide_rn", "multiply_rn", "tensor_scale_exponent",
+           "times_pow2"]
 
 #: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX].
 SCALE_EXP_MAX = 126
@@ -130,4 +131,38 @@ def divide_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     zero = zx | iy
     code = jnp.where(zero, sign, jnp.where(inf, sign | _F32_INF, code))
     code = jnp.where(nan, jnp.uint32(0x7FC00000), code)
+    return bits_.from_u32(code, jnp.float32)
+
+
+def multiply_rn(x: jax.Array, y: jax.Array) -> jax.Array:
+    """IEEE fp32 ``x * y`` rounded to nearest even, computed on the bits with integer
+    operations (the 48-bit product of the significands from 12-bit halves, then one
+    :func:`round_sig <jaxwarp._src.numerics.softfloat.round_sig>`).
+
+    XLA's CPU backend flushes subnormal operands and results of float multiplication and
+    the GPU does not; this product keeps them on every backend. NaN operands and
+    ``0 * inf`` give NaN; the sign is the exclusive or of the operands'.
+
+    Args:
+      x, y: float32 arrays (other floats are converted to float32 first); they broadcast.
+    """
+    x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+    nx, lx, sx, _, ix, qx = softfloat.decode(bits_.to_u32(x), "f32")
+    ny, ly, sy, _, iy, qy = softfloat.decode(bits_.to_u32(y), "f32")
+    zx, zy = (sx == 0) & ~ix & ~qx, (sy == 0) & ~iy & ~qy
+    mx, lx = _normalized(jnp.where(sx == 0, 1, sx), lx)
+    my, ly = _normalized(jnp.where(sy == 0, 1, sy), ly)
+    xh, xl, yh, yl = mx >> 12, mx & 0xFFF, my >> 12, my & 0xFFF
+    mid = xh * yl + xl * yh  # < 2**25
+    lo = xl * yl + ((mid & 0xFFF) << 12)  # < 2**25
+    hi = xh * yh + (mid >> 12) + (lo >> 24)  # the product is hi * 2**24 + lo, hi >= 2**22
+    lo = lo & 0xFFFFFF
+    mag = (hi << 7) | (lo >> 17) | ((lo & 0x1FFFF) != 0).astype(jnp.uint32)  # sticky bit
+    q, e = softfloat.round_sig(mag, lx + ly + 17, softfloat.emin("f32"),
+                               FORMATS["f32"].mantissa_bits, "rn")
+    neg = nx ^ ny
+    code = softfloat.encode_rounded(neg, q, e, "f32")
+    sign = neg.astype(jnp.uint32) << 31
+    code = jnp.where(zx | zy, sign, jnp.where(ix | iy, sign | _F32_INF, code))
+    code = jnp.where(qx | qy | (zx & iy) | (ix & zy), jnp.uint32(0x7FC00000), code)
     return bits_.from_u32(code, jnp.float32)

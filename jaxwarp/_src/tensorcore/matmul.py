@@ -40,9 +40,11 @@ fp8 scaling (``a_scale``, ``b_scale``; fp8 formats only), as fp8 GEMM recipes
     D  = fl(fl32(T * s) + C)                      # fp32 rn; rounded (rn) to the
                                                   # accumulator type at the end
 
-where ``fl32`` is an fp32 operation rounded to nearest even. The division is computed
-on the bits (``numerics.scaling.divide_rn``): XLA's GPU division is not correctly
-rounded. A missing scale counts as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
+where ``fl32`` is an IEEE fp32 operation rounded to nearest even, subnormals kept. All
+four are computed on the bits (``numerics.scaling.divide_rn``, ``multiply_rn``,
+``softfloat.add_rn``), the same on every backend: XLA's GPU division is not correctly
+rounded and its CPU backend flushes subnormal operands and results. A missing scale
+counts as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
 kernel (and D is the tensor core's own result).
 
 Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
@@ -85,9 +87,15 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import convert, formats
+from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import convert, formats, softfloat
 from jaxwarp._src.numerics import fp8 as fp8_cvt
-from jaxwarp._src.numerics.scaling import divide_rn, tensor_scale_exponent, times_pow2
+from jaxwarp._src.numerics.scaling import (
+    divide_rn,
+    multiply_rn,
+    tensor_scale_exponent,
+    times_pow2,
+)
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import isa, wmma_table
 from jaxwarp._src.tensorcore.arch import check_target, parse_target
@@ -416,17 +424,20 @@ def _forward(a, b, c, sa, sb, cfg: _Cfg):
                       c.astype(acc_dt), cfg)
     t = _tiled(to_operand(a, cfg.a_format, sa), to_operand(b, cfg.b_format, sb),
                jnp.zeros(c.shape, acc_dt), cfg)
-    return _epilogue(t, sa * sb, c).astype(acc_dt)
+    return _epilogue(t, multiply_rn(sa, sb), c).astype(acc_dt)
 
 
 def _epilogue(t, s, c):
     """``fl32(fl32(t * s) + c)``: two roundings, never one fused multiply-add.
 
-    XLA's CPU backend contracts ``t * s + c`` into an FMA inside a fusion (and not in
-    eager mode); the select (NaN stays NaN) keeps the product a rounded fp32 value."""
-    p = t.astype(jnp.float32) * s
-    p = jnp.where(jnp.isnan(p), jnp.float32(jnp.nan), p)
-    return p + c.astype(jnp.float32)
+    Both are IEEE operations on the bits (``multiply_rn``, ``softfloat.add_rn``): XLA's
+    CPU backend flushes subnormal operands and results (the GPU does not) and contracts
+    ``t * s + c`` into an FMA inside a fusion; integer operations do neither."""
+    f32 = functools.partial(times_pow2, k=jnp.int32(0), out_fmt="f32")  # exact widening
+    p = multiply_rn(f32(t), jnp.asarray(s, jnp.float32))
+    out = softfloat.add_rn(softfloat.term(bits_.to_u32(p), "f32"),
+                           softfloat.term(bits_.to_u32(f32(c)), "f32"), "f32", 0x7FC00000)
+    return bits_.from_u32(out, jnp.float32)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -567,7 +578,8 @@ def matmul(
         acc_dt = _ACC_DTYPE[cfg.accumulator]
         if not cfg.scaled:
             return c.astype(acc_dt)
-        s = (one if a_scale is None else a_scale) * (one if b_scale is None else b_scale)
+        s = multiply_rn(one if a_scale is None else a_scale,
+                        one if b_scale is None else b_scale)
         return _epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     return _matmul(a, b, c, one if a_scale is None else a_scale,
                    one if b_scale is None else b_scale, cfg)
