@@ -450,9 +450,7 @@ def test_rescale_is_rounded_once_on_the_bits(out):
     dict(operand_format="f16", scaling="tensor"),
     dict(operand_format="e4m3", scaling="tensor", backward_format="e5m2"),
     dict(operand_format="tf32", backward_format="bf16"),
-    pytest.param(dict(operand_format="e4m3"), marks=pytest.mark.xfail(
-        strict=True, reason="matmul's own fp8 backward divides by its current scales "
-                            "amax / max_value (matmul._current_scale, to_operand)")),
+    dict(operand_format="e4m3"),
 ], ids=["bf16", "bf16-fast", "f16-scaled", "fp8-hybrid-scaled", "tf32-bf16-grads",
         "fp8-matmul-vjp"])
 def test_gradient_program_is_backend_independent(kw):

@@ -255,6 +255,85 @@ def test_scales(datapath_mma):
     assert np.asarray(mm_mod.to_operand(b * 100, "e4m3"), np.float32).max() == 448
 
 
+def test_scale_division_is_correctly_rounded():
+    # to_operand's x / scale is IEEE fp32 division rounded once (on the bits, subnormal
+    # operands and results kept). Reference: the float64 quotient rounded to float32
+    # (double rounding is innocuous for division when 53 >= 2 * 24 + 2).
+    from jaxwarp._src.numerics.scaling import divide_rn
+
+    rng = np.random.default_rng(30)
+    n = 20000
+    x = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38, 1.0, 3.0,
+                   448.0, 2.0 ** -126], np.float32)
+    sx, sy = np.meshgrid(sp, sp)
+    x, y = np.concatenate([x, sx.ravel(), x[:50]]), np.concatenate([y, sy.ravel(), x[:50]])
+    got = np.asarray(jax.jit(divide_rn)(x, y))
+    with np.errstate(all="ignore"):
+        want = (x.astype(np.float64) / y.astype(np.float64)).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
+    # to_operand divides with it: e5m2(rn32(x / s)).
+    s = np.float32(0.3)
+    v = x[:1000]
+    with np.errstate(all="ignore"):
+        q = (v.astype(np.float64) / np.float64(s)).astype(np.float32)
+    want = np.asarray(mm_mod.fp8_cvt.float_to_fp8(q, "e5m2", saturate=True))
+    np.testing.assert_array_equal(_bits(mm_mod.to_operand(v, "e5m2", scale=s)), _bits(want))
+
+
+def test_scale_product_is_correctly_rounded():
+    # multiply_rn (a_scale * b_scale, T * s) is IEEE fp32 multiplication rounded once, on
+    # the bits: subnormal operands and results kept (XLA's CPU flushes them). Reference:
+    # the float64 product (exact: 48 bits) rounded once to float32.
+    from jaxwarp._src.numerics.scaling import multiply_rn
+
+    rng = np.random.default_rng(31)
+    n = 20000
+    x = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
+    y = (rng.standard_normal(n) * 2.0 ** rng.uniform(-149, 126, n)).astype(np.float32)
+    x[:5000] = (rng.standard_normal(5000) * 2.0 ** rng.uniform(-100, 0, 5000)).astype(np.float32)
+    y[:5000] = (rng.standard_normal(5000) * 2.0 ** rng.uniform(-60, 0, 5000)).astype(np.float32)
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 3.4e38, 1.0, 3.0],
+                  np.float32)
+    sx, sy = np.meshgrid(sp, sp)
+    x, y = np.concatenate([x, sx.ravel()]), np.concatenate([y, sy.ravel()])
+    got = np.asarray(jax.jit(multiply_rn)(x, y))
+    with np.errstate(all="ignore"):
+        want = (x.astype(np.float64) * y.astype(np.float64)).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.isnan(got[nan]).all()
+    np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
+
+
+def test_scaled_epilogue_keeps_subnormals(datapath_mma):
+    # Tiny scales: s = a_scale * b_scale and T * s are subnormal, C subnormal too. Every
+    # step is an IEEE fp32 operation rounded once (a float64 reference rounded once to
+    # float32 per step; double rounding is innocuous for +, *, / at 53 >= 2 * 24 + 2).
+    rng = np.random.default_rng(32)
+    a = (rng.normal(size=(16, 64)) * 2.0 ** -70).astype(np.float32)
+    b = (rng.normal(size=(64, 8)) * 2.0 ** -66).astype(np.float32)
+    c = (rng.normal(size=(16, 8)) * 2.0 ** -128).astype(np.float32)
+    sa, sb = np.float32(1.3 * 2.0 ** -72), np.float32(1.7 * 2.0 ** -68)
+    got = jax.jit(lambda a, b, c, sa, sb: jaxwarp.matmul(
+        a, b, c, operand_format="e4m3", instruction="mma_sync", a_scale=sa, b_scale=sb))(
+        a, b, c, sa, sb)
+    f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
+    qa = (f64(a) / f64(sa)).astype(np.float32)
+    qb = (f64(b) / f64(sb)).astype(np.float32)
+    qa = np.asarray(mm_mod.fp8_cvt.float_to_fp8(qa, "e4m3", saturate=True), np.float32)
+    qb = np.asarray(mm_mod.fp8_cvt.float_to_fp8(qb, "e4m3", saturate=True), np.float32)
+    t = _ref_chain(qa, qb, np.zeros((16, 8), np.float32), "e4m3", "e4m3", "mma_sync", 32)
+    s = (f64(sa) * f64(sb)).astype(np.float32)
+    assert 0 < s < np.finfo(np.float32).tiny  # a subnormal scale
+    p = (f64(t) * f64(s)).astype(np.float32)
+    want = (f64(p) + f64(c)).astype(np.float32)
+    assert np.any((want != 0) & (np.abs(want) < np.finfo(np.float32).tiny))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
 def test_fast_mode_fp8():
     a, b = _fp8_values((64, 64), 10), _fp8_values((64, 16), 11)
     got = jaxwarp.matmul(a, b, operand_format="e4m3", mode="fast", promote_every=32)
@@ -271,6 +350,66 @@ def test_fp8_gradients(datapath_mma):
     assert da.shape == a.shape and db.shape == b.shape and float(dsa) == 0.0
     want = np.asarray(g, np.float64) @ np.asarray(b, np.float64).T
     assert np.max(np.abs(np.asarray(da) - want)) < 0.15 * np.max(np.abs(want))
+
+
+def _pow2_scale_exponent(x, fmt):
+    """The largest k with amax(|x|) * 2**k <= max_value(fmt), in exact float64 (powers
+    of two), clamped to [-126, 126]; 0 for a zero amax."""
+    amax = float(np.max(np.abs(np.asarray(x, np.float64))))
+    if amax == 0:
+        return 0
+    fmax = float(ml_dtypes.finfo(mm_mod.fp8_cvt.FP8_FORMATS[fmt]).max)
+    k = int(np.floor(np.log2(fmax / amax)))
+    while amax * 2.0 ** (k + 1) <= fmax:
+        k += 1
+    while amax * 2.0 ** k > fmax:
+        k -= 1
+    return max(-126, min(126, k))
+
+
+def _ref_scaled_product(x, y, fx, fy):
+    """x @ y with power-of-two current scales: x * 2**kx exact in float64, rounded once to
+    fp8 (via float32, exact there); the tensor core chain; times 2**-(kx + ky) exact in
+    float64, rounded once to float32."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    kx, ky = _pow2_scale_exponent(x, fx), _pow2_scale_exponent(y, fy)
+    qx = (x * 2.0 ** kx).astype(np.float32).astype(mm_mod.fp8_cvt.FP8_FORMATS[fx])
+    qy = (y * 2.0 ** ky).astype(np.float32).astype(mm_mod.fp8_cvt.FP8_FORMATS[fy])
+    t = _ref_chain(qx.astype(np.float32), qy.astype(np.float32),
+                   np.zeros((x.shape[0], y.shape[1]), np.float32), fx, fy, "mma_sync", 32)
+    return (t.astype(np.float64) * 2.0 ** -(kx + ky)).astype(np.float32)
+
+
+@pytest.mark.parametrize("fa,fb,scale", [("e4m3", "e4m3", 1.0), ("e5m2", "e4m3", 1e-30),
+                                         ("e4m3", "e5m2", 1e30)])
+def test_fp8_gradients_use_power_of_two_scales(datapath_mma, fa, fb, scale):
+    # The backward products scale each operand by 2**k (k from its amax, the largest with
+    # amax * 2**k <= max_value), exactly, and unscale the tensor core's result once: the
+    # bits equal a float64 reference rounded once (no float division or multiply, so the
+    # same on every backend). Tiny / huge gradients need scale exponents near the clamp.
+    a, b = _rand((16, 64), 20), _rand((64, 8), 21)
+    g = _rand((16, 8), 22, scale)
+    f = functools.partial(jaxwarp.matmul, operand_format=(fa, fb), instruction="mma_sync")
+    _, vjp = jax.vjp(jax.jit(f), a, b)
+    da, db = vjp(g)
+    np.testing.assert_array_equal(_bits(da), _bits(_ref_scaled_product(g, b.T, fa, fb)))
+    np.testing.assert_array_equal(_bits(db), _bits(_ref_scaled_product(a.T, g, fa, fb)))
+    # A zero gradient keeps the scale 2**0 and gives zero gradients.
+    da0, db0 = vjp(jnp.zeros_like(g))
+    assert not np.any(np.asarray(da0)) and not np.any(np.asarray(db0))
+    # No float division anywhere in the backward program (nested jaxprs included).
+    from jax.extend import core as jcore
+
+    def eqns(jaxpr):
+        for e in jaxpr.eqns:
+            yield e
+            for sub in jcore.jaxprs_in_params(e.params):
+                yield from eqns(sub)
+
+    seen = list(eqns(jax.make_jaxpr(vjp)(g).jaxpr))
+    assert len(seen) > 50
+    assert not [e for e in seen if e.primitive.name == "div"
+                and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.floating)]
 
 
 def test_new_instruction_gradients_16bit(datapath_mma):

@@ -7,13 +7,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 
 from jaxwarp._src.emulate.config import FP8_FORMATS, MARKER, Config
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import formats, softfloat
-from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.numerics.scaling import tensor_scale_exponent, times_pow2
 from jaxwarp._src.tensorcore.matmul import matmul
 
 
@@ -22,68 +18,6 @@ def _pair(fa: str, fb: str):
     # the four fp8 pairings of mma.sync and wgmma.
     # (Other formats are never mixed: _recipe_bwd converts both to the gradient's.)
     return fa if fa == fb else (fa, fb)
-
-
-#: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX].
-SCALE_EXP_MAX = 126
-_F32_INF = 0x7F800000
-#: Canonical quiet NaN and infinity bits of the formats a rescaled product has.
-_SPECIAL_BITS = {"f32": (0x7FC00000, _F32_INF), "f16": (0x7E00, 0x7C00)}
-
-
-def times_pow2(x: jax.Array, k: jax.Array, out_fmt: str) -> jax.Array:
-    """``x * 2**k`` rounded once (to nearest, ties to even) into ``out_fmt`` (``"f32"`` or
-    ``"f16"``), computed on the bits with integer operations.
-
-    No floating-point operation is involved, so the result is the same on every backend:
-    XLA's CPU backend flushes subnormal operands and results of float operations to zero
-    and its GPU backend does not, and an integer result cannot be contracted into a fused
-    multiply-add with whatever the program adds to it. Subnormal inputs and results are
-    exact or rounded once; beyond the largest finite value the result is infinite; NaN
-    stays NaN and infinities keep their sign.
-
-    Args:
-      x: float array of a ``softfloat.DECODE_FORMATS`` dtype (float32, float16,
-        bfloat16, fp8); other floats are converted to float32 first.
-      k: int32 exponent (broadcasts against ``x``).
-      out_fmt: static, ``"f32"`` or ``"f16"``.
-    """
-    fmt = formats.ALIASES.get(x.dtype.name, x.dtype.name)
-    if fmt not in softfloat.DECODE_FORMATS or fmt == "tf32":
-        x, fmt = x.astype(jnp.float32), "f32"
-    bits = bits_.to_u32(x)
-    neg, lsb, sig, _, inf, nan = softfloat.decode(bits, fmt)
-    q, e = softfloat.round_sig(sig.astype(jnp.uint32), lsb + k, softfloat.emin(out_fmt),
-                               FORMATS[out_fmt].mantissa_bits, "rn")
-    code = softfloat.encode_rounded(neg, q, e, out_fmt)
-    nan_bits, inf_bits = _SPECIAL_BITS[out_fmt]
-    sign = neg.astype(jnp.uint32) << (FORMATS[out_fmt].bits - 1)
-    code = jnp.where(nan, jnp.uint32(nan_bits), jnp.where(inf, sign | inf_bits, code))
-    return bits_.from_u32(code, FORMATS[out_fmt].storage_dtype)
-
-
-def tensor_scale_exponent(x: jax.Array, fmt: str) -> jax.Array:
-    """Current per-tensor scale exponent: the largest int32 ``k`` with
-    ``amax(|x|) * 2**k <= max_value(fmt)``, clamped to ``[-SCALE_EXP_MAX, SCALE_EXP_MAX]``;
-    0 where the amax is 0 or not finite.
-
-    The scale is a power of two, so scaling and unscaling are exact (:func:`times_pow2`,
-    in fp32's normal range) and the recipe's bits are the same on every backend: no
-    division (XLA's GPU division is ``div.full.f32``, not correctly rounded), no float
-    operation at all. The amax and ``k`` come from the operand's fp32 bits (an integer
-    maximum of the magnitudes). Scales are constants to the derivative (``stop_gradient``),
-    as in fp8 training recipes: they choose the representation, not the value.
-    """
-    f32 = times_pow2(x, jnp.int32(0), "f32")
-    bits = jnp.max(lax.bitcast_convert_type(f32, jnp.int32) & 0x7FFFFFFF)
-    top = int(np.array(FORMATS[fmt].max_value, np.float32).view(np.int32))
-    # amax = 1.f * 2**e and max = 1.F * 2**E (biased e, E): amax * 2**k <= max for
-    # k <= E - e when f <= F, else k <= E - e - 1. A subnormal amax (e = 0) gives a k
-    # above the clamp.
-    k = (top >> 23) - (bits >> 23) - ((bits & 0x7FFFFF) > (top & 0x7FFFFF)).astype(jnp.int32)
-    k = jnp.clip(k, -SCALE_EXP_MAX, SCALE_EXP_MAX)
-    k = jnp.where((bits > 0) & (bits < _F32_INF), k, 0)  # not 0, inf or NaN
-    return lax.stop_gradient(k)
 
 
 def _raw_product(x, y, fx, fy, cfg: Config, batched: bool):

@@ -40,8 +40,11 @@ fp8 scaling (``a_scale``, ``b_scale``; fp8 formats only), as fp8 GEMM recipes
     D  = fl(fl32(T * s) + C)                      # fp32 rn; rounded (rn) to the
                                                   # accumulator type at the end
 
-where ``fl32`` is an fp32 operation rounded to nearest even. A missing scale counts
-as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
+where ``fl32`` is an IEEE fp32 operation rounded to nearest even, subnormals kept. All
+four are computed on the bits (``numerics.scaling.divide_rn``, ``multiply_rn``,
+``softfloat.add_rn``), the same on every backend: XLA's GPU division is not correctly
+rounded and its CPU backend flushes subnormal operands and results. A missing scale
+counts as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
 kernel (and D is the tensor core's own result).
 
 Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
@@ -58,10 +61,19 @@ Gradients: the conversions are treated as the identity (straight-through
 estimator) and the backward products ``dA = dD @ B^T`` and ``dB = A^T @ dD`` go
 through the same emulated tensor core (operands converted again, as a
 mixed-precision backward pass on a GPU would), ``dC = dD``. With fp8 operands each
-backward operand gets a current per-tensor scale (``amax / max_finite``, 1 where
-the amax is 0 or not finite), the backward products keep the forward's (a, b)
-format pairing, and the scales ``a_scale``, ``b_scale`` get zero gradients (they
-choose the representation, not the value).
+backward operand X gets a current per-tensor power-of-two scale ``2**-k``, ``k`` the
+largest integer with ``amax(|X|) * 2**k <= max_finite`` (clamped to +-126; 0 where the
+amax is 0 or not finite)::
+
+    qX = fp8_satfinite_rn(rn32(X * 2**kX))        # same for Y with kY
+    dX = rn(T * 2**-(kX + kY))                    # T the chain of qX @ qY from zero;
+                                                  # rounded once to the accumulator
+
+Both scalings are computed on the bits (``numerics.scaling.times_pow2``), so the
+gradients' bits are the same on every backend (no float division, no flushed
+subnormal). The backward products keep the forward's (a, b) format pairing, and the
+scales ``a_scale``, ``b_scale`` get zero gradients (they choose the representation, not
+the value).
 """
 
 from __future__ import annotations
@@ -72,12 +84,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import convert, formats
+from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import convert, formats, softfloat
 from jaxwarp._src.numerics import fp8 as fp8_cvt
+from jaxwarp._src.numerics.scaling import (
+    divide_rn,
+    multiply_rn,
+    tensor_scale_exponent,
+    times_pow2,
+)
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import isa, wmma_table
 from jaxwarp._src.tensorcore.arch import check_target, parse_target
@@ -131,7 +149,6 @@ ACCUMULATORS = {
         for f in TILES[i]}
     for i in INSTRUCTIONS}
 _ACC_DTYPE = {t: isa.storage_dtype(t) for t in ("f16", "f32", "f64")}
-_FP8_MAX = {f: float(ml_dtypes.finfo(fp8_cvt.FP8_FORMATS[f]).max) for f in FP8_FORMATS}
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
@@ -141,8 +158,9 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         x: float array.
         operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"``, ``"e4m3"`` or
             ``"e5m2"``.
-        scale: fp8 only: x is divided by this fp32 scale (rounded to nearest) before
-            the conversion.
+        scale: fp8 only: x is divided by this fp32 scale before the conversion, an IEEE
+            fp32 division rounded to nearest even (on the bits, subnormals kept: the
+            same on every backend).
 
     Returns:
         float16 / bfloat16 (round to nearest even), float32 with tf32 precision
@@ -167,8 +185,8 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
         if scale is None and x.dtype == jnp.float64:  # rounded once, not via float32
             return fp8_cvt.double_to_fp8(x, operand_format, saturate=True)
         x32 = x.astype(jnp.float32)
-        if scale is not None:
-            x32 = x32 / jnp.asarray(scale, jnp.float32)
+        if scale is not None:  # IEEE division on the bits: XLA's GPU one is not rn
+            x32 = divide_rn(x32, scale)
         return fp8_cvt.float_to_fp8(x32, operand_format, saturate=True)
     if scale is not None:
         raise ValueError(f"scale is only for the fp8 formats {FP8_FORMATS}; "
@@ -406,17 +424,20 @@ def _forward(a, b, c, sa, sb, cfg: _Cfg):
                       c.astype(acc_dt), cfg)
     t = _tiled(to_operand(a, cfg.a_format, sa), to_operand(b, cfg.b_format, sb),
                jnp.zeros(c.shape, acc_dt), cfg)
-    return _epilogue(t, sa * sb, c).astype(acc_dt)
+    return _epilogue(t, multiply_rn(sa, sb), c).astype(acc_dt)
 
 
 def _epilogue(t, s, c):
     """``fl32(fl32(t * s) + c)``: two roundings, never one fused multiply-add.
 
-    XLA's CPU backend contracts ``t * s + c`` into an FMA inside a fusion (and not in
-    eager mode); the select (NaN stays NaN) keeps the product a rounded fp32 value."""
-    p = t.astype(jnp.float32) * s
-    p = jnp.where(jnp.isnan(p), jnp.float32(jnp.nan), p)
-    return p + c.astype(jnp.float32)
+    Both are IEEE operations on the bits (``multiply_rn``, ``softfloat.add_rn``): XLA's
+    CPU backend flushes subnormal operands and results (the GPU does not) and contracts
+    ``t * s + c`` into an FMA inside a fusion; integer operations do neither."""
+    f32 = functools.partial(times_pow2, k=jnp.int32(0), out_fmt="f32")  # exact widening
+    p = multiply_rn(f32(t), jnp.asarray(s, jnp.float32))
+    out = softfloat.add_rn(softfloat.term(bits_.to_u32(p), "f32"),
+                           softfloat.term(bits_.to_u32(f32(c)), "f32"), "f32", 0x7FC00000)
+    return bits_.from_u32(out, jnp.float32)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -426,12 +447,6 @@ def _matmul(a, b, c, sa, sb, cfg):
 
 def _fwd(a, b, c, sa, sb, cfg):
     return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
-
-
-def _current_scale(x, fmt):
-    amax = jnp.max(jnp.abs(x.astype(jnp.float32)))
-    s = amax / jnp.float32(_FP8_MAX[fmt])
-    return jnp.where(jnp.isfinite(s) & (s > 0), s, jnp.float32(1))
 
 
 def _bwd(cfg: _Cfg, res, g):
@@ -445,12 +460,16 @@ def _bwd(cfg: _Cfg, res, g):
         M, K = x.shape
         N = y.shape[1]
         if cfg.fp8:
-            # Current per-tensor scaling of both operands, the forward's format pairing;
-            # zero padding to the tile (a zero k-slice leaves the sum as it is).
-            s_x, s_y = _current_scale(x, cfg.a_format), _current_scale(y, cfg.b_format)
-            t = _tiled(to_operand(x, cfg.a_format, s_x), to_operand(y, cfg.b_format, s_y),
+            # Current per-tensor power-of-two scaling of both operands, the forward's
+            # format pairing: x * 2**kx rounded once to fp32, then to fp8; the product
+            # times 2**-(kx + ky) rounded once to the accumulator. Integer operations on
+            # the bits (times_pow2): the same bits on every backend.
+            kx = tensor_scale_exponent(x, cfg.a_format)
+            ky = tensor_scale_exponent(y, cfg.b_format)
+            t = _tiled(to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
+                       to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
                        jnp.zeros((M, N), acc_dt), bcfg)
-            return _epilogue(t, s_x * s_y, jnp.zeros((M, N), jnp.float32)).astype(acc_dt)
+            return times_pow2(t, -(kx + ky), cfg.accumulator)
         if not cfg.legacy:
             return _tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
                           jnp.zeros((M, N), acc_dt), bcfg)
@@ -559,7 +578,8 @@ def matmul(
         acc_dt = _ACC_DTYPE[cfg.accumulator]
         if not cfg.scaled:
             return c.astype(acc_dt)
-        s = (one if a_scale is None else a_scale) * (one if b_scale is None else b_scale)
+        s = multiply_rn(one if a_scale is None else a_scale,
+                        one if b_scale is None else b_scale)
         return _epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     return _matmul(a, b, c, one if a_scale is None else a_scale,
                    one if b_scale is None else b_scale, cfg)

@@ -1,0 +1,168 @@
+"""Power-of-two per-tensor scales, computed and applied with integer operations.
+
+fp8 (and f16) scaling recipes divide a tensor by a per-tensor scale before the conversion
+and multiply the product by the scales afterwards. Here a scale is a power of two
+``2**k`` chosen from the tensor's amax (:func:`tensor_scale_exponent`), and every scaling
+step is :func:`times_pow2`: ``x * 2**k`` rounded once, on the bits. No float operation is
+involved, so the results are the same on every backend (XLA's GPU division is
+``div.full.f32``, not correctly rounded; its CPU backend flushes subnormal results of
+float operations to zero, the GPU does not). Used by ``tensorcore.matmul`` (its own fp8
+backward pass) and by ``emulate``'s ``scaling="tensor"`` recipe. A scale that is not a
+power of two (``matmul``'s ``a_scale``, ``b_scale``) is applied by :func:`divide_rn` and
+:func:`multiply_rn`, fp32 division and multiplication rounded once on the bits.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import formats, softfloat
+from jaxwarp._src.numerics.formats import FORMATS
+
+__all__ = ["SCALE_EXP_MAX", "divide_rn", "multiply_rn", "tensor_scale_exponent",
+           "times_pow2"]
+
+#: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX].
+SCALE_EXP_MAX = 126
+_F32_INF = 0x7F800000
+#: Canonical quiet NaN and infinity bits of the formats a rescaled product has.
+_SPECIAL_BITS = {"f32": (0x7FC00000, _F32_INF), "f16": (0x7E00, 0x7C00)}
+def times_pow2(x: jax.Array, k: jax.Array, out_fmt: str) -> jax.Array:
+    """``x * 2**k`` rounded once (to nearest, ties to even) into ``out_fmt`` (``"f32"`` or
+    ``"f16"``), computed on the bits with integer operations.
+
+    No floating-point operation is involved, so the result is the same on every backend:
+    XLA's CPU backend flushes subnormal operands and results of float operations to zero
+    and its GPU backend does not, and an integer result cannot be contracted into a fused
+    multiply-add with whatever the program adds to it. Subnormal inputs and results are
+    exact or rounded once; beyond the largest finite value the result is infinite; NaN
+    stays NaN and infinities keep their sign.
+
+    Args:
+      x: float array of a ``softfloat.DECODE_FORMATS`` dtype (float32, float16,
+        bfloat16, fp8); other floats are converted to float32 first.
+      k: int32 exponent (broadcasts against ``x``).
+      out_fmt: static, ``"f32"`` or ``"f16"``.
+    """
+    fmt = formats.ALIASES.get(x.dtype.name, x.dtype.name)
+    if fmt not in softfloat.DECODE_FORMATS or fmt == "tf32":
+        x, fmt = x.astype(jnp.float32), "f32"
+    bits = bits_.to_u32(x)
+    neg, lsb, sig, _, inf, nan = softfloat.decode(bits, fmt)
+    q, e = softfloat.round_sig(sig.astype(jnp.uint32), lsb + k, softfloat.emin(out_fmt),
+                               FORMATS[out_fmt].mantissa_bits, "rn")
+    code = softfloat.encode_rounded(neg, q, e, out_fmt)
+    nan_bits, inf_bits = _SPECIAL_BITS[out_fmt]
+    sign = neg.astype(jnp.uint32) << (FORMATS[out_fmt].bits - 1)
+    code = jnp.where(nan, jnp.uint32(nan_bits), jnp.where(inf, sign | inf_bits, code))
+    return bits_.from_u32(code, FORMATS[out_fmt].storage_dtype)
+
+
+def tensor_scale_exponent(x: jax.Array, fmt: str) -> jax.Array:
+    """Current per-tensor scale exponent: the largest int32 ``k`` with
+    ``amax(|x|) * 2**k <= max_value(fmt)``, clamped to ``[-SCALE_EXP_MAX, SCALE_EXP_MAX]``;
+    0 where the amax is 0 or not finite.
+
+    The scale is a power of two, so scaling and unscaling are exact (:func:`times_pow2`,
+    in fp32's normal range) and the recipe's bits are the same on every backend: no
+    division (XLA's GPU division is ``div.full.f32``, not correctly rounded), no float
+    operation at all. The amax and ``k`` come from the operand's fp32 bits (an integer
+    maximum of the magnitudes). Scales are constants to the derivative (``stop_gradient``),
+    as in fp8 training recipes: they choose the representation, not the value.
+    """
+    f32 = times_pow2(x, jnp.int32(0), "f32")
+    bits = jnp.max(lax.bitcast_convert_type(f32, jnp.int32) & 0x7FFFFFFF)
+    top = int(np.array(FORMATS[fmt].max_value, np.float32).view(np.int32))
+    # amax = 1.f * 2**e and max = 1.F * 2**E (biased e, E): amax * 2**k <= max for
+    # k <= E - e when f <= F, else k <= E - e - 1. A subnormal amax (e = 0) gives a k
+    # above the clamp.
+    k = (top >> 23) - (bits >> 23) - ((bits & 0x7FFFFF) > (top & 0x7FFFFF)).astype(jnp.int32)
+    k = jnp.clip(k, -SCALE_EXP_MAX, SCALE_EXP_MAX)
+    k = jnp.where((bits > 0) & (bits < _F32_INF), k, 0)  # not 0, inf or NaN
+    return lax.stop_gradient(k)
+
+
+
+def _normalized(sig, lsb):
+    # A nonzero significand shifted up to 24 bits (its value kept by lowering lsb).
+    up = jnp.maximum(24 - softfloat.bitlen(sig), 0)
+    return (sig.astype(jnp.uint32) << up.astype(jnp.uint32)), lsb - up
+
+
+def divide_rn(x: jax.Array, y: jax.Array) -> jax.Array:
+    """IEEE fp32 ``x / y`` rounded to nearest even, computed on the bits with integer
+    operations (a restoring long division of the significands and one :func:`round_sig
+    <jaxwarp._src.numerics.softfloat.round_sig>`).
+
+    XLA's GPU backend divides with ``div.full.f32``, which is not correctly rounded, and
+    its CPU backend flushes subnormal operands and results; this division gives the
+    correctly rounded IEEE result, subnormals included, on every backend. NaN operands,
+    ``0 / 0`` and ``inf / inf`` give NaN; ``x / 0`` (x nonzero) and ``inf / y`` infinity,
+    ``x / inf`` and ``0 / y`` zero, with the sign the exclusive or of the operands'.
+
+    Args:
+      x, y: float32 arrays (other floats are converted to float32 first); they broadcast.
+    """
+    x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+    nx, lx, sx, _, ix, qx = softfloat.decode(bits_.to_u32(x), "f32")
+    ny, ly, sy, _, iy, qy = softfloat.decode(bits_.to_u32(y), "f32")
+    zx, zy = (sx == 0) & ~ix & ~qx, (sy == 0) & ~iy & ~qy
+    mx, lx = _normalized(jnp.where(sx == 0, 1, sx), lx)
+    my, ly = _normalized(jnp.where(sy == 0, 1, sy), ly)
+    # q = floor(mx * 2**26 / my) (26 or 27 bits, as mx / my is in (1/2, 2)); r the rest.
+    r, q = mx, jnp.zeros_like(mx)
+    for _ in range(27):
+        bit = r >= my
+        r = jnp.where(bit, r - my, r)
+        q = (q << 1) | bit.astype(jnp.uint32)
+        r = r << 1
+    mag = (q << 1) | (r != 0).astype(jnp.uint32)  # a sticky bit below the quotient's
+    q, e = softfloat.round_sig(mag, lx - ly - 27, softfloat.emin("f32"),
+                               FORMATS["f32"].mantissa_bits, "rn")
+    neg = nx ^ ny
+    code = softfloat.encode_rounded(neg, q, e, "f32")
+    sign = neg.astype(jnp.uint32) << 31
+    nan = qx | qy | (zx & zy) | (ix & iy)
+    inf = ix | zy
+    zero = zx | iy
+    code = jnp.where(zero, sign, jnp.where(inf, sign | _F32_INF, code))
+    code = jnp.where(nan, jnp.uint32(0x7FC00000), code)
+    return bits_.from_u32(code, jnp.float32)
+
+
+def multiply_rn(x: jax.Array, y: jax.Array) -> jax.Array:
+    """IEEE fp32 ``x * y`` rounded to nearest even, computed on the bits with integer
+    operations (the 48-bit product of the significands from 12-bit halves, then one
+    :func:`round_sig <jaxwarp._src.numerics.softfloat.round_sig>`).
+
+    XLA's CPU backend flushes subnormal operands and results of float multiplication and
+    the GPU does not; this product keeps them on every backend. NaN operands and
+    ``0 * inf`` give NaN; the sign is the exclusive or of the operands'.
+
+    Args:
+      x, y: float32 arrays (other floats are converted to float32 first); they broadcast.
+    """
+    x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+    nx, lx, sx, _, ix, qx = softfloat.decode(bits_.to_u32(x), "f32")
+    ny, ly, sy, _, iy, qy = softfloat.decode(bits_.to_u32(y), "f32")
+    zx, zy = (sx == 0) & ~ix & ~qx, (sy == 0) & ~iy & ~qy
+    mx, lx = _normalized(jnp.where(sx == 0, 1, sx), lx)
+    my, ly = _normalized(jnp.where(sy == 0, 1, sy), ly)
+    xh, xl, yh, yl = mx >> 12, mx & 0xFFF, my >> 12, my & 0xFFF
+    mid = xh * yl + xl * yh  # < 2**25
+    lo = xl * yl + ((mid & 0xFFF) << 12)  # < 2**25
+    hi = xh * yh + (mid >> 12) + (lo >> 24)  # the product is hi * 2**24 + lo, hi >= 2**22
+    lo = lo & 0xFFFFFF
+    mag = (hi << 7) | (lo >> 17) | ((lo & 0x1FFFF) != 0).astype(jnp.uint32)  # sticky bit
+    q, e = softfloat.round_sig(mag, lx + ly + 17, softfloat.emin("f32"),
+                               FORMATS["f32"].mantissa_bits, "rn")
+    neg = nx ^ ny
+    code = softfloat.encode_rounded(neg, q, e, "f32")
+    sign = neg.astype(jnp.uint32) << 31
+    code = jnp.where(zx | zy, sign, jnp.where(ix | iy, sign | _F32_INF, code))
+    code = jnp.where(qx | qy | (zx & iy) | (ix & zy), jnp.uint32(0x7FC00000), code)
+    return bits_.from_u32(code, jnp.float32)
