@@ -1287,6 +1287,89 @@ case(6, "sharded_vmap-var-keyword-argument", lambda x: jaxwarp.sharded_vmap(
     must=("sharded_vmap", "['s']", "functools.partial"), modes=EAGER)
 
 
+# Qualifier strings that ptxas rejects: an empty part, a duplicated qualifier, a partial
+# opcode prefix. Every entry point that takes a qualifier parses it the same way.
+_BAD_MMA_Q = (
+    ("empty-part", "m16n8k16..row.col.f32.f16.f16.f32", ("empty qualifier", "part 2")),
+    ("trailing-dot", _QF16 + ".", ("empty qualifier",)),
+    ("row-row-row", "m16n8k16.row.col.row.f32.f16.f16.f32", (".row", "duplicated")),
+    ("satfinite-twice", "m8n8k16.row.col.satfinite.satfinite.s32.s8.u8.s32",
+     (".satfinite", "duplicated")),
+    ("popc-twice", "m16n8k256.row.col.s32.b1.b1.s32.and.popc.popc", (".popc", "duplicated")),
+    ("prefix-syn", "mma.syn.aligned." + _QF16, ("opcode", "mma.sync.aligned")),
+    ("prefix-no-aligned", "mma.sync." + _QF16, ("opcode", "mma.sync.aligned")),
+)
+for _qid, _q, _must in _BAD_MMA_Q:
+    case(6, f"parse_mma-{_qid}", lambda _q=_q: jaxwarp.parse_mma(_q), exc=ValueError,
+         must=_must, modes=EAGER)
+    case(6, f"mma_ptx-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.mma_ptx(
+        _q, a, np.ones((16, 8), np.float16), np.zeros((16, 8), np.float32)),
+        _F16x16, exc=ValueError, must=_must)
+    case(6, f"to_registers-qualifier-{_qid}", lambda x, _q=_q: jaxwarp.to_registers(
+        _q, "a", x), _F16x16, exc=ValueError, must=_must)
+    case(6, f"mma_sync_ptx-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.mma_sync_ptx(
+        _q, a, np.ones((32, 2), np.uint32), np.zeros((32, 4), np.uint32)),
+        np.ones((32, 4), np.uint32), exc=ValueError, must=_must)
+_BAD_WG_Q = (
+    ("empty-part", "m64n8k16..f32.f16.f16", ("empty qualifier", "part 2")),
+    ("trailing-dot", _QW + ".", ("empty qualifier",)),
+    ("prefix-partial", "wgmma.mma_async.aligned." + _QW, ("opcode", "in full")),
+    ("prefix-tail-only", "sync.aligned." + _QW, ("opcode", "in full")),
+    ("satfinite-twice", "m64n8k32.satfinite.s32.s8.s8.satfinite",
+     (".satfinite", "duplicated")),
+    ("satfinite-middle", "m64n8k32.s32.satfinite.s8.s8", (".satfinite", "follow the shape")),
+    ("popc-twice", "m64n256k256.s32.b1.b1.and.popc.popc", (".popc", "duplicated")),
+)
+for _qid, _q, _must in _BAD_WG_Q:
+    case(6, f"parse_wgmma-{_qid}", lambda _q=_q: jaxwarp.parse_wgmma(_q), exc=ValueError,
+         must=_must, modes=EAGER)
+    case(6, f"wgmma_logical-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.wgmma_logical(
+        _q, a, np.ones((16, 8), np.float16), np.zeros((64, 8), np.float32)),
+        np.ones((64, 16), np.float16), exc=ValueError, must=_must)
+    case(6, f"wgmma-qualifier-{_qid}", lambda s, _q=_q: jaxwarp.wgmma(
+        _q, _DA, _DB, s, np.zeros((128, 4), np.float32)), np.zeros(4096, np.uint8),
+        exc=ValueError, must=_must)
+
+
+# Names and model fields that make no sense: datapath_for's instruction, type and k;
+# Datapath and ArchModel fields, checked at construction and named.
+for _id, _args, _must in (
+        ("instruction-unknown", ("sm_90", "hmma", "f16", 16), ("instruction='hmma'",
+                                                                "'mma_sync'")),
+        ("a_type-unknown", ("sm_90", "wmma", "f17", 16), ("a_type='f17'", "allowed")),
+        ("a_type-not-of-wgmma", ("sm_90", "wgmma", "f64", 4), ("a_type='f64'", "allowed")),
+        ("ik-not-a-k", ("sm_90", "wmma", "f16", 7), ("ik=7", "allowed: (16,)")),
+        ("ik-bool", ("sm_90", "mma_sync", "f16", True), ("ik=True", "allowed"))):
+    case(6, f"datapath_for-{_id}", lambda _a=_args: jaxwarp.datapath_for(*_a),
+         exc=ValueError, must=_must, modes=EAGER)
+for _id, _kw, _must in (
+        ("nan_f32-infinity", {"nan_f32": 0x7F800000}, ("Datapath.nan_f32", "NaN")),
+        ("nan_f32-float", {"nan_f32": float("nan")}, ("Datapath.nan_f32", "NaN")),
+        ("nan_f16-too-wide", {"nan_f16": 0x7FFFF}, ("Datapath.nan_f16", "NaN")),
+        ("nan_f16-finite", {"nan_f16": 0x3C00}, ("Datapath.nan_f16", "NaN")),
+        ("block_k-negative", {"block_k": -16}, ("Datapath.block_k", "[1, 64]")),
+        ("F-bool", {"F": True}, ("Datapath.F", "int")),
+        ("sum_mbits-zero", {"sum_mbits": 0}, ("Datapath.sum_mbits", "[1, 23]")),
+        ("e_floor-negative", {"e_floor": -1}, ("Datapath.e_floor",)),
+        ("c_mode-unknown", {"c_mode": "fma"}, ("Datapath.c_mode", "'fused'")),
+        ("trunc-unknown", {"trunc": "rn"}, ("Datapath.trunc", "'rz'"))):
+    case(6, f"Datapath-{_id}", lambda _kw=_kw: jaxwarp.Datapath(**_kw), exc=ValueError,
+         must=_must, modes=EAGER)
+for _id, _kw, _must in (
+        ("name-not-a-target", {"name": "hopper", "datapaths": ()}, ("ArchModel.name",)),
+        ("family-unknown", {"name": "sm_90", "datapaths": (("hmmx", jaxwarp.Datapath()),)},
+         ("ArchModel.datapaths", "'hmmx'", "'hmma'")),
+        ("entry-not-a-datapath", {"name": "sm_90", "datapaths": (("hmma", 16),)},
+         ("ArchModel.datapaths", "(family, Datapath)")),
+        ("family-twice", {"name": "sm_90", "datapaths": (("hmma", jaxwarp.Datapath()),
+                                                          ("hmma", jaxwarp.Datapath()))},
+         ("ArchModel.datapaths", "twice")),
+        ("verified-not-bool", {"name": "sm_90", "datapaths": (), "verified": "yes"},
+         ("ArchModel.verified", "bool"))):
+    case(6, f"ArchModel-{_id}", lambda _kw=_kw: jaxwarp.ArchModel(**_kw), exc=ValueError,
+         must=_must, modes=EAGER)
+
+
 def _entry_params():
     new = {id(c) for c in CATALOGUE[_ENTRY_N0:]}
     return [p for p in _params() if id(p.values[0]) in new]

@@ -211,9 +211,24 @@ def parse_wgmma(qualifier: str) -> WgmmaInstruction:
     if not isinstance(qualifier, str):
         raise TypeError(f"qualifier must be a str such as 'm64n128k16.f32.f16.f16', got "
                         f"{type(qualifier).__name__} {qualifier!r}")
-    parts = [p for p in qualifier.strip().split(".") if p]
-    while parts and parts[0] in _PREFIX:
-        parts.pop(0)
+    parts = qualifier.strip().split(".")
+    if "" in parts:
+        raise ValueError(f"qualifier {qualifier!r}: empty qualifier (two dots in a row, or a "
+                         f"leading or trailing dot) at part {parts.index('') + 1}")
+    if parts[0] in _PREFIX:
+        if tuple(parts[:len(_PREFIX)]) != _PREFIX:
+            raise ValueError(f"qualifier {qualifier!r}: the opcode must be "
+                             f"'{'.'.join(_PREFIX)}' in full (ptxas accepts no partial "
+                             f"prefix), followed by the qualifiers")
+        parts = parts[len(_PREFIX):]
+    for word in ("satfinite", "and", "xor", "popc") + _PREFIX:
+        if parts.count(word) > (0 if word in _PREFIX else 1):
+            raise ValueError(f"qualifier {qualifier!r}: qualifier .{word} is duplicated or "
+                             f"out of place; ptxas accepts each once, in the order "
+                             f"shape[.satfinite].dtype.atype.btype[.and.popc]")
+    if "satfinite" in parts and parts.index("satfinite") not in (1, len(parts) - 1):
+        raise ValueError(f"qualifier {qualifier!r}: .satfinite must follow the shape "
+                         f"(or come last)")
     if not parts:
         raise ValueError(f"qualifier {qualifier!r} is empty; expected e.g. "
                          f"'m64n128k16.f32.f16.f16'")
