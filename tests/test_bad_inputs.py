@@ -1370,6 +1370,45 @@ for _id, _kw, _must in (
          must=_must, modes=EAGER)
 
 
+# Format arguments take format names, their aliases and the dtypes that name them, and
+# say so when refused (one check, checks.format_name / formats.get_format).
+_A16, _C32 = np.ones((16, 16), np.float16), np.zeros((16, 16), np.float32)
+for _arg, _val in (("a_type", np.int32), ("a_type", "half-ish"), ("b_type", jnp.float32),
+                   ("c_type", "e4m3"), ("c_type", np.uint8), ("d_type", jnp.bfloat16),
+                   ("d_type", 3)):
+    _kw = {"a_type": "f16", "c_type": "f32", "d_type": "f32", _arg: _val}
+    case(6, f"mma-{_arg}-{getattr(_val, '__name__', _val)}", lambda a, c, _kw=_kw:
+         jaxwarp.mma(a, a, c, **_kw), _A16, _C32, exc=ValueError,
+         must=(f"{_arg}=", "allowed", "dtypes"))
+for _id, _fn in (
+        ("round_to-fmt-int32", lambda x: jaxwarp.round_to(x, np.int32)),
+        ("round_to-fmt-unknown", lambda x: jaxwarp.round_to(x, "f12")),
+        ("from_bits-fmt-float8_e4m3b11fnuz", lambda x: jaxwarp.from_bits(
+            x.view(np.uint32), "f7")),
+        ("from_bits-fmt-int16", lambda x: jaxwarp.from_bits(x.view(np.uint32), np.int16))):
+    case(6, _id, _fn, zf32, exc=ValueError, must=("fmt=", "allowed"))
+for _id, _fn in (
+        ("float_to_fp8-fmt-float16", lambda x: jaxwarp.fp8.float_to_fp8(x, jnp.float16, True)),
+        ("float_to_fp8-fmt-e3m4", lambda x: jaxwarp.fp8.float_to_fp8(x, "e3m4", True)),
+        ("cvt_f32_to_fp8x2-fmt-bf16", lambda x: jaxwarp.fp8.cvt_f32_to_fp8x2(x, x, "bf16")),
+        ("fp8_to_halfraw-fmt-int8", lambda x: jaxwarp.fp8.fp8_to_halfraw(
+            x.view(np.uint32), np.int8))):
+    case(6, f"fp8.{_id}", _fn, zf32, exc=ValueError,
+         must=("fmt=", "allowed", "'e4m3'", "dtypes"))
+for _id, _fn in (
+        ("fragment-type-f32-as-a", lambda: fragment("matrix_a", 16, 16, 16, jnp.float32,
+                                                     "row_major")),
+        ("fragment-type-int16", lambda: fragment("matrix_a", 16, 16, 16, np.int16,
+                                                  "row_major")),
+        ("fragment_type-type-unknown", lambda: jaxwarp.fragment_type(
+            "accumulator", 16, 16, 16, "f17")),
+        ("matrix_to_memory-type-unknown", lambda: jaxwarp.matrix_to_memory(
+            _A16, "f17", "row_major")),
+        ("matrix_to_memory-type-int16", lambda: jaxwarp.matrix_to_memory(
+            _A16, np.int16, "row_major"))):
+    case(6, _id, _fn, exc=ValueError, must=("type", "f16"), modes=EAGER)
+
+
 def _entry_params():
     new = {id(c) for c in CATALOGUE[_ENTRY_N0:]}
     return [p for p in _params() if id(p.values[0]) in new]
@@ -1423,3 +1462,20 @@ FILE_CASES.extend(SIZE_TRIAL_DEVICE_CASES)
 @pytest.mark.parametrize("fc", [pytest.param(fc, id=fc.id) for fc in SIZE_TRIAL_DEVICE_CASES])
 def test_conformance_bad_file_sizes_trials_devices(fc: FileCase, conformance_runs):
     test_conformance_bad_file(fc, conformance_runs)
+
+
+def test_format_arguments_accept_dtypes_and_aliases():
+    a, c = np.ones((16, 16), np.float16), np.zeros((16, 16), np.float32)
+    by_name = jaxwarp.mma(a, a, c, a_type="f16", c_type="f32", d_type="f32")
+    by_dtype = jaxwarp.mma(a, a, c, a_type=np.float16, c_type=jnp.float32, d_type="float32")
+    np.testing.assert_array_equal(np.asarray(by_name).view(np.uint32),
+                                  np.asarray(by_dtype).view(np.uint32))
+    x = np.float32(1 + 2**-9)
+    assert jaxwarp.round_to(x, jnp.bfloat16) == jaxwarp.round_to(x, "bf16")
+    assert jaxwarp.fp8.float_to_fp8(x, jnp.float8_e4m3fn, True) == \
+        jaxwarp.fp8.float_to_fp8(x, "e4m3", True)
+    assert fragment("matrix_a", 16, 16, 16, jnp.float16, "row_major").type == "f16"
+    assert jaxwarp.fragment_type("accumulator", 16, 16, 16, "float32").type == "f32"
+    mem, ldm = jaxwarp.matrix_to_memory(a, np.float16, "row_major")
+    mem2, ldm2 = jaxwarp.matrix_to_memory(a, "f16", "row_major")
+    assert ldm == ldm2 and np.array_equal(mem, mem2)

@@ -28,6 +28,7 @@ from jax import lax
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits, softfloat
 from jaxwarp._src.numerics.formats import (
+    ALIASES,
     FLOAT_FORMATS,
     FORMATS,
     ROUNDING_MODES,
@@ -314,7 +315,7 @@ def narrow_to(x: Any, fmt: str) -> jax.Array:
       >>> narrow_to(jnp.float32(1 + 2**-11), "f16")  # a tie: to even
       Array(1., dtype=float16)
     """
-    fmt = checks.static_choice(fmt, "fmt", tuple(_NARROW))
+    fmt = checks.format_name(fmt, "fmt", tuple(_NARROW), ALIASES)
     arr = _float_input(x, "x")
     kernel, dtype = _NARROW[fmt]
     out = kernel(bits.uint_view(arr), _SOURCE_FORMAT[arr.dtype])

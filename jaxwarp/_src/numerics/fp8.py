@@ -49,7 +49,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits, softfloat
-from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.numerics.formats import ALIASES, FORMATS
 
 __all__ = [
     "FP8_FORMATS",
@@ -88,7 +88,7 @@ def _overflow_limit(fmt: str) -> tuple[int, int]:
 
 
 def _fmt_arg(fmt: Any) -> str:
-    return checks.static_choice(fmt, "fmt", tuple(FP8_FORMATS))
+    return checks.format_name(fmt, "fmt", tuple(FP8_FORMATS), ALIASES)
 
 
 def _bool_arg(v: Any, name: str) -> bool:

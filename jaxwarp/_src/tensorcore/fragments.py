@@ -84,6 +84,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics.bits import from_bits, sext, take_bits, uint_view
+from jaxwarp._src.numerics.formats import ALIASES
 from jaxwarp._src.tensorcore import layouts
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.warp import checked
@@ -143,6 +144,14 @@ class FragmentType:
         # table; an unhashable value where a name belongs is refused before its lookups.
         for name in ("m", "n", "k"):
             object.__setattr__(self, name, checks.static_int(getattr(self, name), name))
+        if not isinstance(self.type, (str, list, tuple)):  # a dtype that names a type
+            try:
+                object.__setattr__(self, "type", checks.format_name(
+                    self.type, "type", tuple(table.ELEMENT_TYPES), ALIASES, need_x64=False))
+            except ValueError:
+                pass  # the table's check below says what is allowed
+        elif self.type in ALIASES and ALIASES[self.type] in table.ELEMENT_TYPES:
+            object.__setattr__(self, "type", ALIASES[self.type])
         for name, allowed in (("use", table.USES), ("type", tuple(table.ELEMENT_TYPES)),
                               ("layout", table.LAYOUTS + (None,))):
             v = getattr(self, name)
