@@ -931,7 +931,8 @@ def test_checked_of_jitted_function_reports_and_jit_still_works():
 
 def test_traced_out_of_range_values_are_reported_in_checked_mode():
     fill = jax.jit(lambda v: jaxwarp.fill_fragment(FS32, v).x)
-    fill(jnp.float32(jnp.nan))  # documented: XLA's conversion, no error
+    with pytest.raises(TypeError, match="v is a traced float for a s32 fragment"):
+        fill(jnp.float32(jnp.nan))  # outside checked mode: refused, never converted
     err, _ = jaxwarp.checked(fill)(jnp.float32(jnp.nan))
     assert "fill_fragment: v=nan does not fit a s32 fragment" in err.get()
     err, _ = jaxwarp.checked(fill)(jnp.float32(5.0))
@@ -1407,6 +1408,85 @@ for _id, _fn in (
         ("matrix_to_memory-type-int16", lambda: jaxwarp.matrix_to_memory(
             _A16, np.int16, "row_major"))):
     case(6, _id, _fn, exc=ValueError, must=("type", "f16"), modes=EAGER)
+
+
+# Values that would be converted silently: complex c, a traced float for an integer
+# fragment, Python ints wider than a register, non-descriptor scalars where a wgmma
+# descriptor belongs, a scale_d that is not a predicate, fp8 pairs that do not pair.
+for _id, _c in (("complex64", np.ones((16, 16), np.complex64)),
+                ("python-complex", 1 + 2j)):
+    case(3, f"matmul-c-{_id}", lambda a, c=_c: jaxwarp.matmul(a, a, c), _F32x16,
+         exc=TypeError, must=("c must be real", "imaginary"), modes=EAGER)
+case(3, "matmul-c-complex-traced", lambda a, c: jaxwarp.matmul(a, a, c), _F32x16,
+     np.ones((16, 16), np.complex64), exc=TypeError, must=("c must be real",), modes=JIT)
+for _ft in ("s32", "u8", "s8"):
+    _frag = fragment("accumulator", 16, 16, 16, "s32") if _ft == "s32" else fragment(
+        "matrix_a", 16, 16, 16, _ft, "row_major")
+    case(3, f"fill_fragment-{_ft}-traced-nan", lambda v, _f=_frag: jaxwarp.fill_fragment(
+        _f, v), np.float32(np.nan), exc=TypeError,
+        must=("v is a traced float", f"{_ft} fragment", "integer value"), modes=JIT)
+for _id, _fn in (
+        ("to_registers-x-python-int-wide", lambda: jaxwarp.to_registers(
+            _QS8, "c", [[2**40] * 8] * 8)),
+        ("from_registers-regs-python-int-wide", lambda: jaxwarp.from_registers(
+            _QF16, "a", [[2**33] * 4] * 32)),
+        ("mma_sync_ptx-a_regs-python-int-wide", lambda: jaxwarp.mma_sync_ptx(
+            _QF16, [[2**33] * 4] * 32, np.ones((32, 2), np.uint32),
+            np.zeros((32, 4), np.uint32))),
+        ("mma_sync_ptx-c_regs-python-int-wide", lambda: jaxwarp.mma_sync_ptx(
+            _QF16, np.ones((32, 4), np.uint32), np.ones((32, 2), np.uint32),
+            [[2**32] * 4] * 32)),
+        ("wgmma-a-registers-python-int-wide", lambda: jaxwarp.wgmma(
+            _QW, [[2**33] * 4] * 128, _DB, np.zeros(4096, np.uint8),
+            np.zeros((128, 4), np.float32))),
+        ("wgmma-d_regs-python-int-wide", lambda: jaxwarp.wgmma(
+            _QWS8, _DA, _DB, np.zeros(4096, np.uint8), [[2**33] * 4] * 128))):
+    _arg = _id.split("-")[1]
+    case(3, _id, _fn, exc=ValueError, must=(f"{_arg} does not fit in 32 bits",),
+         modes=EAGER)
+_SM, _D32 = np.zeros(4096, np.uint8), np.zeros((128, 4), np.float32)
+for _id, _fn, _val, _name, _modes in (
+        ("desc_a-float", lambda x: jaxwarp.wgmma(_QW, x, _DB, _SM, _D32), float(_DA),
+         "desc_a", EAGER),
+        ("desc_a-float32", lambda x: jaxwarp.wgmma(_QW, x, _DB, _SM, _D32),
+         np.float32(_DA), "desc_a", EAGER),
+        ("desc_a-traced", lambda x: jaxwarp.wgmma(_QW, x, _DB, _SM, _D32),
+         np.uint32(_DA & 0xFFFFFFFF), "desc_a", JIT),
+        ("desc_b-float", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32), float(_DB),
+         "desc_b", EAGER),
+        ("desc_b-float64-array", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32),
+         np.array(1.0), "desc_b", EAGER),
+        ("desc_b-traced", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32),
+         np.uint32(_DB & 0xFFFFFFFF), "desc_b", JIT),
+        ("desc_b-list", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32), [1, 2],
+         "desc_b", EAGER)):
+    case(6, f"wgmma-{_id}", _fn, _val, exc=TypeError,
+         must=(_name, "descriptor", "uint64", "make_descriptor"), modes=_modes)
+for _id, _fn, _name in (
+        ("desc_a-too-wide", lambda: jaxwarp.wgmma(_QW, 2**64, _DB, _SM, _D32), "desc_a"),
+        ("desc_b-negative", lambda: jaxwarp.wgmma(_QW, _DA, -1, _SM, _D32), "desc_b")):
+    case(3, f"wgmma-{_id}", _fn, exc=ValueError, must=(_name, "64 bits"), modes=EAGER)
+_WL = (np.ones((64, 16), np.float16), np.ones((16, 8), np.float16),
+       np.zeros((64, 8), np.float32))
+for _id, _sd, _exc, _modes in (("2", 2, ValueError, EAGER), ("minus-1", -1, ValueError, EAGER),
+                               ("int32-array-2", np.array([1, 2], np.int32), ValueError,
+                                EAGER),
+                               ("str", "1", TypeError, EAGER),
+                               ("none", None, TypeError, EAGER),
+                               ("float", np.float32(1.0), TypeError, BOTH)):
+    case(6, f"wgmma-scale_d-{_id}", lambda s, _sd=_sd: jaxwarp.wgmma(
+        _QW, _DA, _DB, s, _D32, scale_d=_sd), _SM, exc=_exc, must=("scale_d",),
+        modes=_modes)
+    case(6, f"wgmma_logical-scale_d-{_id}", lambda a, _sd=_sd: jaxwarp.wgmma_logical(
+        _QW, a, _WL[1], _WL[2], scale_d=_sd), _WL[0], exc=_exc, must=("scale_d",),
+        modes=_modes)
+for _id, _fn in (
+        ("cvt_f32_to_fp8x2", lambda a, b: jaxwarp.fp8.cvt_f32_to_fp8x2(a, b, "e4m3")),
+        ("cvt_f32_to_e4m3x2", jaxwarp.fp8.cvt_f32_to_e4m3x2),
+        ("cvt_f32_to_e5m2x2", jaxwarp.fp8.cvt_f32_to_e5m2x2)):
+    case(6, f"fp8.{_id}-shapes-differ", _fn, np.zeros(4, np.float32),
+         np.zeros(3, np.float32), exc=ValueError,
+         must=("a and b", "a shape (4,)", "b shape (3,)"))
 
 
 def _entry_params():

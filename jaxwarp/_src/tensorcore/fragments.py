@@ -870,8 +870,9 @@ def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
     value), integers wrap (s8, u8, s32); tf32 fragments keep the float32 ``v``
     unchanged (as CUDA's fill does). A float ``v`` for an integer fragment is
     truncated toward zero; C++ leaves NaN, inf and values out of the element's range
-    undefined, so a concrete one raises ``ValueError`` and a traced one is reported
-    by ``jaxwarp.checked`` (outside it the result is XLA's conversion, unspecified).
+    undefined, so a concrete one raises ``ValueError``; a traced float raises
+    ``TypeError`` (pass an integer value) except under ``jaxwarp.checked``, which
+    reports a traced NaN, inf or out-of-range value.
     For s4/u4/b1 ``v`` must lie in the element's range (-8 .. 7, 0 .. 15, 0 .. 1):
     concrete values outside raise, traced ones are reported by ``jaxwarp.checked``
     (outside it only the low bits are kept), replicated into every packed element.
@@ -886,7 +887,8 @@ def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
         The filled fragment.
 
     Raises:
-        TypeError: ``v`` is not a real scalar number, or is 64-bit with x64 off.
+        TypeError: ``v`` is not a real scalar number, is 64-bit with x64 off, or is a
+            traced float for an integer fragment outside ``jaxwarp.checked``.
         ValueError: ``v`` is not a scalar, or (concrete) does not fit the element type.
 
     Example:
@@ -926,6 +928,13 @@ def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
     elif integer_elems:
         info = np.iinfo(storage)
         lo, hi = int(info.min), int(info.max)
+    if (integer_elems and is_float and isinstance(value, jax.core.Tracer)
+            and not checked.enabled()):
+        raise TypeError(f"v is a traced float for a {et.name} fragment: a NaN, inf or "
+                        f"out-of-range value would be converted silently; pass an integer "
+                        f"value (convert it yourself, e.g. jnp.trunc(v).astype(jnp.int32) "
+                        f"after handling NaN), or run under jaxwarp.checked to have it "
+                        f"checked")
     if integer_elems and (et.packed or is_float):
         _check_fill_range(value, weak, is_float, lo, hi, et.name)
     if et.packed:
