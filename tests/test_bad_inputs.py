@@ -1559,3 +1559,12 @@ def test_format_arguments_accept_dtypes_and_aliases():
     mem, ldm = jaxwarp.matrix_to_memory(a, np.float16, "row_major")
     mem2, ldm2 = jaxwarp.matrix_to_memory(a, "f16", "row_major")
     assert ldm == ldm2 and np.array_equal(mem, mem2)
+
+
+@pytest.mark.parametrize("mode", ["rn", "rz", "rna"])
+def test_round_to_inf_as_documented(mode):
+    inf = np.array([np.inf, -np.inf], np.float32)
+    assert np.isnan(np.asarray(jaxwarp.round_to(inf, "e4m3", mode))).all()  # no infinity
+    for fmt in ("f16", "bf16", "e5m2"):
+        np.testing.assert_array_equal(np.asarray(jaxwarp.round_to(inf, fmt, mode),
+                                                 np.float32), inf)
