@@ -150,7 +150,7 @@ class FragmentType:
                     self.type, "type", tuple(table.ELEMENT_TYPES), ALIASES, need_x64=False))
             except ValueError:
                 pass  # the table's check below says what is allowed
-        elif self.type in ALIASES and ALIASES[self.type] in table.ELEMENT_TYPES:
+        elif isinstance(self.type, str) and ALIASES.get(self.type) in table.ELEMENT_TYPES:
             object.__setattr__(self, "type", ALIASES[self.type])
         for name, allowed in (("use", table.USES), ("type", tuple(table.ELEMENT_TYPES)),
                               ("layout", table.LAYOUTS + (None,))):
