@@ -30,7 +30,7 @@ Writes ``fp8_study.csv`` and ``fp8_study.png`` to ``--out`` (default
 Usage:
     python experiments/fp8_study.py                  # CPU default: K 128..4096, 1 trial
     python experiments/fp8_study.py --large          # K to 16384, 8 trials
-    python experiments/fp8_study.py --captures /work/caps/cap --out /tmp/fp8
+    python experiments/fp8_study.py --captures CAPTURES_DIR --out OUT_DIR
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 Plain Python integers only (no NumPy arithmetic, no floats): every operand is decoded
 into (sign, integer significand, exponent of its last bit); products are exact; the
 alignment, truncation and rounding of the datapath are spelled out on integers. Slow and
-meant to be obviously right; an oracle for tests and for scoring hypotheses
-(``/work/notes/fit_tc.py``).
+meant to be obviously right; an oracle for tests and for scoring hypotheses.
 
 The datapath is a small frozen dataclass, :class:`Datapath`; :data:`PRESETS` holds the
 parameters that reproduce every element of the H100 captures (WMMA ``shared/hw/h100``,

@@ -931,7 +931,8 @@ def test_checked_of_jitted_function_reports_and_jit_still_works():
 
 def test_traced_out_of_range_values_are_reported_in_checked_mode():
     fill = jax.jit(lambda v: jaxwarp.fill_fragment(FS32, v).x)
-    fill(jnp.float32(jnp.nan))  # documented: XLA's conversion, no error
+    with pytest.raises(TypeError, match="v is a traced float for a s32 fragment"):
+        fill(jnp.float32(jnp.nan))  # outside checked mode: refused, never converted
     err, _ = jaxwarp.checked(fill)(jnp.float32(jnp.nan))
     assert "fill_fragment: v=nan does not fit a s32 fragment" in err.get()
     err, _ = jaxwarp.checked(fill)(jnp.float32(5.0))
@@ -1287,6 +1288,207 @@ case(6, "sharded_vmap-var-keyword-argument", lambda x: jaxwarp.sharded_vmap(
     must=("sharded_vmap", "['s']", "functools.partial"), modes=EAGER)
 
 
+# Qualifier strings that ptxas rejects: an empty part, a duplicated qualifier, a partial
+# opcode prefix. Every entry point that takes a qualifier parses it the same way.
+_BAD_MMA_Q = (
+    ("empty-part", "m16n8k16..row.col.f32.f16.f16.f32", ("empty qualifier", "part 2")),
+    ("trailing-dot", _QF16 + ".", ("empty qualifier",)),
+    ("row-row-row", "m16n8k16.row.col.row.f32.f16.f16.f32", (".row", "duplicated")),
+    ("satfinite-twice", "m8n8k16.row.col.satfinite.satfinite.s32.s8.u8.s32",
+     (".satfinite", "duplicated")),
+    ("popc-twice", "m16n8k256.row.col.s32.b1.b1.s32.and.popc.popc", (".popc", "duplicated")),
+    ("prefix-syn", "mma.syn.aligned." + _QF16, ("opcode", "mma.sync.aligned")),
+    ("prefix-no-aligned", "mma.sync." + _QF16, ("opcode", "mma.sync.aligned")),
+)
+for _qid, _q, _must in _BAD_MMA_Q:
+    case(6, f"parse_mma-{_qid}", lambda _q=_q: jaxwarp.parse_mma(_q), exc=ValueError,
+         must=_must, modes=EAGER)
+    case(6, f"mma_ptx-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.mma_ptx(
+        _q, a, np.ones((16, 8), np.float16), np.zeros((16, 8), np.float32)),
+        _F16x16, exc=ValueError, must=_must)
+    case(6, f"to_registers-qualifier-{_qid}", lambda x, _q=_q: jaxwarp.to_registers(
+        _q, "a", x), _F16x16, exc=ValueError, must=_must)
+    case(6, f"mma_sync_ptx-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.mma_sync_ptx(
+        _q, a, np.ones((32, 2), np.uint32), np.zeros((32, 4), np.uint32)),
+        np.ones((32, 4), np.uint32), exc=ValueError, must=_must)
+_BAD_WG_Q = (
+    ("empty-part", "m64n8k16..f32.f16.f16", ("empty qualifier", "part 2")),
+    ("trailing-dot", _QW + ".", ("empty qualifier",)),
+    ("prefix-partial", "wgmma.mma_async.aligned." + _QW, ("opcode", "in full")),
+    ("prefix-tail-only", "sync.aligned." + _QW, ("opcode", "in full")),
+    ("satfinite-twice", "m64n8k32.satfinite.s32.s8.s8.satfinite",
+     (".satfinite", "duplicated")),
+    ("satfinite-middle", "m64n8k32.s32.satfinite.s8.s8", (".satfinite", "follow the shape")),
+    ("popc-twice", "m64n256k256.s32.b1.b1.and.popc.popc", (".popc", "duplicated")),
+)
+for _qid, _q, _must in _BAD_WG_Q:
+    case(6, f"parse_wgmma-{_qid}", lambda _q=_q: jaxwarp.parse_wgmma(_q), exc=ValueError,
+         must=_must, modes=EAGER)
+    case(6, f"wgmma_logical-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.wgmma_logical(
+        _q, a, np.ones((16, 8), np.float16), np.zeros((64, 8), np.float32)),
+        np.ones((64, 16), np.float16), exc=ValueError, must=_must)
+    case(6, f"wgmma-qualifier-{_qid}", lambda s, _q=_q: jaxwarp.wgmma(
+        _q, _DA, _DB, s, np.zeros((128, 4), np.float32)), np.zeros(4096, np.uint8),
+        exc=ValueError, must=_must)
+
+
+# Names and model fields that make no sense: datapath_for's instruction, type and k;
+# Datapath and ArchModel fields, checked at construction and named.
+for _id, _args, _must in (
+        ("instruction-unknown", ("sm_90", "hmma", "f16", 16), ("instruction='hmma'",
+                                                                "'mma_sync'")),
+        ("a_type-unknown", ("sm_90", "wmma", "f17", 16), ("a_type='f17'", "allowed")),
+        ("a_type-not-of-wgmma", ("sm_90", "wgmma", "f64", 4), ("a_type='f64'", "allowed")),
+        ("ik-not-a-k", ("sm_90", "wmma", "f16", 7), ("ik=7", "allowed: (16,)")),
+        ("ik-bool", ("sm_90", "mma_sync", "f16", True), ("ik=True", "allowed"))):
+    case(6, f"datapath_for-{_id}", lambda _a=_args: jaxwarp.datapath_for(*_a),
+         exc=ValueError, must=_must, modes=EAGER)
+for _id, _kw, _must in (
+        ("nan_f32-infinity", {"nan_f32": 0x7F800000}, ("Datapath.nan_f32", "NaN")),
+        ("nan_f32-float", {"nan_f32": float("nan")}, ("Datapath.nan_f32", "NaN")),
+        ("nan_f16-too-wide", {"nan_f16": 0x7FFFF}, ("Datapath.nan_f16", "NaN")),
+        ("nan_f16-finite", {"nan_f16": 0x3C00}, ("Datapath.nan_f16", "NaN")),
+        ("block_k-negative", {"block_k": -16}, ("Datapath.block_k", "[1, 64]")),
+        ("F-bool", {"F": True}, ("Datapath.F", "int")),
+        ("sum_mbits-zero", {"sum_mbits": 0}, ("Datapath.sum_mbits", "[1, 23]")),
+        ("e_floor-negative", {"e_floor": -1}, ("Datapath.e_floor",)),
+        ("c_mode-unknown", {"c_mode": "fma"}, ("Datapath.c_mode", "'fused'")),
+        ("trunc-unknown", {"trunc": "rn"}, ("Datapath.trunc", "'rz'"))):
+    case(6, f"Datapath-{_id}", lambda _kw=_kw: jaxwarp.Datapath(**_kw), exc=ValueError,
+         must=_must, modes=EAGER)
+for _id, _kw, _must in (
+        ("name-not-a-target", {"name": "hopper", "datapaths": ()}, ("ArchModel.name",)),
+        ("family-unknown", {"name": "sm_90", "datapaths": (("hmmx", jaxwarp.Datapath()),)},
+         ("ArchModel.datapaths", "'hmmx'", "'hmma'")),
+        ("entry-not-a-datapath", {"name": "sm_90", "datapaths": (("hmma", 16),)},
+         ("ArchModel.datapaths", "(family, Datapath)")),
+        ("family-twice", {"name": "sm_90", "datapaths": (("hmma", jaxwarp.Datapath()),
+                                                          ("hmma", jaxwarp.Datapath()))},
+         ("ArchModel.datapaths", "twice")),
+        ("verified-not-bool", {"name": "sm_90", "datapaths": (), "verified": "yes"},
+         ("ArchModel.verified", "bool"))):
+    case(6, f"ArchModel-{_id}", lambda _kw=_kw: jaxwarp.ArchModel(**_kw), exc=ValueError,
+         must=_must, modes=EAGER)
+
+
+# Format arguments take format names, their aliases and the dtypes that name them, and
+# say so when refused (one check, checks.format_name / formats.get_format).
+_A16, _C32 = np.ones((16, 16), np.float16), np.zeros((16, 16), np.float32)
+for _arg, _val in (("a_type", np.int32), ("a_type", "half-ish"), ("b_type", jnp.float32),
+                   ("c_type", "e4m3"), ("c_type", np.uint8), ("d_type", jnp.bfloat16),
+                   ("d_type", 3)):
+    _kw = {"a_type": "f16", "c_type": "f32", "d_type": "f32", _arg: _val}
+    case(6, f"mma-{_arg}-{getattr(_val, '__name__', _val)}", lambda a, c, _kw=_kw:
+         jaxwarp.mma(a, a, c, **_kw), _A16, _C32, exc=ValueError,
+         must=(f"{_arg}=", "allowed", "dtypes"))
+for _id, _fn in (
+        ("round_to-fmt-int32", lambda x: jaxwarp.round_to(x, np.int32)),
+        ("round_to-fmt-unknown", lambda x: jaxwarp.round_to(x, "f12")),
+        ("from_bits-fmt-float8_e4m3b11fnuz", lambda x: jaxwarp.from_bits(
+            x.view(np.uint32), "f7")),
+        ("from_bits-fmt-int16", lambda x: jaxwarp.from_bits(x.view(np.uint32), np.int16))):
+    case(6, _id, _fn, zf32, exc=ValueError, must=("fmt=", "allowed"))
+for _id, _fn in (
+        ("float_to_fp8-fmt-float16", lambda x: jaxwarp.fp8.float_to_fp8(x, jnp.float16, True)),
+        ("float_to_fp8-fmt-e3m4", lambda x: jaxwarp.fp8.float_to_fp8(x, "e3m4", True)),
+        ("cvt_f32_to_fp8x2-fmt-bf16", lambda x: jaxwarp.fp8.cvt_f32_to_fp8x2(x, x, "bf16")),
+        ("fp8_to_halfraw-fmt-int8", lambda x: jaxwarp.fp8.fp8_to_halfraw(
+            x.view(np.uint32), np.int8))):
+    case(6, f"fp8.{_id}", _fn, zf32, exc=ValueError,
+         must=("fmt=", "allowed", "'e4m3'", "dtypes"))
+for _id, _fn in (
+        ("fragment-type-f32-as-a", lambda: fragment("matrix_a", 16, 16, 16, jnp.float32,
+                                                     "row_major")),
+        ("fragment-type-int16", lambda: fragment("matrix_a", 16, 16, 16, np.int16,
+                                                  "row_major")),
+        ("fragment_type-type-unknown", lambda: jaxwarp.fragment_type(
+            "accumulator", 16, 16, 16, "f17")),
+        ("matrix_to_memory-type-unknown", lambda: jaxwarp.matrix_to_memory(
+            _A16, "f17", "row_major")),
+        ("matrix_to_memory-type-int16", lambda: jaxwarp.matrix_to_memory(
+            _A16, np.int16, "row_major"))):
+    case(6, _id, _fn, exc=ValueError, must=("type", "f16"), modes=EAGER)
+
+
+# Values that would be converted silently: complex c, a traced float for an integer
+# fragment, Python ints wider than a register, non-descriptor scalars where a wgmma
+# descriptor belongs, a scale_d that is not a predicate, fp8 pairs that do not pair.
+for _id, _c in (("complex64", np.ones((16, 16), np.complex64)),
+                ("python-complex", 1 + 2j)):
+    case(3, f"matmul-c-{_id}", lambda a, c=_c: jaxwarp.matmul(a, a, c), _F32x16,
+         exc=TypeError, must=("c must be real", "imaginary"), modes=EAGER)
+case(3, "matmul-c-complex-traced", lambda a, c: jaxwarp.matmul(a, a, c), _F32x16,
+     np.ones((16, 16), np.complex64), exc=TypeError, must=("c must be real",), modes=JIT)
+for _ft in ("s32", "u8", "s8"):
+    _frag = fragment("accumulator", 16, 16, 16, "s32") if _ft == "s32" else fragment(
+        "matrix_a", 16, 16, 16, _ft, "row_major")
+    case(3, f"fill_fragment-{_ft}-traced-nan", lambda v, _f=_frag: jaxwarp.fill_fragment(
+        _f, v), np.float32(np.nan), exc=TypeError,
+        must=("v is a traced float", f"{_ft} fragment", "integer value"), modes=JIT)
+for _id, _fn in (
+        ("to_registers-x-python-int-wide", lambda: jaxwarp.to_registers(
+            _QS8, "c", [[2**40] * 8] * 8)),
+        ("from_registers-regs-python-int-wide", lambda: jaxwarp.from_registers(
+            _QF16, "a", [[2**33] * 4] * 32)),
+        ("mma_sync_ptx-a_regs-python-int-wide", lambda: jaxwarp.mma_sync_ptx(
+            _QF16, [[2**33] * 4] * 32, np.ones((32, 2), np.uint32),
+            np.zeros((32, 4), np.uint32))),
+        ("mma_sync_ptx-c_regs-python-int-wide", lambda: jaxwarp.mma_sync_ptx(
+            _QF16, np.ones((32, 4), np.uint32), np.ones((32, 2), np.uint32),
+            [[2**32] * 4] * 32)),
+        ("wgmma-a-registers-python-int-wide", lambda: jaxwarp.wgmma(
+            _QW, [[2**33] * 4] * 128, _DB, np.zeros(4096, np.uint8),
+            np.zeros((128, 4), np.float32))),
+        ("wgmma-d_regs-python-int-wide", lambda: jaxwarp.wgmma(
+            _QWS8, _DA, _DB, np.zeros(4096, np.uint8), [[2**33] * 4] * 128))):
+    _arg = _id.split("-")[1]
+    case(3, _id, _fn, exc=ValueError, must=(f"{_arg} does not fit in 32 bits",),
+         modes=EAGER)
+_SM, _D32 = np.zeros(4096, np.uint8), np.zeros((128, 4), np.float32)
+for _id, _fn, _val, _name, _modes in (
+        ("desc_a-float", lambda x: jaxwarp.wgmma(_QW, x, _DB, _SM, _D32), float(_DA),
+         "desc_a", EAGER),
+        ("desc_a-float32", lambda x: jaxwarp.wgmma(_QW, x, _DB, _SM, _D32),
+         np.float32(_DA), "desc_a", EAGER),
+        ("desc_a-traced", lambda x: jaxwarp.wgmma(_QW, x, _DB, _SM, _D32),
+         np.uint32(_DA & 0xFFFFFFFF), "desc_a", JIT),
+        ("desc_b-float", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32), float(_DB),
+         "desc_b", EAGER),
+        ("desc_b-float64-array", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32),
+         np.array(1.0), "desc_b", EAGER),
+        ("desc_b-traced", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32),
+         np.uint32(_DB & 0xFFFFFFFF), "desc_b", JIT),
+        ("desc_b-list", lambda x: jaxwarp.wgmma(_QW, _DA, x, _SM, _D32), [1, 2],
+         "desc_b", EAGER)):
+    case(6, f"wgmma-{_id}", _fn, _val, exc=TypeError,
+         must=(_name, "descriptor", "uint64", "make_descriptor"), modes=_modes)
+for _id, _fn, _name in (
+        ("desc_a-too-wide", lambda: jaxwarp.wgmma(_QW, 2**64, _DB, _SM, _D32), "desc_a"),
+        ("desc_b-negative", lambda: jaxwarp.wgmma(_QW, _DA, -1, _SM, _D32), "desc_b")):
+    case(3, f"wgmma-{_id}", _fn, exc=ValueError, must=(_name, "64 bits"), modes=EAGER)
+_WL = (np.ones((64, 16), np.float16), np.ones((16, 8), np.float16),
+       np.zeros((64, 8), np.float32))
+for _id, _sd, _exc, _modes in (("2", 2, ValueError, EAGER), ("minus-1", -1, ValueError, EAGER),
+                               ("int32-array-2", np.array([1, 2], np.int32), ValueError,
+                                EAGER),
+                               ("str", "1", TypeError, EAGER),
+                               ("none", None, TypeError, EAGER),
+                               ("float", np.float32(1.0), TypeError, BOTH)):
+    case(6, f"wgmma-scale_d-{_id}", lambda s, _sd=_sd: jaxwarp.wgmma(
+        _QW, _DA, _DB, s, _D32, scale_d=_sd), _SM, exc=_exc, must=("scale_d",),
+        modes=_modes)
+    case(6, f"wgmma_logical-scale_d-{_id}", lambda a, _sd=_sd: jaxwarp.wgmma_logical(
+        _QW, a, _WL[1], _WL[2], scale_d=_sd), _WL[0], exc=_exc, must=("scale_d",),
+        modes=_modes)
+for _id, _fn in (
+        ("cvt_f32_to_fp8x2", lambda a, b: jaxwarp.fp8.cvt_f32_to_fp8x2(a, b, "e4m3")),
+        ("cvt_f32_to_e4m3x2", jaxwarp.fp8.cvt_f32_to_e4m3x2),
+        ("cvt_f32_to_e5m2x2", jaxwarp.fp8.cvt_f32_to_e5m2x2)):
+    case(6, f"fp8.{_id}-shapes-differ", _fn, np.zeros(4, np.float32),
+         np.zeros(3, np.float32), exc=ValueError,
+         must=("a and b", "a shape (4,)", "b shape (3,)"))
+
+
 def _entry_params():
     new = {id(c) for c in CATALOGUE[_ENTRY_N0:]}
     return [p for p in _params() if id(p.values[0]) in new]
@@ -1340,3 +1542,29 @@ FILE_CASES.extend(SIZE_TRIAL_DEVICE_CASES)
 @pytest.mark.parametrize("fc", [pytest.param(fc, id=fc.id) for fc in SIZE_TRIAL_DEVICE_CASES])
 def test_conformance_bad_file_sizes_trials_devices(fc: FileCase, conformance_runs):
     test_conformance_bad_file(fc, conformance_runs)
+
+
+def test_format_arguments_accept_dtypes_and_aliases():
+    a, c = np.ones((16, 16), np.float16), np.zeros((16, 16), np.float32)
+    by_name = jaxwarp.mma(a, a, c, a_type="f16", c_type="f32", d_type="f32")
+    by_dtype = jaxwarp.mma(a, a, c, a_type=np.float16, c_type=jnp.float32, d_type="float32")
+    np.testing.assert_array_equal(np.asarray(by_name).view(np.uint32),
+                                  np.asarray(by_dtype).view(np.uint32))
+    x = np.float32(1 + 2**-9)
+    assert jaxwarp.round_to(x, jnp.bfloat16) == jaxwarp.round_to(x, "bf16")
+    assert jaxwarp.fp8.float_to_fp8(x, jnp.float8_e4m3fn, True) == \
+        jaxwarp.fp8.float_to_fp8(x, "e4m3", True)
+    assert fragment("matrix_a", 16, 16, 16, jnp.float16, "row_major").type == "f16"
+    assert jaxwarp.fragment_type("accumulator", 16, 16, 16, "float32").type == "f32"
+    mem, ldm = jaxwarp.matrix_to_memory(a, np.float16, "row_major")
+    mem2, ldm2 = jaxwarp.matrix_to_memory(a, "f16", "row_major")
+    assert ldm == ldm2 and np.array_equal(mem, mem2)
+
+
+@pytest.mark.parametrize("mode", ["rn", "rz", "rna"])
+def test_round_to_inf_as_documented(mode):
+    inf = np.array([np.inf, -np.inf], np.float32)
+    assert np.isnan(np.asarray(jaxwarp.round_to(inf, "e4m3", mode))).all()  # no infinity
+    for fmt in ("f16", "bf16", "e5m2"):
+        np.testing.assert_array_equal(np.asarray(jaxwarp.round_to(inf, fmt, mode),
+                                                 np.float32), inf)

@@ -126,6 +126,7 @@ def test_bad_input():
 # --- instructions, fp8, promotion, scales (issue 10) ------------------------------------------
 
 import functools  # noqa: E402
+import os  # noqa: E402
 import pathlib  # noqa: E402
 
 import ml_dtypes  # noqa: E402
@@ -136,7 +137,8 @@ from jaxwarp._src.tensorcore import matmul as mm_mod  # noqa: E402
 
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _STORE = {"f32": np.float32, "f16": np.float16}
-CAPS = pathlib.Path("/work/caps/cap")
+# A folder of H100 captures holding wgmma/wgmma_chain.npz and ptx/ptx_chain.npz.
+CAPS = os.environ.get("JAXWARP_FP8_CHAINS")
 
 
 def _bits(x):
@@ -476,11 +478,13 @@ def _chain_cases(path, prefix):
             and ("e4m3" in k or "e5m2" in k) and "f32f32" in k]
 
 
-_HW = _chain_cases(CAPS / "wgmma" / "wgmma_chain.npz", "chain/wgmma/") + \
-    _chain_cases(CAPS / "ptx" / "ptx_chain.npz", "chain/ptx/")
+_HW = [] if CAPS is None else (
+    _chain_cases(pathlib.Path(CAPS) / "wgmma" / "wgmma_chain.npz", "chain/wgmma/")
+    + _chain_cases(pathlib.Path(CAPS) / "ptx" / "ptx_chain.npz", "chain/ptx/"))
 
 
-@pytest.mark.skipif(not _HW, reason=f"no fp8 hardware chains under {CAPS}")
+@pytest.mark.skipif(not _HW, reason="no fp8 hardware chains: set JAXWARP_FP8_CHAINS to a "
+                    "folder of captures (wgmma/wgmma_chain.npz, ptx/ptx_chain.npz)")
 @pytest.mark.parametrize("path,name", _HW, ids=[n.split("/")[-1] for _, n in _HW])
 def test_hardware_fp8_chains(path, name):
     z = np.load(path)

@@ -28,6 +28,7 @@ from jax import lax
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits, softfloat
 from jaxwarp._src.numerics.formats import (
+    ALIASES,
     FLOAT_FORMATS,
     FORMATS,
     ROUNDING_MODES,
@@ -181,7 +182,9 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
     beyond ``fmt``'s largest finite value overflows to ±inf under ``"rn"`` and
     ``"rna"`` (NaN for ``"e4m3"``, which has no infinity) and saturates to ±max under
     ``"rz"``. (For the fp8 conversions of CUDA and PTX, with their ``satfinite``
-    rules, use ``jaxwarp.fp8``.) ±0 and ±inf are returned unchanged.
+    rules, use ``jaxwarp.fp8``.) ±0 is returned unchanged, and so is ±inf in every
+    mode for a format with infinities; ``"e4m3"`` has none, so ±inf becomes NaN (in
+    every mode, as ml_dtypes' ``float8_e4m3fn`` does).
     NaN stays NaN with its sign and the top ``fmt.mantissa_bits`` of its payload (as the
     H100's ``cvt.rna.tf32.f32`` does); if that leaves no payload bit, the quiet bit is set.
     Computed with integer operations on the bits only, so the result is the same on CPU,
@@ -314,7 +317,7 @@ def narrow_to(x: Any, fmt: str) -> jax.Array:
       >>> narrow_to(jnp.float32(1 + 2**-11), "f16")  # a tie: to even
       Array(1., dtype=float16)
     """
-    fmt = checks.static_choice(fmt, "fmt", tuple(_NARROW))
+    fmt = checks.format_name(fmt, "fmt", tuple(_NARROW), ALIASES)
     arr = _float_input(x, "x")
     kernel, dtype = _NARROW[fmt]
     out = kernel(bits.uint_view(arr), _SOURCE_FORMAT[arr.dtype])

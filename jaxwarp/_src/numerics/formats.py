@@ -230,7 +230,8 @@ def get_format(name: str | Format, argname: str = "name",
     """Returns the :class:`Format` called ``name``.
 
     Args:
-      name: a format name (see :data:`FORMATS`) or a :class:`Format`, returned as is.
+      name: a format name (see :data:`FORMATS`), an alias, a dtype that names a format
+        (``jnp.bfloat16``, ``np.float16``), or a :class:`Format`, returned as is.
       argname: the argument name to use in error messages.
       allowed: restricts the accepted names (default: every name in :data:`FORMATS`).
 
@@ -250,6 +251,11 @@ def get_format(name: str | Format, argname: str = "name",
     allowed = tuple(FORMATS) if allowed is None else allowed
     if isinstance(name, Format):
         name = name.name
+    elif not isinstance(name, (str, jax.core.Tracer, bool, int, float, complex, type(None))):
+        try:  # a dtype that names a format (jnp.bfloat16, np.dtype("float16")): its name
+            name = np.dtype(name).name
+        except TypeError:
+            pass
     if isinstance(name, str) and ALIASES.get(name) in allowed:
         name = ALIASES[name]
     if not isinstance(name, str) or name not in allowed:

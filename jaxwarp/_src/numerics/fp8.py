@@ -49,7 +49,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits, softfloat
-from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.numerics.formats import ALIASES, FORMATS
 
 __all__ = [
     "FP8_FORMATS",
@@ -88,7 +88,7 @@ def _overflow_limit(fmt: str) -> tuple[int, int]:
 
 
 def _fmt_arg(fmt: Any) -> str:
-    return checks.static_choice(fmt, "fmt", tuple(FP8_FORMATS))
+    return checks.format_name(fmt, "fmt", tuple(FP8_FORMATS), ALIASES)
 
 
 def _bool_arg(v: Any, name: str) -> bool:
@@ -208,7 +208,8 @@ def cvt_f32_to_fp8x2(a: Any, b: Any, fmt: str, *, relu: bool = False,
 
     Raises:
       TypeError: an operand is not float32 (or uint32 bits).
-      ValueError: ``fmt`` is not allowed, or ``satfinite`` is False.
+      ValueError: ``fmt`` is not allowed, ``satfinite`` is False, or ``a`` and ``b``
+        do not broadcast together.
 
     Example:
       >>> import jax.numpy as jnp
@@ -220,6 +221,12 @@ def cvt_f32_to_fp8x2(a: Any, b: Any, fmt: str, *, relu: bool = False,
     _check_satfinite(satfinite)
     ua = _bits_arg(a, "a", np.float32, 4)
     ub = _bits_arg(b, "b", np.float32, 4)
+    try:
+        np.broadcast_shapes(ua.shape, ub.shape)
+    except ValueError:
+        raise ValueError(f"a and b must have shapes that broadcast together (each a pair "
+                         f"is a[i], b[i]), got a shape {tuple(ua.shape)} and b shape "
+                         f"{tuple(ub.shape)}") from None
     return _pack8(_to_fp8_bits(ua, "f32", fmt, True, relu),
                   _to_fp8_bits(ub, "f32", fmt, True, relu))
 

@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from jaxwarp._src.checks import format_name, static_choice
+from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.tensorcore import isa
 
 TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
@@ -266,8 +268,15 @@ class Datapath:
                              f"{self.e_floor!r}")
         for name, lo, hi in (("block_k", 1, 64), ("F", 3, 28), ("sum_mbits", 1, 23)):
             v = getattr(self, name)
-            if not isinstance(v, int) or not lo <= v <= hi:
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise ValueError(f"Datapath.{name} must be an int in [{lo}, {hi}], got {v!r}")
+        for name, ebits, mbits in (("nan_f32", 8, 23), ("nan_f16", 5, 10)):
+            v = getattr(self, name)
+            exp = (v >> mbits) & ((1 << ebits) - 1) if isinstance(v, int) else 0
+            if (not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << (1 + ebits
+                    + mbits) or exp != (1 << ebits) - 1 or not v & ((1 << mbits) - 1)):
+                raise ValueError(f"Datapath.{name} must be the bits of a NaN of its format "
+                                 f"(all exponent bits set, a nonzero fraction), got {v!r}")
 
     def replace(self, **kw) -> Datapath:
         """A copy with some fields changed."""
@@ -309,6 +318,24 @@ class ArchModel:
     verified: bool = False
     note: str = ""
     missing_note: str = ""
+
+    def __post_init__(self):
+        parse_target(self.name, "ArchModel.name")
+        for entry in self.datapaths:
+            if (not isinstance(entry, tuple) or len(entry) != 2
+                    or not isinstance(entry[1], Datapath)):
+                raise ValueError(f"ArchModel.datapaths must hold (family, Datapath) pairs, "
+                                 f"got {entry!r}")
+            if entry[0] not in FAMILIES:
+                raise ValueError(f"ArchModel.datapaths: family {entry[0]!r} is unknown; "
+                                 f"allowed: {FAMILIES}")
+        fams = [f for f, _ in self.datapaths]
+        if len(set(fams)) != len(fams):
+            raise ValueError(f"ArchModel.datapaths names a family twice: {fams}")
+        for name in ("verified",):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ArchModel.{name} must be a bool, got "
+                                 f"{getattr(self, name)!r}")
 
     def datapath(self, fam: str) -> Datapath:
         d = dict(self.datapaths)
@@ -368,6 +395,10 @@ ARCHS: Mapping[str, ArchModel] = MappingProxyType({
 def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int) -> Datapath:
     """The :class:`Datapath` that ``arch``'s model uses for one instruction.
 
+    Raises:
+      ValueError: an unknown ``instruction``, an ``a_type`` it does not take, or an
+        ``ik`` that is not the k of one of its shapes (each named, with what is allowed).
+
     Example:
         >>> jaxwarp.datapath_for("sm_80", "wmma", "f16", 16).block_k
         8
@@ -375,4 +406,11 @@ def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int) 
         16
     """
     model = arch if isinstance(arch, ArchModel) else ARCHS[supported_target(arch).name]
+    static_choice(instruction, "instruction", isa.INSTRUCTIONS)
+    a_type = format_name(a_type, "a_type", isa.a_types(instruction), FORMAT_ALIASES,
+                         need_x64=False)
+    ks = tuple(dict.fromkeys(k for r in isa.rows(instruction, a_type) for k in r.ks))
+    if isinstance(ik, bool) or ik not in ks:
+        raise ValueError(f"ik={ik!r} is not the k of a {instruction} shape with {a_type} "
+                         f"operands; allowed: {ks}")
     return model.datapath(family(instruction, a_type, ik))

@@ -71,6 +71,7 @@ from jax import lax
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import isa
 from jaxwarp._src.tensorcore.arch import ARCHS, ArchModel, Datapath, Target
@@ -867,7 +868,12 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
       >>> float(d[0, 0])  # two chained m64n8k32 instructions
       64.0
     """
+    checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
     b_type = a_type if b_type is None else b_type
+    a_type, b_type, c_type, d_type = (  # format names, aliases or dtypes -> names
+        checks.format_name(v, name, allowed, FORMAT_ALIASES, need_x64=False)
+        for v, name, allowed in ((a_type, "a_type", A_TYPES), (b_type, "b_type", A_TYPES),
+                                 (c_type, "c_type", ACC_TYPES), (d_type, "d_type", ACC_TYPES)))
     target, model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf,
                                   instruction, datapath)
     if a_type == "f64":

@@ -84,6 +84,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics.bits import from_bits, sext, take_bits, uint_view
+from jaxwarp._src.numerics.formats import ALIASES
 from jaxwarp._src.tensorcore import layouts
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.warp import checked
@@ -143,6 +144,14 @@ class FragmentType:
         # table; an unhashable value where a name belongs is refused before its lookups.
         for name in ("m", "n", "k"):
             object.__setattr__(self, name, checks.static_int(getattr(self, name), name))
+        if not isinstance(self.type, (str, list, tuple)):  # a dtype that names a type
+            try:
+                object.__setattr__(self, "type", checks.format_name(
+                    self.type, "type", tuple(table.ELEMENT_TYPES), ALIASES, need_x64=False))
+            except ValueError:
+                pass  # the table's check below says what is allowed
+        elif isinstance(self.type, str) and ALIASES.get(self.type) in table.ELEMENT_TYPES:
+            object.__setattr__(self, "type", ALIASES[self.type])
         for name, allowed in (("use", table.USES), ("type", tuple(table.ELEMENT_TYPES)),
                               ("layout", table.LAYOUTS + (None,))):
             v = getattr(self, name)
@@ -876,8 +885,9 @@ def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
     value), integers wrap (s8, u8, s32); tf32 fragments keep the float32 ``v``
     unchanged (as CUDA's fill does). A float ``v`` for an integer fragment is
     truncated toward zero; C++ leaves NaN, inf and values out of the element's range
-    undefined, so a concrete one raises ``ValueError`` and a traced one is reported
-    by ``jaxwarp.checked`` (outside it the result is XLA's conversion, unspecified).
+    undefined, so a concrete one raises ``ValueError``; a traced float raises
+    ``TypeError`` (pass an integer value) except under ``jaxwarp.checked``, which
+    reports a traced NaN, inf or out-of-range value.
     For s4/u4/b1 ``v`` must lie in the element's range (-8 .. 7, 0 .. 15, 0 .. 1):
     concrete values outside raise, traced ones are reported by ``jaxwarp.checked``
     (outside it only the low bits are kept), replicated into every packed element.
@@ -892,7 +902,8 @@ def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
         The filled fragment.
 
     Raises:
-        TypeError: ``v`` is not a real scalar number, or is 64-bit with x64 off.
+        TypeError: ``v`` is not a real scalar number, is 64-bit with x64 off, or is a
+            traced float for an integer fragment outside ``jaxwarp.checked``.
         ValueError: ``v`` is not a scalar, or (concrete) does not fit the element type.
 
     Example:
@@ -932,6 +943,13 @@ def fill_fragment(frag: Fragment | FragmentType, v: Any) -> Fragment:
     elif integer_elems:
         info = np.iinfo(storage)
         lo, hi = int(info.min), int(info.max)
+    if (integer_elems and is_float and isinstance(value, jax.core.Tracer)
+            and not checked.enabled()):
+        raise TypeError(f"v is a traced float for a {et.name} fragment: a NaN, inf or "
+                        f"out-of-range value would be converted silently; pass an integer "
+                        f"value (convert it yourself, e.g. jnp.trunc(v).astype(jnp.int32) "
+                        f"after handling NaN), or run under jaxwarp.checked to have it "
+                        f"checked")
     if integer_elems and (et.packed or is_float):
         _check_fill_range(value, weak, is_float, lo, hi, et.name)
     if et.packed:

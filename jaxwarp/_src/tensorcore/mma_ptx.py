@@ -284,6 +284,14 @@ def _parse(qual: str) -> MmaInstr:
         text = text[len(PREFIX):]
     parts = text.split(".")
     grammar = ("shape.alayout.blayout[.satfinite].dtype.atype.btype.ctype[.xor|.and.popc]")
+    if "" in parts:
+        raise _err(qual, f"empty qualifier (two dots in a row, or a leading or trailing dot) "
+                   f"at part {parts.index('') + 1}; expected {grammar}")
+    for word in ("satfinite", "xor", "and", "popc") + LAYOUTS:
+        count = parts.count(word) if word not in LAYOUTS else parts[3:].count(word)
+        if count > (0 if word in LAYOUTS else 1):
+            raise _err(qual, f"qualifier .{word} is duplicated or out of place; ptxas "
+                       f"accepts each once, in the order {grammar}")
     if len(parts) < 7:
         raise _err(qual, f"too few parts ({len(parts)}); expected {grammar}")
     shape = isa.parse_shape(parts[0])

@@ -211,9 +211,24 @@ def parse_wgmma(qualifier: str) -> WgmmaInstruction:
     if not isinstance(qualifier, str):
         raise TypeError(f"qualifier must be a str such as 'm64n128k16.f32.f16.f16', got "
                         f"{type(qualifier).__name__} {qualifier!r}")
-    parts = [p for p in qualifier.strip().split(".") if p]
-    while parts and parts[0] in _PREFIX:
-        parts.pop(0)
+    parts = qualifier.strip().split(".")
+    if "" in parts:
+        raise ValueError(f"qualifier {qualifier!r}: empty qualifier (two dots in a row, or a "
+                         f"leading or trailing dot) at part {parts.index('') + 1}")
+    if parts[0] in _PREFIX:
+        if tuple(parts[:len(_PREFIX)]) != _PREFIX:
+            raise ValueError(f"qualifier {qualifier!r}: the opcode must be "
+                             f"'{'.'.join(_PREFIX)}' in full (ptxas accepts no partial "
+                             f"prefix), followed by the qualifiers")
+        parts = parts[len(_PREFIX):]
+    for word in ("satfinite", "and", "xor", "popc") + _PREFIX:
+        if parts.count(word) > (0 if word in _PREFIX else 1):
+            raise ValueError(f"qualifier {qualifier!r}: qualifier .{word} is duplicated or "
+                             f"out of place; ptxas accepts each once, in the order "
+                             f"shape[.satfinite].dtype.atype.btype[.and.popc]")
+    if "satfinite" in parts and parts.index("satfinite") not in (1, len(parts) - 1):
+        raise ValueError(f"qualifier {qualifier!r}: .satfinite must follow the shape "
+                         f"(or come last)")
     if not parts:
         raise ValueError(f"qualifier {qualifier!r} is empty; expected e.g. "
                          f"'m64n128k16.f32.f16.f16'")
@@ -854,6 +869,20 @@ def _check_modifiers(instr: WgmmaInstruction, scale_a: int, scale_b: int, tnsp_a
                          "imm-trans-a")
 
 
+def _descriptor_arg(x: Any, name: str) -> None:
+    """Checks a descriptor argument (a static 64-bit integer), naming it."""
+    if not _is_descriptor(x):
+        what = "a traced value" if isinstance(x, jax.core.Tracer) else (
+            f"{type(x).__name__} {x!r}")
+        raise TypeError(f"{name} must be a descriptor: a static uint64 Python int, numpy "
+                        f"integer or 0-d integer NumPy array (see make_descriptor), got "
+                        f"{what}")
+    try:
+        decode_descriptor(x)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+
+
 def _is_descriptor(x: Any) -> bool:
     """A static integer (Python, numpy scalar or 0-d numpy array) is a descriptor."""
     if isinstance(x, bool):
@@ -887,8 +916,9 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
         (f16, two halves per word). Batch axes of a, smem and d_regs broadcast.
       scale_d: the scale-d predicate (may be traced, any shape broadcasting to the batch):
         0 gives ``D = A @ B`` as if C were +0 (C's NaN/inf are ignored; the sign of an
-        exactly zero result is unverified: the captures have none); non-zero
-        ``D = A @ B + C``.
+        exactly zero result is unverified: the captures have none); 1 ``D = A @ B + C``.
+        A concrete integer other than 0 and 1 is a ``ValueError``; a traced integer
+        predicate counts any non-zero value as 1.
       imm_scale_a, imm_scale_b: 1 or -1 (negate A or B: the sign bit of every element is
         flipped); floating-point types only.
       tnsp_a, tnsp_b: imm-trans-a/b, 0 (K-major) or 1 (M/N-major); f16/bf16 only.
@@ -913,6 +943,9 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
       (64, 64)
     """
     smem, d_regs = checks.array_args(smem=smem, d_regs=d_regs)
+    if np.ndim(a) == 0:  # a scalar can only be A's descriptor
+        _descriptor_arg(a, "a (desc_a, A's descriptor)")
+    _descriptor_arg(desc_b, "desc_b")
     a = a if _is_descriptor(a) else checks.array_arg(a, "a")
     instr = _instr(qualifier)
     arch_p = _arch(arch, instr)
@@ -940,6 +973,14 @@ def _logical(instr, a_bits, b_bits, c, scale_d, neg_a, neg_b, arch_p):
         a_bits = _negate_bits(a_bits, instr.a_type)
     if neg_b:
         b_bits = _negate_bits(b_bits, instr.b_type)
+    if isinstance(scale_d, (str, bytes)) or scale_d is None:
+        raise TypeError(f"scale_d must be 0, 1, a bool or a bool/integer predicate array, "
+                        f"got {type(scale_d).__name__} {scale_d!r}")
+    if (not isinstance(scale_d, jax.core.Tracer) and np.ndim(scale_d) >= 0
+            and np.issubdtype(np.asarray(scale_d).dtype, np.integer)
+            and not np.isin(np.asarray(scale_d), (0, 1)).all()):
+        raise ValueError(f"scale_d must be 0 or 1 (or a bool predicate), got "
+                         f"{np.asarray(scale_d).tolist()!r}")
     if not (isinstance(scale_d, (bool, int, np.integer)) and scale_d):
         keep = jnp.asarray(scale_d)
         if jnp.issubdtype(keep.dtype, jnp.integer):

@@ -53,6 +53,7 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits
 from jaxwarp._src.numerics.bits import as_bits, from_bits, take_bits
+from jaxwarp._src.numerics.formats import ALIASES
 from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.tensorcore.fragments import (
@@ -403,9 +404,8 @@ def matrix_to_memory(matrix: Any, type: str, layout: str, *, offset: int = 0,
         >>> ldm, mem[:2]
         (32, array([225,   3], dtype=uint8))
     """
-    if type not in table.ELEMENT_TYPES:
-        raise ValueError(f"type={type!r} is not a WMMA element type; allowed: "
-                         f"{tuple(table.ELEMENT_TYPES)}")
+    type = checks.format_name(type, "type", tuple(table.ELEMENT_TYPES), ALIASES,
+                              need_x64=False)
     allowed = table.LAYOUTS + table.MEM_LAYOUTS
     if layout not in allowed:
         raise ValueError(f"layout={layout!r} is not a matrix layout; allowed: {allowed}")
