@@ -519,5 +519,6 @@ def test_bit_helpers_reject_bad_arguments():
 
 @pytest.mark.parametrize("module", [formats, convert], ids=lambda m: m.__name__.split(".")[-1])
 def test_docstring_examples(module):
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(module, extraglobs={"jaxwarp": jaxwarp},
+                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 3 and result.failed == 0

@@ -606,6 +606,8 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
         return STORE_DECODED == "on"
     if not general and (backend or jax.default_backend()) == "cpu":
         return False
+    if a.size == 0 or b.size == 0:  # nothing to decode (an empty M, N or K)
+        return False
     out = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
     outputs = int(np.prod(out, dtype=np.int64)) * c.shape[-2] * c.shape[-1]
     uses = outputs * a.shape[-1]  # multiplications, each reading one a and one b
