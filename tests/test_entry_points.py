@@ -295,9 +295,20 @@ _WIDE_CASES = [(name, arg, dt) for name, e in sorted(ENTRY_POINTS.items())
                for arg in e.wide_names() for dt in e.wide_dtypes]
 
 
-@pytest.mark.parametrize("mode", ["eager", "jit_const"])
-@pytest.mark.parametrize("name,arg,dt", _WIDE_CASES,
-                         ids=[f"{n}-{a}-{d}" for n, a, d in _WIDE_CASES])
+def _wide_params():
+    """Every (entry point, argument, 64-bit dtype, mode); by default one per argument (its
+    first dtype, eagerly), the rest with -m slow: the sweep compiles about 1,000 calls."""
+    seen = set()
+    for name, arg, dt in _WIDE_CASES:
+        for mode in ("eager", "jit_const"):
+            first = (name, arg) not in seen and mode == "eager"
+            seen.add((name, arg))
+            marks = () if first else (pytest.mark.slow,)
+            yield pytest.param(name, arg, dt, mode, marks=marks,
+                               id=f"{mode}-{name}-{arg}-{dt}")
+
+
+@pytest.mark.parametrize("name,arg,dt,mode", list(_wide_params()))
 def test_64bit_refused(name, arg, dt, mode):
     assert not jax.config.jax_enable_x64
     e = ENTRY_POINTS[name]
