@@ -93,6 +93,18 @@ def _normalized(sig, lsb):
     return (sig.astype(jnp.uint32) << up.astype(jnp.uint32)), lsb - up
 
 
+def _fp32_operands(x, y):
+    """Both operands of a binary fp32 operation, broadcast and decoded: for each, (sign,
+    normalized significand, its exponent, inf, NaN, zero); a zero's significand reads 1."""
+    x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+    out = []
+    for v in (x, y):
+        n, lead, sig, _, inf, nan = softfloat.decode(bits_.to_u32(v), "f32")
+        m, lead = _normalized(jnp.where(sig == 0, 1, sig), lead)
+        out.append((n, m, lead, inf, nan, (sig == 0) & ~inf & ~nan))
+    return out
+
+
 def divide_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     """IEEE fp32 ``x / y`` rounded to nearest even, computed on the bits with integer
     operations (a restoring long division of the significands and one :func:`round_sig
@@ -107,12 +119,7 @@ def divide_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     Args:
       x, y: float32 arrays (other floats are converted to float32 first); they broadcast.
     """
-    x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
-    nx, lx, sx, _, ix, qx = softfloat.decode(bits_.to_u32(x), "f32")
-    ny, ly, sy, _, iy, qy = softfloat.decode(bits_.to_u32(y), "f32")
-    zx, zy = (sx == 0) & ~ix & ~qx, (sy == 0) & ~iy & ~qy
-    mx, lx = _normalized(jnp.where(sx == 0, 1, sx), lx)
-    my, ly = _normalized(jnp.where(sy == 0, 1, sy), ly)
+    (nx, mx, lx, ix, qx, zx), (ny, my, ly, iy, qy, zy) = _fp32_operands(x, y)
     # q = floor(mx * 2**26 / my) (26 or 27 bits, as mx / my is in (1/2, 2)); r the rest.
     r, q = mx, jnp.zeros_like(mx)
     for _ in range(27):
@@ -146,12 +153,7 @@ def multiply_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     Args:
       x, y: float32 arrays (other floats are converted to float32 first); they broadcast.
     """
-    x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
-    nx, lx, sx, _, ix, qx = softfloat.decode(bits_.to_u32(x), "f32")
-    ny, ly, sy, _, iy, qy = softfloat.decode(bits_.to_u32(y), "f32")
-    zx, zy = (sx == 0) & ~ix & ~qx, (sy == 0) & ~iy & ~qy
-    mx, lx = _normalized(jnp.where(sx == 0, 1, sx), lx)
-    my, ly = _normalized(jnp.where(sy == 0, 1, sy), ly)
+    (nx, mx, lx, ix, qx, zx), (ny, my, ly, iy, qy, zy) = _fp32_operands(x, y)
     xh, xl, yh, yl = mx >> 12, mx & 0xFFF, my >> 12, my & 0xFFF
     mid = xh * yl + xl * yh  # < 2**25
     lo = xl * yl + ((mid & 0xFFF) << 12)  # < 2**25
