@@ -67,8 +67,10 @@ NEG_BIG = -(1 << 20)
 DECODE_FORMATS = ("f64", "f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1",
                   "ue8m0", "ue4m3")
 
-#: Rounding modes of :func:`round_sig`.
-ROUNDINGS = ("rz", "rn", "rna")
+#: Rounding modes of :func:`round_sig`, on magnitudes: toward zero, to nearest (ties to
+#: even, ties away), and "away" (the magnitude rounded up: PTX ``.rp`` of a positive value
+#: and ``.rm`` of a negative one).
+ROUNDINGS = ("rz", "rn", "rna", "away")
 
 
 class _Facts(NamedTuple):
@@ -217,8 +219,9 @@ def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
       g: int32 exponent of mag's last bit.
       emin: static minimum normal exponent of the target grid.
       mbits: static fraction bits of the target grid.
-      mode: static ``"rz"`` (toward zero), ``"rn"`` (to nearest, ties to even) or
-        ``"rna"`` (to nearest, ties away from zero).
+      mode: static ``"rz"`` (toward zero), ``"rn"`` (to nearest, ties to even),
+        ``"rna"`` (to nearest, ties away from zero) or ``"away"`` (away from zero:
+        any inexact magnitude rounds up).
 
     Returns:
       ``(q, lsb)``: ``q < 2**(mbits + 1)`` of mag's dtype and int32 ``lsb``, the value
@@ -228,8 +231,8 @@ def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
     Example:
       >>> import jax.numpy as jnp
       >>> [tuple(int(v) for v in round_sig(jnp.uint32(0b10110), jnp.int32(0), -126, 2, m))
-      ...  for m in ("rz", "rn", "rna")]  # 22 = 101.10b * 4: a tie
-      [(5, 2), (6, 2), (6, 2)]
+      ...  for m in ("rz", "rn", "rna", "away")]  # 22 = 101.10b * 4: a tie
+      [(5, 2), (6, 2), (6, 2), (6, 2)]
     """
     if mode not in ROUNDINGS:
         raise ValueError(f"mode must be one of {ROUNDINGS}, got {mode!r}")
@@ -242,6 +245,13 @@ def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
     q = jnp.where(sh >= width, ut(0),
                   jnp.where(sh >= 0, mag >> shc,
                             mag << jnp.clip(-sh, 0, width - 1).astype(ut)))
+    if mode == "away":
+        rem = jnp.where(sh >= width, mag,
+                        jnp.where(sh > 0, mag & ((ut(1) << shc) - 1), 0))
+        q = q + ((sh > 0) & (rem != 0)).astype(ut)
+        carry = q >= (1 << (mbits + 1))
+        q = jnp.where(carry, q >> 1, q)
+        lsb = lsb + carry.astype(jnp.int32)
     if mode in ("rn", "rna"):
         rem = jnp.where(sh >= width, mag,
                         jnp.where(sh > 0, mag & ((ut(1) << shc) - 1), 0))
