@@ -1568,3 +1568,106 @@ def test_round_to_inf_as_documented(mode):
     for fmt in ("f16", "bf16", "e5m2"):
         np.testing.assert_array_equal(np.asarray(jaxwarp.round_to(inf, fmt, mode),
                                                  np.float32), inf)
+
+
+# --------------------------------------------------------------------------------------
+# The sm_100a / sm_120a conversions: jaxwarp.fp6, jaxwarp.fp4 and the ue8m0 part of
+# jaxwarp.fp8. The same rules: 64-bit data refused, formats / roundings / satfinite named
+# with what is allowed, wrong dtypes and shapes named. Own test below.
+
+_NARROW_N0 = len(CATALOGUE)
+_f2 = zf32.reshape(16, 2)
+for _id, _fn, _val in (
+        ("fp6.cvt_f32_to_fp6x2-a", lambda x: jaxwarp.fp6.cvt_f32_to_fp6x2(x, zf32, "e2m3"), f64),
+        ("fp6.cvt_f32_to_e3m2x2-b", lambda x: jaxwarp.fp6.cvt_f32_to_e3m2x2(zf32, x), f64),
+        ("fp6.cvt_fp6x2_to_f16x2-x", lambda x: jaxwarp.fp6.cvt_fp6x2_to_f16x2(x, "e2m3"), u64),
+        ("fp6.float_to_fp6-x", lambda x: jaxwarp.fp6.float_to_fp6(x, "e3m2", "rn"), f64),
+        ("fp6.float2_to_fp6x2-x",
+         lambda x: jaxwarp.fp6.float2_to_fp6x2(x, "e3m2", "rz"), f64.reshape(16, 2)),
+        ("fp6.halfraw_to_fp6-x", lambda x: jaxwarp.fp6.halfraw_to_fp6(x, "e2m3", "rp"), u64),
+        ("fp6.bfloat16raw2_to_fp6x2-x", lambda x: jaxwarp.fp6.bfloat16raw2_to_fp6x2(
+            x, "e2m3", "rm"), i64.reshape(16, 2)),
+        ("fp6.fp6_to_halfraw-x", lambda x: jaxwarp.fp6.fp6_to_halfraw(x, "e2m3"), u64),
+        ("fp4.cvt_f32_to_e2m1x2-a", lambda x: jaxwarp.fp4.cvt_f32_to_e2m1x2(x, zf32), f64),
+        ("fp4.cvt_e2m1x2_to_f16x2-x", jaxwarp.fp4.cvt_e2m1x2_to_f16x2, u64),
+        ("fp4.float_to_fp4-x", lambda x: jaxwarp.fp4.float_to_fp4(x, "e2m1", "rn"), f64),
+        ("fp4.halfraw2_to_fp4x2-x", lambda x: jaxwarp.fp4.halfraw2_to_fp4x2(
+            x, "e2m1", "rn"), f64.reshape(16, 2)),
+        ("fp4.fp4x2_to_halfraw2-x", lambda x: jaxwarp.fp4.fp4x2_to_halfraw2(x, "e2m1"), i64),
+        ("fp8.cvt_f32_to_ue8m0x2-b", lambda x: jaxwarp.fp8.cvt_f32_to_ue8m0x2(zf32, x, "rz"),
+         f64),
+        ("fp8.cvt_bf16x2_to_ue8m0x2-x", lambda x: jaxwarp.fp8.cvt_bf16x2_to_ue8m0x2(x, "rp"),
+         u64),
+        ("fp8.cvt_ue8m0x2_to_bf16x2-x", jaxwarp.fp8.cvt_ue8m0x2_to_bf16x2, i64),
+        ("fp8.float_to_e8m0-x", lambda x: jaxwarp.fp8.float_to_e8m0(x, True, "rp"), f64),
+        ("fp8.e8m0_to_bf16raw-x", jaxwarp.fp8.e8m0_to_bf16raw, u64)):
+    case(1, f"{_id}-{_val.dtype}", _fn, _val, exc=TypeError,
+         regex=_id.rsplit("-", 1)[1] + " has " + X64, modes=CONST)
+for _id, _fn, _must in (
+        ("fp6.float_to_fp6-fmt-e2m1", lambda x: jaxwarp.fp6.float_to_fp6(x, "e2m1", "rn"),
+         ("fmt='e2m1'", "allowed", "'e2m3'", "'e3m2'")),
+        ("fp6.cvt_f32_to_fp6x2-fmt-float16", lambda x: jaxwarp.fp6.cvt_f32_to_fp6x2(
+            x, x, np.float16), ("fmt=", "allowed", "'e2m3'")),
+        ("fp4.float_to_fp4-fmt-e3m2", lambda x: jaxwarp.fp4.float_to_fp4(x, "e3m2", "rn"),
+         ("fmt='e3m2'", "allowed", "'e2m1'")),
+        ("fp6.float_to_fp6-rounding-rna", lambda x: jaxwarp.fp6.float_to_fp6(x, "e2m3", "rna"),
+         ("rounding='rna'", "allowed", "'rn', 'rz', 'rp', 'rm'")),
+        ("fp4.float2_to_fp4x2-rounding-ru", lambda x: jaxwarp.fp4.float2_to_fp4x2(
+            x.reshape(16, 2), "e2m1", "ru"), ("rounding='ru'", "allowed", "'rp'")),
+        ("fp8.float_to_e8m0-rounding-rn", lambda x: jaxwarp.fp8.float_to_e8m0(x, True, "rn"),
+         ("rounding='rn'", "allowed", "'rz', 'rp'")),
+        ("fp8.cvt_f32_to_ue8m0x2-rounding-rm", lambda x: jaxwarp.fp8.cvt_f32_to_ue8m0x2(
+            x, x, "rm"), ("rounding='rm'", "allowed", "'rz', 'rp'")),
+        ("fp8.float_to_e8m0-saturate-1", lambda x: jaxwarp.fp8.float_to_e8m0(x, 1.5, "rz"),
+         ("saturate=1.5", "allowed", "True, False")),
+        ("fp6.cvt_f32_to_e2m3x2-satfinite-False", lambda x: jaxwarp.fp6.cvt_f32_to_e2m3x2(
+            x, x, satfinite=False), ("satfinite=False", ".satfinite", "allowed: True")),
+        ("fp4.cvt_f32_to_e2m1x2-satfinite-False", lambda x: jaxwarp.fp4.cvt_f32_to_e2m1x2(
+            x, x, satfinite=False), ("satfinite=False", ".satfinite", "allowed: True")),
+        ("fp4.cvt_f32_to_e2m1x2-relu-None", lambda x: jaxwarp.fp4.cvt_f32_to_e2m1x2(
+            x, x, relu=None), ("relu=None", "allowed")),
+        ("fp6.float2_to_fp6x2-x-trailing-32", lambda x: jaxwarp.fp6.float2_to_fp6x2(
+            x, "e2m3", "rn"), ("x must have a trailing axis of size 2", "(32,)")),
+        ("fp8.bfloat162raw_to_e8m0x2-x-trailing-32", lambda x: jaxwarp.fp8.bfloat162raw_to_e8m0x2(
+            x.astype(jnp.bfloat16), True, "rz"), ("x must have a trailing axis of size 2",))):
+    case(6, _id, _fn, zf32, exc=ValueError, must=_must)
+for _id, _fn, _val, _must in (
+        ("fp6.cvt_f32_to_fp6x2-a-float16", lambda x: jaxwarp.fp6.cvt_f32_to_fp6x2(
+            x, zf32, "e3m2"), zf32.astype(np.float16), ("a must be a float32", "float16")),
+        ("fp4.cvt_e2m1x2_to_f16x2-x-uint32", jaxwarp.fp4.cvt_e2m1x2_to_f16x2, zu32,
+         ("x must be a uint8", "uint32")),
+        ("fp6.cvt_fp6x2_to_f16x2-x-uint8", lambda x: jaxwarp.fp6.cvt_fp6x2_to_f16x2(
+            x, "e2m3"), zu32.astype(np.uint8), ("x must be a uint16", "uint8")),
+        ("fp6.fp6_to_halfraw-x-float32", lambda x: jaxwarp.fp6.fp6_to_halfraw(x, "e3m2"), zf32,
+         ("x must be a uint8", "float32")),
+        ("fp4.halfraw_to_fp4-x-float32", lambda x: jaxwarp.fp4.halfraw_to_fp4(
+            x, "e2m1", "rn"), zf32, ("x must be a float16", "uint16", "float32")),
+        ("fp8.cvt_bf16x2_to_ue8m0x2-x-float32", lambda x: jaxwarp.fp8.cvt_bf16x2_to_ue8m0x2(
+            x, "rz"), zf32, ("x must be a uint32", "float32")),
+        ("fp8.e8m0_to_bf16raw-x-int32", jaxwarp.fp8.e8m0_to_bf16raw, zi32,
+         ("x must be a uint8", "int32")),
+        ("fp8.float_to_e8m0-x-int32", lambda x: jaxwarp.fp8.float_to_e8m0(x, False, "rp"), zi32,
+         ("x must be a float32", "uint32", "int32"))):
+    case(6, _id, _fn, _val, exc=TypeError, must=_must)
+case(6, "fp4.cvt_f32_to_e2m1x2-shapes-differ", jaxwarp.fp4.cvt_f32_to_e2m1x2,
+     np.zeros(4, np.float32), np.zeros(3, np.float32), exc=ValueError,
+     must=("a and b", "a shape (4,)", "b shape (3,)"))
+case(6, "fp8.cvt_f32_to_ue8m0x2-shapes-differ", lambda a, b: jaxwarp.fp8.cvt_f32_to_ue8m0x2(
+    a, b, "rp"), np.zeros(4, np.float32), np.zeros(3, np.float32), exc=ValueError,
+     must=("a and b", "a shape (4,)", "b shape (3,)"))
+for _id, _fn in (
+        ("fp6.float_to_fp6-rounding-traced",
+         lambda x, r: jaxwarp.fp6.float_to_fp6(x, "e2m3", r)),
+        ("fp8.float_to_e8m0-saturate-traced", lambda x, r: jaxwarp.fp8.float_to_e8m0(
+            x, r, "rz"))):
+    case(6, _id, _fn, zf32, np.int32(0), exc=TypeError, must=("static argument",), modes=JIT)
+
+
+def _narrow_params():
+    new = {id(c) for c in CATALOGUE[_NARROW_N0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _narrow_params())
+def test_bad_input_narrow_conversions(c: Case, mode: str):
+    test_bad_input(c, mode)

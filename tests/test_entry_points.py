@@ -1,14 +1,14 @@
 """Every public entry point that takes array data applies the 64-bit policy.
 
-``ENTRY_POINTS`` is one table of every public callable of ``jaxwarp``, ``jaxwarp.dpx`` and
-``jaxwarp.fp8`` that takes array data, each with a small valid call: the data arguments
-(by parameter name, in order) and the static ones. For every entry the valid call works
-eagerly and under ``jax.jit``, and each data argument replaced by a float64, int64 or
-uint64 NumPy array (x64 off) raises ``TypeError`` naming the argument, eagerly and under
-``jax.jit`` with the argument closed over (a 64-bit *argument* of a jitted function is
-narrowed by JAX itself before any library code sees it). ``NO_ARRAY_DATA`` lists the
-public callables that take no array data; a test checks that every public callable is in
-one of the two, so a new entry point cannot be forgotten.
+``ENTRY_POINTS`` is one table of every public callable of ``jaxwarp``, ``jaxwarp.dpx``,
+``jaxwarp.fp8``, ``jaxwarp.fp6`` and ``jaxwarp.fp4`` that takes array data, each with a
+small valid call: the data arguments (by parameter name, in order) and the static ones.
+For every entry the valid call works eagerly and under ``jax.jit``, and each data argument
+replaced by a float64, int64 or uint64 NumPy array (x64 off) raises ``TypeError`` naming
+the argument, eagerly and under ``jax.jit`` with the argument closed over (a 64-bit
+*argument* of a jitted function is narrowed by JAX itself before any library code sees
+it). ``NO_ARRAY_DATA`` lists the public callables that take no array data; a test checks
+that every public callable is in one of the two, so a new entry point cannot be forgotten.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp import dpx, fp8
+from jaxwarp import dpx, fp4, fp6, fp8
 
 FULL = 0xFFFFFFFF
 U32 = np.arange(32, dtype=np.uint32)
@@ -216,6 +216,72 @@ ENTRY_POINTS: dict[str, Entry] = {
                                 static_args=("e4m3",)),
     "fp8.fp8x2_to_halfraw2": Entry(fp8.fp8x2_to_halfraw2, {"x": U32.astype(np.uint16)},
                                    static_args=("e5m2",)),
+    # ue8m0 (fp8 namespace), fp6, fp4: sm_100a / sm_120a conversions.
+    "fp8.cvt_f32_to_ue8m0x2": Entry(fp8.cvt_f32_to_ue8m0x2, {"a": F32, "b": F32},
+                                    static_args=("rz",)),
+    "fp8.cvt_bf16x2_to_ue8m0x2": Entry(fp8.cvt_bf16x2_to_ue8m0x2, {"x": U32},
+                                       static_args=("rp",), static={"satfinite": True}),
+    "fp8.cvt_ue8m0x2_to_bf16x2": Entry(fp8.cvt_ue8m0x2_to_bf16x2, {"x": U32.astype(np.uint16)}),
+    "fp8.float_to_e8m0": Entry(fp8.float_to_e8m0, {"x": F32}, static_args=(True, "rp")),
+    "fp8.float2_to_e8m0x2": Entry(fp8.float2_to_e8m0x2, {"x": F32.reshape(16, 2)},
+                                  static_args=(False, "rz")),
+    "fp8.double_to_e8m0": Entry(fp8.double_to_e8m0, {"x": F32.astype(np.float64)},
+                                static_args=(True, "rz"), x64=True),
+    "fp8.bfloat16raw_to_e8m0": Entry(fp8.bfloat16raw_to_e8m0, {"x": F32.astype(jnp.bfloat16)},
+                                     static_args=(True, "rp")),
+    "fp8.bfloat162raw_to_e8m0x2": Entry(fp8.bfloat162raw_to_e8m0x2,
+                                        {"x": F32.astype(jnp.bfloat16).reshape(16, 2)},
+                                        static_args=(False, "rp")),
+    "fp8.e8m0_to_bf16raw": Entry(fp8.e8m0_to_bf16raw, {"x": U32.astype(np.uint8)}),
+    "fp8.e8m0x2_to_bf162raw": Entry(fp8.e8m0x2_to_bf162raw, {"x": U32.astype(np.uint16)}),
+    "fp6.cvt_f32_to_fp6x2": Entry(fp6.cvt_f32_to_fp6x2, {"a": F32, "b": F32},
+                                  static_args=("e2m3",)),
+    "fp6.cvt_f32_to_e2m3x2": Entry(fp6.cvt_f32_to_e2m3x2, {"a": F32, "b": F32}),
+    "fp6.cvt_f32_to_e3m2x2": Entry(fp6.cvt_f32_to_e3m2x2, {"a": F32, "b": F32},
+                                   static={"relu": True}),
+    "fp6.cvt_fp6x2_to_f16x2": Entry(fp6.cvt_fp6x2_to_f16x2, {"x": U32.astype(np.uint16)},
+                                    static_args=("e3m2",)),
+    "fp6.float_to_fp6": Entry(fp6.float_to_fp6, {"x": F32}, static_args=("e2m3", "rn")),
+    "fp6.float2_to_fp6x2": Entry(fp6.float2_to_fp6x2, {"x": F32.reshape(16, 2)},
+                                 static_args=("e3m2", "rz")),
+    "fp6.double_to_fp6": Entry(fp6.double_to_fp6, {"x": F32.astype(np.float64)},
+                               static_args=("e2m3", "rp"), x64=True),
+    "fp6.halfraw_to_fp6": Entry(fp6.halfraw_to_fp6, {"x": F32.astype(np.float16)},
+                                static_args=("e3m2", "rm")),
+    "fp6.halfraw2_to_fp6x2": Entry(fp6.halfraw2_to_fp6x2,
+                                   {"x": F32.astype(np.float16).reshape(16, 2)},
+                                   static_args=("e2m3", "rn")),
+    "fp6.bfloat16raw_to_fp6": Entry(fp6.bfloat16raw_to_fp6, {"x": F32.astype(jnp.bfloat16)},
+                                    static_args=("e2m3", "rn")),
+    "fp6.bfloat16raw2_to_fp6x2": Entry(fp6.bfloat16raw2_to_fp6x2,
+                                       {"x": F32.astype(jnp.bfloat16).reshape(16, 2)},
+                                       static_args=("e3m2", "rn")),
+    "fp6.fp6_to_halfraw": Entry(fp6.fp6_to_halfraw, {"x": U32.astype(np.uint8)},
+                                static_args=("e2m3",)),
+    "fp6.fp6x2_to_halfraw2": Entry(fp6.fp6x2_to_halfraw2, {"x": U32.astype(np.uint16)},
+                                   static_args=("e3m2",)),
+    "fp4.cvt_f32_to_e2m1x2": Entry(fp4.cvt_f32_to_e2m1x2, {"a": F32, "b": F32}),
+    "fp4.cvt_e2m1x2_to_f16x2": Entry(fp4.cvt_e2m1x2_to_f16x2, {"x": U32.astype(np.uint8)},
+                                     static={"relu": True}),
+    "fp4.float_to_fp4": Entry(fp4.float_to_fp4, {"x": F32}, static_args=("e2m1", "rn")),
+    "fp4.float2_to_fp4x2": Entry(fp4.float2_to_fp4x2, {"x": F32.reshape(16, 2)},
+                                 static_args=("e2m1", "rz")),
+    "fp4.double_to_fp4": Entry(fp4.double_to_fp4, {"x": F32.astype(np.float64)},
+                               static_args=("e2m1", "rm"), x64=True),
+    "fp4.halfraw_to_fp4": Entry(fp4.halfraw_to_fp4, {"x": F32.astype(np.float16)},
+                                static_args=("e2m1", "rp")),
+    "fp4.halfraw2_to_fp4x2": Entry(fp4.halfraw2_to_fp4x2,
+                                   {"x": F32.astype(np.float16).reshape(16, 2)},
+                                   static_args=("e2m1", "rn")),
+    "fp4.bfloat16raw_to_fp4": Entry(fp4.bfloat16raw_to_fp4, {"x": F32.astype(jnp.bfloat16)},
+                                    static_args=("e2m1", "rn")),
+    "fp4.bfloat16raw2_to_fp4x2": Entry(fp4.bfloat16raw2_to_fp4x2,
+                                       {"x": F32.astype(jnp.bfloat16).reshape(16, 2)},
+                                       static_args=("e2m1", "rn")),
+    "fp4.fp4_to_halfraw": Entry(fp4.fp4_to_halfraw, {"x": U32.astype(np.uint8)},
+                                static_args=("e2m1",)),
+    "fp4.fp4x2_to_halfraw2": Entry(fp4.fp4x2_to_halfraw2, {"x": U32.astype(np.uint8)},
+                                   static_args=("e2m1",)),
 }
 
 # The qualifier (or use) is the first positional argument of the PTX front-ends.
@@ -250,7 +316,8 @@ WIDE = {"float64": np.float64, "int64": np.int64, "uint64": np.uint64}
 
 def _public_callables() -> set[str]:
     names = set()
-    for prefix, mod in (("", jaxwarp), ("dpx.", dpx), ("fp8.", fp8)):
+    for prefix, mod in (("", jaxwarp), ("dpx.", dpx), ("fp8.", fp8), ("fp6.", fp6),
+                        ("fp4.", fp4)):
         for n in dir(mod):
             obj = getattr(mod, n)
             if n.startswith("_") or inspect.ismodule(obj) or not callable(obj):

@@ -1,0 +1,151 @@
+"""Bit kernels of the conversions to and from the fp6, fp4 and ue8m0 formats (sm_100a /
+sm_120a ``cvt`` and ``cuda_fp6.h`` / ``cuda_fp4.h`` / ``cuda_fp8.h``), on softfloat.
+
+Each kernel (jitted, its format and mode arguments static) maps uint32 source bits
+(zero-extended; uint64 for f64, x64 on) to uint32 result bits, one element per entry; the public
+functions in ``fp6.py``, ``fp4.py`` and ``fp8.py`` check arguments and pack pairs into
+register words. Every rounding is one :func:`~jaxwarp._src.numerics.softfloat.round_sig`;
+format facts come from :data:`~jaxwarp._src.numerics.formats.FORMATS`.
+
+The rules (PTX ISA, "Data Movement and Conversion Instructions: cvt", the ``.satfinite``
+and ``.relu`` modifiers; the ``cuda_fp4.h`` / ``cuda_fp6.h`` / ``cuda_fp8.h`` function
+documentation) are stated in the docstrings of the public functions. They follow the
+documentation and are not verified on hardware (no sm_100a / sm_120a GPU was available).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics.formats import FORMATS
+
+__all__ = [
+    "DIRECTED",
+    "E8M0_NAN",
+    "E8M0_ROUNDINGS",
+    "FP4_FORMATS",
+    "FP6_FORMATS",
+    "code_to_f16_bits",
+    "e8m0_to_bf16_bits",
+    "max_code",
+    "to_code_bits",
+    "to_e8m0_bits",
+]
+
+#: The fp6 and fp4 formats, by PTX name.
+FP6_FORMATS = ("e2m3", "e3m2")
+FP4_FORMATS = ("e2m1",)
+
+#: Rounding modes of the ``cuda_fp4.h`` / ``cuda_fp6.h`` conversions, by PTX name:
+#: ``cudaRoundNearest`` (ties to even), ``cudaRoundZero``, ``cudaRoundPosInf``,
+#: ``cudaRoundMinInf``.
+DIRECTED = ("rn", "rz", "rp", "rm")
+
+#: Rounding modes of the conversions to ue8m0 (PTX ``.frnd3``; ``cudaRoundZero``,
+#: ``cudaRoundPosInf``).
+E8M0_ROUNDINGS = ("rz", "rp")
+
+#: ue8m0's NaN code.
+E8M0_NAN = 0xFF
+
+_NAN16 = 0x7FFF  # the canonical f16 / bf16 NaN
+
+
+@functools.cache
+def _max_code(fmt: str) -> int:
+    """The code of the largest finite value (sign bit clear)."""
+    f = FORMATS[fmt]
+    n = (1 << (f.exponent_bits + f.mantissa_bits)) - 1
+    return n - 1 if f.has_nan else n  # fp6/fp4: every code is a number
+
+
+def _round(u: jax.Array, src: str, fmt: str, mode: str):
+    """Decodes ``src`` bits and rounds the magnitude once onto ``fmt``'s grid (exponent
+    unbounded above). ``mode`` is a PTX rounding: rn, rz, rp, rm. Returns (neg, q, lsb,
+    inf, nan), q uint32."""
+    neg, lsb, sig, _, inf, nan = softfloat.decode(u, src)
+    f = FORMATS[fmt]
+    sig = sig.astype(u.dtype)
+    emin = softfloat.emin(fmt)
+
+    def rnd(m):
+        q, e = softfloat.round_sig(sig, lsb, emin, f.mantissa_bits, m)
+        return q.astype(jnp.uint32), e
+
+    if mode in ("rn", "rz"):
+        q, e = rnd(mode)
+    else:  # rp: positive values away from zero, negative ones toward; rm: the other way
+        qa, ea = rnd("away")
+        qz, ez = rnd("rz")
+        up = ~neg if mode == "rp" else neg
+        q, e = jnp.where(up, qa, qz), jnp.where(up, ea, ez)
+    return neg, q, e, inf, nan
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def to_code_bits(u: jax.Array, src: str, fmt: str, mode: str, relu: bool) -> jax.Array:
+    """``src`` bits -> fp6 / fp4 codes (uint32), saturating: one rounding onto ``fmt``'s
+    grid; beyond MAX_NORM (infinities included) ±MAX_NORM; NaN -> +MAX_NORM; with
+    ``relu`` a negative result (-0 included) is +0."""
+    u = u if src == "f64" else u.astype(jnp.uint32)
+    f = FORMATS[fmt]
+    neg, q, lsb, inf, nan = _round(u, src, fmt, mode)
+    code = softfloat.encode_rounded(jnp.zeros_like(neg), q, lsb, fmt)
+    top = _max_code(fmt)
+    over = (code > top) | inf
+    code = jnp.where(over, jnp.uint32(top), code) | (neg.astype(jnp.uint32) << (f.bits - 1))
+    code = jnp.where(nan, jnp.uint32(top), code)
+    if relu:
+        code = jnp.where(code >= (1 << (f.bits - 1)), jnp.uint32(0), code)
+    return code
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def code_to_f16_bits(c: jax.Array, fmt: str, relu: bool) -> jax.Array:
+    """An fp6 / fp4 code (low bits of uint32 ``c``; higher bits ignored) -> f16 bits,
+    exact; with ``relu`` a negative value (-0 included) is +0."""
+    neg, lsb, sig, _, _, _ = softfloat.decode(c.astype(jnp.uint32), fmt)
+    h = softfloat.encode(neg, sig.astype(jnp.uint32), lsb, "f16")  # always representable
+    if relu:
+        h = jnp.where(neg, jnp.uint32(0), h)
+    return h
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def to_e8m0_bits(u: jax.Array, src: str, mode: str, satfinite: bool) -> jax.Array:
+    """``src`` bits -> ue8m0 codes (uint32). The magnitude is rounded (rz: down, rp: up)
+    to a power of two; below ``2**-127`` (zero included) the code is 0 (``2**-127``: the
+    format has no zero); beyond ``2**127`` (and ±inf) 0xFE with ``satfinite``, else the
+    NaN 0xFF; NaN -> 0xFF."""
+    u = u if src == "f64" else u.astype(jnp.uint32)
+    _, lsb, sig, _, inf, nan = softfloat.decode(u, src)
+    q, e = softfloat.round_sig(sig.astype(u.dtype), lsb, softfloat.emin("ue8m0"), 0,
+                               "rz" if mode == "rz" else "away")
+    code = softfloat.encode_rounded(jnp.zeros(jnp.shape(u), jnp.bool_), q.astype(jnp.uint32),
+                                    e, "ue8m0")  # q == 0 (below 2**-127 under rz, or 0): 0
+    over = (e > FORMATS["ue8m0"].max_exponent) | inf
+    big = _max_code("ue8m0") if satfinite else E8M0_NAN
+    code = jnp.where(over, jnp.uint32(big), code)
+    return jnp.where(nan, jnp.uint32(E8M0_NAN), code)
+
+
+@jax.jit
+def e8m0_to_bf16_bits(c: jax.Array) -> jax.Array:
+    """A ue8m0 code (low byte of uint32 ``c``) -> bf16 bits, exact (``2**-127`` is the
+    bf16 subnormal 0x0040); NaN -> the canonical 0x7FFF."""
+    c = c.astype(jnp.uint32) & jnp.uint32(0xFF)
+    _, lsb, sig, _, _, nan = softfloat.decode(c, "ue8m0")
+    h = softfloat.encode(jnp.zeros(jnp.shape(c), jnp.bool_), sig.astype(jnp.uint32), lsb,
+                         "bf16")
+    return jnp.where(nan, jnp.uint32(_NAN16), h)
+
+
+def max_code(fmt: str) -> int:
+    """The code of ``fmt``'s largest finite value (0x7 for e2m1, 0x1F for fp6, 0xFE for
+    ue8m0)."""
+    return _max_code(fmt)
+
