@@ -330,13 +330,15 @@ def make(configs, trials: int, steps: int, seed: int, python: str, out: str,
             for fam, arch, q in configs[start:start + batch]:
                 cfg = parse(fam, q)
                 key = f"golden/{fam}/{arch}/{q}"
-                kinds = [KINDS[(t // steps) % len(KINDS)] for t in range(trials)]
+                # a chain feeds D back as C: only where C has D's type
+                chain = steps if cfg["types"]["C"] == cfg["types"]["D"] else 1
+                kinds = [KINDS[(t // chain) % len(KINDS)] for t in range(trials)]
                 per = [draw_trial(cfg, kinds[t], rng) for t in range(trials)]
                 for f in per[0]:
                     inputs[f"{key}/{f}"] = np.stack([p[f] for p in per])
                 data[f"{key}/kind"] = np.array(kinds)
                 jobs.append({"key": key, "family": fam, "arch": arch, "qualifier": q,
-                             "steps": steps})
+                             "steps": chain})
             jpath, ipath, opath = (os.path.join(tmp, n) for n in
                                    ("jobs.json", "in.npz", "out.npz"))
             with open(jpath, "w") as f:

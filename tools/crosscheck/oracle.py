@@ -14,7 +14,7 @@ and ``INPUTS.npz`` holds ``{key}/A``, ``{key}/B``, ``{key}/C`` (and ``{key}/SA``
 ``{key}/SB`` for the block-scaled families) as raw bits in the layout of
 ``golden/{family}/{arch}/{qualifier}/{field}`` (see README.md). Trials are cut into
 chains of ``steps`` consecutive trials: the C of a trial that is not the first of its
-chain is replaced by the D of the trial before it. ``OUTPUTS.npz`` gets ``{key}/C``
+chain is replaced by the D of the trial before it (only where C has D's type). ``OUTPUTS.npz`` gets ``{key}/C``
 (with the chained C) and ``{key}/D``. One line ``done {key}`` per job goes to stdout,
 for the maker's progress bar.
 
@@ -106,8 +106,11 @@ def run_job(job: dict, inputs) -> dict[str, np.ndarray]:
     scaled = family.endswith("block_scale")
     SA = inputs[f"{key}/SA"] if scaled else None
     SB = inputs[f"{key}/SB"] if scaled else None
-    D = np.zeros_like(C)
+    bits = {"f64": np.uint64, "f32": np.uint32, "f16": np.uint16}
+    D = np.zeros(C.shape, bits[types["D"]])
     steps = int(job["steps"])
+    if steps > 1 and types["C"] != types["D"]:
+        raise ValueError(f"{key}: a chain needs C of D's type; got {types}")
     for t in range(len(A)):
         if t % steps:
             C[t] = D[t - 1]
@@ -115,7 +118,7 @@ def run_job(job: dict, inputs) -> dict[str, np.ndarray]:
                 to_torch(C[t], types["C"])]
         if scaled:
             args += [to_torch(SA[t], types["SA"]), to_torch(SB[t], types["SB"])]
-        D[t] = to_bits(op(*args), types["D"], C.dtype)
+        D[t] = to_bits(op(*args), types["D"], D.dtype)
     return {f"{key}/C": C, f"{key}/D": D}
 
 
