@@ -108,8 +108,9 @@ def decode(bits: np.ndarray, t: str) -> np.ndarray:
     sign = np.where(((code >> np.uint64(_sign_shift(t) % 64)) & np.uint64(1)) == 1, -1.0,
                     1.0) if _sign_shift(t) < 64 else 1.0
     normal = field > 0 if rule != "ue8m0" else np.ones(field.shape, bool)
-    mag = np.where(normal, (1 + frac / 2.0**m) * np.exp2((field - bias).astype(np.float64)),
-                   frac / 2.0**m * 2.0**emin)
+    with np.errstate(over="ignore"):  # the all-ones exponent of f64: replaced below
+        mag = np.where(normal, (1 + frac / 2.0**m) * np.exp2((field - bias).astype(np.float64)),
+                       frac / 2.0**m * 2.0**emin)
     val = sign * mag
     fin = is_finite(code, t)
     if rule == "ieee":

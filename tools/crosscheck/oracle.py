@@ -14,9 +14,9 @@ and ``INPUTS.npz`` holds ``{key}/A``, ``{key}/B``, ``{key}/C`` (and ``{key}/SA``
 ``{key}/SB`` for the block-scaled families) as raw bits in the layout of
 ``golden/{family}/{arch}/{qualifier}/{field}`` (see README.md). Trials are cut into
 chains of ``steps`` consecutive trials: the C of a trial that is not the first of its
-chain is replaced by the D of the trial before it (only where C has D's type). ``OUTPUTS.npz`` gets ``{key}/C``
-(with the chained C) and ``{key}/D``. One line ``done {key}`` per job goes to stdout,
-for the maker's progress bar.
+chain is replaced by the D of the trial before it (only where C has D's type).
+``OUTPUTS.npz`` gets ``{key}/C`` (with the chained C) and ``{key}/D``. One line
+``done {key}`` per job goes to stdout, for the maker's progress bar.
 
 Only MMA-Sim's public classes are used (``mmasim.nv_ptx.MMA``, ``MMABlockScale``,
 ``TCGen05MMA``, ``TCGen05MMABlockScale``), one trial per call, as its README shows.
