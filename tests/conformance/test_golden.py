@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 from conftest import DATA
 
+import jaxwarp
 from jaxwarp import conformance
 from jaxwarp._src.conformance import golden_keys as G
 from jaxwarp._src.conformance import handlers_golden
+from jaxwarp._src.tensorcore import arch, isa
 
 FILES = ("mmasim_golden_mma.npz", "mmasim_golden_tcgen05.npz")
 HOPPER = ("golden/mma/Hopper/m16n8k16.f32.f16.f16.f32",)
@@ -208,10 +210,9 @@ def test_model_status_reads_the_catalogue():
         "mma", "RTX_Blackwell", "m16n8k32.kind::f8f6f4.f32.e2m1.e3m2.f32"))
     assert "kind::f8f6f4" in why
     tc = G.parse_golden_name("tcgen05", "Blackwell", "m64n8k16.kind::f16.f32.bf16.bf16")
-    import jaxwarp
-    assert (status(tc) == "") == hasattr(jaxwarp, handlers_golden.TCGEN05_ENTRY)
+    assert (status(tc) == "") == (hasattr(jaxwarp, handlers_golden.TCGEN05_ENTRY)
+                                  and "bf16" in isa.a_types("tcgen05"))
     blackwell = G.parse_golden_name("mma", "Blackwell", "m16n8k16.f32.bf16.bf16.f32")
-    from jaxwarp._src.tensorcore import arch
     assert (status(blackwell) == "") == ("sm_100a" in arch.ARCHS)
 
 

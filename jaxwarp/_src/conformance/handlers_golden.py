@@ -11,8 +11,9 @@ two apart.
   catalogue has its row (``isa.row_of``) and an ``ArchModel`` for the target has the
   row's datapath (:func:`model_status`); the rest are reported as not modelled, with
   their element counts, never as passed.
-* ``tcgen05``: ``jaxwarp.tcgen05_mma_logical`` when this version has it, else not
-  modelled.
+* ``tcgen05``: ``jaxwarp.tcgen05_mma_logical(qualifier, A bits, B bits, C, arch=...)``
+  with MMA-Sim's qualifier, when this version has it and its catalogue has the operand
+  types (``isa.a_types("tcgen05")``), else not modelled.
 * ``mma_block_scale``, ``tcgen05_block_scale``: not modelled in this version.
 
 Bits are compared exactly (MMA-Sim writes every f32/f16 NaN as 0x7FFFFFFF / 0x7FFF, as
@@ -24,7 +25,6 @@ that is NaN on both sides counts as a match (the note says how many).
 from __future__ import annotations
 
 import collections
-import inspect
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -79,9 +79,10 @@ def model_status(name: G.GoldenName) -> str:
     if name.family == "tcgen05":
         if getattr(jaxwarp, TCGEN05_ENTRY, None) is None:
             return f"no tcgen05.mma model in this version (jaxwarp.{TCGEN05_ENTRY} is absent)"
-        missing = [t for t in dict.fromkeys((name.a_type, name.b_type)) if t not in FORMATS]
+        missing = [t for t in dict.fromkeys((name.a_type, name.b_type))
+                   if t not in isa.a_types("tcgen05")]
         if missing:
-            return f"operand type(s) {missing} are not in jaxwarp's format registry"
+            return f"tcgen05.mma with {missing} operands is not in jaxwarp's catalogue"
         return ""
     if name.kind:
         return f"mma.sync kind::{name.kind} is not modelled in this version"
@@ -154,20 +155,13 @@ def _values(x: np.ndarray, t: str) -> jnp.ndarray:
 
 def _run(name: G.GoldenName, f: dict[str, np.ndarray]) -> np.ndarray:
     """D from jaxwarp, as raw bits (T, M, N)."""
-    a, b, c = (_values(f[x], name.field_type(x)) for x in ("A", "B", "C"))
+    c = _values(f["C"], name.c_type)
     if name.family == "mma":
+        a, b = (_values(f[x], name.field_type(x)) for x in ("A", "B"))
         d = mma_ptx.mma_ptx(name.ptx_qualifier, a, b, c, arch=name.target)
-    else:  # tcgen05: model_status checked that the entry point exists
+    else:  # tcgen05 (model_status checked the entry point): MMA-Sim's qualifier, raw bits
         fn = getattr(jaxwarp, TCGEN05_ENTRY)
-        params = inspect.signature(fn).parameters
-        kw: dict[str, Any] = {"arch": name.target}
-        if "qualifier" in params:
-            kw["qualifier"] = name.qualifier
-        else:
-            kw.update({k: v for k, v in (("kind", name.kind), ("a_type", name.a_type),
-                                         ("b_type", name.b_type), ("d_type", name.d_type))
-                       if k in params})
-        d = fn(a, b, c, **kw)
+        d = fn(name.qualifier, jnp.asarray(f["A"]), jnp.asarray(f["B"]), c, arch=name.target)
     return np.asarray(d).view(G.raw_dtype(name.d_type))
 
 
