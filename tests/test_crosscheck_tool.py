@@ -33,6 +33,7 @@ def test_draw_gives_codes_of_the_format(t, kind):
     rng = np.random.default_rng(0)
     bits = mg.draw(t, kind, (4096,), rng)
     assert bits.dtype == mg.storage_dtype(t)
+    assert bits.dtype.itemsize == np.dtype(_VALUE_DTYPES[t]).itemsize
     width = {"e3m2": 6, "e2m3": 6, "e2m1": 6}.get(t, 8 * bits.dtype.itemsize)
     assert (bits.astype(np.uint64) >> np.uint64(width) == 0).all()
     ours, ref = mg.decode(bits, t), _reference(bits, t)

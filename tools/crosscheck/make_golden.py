@@ -52,8 +52,8 @@ _STORAGE = {64: np.uint64, 32: np.uint32, 16: np.uint16, 8: np.uint8}
 
 def storage_dtype(t: str) -> np.dtype:
     """The unsigned dtype that holds one element of ``t`` (tf32: the fp32 word)."""
-    e, m, _, _ = FORMATS[t]
-    width = 1 + e + m
+    e, m, rule, _ = FORMATS[t]
+    width = 8 if rule == "ue8m0" else 1 + e + m  # ue8m0 has no sign bit
     return np.dtype(_STORAGE[max(8, 1 << (width - 1).bit_length())])
 
 
@@ -379,12 +379,14 @@ def main(argv=None) -> int:
                    help="cut the trials into chains of S consecutive trials: C of each "
                         "later step is D of the step before (default 1: no chains)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="the .npz file to write")
+    p.add_argument("--out", help="the .npz file to write (needed unless --list)")
     p.add_argument("--python", default=str(DEFAULT_PYTHON),
                    help="the interpreter that has mmasim (default: .crosscheck-venv)")
     p.add_argument("--list", action="store_true", help="list the selected configurations")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
     args = p.parse_args(argv)
+    if not args.list and not args.out:
+        p.error("--out is needed (or --list)")
     if args.trials < 1 or args.chain_steps < 1 or args.trials % args.chain_steps:
         p.error("--trials must be a positive multiple of --chain-steps")
     info = catalogue(args.python)
