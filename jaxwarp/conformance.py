@@ -7,7 +7,11 @@ runs the model on the recorded inputs and prints, per file, a table of every gro
 element matched. Exit status 0 only when everything matched, 1 on a mismatch, 2 on an
 error (unreadable or empty file, unknown key or mode, a group with zero trials, a size
 from the file beyond what the instruction allows, a configuration the model cannot run
-yet or the capture's GPU cannot issue). See ``docs/conformance.md``.
+yet or the capture's GPU cannot issue) or when a configuration is not modelled in this
+version (listed ``NOT MODELLED`` with its element count). Reference-model files
+(``golden/...`` keys, outputs of MMA-Sim written by ``tools/crosscheck``) are reported
+as "matches MMA-Sim (reference model)", apart from "matches hardware". See
+``docs/conformance.md``.
 """
 
 from jaxwarp._src.conformance.check import check_file as check_file

@@ -17,8 +17,10 @@ from jaxwarp import conformance
 # repeat those compilations.
 _FRONT_END_DATA = {"h100_ptx_float.npz", "h100_ptx_int.npz", "h100_wgmma.npz",
                    "h100_tc_edges.npz"}
+# The MMA-Sim reference-model files (mmasim_golden_*.npz) are not hardware: test_golden.py.
 CAPTURES = sorted(p.name for p in DATA.glob("*.npz")
-                  if not p.name.endswith("_sample.npz") and p.name not in _FRONT_END_DATA)
+                  if not p.name.endswith("_sample.npz") and p.name not in _FRONT_END_DATA
+                  and not p.name.startswith("mmasim_"))
 
 
 # The largest file runs with -m slow; by default its configurations are checked by

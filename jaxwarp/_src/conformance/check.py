@@ -14,7 +14,7 @@ from jaxwarp._src.conformance.registry import READ_ERRORS, CaptureError, GroupRe
 
 def _nothing_compared(r: GroupResult) -> GroupResult:
     """A group that compared no element is an error, as an empty file is."""
-    if r.total or r.error or r.skipped:
+    if r.total or r.error or r.skipped or r.not_modelled:
         return r
     return dataclasses.replace(r, error=f"{r.group} has zero trials: nothing to compare")
 

@@ -18,14 +18,15 @@ from typing import Any
 import jax
 
 from jaxwarp._src.conformance.check import check_file
-from jaxwarp._src.conformance.registry import CaptureError, GroupResult, floor_percent
-from jaxwarp._src.conformance.report import Progress, format_file, tally
+from jaxwarp._src.conformance.registry import HARDWARE, CaptureError, GroupResult, floor_percent
+from jaxwarp._src.conformance.report import Progress, by_source, format_file, matches, tally
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    """The command line. Exit status: 0 every element of every file matched; 1 some element
-    mismatched; 2 an error (unreadable file, nothing to compare, an unknown key, a
-    configuration the model cannot run). Errors win over mismatches."""
+    """The command line. Exit status: 0 every element of every file was compared and
+    matched; 1 some element mismatched; 2 an error (unreadable file, nothing to compare,
+    an unknown key, a configuration the model cannot run) or a configuration that is not
+    modelled in this version (nothing compared). Errors win over mismatches."""
     p = argparse.ArgumentParser(
         prog="python -m jaxwarp.conformance",
         description="Compare jaxwarp bit for bit with GPU captures (docs/conformance.md).",
@@ -76,27 +77,40 @@ def main(argv: Iterable[str] | None = None) -> int:
             t = tally(results)
             report["files"].append({
                 "path": path, "device": dev, **t,
+                "sources": sorted({r.source for r in results}),
                 "percent": floor_percent(t["matched"], t["total"]) if t["total"] else None,
                 "groups_detail": [dataclasses.asdict(r) for r in results]})
     t = tally(all_results)
     pct = floor_percent(t["matched"], t["total"]) if t["total"] else None
     report.update(t, percent=pct, file_errors=len(file_errors))
+    sources = by_source(all_results)
+    report["by_source"] = {s: {**ts, "percent": floor_percent(ts["matched"], ts["total"])
+                                   if ts["total"] else None, "label": matches(s)}
+                           for s, ts in sources.items()}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
     line = (f"conformance: {t['matched']}/{t['total']} bit-exact ({pct}%)" if t["total"]
             else "conformance: nothing was compared")
+    if any(s != HARDWARE for s in sources):  # reference-model results: say what matched what
+        line += " [" + "; ".join(
+            f"{matches(s)}: {ts['matched']}/{ts['total']} ("
+            + (f"{floor_percent(ts['matched'], ts['total'])}%" if ts["total"] else "-") + ")"
+            for s, ts in sources.items()) + "]"
     extra = []
     if t["mismatched_groups"]:
         extra.append(f"{t['mismatched_groups']} group(s) MISMATCH")
     if t["error_groups"]:
         extra.append(f"{t['error_groups']} group(s) with {t['unchecked_elements']} elements "
                      f"NOT CHECKED (errors)")
+    if t["not_modelled_groups"]:
+        extra.append(f"{t['not_modelled_groups']} group(s) with {t['not_modelled_elements']} "
+                     f"elements NOT MODELLED in this version (not compared)")
     if file_errors:
         extra.append(f"{len(file_errors)} file(s) unreadable or empty (errors)")
     if t["skipped_groups"]:
         extra.append(f"{t['skipped_groups']} form(s) not recorded on the GPU")
     print(line + ("; " + "; ".join(extra) if extra else ""))
-    if file_errors or t["error_groups"] or not t["total"]:
+    if file_errors or t["error_groups"] or t["not_modelled_groups"] or not t["total"]:
         return 2
     return 0 if t["matched"] == t["total"] else 1

@@ -7,6 +7,8 @@ read by more than one family: ``dpx_a`` feeds both DPX tables).
 
 from __future__ import annotations
 
+from jaxwarp._src.conformance import golden_keys
+from jaxwarp._src.conformance import handlers_golden as golden
 from jaxwarp._src.conformance import handlers_movcvt as movcvt
 from jaxwarp._src.conformance import handlers_ptx as ptx
 from jaxwarp._src.conformance import handlers_warp as warp
@@ -33,4 +35,7 @@ HANDLERS: tuple[Handler, ...] = (
     Handler("fp8 cvt", keys_where(movcvt.is_cvt_key), movcvt.conversions),
     Handler("ldmatrix/stmatrix/movmatrix", keys_where(movcvt.is_matrix_move_key),
             movcvt.matrix_moves),
+    # reference-model files (tools/crosscheck: MMA-Sim), golden/{family}/{arch}/...
+    Handler("golden (reference model)", keys_where(golden_keys.is_golden_key),
+            golden.configs),
 )

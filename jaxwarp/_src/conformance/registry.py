@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+#: ``GroupResult.source`` of outputs recorded on a GPU.
+HARDWARE = "hardware"
+
 
 class CaptureError(ValueError):
     """A capture file that cannot be read, breaks the schema, or holds nothing to compare."""
@@ -38,6 +41,11 @@ class GroupResult:
         elements are not in ``total`` (``total`` then counts the elements left unchecked).
       skipped: the capture itself has no data for this group (the GPU toolchain refused
         the form; the file says why in ``note``). Nothing is compared and nothing passes.
+      not_modelled: jaxwarp has no model of this configuration in this version (``note``
+        says what is missing). Nothing is compared, it is never a pass, and ``total``
+        counts the elements left unchecked.
+      source: what the outputs being matched came from: ``"hardware"`` (a GPU capture)
+        or a reference model (``"MMA-Sim 2.1.1 (reference model)"``), reported apart.
     """
 
     group: str
@@ -46,17 +54,20 @@ class GroupResult:
     note: str = ""
     error: str = ""
     skipped: bool = False
+    not_modelled: bool = False
+    source: str = HARDWARE
 
     @property
     def ok(self) -> bool:
-        """True when every element was compared and matched (a skipped group is ok)."""
-        return not self.error and self.matched == self.total
+        """True when every element was compared and matched (a skipped group is ok; a
+        group that is not modelled is not)."""
+        return not self.error and not self.not_modelled and self.matched == self.total
 
     @property
     def family(self) -> str:
-        """The group's family: ``chain/ptx``, ``ptx``, ``cvt``, ``mma``, ``shfl``, ..."""
+        """The group's family: ``chain/ptx``, ``golden/mma``, ``ptx``, ``cvt``, ``mma``, ..."""
         parts = self.group.split("/")
-        if parts[0] == "chain" and len(parts) > 2:
+        if parts[0] in ("chain", "golden") and len(parts) > 2:
             return "/".join(parts[:2])
         return parts[0]
 

@@ -1,4 +1,9 @@
-"""The conformance report: one table per file, family subtotals, a progress bar."""
+"""The conformance report: one table per file, family subtotals, a progress bar.
+
+Results against hardware captures and against a reference model (``GroupResult.source``)
+are counted apart: a family subtotal says which it matched ("matches hardware" or
+"matches MMA-Sim 2.1.1 (reference model)"), and `by_source` splits the totals.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Iterable
 
 import jax
 
-from jaxwarp._src.conformance.registry import GroupResult, floor_percent
+from jaxwarp._src.conformance.registry import HARDWARE, GroupResult, floor_percent
 
 try:  # optional: a plain counter line stands in for it
     from tqdm import tqdm
@@ -27,12 +32,16 @@ def _row(name: str, total: int, matched: int, flag: str = "", note: str = "") ->
 def tally(results: Iterable[GroupResult]) -> dict[str, int]:
     """Counts over results: elements matched/compared, groups, mismatches, errors."""
     t = {"matched": 0, "total": 0, "groups": 0, "mismatched_groups": 0, "error_groups": 0,
-         "unchecked_elements": 0, "skipped_groups": 0}
+         "unchecked_elements": 0, "skipped_groups": 0, "not_modelled_groups": 0,
+         "not_modelled_elements": 0}
     for r in results:
         t["groups"] += 1
         if r.error:
             t["error_groups"] += 1
             t["unchecked_elements"] += r.total
+        elif r.not_modelled:
+            t["not_modelled_groups"] += 1
+            t["not_modelled_elements"] += r.total
         elif r.skipped:
             t["skipped_groups"] += 1
         else:
@@ -42,9 +51,31 @@ def tally(results: Iterable[GroupResult]) -> dict[str, int]:
     return t
 
 
+def matches(source: str) -> str:
+    """What a count of ``source`` results means: ``"matches hardware"`` or
+    ``"matches MMA-Sim 2.1.1 (reference model)"``.
+
+    Example:
+      >>> matches("hardware")
+      'matches hardware'
+    """
+    return f"matches {source}"
+
+
+def by_source(results: Iterable[GroupResult]) -> dict[str, dict[str, int]]:
+    """`tally` per ``GroupResult.source``, hardware first."""
+    groups: dict[str, list[GroupResult]] = {}
+    for r in results:
+        groups.setdefault(r.source, []).append(r)
+    order = sorted(groups, key=lambda s: (s != HARDWARE, s))
+    return {s: tally(groups[s]) for s in order}
+
+
 def format_file(path: str, device: str, results: list[GroupResult]) -> list[str]:
     """The table of one file: a row per group, a subtotal per family, errors listed."""
-    lines = [f"# {path} (captured on {device}; model on {jax.default_backend()})",
+    origin = ("outputs of" if results and all(r.source != HARDWARE for r in results)
+              else "captured on")
+    lines = [f"# {path} ({origin} {device}; model on {jax.default_backend()})",
              f"  {'config':<52} {'elements':>10} {'exact':>10} {'%':>9}"]
     families: dict[str, list[GroupResult]] = {}
     for r in results:
@@ -54,6 +85,9 @@ def format_file(path: str, device: str, results: list[GroupResult]) -> list[str]
             if r.error:
                 lines.append(f"  {r.group:<52} {r.total or '-':>10} {'-':>10} {'-':>9}  "
                              f"ERROR  ({r.error})")
+            elif r.not_modelled:
+                lines.append(f"  {r.group:<52} {r.total:>10} {'-':>10} {'-':>9}  NOT MODELLED"
+                             f"  ({r.note})")
             elif r.skipped:
                 lines.append(f"  {r.group:<52} {'-':>10} {'-':>10} {'-':>9}  not compared"
                              f"  ({r.note})")
@@ -64,10 +98,14 @@ def format_file(path: str, device: str, results: list[GroupResult]) -> list[str]
         extra = []
         if t["error_groups"]:
             extra.append(f"{t['error_groups']} group(s) NOT CHECKED (errors)")
+        if t["not_modelled_groups"]:
+            extra.append(f"{t['not_modelled_groups']} group(s) with "
+                         f"{t['not_modelled_elements']} elements NOT MODELLED (not compared)")
         if t["skipped_groups"]:
             extra.append(f"{t['skipped_groups']} not recorded")
+        sources = ", ".join(matches(s) for s in dict.fromkeys(r.source for r in rs))
         lines.append(f"  = {fam}: {t['matched']}/{t['total']} bit-exact "
-                     f"({_pct(t['matched'], t['total'])})"
+                     f"({_pct(t['matched'], t['total'])}), {sources}"
                      + (f"; {'; '.join(extra)}" if extra else ""))
     return lines
 
