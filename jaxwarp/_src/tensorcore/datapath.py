@@ -72,6 +72,7 @@ from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics import softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
+from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import isa
 from jaxwarp._src.tensorcore.arch import ARCHS, ArchModel, Datapath, Target
@@ -198,8 +199,9 @@ def _acc(bits, fmt: str, dp: Datapath, out: str | None = None) -> _Acc:
     ``e_floor`` at least ``emin(out) - e_floor`` also for a zero, which then bounds E."""
     t = softfloat.term(bits, fmt)
     lo = softfloat.emin(out or fmt)
-    if dp.c_sub_exp == "emin":
-        t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, lo), t.lead))
+    if dp.c_sub_exp != "lead":
+        sub = lo if dp.c_sub_exp == "emin" else softfloat.emin(fmt)
+        t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, sub), t.lead))
     if dp.e_floor is not None:
         t = t._replace(lead=jnp.maximum(t.lead, lo - dp.e_floor))
     return t
@@ -312,9 +314,19 @@ def _ebits(x):
     return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
 
 
-#: Operand formats of the fast path: fp32 holds every value and every product of two
+#: Operand formats of the fast path: f16 holds every value, fp32 every product of two
 #: values exactly as a normal number (bf16 and tf32 products may leave fp32's range).
-_FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2"})
+_FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
+
+
+def _as_f16(x, fmt: str):
+    """Operand values of ``fmt`` as float16 (exact): fp8 by a conversion, the fp6 / fp4
+    codes (uint8, ``Format.code_storage``) from their decoded significand and exponent."""
+    if not FORMATS[fmt].code_storage:
+        return x.astype(jnp.float16)
+    neg, lsb, sig, _, _, _ = softfloat.decode(x.astype(jnp.uint32), fmt)
+    v = sig.astype(jnp.float32) * _pow2(lsb + 127)  # lsb >= -4: a normal fp32 scale
+    return jnp.where(neg, -v, v).astype(jnp.float16)
 
 
 def _fast_align(x, fmt: str, dp: Datapath):
@@ -499,8 +511,11 @@ def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_type: str):
     blocks = [ks[j:j + dp.block_k] for j in range(0, len(ks), dp.block_k)]
     for j, kb in enumerate(blocks):
         r = block(a, b, kb, acc, dp)
-        if j + 1 < len(blocks):  # the fp32 block result is the next block's accumulator
-            acc = _acc(_f32_bits(r, dp), "f32", dp)
+        if j + 1 < len(blocks):  # the block result is the next block's accumulator
+            if dp.block_out == "d" and cfg.d_type == "f16":  # rounded as D
+                acc = _acc(_f16_bits(r, dp), "f16", dp)
+            else:
+                acc = _acc(_f32_bits(r, dp), "f32", dp)
     if cfg.d_type == "f32":
         return _f32_bits(r, dp)
     if c_type == "f16" and dp.f16_out == "direct":
@@ -637,7 +652,7 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
                   else softfloat.lsb_min)
         block = functools.partial(_block_fast, fmts=(a_type, b_type),
                                   emin=lowest(a_type) + lowest(b_type))
-        a16, b16 = a.astype(jnp.float16), b.astype(jnp.float16)
+        a16, b16 = _as_f16(a, a_type), _as_f16(b, b_type)
         f16 = cfg.a_type == cfg.b_type == "f16"
         if dp.align == "nominal" and _store_decoded(a, b, c, general=False, f16=f16):
             ops = ((a16, _fast_align(a16.astype(jnp.float32), a_type, dp).astype(jnp.int16)),
@@ -746,8 +761,8 @@ def _mma_int(a, b, c, satf):
 def _round_operand(x, a_type):
     if a_type == "tf32":  # the tensor core ignores the low 13 bits
         return bits_.tf32_keep(x)
-    if a_type in isa.FP8_TYPES:
-        return x.astype(jnp.float32)
+    if a_type in _FAST_FORMATS:  # fp8, and the fp6 / fp4 codes: values
+        return _as_f16(x, a_type).astype(jnp.float32)
     return x
 
 
@@ -910,7 +925,7 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         return d
     dp = datapath
     if dp is None and a_type != "f64":
-        dp = _arch.datapath_for(model, instruction, a_type, ik)
+        dp = _arch.datapath_for(model, instruction, a_type, ik, b_type)
     cfg = _Cfg(a_type, b_type, c_type, d_type, dp, ik)
     return _mma_float(a, b, c, cfg, mode, satf)
 
