@@ -7,6 +7,8 @@ and the memory exact mode needs: the compiled temp buffer against the bytes of i
 arguments and output, and on an accelerator the device's peak bytes in use.
 
 Usage: python benchmarks/mma_exact.py [--tiles N] [--a-type f16|bf16] [--c-type f32|f16]
+       [--arch sm_90|sm_80|...]  (the architecture's datapath: sm_70 / sm_75 / sm_80 / sm_89
+       cut k = 16 into 4 or 2 chunks, sm_90 / sm_100 / sm_120 take it in one)
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main() -> None:
     p.add_argument("--a-type", default="f16", choices=["f16", "bf16"])
     p.add_argument("--c-type", default="f32", choices=["f32", "f16"])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--arch", default="sm_90", help="target of the datapath model")
     args = p.parse_args()
     on_cpu = jax.default_backend() == "cpu"
     tiles = args.tiles if args.tiles is not None else (1 << 16 if on_cpu else 1 << 20)
@@ -59,7 +62,8 @@ def main() -> None:
     del a_np, b_np, c_np
 
     def exact(a, b, c):
-        return jaxwarp.mma(a, b, c, a_type=args.a_type, c_type=args.c_type, d_type=d_type)
+        return jaxwarp.mma(a, b, c, a_type=args.a_type, c_type=args.c_type, d_type=d_type,
+                           arch=args.arch)
 
     def einsum(a, b, c):
         d = jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=jnp.float32)
@@ -85,6 +89,7 @@ def main() -> None:
     )
     result = {
         "benchmark": f"mma_exact_m16n16k16_{args.a_type}_{args.c_type}{d_type}",
+        "arch": args.arch,
         **device_info(),
         "tiles": tiles,
         "exact_close_to_einsum": close,

@@ -1365,8 +1365,11 @@ for _id, _kw, _must in (
         ("family-twice", {"name": "sm_90", "datapaths": (("hmma", jaxwarp.Datapath()),
                                                           ("hmma", jaxwarp.Datapath()))},
          ("ArchModel.datapaths", "twice")),
-        ("verified-not-bool", {"name": "sm_90", "datapaths": (), "verified": "yes"},
-         ("ArchModel.verified", "bool"))):
+        ("verified-unknown", {"name": "sm_90", "datapaths": (), "verified": "yes"},
+         ("ArchModel.verified", "'hardware'")),
+        ("unverified-not-a-family", {"name": "sm_90", "datapaths": (),
+                                     "unverified": ("hmma",)},
+         ("ArchModel.unverified", "'hmma'"))):
     case(6, f"ArchModel-{_id}", lambda _kw=_kw: jaxwarp.ArchModel(**_kw), exc=ValueError,
          must=_must, modes=EAGER)
 

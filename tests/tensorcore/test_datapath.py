@@ -176,8 +176,9 @@ def test_f64_needs_x64():
 
 
 def test_arch_table():
-    assert M.ARCHS["sm_90"].verified and M.ARCHS["sm_90a"].verified
-    assert not any(M.ARCHS[t].verified for t in ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89"))
+    assert M.ARCHS["sm_90"].verified == M.ARCHS["sm_90a"].verified == "hardware"
+    assert all(M.ARCHS[t].verified == "MMA-Sim 2.1.1"
+               for t in ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_100", "sm_120"))
     a, b, c = _f16_inputs(batch=())
     for arch in M.ARCHS:
         d = M.mma(a, b, c, a_type="f16", c_type="f32", d_type="f32", arch=arch)
@@ -191,7 +192,7 @@ def test_arch_table():
     (dict(a_type="f16", c_type="f32", d_type="bf16"), ValueError, "d_type"),
     (dict(a_type="f16", c_type="s32", d_type="s32"), ValueError, "valid"),
     (dict(a_type="f16", c_type="f32", d_type="f32", mode="slow"), ValueError, "mode"),
-    (dict(a_type="f16", c_type="f32", d_type="f32", arch="sm_100"), ValueError, "arch"),
+    (dict(a_type="f16", c_type="f32", d_type="f32", arch="sm_72"), ValueError, "arch"),
     (dict(a_type="f16", c_type="f32", d_type="f32", satf=1), TypeError, "satf"),
     (dict(a_type="bf16", c_type="f32", d_type="f32"), TypeError, "a must have dtype"),
 ])
@@ -305,6 +306,11 @@ def _case(field):
         return ((_e4m3(a8), b8.astype(jnp.float8_e5m2), z32),
                 {"a_type": "e4m3", "b_type": "e5m2", "instruction": "wgmma", "arch": "sm_90a"},
                 SM90.datapath("wgmma_fp8"), "f16")
+    if field == "block_out":  # 1 + 2**-11 is a tie in f16 (to 1), exact in fp32
+        a1, b1 = _tile([1, 2**-11] + [0] * 6 + [2**-11], [1, 1] + [0] * 6 + [1])
+        return ((a1, b1, np.zeros((1, 1), np.float16)),
+                {"c_type": "f16", "d_type": "f16", "instruction": "mma_sync"},
+                M.ARCHS["sm_80"].datapath("hmma"), "f32")
     if field in ("nan_f32", "nan_f16"):
         a1, b1 = _tile([np.nan], [1.0])
         kw = {} if field == "nan_f32" else {"c_type": "f16", "d_type": "f16"}
@@ -320,6 +326,21 @@ def test_every_datapath_field_changes_bits(field):
     d0 = _run(a, b, c, base, **kw)
     d1 = _run(a, b, c, base.replace(**{field: new}), **kw)
     assert (d0 != d1).any(), f"flipping {field} to {new!r} changed no bit"
+
+
+def test_c_sub_exp_emin_c():
+    """An f16 subnormal C of an fp32 D aligns at 2**-14 ("emin_c", MMA-Sim's Volta) or at
+    its own leading bit ("emin" of fp32 leaves it): the product's bit 2**-40 is cut on
+    the grid of 2**(-14 - 23) only."""
+    a1, b1 = _tile([(1 + 2**-10) * 2**-10], [(1 + 2**-10) * 2**-10], k=4)
+    c1 = np.array([[2**-20]], np.float16)
+    kw = dict(c_type="f16", d_type="f32", instruction="mma_sync", instruction_k=4)
+    base = M.ARCHS["sm_70"].datapath("mma_sync_m8n8k4_f16")
+    assert base.c_sub_exp == "emin_c"
+    d0 = _run(a1, b1, c1, base, **kw)
+    d1 = _run(a1, b1, c1, base.replace(c_sub_exp="emin"), **kw)
+    assert d0[0, 0] != d1[0, 0]
+    assert d1[0, 0] == np.float32(2**-20 + (1 + 2**-10) ** 2 * 2**-20).view(np.uint32)
 
 
 def test_c_mode_ffma_differs():
@@ -340,10 +361,10 @@ def test_datapath_validates_fields():
     (dict(instruction="wgmma"), "sm_90a"),
     (dict(a_type="bf16", arch="sm_75"), "sm_80"),
     (dict(a_type="e4m3", instruction="mma_sync", arch="sm_80"), "sm_89"),
-    (dict(a_type="e4m3", instruction="mma_sync", arch="sm_89"), "no model is known"),
+    (dict(a_type="e2m1", instruction="mma_sync", arch="sm_120"), "sm_120a"),
     (dict(a_type="e4m3"), "wmma"),
     (dict(instruction="dmma"), "instruction"),
-    (dict(arch="sm_100"), "arch"),
+    (dict(arch="sm_72"), "arch"),
     (dict(instruction="mma_sync", instruction_k=32), "instruction_k"),
     (dict(a_type="e4m3", b_type="f16", instruction="mma_sync"), "mixed"),
 ])

@@ -86,19 +86,27 @@ def test_rows_are_well_formed():
 
 
 def test_one_datapath_and_target_per_instruction_k():
-    """Rows of one (instruction, A type) that share a k agree on the datapath; minimum
+    """Rows of one (instruction, A type, kind) that share a k agree on the datapath; minimum
     targets do not fall as k grows within a family of one datapath."""
     for ins in isa.INSTRUCTIONS:
         for t in isa.a_types(ins):
             seen = {}
             for r in isa.rows(ins, t):
                 for k in r.ks:
-                    assert seen.setdefault(k, r.datapath) == r.datapath, (ins, t, k)
+                    assert seen.setdefault((k, r.kind), r.datapath) == r.datapath, (
+                        ins, t, k)
 
 
-def test_every_float_family_is_modelled_by_sm_90():
-    for fam in arch.FAMILIES:
-        assert arch.ARCHS["sm_90"].datapath(fam) is not None
+def test_every_float_family_is_modelled_where_it_can_be_issued():
+    """Every target with a model has a datapath for each float family of every row it
+    can issue (sm_90 for all but kind::f8f6f4, which is sm_120a's)."""
+    for name, model in arch.ARCHS.items():
+        target = arch.parse_target(name)
+        for r in isa.ROWS:
+            if r.datapath in arch.FAMILIES and arch.has(target, r.min_sm, r.arch_specific):
+                assert model.datapath(r.datapath) is not None, (name, r)
+    assert set(arch.FAMILIES) - {f for f, _ in arch.ARCHS["sm_90"].datapaths} == {
+        "mma_sync_f8f6f4"}
 
 
 # --------------------------------------------------------------------------------------
@@ -126,10 +134,11 @@ def test_mma_ptx_accepts_exactly_the_rows():
                 else:
                     ops = [(False, None)] + ([(True, None)] if r.satfinite else [])
                 for sat, op in ops:
-                    want.add((m, n, k, al, bl, t, b, c, d, sat, op,
+                    want.add((m, n, k, al, bl, t, b, c, d, sat, op, r.kind,
                               max([r.min_sm] + [s for o, s in r.b1_ops if o == op])))
     got = {dataclasses.astuple(i) + (i.min_arch,) for i in mma_ptx.ALLOWED}
-    assert got == want and len(mma_ptx.mma_instructions()) == len(want) == 94
+    # 94 that ptxas of CUDA 13.0 accepts for sm_90a, and 50 of kind::f8f6f4 (sm_120a).
+    assert got == want and len(mma_ptx.mma_instructions()) == len(want) == 94 + 50
 
 
 def test_wgmma_families_are_the_rows():

@@ -12,22 +12,42 @@ Two separate things:
   added, how the block sum is rounded. An :class:`ArchModel` collects the datapaths of
   one architecture; :data:`ARCHS` maps every target name to one.
 
-Datapath models (see ``jaxwarp._src.tensorcore.datapath`` for what each field does):
+Datapath models (see ``jaxwarp._src.tensorcore.datapath`` for what each field does), and
+what each was checked against bit for bit (:attr:`ArchModel.verified`, per family
+:meth:`ArchModel.verification`):
 
-========  ===========================================================  ===========
-target    model                                                        verified
-========  ===========================================================  ===========
-sm_90(a)  H100: f16/bf16 blocks of 16, tf32 one block per k4/k8        yes (H100
-          instruction, F = 25; fp8 ``mma.sync`` lowered to two f16       captures)
-          HMMAs + FADD; ``wgmma`` fp8 blocks of 32 with F = 13 and a
-          13-bit sum; ``mma.sync`` m8n8k4 f16 an FFMA routine
-sm_80/86  A100-style (published): f16/bf16 blocks of 8, tf32 blocks     no
-          of 4, F = 24
-sm_89     the sm_80 model for f16 / bf16 / tf32; fp8 ``mma.sync``:      no
-          no model is known, an error is raised
-sm_70/75  V100-style (published): f16 blocks of 4, F = 23 (sm_75 is     no
-          given the same model as sm_70)
-========  ===========================================================  ===========
+===============  ====================================================  ===============
+target           model                                                 verified
+===============  ====================================================  ===============
+sm_90(a)         H100: f16/bf16 blocks of 16, tf32 one block per k4/k8  hardware (H100
+                 instruction, F = 25; fp8 ``mma.sync`` lowered to two   captures)
+                 f16 HMMAs + FADD; ``wgmma`` fp8 blocks of 32 with
+                 F = 13 and a 13-bit sum; ``mma.sync`` m8n8k4 f16 an
+                 FFMA routine
+sm_70            Volta: f16 chunks of 4, F = 23, E >= emin(D) - 5,      MMA-Sim 2.1.1
+                 each chunk rounded as D                                (WMMA: unverified)
+sm_75            Turing: f16 chunks of 8, F = 24, E >= emin(D) - 6;     MMA-Sim 2.1.1
+                 m8n8k4 f16 with Volta's arithmetic
+sm_80/86/87      Ampere: f16/bf16 chunks of 8, tf32 of 4, F = 24,       MMA-Sim 2.1.1
+                 E >= emin(D) - 6                                       (m8n8k4 f16:
+                                                                        unverified)
+sm_89            Ada: Ampere's; fp8 ``mma.sync`` chunks of 16, F = 13,  MMA-Sim 2.1.1
+                 an f32 D cut to 13 fraction bits                       (m8n8k4 f16:
+                                                                        unverified)
+sm_100(a)        Blackwell: sm_90's f16/bf16/tf32 datapaths (MMA-Sim's  MMA-Sim 2.1.1
+                 Hopper parameters); fp8 ``mma.sync`` and m8n8k4 f16   (fp8, m8n8k4:
+                 as sm_90 lowers them                                   unverified)
+sm_103(a)        the sm_100 model                                       unverified
+sm_120(a)        RTX Blackwell: sm_90's f16/bf16/tf32 datapaths; fp8    MMA-Sim 2.1.1
+                 and ``kind::f8f6f4`` (sm_120a) chunks of 32, F = 25;  (m8n8k4:
+                 m8n8k4 f16 as sm_90 lowers it                          unverified)
+sm_121(a)        the sm_120 model                                       unverified
+===============  ====================================================  ===============
+
+"MMA-Sim 2.1.1": every ``mma.sync`` configuration that the reference model MMA-Sim
+(Xie et al. 2025, validated on the GPUs by its authors) has for the architecture gives
+its bits on more than 100,000 output elements of single instructions and of chains
+along k; where it and the sm_90 hardware captures disagree, the hardware is kept.
 
 Example:
     >>> parse_target("sm_90a")
@@ -48,7 +68,9 @@ from jaxwarp._src.checks import format_name, static_choice
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.tensorcore import isa
 
-TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
+           "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a", "sm_121",
+           "sm_121a")
 _TARGET_RE = re.compile(r"sm_?([1-9][0-9]*)([af]?)")
 
 
@@ -111,8 +133,18 @@ def _need(sm: int, arch_specific: bool) -> str:
 
 
 def has(target: Target, sm: int, arch_specific: bool = False) -> bool:
-    """True if ``target`` is ``sm_{sm}`` or newer (and arch-specific if asked)."""
-    return target.sm >= sm and (target.arch_specific or not arch_specific)
+    """True if ``target`` is ``sm_{sm}`` or newer; with ``arch_specific``, an ``a``
+    target of the same generation (the hundreds and tens of ``sm``: what ``sm_90a``
+    adds is not in ``sm_100a``, what ``sm_120a`` adds is also in ``sm_121a``).
+
+    Example:
+        >>> [has(parse_target(t), 120, True) for t in ("sm_120", "sm_121a", "sm_100a")]
+        [False, True, False]
+    """
+    if arch_specific:
+        return (target.arch_specific and target.sm >= sm
+                and target.sm // 10 == sm // 10)
+    return target.sm >= sm
 
 
 def check_target(target: Target, instruction: str, a_type: str, b_type: str,
@@ -164,7 +196,7 @@ _CHOICES = {
     "c_mode": ("fused", "end", "ffma"),
     "align": ("nominal", "normalised"),
     "sub_exp": ("emin", "lead"),
-    "c_sub_exp": ("lead", "emin"),
+    "c_sub_exp": ("lead", "emin", "emin_c"),
     "trunc": ("rz", "floor"),
     "block_round": ("rz", "rn"),
     "f16_out": ("direct", "via_f32"),
@@ -174,6 +206,7 @@ _CHOICES = {
     "zero": ("plus", "ieee"),
     "k_split": ("contig", "mod4"),
     "operand_via": ("", "f16"),
+    "block_out": ("f32", "d"),
 }
 
 
@@ -198,7 +231,8 @@ class Datapath:
         (``"emin"``, as an adder of biased exponent fields sees it) or with its own
         leading bit (``"lead"``).
       c_sub_exp: ``"emin"``: the accumulator counts with at least the minimum normal
-        exponent of the format the block sums into (D or fp32), ``"lead"``: with its
+        exponent of the format the block sums into (D or fp32), ``"emin_c"``: of its
+        own format (an f16 subnormal C of an fp32 D at 2**-14), ``"lead"``: with its
         own leading bit.
       e_floor: ``None``, or E is at least that format's minimum normal exponent less
         ``e_floor`` (also with a zero accumulator: sm_90 cuts terms at
@@ -220,6 +254,9 @@ class Datapath:
       k_split: order of k before blocks are cut: ``"contig"`` or ``"mod4"`` (k % 4 in
         {0, 1} first, then the rest: how sm_90 feeds fp8 k to two f16 HMMAs).
       operand_via: ``"f16"``: fp8 operands are first converted (exactly) to f16.
+      block_out: a block's result that is the next block's accumulator (``block_k``
+        below the instruction's k) is fp32 (``"f32"``) or rounded to D's type, as D
+        itself (``"d"``: an f16 D rounds every block to f16).
       nan_f32, nan_f16: bits of a NaN result.
 
     Example:
@@ -254,6 +291,7 @@ class Datapath:
     zero: str = "plus"
     k_split: str = "contig"
     operand_via: str = ""
+    block_out: str = "f32"
     nan_f32: int = 0x7FFFFFFF
     nan_f16: int = 0x7FFF
 
@@ -288,9 +326,16 @@ class Datapath:
 FAMILIES = isa.float_datapaths()
 
 
-def family(instruction: str, a_type: str, ik: int) -> str:
-    """The datapath family of one instruction (WMMA tf32 m16n16k8 is two k4 ones)."""
-    return isa.datapath_family(instruction, a_type, ik)
+def family(instruction: str, a_type: str, ik: int, b_type: str | None = None) -> str:
+    """The datapath family of one instruction (WMMA tf32 m16n16k8 is two k4 ones; A
+    e4m3 with B e2m1 is ``kind::f8f6f4``)."""
+    return isa.datapath_family(instruction, a_type, ik, b_type)
+
+
+#: What an :class:`ArchModel` was checked against: captures of the GPU, the published
+#: reference model MMA-Sim (Xie et al. 2025, validated on the GPUs by its authors), or
+#: nothing (parameters by analogy or from the PTX ISA).
+VERIFICATIONS = ("hardware", "MMA-Sim 2.1.1", "unverified")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,21 +346,31 @@ class ArchModel:
       name: the target it models (``"sm_90"``).
       datapaths: ``((family, Datapath), ...)``; a family missing here has no model
         (an error says so, with ``missing_note``).
-      verified: every datapath was checked bit for bit against hardware captures.
+      verified: what the datapaths were checked against bit for bit, one of
+        :data:`VERIFICATIONS`: ``"hardware"`` (captures of the GPU), ``"MMA-Sim
+        2.1.1"`` (the published reference model, validated on the GPUs by its
+        authors, on every ``mma.sync`` configuration it models) or ``"unverified"``.
+      unverified: families modelled without such a check (by analogy or from the
+        PTX ISA), whatever ``verified`` says of the others.
       note: where the parameters come from.
       missing_note: why a family has no model.
 
     Example:
         >>> h100 = jaxwarp.ARCHS["sm_90"]
         >>> h100.name, h100.verified
-        ('sm_90', True)
+        ('sm_90', 'hardware')
+        >>> jaxwarp.ARCHS["sm_80"].verification("hmma")
+        'MMA-Sim 2.1.1'
+        >>> jaxwarp.ARCHS["sm_80"].verification("mma_sync_m8n8k4_f16")
+        'unverified'
         >>> h100.datapath("hmma") == jaxwarp.datapath_for(h100, "wmma", "f16", 16)
         True
     """
 
     name: str
     datapaths: tuple[tuple[str, Datapath], ...]
-    verified: bool = False
+    verified: str = "unverified"
+    unverified: tuple[str, ...] = ()
     note: str = ""
     missing_note: str = ""
 
@@ -332,10 +387,18 @@ class ArchModel:
         fams = [f for f, _ in self.datapaths]
         if len(set(fams)) != len(fams):
             raise ValueError(f"ArchModel.datapaths names a family twice: {fams}")
-        for name in ("verified",):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ArchModel.{name} must be a bool, got "
-                                 f"{getattr(self, name)!r}")
+        if not isinstance(self.verified, str) or self.verified not in VERIFICATIONS:
+            raise ValueError(f"ArchModel.verified must be one of {VERIFICATIONS}, got "
+                             f"{self.verified!r}")
+        if (not isinstance(self.unverified, tuple)
+                or not set(self.unverified) <= set(fams)):
+            raise ValueError(f"ArchModel.unverified must be a tuple of families of its "
+                             f"datapaths {fams}, got {self.unverified!r}")
+
+    def verification(self, fam: str) -> str:
+        """How family ``fam``'s datapath was checked (one of :data:`VERIFICATIONS`)."""
+        self.datapath(fam)
+        return "unverified" if fam in self.unverified else self.verified
 
     def datapath(self, fam: str) -> Datapath:
         d = dict(self.datapaths)
@@ -347,7 +410,7 @@ class ArchModel:
 
 
 _H100 = Datapath(block_k=16, F=25, sub_exp="emin", c_sub_exp="emin", e_floor=7)
-SM90 = ArchModel("sm_90", (
+_SM90_FAMILIES = (
     ("hmma", _H100),
     ("hmma_tf32_k4", _H100.replace(block_k=4)),
     ("hmma_tf32_k8", _H100.replace(block_k=8)),
@@ -356,44 +419,109 @@ SM90 = ArchModel("sm_90", (
                                        operand_via="f16")),
     ("wgmma_fp8", _H100.replace(block_k=32, F=13, sum_mbits=13)),
     ("mma_sync_m8n8k4_f16", _H100.replace(c_mode="ffma")),
-), verified=True, note="H100 (sm_90, CUDA 13.0): every float trial of the WMMA, mma.sync "
-   "and wgmma captures")
+)
+SM90 = ArchModel("sm_90", _SM90_FAMILIES, verified="hardware",
+                 note="H100 (sm_90, CUDA 13.0): every float trial of the WMMA, mma.sync "
+                      "and wgmma captures")
 
-_A100 = Datapath(block_k=8, F=24, sub_exp="emin")
-SM80 = ArchModel("sm_80", (
-    ("hmma", _A100),
-    ("hmma_tf32_k4", _A100.replace(block_k=4)),
-    ("hmma_tf32_k8", _A100.replace(block_k=4)),
-    ("mma_sync_m8n8k4_f16", _A100),
-), note="published A100 parameters (Fasi et al. 2021; Khattak & Mikaitis 2025); "
-   "subnormal alignment as on sm_90; not checked against captures",
-   missing_note="sm_80/sm_86 have no fp8 tensor cores")
+# The older and newer generations: MMA-Sim's model of mma.sync (Xie et al. 2025), a
+# truncated fused dot product over chunks of L products along k: every term aligned to
+# 2**(E - F) toward zero, E at least emin(D) - e_floor (a zero term's exponent), each
+# chunk's result rounded as D (f32 toward zero, f16 to nearest even) and the C of the
+# next chunk. Parameters per generation (F, L bytes, e_floor): Volta 23, 8, 5;
+# Turing / Ampere / Ada 24, 16, 6; Hopper / Blackwell 25, 32, 7 (L / element bytes
+# products per chunk); Ada fp8: F = 13, the f32 result cut to 13 fraction bits.
 
-SM89 = dataclasses.replace(
-    SM80, name="sm_89", note="the sm_80 model for f16 / bf16 / tf32 (unverified)",
-    missing_note="no model is known for Ada (sm_89) fp8 mma.sync; none is guessed")
 
-_V100 = Datapath(block_k=4, F=23, sub_exp="emin")
-SM70 = ArchModel("sm_70", (("hmma", _V100), ("mma_sync_m8n8k4_f16", _V100)),
-                 note="published V100 parameters: f16 blocks of 4, F = 23; unverified",
+def _tfdpa(block_k: int, F: int, e_floor: int, **kw) -> Datapath:
+    return Datapath(block_k=block_k, F=F, sub_exp="emin", c_sub_exp="emin_c",
+                    e_floor=e_floor, block_out="d", **kw)
+
+
+_VOLTA = _tfdpa(4, 23, 5)
+_TURING = _tfdpa(8, 24, 6)
+SM70 = ArchModel("sm_70", (("hmma", _VOLTA), ("mma_sync_m8n8k4_f16", _VOLTA)),
+                 verified="MMA-Sim 2.1.1", unverified=("hmma",),
+                 note="V100: MMA-Sim's Volta parameters (F = 23, f16 chunks of 4); WMMA "
+                      "(hmma) by analogy",
                  missing_note="sm_70 has only f16 floating-point tensor cores")
+SM75 = ArchModel("sm_75", (("hmma", _TURING), ("mma_sync_m8n8k4_f16", _VOLTA)),
+                 verified="MMA-Sim 2.1.1",
+                 note="Turing: MMA-Sim's parameters (F = 24, f16 chunks of 8); m8n8k4 "
+                      "runs Volta's arithmetic",
+                 missing_note="sm_75 has only f16 floating-point tensor cores")
+_AMPERE_FAMILIES = (
+    ("hmma", _TURING),
+    ("hmma_tf32_k4", _TURING.replace(block_k=4)),
+    ("hmma_tf32_k8", _TURING.replace(block_k=4)),
+    ("mma_sync_m8n8k4_f16", _TURING),
+)
+SM80 = ArchModel("sm_80", _AMPERE_FAMILIES, verified="MMA-Sim 2.1.1",
+                 unverified=("mma_sync_m8n8k4_f16",),
+                 note="A100: MMA-Sim's Ampere parameters (F = 24, chunks of 16 bytes); "
+                      "m8n8k4 f16 (not in MMA-Sim) given Ampere's f16 datapath",
+                 missing_note="sm_80 / sm_86 / sm_87 have no fp8 tensor cores")
+_ADA_FP8 = _tfdpa(16, 13, 6, sum_mbits=13)
+SM89 = ArchModel("sm_89", _AMPERE_FAMILIES + (
+    ("mma_sync_fp8_k16", _ADA_FP8), ("mma_sync_fp8_k32", _ADA_FP8)),
+    verified="MMA-Sim 2.1.1", unverified=("mma_sync_m8n8k4_f16",),
+    note="Ada: Ampere's parameters; fp8 F = 13, chunks of 16, an f32 result cut to 13 "
+         "fraction bits (MMA-Sim)")
+# Blackwell's mma.sync f16 / bf16 / tf32 parameters are Hopper's (MMA-Sim): the same
+# presets. Where MMA-Sim has no model (fp8 mma.sync, m8n8k4 f16 on sm_100), sm_90's
+# hardware-verified lowering is assumed: unverified.
+SM100 = ArchModel("sm_100", _SM90_FAMILIES[:3] + _SM90_FAMILIES[3:5] + _SM90_FAMILIES[6:],
+                  verified="MMA-Sim 2.1.1",
+                  unverified=("mma_sync_fp8_k32", "mma_sync_fp8_k16", "mma_sync_m8n8k4_f16"),
+                  note="B200: MMA-Sim's Blackwell parameters (Hopper's: F = 25, chunks of "
+                       "32 bytes); fp8 mma.sync and m8n8k4 f16 as sm_90 lowers them "
+                       "(unverified)",
+                  missing_note="wgmma is sm_90a only")
+_RTX_FP8 = _H100.replace(block_k=32)
+SM120 = ArchModel("sm_120", _SM90_FAMILIES[:3] + (
+    ("mma_sync_fp8_k32", _RTX_FP8), ("mma_sync_fp8_k16", _RTX_FP8),
+    ("mma_sync_f8f6f4", _RTX_FP8), _SM90_FAMILIES[6]),
+    verified="MMA-Sim 2.1.1", unverified=("mma_sync_m8n8k4_f16",),
+    note="RTX Blackwell: MMA-Sim's parameters (F = 25; fp8, fp6, fp4 in chunks of 32); "
+         "m8n8k4 f16 as sm_90 lowers it (unverified)",
+    missing_note="wgmma is sm_90a only")
+
+
+def _like(model: ArchModel, name: str, note: str = "") -> ArchModel:
+    return dataclasses.replace(model, name=name, note=note or model.note)
+
 
 #: Every known target -> its datapath model.
 ARCHS: Mapping[str, ArchModel] = MappingProxyType({
     "sm_70": SM70,
-    "sm_75": dataclasses.replace(SM70, name="sm_75",
-                                 note="the sm_70-style f16 model (Turing is not measured; "
-                                      "unverified)"),
+    "sm_75": SM75,
     "sm_80": SM80,
-    "sm_86": dataclasses.replace(SM80, name="sm_86", note="the sm_80 model (unverified)"),
+    "sm_86": _like(SM80, "sm_86", "the sm_80 model (Ampere, as MMA-Sim models it)"),
+    "sm_87": _like(SM80, "sm_87", "the sm_80 model (Ampere, as MMA-Sim models it)"),
     "sm_89": SM89,
     "sm_90": SM90,
-    "sm_90a": dataclasses.replace(SM90, name="sm_90a"),
+    "sm_90a": _like(SM90, "sm_90a"),
+    "sm_100": SM100,
+    "sm_100a": _like(SM100, "sm_100a"),
+    "sm_103": _like(dataclasses.replace(SM100, verified="unverified"), "sm_103",
+                    "the sm_100 model (B300; MMA-Sim has no model of its own; unverified)"),
+    "sm_103a": _like(dataclasses.replace(SM100, verified="unverified"), "sm_103a",
+                     "the sm_100 model (B300; MMA-Sim has no model of its own; unverified)"),
+    "sm_120": SM120,
+    "sm_120a": _like(SM120, "sm_120a"),
+    "sm_121": _like(dataclasses.replace(SM120, verified="unverified"), "sm_121",
+                    "the sm_120 model (DGX Spark; MMA-Sim has no model of its own; "
+                    "unverified)"),
+    "sm_121a": _like(dataclasses.replace(SM120, verified="unverified"), "sm_121a",
+                     "the sm_120 model (DGX Spark; MMA-Sim has no model of its own; "
+                     "unverified)"),
 })
 
 
-def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int) -> Datapath:
-    """The :class:`Datapath` that ``arch``'s model uses for one instruction.
+def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int,
+                 b_type: str | None = None) -> Datapath:
+    """The :class:`Datapath` that ``arch``'s model uses for one instruction (B type
+    ``b_type``, default ``a_type``).
 
     Raises:
       ValueError: an unknown ``instruction``, an ``a_type`` it does not take, or an
@@ -413,4 +541,7 @@ def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int) 
     if isinstance(ik, bool) or ik not in ks:
         raise ValueError(f"ik={ik!r} is not the k of a {instruction} shape with {a_type} "
                          f"operands; allowed: {ks}")
-    return model.datapath(family(instruction, a_type, ik))
+    if b_type is not None:
+        b_type = format_name(b_type, "b_type", isa.b_types(instruction, a_type),
+                             FORMAT_ALIASES, need_x64=False)
+    return model.datapath(family(instruction, a_type, ik, b_type))

@@ -7,8 +7,10 @@ sums; a k axis longer than one instruction is a chain of instructions in k order
 of one being the C of the next, as in a GEMM main loop. What the target can issue
 (:class:`~jaxwarp._src.tensorcore.arch.Target`) and how its tensor cores add
 (:class:`~jaxwarp._src.tensorcore.arch.Datapath`, per instruction family and operand
-type) are data, in ``arch.py``; only the sm_90 / sm_90a model is verified, on every
-float trial of the H100 captures (WMMA, ``mma.sync``, ``wgmma``, chains to K = 4096).
+type) are data, in ``arch.py``. The sm_90 / sm_90a model is verified on every float trial
+of the H100 captures (WMMA, ``mma.sync``, ``wgmma``, chains to K = 4096); the models of
+sm_70 ... sm_120 against the reference model MMA-Sim 2.1.1 on every ``mma.sync``
+configuration it has (``ArchModel.verified`` says which).
 
 One instruction computes each output element as a chain of *block fused multiply-adds*
 (``Datapath.c_mode == "fused"``, every f16 / bf16 / tf32 instruction and fp8 ``wgmma``):
@@ -34,7 +36,10 @@ One instruction computes each output element as a chain of *block fused multiply
    (``f16_out="direct"``, a -0 result becomes +0: ``f16_zero="plus"``). Beyond the
    format's range the result is inf (also toward zero).
 
-Each block after the first takes the previous block's fp32 result as its accumulator.
+Each block after the first takes the previous block's fp32 result as its accumulator
+(``block_out="f32"``), or its result rounded as D (``block_out="d"``: the older
+generations as MMA-Sim models them, where an f16 D rounds every block of 8 or 4 to f16;
+their parameters: ``arch.py``).
 ``c_mode="end"`` (fp8 ``mma.sync``): the blocks chain from +0 in d's type and C is
 added last by an IEEE addition rounded to nearest (FADD / HADD2). ``c_mode="ffma"``
 (``mma.sync`` m8n8k4 f16 on sm_90, a software routine): fp32 FFMAs,
@@ -72,6 +77,7 @@ from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics import softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
+from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import isa
 from jaxwarp._src.tensorcore.arch import ARCHS, ArchModel, Datapath, Target
@@ -198,8 +204,9 @@ def _acc(bits, fmt: str, dp: Datapath, out: str | None = None) -> _Acc:
     ``e_floor`` at least ``emin(out) - e_floor`` also for a zero, which then bounds E."""
     t = softfloat.term(bits, fmt)
     lo = softfloat.emin(out or fmt)
-    if dp.c_sub_exp == "emin":
-        t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, lo), t.lead))
+    if dp.c_sub_exp != "lead":
+        sub = lo if dp.c_sub_exp == "emin" else softfloat.emin(fmt)
+        t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, sub), t.lead))
     if dp.e_floor is not None:
         t = t._replace(lead=jnp.maximum(t.lead, lo - dp.e_floor))
     return t
@@ -312,9 +319,19 @@ def _ebits(x):
     return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
 
 
-#: Operand formats of the fast path: fp32 holds every value and every product of two
+#: Operand formats of the fast path: f16 holds every value, fp32 every product of two
 #: values exactly as a normal number (bf16 and tf32 products may leave fp32's range).
-_FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2"})
+_FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
+
+
+def _as_f16(x, fmt: str):
+    """Operand values of ``fmt`` as float16 (exact): fp8 by a conversion, the fp6 / fp4
+    codes (uint8, ``Format.code_storage``) from their decoded significand and exponent."""
+    if not FORMATS[fmt].code_storage:
+        return x.astype(jnp.float16)
+    neg, lsb, sig, _, _, _ = softfloat.decode(x.astype(jnp.uint32), fmt)
+    v = sig.astype(jnp.float32) * _pow2(lsb + 127)  # lsb >= -4: a normal fp32 scale
+    return jnp.where(neg, -v, v).astype(jnp.float16)
 
 
 def _fast_align(x, fmt: str, dp: Datapath):
@@ -499,8 +516,11 @@ def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_type: str):
     blocks = [ks[j:j + dp.block_k] for j in range(0, len(ks), dp.block_k)]
     for j, kb in enumerate(blocks):
         r = block(a, b, kb, acc, dp)
-        if j + 1 < len(blocks):  # the fp32 block result is the next block's accumulator
-            acc = _acc(_f32_bits(r, dp), "f32", dp)
+        if j + 1 < len(blocks):  # the block result is the next block's accumulator
+            if dp.block_out == "d" and cfg.d_type == "f16":  # rounded as D
+                acc = _acc(_f16_bits(r, dp), "f16", dp)
+            else:
+                acc = _acc(_f32_bits(r, dp), "f32", dp)
     if cfg.d_type == "f32":
         return _f32_bits(r, dp)
     if c_type == "f16" and dp.f16_out == "direct":
@@ -637,7 +657,7 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
                   else softfloat.lsb_min)
         block = functools.partial(_block_fast, fmts=(a_type, b_type),
                                   emin=lowest(a_type) + lowest(b_type))
-        a16, b16 = a.astype(jnp.float16), b.astype(jnp.float16)
+        a16, b16 = _as_f16(a, a_type), _as_f16(b, b_type)
         f16 = cfg.a_type == cfg.b_type == "f16"
         if dp.align == "nominal" and _store_decoded(a, b, c, general=False, f16=f16):
             ops = ((a16, _fast_align(a16.astype(jnp.float32), a_type, dp).astype(jnp.int16)),
@@ -746,8 +766,8 @@ def _mma_int(a, b, c, satf):
 def _round_operand(x, a_type):
     if a_type == "tf32":  # the tensor core ignores the low 13 bits
         return bits_.tf32_keep(x)
-    if a_type in isa.FP8_TYPES:
-        return x.astype(jnp.float32)
+    if a_type in _FAST_FORMATS:  # fp8, and the fp6 / fp4 codes: values
+        return _as_f16(x, a_type).astype(jnp.float32)
     return x
 
 
@@ -818,16 +838,20 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         (tf32: the whole fp32 word; the tensor core ignores its low 13 bits), float64,
         float8_e4m3fn (e4m3), float8_e5m2 (e5m2), int8 (s8; s4 values in [-8, 7]) or
         uint8 (u8; u4 values in [0, 15]; for s4/u4 only the low 4 bits count, as in a
-        fragment).
+        fragment; e3m2, e2m3, e2m1: the format's code in the low 6 / 6 / 4 bits,
+        ``mma_sync`` ``kind::f8f6f4`` on sm_120a).
       b: (..., k, n) in b_type's storage dtype.
       c: (..., m, n) in c_type's dtype (float16, float32, float64 or int32). Leading
         batch dims of a, b and c broadcast: many tiles at once without vmap.
       a_type, c_type, d_type: static type names. WMMA: see ``COMBOS``; ``mma_sync`` and
         ``wgmma``: see ``PTX_CD`` (fp8: f32/f32 or f16/f16).
-      arch: a target name (``"sm_70"``, ``"sm_75"``, ``"sm_80"``, ``"sm_86"``,
-        ``"sm_89"``, ``"sm_90"``, ``"sm_90a"``) or an ``ArchModel``. The target must
-        be able to issue the instruction (``wgmma`` needs ``"sm_90a"``); its datapath
-        model gives the arithmetic (only sm_90 / sm_90a is verified; see ``arch.py``).
+      arch: a target name (``arch.TARGETS``: ``"sm_70"``, ``"sm_75"``, ``"sm_80"``,
+        ``"sm_86"``, ``"sm_87"``, ``"sm_89"``, ``"sm_90"``, ``"sm_90a"``,
+        ``"sm_100(a)"``, ``"sm_103(a)"``, ``"sm_120(a)"``, ``"sm_121(a)"``) or an
+        ``ArchModel``. The target must be able to issue the instruction (``wgmma``
+        needs ``"sm_90a"``, fp8 ``mma_sync`` sm_89 or newer, fp6 / fp4 ``"sm_120a"``);
+        its datapath model gives the arithmetic (sm_90 verified on hardware, the others
+        against MMA-Sim or not at all: ``ArchModel.verified``, ``arch.py``).
       mode: ``"exact"`` reproduces the hardware bits (see the module docstring for
         the model). ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64)
         accumulation of the operands (tf32 low bits dropped), then one conversion to
@@ -840,7 +864,8 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         satf so it is unverified; we apply the documented PTX rule to the result: +inf
         -> +MAX_NORM, -inf -> -MAX_NORM, NaN -> +0.
       b_type: B's type (default: a_type); e4m3/e5m2, s8/u8 and s4/u4 may be mixed
-        (``mma_sync``, ``wgmma``).
+        (``mma_sync``, ``wgmma``), and any two of e5m2, e4m3, e3m2, e2m3, e2m1
+        (``mma_sync`` ``kind::f8f6f4``, sm_120a).
       instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"``.
       instruction_k: the k of one instruction (e.g. ``mma_sync`` tf32 4 or 8; f16 4 is
         the m8n8k4 shape). Default: the largest k of the family dividing a's k. k must
@@ -910,7 +935,7 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         return d
     dp = datapath
     if dp is None and a_type != "f64":
-        dp = _arch.datapath_for(model, instruction, a_type, ik)
+        dp = _arch.datapath_for(model, instruction, a_type, ik, b_type)
     cfg = _Cfg(a_type, b_type, c_type, d_type, dp, ik)
     return _mma_float(a, b, c, cfg, mode, satf)
 

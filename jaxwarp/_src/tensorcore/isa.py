@@ -44,6 +44,8 @@ Shape = tuple[int, int, int]
 INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
 #: The fp8 operand types (the fp8 formats of the number layer).
 FP8_TYPES = tuple(FP8_FORMATS)
+#: The operand types of ``kind::f8f6f4`` (PTX order): fp8, fp6 and fp4.
+F8F6F4_TYPES = ("e5m2", "e4m3", "e3m2", "e2m3", "e2m1")
 #: Layouts of A and B (PTX names; WMMA spells them ``row_major`` / ``col_major``).
 LAYOUTS = ("row", "col")
 ROW_COL = (("row", "col"),)
@@ -77,6 +79,8 @@ class Row:
       experimental: WMMA ``nvcuda::wmma::experimental`` types.
       group: a name for the row's types where they are several (``"fp8"``, ``"int"``);
         default: the A type.
+      kind: the ``.kind::`` qualifier the row is issued with (``"f8f6f4"``: ``mma.sync``
+        of sm_120a, every A/B element in a byte of its own), or ``""``.
     """
 
     instruction: str
@@ -96,6 +100,7 @@ class Row:
     b1_ops: tuple[tuple[str, int], ...] = ()
     experimental: bool = False
     group: str = ""
+    kind: str = ""
 
     @property
     def group_name(self) -> str:
@@ -156,6 +161,8 @@ ROWS: tuple[Row, ...] = (
         pairing="mixed"),
     Row("mma_sync", FP8_TYPES, ((16, 8, 32),), _F32_F16, 89, "mma_sync_fp8_k32",
         pairing="mixed"),
+    Row("mma_sync", F8F6F4_TYPES, ((16, 8, 32),), _F32_F16, 120, "mma_sync_f8f6f4",
+        pairing="mixed", arch_specific=True, group="f8f6f4", kind="f8f6f4"),
     Row("mma_sync", ("s8", "u8"), ((8, 8, 16),), _S32, 75, "int", pairing="mixed",
         satfinite=True),
     Row("mma_sync", ("s8", "u8"), ((16, 8, 16), (16, 8, 32)), _S32, 80, "int",
@@ -204,12 +211,20 @@ def shapes(instruction: str, a_type: str) -> tuple[Shape, ...]:
     return tuple(dict.fromkeys(s for r in rows(instruction, a_type) for s in r.shapes))
 
 
-def row_of(instruction: str, a_type: str, shape: Shape) -> Row | None:
-    """The row that has this (m, n, k), or None."""
+def row_of(instruction: str, a_type: str, shape: Shape, kind: str | None = None,
+           b_type: str | None = None) -> Row | None:
+    """The first row that has this (m, n, k) (with ``.kind::`` ``kind`` if given, and
+    B type ``b_type`` if given), or None."""
     for r in rows(instruction, a_type):
-        if tuple(shape) in r.shapes:
+        if (tuple(shape) in r.shapes and (kind is None or r.kind == kind)
+                and (b_type is None or b_type in r.b_types(a_type))):
             return r
     return None
+
+
+def kinds(instruction: str) -> tuple[str, ...]:
+    """The ``.kind::`` qualifiers of an instruction family's rows."""
+    return tuple(dict.fromkeys(r.kind for r in rows(instruction) if r.kind))
 
 
 def cd_pairs(instruction: str, a_type: str, shape: Shape | None = None
@@ -252,11 +267,12 @@ def min_target(instruction: str, a_type: str, k: int | None = None) -> tuple[int
     return best.min_sm, best.arch_specific
 
 
-def datapath_family(instruction: str, a_type: str, k: int) -> str:
+def datapath_family(instruction: str, a_type: str, k: int, b_type: str | None = None) -> str:
     """The datapath model of one instruction (a float family of ``arch.FAMILIES``, or
-    ``"int"`` / ``"f64"`` / ``"bmma"``)."""
+    ``"int"`` / ``"f64"`` / ``"bmma"``): the first row with this k that takes A type
+    ``a_type`` with B type ``b_type`` (e4m3 with e2m1 is ``kind::f8f6f4``)."""
     for r in rows(instruction, a_type):
-        if k in r.ks:
+        if k in r.ks and (b_type is None or b_type in r.b_types(a_type)):
             return r.datapath
     raise KeyError((instruction, a_type, k))
 
@@ -337,6 +353,7 @@ def support_table() -> str:
         extra = ""
         if r.b1_ops:
             extra = " (" + ", ".join(f".{op}.popc sm_{sm}" for op, sm in r.b1_ops) + ")"
-        lines.append(f"| {r.instruction} | {ab} | {_shapes_text(r.shapes)} | {cd} | "
+        shapes_ = _shapes_text(r.shapes) + (f" .kind::{r.kind}" if r.kind else "")
+        lines.append(f"| {r.instruction} | {ab} | {shapes_} | {cd} | "
                      f"{r.target}{extra} |")
     return "\n".join(lines)

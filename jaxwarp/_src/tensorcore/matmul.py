@@ -104,8 +104,9 @@ from jaxwarp._src.tensorcore.arch import check_target, parse_target
 INSTRUCTIONS = isa.INSTRUCTIONS
 FP8_FORMATS = isa.FP8_TYPES
 # matmul chains the float datapaths (and f64 through WMMA): a row's types are operand
-# formats where its datapath is a float family, or f64 on WMMA.
-_TILE_ROWS = tuple(r for r in isa.ROWS if r.k_auto and (
+# formats where its datapath is a float family, or f64 on WMMA. (``.kind::`` rows, whose
+# fp6 / fp4 operands have no conversion here, are left to ``jaxwarp.mma``.)
+_TILE_ROWS = tuple(r for r in isa.ROWS if r.k_auto and not r.kind and (
     r.datapath not in isa.EXACT_DATAPATHS or (r.instruction, r.datapath) == ("wmma", "f64")))
 OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_types))
 

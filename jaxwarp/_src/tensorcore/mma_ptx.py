@@ -10,11 +10,12 @@ Instructions
 ------------
 :func:`parse_mma` reads the text after ``mma.sync.aligned.``, e.g.
 ``"m16n8k32.row.col.f32.e4m3.e5m2.f32"``, into a frozen :class:`MmaInstr`. It accepts
-exactly the 94 configurations that ptxas of CUDA 13.0 accepts for sm_90a
-(:func:`mma_instructions` lists them): the ``"mma_sync"`` rows of the instruction
+exactly the 94 configurations that ptxas of CUDA 13.0 accepts for sm_90a and the 50 of
+``m16n8k32.row.col.kind::f8f6f4`` of sm_120a (:func:`mma_instructions` lists them): the
+``"mma_sync"`` rows of the instruction
 catalogue (``jaxwarp._src.tensorcore.isa.ROWS``; its table is in ``docs/extending.md``),
 each with its shapes, (C, D) types, A/B pairings and minimum target per shape
-(:attr:`MmaInstr.min_arch`).
+(:attr:`MmaInstr.min_arch`, :attr:`MmaInstr.min_target`).
 
 Only f16 m8n8k4 takes layouts other than ``.row.col``. ptxas rejects a mixed f16/f32
 C/D at m16n8k*, C f32 with D f16 at m8n8k4, and any mixed C/D with fp8; the parser says
@@ -27,6 +28,10 @@ per 32-bit register (``uint32``), or per 64-bit register (``uint64``) for f64. A
 holds ``P = 32 // bits`` elements, the lower-numbered element in the lower bits: f16 and
 bf16 two, e4m3/e5m2/s8/u8 four, s4/u4 eight, b1 thirty-two, f32/tf32/s32 one (its bits);
 f64 one per ``uint64``. Integers are stored as their two's-complement bit fields.
+``.kind::f8f6f4`` (sm_120a) holds every A / B element in a byte of its own, four to a
+register as e4m3: e2m3 / e3m2 codes in bits 5:0 of the byte, e2m1 codes in bits 5:2
+(PTX ISA, "Packing format"; the other bits are zero when written and ignored when
+read); their logical operands are the uint8 codes (the format registry's storage).
 
 groupID ``g = lane // 4`` and threadID_in_group ``t = lane % 4``. All m16n8k* and m8n8k*
 fragments are built from *core matrices* of 8 rows x 4 registers (4P elements, 128 bits
@@ -103,8 +108,9 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa, layouts
-from jaxwarp._src.tensorcore.arch import parse_target, supported_target
+from jaxwarp._src.tensorcore.arch import has, parse_target, supported_target
 
 __all__ = [
     "MmaInstr",
@@ -137,8 +143,8 @@ def _shape_str(s: tuple[int, int, int]) -> str:
     return isa.shape_name(s)
 
 
-def _row(a_type: str, shape: tuple[int, int, int]) -> isa.Row:
-    row = isa.row_of("mma_sync", a_type, shape)
+def _row(a_type: str, shape: tuple[int, int, int], kind: str = "") -> isa.Row:
+    row = isa.row_of("mma_sync", a_type, shape, kind)
     if row is None:
         raise KeyError((a_type, shape))
     return row
@@ -154,6 +160,8 @@ class MmaInstr:
       a_type, b_type, c_type, d_type: PTX type names (``"f16"``, ``"e4m3"``, ``"s32"`` …).
       satfinite: ``.satfinite`` (integer types only).
       b1_op: ``"xor"`` or ``"and"`` for ``b1`` (``.xor.popc`` / ``.and.popc``), else None.
+      kind: ``"f8f6f4"`` for ``.kind::f8f6f4`` (sm_120a: A and B of e4m3, e5m2, e3m2,
+        e2m3, e2m1, one element per byte), else ``""``.
     """
 
     m: int
@@ -167,6 +175,7 @@ class MmaInstr:
     d_type: str
     satfinite: bool = False
     b1_op: str | None = None
+    kind: str = ""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -176,6 +185,8 @@ class MmaInstr:
     def qualifier(self) -> str:
         """The canonical text after ``mma.sync.aligned.`` (what :func:`parse_mma` reads)."""
         s = f"{_shape_str(self.shape)}.{self.a_layout}.{self.b_layout}"
+        if self.kind:
+            s += f".kind::{self.kind}"
         if self.satfinite:
             s += ".satfinite"
         s += f".{self.d_type}.{self.a_type}.{self.b_type}.{self.c_type}"
@@ -205,8 +216,28 @@ class MmaInstr:
     @property
     def min_arch(self) -> int:
         """Lowest sm_XY (as XY) that has the instruction (PTX ISA target notes)."""
-        row = _row(self.a_type, self.shape)
+        row = _row(self.a_type, self.shape, self.kind)
         return max(row.min_sm, dict(row.b1_ops).get(self.b1_op, 0))
+
+    @property
+    def min_target(self) -> str:
+        """The lowest target that has the instruction: ``"sm_80"``, or ``"sm_120a"``
+        where only the ``a`` target of a generation has it (``.kind::f8f6f4``)."""
+        row = _row(self.a_type, self.shape, self.kind)
+        return f"sm_{self.min_arch}" + ("a" if row.arch_specific else "")
+
+    def elem_bits(self, use: str) -> int:
+        """Bits one element of operand ``use`` takes in a register: 8 for every A / B
+        element of ``.kind::f8f6f4`` (fp6 / fp4 codes in a byte of their own)."""
+        ty = self.elem_type(use)
+        return 8 if self.kind and use in ("a", "b") else _BITS[ty]
+
+    def elem_lsb(self, use: str) -> int:
+        """Lowest bit of an element's code in its bit field (``.kind::f8f6f4``: e2m1 in
+        bits 5:2 of its byte, e2m3 / e3m2 in bits 5:0; the format registry's
+        ``unpacked_lsb``); 0 otherwise."""
+        ty = self.elem_type(use)
+        return FORMATS[ty].unpacked_lsb if self.kind and use in ("a", "b") else 0
 
     def elem_type(self, use: str) -> str:
         return {"a": self.a_type, "b": self.b_type, "c": self.c_type, "d": self.d_type}[use]
@@ -220,12 +251,12 @@ class MmaInstr:
         return ((4,) if self.quadpair else ()) + self.dims(use)
 
     def elems_per_reg(self, use: str) -> int:
-        return self.word_bits // _BITS[self.elem_type(use)]
+        return self.word_bits // self.elem_bits(use)
 
     def nregs(self, use: str) -> int:
         """Registers per lane for operand ``use`` (``"a"``, ``"b"``, ``"c"``, ``"d"``)."""
         rows, cols = self.dims(use)
-        total = self.mmas_per_warp * rows * cols * _BITS[self.elem_type(use)]
+        total = self.mmas_per_warp * rows * cols * self.elem_bits(use)
         return total // (WARP_SIZE * self.word_bits)
 
     def reg_dtype(self) -> jnp.dtype:
@@ -249,7 +280,7 @@ def _allowed_instrs() -> tuple[MmaInstr, ...]:
                         for al, bl in row.layouts:
                             for sat, op in variants:
                                 out.append(MmaInstr(*shape, al, bl, a_type, b_type, c, d,
-                                                    sat, op))
+                                                    sat, op, row.kind))
     return tuple(out)
 
 
@@ -258,12 +289,13 @@ _ALLOWED_SET = frozenset(ALLOWED)
 
 
 def mma_instructions() -> tuple[str, ...]:
-    """Every qualifier string :func:`parse_mma` accepts (94, ptxas of CUDA 13.0, sm_90a).
+    """Every qualifier string :func:`parse_mma` accepts (94 that ptxas of CUDA 13.0
+    accepts for sm_90a, and the 50 ``kind::f8f6f4`` ones of sm_120a).
 
     Example:
       >>> qs = mma_instructions()
       >>> len(qs), qs[0]
-      (94, 'm8n8k4.row.col.f16.f16.f16.f16')
+      (144, 'm8n8k4.row.col.f16.f16.f16.f16')
     """
     return tuple(i.qualifier for i in ALLOWED)
 
@@ -283,7 +315,8 @@ def _parse(qual: str) -> MmaInstr:
             raise _err(qual, f"the opcode must be {PREFIX!r} followed by the qualifiers")
         text = text[len(PREFIX):]
     parts = text.split(".")
-    grammar = ("shape.alayout.blayout[.satfinite].dtype.atype.btype.ctype[.xor|.and.popc]")
+    grammar = ("shape.alayout.blayout[.kind::f8f6f4][.satfinite].dtype.atype.btype.ctype"
+               "[.xor|.and.popc]")
     if "" in parts:
         raise _err(qual, f"empty qualifier (two dots in a row, or a leading or trailing dot) "
                    f"at part {parts.index('') + 1}; expected {grammar}")
@@ -303,6 +336,12 @@ def _parse(qual: str) -> MmaInstr:
         if lay not in LAYOUTS:
             raise _err(qual, f"{name} {lay!r} is not allowed; allowed: .row, .col")
     rest = parts[3:]
+    kind = ""
+    if rest and rest[0].startswith("kind::"):
+        kind, rest = rest[0][len("kind::"):], rest[1:]
+        if kind not in isa.kinds("mma_sync"):
+            raise _err(qual, f".kind::{kind} is not a kind of mma.sync; allowed: "
+                       f"{', '.join('.kind::' + k for k in isa.kinds('mma_sync'))}")
     sat = False
     if rest and rest[0] == "satfinite":
         sat, rest = True, rest[1:]
@@ -331,7 +370,14 @@ def _parse(qual: str) -> MmaInstr:
     if shape not in shapes:
         raise _err(qual, f"shape {_shape_str(shape)} with a type {a_type} is not allowed; "
                    f"{a_type} allows {', '.join(_shape_str(s) for s in shapes)}")
-    row = _row(a_type, shape)
+    row = isa.row_of("mma_sync", a_type, shape, kind, b_type)
+    if row is None:
+        other = isa.row_of("mma_sync", a_type, shape, None, b_type)
+        if kind:
+            raise _err(qual, f".kind::{kind} does not take a type {a_type} with b type "
+                       f"{b_type} at {_shape_str(shape)}")
+        raise _err(qual, f"a type {a_type} with b type {b_type} at {_shape_str(shape)} "
+                   f"needs .kind::{other.kind} after the layouts")
     if (parts[1], parts[2]) not in row.layouts:
         with_all = [f"{t} {_shape_str(s)}" for r in _ROWS if len(r.layouts) > 1
                     for t in r.a_types for s in r.shapes]
@@ -355,7 +401,8 @@ def _parse(qual: str) -> MmaInstr:
                    f"{' or '.join(f'.{o}.popc' for o, _ in row.b1_ops)}")
     if not row.b1_ops and op is not None:
         raise _err(qual, f".{op}.popc is only allowed with b1 operands, not {a_type}")
-    instr = MmaInstr(*shape, parts[1], parts[2], a_type, b_type, c_type, d_type, sat, op)
+    instr = MmaInstr(*shape, parts[1], parts[2], a_type, b_type, c_type, d_type, sat, op,
+                     kind)
     assert instr in _ALLOWED_SET, instr  # the checks above mirror the table
     return instr
 
@@ -404,9 +451,11 @@ def _check_arch(instr: MmaInstr, arch: Any) -> None:
         target = parse_target(arch.name)
     else:
         target = supported_target(arch)
-    if target.sm < instr.min_arch:
+    needs_a = _row(instr.a_type, instr.shape, instr.kind).arch_specific
+    if not has(target, instr.min_arch, needs_a):
+        need = instr.min_target if needs_a else f"{instr.min_target} or newer"
         raise ValueError(f"arch={target.name!r} lacks mma.sync.aligned.{instr.qualifier}: it "
-                         f"needs sm_{instr.min_arch} or newer")
+                         f"needs {need}")
 
 
 def operand_layout(instr: MmaInstr, use: str) -> layouts.Layout:
@@ -492,9 +541,12 @@ def _uint_of(bits: int):
     return bits_.uint_dtype(bits).type
 
 
-def _elem_bits(x: jax.Array, ty: str, word: Any) -> jax.Array:
-    """Logical elements -> their bit fields, in the register word dtype."""
+def _elem_bits(x: jax.Array, ty: str, word: Any, lsb: int = 0) -> jax.Array:
+    """Logical elements -> their bit fields, in the register word dtype (a code-stored
+    format's code at bit ``lsb`` of its field)."""
     bits = _BITS[ty]
+    if lsb or FORMATS[ty].code_storage:
+        return (x.astype(word) & word(bits_.low_mask(bits))) << word(lsb)
     if bits in (8, 16, 32, 64) and not jnp.issubdtype(x.dtype, jnp.integer):
         return bits_.uint_view(x).astype(word)
     if bits == 64:
@@ -503,9 +555,12 @@ def _elem_bits(x: jax.Array, ty: str, word: Any) -> jax.Array:
     return v.astype(word) & word(bits_.low_mask(bits))
 
 
-def _bits_elem(v: jax.Array, ty: str) -> jax.Array:
-    """Bit fields (register word dtype) -> logical elements."""
+def _bits_elem(v: jax.Array, ty: str, lsb: int = 0) -> jax.Array:
+    """Bit fields (register word dtype) -> logical elements (a code-stored format's code
+    read from bit ``lsb`` of its field; the other bits of the field are ignored)."""
     bits, dt = _BITS[ty], _LOGICAL[ty]
+    if lsb or FORMATS[ty].code_storage:
+        return ((v >> lsb) & ((1 << bits) - 1)).astype(dt)
     if bits == 64:
         return lax.bitcast_convert_type(v, dt)
     if bits in (8, 16, 32):
@@ -567,10 +622,10 @@ def _to_regs(instr: MmaInstr, use: str, x: jax.Array) -> jax.Array:
     q, row, col = fragment_coords(instr, use)
     if not instr.quadpair:
         x = x[..., None, :, :]
-    el = _elem_bits(x[..., q, row, col], ty, word)  # (..., 32, E)
+    el = _elem_bits(x[..., q, row, col], ty, word, instr.elem_lsb(use))  # (..., 32, E)
     P = instr.elems_per_reg(use)
     el = el.reshape(el.shape[:-1] + (instr.nregs(use), P))
-    shifts = (jnp.arange(P, dtype=jnp.uint32) * _BITS[ty]).astype(word)
+    shifts = (jnp.arange(P, dtype=jnp.uint32) * instr.elem_bits(use)).astype(word)
     return jnp.sum(el << shifts, axis=-1, dtype=word)  # disjoint bit fields: sum == or
 
 
@@ -603,7 +658,7 @@ def from_registers(qualifier: Union[str, MmaInstr], use: str, regs: Any) -> jax.
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _from_regs(instr: MmaInstr, use: str, r: jax.Array) -> jax.Array:
     ty = instr.elem_type(use)
-    P, bits = instr.elems_per_reg(use), _BITS[ty]
+    P, bits = instr.elems_per_reg(use), instr.elem_bits(use)
     word = _uint_of(instr.word_bits)
     if P == 1:
         el = r
@@ -612,7 +667,7 @@ def _from_regs(instr: MmaInstr, use: str, r: jax.Array) -> jax.Array:
         el = (r[..., None] >> shifts) & word((1 << bits) - 1)
         el = el.reshape(el.shape[:-2] + (-1,))
     lane_of, e_of = _inverse(instr, use)
-    out = _bits_elem(el[..., lane_of, e_of], ty)
+    out = _bits_elem(el[..., lane_of, e_of], ty, instr.elem_lsb(use))
     return out if instr.quadpair else out[..., 0, :, :]
 
 
@@ -650,8 +705,9 @@ def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
       b: (..., k, n) in the B type's logical dtype.
       c: (..., m, n) in the C type's logical dtype. Leading batch axes of a, b, c
         broadcast. Layouts (``.row``/``.col``) only matter for registers.
-      arch: a key of ``datapath.ARCHS`` (``"sm_90"``, ``"sm_80"``, ``"sm_70"``) or a
-        ``datapath.ArchModel``; it must have the instruction (e.g. fp8 needs sm_89+).
+      arch: a key of ``datapath.ARCHS`` (``"sm_70"`` ... ``"sm_90"``, ``"sm_100a"``,
+        ``"sm_120a"`` ...) or a ``datapath.ArchModel``; it must have the instruction
+        (fp8 needs sm_89 or newer, ``.kind::f8f6f4`` sm_120a or sm_121a).
 
     Returns:
       (..., m, n) in the D type's logical dtype.

@@ -65,7 +65,7 @@ from jaxwarp._src import checks
 from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa, layouts
-from jaxwarp._src.tensorcore.arch import Target, supported_target
+from jaxwarp._src.tensorcore.arch import Target, has, supported_target
 
 __all__ = [
     "DescriptorFields", "WgmmaInstruction", "a_layout",
@@ -295,7 +295,7 @@ def _arch(arch: Any, instr: WgmmaInstruction) -> Target:
     """The target, which must be able to issue ``instr`` (the catalogue's minimum)."""
     target = supported_target(arch)
     sm, needs_a = isa.min_target("wgmma", instr.a_type)
-    if target.sm < sm or (needs_a and not target.arch_specific):
+    if not has(target, sm, needs_a):
         want = f"sm_{sm}a" if needs_a else f"sm_{sm} or newer"
         raise ValueError(f"arch={arch!r} is not supported: wgmma needs {want}")
     return target
