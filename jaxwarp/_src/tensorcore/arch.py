@@ -27,6 +27,9 @@ sm_89     the sm_80 model for f16 / bf16 / tf32; fp8 ``mma.sync``:      no
           no model is known, an error is raised
 sm_70/75  V100-style (published): f16 blocks of 4, F = 23 (sm_75 is     no
           given the same model as sm_70)
+sm_100a,  tcgen05.mma (MMA-Sim 2.1.1's Blackwell model): one block per   MMA-Sim
+sm_103a   instruction (16 f16/bf16, 8 tf32, 32 fp8), F = 25, e_floor 7;  only
+          no mma.sync / wmma preset yet
 ========  ===========================================================  ===========
 
 Example:
@@ -48,7 +51,9 @@ from jaxwarp._src.checks import format_name, static_choice
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.tensorcore import isa
 
-TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+#: Blackwell targets with a tcgen05 model (the tcgen05 block at the end of the presets).
+TCGEN05_TARGETS = ("sm_100a", "sm_103a")
+TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a") + TCGEN05_TARGETS
 _TARGET_RE = re.compile(r"sm_?([1-9][0-9]*)([af]?)")
 
 
@@ -378,6 +383,30 @@ SM70 = ArchModel("sm_70", (("hmma", _V100), ("mma_sync_m8n8k4_f16", _V100)),
                  note="published V100 parameters: f16 blocks of 4, F = 23; unverified",
                  missing_note="sm_70 has only f16 floating-point tensor cores")
 
+# --- tcgen05 (Blackwell sm_100a / sm_103a) presets: kept together (helper "tcgen05") --
+# MMA-Sim 2.1.1's Blackwell tcgen05.mma model (arithmetic/fdpa.py, nv_ptx/sim.py): one
+# truncated fused dot-product-add per instruction (K = 32 bytes: L = 16 f16 / bf16, 8
+# tf32, 32 fp8 products), F = 25, zero terms at e_zero = emin(D) - 7 (-21 f16 D, -133
+# f32 D: ``e_floor=7``), subnormal operands and a subnormal C at their format's minimum
+# normal exponent, RZ to fp32 or RNE to f16 straight from the exact sum, NaN canonical.
+# That is the sm_90 HMMA datapath, with fp8 in blocks of 32 at the full F = 25 (sm_90's
+# wgmma fp8 keeps F = 13 and a 13-bit sum). Checked against MMA-Sim, not hardware.
+_B200 = Datapath(block_k=16, F=25, sub_exp="emin", c_sub_exp="emin", e_floor=7)
+TCGEN05_DATAPATHS = (
+    ("tcgen05_f16", _B200),
+    ("tcgen05_tf32", _B200.replace(block_k=8)),
+    ("tcgen05_f8f6f4", _B200.replace(block_k=32)),
+)
+_TCGEN05_NOTE = ("tcgen05.mma dense kinds f16 / tf32 / f8f6f4 from MMA-Sim 2.1.1's Blackwell "
+                 "model (bit for bit against it; no hardware capture); kind::i8 is exact")
+_TCGEN05_MISSING = ("only tcgen05.mma is modelled for this target so far (no mma.sync / wmma "
+                    "preset)")
+TCGEN05_ARCHS = {
+    name: ArchModel(name, TCGEN05_DATAPATHS, note=_TCGEN05_NOTE,
+                    missing_note=_TCGEN05_MISSING)
+    for name in TCGEN05_TARGETS}
+# --- end of the tcgen05 presets ------------------------------------------------------
+
 #: Every known target -> its datapath model.
 ARCHS: Mapping[str, ArchModel] = MappingProxyType({
     "sm_70": SM70,
@@ -389,6 +418,7 @@ ARCHS: Mapping[str, ArchModel] = MappingProxyType({
     "sm_89": SM89,
     "sm_90": SM90,
     "sm_90a": dataclasses.replace(SM90, name="sm_90a"),
+    **TCGEN05_ARCHS,
 })
 
 
