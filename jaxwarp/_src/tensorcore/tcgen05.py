@@ -81,12 +81,13 @@ from jaxwarp._src.tensorcore.smem import (
     is_descriptor,
     keep_c,
     layout_addresses,
+    scatter,
 )
 
 __all__ = [
     "InstrDescriptorFields", "Tcgen05Instruction", "decode_instr_descriptor",
     "make_instr_descriptor", "parse_tcgen05", "read_operand", "tcgen05_mma",
-    "tcgen05_mma_logical",
+    "tcgen05_mma_logical", "write_operand",
 ]
 
 # --------------------------------------------------------------------------------------
@@ -418,6 +419,18 @@ def _fields(desc: Any, what: str) -> SmemDescriptorFields:
     return f
 
 
+def _addresses(desc: Any, instr: Tcgen05Instruction, operand: str, transpose: Any):
+    checks.static_choice(operand, "operand", ("a", "b"))
+    t = instr.a_type if operand == "a" else instr.b_type
+    rows = instr.m if operand == "a" else instr.n
+    f = _fields(desc, f"desc_{operand}")
+    bits = np.dtype(BITS_DTYPE[t]).itemsize * 8
+    addr, bit = layout_addresses(f.start_address, f.leading_byte_offset,
+                                 f.stride_byte_offset, f.swizzle, rows, instr.k, bits,
+                                 int(_flag(transpose, "transpose")))
+    return addr, bit, bits, t, f
+
+
 def read_operand(smem: Any, desc: Any, qualifier: Any, operand: str, *,
                  transpose: bool = False) -> jax.Array:
     """Reads A (M x K) or B (K x N) from shared memory through a tcgen05 shared memory
@@ -441,18 +454,51 @@ def read_operand(smem: Any, desc: Any, qualifier: Any, operand: str, *,
       ((32, 8), 1, 16)
     """
     instr = parse_tcgen05(qualifier)
-    checks.static_choice(operand, "operand", ("a", "b"))
-    t = instr.a_type if operand == "a" else instr.b_type
-    rows = instr.m if operand == "a" else instr.n
-    f = _fields(desc, f"desc_{operand}")
+    addr, bit, bits, t, f = _addresses(desc, instr, operand, transpose)
     s = as_smem(smem)
-    bits = np.dtype(BITS_DTYPE[t]).itemsize * 8
-    addr, bit = layout_addresses(f.start_address, f.leading_byte_offset,
-                                 f.stride_byte_offset, f.swizzle, rows, instr.k, bits,
-                                 int(_flag(transpose, "transpose")))
     check_range(addr, s.shape[-1], f"operand {operand}", desc, f)
     v = gather(s, addr, bit, bits, BITS_DTYPE[t])
     return v if operand == "a" else jnp.swapaxes(v, -1, -2)
+
+
+def write_operand(smem: Any, desc: Any, qualifier: Any, operand: str, x: Any, *,
+                  transpose: bool = False) -> jax.Array:
+    """Stores logical A (M x K) or B (K x N) where ``desc`` points: the inverse of
+    :func:`read_operand` for a layout whose elements do not overlap (other bytes keep
+    their value).
+
+    Args:
+      smem: (nbytes,) uint8. desc, qualifier, operand, transpose: as :func:`read_operand`.
+      x: the operand as raw bits (``BITS_DTYPE``; any integer dtype of that width).
+
+    Returns:
+      The updated (nbytes,) uint8 shared memory.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxwarp._src.tensorcore.smem import make_smem_descriptor
+      >>> q = "m64n8k16.kind::f16.f32.f16.f16"
+      >>> b = jnp.arange(128, dtype=jnp.uint16).reshape(16, 8)
+      >>> d = make_smem_descriptor(0, 16, 256, swizzle=32)
+      >>> smem = write_operand(jnp.zeros(512, jnp.uint8), d, q, "b", b)
+      >>> bool((read_operand(smem, d, q, "b") == b).all())
+      True
+    """
+    instr = parse_tcgen05(qualifier)
+    addr, bit, bits, t, f = _addresses(desc, instr, operand, transpose)
+    s = as_smem(smem)
+    if s.ndim != 1:
+        raise ValueError(f"write_operand takes one shared memory (nbytes,), got {s.shape}; "
+                         f"use jax.vmap for many")
+    x = jnp.asarray(x)
+    want = (instr.m, instr.k) if operand == "a" else (instr.k, instr.n)
+    if x.shape != want:
+        raise ValueError(f"x must be operand {operand} of shape {want}, got {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.integer) or x.dtype.itemsize * 8 != bits:
+        raise TypeError(f"x must hold {t} elements as {bits}-bit integers "
+                        f"({BITS_DTYPE[t]}), got {x.dtype}")
+    check_range(addr, s.shape[-1], f"operand {operand}", desc, f)
+    return scatter(s, addr, bit, bits, x if operand == "a" else x.T)
 
 
 # --------------------------------------------------------------------------------------
