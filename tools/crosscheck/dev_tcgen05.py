@@ -26,6 +26,9 @@ import sys
 
 import numpy as np
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's jaxwarp, not an installed one
+
 KINDS = ("normal", "wide", "random_bits", "cancel", "tiny", "specials")
 FP8 = ("e4m3", "e5m2")
 FP64 = ("e3m2", "e2m3", "e2m1")
@@ -148,11 +151,12 @@ def gen(out, groups, small):
     for g in groups:
         qs = _qualifiers(g)
         per_q = -(-120_000 // len(qs))
-        for k, d, a_t, b_t, kind_name in qs:
+        ns = [8, 16, 24, 64, 136, 256] if len(qs) < 20 else [8, 16, 24, 40]
+        for qi, (k, d, a_t, b_t, kind_name) in enumerate(qs):
             n_out, i = 0, 0
-            while (i < len(KINDS)) if small else (n_out < per_q):
-                m = 64 if small else (64, 128)[(i // len(KINDS)) % 2]
-                n = 8 if small else int(rng.choice([8, 16, 24, 64, 136, 256]))
+            while i < len(KINDS) or (not small and n_out < per_q):
+                m = 64 if small else (64, 128)[(i + qi) % 2]
+                n = 8 if small else int(rng.choice(ns))
                 kind = KINDS[i % len(KINDS)]
                 q = f"m{m}n{n}k{k}.kind::{kind_name}.{d}.{a_t}.{b_t}"
                 a, b, c = _trial(rng, m, n, k, a_t, b_t, d, kind)
@@ -284,7 +288,7 @@ def testdata(inp, refp):
         for f in ("A", "B", "C", "kind"):
             out[f"{q}/{f}"] = np.stack([z[f"{k}/{f}"] for k in keys])
         out[f"{q}/D"] = np.stack([r[f"{k}/D"] for k in keys])
-    dst = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "mmasim_tcgen05.npz"
+    dst = ROOT / "tests" / "data" / "mmasim_tcgen05.npz"
     np.savez_compressed(dst, **out)
     print(dst, len(by_q), "qualifiers")
 

@@ -142,6 +142,8 @@ def _m64(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
 #: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it.
 TCGEN05_M = (64, 128)
 TCGEN05_N_INT = WGMMA_N_INT
+#: kind::f8f6f4 operand types: fp8, fp6 and fp4 (one element per byte in shared memory).
+F8F6F4_TYPES = FP8_TYPES + ("e3m2", "e2m3", "e2m1")
 
 
 def _tcgen05(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
@@ -156,7 +158,7 @@ TCGEN05_ROWS: tuple[Row, ...] = (
         scale=True, group="f16", **_TC5),
     Row("tcgen05", ("tf32",), _tcgen05(8, WGMMA_N_FLOAT), _F32, 100, "tcgen05_tf32",
         scale=True, group="tf32", **_TC5),
-    Row("tcgen05", FP8_TYPES, _tcgen05(32, WGMMA_N_FLOAT), _F32_F16, 100,
+    Row("tcgen05", F8F6F4_TYPES, _tcgen05(32, WGMMA_N_FLOAT), _F32_F16, 100,
         "tcgen05_f8f6f4", pairing="mixed", scale=True, group="f8f6f4", **_TC5),
     Row("tcgen05", ("s8", "u8"), _tcgen05(32, TCGEN05_N_INT), _S32, 100, "int",
         pairing="mixed", satfinite=True, group="i8", **_TC5),

@@ -16,7 +16,8 @@ kind            A / B                          D           K     N
 kind::f16       f16, bf16 (A type == B type)   f32; f16    16    8..256 step 8
                                                (f16 A/B)
 kind::tf32      tf32                           f32         8     8..256 step 8
-kind::f8f6f4    e4m3, e5m2 (any pairing)       f32, f16    32    8..256 step 8
+kind::f8f6f4    e4m3, e5m2, e3m2, e2m3, e2m1   f32, f16    32    8..256 step 8
+                (any pairing)
 kind::i8        s8, u8 (any pairing)           s32         32    8, 16, 24, 32..256
                                                                  step 16
 ==============  =============================  ==========  ====  ==================
@@ -42,9 +43,10 @@ are logical (M, N) / (M, K) arrays here); a non-zero descriptor base offset with
 swizzle, the 128-byte swizzle with 32-byte atoms and the absolute LBO mode.
 
 Operands are arrays of raw bits (uint16 f16/bf16, uint32 tf32: the whole fp32 word,
-uint8 e4m3/e5m2/u8, int8 s8) or the dtype ``datapath.mma`` takes (float16, bfloat16,
-float32, float8_*); D is float32 (f32), float16 (f16) or int32 (s32). Leading batch
-axes broadcast.
+uint8 e4m3/e5m2/u8, int8 s8; fp6 / fp4 one element per uint8 byte as in shared memory,
+e3m2 / e2m3 in bits 5:0 and e2m1 in bits 5:2, the other bits ignored) or the dtype
+``datapath.mma`` takes (float16, bfloat16, float32, float8_*); D is float32 (f32),
+float16 (f16) or int32 (s32). Leading batch axes broadcast.
 
 Example:
     >>> import jax.numpy as jnp
@@ -98,15 +100,29 @@ _ROWS = isa.rows("tcgen05")
 KINDS = tuple(dict.fromkeys(r.group_name for r in _ROWS))
 _KIND_ROWS = {kind: tuple(r for r in _ROWS if r.group_name == kind) for kind in KINDS}
 _FLOAT_TYPES = tuple(t for t in isa.a_types("tcgen05") if FORMATS[t].is_float)
+#: fp6 / fp4: one element per byte, the code at bits ``unpacked_lsb`` and up (e2m3 and
+#: e3m2 in bits 5:0, e2m1 in bits 5:2; the other bits are ignored).
+_BYTE_CODES = tuple(t for t in _FLOAT_TYPES if FORMATS[t].code_storage)
 #: dtype of an operand element's raw bits per type: unsigned words of the element's
-#: width for floats (tf32: the fp32 word), the storage dtype for s8 / u8.
+#: width for floats (tf32: the fp32 word; fp6 / fp4: the byte), the storage dtype for
+#: s8 / u8.
 BITS_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
-    t: np.dtype(f"uint{isa.element_bits(t)}") if t in _FLOAT_TYPES else isa.storage_dtype(t)
+    t: np.dtype(np.uint8) if t in _BYTE_CODES else
+    np.dtype(f"uint{isa.element_bits(t)}") if t in _FLOAT_TYPES else isa.storage_dtype(t)
     for t in isa.a_types("tcgen05")})
 #: dtype of D (tensor memory) per D type.
 D_DTYPE: Mapping[str, np.dtype] = MappingProxyType(
     {t: isa.storage_dtype(t) for t in isa.accumulator_types("tcgen05")})
-_SIGN = {t: 1 << (np.dtype(BITS_DTYPE[t]).itemsize * 8 - 1) for t in _FLOAT_TYPES}
+_SIGN = {t: 1 << (FORMATS[t].unpacked_lsb + FORMATS[t].bits - 1) if t in _BYTE_CODES
+         else 1 << (np.dtype(BITS_DTYPE[t]).itemsize * 8 - 1) for t in _FLOAT_TYPES}
+
+
+def _storage(bits: jax.Array, t: str) -> jax.Array:
+    """Raw bits -> the dtype ``datapath.mma`` takes (fp6 / fp4: the code, low bits)."""
+    if t in _BYTE_CODES:
+        f = FORMATS[t]
+        return (bits >> jnp.uint8(f.unpacked_lsb)) & jnp.uint8((1 << f.bits) - 1)
+    return bits_.from_bits(bits, datapath.STORAGE_DTYPE[t])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -549,9 +565,7 @@ def _arith(instr: Tcgen05Instruction, a_bits, b_bits, d, *, neg_a: bool, neg_b: 
     a_bits = jnp.broadcast_to(a_bits, batch + a_bits.shape[-2:])
     b_bits = jnp.broadcast_to(b_bits, batch + b_bits.shape[-2:])
     c = jnp.broadcast_to(c, batch + c.shape[-2:])
-    store = datapath.STORAGE_DTYPE
-    return datapath.mma(bits_.from_bits(a_bits, store[instr.a_type]),
-                        bits_.from_bits(b_bits, store[instr.b_type]), c,
+    return datapath.mma(_storage(a_bits, instr.a_type), _storage(b_bits, instr.b_type), c,
                         a_type=instr.a_type, b_type=instr.b_type, c_type=instr.d_type,
                         d_type=instr.d_type, arch=target.name, satf=saturate,
                         instruction="tcgen05", instruction_k=instr.k,
