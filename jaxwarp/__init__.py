@@ -97,6 +97,15 @@ from jaxwarp._src.tensorcore.wgmma import decode_descriptor as decode_descriptor
 from jaxwarp._src.tensorcore.wgmma import wgmma as wgmma
 from jaxwarp._src.tensorcore.wgmma import wgmma_logical as wgmma_logical
 
+# PTX tcgen05.mma (Blackwell): instruction and shared memory descriptors, D in tensor memory.
+from jaxwarp._src.tensorcore.tcgen05 import parse_tcgen05 as parse_tcgen05
+from jaxwarp._src.tensorcore.tcgen05 import make_instr_descriptor as make_instr_descriptor
+from jaxwarp._src.tensorcore.tcgen05 import decode_instr_descriptor as decode_instr_descriptor
+from jaxwarp._src.tensorcore.smem import make_smem_descriptor as make_smem_descriptor
+from jaxwarp._src.tensorcore.smem import decode_smem_descriptor as decode_smem_descriptor
+from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma as tcgen05_mma
+from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma_logical as tcgen05_mma_logical
+
 # Run any JAX function with its matrix products through an emulated tensor core.
 from jaxwarp._src.emulate import emulate as emulate
 from jaxwarp._src.emulate import EmulationReport as EmulationReport

@@ -1674,3 +1674,145 @@ def _narrow_params():
 @pytest.mark.parametrize("c, mode", _narrow_params())
 def test_bad_input_narrow_conversions(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# tcgen05.mma (Blackwell): logical and descriptor entry points, the shared memory and
+# instruction descriptors. These cases run in their own test below.
+
+_TC0 = len(CATALOGUE)
+_QT = "m64n8k16.kind::f16.f32.f16.f16"
+_QTI = "m64n8k32.kind::i8.s32.s8.s8"
+_TL = (np.ones((64, 16), np.float16), np.ones((16, 8), np.float16),
+       np.zeros((64, 8), np.float32))
+_TDA = jaxwarp.make_smem_descriptor(0, 128, 256)
+_TDB = jaxwarp.make_smem_descriptor(2048, 128, 256)
+_TID = jaxwarp.make_instr_descriptor(_QTI)
+_TI8 = np.zeros((64, 8), np.int32)
+_TSM = np.zeros(4096, np.uint8)
+for _i, _arg in enumerate(("a", "b", "d")):
+    case(1, f"tcgen05_mma_logical-{_arg}-float64", lambda x, _i=_i: jaxwarp.tcgen05_mma_logical(
+        _QT, *(x if j == _i else v for j, v in enumerate(_TL))),
+        _TL[_i].astype(np.float64), exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
+case(1, "tcgen05_mma-d-int64", lambda d: jaxwarp.tcgen05_mma(
+    "kind::i8", d, _TDA, _TDB, _TID, _TSM), _wide((64, 8), np.int64, _ACC), exc=TypeError,
+    regex="d has " + X64, modes=CONST)
+case(1, "tcgen05_mma-smem-uint64", lambda s: jaxwarp.tcgen05_mma(
+    "kind::i8", _TI8, _TDA, _TDB, _TID, s), _wide(4096, np.uint64, 0), exc=TypeError,
+    regex="smem has " + X64, modes=CONST)
+for _qid, _q, _exc, _must in (
+        ("kind-unknown", "m64n8k16.kind::f17.f32.f16.f16", ValueError,
+         ("kind::f17", "allowed", "kind::tf32")),
+        ("m-32", "m32n8k16.kind::f16.f32.f16.f16", ValueError, ("M must be one of (64, 128)",)),
+        ("n-12", "m64n12k16.kind::f16.f32.f16.f16", ValueError, ("N=12", "allowed N")),
+        ("k-wrong", "m64n8k8.kind::f16.f32.f16.f16", ValueError, ("K must be 16",)),
+        ("dtype-f16-bf16", "m64n8k16.kind::f16.f16.bf16.bf16", ValueError,
+         ("dtype 'f16'", "allowed dtype: ('f32',)")),
+        ("i8-n-40", "m64n40k32.kind::i8.s32.s8.s8", ValueError, ("N=40",)),
+        ("empty-part", "m64n8k16..kind::f16.f32.f16.f16", ValueError, ("empty part",)),
+        ("cta_group-2", "tcgen05.mma.cta_group::2.m128n16k16.kind::f16.f32.f16.f16",
+         NotImplementedError, ("cta_group::2", "not modelled")),
+        ("ws", "tcgen05.mma.ws.cta_group::1.m64n64k16.kind::f16.f32.f16.f16",
+         NotImplementedError, (".ws", "not modelled"))):
+    case(6, f"parse_tcgen05-{_qid}", lambda _q=_q: jaxwarp.parse_tcgen05(_q), exc=_exc,
+         must=_must, modes=EAGER)
+    case(6, f"tcgen05_mma_logical-qualifier-{_qid}", lambda a, _q=_q:
+         jaxwarp.tcgen05_mma_logical(_q, a, _TL[1], _TL[2]), _TL[0], exc=_exc, must=_must)
+for _id, _kw, _exc, _must, _modes in (
+        ("scale_input_d-16", dict(scale_input_d=16), ValueError,
+         ("scale_input_d=16", "0..15"), BOTH),
+        ("scale_input_d-float", dict(scale_input_d=1.5), TypeError, ("scale_input_d",), BOTH),
+        ("enable_input_d-2", dict(enable_input_d=2), ValueError, ("enable_input_d", "0 or 1"),
+         BOTH),
+        ("enable_input_d-str", dict(enable_input_d="yes"), TypeError, ("enable_input_d",),
+         BOTH),
+        ("saturate-f16", dict(saturate=True), ValueError, ("saturate", "kind::i8 only"), BOTH),
+        ("neg_a-not-bool", dict(neg_a="yes"), TypeError, ("neg_a", "bool"), BOTH),
+        ("arch-sm_90a", dict(arch="sm_90a"), ValueError, ("tcgen05", "needs sm_100a"), BOTH),
+        ("arch-unknown", dict(arch="sm_101a"), ValueError, ("arch='sm_101a'", "sm_100a"),
+         BOTH)):
+    case(6, f"tcgen05_mma_logical-{_id}", lambda a, _kw=_kw: jaxwarp.tcgen05_mma_logical(
+        _QT, a, _TL[1], _TL[2], **_kw), _TL[0], exc=_exc, must=_must, modes=_modes)
+case(6, "tcgen05_mma_logical-scale_input_d-fp8", lambda a: jaxwarp.tcgen05_mma_logical(
+    "m64n8k32.kind::f8f6f4.f32.e4m3.e4m3", a, np.ones((32, 8), np.uint8), _TL[2],
+    scale_input_d=1), np.ones((64, 32), np.uint8), exc=ValueError,
+    must=("scale_input_d=1", "kind::f16 and kind::tf32 only"))
+case(6, "tcgen05_mma_logical-scale_input_d-traced", lambda a, s:
+     jaxwarp.tcgen05_mma_logical(_QT, a, _TL[1], _TL[2], scale_input_d=s), _TL[0],
+     np.int32(2), exc=TypeError, must=("scale_input_d",), modes=JIT)
+case(6, "tcgen05_mma_logical-neg-i8", lambda a: jaxwarp.tcgen05_mma_logical(
+    _QTI, a, np.ones((32, 8), np.int8), _TI8, neg_b=True), np.ones((64, 32), np.int8),
+    exc=ValueError, must=("negate", "kind::i8"))
+case(6, "tcgen05_mma_logical-a-dtype", lambda a: jaxwarp.tcgen05_mma_logical(
+    _QT, a, _TL[1], _TL[2]), np.ones((64, 16), np.int16), exc=TypeError,
+    must=("a for type 'f16'", "uint16", "float16"))
+case(6, "tcgen05_mma_logical-b-shape", lambda b: jaxwarp.tcgen05_mma_logical(
+    _QT, _TL[0], b, _TL[2]), np.ones((8, 16), np.float16), exc=ValueError,
+    must=("b must have shape (..., 16, 8)",))
+case(6, "tcgen05_mma_logical-d-dtype", lambda d: jaxwarp.tcgen05_mma_logical(
+    _QT, _TL[0], _TL[1], d), np.zeros((64, 8), np.float16), exc=TypeError,
+    must=("d must have dtype float32", "'f32'"))
+case(6, "tcgen05_mma_logical-d-shape", lambda d: jaxwarp.tcgen05_mma_logical(
+    _QT, _TL[0], _TL[1], d), np.zeros((128, 8), np.float32), exc=ValueError,
+    must=("d must have shape (..., 64, 8)", "tensor memory"))
+for _id, _fn, _exc, _must in (
+        ("opcode-kind-unknown", lambda d: jaxwarp.tcgen05_mma(
+            "tcgen05.mma.cta_group::1.kind::f17", d, _TDA, _TDB, _TID, _TSM), ValueError,
+         ("kind::f17", "allowed")),
+        ("opcode-cta_group-2", lambda d: jaxwarp.tcgen05_mma(
+            "tcgen05.mma.cta_group::2.kind::i8", d, _TDA, _TDB, _TID, _TSM),
+         NotImplementedError, ("cta_group::2", "not modelled")),
+        ("desc_b-wgmma-descriptor", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, _TDA, jaxwarp.make_descriptor(2048, 128, 256), _TID, _TSM),
+         ValueError, ("desc_b", "bits 46-48 must be 0b001")),
+        ("desc_b-float", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, _TDA, 2048.0, _TID, _TSM), TypeError,
+         ("desc_b must be a descriptor", "make_smem_descriptor")),
+        ("idesc-sparse", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, _TDA, _TDB, int(_TID) | 4, _TSM), NotImplementedError,
+         ("sparsity", "not modelled")),
+        ("idesc-reserved-bit", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, _TDA, _TDB, int(_TID) | 1 << 23, _TSM), ValueError,
+         ("reserved bit 23",)),
+        ("idesc-atype-code", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, _TDA, _TDB, int(_TID) | 2 << 7, _TSM), ValueError,
+         ("atype code 3", "kind::i8")),
+        ("idesc-shape-vs-d", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, _TDA, _TDB, jaxwarp.make_instr_descriptor(
+                "m128n8k32.kind::i8.s32.s8.s8"), _TSM), ValueError,
+         ("d must have shape (..., 128, 8)",)),
+        ("smem-too-small", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, _TDA, _TDB, _TID, np.zeros(2048, np.uint8)), ValueError,
+         ("operand b", "beyond smem of 2048 bytes")),
+        ("swizzle-base-offset", lambda d: jaxwarp.tcgen05_mma(
+            "kind::i8", d, jaxwarp.make_smem_descriptor(0, 16, 256, swizzle=32,
+                                                        base_offset=1), _TDB, _TID, _TSM),
+         NotImplementedError, ("desc_a", "base_offset=1"))):
+    case(6, f"tcgen05_mma-{_id}", _fn, _TI8, exc=_exc, must=_must)
+for _id, _fn, _exc, _must in (
+        ("swizzle-16", lambda: jaxwarp.make_smem_descriptor(0, 16, 256, swizzle=16),
+         ValueError, ("swizzle=16", "allowed")),
+        ("start-unaligned", lambda: jaxwarp.make_smem_descriptor(8, 16, 256), ValueError,
+         ("start_address=8", "multiple of 16")),
+        ("lbo_mode-2", lambda: jaxwarp.make_smem_descriptor(0, 16, 256, lbo_mode=2),
+         ValueError, ("lbo_mode=2", "allowed")),
+        ("decode-swizzle-mode-5", lambda: jaxwarp.decode_smem_descriptor(
+            int(_TDA) | 5 << 61), ValueError, ("swizzle mode 5", "invalid")),
+        ("instr-neg-str", lambda: jaxwarp.make_instr_descriptor(_QT, neg_a="x"), TypeError,
+         ("neg_a", "bool")),
+        ("instr-saturate-f16", lambda: jaxwarp.make_instr_descriptor(_QT, saturate=True),
+         ValueError, ("saturate", "kind::i8 only")),
+        ("instr-decode-kind", lambda: jaxwarp.decode_instr_descriptor(_TID, "f17"),
+         ValueError, ("kind::f17", "allowed")),
+        ("instr-decode-too-wide", lambda: jaxwarp.decode_instr_descriptor(1 << 33, "i8"),
+         ValueError, ("idesc=", "32 bits"))):
+    case(6, f"tcgen05-descriptor-{_id}", _fn, exc=_exc, must=_must, modes=EAGER)
+
+
+def _tcgen05_params():
+    new = {id(c) for c in CATALOGUE[_TC0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _tcgen05_params())
+def test_bad_input_tcgen05(c: Case, mode: str):
+    test_bad_input(c, mode)

@@ -68,6 +68,10 @@ QW = "m64n8k16.f32.f16.f16"
 QWS8 = "m64n8k32.s32.s8.s8"
 DESC_A = jaxwarp.make_descriptor(0, 128, 256)
 DESC_B = jaxwarp.make_descriptor(2048, 128, 256)
+QT = "m64n8k32.kind::i8.s32.s8.s8"
+TDESC_A = jaxwarp.make_smem_descriptor(0, 128, 256)
+TDESC_B = jaxwarp.make_smem_descriptor(2048, 128, 256)
+IDESC = jaxwarp.make_instr_descriptor(QT)
 FA = jaxwarp.fragment("matrix_a", 16, 16, 16, "f16", "row_major")
 FB = jaxwarp.fragment("matrix_b", 16, 16, 16, "f16", "col_major")
 FC = jaxwarp.fragment("accumulator", 16, 16, 16, "f32")
@@ -185,6 +189,20 @@ ENTRY_POINTS: dict[str, Entry] = {
     "wgmma_logical": Entry(jaxwarp.wgmma_logical, {"a": np.ones((64, 16), np.float16),
                                                    "b": np.ones((16, 8), np.float16),
                                                    "c": np.zeros((64, 8), np.float32)}),
+    # tcgen05.
+    "decode_smem_descriptor": Entry(jaxwarp.decode_smem_descriptor, {"desc": TDESC_A},
+                                    wide=(), jit=False),
+    "decode_instr_descriptor": Entry(jaxwarp.decode_instr_descriptor, {"idesc": IDESC},
+                                     static_args=("i8",), wide=(), jit=False),
+    "tcgen05_mma": Entry(jaxwarp.tcgen05_mma, {"d": np.zeros((64, 8), np.int32),
+                                               "a": TDESC_A, "desc_b": TDESC_B,
+                                               "idesc": IDESC,
+                                               "smem": np.zeros(4096, np.uint8)},
+                         wide=("d", "smem"), jit=False),
+    "tcgen05_mma_logical": Entry(jaxwarp.tcgen05_mma_logical,
+                                 {"a": np.ones((64, 32), np.int8),
+                                  "b": np.ones((32, 8), np.int8),
+                                  "d": np.zeros((64, 8), np.int32)}),
     # Many devices.
     "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
     "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
@@ -287,7 +305,8 @@ ENTRY_POINTS: dict[str, Entry] = {
 # The qualifier (or use) is the first positional argument of the PTX front-ends.
 for _name, _lead in (("to_registers", (QF16, "a")), ("from_registers", (QF16, "a")),
                      ("mma_ptx", (QS8,)), ("mma_sync_ptx", (QF16,)), ("wgmma", (QWS8,)),
-                     ("wgmma_logical", (QW,)), ("reduce_sync", ("add",))):
+                     ("wgmma_logical", (QW,)), ("reduce_sync", ("add",)),
+                     ("tcgen05_mma", ("kind::i8",)), ("tcgen05_mma_logical", (QT,))):
     _e = ENTRY_POINTS[_name]
     ENTRY_POINTS[_name] = dataclasses.replace(
         _e, fn=(lambda f, lead: lambda *a, **k: f(*lead, *a, **k))(_e.fn, _lead))
@@ -307,6 +326,7 @@ NO_ARRAY_DATA = frozenset({
     "activemask", "lane_id", "batch_mesh", "checked", "datapath_for", "fragment",
     "fragment_type", "get_format", "lane_map", "lane_map_text", "make_descriptor",
     "mma_instructions", "parse_mma", "parse_target", "parse_wgmma",
+    "make_smem_descriptor", "make_instr_descriptor", "parse_tcgen05",
     # Takes a function; the wrapper's arguments are that function's own.
     "emulate",
 })

@@ -99,14 +99,14 @@ def test_one_datapath_and_target_per_instruction_k():
 
 def test_every_float_family_is_modelled_where_it_can_be_issued():
     """Every target with a model has a datapath for each float family of every row it
-    can issue (sm_90 for all but kind::f8f6f4, which is sm_120a's)."""
+    can issue (sm_90 for all but kind::f8f6f4, which is sm_120a's, and tcgen05, sm_100a's)."""
     for name, model in arch.ARCHS.items():
         target = arch.parse_target(name)
         for r in isa.ROWS:
             if r.datapath in arch.FAMILIES and arch.has(target, r.min_sm, r.arch_specific):
                 assert model.datapath(r.datapath) is not None, (name, r)
     assert set(arch.FAMILIES) - {f for f, _ in arch.ARCHS["sm_90"].datapaths} == {
-        "mma_sync_f8f6f4"}
+        "mma_sync_f8f6f4", "tcgen05_f16", "tcgen05_tf32", "tcgen05_f8f6f4"}
 
 
 # --------------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ sm_120(a)        RTX Blackwell: sm_90's f16/bf16/tf32 datapaths; fp8    MMA-Sim 
                  and ``kind::f8f6f4`` (sm_120a) chunks of 32, F = 25;  (m8n8k4:
                  m8n8k4 f16 as sm_90 lowers it                          unverified)
 sm_121(a)        the sm_120 model                                       unverified
+sm_100a,         ``tcgen05.mma`` dense kinds: one chunk per instruction   MMA-Sim 2.1.1
+sm_103a          (16 f16/bf16, 8 tf32, 32 fp8/fp6/fp4), F = 25,         (sm_103a:
+                 E >= emin(D) - 7; kind::i8 exact                       unverified)
 ===============  ====================================================  ===============
 
 "MMA-Sim 2.1.1": every ``mma.sync`` configuration that the reference model MMA-Sim
@@ -68,6 +71,8 @@ from jaxwarp._src.checks import format_name, static_choice
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.tensorcore import isa
 
+#: Blackwell targets with a tcgen05 model (the tcgen05 block at the end of the presets).
+TCGEN05_TARGETS = ("sm_100a", "sm_103a")
 TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
            "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a", "sm_121",
            "sm_121a")
@@ -491,6 +496,32 @@ def _like(model: ArchModel, name: str, note: str = "") -> ArchModel:
     return dataclasses.replace(model, name=name, note=note or model.note)
 
 
+# --- tcgen05 (Blackwell sm_100a / sm_103a) presets: kept together (helper "tcgen05") --
+# MMA-Sim 2.1.1's Blackwell tcgen05.mma model (arithmetic/fdpa.py, nv_ptx/sim.py): one
+# truncated fused dot-product-add per instruction (K = 32 bytes: L = 16 f16 / bf16, 8
+# tf32, 32 fp8 products), F = 25, zero terms at e_zero = emin(D) - 7 (-21 f16 D, -133
+# f32 D: ``e_floor=7``), subnormal operands and a subnormal C at their format's minimum
+# normal exponent, RZ to fp32 or RNE to f16 straight from the exact sum, NaN canonical.
+# That is the sm_90 HMMA datapath, with fp8 in blocks of 32 at the full F = 25 (sm_90's
+# wgmma fp8 keeps F = 13 and a 13-bit sum). Checked against MMA-Sim, not hardware.
+_B200 = _H100  # the same fields: the sm_90 HMMA datapath
+TCGEN05_DATAPATHS = (
+    ("tcgen05_f16", _B200),
+    ("tcgen05_tf32", _B200.replace(block_k=8)),
+    ("tcgen05_f8f6f4", _B200.replace(block_k=32)),
+)
+_TCGEN05_NOTE = ("tcgen05.mma dense kinds f16 / tf32 / f8f6f4 from MMA-Sim 2.1.1's Blackwell "
+                 "model (bit for bit against it; no hardware capture); kind::i8 is exact")
+
+
+def _with_tcgen05(model: ArchModel) -> ArchModel:
+    """``model`` plus the tcgen05 datapaths (an ``a`` target of sm_100 / sm_103)."""
+    return dataclasses.replace(model, datapaths=model.datapaths + TCGEN05_DATAPATHS,
+                               note=f"{model.note}; {_TCGEN05_NOTE}")
+
+
+# --- end of the tcgen05 presets ------------------------------------------------------
+
 #: Every known target -> its datapath model.
 ARCHS: Mapping[str, ArchModel] = MappingProxyType({
     "sm_70": SM70,
@@ -502,11 +533,12 @@ ARCHS: Mapping[str, ArchModel] = MappingProxyType({
     "sm_90": SM90,
     "sm_90a": _like(SM90, "sm_90a"),
     "sm_100": SM100,
-    "sm_100a": _like(SM100, "sm_100a"),
+    "sm_100a": _with_tcgen05(_like(SM100, "sm_100a")),
     "sm_103": _like(dataclasses.replace(SM100, verified="unverified"), "sm_103",
                     "the sm_100 model (B300; MMA-Sim has no model of its own; unverified)"),
-    "sm_103a": _like(dataclasses.replace(SM100, verified="unverified"), "sm_103a",
-                     "the sm_100 model (B300; MMA-Sim has no model of its own; unverified)"),
+    "sm_103a": _with_tcgen05(_like(dataclasses.replace(SM100, verified="unverified"),
+                                   "sm_103a", "the sm_100 model (B300; MMA-Sim has no model "
+                                   "of its own; unverified)")),
     "sm_120": SM120,
     "sm_120a": _like(SM120, "sm_120a"),
     "sm_121": _like(dataclasses.replace(SM120, verified="unverified"), "sm_121",

@@ -121,6 +121,7 @@ class _Cfg(NamedTuple):
     d_type: str
     dp: Datapath
     ik: int
+    c_shift: int = 0  # tcgen05 scale-input-d: the first C enters as C * 2**-c_shift
 
 
 def _resolve_arch(arch) -> tuple[Target | None, ArchModel]:
@@ -197,16 +198,20 @@ _NEG_BIG = softfloat.NEG_BIG  # "exponent" of a zero term: below any real one
 _Acc = softfloat.Term  # a decoded accumulator term
 
 
-def _acc(bits, fmt: str, dp: Datapath, out: str | None = None) -> _Acc:
+def _acc(bits, fmt: str, dp: Datapath, out: str | None = None, shift: int = 0) -> _Acc:
     """An accumulator term of ``fmt`` bits, as the block that sums into ``out`` (default
     ``fmt``) sees it: with ``c_sub_exp="emin"`` its alignment exponent (``lead``) is at
     least ``emin(out)`` (an f16 subnormal C of an fp32 D keeps its own), with
-    ``e_floor`` at least ``emin(out) - e_floor`` also for a zero, which then bounds E."""
+    ``e_floor`` at least ``emin(out) - e_floor`` also for a zero, which then bounds E.
+    ``shift``: the term is C * 2**-shift exactly (tcgen05 scale-input-d: its exponents
+    lowered after the subnormal rule, before the floor)."""
     t = softfloat.term(bits, fmt)
     lo = softfloat.emin(out or fmt)
     if dp.c_sub_exp != "lead":
         sub = lo if dp.c_sub_exp == "emin" else softfloat.emin(fmt)
         t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, sub), t.lead))
+    if shift:
+        t = t._replace(lead=jnp.where(t.sig != 0, t.lead - shift, t.lead), lsb=t.lsb - shift)
     if dp.e_floor is not None:
         t = t._replace(lead=jnp.maximum(t.lead, lo - dp.e_floor))
     return t
@@ -568,7 +573,7 @@ def _chain(a, b, c, cfg: _Cfg, block):
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
-    acc = _acc(bits_.to_u32(c), cfg.c_type, dp, cfg.d_type)
+    acc = _acc(bits_.to_u32(c), cfg.c_type, dp, cfg.d_type, cfg.c_shift)
     first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b)
     bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
@@ -771,13 +776,14 @@ def _round_operand(x, a_type):
     return x
 
 
-def _mma_fast(a, b, c, a_type, b_type, d_type):
+def _mma_fast(a, b, c, a_type, b_type, d_type, c_shift=0):
     acc_dt = jnp.float64 if a_type == "f64" else jnp.float32
     a = _round_operand(a, a_type)
     b = _round_operand(b, b_type)
     prod = jnp.einsum("...mk,...kn->...mn", a, b, preferred_element_type=acc_dt,
                       precision=lax.Precision.HIGHEST)
-    return (prod + c.astype(acc_dt)).astype(STORAGE_DTYPE[d_type])
+    c = c.astype(acc_dt) * acc_dt(2.0 ** -c_shift) if c_shift else c.astype(acc_dt)
+    return (prod + c).astype(STORAGE_DTYPE[d_type])
 
 
 def _float_satf(d, d_type):
@@ -790,7 +796,7 @@ def _float_satf(d, d_type):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _mma_float(a, b, c, cfg: _Cfg, mode, satf):
     if mode == "fast":
-        d = _mma_fast(a, b, c, cfg.a_type, cfg.b_type, cfg.d_type)
+        d = _mma_fast(a, b, c, cfg.a_type, cfg.b_type, cfg.d_type, cfg.c_shift)
     elif cfg.a_type == "f64":
         d = _mma_f64_exact(a, b, c)
     else:
@@ -830,7 +836,8 @@ _mma_float.defvjp(_mma_float_fwd, _mma_float_bwd)
 
 def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="exact",
         satf=False, b_type: str | None = None, instruction: str = "wmma",
-        instruction_k: int | None = None, datapath: Datapath | None = None) -> jax.Array:
+        instruction_k: int | None = None, datapath: Datapath | None = None,
+        scale_input_d: int = 0) -> jax.Array:
     """``D = A @ B + C`` in tensor-core arithmetic: a chain of MMA instructions over k.
 
     Args:
@@ -872,6 +879,9 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         be a multiple of it; a longer k is a chain (D of one instruction is C of the
         next, so c_type must equal d_type then).
       datapath: a ``Datapath`` to use instead of ``arch``'s (to explore models).
+      scale_input_d: ``tcgen05`` kinds f16 / tf32 only: 0..15, the first instruction
+        computes ``A @ B + C * 2**-scale_input_d`` (C enters the fused sum with its
+        exponent lowered, exactly; later instructions of a chain add their C unscaled).
 
     Returns:
       (..., m, n) array of d_type's dtype.
@@ -903,6 +913,7 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
                                  (c_type, "c_type", ACC_TYPES), (d_type, "d_type", ACC_TYPES)))
     target, model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf,
                                   instruction, datapath)
+    c_shift = _scale_input_d(scale_input_d, instruction, a_type)
     if a_type == "f64":
         checks.require_x64("mma with a_type='f64'")
     a, b, c = checks.array_args(a=a, b=b, c=c)
@@ -911,6 +922,8 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
     c = _check_array(c, "c", STORAGE_DTYPE[c_type])
     batch, _, _, k = _check_shapes(a, b, c)
     if k == 0:  # no instruction runs: D is C converted to d_type (round to nearest)
+        if c_shift:
+            raise ValueError("scale_input_d needs at least one instruction (k > 0)")
         return jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_type])
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
@@ -936,8 +949,25 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
     dp = datapath
     if dp is None and a_type != "f64":
         dp = _arch.datapath_for(model, instruction, a_type, ik, b_type)
-    cfg = _Cfg(a_type, b_type, c_type, d_type, dp, ik)
+    cfg = _Cfg(a_type, b_type, c_type, d_type, dp, ik, c_shift)
     return _mma_float(a, b, c, cfg, mode, satf)
+
+
+#: Operand types whose tcgen05 kind (f16, tf32) takes scale-input-d.
+SCALE_INPUT_D_TYPES = ("f16", "bf16", "tf32")
+
+
+def _scale_input_d(value, instruction: str, a_type: str) -> int:
+    v = checks.static_int(value, "scale_input_d")
+    if v == 0:
+        return 0
+    if instruction != "tcgen05" or a_type not in SCALE_INPUT_D_TYPES:
+        raise ValueError(f"scale_input_d={v} exists only for tcgen05 kind::f16 and "
+                         f"kind::tf32 (a_type in {SCALE_INPUT_D_TYPES}); got "
+                         f"instruction={instruction!r}, a_type={a_type!r}")
+    if not 0 <= v <= 15:
+        raise ValueError(f"scale_input_d={v} must be in 0..15")
+    return v
 
 
 def _low_nibble(x: jax.Array, signed: bool) -> jax.Array:

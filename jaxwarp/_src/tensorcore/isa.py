@@ -41,7 +41,7 @@ from jaxwarp._src.numerics.fp8 import FP8_FORMATS
 Shape = tuple[int, int, int]
 
 #: Instruction families, in the order every table lists them.
-INSTRUCTIONS = ("wmma", "mma_sync", "wgmma")
+INSTRUCTIONS = ("wmma", "mma_sync", "wgmma", "tcgen05")
 #: The fp8 operand types (the fp8 formats of the number layer).
 FP8_TYPES = tuple(FP8_FORMATS)
 #: The operand types of ``kind::f8f6f4`` (PTX order): fp8, fp6 and fp4.
@@ -59,7 +59,7 @@ class Row:
     """One catalogue row: an instruction family on some operand types and shapes.
 
     Attributes:
-      instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"``.
+      instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"`` or ``"tcgen05"``.
       a_types: A types of the row. B pairs with A as ``pairing`` says.
       pairing: ``"same"`` (B type == A type) or ``"mixed"`` (B any of ``a_types``).
       shapes: the (m, n, k) of the row (wgmma: one per n).
@@ -72,9 +72,9 @@ class Row:
       k_auto: ``datapath.mma`` may pick this k by itself (False: only on request, as
         the m8n8k4 f16 quadpair unit).
       satfinite: ``.satfinite`` may be given (integer types).
-      scale: ``imm-scale-a/b`` exist (wgmma floats).
-      transpose: ``imm-trans-a/b`` exist (wgmma f16 / bf16).
-      a_in_registers: A may come from registers (wgmma).
+      scale: ``imm-scale-a/b`` exist (wgmma floats; tcgen05: negate A/B).
+      transpose: ``imm-trans-a/b`` exist (wgmma f16 / bf16; tcgen05: MN-major operands).
+      a_in_registers: A may come from registers (wgmma) or tensor memory (tcgen05).
       b1_ops: for b1: (op, minimum sm) of ``.xor.popc`` / ``.and.popc``.
       experimental: WMMA ``nvcuda::wmma::experimental`` types.
       group: a name for the row's types where they are several (``"fp8"``, ``"int"``);
@@ -136,6 +136,41 @@ def _m64(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
     return tuple((64, n, k) for n in ns)
 
 
+# --- tcgen05 (Blackwell) rows: kept together (helper "tcgen05") ------------------------
+#: tcgen05.mma (cta_group::1, dense; PTX ISA "tcgen05 Matrix Shape" and "Instruction
+#: descriptor"): M = 64 or 128, K = 32 bytes of operand. Floats: N a multiple of 8 from 8
+#: to 256; kind::i8: N = 8, 16, 24, then multiples of 16 (the ISA's table; CUTLASS's
+#: static_assert also leaves out 24). D = A @ B + D, so C type == D type; the group
+#: of a row is its ``.kind``. A may come from tensor memory (``a_in_registers``),
+#: either operand may be MN-major (``transpose``; the instruction descriptor's
+#: transpose bits exist for every kind) and the float kinds may negate A or B
+#: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it.
+TCGEN05_M = (64, 128)
+TCGEN05_N_INT = WGMMA_N_INT
+#: kind::f8f6f4 operand types: fp8, fp6 and fp4 (one element per byte in shared memory).
+F8F6F4_TYPES = FP8_TYPES + ("e3m2", "e2m3", "e2m1")
+
+
+def _tcgen05(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
+    return tuple((m, n, k) for m in TCGEN05_M for n in ns)
+
+
+_TC5 = dict(arch_specific=True, transpose=True, a_in_registers=True)
+TCGEN05_ROWS: tuple[Row, ...] = (
+    Row("tcgen05", ("f16",), _tcgen05(16, WGMMA_N_FLOAT), _F32_F16, 100, "tcgen05_f16",
+        scale=True, group="f16", **_TC5),
+    Row("tcgen05", ("bf16",), _tcgen05(16, WGMMA_N_FLOAT), _F32, 100, "tcgen05_f16",
+        scale=True, group="f16", **_TC5),
+    Row("tcgen05", ("tf32",), _tcgen05(8, WGMMA_N_FLOAT), _F32, 100, "tcgen05_tf32",
+        scale=True, group="tf32", **_TC5),
+    Row("tcgen05", F8F6F4_TYPES, _tcgen05(32, WGMMA_N_FLOAT), _F32_F16, 100,
+        "tcgen05_f8f6f4", pairing="mixed", scale=True, group="f8f6f4", **_TC5),
+    Row("tcgen05", ("s8", "u8"), _tcgen05(32, TCGEN05_N_INT), _S32, 100, "int",
+        pairing="mixed", satfinite=True, group="i8", **_TC5),
+)
+# --- end of the tcgen05 rows ---------------------------------------------------------
+
+
 #: The catalogue. Rows of one (instruction, A type) are listed smallest target first.
 ROWS: tuple[Row, ...] = (
     # WMMA (CUDA programming guide, "Warp Matrix Functions"; A type == B type).
@@ -188,6 +223,7 @@ ROWS: tuple[Row, ...] = (
         arch_specific=True, satfinite=True, a_in_registers=True, group="int"),
     Row("wgmma", ("b1",), _m64(256, WGMMA_N_INT), _S32, 90, "bmma", arch_specific=True,
         b1_ops=(("and", 90),)),
+    *TCGEN05_ROWS,
 )
 
 
@@ -337,9 +373,11 @@ def shape_name(shape: Shape) -> str:
 
 def _shapes_text(shapes_: tuple[Shape, ...]) -> str:
     ks = {s[2] for s in shapes_}
-    if all(s[0] == 64 for s in shapes_) and len(ks) == 1:
-        ns = [s[1] for s in shapes_]
-        return f"m64nNk{ks.pop()} (N = {ns[0]}..{ns[-1]})"
+    ms = tuple(dict.fromkeys(s[0] for s in shapes_))
+    if len(ks) == 1 and (ms == (64,) or ms == TCGEN05_M):
+        ns = [s[1] for s in shapes_ if s[0] == ms[0]]
+        m = "64" if ms == (64,) else "{" + ",".join(map(str, ms)) + "}"
+        return f"m{m}nNk{ks.pop()} (N = {ns[0]}..{ns[-1]})"
     return ", ".join(shape_name(s) for s in shapes_)
 
 

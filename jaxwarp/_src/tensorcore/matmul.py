@@ -108,7 +108,9 @@ FP8_FORMATS = isa.FP8_TYPES
 # fp6 / fp4 operands have no conversion here, are left to ``jaxwarp.mma``.)
 _TILE_ROWS = tuple(r for r in isa.ROWS if r.k_auto and not r.kind and (
     r.datapath not in isa.EXACT_DATAPATHS or (r.instruction, r.datapath) == ("wmma", "f64")))
-OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_types))
+# (fp6 / fp4, held as codes, have no float dtype to convert a matrix to: not here.)
+OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_types
+                                      if not formats.FORMATS[t].code_storage))
 
 
 def _tiles(instruction: str) -> dict[str, tuple[tuple[int, int, int], ...]]:
@@ -117,7 +119,7 @@ def _tiles(instruction: str) -> dict[str, tuple[tuple[int, int, int], ...]]:
     out: dict[str, list] = {}
     for r in _TILE_ROWS:
         if r.instruction == instruction:
-            for t in r.a_types:
+            for t in (t for t in r.a_types if t in OPERAND_FORMATS):
                 out.setdefault(t, []).extend(r.shapes)
     if instruction == "mma_sync":
         return {t: tuple(sorted(s, key=lambda s: -s[2])) for t, s in out.items()}
@@ -248,6 +250,9 @@ def _parse_formats(operand_format: Any) -> tuple[str, str]:
 def _tiles_text(instruction: str, fmt: str) -> str:
     if instruction == "wgmma":
         return f"(64, n, {_WGMMA_K[fmt]}) with n a multiple of 8 from 8 to 256"
+    if instruction == "tcgen05":
+        k = TILES["tcgen05"][fmt][0][2]
+        return f"(64 or 128, n, {k}) with n a multiple of 8 from 8 to 256"
     return str(list(TILES[instruction][fmt]))
 
 
@@ -294,7 +299,7 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
         what = "WMMA" if instruction == "wmma" else instruction
         raise ValueError(
             f"tile={tile} is not a {what} shape for operand_format={fa!r}; "
-            f"allowed: {_tiles_text(instruction, fa) if instruction == 'wgmma' else valid}"
+            f"allowed: {_tiles_text(instruction, fa) if instruction in _PADDED else valid}"
         )
     a, b = jnp.asarray(a), jnp.asarray(b)
     for name, x in (("a", a), ("b", b)):
@@ -308,13 +313,13 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
         check_target(target, instruction, fa, fb, k)
     # wgmma's m = 64 is larger than many matrices: rows / columns beyond M / N are a
     # kernel's zero padding (they do not change the other rows and columns).
-    padded = ("M", "N") if instruction == "wgmma" else ()
+    padded = ("M", "N") if instruction in _PADDED else ()
     for dim, size, t in (("M", M, m), ("N", N, n), ("K", K, k)):
         if size % t and dim not in padded:
             raise ValueError(
                 f"{dim}={size} is not a multiple of the tile's {t} (tile={tile}); "
                 f"pad the matrices or pick another tile from "
-                f"{_tiles_text(instruction, fa) if instruction == 'wgmma' else valid}"
+                f"{_tiles_text(instruction, fa) if instruction in _PADDED else valid}"
             )
     if promote_every is not None:
         promote_every = checks.static_int(promote_every, "promote_every")
@@ -337,6 +342,10 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
             raise ValueError(f"c must have shape {(M, N)}, got {tuple(c.shape)}")
     cfg = _Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every, scaled)
     return a, b, c, a_scale, b_scale, cfg
+
+
+#: Instructions whose M (64 / 128) and N tiles may run past the matrices (zero padding).
+_PADDED = ("wgmma", "tcgen05")
 
 
 def _issue_arch(instruction: str, arch: Any) -> Any:

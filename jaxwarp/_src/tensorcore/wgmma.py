@@ -66,6 +66,19 @@ from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import Target, has, supported_target
+from jaxwarp._src.tensorcore.smem import (  # the wgmma descriptor is re-exported here
+    DescriptorFields,
+    as_smem,
+    check_range,
+    decode_descriptor,
+    descriptor_arg,
+    gather,
+    is_descriptor,
+    keep_c,
+    make_descriptor,
+    operand_addresses,
+    scatter,
+)
 
 __all__ = [
     "DescriptorFields", "WgmmaInstruction", "a_layout",
@@ -302,228 +315,7 @@ def _arch(arch: Any, instr: WgmmaInstruction) -> Target:
 
 
 # --------------------------------------------------------------------------------------
-# Matrix descriptors (PTX ISA, "Matrix Descriptor Format").
-
-#: swizzle width in bytes -> the 2-bit mode of descriptor bits 62-63.
-SWIZZLE_MODE: Mapping[int, int] = MappingProxyType({0: 0, 128: 1, 64: 2, 32: 3})
-_SWIZZLE_BYTES = {v: k for k, v in SWIZZLE_MODE.items()}
-_ADDR_LIMIT = 1 << 18  # the 14-bit fields hold (x & 0x3FFFF) >> 4
-
-
-class DescriptorFields(NamedTuple):
-    """The fields of a wgmma matrix descriptor, in bytes.
-
-    Attributes:
-      start_address: shared-memory byte address of the operand (bits 0-13, >> 4).
-      leading_byte_offset: LBO (bits 16-29, >> 4).
-      stride_byte_offset: SBO (bits 32-45, >> 4).
-      base_offset: matrix base offset (bits 49-51).
-      swizzle: swizzle width in bytes, 0 (none), 32, 64 or 128 (bits 62-63).
-    """
-
-    start_address: int
-    leading_byte_offset: int
-    stride_byte_offset: int
-    base_offset: int
-    swizzle: int
-
-
-def _static_nonneg(value: Any, name: str) -> int:
-    v = checks.static_int(value, name)
-    if v < 0:
-        raise ValueError(f"{name}={v} must be >= 0")
-    return v
-
-
-def make_descriptor(start_address: int, leading_byte_offset: int, stride_byte_offset: int,
-                    swizzle: int = 0, base_offset: int = 0) -> np.uint64:
-    """Encodes a 64-bit wgmma matrix descriptor.
-
-    Bit fields (PTX ISA, "Matrix Descriptor Format")::
-
-        bits  0-13  start address >> 4          bits 32-45  stride byte offset >> 4
-        bits 16-29  leading byte offset >> 4    bits 49-51  matrix base offset
-        bits 62-63  swizzle mode: 0 none, 1 128-byte, 2 64-byte, 3 32-byte
-
-    Args:
-      start_address: shared-memory byte address, a multiple of 16 below 2**18.
-      leading_byte_offset: LBO in bytes, a multiple of 16 below 2**18. K-major without
-        swizzle: the distance between the two 16-byte K halves of a core-matrix row
-        group; M/N-major: see ``operand_addresses``. Unused (any value) for K-major
-        swizzled operands.
-      stride_byte_offset: SBO in bytes, a multiple of 16 below 2**18.
-      swizzle: the swizzle width in bytes: 0 (none), 32, 64 or 128.
-      base_offset: 0..7 (the ISA's base offset for patterns that do not start on their
-        repeat boundary; only 0 is modelled when reading).
-
-    Returns:
-      The descriptor as ``numpy.uint64``.
-
-    Raises:
-      ValueError/TypeError: a field that is not a static int, not 16-byte aligned, or out
-        of range (the message names it).
-
-    Example:
-      >>> hex(make_descriptor(0, 128, 256))
-      '0x1000080000'
-      >>> hex(make_descriptor(1024, 16, 1024, swizzle=128))
-      '0x4000004000010040'
-    """
-    fields = {"start_address": start_address, "leading_byte_offset": leading_byte_offset,
-              "stride_byte_offset": stride_byte_offset}
-    enc = {}
-    for name, value in fields.items():
-        v = _static_nonneg(value, name)
-        if v % 16:
-            raise ValueError(f"{name}={v} must be a multiple of 16 (the descriptor keeps "
-                             f"bits 4..17)")
-        if v >= _ADDR_LIMIT:
-            raise ValueError(f"{name}={v} does not fit the 14-bit field; allowed: 0 .. "
-                             f"{_ADDR_LIMIT - 16} in steps of 16")
-        enc[name] = v >> 4
-    sw = checks.static_int(swizzle, "swizzle")
-    checks.static_choice(sw, "swizzle", tuple(sorted(SWIZZLE_MODE)))
-    bo = checks.static_int(base_offset, "base_offset")
-    checks.static_choice(bo, "base_offset", tuple(range(8)))
-    d = (enc["start_address"] | enc["leading_byte_offset"] << 16
-         | enc["stride_byte_offset"] << 32 | bo << 49 | SWIZZLE_MODE[sw] << 62)
-    return np.uint64(d)
-
-
-def decode_descriptor(desc: Any) -> DescriptorFields:
-    """Decodes a 64-bit wgmma matrix descriptor (the inverse of ``make_descriptor``).
-
-    Bits outside the five fields are ignored, as by the hardware's field extraction.
-
-    Args:
-      desc: a concrete Python int or numpy integer in [0, 2**64) (int64 values are taken
-        as their two's-complement bits).
-
-    Returns:
-      ``DescriptorFields`` in bytes.
-
-    Example:
-      >>> f = decode_descriptor(0x4000004000010040)
-      >>> f.start_address, f.leading_byte_offset, f.stride_byte_offset, f.swizzle
-      (1024, 16, 1024, 128)
-    """
-    if isinstance(desc, jax.core.Tracer):
-        raise TypeError("the descriptor is a static argument and must be a concrete Python "
-                        "int or numpy integer, not a traced value")
-    if isinstance(desc, (np.ndarray, jax.Array)) and np.ndim(desc) == 0:
-        desc = np.asarray(desc)[()]
-    if isinstance(desc, bool) or not isinstance(desc, (int, np.integer)):
-        raise TypeError(f"descriptor must be a Python int or numpy integer (64 bits), got "
-                        f"{type(desc).__name__} {desc!r}")
-    d = int(desc)
-    if isinstance(desc, np.signedinteger) and d < 0:
-        d &= (1 << 64) - 1
-    if not 0 <= d < 1 << 64:
-        raise ValueError(f"descriptor={d:#x} does not fit in 64 bits")
-    return DescriptorFields(
-        start_address=(d & 0x3FFF) << 4, leading_byte_offset=((d >> 16) & 0x3FFF) << 4,
-        stride_byte_offset=((d >> 32) & 0x3FFF) << 4, base_offset=(d >> 49) & 7,
-        swizzle=_SWIZZLE_BYTES[(d >> 62) & 3])
-
-
-def _swizzle(addr: np.ndarray, width: int) -> np.ndarray:
-    """16-byte chunk bits of a byte address XOR its 128-byte row bits (PTX ISA swizzles).
-
-    128B: bits 4-6 ^= bits 7-9 (repeats every 1024 B); 64B: bits 4-5 ^= bits 7-8 (512 B);
-    32B: bit 4 ^= bit 7 (256 B).
-    """
-    if width == 0:
-        return addr
-    return addr ^ (((addr >> 7) & (width // 16 - 1)) << 4)
-
-
-def operand_addresses(desc: Any, rows: int, k: int, bits: int, *,
-                      transpose: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Shared-memory byte addresses of an operand tile read through a descriptor.
-
-    The tile is ``rows`` x ``k`` (rows = M for A, N for B), in the canonical layouts of
-    the PTX ISA ("Shared Memory Matrix Layout"). A *core matrix* is 8 rows x 16 bytes.
-    With ``r`` the M/N index, ``kb`` the byte of K in a row (b1: element k is bit k % 8
-    of byte k // 8), ``mb`` the byte of M/N (M/N-major, 16-bit types: 2r + byte) and W
-    the swizzle width::
-
-        K-major,  no swizzle: (r%8)*16 + (r//8)*SBO + (kb%16) + (kb//16)*LBO
-        K-major,  W-swizzle : (r%8)*W  + (r//8)*SBO + kb                 (LBO unused)
-        MN-major, no swizzle: (mb%16) + (mb//16)*SBO + (k%8)*16 + (k//8)*LBO
-        MN-major, W-swizzle : (mb%W)  + (mb//W)*LBO  + (k%8)*W  + (k//8)*SBO
-
-    (LBO and SBO swap roles between the two M/N-major cases, as the ISA's canonical
-    layouts say and the captures confirm.) The address is ``start_address + offset``
-    and the swizzle is then applied to it: ``addr ^ (((addr >> 7) & (W/16 - 1)) << 4)``,
-    so a start address off the pattern's repeat boundary shifts the pattern exactly as
-    it does on the GPU. Whatever the fields say is what is read; nothing checks that
-    the layout is sensible.
-
-    Args:
-      desc: the descriptor (static int).
-      rows: M (64) or N. k: K elements. bits: element size (1, 8, 16 or 32).
-      transpose: 1 for the M/N-major layout (16-bit types only).
-
-    Returns:
-      ``(addr, bit)``: int64 arrays of shape (rows, k, bytes per element) (bytes in
-      little-endian order) and, for b1, the bit within the byte (zeros otherwise).
-
-    Raises:
-      NotImplementedError: a non-zero base offset with a swizzle (not captured).
-
-    Example:
-      >>> addr, _ = operand_addresses(make_descriptor(0, 128, 256), 64, 16, 16)
-      >>> addr[1, 0].tolist(), addr[0, 8].tolist(), addr[8, 0].tolist()
-      ([16, 17], [128, 129], [256, 257])
-    """
-    f = decode_descriptor(desc)
-    if f.base_offset and f.swizzle:
-        raise NotImplementedError(
-            f"descriptor base_offset={f.base_offset} with a {f.swizzle}-byte swizzle is not "
-            f"modelled (no hardware capture); use 0 with patterns that start on their "
-            f"repeat boundary")
-    lbo, sbo, w = f.leading_byte_offset, f.stride_byte_offset, f.swizzle
-    r = np.arange(rows).reshape(-1, 1, 1)
-    kk = np.arange(k).reshape(1, -1, 1)
-    nbytes = max(1, bits // 8)
-    j = np.arange(nbytes).reshape(1, 1, -1)
-    bit = np.zeros((rows, k, nbytes), np.int64)
-    if transpose:
-        if bits != 16:
-            raise ValueError("M/N-major (transposed) operands exist for 16-bit types only")
-        mb = 2 * r + j
-        if w == 0:
-            off = mb % 16 + (mb // 16) * sbo + (kk % 8) * 16 + (kk // 8) * lbo
-        else:
-            off = mb % w + (mb // w) * lbo + (kk % 8) * w + (kk // 8) * sbo
-    else:
-        if bits == 1:
-            kb = kk // 8 + 0 * j
-            bit = np.broadcast_to(kk % 8, (rows, k, nbytes)).astype(np.int64)
-        else:
-            kb = kk * nbytes + j
-        if w == 0:
-            off = (r % 8) * 16 + (r // 8) * sbo + kb % 16 + (kb // 16) * lbo
-        else:
-            off = (r % 8) * w + (r // 8) * sbo + kb
-    addr = _swizzle(f.start_address + np.broadcast_to(off, (rows, k, nbytes)), w)
-    return addr.astype(np.int64), bit
-
-
-def _smem(smem: Any) -> jax.Array:
-    s = jnp.asarray(smem)
-    if s.dtype != jnp.uint8 or s.ndim < 1:
-        raise TypeError(f"smem must be a uint8 byte array (..., nbytes), got dtype {s.dtype} "
-                        f"shape {s.shape}")
-    return s
-
-
-def _check_range(addr: np.ndarray, size: int, what: str, desc: Any) -> None:
-    hi = int(addr.max())
-    if hi >= size:
-        f = decode_descriptor(desc)
-        raise ValueError(f"{what}: descriptor {int(desc):#x} ({f}) reads shared-memory byte "
-                         f"{hi}, beyond smem of {size} bytes")
+# Operands in shared memory (descriptors and layouts: ``smem.py``, shared with tcgen05).
 
 
 def _operand_geometry(instr: WgmmaInstruction, operand: str) -> tuple[int, int, str]:
@@ -566,17 +358,10 @@ def read_operand(smem: Any, desc: Any, qualifier: Any, operand: str, *,
     if tr and not instr.family.transpose:
         raise ValueError(f"transpose=1 (imm-trans) exists for f16 and bf16 only, not "
                          f"{t!r}")
-    s = _smem(smem)
+    s = as_smem(smem)
     addr, bit = operand_addresses(desc, rows, instr.k, bits, transpose=tr)
-    _check_range(addr, s.shape[-1], f"operand {operand}", desc)
-    raw = s[..., addr]  # (..., rows, k, nbytes)
-    if bits == 1:
-        v = (raw[..., 0] >> jnp.asarray(bit[..., 0], jnp.uint8)) & jnp.uint8(1)
-    else:
-        word = raw[..., 0].astype(jnp.uint32)
-        for jj in range(1, raw.shape[-1]):
-            word = word | (raw[..., jj].astype(jnp.uint32) << jnp.uint32(8 * jj))
-        v = bits_.from_u32(word, BITS_DTYPE[t])
+    check_range(addr, s.shape[-1], f"operand {operand}", desc, decode_descriptor(desc))
+    v = gather(s, addr, bit, bits, BITS_DTYPE[t])
     return v if operand == "a" else jnp.swapaxes(v, -1, -2)
 
 
@@ -609,7 +394,7 @@ def write_operand(smem: Any, desc: Any, qualifier: Any, operand: str, x: Any, *,
     rows, bits, t = _operand_geometry(instr, operand)
     tr = checks.static_int(transpose, "transpose")
     checks.static_choice(tr, "transpose", (0, 1))
-    s = _smem(smem)
+    s = as_smem(smem)
     if s.ndim != 1:
         raise ValueError(f"write_operand takes one shared memory (nbytes,), got {s.shape}; "
                          f"use jax.vmap for many")
@@ -622,17 +407,8 @@ def write_operand(smem: Any, desc: Any, qualifier: Any, operand: str, x: Any, *,
                         f"({BITS_DTYPE[t]}), got {x.dtype}")
     xr = x if operand == "a" else x.T  # (rows, k)
     addr, bit = operand_addresses(desc, rows, instr.k, bits, transpose=tr)
-    _check_range(addr, s.shape[-1], f"operand {operand}", desc)
-    if bits == 1:  # gather the 8 bits of each byte (bits of a byte share one address)
-        v = (xr.astype(jnp.uint8) & jnp.uint8(1)) << jnp.asarray(bit[..., 0], jnp.uint8)
-        byte_addr = addr[..., 0]
-        cleared = s.at[byte_addr.reshape(-1)].set(jnp.uint8(0))
-        return cleared.at[byte_addr.reshape(-1)].add(v.reshape(-1))
-    u = bits_.to_u32(xr)
-    for jj in range(addr.shape[-1]):
-        byte = ((u >> jnp.uint32(8 * jj)) & jnp.uint32(0xFF)).astype(jnp.uint8)
-        s = s.at[addr[..., jj].reshape(-1)].set(byte.reshape(-1))
-    return s
+    check_range(addr, s.shape[-1], f"operand {operand}", desc, decode_descriptor(desc))
+    return scatter(s, addr, bit, bits, xr)
 
 
 # --------------------------------------------------------------------------------------
@@ -869,29 +645,6 @@ def _check_modifiers(instr: WgmmaInstruction, scale_a: int, scale_b: int, tnsp_a
                          "imm-trans-a")
 
 
-def _descriptor_arg(x: Any, name: str) -> None:
-    """Checks a descriptor argument (a static 64-bit integer), naming it."""
-    if not _is_descriptor(x):
-        what = "a traced value" if isinstance(x, jax.core.Tracer) else (
-            f"{type(x).__name__} {x!r}")
-        raise TypeError(f"{name} must be a descriptor: a static uint64 Python int, numpy "
-                        f"integer or 0-d integer NumPy array (see make_descriptor), got "
-                        f"{what}")
-    try:
-        decode_descriptor(x)
-    except ValueError as e:
-        raise ValueError(f"{name}: {e}") from None
-
-
-def _is_descriptor(x: Any) -> bool:
-    """A static integer (Python, numpy scalar or 0-d numpy array) is a descriptor."""
-    if isinstance(x, bool):
-        return False
-    if isinstance(x, (int, np.integer)):
-        return True
-    return isinstance(x, np.ndarray) and x.ndim == 0 and np.issubdtype(x.dtype, np.integer)
-
-
 def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_d: Any = 1,
           imm_scale_a: int = 1, imm_scale_b: int = 1, tnsp_a: int = 0, tnsp_b: int = 0,
           arch: Any = "sm_90a") -> jax.Array:
@@ -944,18 +697,18 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
     """
     smem, d_regs = checks.array_args(smem=smem, d_regs=d_regs)
     if np.ndim(a) == 0:  # a scalar can only be A's descriptor
-        _descriptor_arg(a, "a (desc_a, A's descriptor)")
-    _descriptor_arg(desc_b, "desc_b")
-    a = a if _is_descriptor(a) else checks.array_arg(a, "a")
+        descriptor_arg(a, "a (desc_a, A's descriptor)")
+    descriptor_arg(desc_b, "desc_b")
+    a = a if is_descriptor(a) else checks.array_arg(a, "a")
     instr = _instr(qualifier)
     arch_p = _arch(arch, instr)
     sa = _static_flag(imm_scale_a, "imm_scale_a", (1, -1))
     sb = _static_flag(imm_scale_b, "imm_scale_b", (1, -1))
     ta = _static_flag(tnsp_a, "tnsp_a", (0, 1))
     tb = _static_flag(tnsp_b, "tnsp_b", (0, 1))
-    a_is_desc = _is_descriptor(a)
+    a_is_desc = is_descriptor(a)
     _check_modifiers(instr, sa, sb, ta, tb, not a_is_desc)
-    s = _smem(smem)
+    s = as_smem(smem)
     c = accumulator_matrix(d_regs, instr)
     if a_is_desc:
         a_bits = read_operand(s, a, instr, "a", transpose=ta)
@@ -973,22 +726,7 @@ def _logical(instr, a_bits, b_bits, c, scale_d, neg_a, neg_b, arch_p):
         a_bits = _negate_bits(a_bits, instr.a_type)
     if neg_b:
         b_bits = _negate_bits(b_bits, instr.b_type)
-    if isinstance(scale_d, (str, bytes)) or scale_d is None:
-        raise TypeError(f"scale_d must be 0, 1, a bool or a bool/integer predicate array, "
-                        f"got {type(scale_d).__name__} {scale_d!r}")
-    if (not isinstance(scale_d, jax.core.Tracer) and np.ndim(scale_d) >= 0
-            and np.issubdtype(np.asarray(scale_d).dtype, np.integer)
-            and not np.isin(np.asarray(scale_d), (0, 1)).all()):
-        raise ValueError(f"scale_d must be 0 or 1 (or a bool predicate), got "
-                         f"{np.asarray(scale_d).tolist()!r}")
-    if not (isinstance(scale_d, (bool, int, np.integer)) and scale_d):
-        keep = jnp.asarray(scale_d)
-        if jnp.issubdtype(keep.dtype, jnp.integer):
-            keep = keep != jnp.zeros((), keep.dtype)
-        elif keep.dtype != jnp.bool_:
-            raise TypeError(f"scale_d must be a bool or integer predicate, got {keep.dtype}")
-        keep = keep.reshape(keep.shape + (1, 1))
-        c = jnp.where(keep, c, jnp.zeros((), c.dtype))
+    c = keep_c(c, scale_d, "scale_d")
     batch = np.broadcast_shapes(a_bits.shape[:-2], b_bits.shape[:-2], c.shape[:-2])
     a_bits = jnp.broadcast_to(a_bits, batch + a_bits.shape[-2:])
     b_bits = jnp.broadcast_to(b_bits, batch + b_bits.shape[-2:])
