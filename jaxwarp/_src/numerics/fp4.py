@@ -12,7 +12,8 @@
 
 Arithmetic (PTX ISA, "Data Movement and Conversion Instructions: cvt", its ``.satfinite``
 and ``.relu`` modifiers; ``cuda_fp4.h``): one rounding onto e2m1's grid {0, 0.5, 1, 1.5, 2,
-3, 4, 6} (PTX: to nearest even; the intrinsics: the ``rounding`` asked for). e2m1 has
+3, 4, 6} (PTX: to nearest even; the intrinsics: ``rounding``, to nearest even or
+toward zero). e2m1 has
 neither infinity nor NaN: a value beyond 6 and ±inf become ±6, and NaN becomes *positive*
 6 (code 0x7). Zeros keep their sign. ``.relu`` turns a negative result (-0 included) into
 +0. e2m1 to f16 is exact. In a ``.b8`` register ``a`` of ``cvt ... d, a, b`` goes to the
@@ -58,9 +59,9 @@ __all__ = [
 FP4_FORMATS = narrow.FP4_FORMATS
 
 #: Rounding modes of the intrinsics, by PTX name: ``"rn"`` (``cudaRoundNearest``, ties
-#: to even), ``"rz"`` (``cudaRoundZero``), ``"rp"`` (``cudaRoundPosInf``), ``"rm"``
-#: (``cudaRoundMinInf``).
-ROUNDINGS = narrow.DIRECTED
+#: to even) and ``"rz"`` (``cudaRoundZero``), the two ``cuda_fp6.hpp`` / ``cuda_fp4.hpp``
+#: accept (they assert it; ``cudaRoundPosInf`` / ``cudaRoundMinInf`` are not supported).
+ROUNDINGS = narrow.FP_ROUNDINGS
 
 
 def _fmt_arg(fmt: Any) -> str:
@@ -181,8 +182,8 @@ def float_to_fp4(x: Any, fmt: str, rounding: str) -> jax.Array:
     Args:
       x: float32 array (or its uint32 bits).
       fmt: static, ``"e2m1"`` (``__NV_E2M1``).
-      rounding: static, ``"rn"``, ``"rz"``, ``"rp"`` or ``"rm"`` (``cudaRoundNearest``,
-        ``cudaRoundZero``, ``cudaRoundPosInf``, ``cudaRoundMinInf``).
+      rounding: static, ``"rn"`` (``cudaRoundNearest``) or ``"rz"``
+        (``cudaRoundZero``); the headers accept no other.
 
     Returns:
       uint8 array (``__nv_fp4_storage_t``): the code in bits 3:0.
@@ -193,9 +194,9 @@ def float_to_fp4(x: Any, fmt: str, rounding: str) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp
-      >>> x = jnp.float32([5.0, -5.0, jnp.nan])
-      >>> float_to_fp4(x, "e2m1", "rn"), float_to_fp4(x, "e2m1", "rm")
-      (Array([ 6, 14,  7], dtype=uint8), Array([ 6, 15,  7], dtype=uint8))
+      >>> x = jnp.float32([5.5, -5.0, jnp.nan])  # -5.0: a tie, to the even code (-4)
+      >>> float_to_fp4(x, "e2m1", "rn"), float_to_fp4(x, "e2m1", "rz")
+      (Array([ 7, 14,  7], dtype=uint8), Array([ 6, 14,  7], dtype=uint8))
     """
     return _nv_to_fp4(x, "f32", fmt, rounding)
 
@@ -207,7 +208,7 @@ def double_to_fp4(x: Any, fmt: str, rounding: str) -> jax.Array:
     Args:
       x: float64 array (needs ``jax_enable_x64``).
       fmt: static, ``"e2m1"``.
-      rounding: static, ``"rn"``, ``"rz"``, ``"rp"`` or ``"rm"``.
+      rounding: static, ``"rn"`` or ``"rz"``.
 
     Returns:
       uint8 array: the code in bits 3:0.
@@ -235,7 +236,7 @@ def float2_to_fp4x2(x: Any, fmt: str, rounding: str) -> jax.Array:
     Args:
       x: float32 array (or uint32 bits) with a trailing axis of 2: ``.x``, ``.y``.
       fmt: static, ``"e2m1"``.
-      rounding: static, ``"rn"``, ``"rz"``, ``"rp"`` or ``"rm"``.
+      rounding: static, ``"rn"`` or ``"rz"``.
 
     Returns:
       uint8 array (``__nv_fp4x2_storage_t``) of ``x.shape[:-1]``.
@@ -275,8 +276,8 @@ def bfloat16raw_to_fp4(x: Any, fmt: str, rounding: str) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, ml_dtypes
-      >>> bfloat16raw_to_fp4(jnp.array(0.7, ml_dtypes.bfloat16), "e2m1", "rp")
-      Array(2, dtype=uint8)
+      >>> bfloat16raw_to_fp4(jnp.array(0.7, ml_dtypes.bfloat16), "e2m1", "rz")
+      Array(1, dtype=uint8)
     """
     return _nv_to_fp4(x, "bf16", fmt, rounding)
 

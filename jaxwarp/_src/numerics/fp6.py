@@ -14,7 +14,8 @@ Two families, as for fp8 (``fp8.py``):
 
 Arithmetic (PTX ISA, "Data Movement and Conversion Instructions: cvt", its ``.satfinite``
 and ``.relu`` modifiers; ``cuda_fp6.h``): one rounding onto the fp6 grid, subnormals
-included (PTX: to nearest even; the intrinsics: the ``rounding`` asked for). e2m3 and e3m2
+included (PTX: to nearest even; the intrinsics: ``rounding``, to nearest even
+or toward zero). e2m3 and e3m2
 have neither infinity nor NaN: a value beyond MAX_NORM (7.5 for e2m3, 28 for e3m2) and
 ±inf become ±MAX_NORM, and NaN becomes *positive* MAX_NORM (code 0x1F), as the ISA's
 ``.satfinite`` and ``cuda_fp6.h`` say. Zeros keep their sign. ``.relu`` turns a negative
@@ -64,9 +65,9 @@ __all__ = [
 FP6_FORMATS = narrow.FP6_FORMATS
 
 #: Rounding modes of the intrinsics, by PTX name: ``"rn"`` (``cudaRoundNearest``, ties
-#: to even), ``"rz"`` (``cudaRoundZero``), ``"rp"`` (``cudaRoundPosInf``), ``"rm"``
-#: (``cudaRoundMinInf``).
-ROUNDINGS = narrow.DIRECTED
+#: to even) and ``"rz"`` (``cudaRoundZero``), the two ``cuda_fp6.hpp`` / ``cuda_fp4.hpp``
+#: accept (they assert it; ``cudaRoundPosInf`` / ``cudaRoundMinInf`` are not supported).
+ROUNDINGS = narrow.FP_ROUNDINGS
 
 
 def _fmt_arg(fmt: Any) -> str:
@@ -215,8 +216,8 @@ def float_to_fp6(x: Any, fmt: str, rounding: str) -> jax.Array:
     Args:
       x: float32 array (or its uint32 bits).
       fmt: static, ``"e2m3"`` (``__NV_E2M3``) or ``"e3m2"`` (``__NV_E3M2``).
-      rounding: static, ``"rn"``, ``"rz"``, ``"rp"`` or ``"rm"`` (``cudaRoundNearest``,
-        ``cudaRoundZero``, ``cudaRoundPosInf``, ``cudaRoundMinInf``).
+      rounding: static, ``"rn"`` (``cudaRoundNearest``) or ``"rz"``
+        (``cudaRoundZero``); the headers accept no other.
 
     Returns:
       uint8 array (``__nv_fp6_storage_t``): the code in bits 5:0.
@@ -228,8 +229,8 @@ def float_to_fp6(x: Any, fmt: str, rounding: str) -> jax.Array:
     Example:
       >>> import jax.numpy as jnp
       >>> x = jnp.float32([1.1, -1.1])
-      >>> float_to_fp6(x, "e2m3", "rn"), float_to_fp6(x, "e2m3", "rp")
-      (Array([ 9, 41], dtype=uint8), Array([ 9, 40], dtype=uint8))
+      >>> float_to_fp6(x, "e2m3", "rn"), float_to_fp6(x, "e2m3", "rz")
+      (Array([ 9, 41], dtype=uint8), Array([ 8, 40], dtype=uint8))
     """
     return _nv_to_fp6(x, "f32", fmt, rounding)
 
@@ -241,7 +242,7 @@ def double_to_fp6(x: Any, fmt: str, rounding: str) -> jax.Array:
     Args:
       x: float64 array (needs ``jax_enable_x64``).
       fmt: static, ``"e2m3"`` or ``"e3m2"``.
-      rounding: static, ``"rn"``, ``"rz"``, ``"rp"`` or ``"rm"``.
+      rounding: static, ``"rn"`` or ``"rz"``.
 
     Returns:
       uint8 array: the code in bits 5:0.
@@ -269,7 +270,7 @@ def float2_to_fp6x2(x: Any, fmt: str, rounding: str) -> jax.Array:
     Args:
       x: float32 array (or uint32 bits) with a trailing axis of 2: ``.x``, ``.y``.
       fmt: static, ``"e2m3"`` or ``"e3m2"``.
-      rounding: static, ``"rn"``, ``"rz"``, ``"rp"`` or ``"rm"``.
+      rounding: static, ``"rn"`` or ``"rz"``.
 
     Returns:
       uint16 array (``__nv_fp6x2_storage_t``) of ``x.shape[:-1]``.
@@ -309,7 +310,7 @@ def bfloat16raw_to_fp6(x: Any, fmt: str, rounding: str) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, ml_dtypes
-      >>> bfloat16raw_to_fp6(jnp.array(0.3, ml_dtypes.bfloat16), "e2m3", "rm")
+      >>> bfloat16raw_to_fp6(jnp.array(0.3, ml_dtypes.bfloat16), "e2m3", "rz")
       Array(2, dtype=uint8)
     """
     return _nv_to_fp6(x, "bf16", fmt, rounding)

@@ -781,7 +781,8 @@ def e8m0x2_to_bf162raw(x: Any) -> jax.Array:
 
 
 for _f in (cvt_f32_to_ue8m0x2, cvt_bf16x2_to_ue8m0x2, float_to_e8m0):
-    _f.__doc__ = _f.__doc__.replace("{rules}", _E8M0_RULES)
+    if _f.__doc__:  # None under python -OO
+        _f.__doc__ = _f.__doc__.replace("{rules}", _E8M0_RULES)
 
 
 def _e8m0_table() -> dict[str, Callable[..., jax.Array]]:

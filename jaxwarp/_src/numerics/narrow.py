@@ -24,11 +24,11 @@ from jaxwarp._src.numerics import softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
 __all__ = [
-    "DIRECTED",
     "E8M0_NAN",
     "E8M0_ROUNDINGS",
     "FP4_FORMATS",
     "FP6_FORMATS",
+    "FP_ROUNDINGS",
     "code_to_f16_bits",
     "e8m0_to_bf16_bits",
     "max_code",
@@ -41,9 +41,9 @@ FP6_FORMATS = ("e2m3", "e3m2")
 FP4_FORMATS = ("e2m1",)
 
 #: Rounding modes of the ``cuda_fp4.h`` / ``cuda_fp6.h`` conversions, by PTX name:
-#: ``cudaRoundNearest`` (ties to even), ``cudaRoundZero``, ``cudaRoundPosInf``,
-#: ``cudaRoundMinInf``.
-DIRECTED = ("rn", "rz", "rp", "rm")
+#: ``cudaRoundNearest`` (ties to even) and ``cudaRoundZero``, the two the headers accept
+#: (``cuda_fp6.hpp`` asserts one of them; the hardware ``cvt`` has only ``.rn``).
+FP_ROUNDINGS = ("rn", "rz")
 
 #: Rounding modes of the conversions to ue8m0 (PTX ``.frnd3``; ``cudaRoundZero``,
 #: ``cudaRoundPosInf``).
@@ -63,38 +63,17 @@ def _max_code(fmt: str) -> int:
     return n - 1 if f.has_nan else n  # fp6/fp4: every code is a number
 
 
-def _round(u: jax.Array, src: str, fmt: str, mode: str):
-    """Decodes ``src`` bits and rounds the magnitude once onto ``fmt``'s grid (exponent
-    unbounded above). ``mode`` is a PTX rounding: rn, rz, rp, rm. Returns (neg, q, lsb,
-    inf, nan), q uint32."""
-    neg, lsb, sig, _, inf, nan = softfloat.decode(u, src)
-    f = FORMATS[fmt]
-    sig = sig.astype(u.dtype)
-    emin = softfloat.emin(fmt)
-
-    def rnd(m):
-        q, e = softfloat.round_sig(sig, lsb, emin, f.mantissa_bits, m)
-        return q.astype(jnp.uint32), e
-
-    if mode in ("rn", "rz"):
-        q, e = rnd(mode)
-    else:  # rp: positive values away from zero, negative ones toward; rm: the other way
-        qa, ea = rnd("away")
-        qz, ez = rnd("rz")
-        up = ~neg if mode == "rp" else neg
-        q, e = jnp.where(up, qa, qz), jnp.where(up, ea, ez)
-    return neg, q, e, inf, nan
-
-
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def to_code_bits(u: jax.Array, src: str, fmt: str, mode: str, relu: bool) -> jax.Array:
-    """``src`` bits -> fp6 / fp4 codes (uint32), saturating: one rounding onto ``fmt``'s
-    grid; beyond MAX_NORM (infinities included) ±MAX_NORM; NaN -> +MAX_NORM; with
-    ``relu`` a negative result (-0 included) is +0."""
+    """``src`` bits -> fp6 / fp4 codes (uint32), saturating: one rounding (``mode``: rn
+    or rz) onto ``fmt``'s grid; beyond MAX_NORM (infinities included) ±MAX_NORM; NaN ->
+    +MAX_NORM; with ``relu`` a negative result (-0 included) is +0."""
     u = u if src == "f64" else u.astype(jnp.uint32)
     f = FORMATS[fmt]
-    neg, q, lsb, inf, nan = _round(u, src, fmt, mode)
-    code = softfloat.encode_rounded(jnp.zeros_like(neg), q, lsb, fmt)
+    neg, lsb, sig, _, inf, nan = softfloat.decode(u, src)
+    q, lsb = softfloat.round_sig(sig.astype(u.dtype), lsb, softfloat.emin(fmt),
+                                 f.mantissa_bits, mode)
+    code = softfloat.encode_rounded(jnp.zeros_like(neg), q.astype(jnp.uint32), lsb, fmt)
     top = _max_code(fmt)
     over = (code > top) | inf
     code = jnp.where(over, jnp.uint32(top), code) | (neg.astype(jnp.uint32) << (f.bits - 1))
