@@ -59,22 +59,25 @@ def _operands(golden, arch_name: str, q: str):
 
 # One configuration per arithmetic rule of each generation (the full sweep is the
 # conformance reader's).
+_SLOW = pytest.mark.slow
 CASES = [
     ("Volta", "m8n8k4.f32.f16.f16.f16"),        # F = 23, chunks of 4, f16 C of an f32 D
-    ("Volta", "m8n8k4.f16.f16.f16.f16"),
-    ("Turing", "m16n8k8.f32.f16.f16.f32"),      # F = 24, chunks of 8
+    pytest.param("Volta", "m8n8k4.f16.f16.f16.f16", marks=_SLOW),
+    pytest.param("Turing", "m16n8k8.f32.f16.f16.f32", marks=_SLOW),  # F = 24, chunks of 8
     ("Ampere", "m16n8k16.f16.f16.f16.f16"),     # each chunk of 8 rounded to f16
-    ("Ampere", "m16n8k8.f32.tf32.tf32.f32"),    # tf32 chunks of 4
+    pytest.param("Ampere", "m16n8k8.f32.tf32.tf32.f32", marks=_SLOW),  # tf32 chunks of 4
     ("Ada_Lovelace", "m16n8k32.f32.e4m3.e4m3.f32"),  # fp8: F = 13, an E8M13 result
-    ("Ada_Lovelace", "m16n8k32.f16.e5m2.e4m3.f16"),
-    ("Blackwell", "m16n8k16.f32.bf16.bf16.f32"),
-    ("RTX_Blackwell", "m16n8k32.f32.e4m3.e5m2.f32"),  # fp8 chunks of 32, F = 25
+    pytest.param("Ada_Lovelace", "m16n8k32.f16.e5m2.e4m3.f16", marks=_SLOW),
+    pytest.param("Blackwell", "m16n8k16.f32.bf16.bf16.f32", marks=_SLOW),
+    pytest.param("RTX_Blackwell", "m16n8k32.f32.e4m3.e5m2.f32", marks=_SLOW),  # chunks of 32
     ("RTX_Blackwell", "m16n8k32.kind::f8f6f4.f32.e2m1.e3m2.f32"),
-    ("RTX_Blackwell", "m16n8k32.kind::f8f6f4.f16.e2m3.e5m2.f16"),
+    pytest.param("RTX_Blackwell", "m16n8k32.kind::f8f6f4.f16.e2m3.e5m2.f16", marks=_SLOW),
 ]
+_IDS = [f"{c[0]}-{c[1]}" if isinstance(c, tuple) else f"{c.values[0]}-{c.values[1]}"
+        for c in CASES]
 
 
-@pytest.mark.parametrize("arch_name, q", CASES, ids=[f"{a}-{q}" for a, q in CASES])
+@pytest.mark.parametrize("arch_name, q", CASES, ids=_IDS)
 def test_mma_matches_the_reference_model(golden, arch_name, q):
     (a, b, c), kw, want, _ = _operands(golden, arch_name, q)
     d = np.asarray(jaxwarp.mma(a, b, c, arch=TARGET[arch_name], **kw))
