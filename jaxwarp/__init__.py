@@ -97,6 +97,10 @@ from jaxwarp._src.tensorcore.wgmma import decode_descriptor as decode_descriptor
 from jaxwarp._src.tensorcore.wgmma import wgmma as wgmma
 from jaxwarp._src.tensorcore.wgmma import wgmma_logical as wgmma_logical
 
+# Block-scaled MMA (microscaling: mma.sync / tcgen05.mma .block_scale), logical matrices.
+from jaxwarp._src.tensorcore.block_scale import BlockScaleDatapath as BlockScaleDatapath
+from jaxwarp._src.tensorcore.block_scale import mma_block_scale_logical as mma_block_scale_logical
+
 # Run any JAX function with its matrix products through an emulated tensor core.
 from jaxwarp._src.emulate import emulate as emulate
 from jaxwarp._src.emulate import EmulationReport as EmulationReport
