@@ -70,7 +70,6 @@ from jaxwarp._src.tensorcore.datapath import (
     _Block,
     _block_fast,
     _f32_bits,
-    _specials,
 )
 
 INSTRUCTIONS = isa.BLOCK_SCALE_INSTRUCTIONS
