@@ -185,6 +185,11 @@ ENTRY_POINTS: dict[str, Entry] = {
     "wgmma_logical": Entry(jaxwarp.wgmma_logical, {"a": np.ones((64, 16), np.float16),
                                                    "b": np.ones((16, 8), np.float16),
                                                    "c": np.zeros((64, 8), np.float32)}),
+    "mma_block_scale_logical": Entry(
+        jaxwarp.mma_block_scale_logical,
+        {"a": np.full((16, 32), 0x38, np.uint8), "b": np.full((32, 8), 0x38, np.uint8),
+         "c": np.zeros((16, 8), np.float32), "scale_a": np.full((16, 1), 127, np.uint8),
+         "scale_b": np.full((1, 8), 127, np.uint8)}, static={"a_type": "e4m3"}),
     # Many devices.
     "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
     "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
@@ -234,7 +239,7 @@ for _name in sorted(n for n in dir(dpx) if n.startswith("vi")):
 
 # Public callables that take no array data (types, parsers, factories, decorators).
 NO_ARRAY_DATA = frozenset({
-    "ArchModel", "Datapath", "EmulationReport", "Format", "FragmentType",
+    "ArchModel", "BlockScaleDatapath", "Datapath", "EmulationReport", "Format", "FragmentType",
     "Product", "ProductFilter", "ReportEntry", "Target", "UnsupportedProductError",
     # A pytree container: the functions that read a Fragment check its x.
     "Fragment",
