@@ -154,29 +154,8 @@ DATAPATHS = {"mxf8f6f4": PRODUCT_TERMS, "mxf4": GROUP_TERMS, "mxf4nvf4": GROUP_T
 # --------------------------------------------------------------------------------------
 # Element and scale formats.
 
-# fp6 / fp4 facts until the format registry holds them: (exponent bits, fraction bits).
-_PENDING_FACTS = {"e3m2": (3, 2), "e2m3": (2, 3), "e2m1": (2, 1)}
-
-
-def _facts(fmt: str) -> tuple[int, int]:
-    """(exponent bits, fraction bits) of an element format."""
-    if fmt in FORMATS:
-        return FORMATS[fmt].exponent_bits, FORMATS[fmt].mantissa_bits
-    return _PENDING_FACTS[fmt]
-
-
 def _code_bits(fmt: str) -> int:
-    eb, mb = _facts(fmt)
-    return 1 + eb + mb
-
-
-def _emin(fmt: str) -> int:
-    eb, _ = _facts(fmt)
-    return 2 - (1 << (eb - 1))
-
-
-def _lsb_min(fmt: str) -> int:
-    return _emin(fmt) - _facts(fmt)[1]
+    return FORMATS[fmt].code_bits
 
 
 @functools.cache
@@ -184,20 +163,13 @@ def _tables(fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """code -> (float16 value, alignment exponent + 127) of an element format: the
     exponent of a normal value, the minimum normal one of a subnormal, -1000 for zero
     (its products count for nothing), 255 for inf and NaN (e4m3 / e5m2)."""
-    eb, mb = _facts(fmt)
-    codes = np.arange(1 << (1 + eb + mb))
-    if fmt in isa.FP8_TYPES:
-        vals = codes.astype(np.uint8).view(FORMATS[fmt].storage_dtype).astype(np.float16)
-    else:  # no inf / NaN
-        bias = (1 << (eb - 1)) - 1
-        e, m = (codes >> mb) & ((1 << eb) - 1), codes & ((1 << mb) - 1)
-        mag = np.where(e == 0, m * 2.0 ** (1 - bias - mb), (m + (1 << mb)) * 2.0 ** (
-            e - bias - mb))
-        vals = np.where(codes >> (eb + mb), -mag, mag).astype(np.float16)
+    f = FORMATS[fmt]
+    codes = np.arange(1 << f.code_bits).astype(np.uint8)
+    vals = codes.view(f.numpy_dtype).astype(np.float16)  # exact (ml_dtypes' decoding)
     with np.errstate(invalid="ignore"):
         finite = np.isfinite(vals)
         ex = np.frexp(np.where(finite, vals, 1).astype(np.float64))[1] - 1
-    align = np.where(finite, np.maximum(ex, _emin(fmt)) + 127, 255)
+    align = np.where(finite, np.maximum(ex, softfloat.emin(fmt)) + 127, 255)
     align = np.where(vals == 0, -1000, align)
     return vals, align.astype(np.int16)
 
@@ -212,17 +184,11 @@ class _Scale(NamedTuple):
 
 
 def _decode_scale(codes: jax.Array, scale_type: str) -> _Scale:
-    c = codes.astype(jnp.int32)
-    if scale_type == "ue8m0":  # 2**(code - 127); 0xFF is NaN
-        return _Scale(jnp.ones_like(c), c - 127, c - 127, c == 0xFF)
-    # ue4m3: e4m3 with the sign bit ignored; a subnormal counts at e4m3's emin (-6).
-    eb, mb = _facts("e4m3")
-    bias = (1 << (eb - 1)) - 1
-    c = c & 0x7F
-    e, m = c >> mb, c & ((1 << mb) - 1)
-    exp = jnp.where(e > 0, e - bias, 1 - bias)
-    sig = jnp.where(e > 0, m + (1 << mb), m)
-    return _Scale(sig, exp - mb, exp, c == 0x7F)
+    """ue8m0 (``2**(code - 127)``, 0xFF NaN) or ue4m3 (e4m3 without its sign bit: bit 7
+    is ignored, 0x7F NaN) codes; a subnormal ue4m3 aligns at e4m3's minimum normal
+    exponent -6 (``softfloat.decode`` with ``sub_emin``)."""
+    _, lsb, sig, lead, _, nan = softfloat.decode(codes.astype(jnp.uint32), scale_type, True)
+    return _Scale(sig.astype(jnp.int32), lsb, lead, nan)
 
 
 # --------------------------------------------------------------------------------------
@@ -334,10 +300,10 @@ def _instruction(a, b, sa, sb, c_bits, cfg: _Cfg):
             s_a = _Scale(*(x[..., :, j:j + 1] for x in sa))
             s_b = _Scale(*(x[..., j:j + 1, :] for x in sb))
             c_bits = _product_chunk(a, b, list(range(k0, k0 + L)), c_bits, s_a, s_b, dp,
-                                    _emin(cfg.a_type) + _emin(cfg.b_type))
+                                    softfloat.emin(cfg.a_type) + softfloat.emin(cfg.b_type))
         else:
             c_bits = _group_chunk(a, b, k0, k0 + L, c_bits, sa, sb, dp, cfg.block,
-                                  _lsb_min(cfg.a_type) + _lsb_min(cfg.b_type))
+                                  softfloat.lsb_min(cfg.a_type) + softfloat.lsb_min(cfg.b_type))
     return c_bits
 
 
@@ -347,7 +313,7 @@ def _operands(codes: jax.Array, fmt: str, dp: BlockScaleDatapath):
     vals, align = _tables(fmt)
     idx = codes.astype(jnp.int32) & ((1 << _code_bits(fmt)) - 1)
     if dp.terms == "group":
-        ints = (vals.astype(np.float64) * 2.0 ** -_lsb_min(fmt)).astype(np.int32)
+        ints = (vals.astype(np.float64) * 2.0 ** -softfloat.lsb_min(fmt)).astype(np.int32)
         return jnp.asarray(ints)[idx]
     return jnp.asarray(vals)[idx], jnp.asarray(align)[idx]
 
@@ -593,8 +559,7 @@ def _unpack(x: jax.Array, fmt: str, packed: bool, axis: int) -> jax.Array:
         shape = list(x.shape)
         ax = axis % x.ndim
         return x.reshape(shape[:ax - 1] + [shape[ax - 1] * 2] + shape[ax + 1:])
-    lsb = 2 if fmt == "e2m1" else 0
-    return (x >> lsb) & ((1 << _code_bits(fmt)) - 1)
+    return (x >> FORMATS[fmt].unpacked_lsb) & ((1 << _code_bits(fmt)) - 1)
 
 
 def from_golden(family: str, qualifier: str, A: Any, B: Any, C: Any, SA: Any,
