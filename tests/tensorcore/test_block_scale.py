@@ -26,6 +26,10 @@ def _configs():
 
 
 CONFIGS = _configs()
+# Every test here compiles the model for its shapes (a few CPU-seconds each): the default
+# run keeps the sample bits of one configuration per family and kind and the rules; the
+# rest (all 16 sample configurations, chains, transformations, every datapath field) are
+# marked slow.
 # One configuration of each family and kind runs by default, the rest are slow.
 FAST = {"mma_block_scale/RTX_Blackwell/m16n8k32.kind::mxf8f6f4.block32.f32.e5m2.e2m1.f32.ue8m0",
         "mma_block_scale/RTX_Blackwell/m16n8k64.kind::mxf4nvf4.block16.f32.e2m1.e2m1.f32.ue4m3",
@@ -184,6 +188,7 @@ def test_product_terms_align_on_operand_and_scale_exponents():
     assert bits(run(e4m3(a), e4m3(b), eighth, sa, sb))[0, 0] == 0x3DFFFFFF
 
 
+@pytest.mark.slow  # about 10 CPU-seconds of compiling
 @pytest.mark.parametrize("field, value", [("F", 24), ("chunk", 16), ("e_zero", -100)])
 def test_product_datapath_fields_change_bits(field, value):
     rng = np.random.default_rng(3)
@@ -217,6 +222,7 @@ def test_group_size_is_where_sums_are_cut():
     assert float(run(e2m1(a), e2m1(b), c, sa, sb, datapath=g32, **kw)[0, 0]) == 32.0
 
 
+@pytest.mark.slow  # about 10 CPU-seconds of compiling
 @pytest.mark.parametrize("field, value", [("F", 30), ("chunk", 32),
                                           ("e_zero", -60), ("nan_f32", 0x7FC00000)])
 def test_group_datapath_fields_change_bits(field, value):
@@ -233,6 +239,7 @@ def test_group_datapath_fields_change_bits(field, value):
     assert (d0 != d1).any()
 
 
+@pytest.mark.slow  # about 10 CPU-seconds of compiling
 def test_long_k_is_a_chain_of_instructions():
     rng = np.random.default_rng(5)
     for (a, b, c, sa, sb), kw in (fp8_case(rng, k=96), fp4_case(rng, k=128)):
@@ -246,6 +253,7 @@ def test_long_k_is_a_chain_of_instructions():
         np.testing.assert_array_equal(bits(d), bits(want))
 
 
+@pytest.mark.slow  # about 10 CPU-seconds of compiling
 def test_tcgen05_is_the_same_arithmetic():
     rng = np.random.default_rng(6)
     (a, b, c, sa, sb), kw = fp4_case(rng, batch=1, m=128, n=16)
@@ -266,6 +274,7 @@ def test_fp8_dtypes_and_high_bits_of_codes():
                                   bits(run(a, b, c, sa, sb, **kw)))
 
 
+@pytest.mark.slow  # about 10 CPU-seconds of compiling
 def test_jit_vmap_and_batch_agree():
     rng = np.random.default_rng(8)
     (a, b, c, sa, sb), kw = fp4_case(rng, batch=3)
