@@ -753,8 +753,8 @@ case(6, "block-scale-a_type-not-of-kind", _bs(kind="mxf4"), *BS4_ARGS, exc=Value
      must=("a_type='e4m3'", "allowed", "('e2m1',)"))
 case(6, "block-scale-unknown-b_type", _bs(b_type="f16"), *BS_ARGS, exc=ValueError,
      must=("b_type='f16'", "allowed", "'e5m2'", "'e2m1'"))
-case(6, "block-scale-unknown-scale_type", _bs(scale_type="e8m0"), *BS_ARGS, exc=ValueError,
-     must=("scale_type='e8m0'", "allowed", "'ue8m0'", "'ue4m3'"))
+case(6, "block-scale-unknown-scale_type", _bs(scale_type="e4m3"), *BS_ARGS, exc=ValueError,
+     must=("scale_type='e4m3'", "allowed", "'ue8m0'", "'ue4m3'"))
 case(6, "block-scale-block-scale_type", _bs(a_type="e2m1", kind="mxf4nvf4",
                                            scale_type="ue4m3"), *BS4_ARGS, exc=ValueError,
      must=("block=32", "scale_type='ue4m3'", "allowed (block, scale_type)", "(16, 'ue4m3')"))
@@ -781,6 +781,12 @@ case(6, "block-scale-c-dtype", _bs(), BS_A, BS_B, BS_C.astype(np.float16), BS_SA
 case(6, "block-scale-datapath-type", _bs(datapath=jaxwarp.datapath_for("sm_90", "wmma",
                                                                        "f16", 16)),
      *BS_ARGS, exc=TypeError, must=("datapath must be a BlockScaleDatapath", "Datapath"))
+case(6, "block-scale-datapath-product-ue4m3",
+     _bs(a_type="e2m1", kind="mxf4nvf4", scale_type="ue4m3", block=16,
+         datapath=jaxwarp.BlockScaleDatapath("product", F=25, group=1, chunk=16,
+                                             e_zero=-133)),
+     *BS4_ARGS[:3], np.full((16, 4), 0x38, np.uint8), np.full((4, 8), 0x38, np.uint8),
+     exc=ValueError, must=("terms='product'", "ue8m0", "scale_type='ue4m3'"))
 case(6, "block-scale-datapath-terms", lambda: jaxwarp.BlockScaleDatapath(
      "sum", F=25, group=1, chunk=32, e_zero=-133), exc=ValueError,
      must=("BlockScaleDatapath.terms='sum'", "allowed", "'product'", "'group'"), modes=EAGER)

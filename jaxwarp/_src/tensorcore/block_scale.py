@@ -453,7 +453,7 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     elif not isinstance(datapath, BlockScaleDatapath):
         raise TypeError(f"datapath must be a BlockScaleDatapath or None, got "
                         f"{type(datapath).__name__}")
-    _check_datapath(datapath, a_type, b_type, block, row.k)
+    _check_datapath(datapath, a_type, b_type, scale_type, block, row.k)
     a = _code_array(a, "a", a_type)
     b = _code_array(b, "b", b_type)
     m, k = a.shape[-2:]
@@ -494,9 +494,12 @@ def _shapes_text(row: isa.BlockScaleRow) -> str:
     return f"M = {ms[0]}, N = {n_text}"
 
 
-def _check_datapath(dp: BlockScaleDatapath, a_type: str, b_type: str, block: int,
-                    ik: int) -> None:
+def _check_datapath(dp: BlockScaleDatapath, a_type: str, b_type: str, scale_type: str,
+                    block: int, ik: int) -> None:
     L = min(dp.chunk, ik)
+    if dp.terms == "product" and scale_type != "ue8m0":
+        raise ValueError(f"datapath with terms='product' is modelled for power-of-two "
+                         f"(ue8m0) scales, got scale_type={scale_type!r}")
     if ik % L:
         raise ValueError(f"datapath.chunk={dp.chunk} does not divide the instruction's k "
                          f"{ik}")
