@@ -194,7 +194,7 @@ def _decode_scale(codes: jax.Array, scale_type: str) -> _Scale:
 # --------------------------------------------------------------------------------------
 # One chunk of products.
 
-_F32_EMIN = -126
+_F32_EMIN = softfloat.emin("f32")
 _W = 24  # bits of the low limb of a two-limb exact sum
 _MASK = (1 << _W) - 1
 
