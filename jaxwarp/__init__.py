@@ -106,6 +106,10 @@ from jaxwarp._src.tensorcore.smem import decode_smem_descriptor as decode_smem_d
 from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma as tcgen05_mma
 from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma_logical as tcgen05_mma_logical
 
+# Block-scaled MMA (microscaling: mma.sync / tcgen05.mma .block_scale), logical matrices.
+from jaxwarp._src.tensorcore.block_scale import BlockScaleDatapath as BlockScaleDatapath
+from jaxwarp._src.tensorcore.block_scale import mma_block_scale_logical as mma_block_scale_logical
+
 # Run any JAX function with its matrix products through an emulated tensor core.
 from jaxwarp._src.emulate import emulate as emulate
 from jaxwarp._src.emulate import EmulationReport as EmulationReport

@@ -729,6 +729,69 @@ case(6, "bmma-unknown-op",
      must=("op='or'", "allowed", "'xor'", "'and'"))
 
 # --------------------------------------------------------------------------------------
+# Class 6, continued: block-scaled mma (mma_block_scale_logical).
+
+BS_A = np.zeros((16, 32), np.uint8)
+BS_B = np.zeros((32, 8), np.uint8)
+BS_C = np.zeros((16, 8), np.float32)
+BS_SA = np.full((16, 1), 127, np.uint8)
+BS_SB = np.full((1, 8), 127, np.uint8)
+BS_ARGS = (BS_A, BS_B, BS_C, BS_SA, BS_SB)
+BS4_ARGS = (np.zeros((16, 64), np.uint8), np.zeros((64, 8), np.uint8), BS_C,
+            np.full((16, 4), 127, np.uint8), np.full((4, 8), 127, np.uint8))
+
+
+def _bs(**kw):
+    return lambda *args: jaxwarp.mma_block_scale_logical(*args, **{"a_type": "e4m3", **kw})
+
+
+case(6, "block-scale-unknown-kind", _bs(kind="mxf6"), *BS_ARGS, exc=ValueError,
+     must=("kind='mxf6'", "allowed", "'mxf8f6f4'", "'mxf4'", "'mxf4nvf4'"))
+case(6, "block-scale-unknown-instruction", _bs(instruction="wgmma"), *BS_ARGS,
+     exc=ValueError, must=("instruction='wgmma'", "allowed", "'mma_sync'", "'tcgen05'"))
+case(6, "block-scale-a_type-not-of-kind", _bs(kind="mxf4"), *BS4_ARGS, exc=ValueError,
+     must=("a_type='e4m3'", "allowed", "('e2m1',)"))
+case(6, "block-scale-unknown-b_type", _bs(b_type="f16"), *BS_ARGS, exc=ValueError,
+     must=("b_type='f16'", "allowed", "'e5m2'", "'e2m1'"))
+case(6, "block-scale-unknown-scale_type", _bs(scale_type="e4m3"), *BS_ARGS, exc=ValueError,
+     must=("scale_type='e4m3'", "allowed", "'ue8m0'", "'ue4m3'"))
+case(6, "block-scale-block-scale_type", _bs(a_type="e2m1", kind="mxf4nvf4",
+                                           scale_type="ue4m3"), *BS4_ARGS, exc=ValueError,
+     must=("block=32", "scale_type='ue4m3'", "allowed (block, scale_type)", "(16, 'ue4m3')"))
+case(6, "block-scale-block", _bs(block=16), *BS_ARGS, exc=ValueError,
+     must=("block=16", "allowed (block, scale_type)", "((32, 'ue8m0'),)"))
+case(6, "block-scale-arch", _bs(arch="sm_90a"), *BS_ARGS, exc=ValueError,
+     must=("arch='sm_90a'", "sm_120a"))
+case(6, "block-scale-tcgen05-arch", _bs(instruction="tcgen05", arch="sm_120a"),
+     np.zeros((128, 32), np.uint8), BS_B, np.zeros((128, 8), np.float32),
+     np.full((128, 1), 127, np.uint8), BS_SB, exc=ValueError,
+     must=("arch='sm_120a'", "sm_100a"))
+case(6, "block-scale-a-dtype", _bs(), BS_A.astype(np.int8), *BS_ARGS[1:], exc=TypeError,
+     must=("a must hold e4m3 codes", "uint8", "float8_e4m3fn", "int8"))
+case(6, "block-scale-m", _bs(), np.zeros((32, 32), np.uint8), *BS_ARGS[1:], exc=ValueError,
+     must=("(M, N)", "M = 16, N = 8"))
+case(6, "block-scale-k", _bs(), np.zeros((16, 16), np.uint8), np.zeros((16, 8), np.uint8),
+     BS_C, BS_SA, BS_SB, exc=ValueError, must=("multiple of the instruction's k 32",))
+case(6, "block-scale-scale-shape", _bs(), *BS_ARGS[:3], np.full((16, 2), 127, np.uint8),
+     BS_SB, exc=ValueError, must=("scale_a must have shape (..., 16, 1)", "(16, 2)"))
+case(6, "block-scale-scale-dtype", _bs(), *BS_ARGS[:4], BS_SB.astype(np.int32),
+     exc=TypeError, must=("scale_b must hold ue8m0 codes as uint8", "int32"))
+case(6, "block-scale-c-dtype", _bs(), BS_A, BS_B, BS_C.astype(np.float16), BS_SA, BS_SB,
+     exc=TypeError, must=("c must have dtype float32", "float16"))
+case(6, "block-scale-datapath-type", _bs(datapath=jaxwarp.datapath_for("sm_90", "wmma",
+                                                                       "f16", 16)),
+     *BS_ARGS, exc=TypeError, must=("datapath must be a BlockScaleDatapath", "Datapath"))
+case(6, "block-scale-datapath-product-ue4m3",
+     _bs(a_type="e2m1", kind="mxf4nvf4", scale_type="ue4m3", block=16,
+         datapath=jaxwarp.BlockScaleDatapath("product", F=25, group=1, chunk=16,
+                                             e_zero=-133)),
+     *BS4_ARGS[:3], np.full((16, 4), 0x38, np.uint8), np.full((4, 8), 0x38, np.uint8),
+     exc=ValueError, must=("terms='product'", "ue8m0", "scale_type='ue4m3'"))
+case(6, "block-scale-datapath-terms", lambda: jaxwarp.BlockScaleDatapath(
+     "sum", F=25, group=1, chunk=32, e_zero=-133), exc=ValueError,
+     must=("BlockScaleDatapath.terms='sum'", "allowed", "'product'", "'group'"), modes=EAGER)
+
+# --------------------------------------------------------------------------------------
 # Class 6, continued: matmul: shapes the tile does not divide, formats, static tile.
 
 M32 = np.ones((32, 32), np.float32)

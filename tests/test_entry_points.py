@@ -203,6 +203,11 @@ ENTRY_POINTS: dict[str, Entry] = {
                                  {"a": np.ones((64, 32), np.int8),
                                   "b": np.ones((32, 8), np.int8),
                                   "d": np.zeros((64, 8), np.int32)}),
+    "mma_block_scale_logical": Entry(
+        jaxwarp.mma_block_scale_logical,
+        {"a": np.full((16, 32), 0x38, np.uint8), "b": np.full((32, 8), 0x38, np.uint8),
+         "c": np.zeros((16, 8), np.float32), "scale_a": np.full((16, 1), 127, np.uint8),
+         "scale_b": np.full((1, 8), 127, np.uint8)}, static={"a_type": "e4m3"}),
     # Many devices.
     "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
     "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
@@ -319,7 +324,7 @@ for _name in sorted(n for n in dir(dpx) if n.startswith("vi")):
 
 # Public callables that take no array data (types, parsers, factories, decorators).
 NO_ARRAY_DATA = frozenset({
-    "ArchModel", "Datapath", "EmulationReport", "Format", "FragmentType",
+    "ArchModel", "BlockScaleDatapath", "Datapath", "EmulationReport", "Format", "FragmentType",
     "Product", "ProductFilter", "ReportEntry", "Target", "UnsupportedProductError",
     # A pytree container: the functions that read a Fragment check its x.
     "Fragment",

@@ -395,3 +395,76 @@ def support_table() -> str:
         lines.append(f"| {r.instruction} | {ab} | {shapes_} | {cd} | "
                      f"{r.target}{extra} |")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# Block-scaled MMA (microscaling): ``mma.sync ... .block_scale`` and ``tcgen05.mma ...
+# .block_scale``. Their own rows: A / B element types, the (block, scale type) pairs of
+# each kind, and the exact targets (arch-specific features are not inherited by later
+# targets). Sources: the PTX ISA ("mma" with ``.kind::mxf8f6f4 / mxf4 / mxf4nvf4`` and
+# ``.block_scale``; "tcgen05.mma"), as MMA-Sim 2.1.1 lists them.
+
+#: Element types of ``kind::f8f6f4`` / ``kind::mxf8f6f4`` operands.
+F8F6F4_TYPES = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+#: tcgen05.mma (cta_group::1) block-scaled N: 8 .. 256 in steps of 8.
+TCGEN05_N = tuple(range(8, 257, 8))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockScaleRow:
+    """One block-scaled MMA kind of one instruction family.
+
+    Attributes:
+      instruction: ``"mma_sync"`` or ``"tcgen05"``.
+      kind: ``"mxf8f6f4"``, ``"mxf4"`` or ``"mxf4nvf4"``.
+      a_types: the A types; B is any of them (A and B may differ).
+      shapes: the (m, n, k) of one instruction.
+      scales: allowed (block size, scale type) pairs, in the order messages list them.
+      targets: the targets that have it (``sm_120a``: mma.sync; ``sm_100a``: tcgen05).
+      packed: operands are two e2m1 per byte along k in registers and memory
+        (``kind::mxf4*``); otherwise one element per byte.
+      cd: (C type, D type) pairs.
+    """
+
+    instruction: str
+    kind: str
+    a_types: tuple[str, ...]
+    shapes: tuple[Shape, ...]
+    scales: tuple[tuple[int, str], ...]
+    targets: tuple[str, ...]
+    packed: bool = False
+    cd: tuple[tuple[str, str], ...] = _F32
+
+    @property
+    def k(self) -> int:
+        return self.shapes[0][2]
+
+
+_MMA_BS = ("sm_120a", "sm_121a")
+_TC05_BS = ("sm_100a", "sm_101a", "sm_103a")
+_NVF4_SCALES = ((32, "ue8m0"), (16, "ue8m0"), (16, "ue4m3"))
+BLOCK_SCALE_INSTRUCTIONS = ("mma_sync", "tcgen05")
+BLOCK_SCALE_ROWS: tuple[BlockScaleRow, ...] = (
+    BlockScaleRow("mma_sync", "mxf8f6f4", F8F6F4_TYPES, ((16, 8, 32),), ((32, "ue8m0"),),
+                  _MMA_BS),
+    BlockScaleRow("mma_sync", "mxf4", ("e2m1",), ((16, 8, 64),), ((32, "ue8m0"),), _MMA_BS,
+                  packed=True),
+    BlockScaleRow("mma_sync", "mxf4nvf4", ("e2m1",), ((16, 8, 64),), _NVF4_SCALES, _MMA_BS,
+                  packed=True),
+    BlockScaleRow("tcgen05", "mxf8f6f4", F8F6F4_TYPES, tuple((128, n, 32) for n in TCGEN05_N),
+                  ((32, "ue8m0"),), _TC05_BS),
+    BlockScaleRow("tcgen05", "mxf4", ("e2m1",), tuple((128, n, 64) for n in TCGEN05_N),
+                  ((32, "ue8m0"),), _TC05_BS, packed=True),
+    BlockScaleRow("tcgen05", "mxf4nvf4", ("e2m1",), tuple((128, n, 64) for n in TCGEN05_N),
+                  _NVF4_SCALES, _TC05_BS, packed=True),
+)
+
+
+def block_scale_rows(instruction: str | None = None) -> tuple[BlockScaleRow, ...]:
+    """The block-scaled rows (of one instruction family).
+
+    Example:
+        >>> [(r.kind, r.k, r.scales[-1]) for r in block_scale_rows("mma_sync")][1:]
+        [('mxf4', 64, (32, 'ue8m0')), ('mxf4nvf4', 64, (16, 'ue4m3'))]
+    """
+    return tuple(r for r in BLOCK_SCALE_ROWS if instruction in (None, r.instruction))
