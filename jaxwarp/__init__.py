@@ -116,6 +116,9 @@ from jaxwarp import dpx as dpx
 # fp8 conversions, in their own namespace: jaxwarp.fp8.cvt_f32_to_e4m3x2, ...
 from jaxwarp import fp8 as fp8
 
+# Block-scaled formats (OCP MX, NVFP4), in their own namespace: jaxwarp.mx.quantize, ...
+from jaxwarp import mx as mx
+
 # Checked mode: report undefined behaviour instead of modelling it.
 from jaxwarp._src.warp.checked import checked as checked
 
