@@ -57,7 +57,6 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
 from jaxwarp._src.numerics import scaling, softfloat
 from jaxwarp._src.numerics.formats import FORMATS, Format
 
@@ -551,6 +550,7 @@ def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
     return elements, scales, s_t
 
 
+@jax.jit
 def _dequantize_kernel(t: MXTensor) -> jax.Array:
     f = MX_FORMATS[t.fmt]
     eb = _to_blocks(t.elements, t.axis, t.block)
