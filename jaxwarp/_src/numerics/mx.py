@@ -677,11 +677,13 @@ def quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | Non
     Example:
       >>> import jax.numpy as jnp
       >>> x = jnp.array([1.0, -2.5, 3.0, 0.1] * 8, jnp.float32)
-      >>> t = quantize(x, "mxfp4_e2m1")
-      >>> int(t.scales[0]) - 127  # floor(log2(3.0)) - emax(e2m1) = 1 - 2
-      -1
-      >>> dequantize(t)[:4]  # 1.0, -2.5, 3.0, 0.1 on the grid 2**-1 * e2m1
-      Array([ 1. , -2.5,  3. ,  0. ], dtype=float32)
+      >>> t = quantize(x, "mxfp8_e4m3")
+      >>> int(t.scales[0]) - 127  # floor(log2(3.0)) - emax(e4m3) = 1 - 8
+      -7
+      >>> dequantize(t)[:4]  # 0.1 / 2**-7 = 12.8 rounds to the e4m3 value 13
+      Array([ 1.       , -2.5      ,  3.       ,  0.1015625], dtype=float32)
+      >>> quantize(x, "mxint8", scale_rule="ceil").elements[:4]  # round(x / 2**2 * 64)
+      Array([ 16, -40,  48,   2], dtype=int8)
     """
     f, arr, blk, ax, rule, mode, kd, saturate = _checked(x, fmt, block, axis, scale_rule,
                                                          mode, key, saturate)
@@ -763,7 +765,7 @@ def fake_quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] 
     Example:
       >>> import jax, jax.numpy as jnp
       >>> x = jnp.linspace(-1.0, 1.0, 32, dtype=jnp.float32)
-      >>> jax.grad(lambda v: fake_quantize(v, "mxfp4_e2m1").sum())(x)[:3]
+      >>> jax.grad(lambda v: fake_quantize(v, "mxint8").sum())(x)[:3]
       Array([1., 1., 1.], dtype=float32)
     """
     f, arr, blk, ax, rule, mode, kd, saturate = _checked(x, fmt, block, axis, scale_rule,
