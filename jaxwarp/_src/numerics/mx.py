@@ -30,8 +30,9 @@ largest normal value, ``max`` that value):
 
 * ``"ocp"``: ``floor(log2(amax)) - emax`` (OCP Microscaling Formats (MX) Specification
   v1.0, section 6.3, Algorithm 1).
-* ``"floor"``: torchao's ``ScaleCalculationMode.FLOOR`` (the exponent field of the fp32
-  amax, minus ``emax``): equal to ``"ocp"`` for every float32 input once clamped.
+* ``"floor"``: torchao's ``ScaleCalculationMode.FLOOR``: the float32 amax's exponent
+  field less its bias (-127 for a subnormal amax), minus ``emax``; once clamped this
+  equals ``"ocp"`` for every float32 input (``tests/numerics/test_mx.py`` checks it).
 * ``"ceil"``: torchao's ``CEIL``: ``ceil(log2(amax)) - emax``.
 * ``"even"``: torchao's ``EVEN``: amax rounded to the element's fraction bits (to
   nearest, ties away from zero) before ``floor(log2(.)) - emax``.
@@ -340,8 +341,10 @@ def _shared_exponent(amax: jax.Array, f: MXFormat, rule: str) -> jax.Array:
     """The unclamped shared exponent of ``rule`` from the amax magnitude bits (uint32,
     finite and nonzero where it matters)."""
     m = amax
-    if rule in ("ocp", "floor"):
+    if rule == "ocp":
         return _floor_log2(m) - f.emax
+    if rule == "floor":  # torchao: the biased exponent field less 127 (-127 for subnormals)
+        return (m >> 23).astype(jnp.int32) - 127 - f.emax
     if rule == "ceil":
         return _floor_log2(m) + (~_is_pow2(m)).astype(jnp.int32) - f.emax
     if rule == "even":
@@ -627,9 +630,9 @@ def quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | Non
     ``docs/microscaling.md``) stored as a ue8m0 code, and each element is ``x / 2**e``
     rounded once onto the element format (OCP MX v1.0 section 6.3), saturating: a
     result beyond the element's largest magnitude becomes ±max (``saturate=True``, the
-    specification's "clamping normal numbers"; ``saturate=False``, for e4m3 / e5m2 only,
+    specification's clamping of normal numbers; ``saturate=False``, for e4m3 / e5m2 only,
     gives NaN / ±inf instead, as a conversion without ``.satfinite`` does). MXINT8
-    elements are ``round(x / 2**e * 64)`` clamped to ``[-127, 127]``.
+    elements are ``round(x / 2**e * 64)`` clamped to ``[-127, 127]`` (no -0).
 
     NVFP4 (TransformerEngine's recipe, each step a float32 operation rounded to nearest
     even on the bits): per-tensor scale ``s_t = amax(x) / 2688`` (``448 * 6``; 1 for an
