@@ -147,8 +147,9 @@ def test_aliases_resolve_everywhere(alias, name):
 
 
 def test_ptx_names_are_the_registry():
-    assert tuple(FORMATS) == ("f64", "f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "s32",
-                              "s8", "u8", "s4", "u4", "b1")
+    assert tuple(FORMATS) == ("f64", "f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "e3m2",
+                              "e2m3", "e2m1", "ue8m0", "ue4m3", "s32", "s8", "u8", "s4", "u4",
+                              "b1")
 
 
 @pytest.mark.parametrize("name, dtype", [("e4m3", ml_dtypes.float8_e4m3fn),

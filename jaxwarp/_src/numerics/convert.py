@@ -94,8 +94,12 @@ def _round_bits(u: jax.Array, src: str, dst: Format, mode: str) -> jax.Array:
     Finite values are rounded once (:func:`_round_once`) and re-encoded exactly in ``src``.
     Results above ``dst``'s largest finite value become inf (rn, rna) or that largest
     value (rz); for a format without infinities (e4m3) NaN instead of inf, as ml_dtypes'
-    conversion does. Infinities pass through (e4m3: NaN). NaNs keep their sign and the top
-    ``dst.mantissa_bits`` of their payload; if that leaves no payload, the quiet bit is set.
+    conversion does, and for one without NaN either (e3m2, e2m3, e2m1) the largest value
+    in every mode. Infinities pass through (e4m3, ue4m3, ue8m0: NaN; fp6 / fp4: ±max). NaNs
+    keep their sign and the top ``dst.mantissa_bits`` of their payload; if that leaves no
+    payload, the quiet bit is set. Unsigned formats: a negative result is NaN, except that
+    a zero loses its sign (ue4m3); ue8m0 has no zero: ±0 is NaN, and a positive value below
+    its smallest ``2**-127`` becomes ``2**-127`` in every mode.
     """
     s = FORMATS[src]
     t = u.dtype.type
@@ -109,19 +113,30 @@ def _round_bits(u: jax.Array, src: str, dst: Format, mode: str) -> jax.Array:
     neg, q, lsb, _, _ = _round_once(u, src, dst, mode)
     out = softfloat.encode(jnp.zeros_like(neg), q, lsb, src)  # exact: dst's grid is in src's
 
+    max_bits = int(np.array(dst.max_value, s.storage_dtype).view(s.uint_dtype))
     if dst.exponent_bits < s.exponent_bits or not dst.has_inf:
         # dst's largest finite value in src's encoding (448 for e4m3, whose all-ones
         # exponent field still holds numbers). Beyond it: +-max under rz, else +-inf,
-        # or NaN for a format without infinities.
-        max_bits = int(np.array(dst.max_value, s.storage_dtype).view(s.uint_dtype))
-        big = t(inf_bits) if dst.has_inf else t(inf_bits | quiet)
+        # or NaN for a format without infinities, or +-max for one without NaN either.
+        big = (t(inf_bits) if dst.has_inf else t(inf_bits | quiet) if dst.has_nan
+               else t(max_bits))
         out = jnp.where(out > t(max_bits), t(max_bits) if mode == "rz" else big, out)
+    if not dst.has_zero:  # ue8m0: nothing below 2**-127 to round to
+        min_bits = int(np.array(dst.min_value, s.storage_dtype).view(s.uint_dtype))
+        out = jnp.where(out < t(min_bits), t(min_bits), out)
 
     nan_payload = mag & t(~((1 << (ms - mt)) - 1) & (sign_bit - 1))
     nan = jnp.where(nan_payload == t(inf_bits), t(inf_bits | quiet), nan_payload)
-    inf_out = mag if dst.has_inf else t(inf_bits | quiet)  # e4m3: inf -> NaN
+    # inf: passes through, or NaN (e4m3, ue4m3, ue8m0), or max (fp6 / fp4: no NaN).
+    inf_out = mag if dst.has_inf else t(inf_bits | quiet) if dst.has_nan else t(max_bits)
     out = jnp.where(mag > t(inf_bits), nan, jnp.where(mag == t(inf_bits), inf_out, out))
-    return (u & t(sign_bit)) | out
+    out = (u & t(sign_bit)) | out
+    if not dst.signed:  # no sign: a negative result is NaN, a zero loses its sign
+        out = jnp.where((out > t(sign_bit)) & (mag <= t(inf_bits)), t(inf_bits | quiet), out)
+        out = jnp.where(out == t(sign_bit), t(0), out)
+    if not dst.has_zero:
+        out = jnp.where(mag == 0, t(inf_bits | quiet), out)
+    return out
 
 
 def _narrow_bits(u: jax.Array, src: str, dst: Format, mode: str, nan_bits: int) -> jax.Array:
@@ -180,20 +195,34 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
     ``"rna"`` to nearest, ties away from zero (PTX ``cvt.rna``). Values in ``fmt``'s
     subnormal range are rounded on its subnormal grid (fp16's ``2**-24``). A result
     beyond ``fmt``'s largest finite value overflows to ±inf under ``"rn"`` and
-    ``"rna"`` (NaN for ``"e4m3"``, which has no infinity) and saturates to ±max under
-    ``"rz"``. (For the fp8 conversions of CUDA and PTX, with their ``satfinite``
-    rules, use ``jaxwarp.fp8``.) ±0 is returned unchanged, and so is ±inf in every
-    mode for a format with infinities; ``"e4m3"`` has none, so ±inf becomes NaN (in
-    every mode, as ml_dtypes' ``float8_e4m3fn`` does).
+    ``"rna"`` (NaN for ``"e4m3"``, ``"ue4m3"`` and ``"ue8m0"``, which have no
+    infinity) and saturates to ±max under ``"rz"``. ``"e3m2"``, ``"e2m3"`` and
+    ``"e2m1"`` have neither infinity nor NaN: beyond their largest value every mode
+    saturates to ±max, and ±inf becomes ±max too (as ml_dtypes' conversion and PTX's
+    ``cvt.satfinite`` do). (For the conversions of CUDA and PTX, with their
+    ``satfinite`` rules, use ``jaxwarp.fp8``, ``jaxwarp.fp6`` and ``jaxwarp.fp4``.) ±0
+    is returned unchanged, and so is ±inf in every mode for a format with infinities;
+    ``"e4m3"`` has none, so ±inf becomes NaN (in every mode, as ml_dtypes'
+    ``float8_e4m3fn`` does).
     NaN stays NaN with its sign and the top ``fmt.mantissa_bits`` of its payload (as the
     H100's ``cvt.rna.tf32.f32`` does); if that leaves no payload bit, the quiet bit is set.
+    This holds for the formats without a NaN too (the result is in ``x``'s dtype, and no
+    number of the format stands for a NaN; ml_dtypes gives -0 there).
+    The unsigned scale formats: ``"ue4m3"`` (e4m3 without a sign) and ``"ue8m0"``
+    (powers of two ``2**-127 .. 2**127``, no zero, no subnormals). A negative result is
+    NaN, except that a zero loses its sign (``"ue4m3"``: ``-1e-9`` gives +0). ``"ue8m0"``
+    has no zero: ±0 is NaN and a positive value below ``2**-127`` gives ``2**-127`` in
+    every mode. With no fraction bits a tie (``1.5 * 2**k``) has two odd neighbours;
+    ``"rn"`` takes the larger, as ``"rna"`` does (and as ml_dtypes'
+    ``float8_e8m0fnu`` does).
     Computed with integer operations on the bits only, so the result is the same on CPU,
     GPU and TPU. The gradient is the identity (straight-through).
 
     Args:
       x: float32 array (or float64 when ``jax_enable_x64`` is on), any shape.
       fmt: static float format name: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f32"``,
-        ``"f64"``, ``"e4m3"``, ``"e5m2"``, an alias (``"fp16"``, ...), or a
+        ``"f64"``, ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``,
+        ``"ue8m0"``, ``"ue4m3"``, an alias (``"fp16"``, ``"float4_e2m1fn"``, ...), or a
         :class:`Format`. A format at least as wide as ``x`` is the identity.
       mode: static rounding mode, one of ``"rn"``, ``"rz"``, ``"rna"``.
 
@@ -212,6 +241,10 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
       Array(65504., dtype=float32)
       >>> round_to(jnp.float32(300.0), "e4m3")               # 288 and 320 are e4m3 values
       Array(288., dtype=float32)
+      >>> round_to(jnp.float32([2.5, 100.0, -0.2]), "e2m1")  # tie to even; saturates
+      Array([ 2.,  6., -0.], dtype=float32)
+      >>> round_to(jnp.float32([3.0, 0.8, 0.0]), "ue8m0")    # powers of two; no zero
+      Array([ 4.,  1., nan], dtype=float32)
     """
     fmt = get_format(fmt, "fmt", FLOAT_FORMATS).name
     mode = checks.static_choice(mode, "mode", ROUNDING_MODES)

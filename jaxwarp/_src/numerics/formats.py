@@ -1,11 +1,11 @@
 """Number formats: the one table of every element format, and views of their bits.
 
 One table, :data:`FORMATS`, describes every element format the warp-level units
-read or write, by PTX name (f64 f32 tf32 bf16 f16 e4m3 e5m2 s32 s8 u8 s4 u4 b1; the older
-names fp16/fp32/fp64 stay as aliases). Every other module reads a format's facts
-(storage dtype, widths, exponent and fraction bits, range) from it instead of keeping a
-table of its own. :func:`to_bits` and :func:`from_bits` move between values and their
-raw bits.
+read or write, by PTX name (f64 f32 tf32 bf16 f16 e4m3 e5m2 e3m2 e2m3 e2m1 ue8m0 ue4m3 s32
+s8 u8 s4 u4 b1; the older names fp16/fp32/fp64 stay as aliases). Every other module reads
+a format's facts (storage dtype, widths, exponent and fraction bits, range, how PTX packs
+it in registers) from it instead of keeping a table of its own. :func:`to_bits` and
+:func:`from_bits` move between values and their raw bits.
 
 Rounding lives above this table: ``softfloat.py`` (the one rounding engine) and
 ``convert.py`` (:func:`~jaxwarp._src.numerics.convert.round_to` and the CUDA
@@ -52,7 +52,8 @@ class Format:
       storage_dtype: the dtype jaxwarp holds one element in (tf32 lives in a float32
         whose low 13 fraction bits the tensor core ignores; s4 in an int8 in [-8, 7],
         u4 in a uint8 in [0, 15], b1 in a uint8 0/1; e4m3/e5m2 in ml_dtypes'
-        ``float8_e4m3fn`` / ``float8_e5m2``).
+        ``float8_e4m3fn`` / ``float8_e5m2``; the fp6, fp4 and scale formats as uint8
+        *codes*, see ``code_storage``).
       uint_dtype: the unsigned integer dtype as wide as ``storage_dtype`` (what
         :func:`to_bits` returns).
       exponent_bits: exponent field width (0 for integer formats); taken from
@@ -60,9 +61,25 @@ class Format:
       mantissa_bits: stored fraction bits (0 for integer formats); likewise.
       signed: whether negative values exist.
       has_inf: whether the format encodes infinities (e4m3 does not).
-      has_nan: whether the format encodes NaNs.
-      min_value: most negative finite value (a Python int for integer formats).
+      has_nan: whether the format encodes NaNs (e2m1, e2m3, e3m2 do not; ue8m0's NaN is
+        0xFF, e4m3's and ue4m3's the all-ones magnitude).
+      min_value: smallest finite value: the most negative one of a signed format (a
+        Python int for integer formats), 0 for ue4m3, ``2**-127`` for ue8m0 (no zero).
       max_value: largest finite value (448 for e4m3: its top code is NaN, not a number).
+      has_zero: whether zero is a value (ue8m0, a power-of-two scale, has none).
+      has_subnormals: whether an exponent field of 0 means a subnormal; for ue8m0 it is
+        the normal ``2**-127``.
+      code_storage: ``storage_dtype`` holds the raw code in its low ``bits`` bits, not a
+        value: the fp6 and fp4 formats (XLA has no 6-bit type, and its 4-bit
+        ``float4_e2m1fn`` packs two per byte) and the block-scale formats ue8m0 and
+        ue4m3 are held as uint8 codes, as PTX registers and MMA-Sim's files hold them.
+      numpy_dtype: the NumPy (ml_dtypes) dtype that holds the format's values, for
+        host-side conversions: ``storage_dtype`` for value-stored formats,
+        ``float6_e2m3fn``, ``float6_e3m2fn``, ``float4_e2m1fn``, ``float8_e8m0fnu``
+        for the code formats; None for ue4m3 and the integer formats.
+      unpacked_lsb: lowest bit of the code in the byte that holds one element of a
+        ``kind::f8f6f4`` (and ``kind::mxf8f6f4``) operand: e2m3/e3m2 sit in bits 5:0
+        (0), e2m1 in bits 5:2 (2); 0 for every other format.
 
     Example:
         >>> e4m3 = jaxwarp.FORMATS["e4m3"]
@@ -70,6 +87,9 @@ class Format:
         (4, 3, 448.0, False)
         >>> jaxwarp.get_format("fp16").name
         'f16'
+        >>> e2m1 = jaxwarp.FORMATS["e2m1"]
+        >>> e2m1.bits, e2m1.register_bits, e2m1.max_value, e2m1.has_nan, e2m1.unpacked_lsb
+        (4, 4, 6.0, False, 2)
     """
 
     name: str
@@ -84,6 +104,11 @@ class Format:
     has_nan: bool = False
     min_value: float | int = 0
     max_value: float | int = 0
+    has_zero: bool = True
+    has_subnormals: bool = True
+    code_storage: bool = False
+    numpy_dtype: np.dtype | None = None
+    unpacked_lsb: int = 0
 
     @property
     def is_float(self) -> bool:
@@ -97,17 +122,20 @@ class Format:
     @property
     def min_normal(self) -> float:
         """Smallest positive normal value (floats only)."""
-        return 2.0 ** (1 - self.bias)
+        return 2.0 ** self.min_exponent
 
     @property
     def min_subnormal(self) -> float:
-        """Smallest positive subnormal value (floats only)."""
-        return 2.0 ** (1 - self.bias - self.mantissa_bits)
+        """Smallest positive subnormal value (floats only; ue8m0: its smallest value)."""
+        if not self.has_subnormals:
+            return self.min_normal
+        return 2.0 ** (self.min_exponent - self.mantissa_bits)
 
     @property
     def min_exponent(self) -> int:
-        """Exponent of the smallest normal value, ``1 - bias`` (floats only; -14 for f16)."""
-        return 1 - self.bias
+        """Exponent of the smallest normal value, ``1 - bias`` (floats only; -14 for f16);
+        ``-bias`` for a format without subnormals (-127 for ue8m0)."""
+        return 1 - self.bias if self.has_subnormals else -self.bias
 
     @property
     def max_exponent(self) -> int:
@@ -116,24 +144,40 @@ class Format:
 
     @property
     def storage_bits(self) -> int:
-        """Bits of ``storage_dtype`` (32 for tf32, 8 for s4 / u4 / b1)."""
+        """Bits of ``storage_dtype`` (32 for tf32, 8 for s4 / u4 / b1 / e2m1)."""
         return 8 * self.storage_dtype.itemsize
 
     @property
     def register_bits(self) -> int:
-        """Bits one element takes in a register or in memory: ``bits``, except tf32,
-        which fills a 32-bit word (16 for f16, 32 for tf32, 4 for s4, 1 for b1)."""
-        return self.storage_bits if self.is_float else self.bits
+        """Bits one element takes in a packed register or in memory (PTX ``cvt`` and
+        block-scaled operands): ``bits`` for integers (4 for s4, 1 for b1); for floats
+        the smallest of 4, 8, 16, 32, 64 bits that holds it (32 for tf32, 16 for f16; 4
+        for e2m1, two to a byte in ``.e2m1x2`` and ``kind::mxf4``; 8 for e2m3 / e3m2, a
+        byte with its top two bits zero in ``.e2m3x2``). An unpacked ``kind::f8f6f4``
+        operand takes a byte per element (see ``unpacked_lsb``)."""
+        if not self.is_float:
+            return self.bits
+        return max(4, 1 << (self.bits - 1).bit_length())
 
     @property
     def ignored_bits(self) -> int:
         """Low bits of a float's storage word the format ignores (13 for tf32, else 0)."""
-        return self.storage_bits - self.bits if self.is_float else 0
+        if not self.is_float or self.code_storage:
+            return 0
+        return self.storage_bits - self.bits
+
+    @property
+    def code_bits(self) -> int:
+        """Bits of a float's raw pattern, ignored low bits included: the storage word of
+        a value-stored format (32 for tf32), the code of a code-stored one (4 for e2m1,
+        7 for ue4m3, whose byte's top bit is not part of the code)."""
+        return self.ignored_bits + self.bits
 
     @property
     def sign_bit(self) -> int:
-        """The sign bit of a float's storage word, as an int (``0x8000`` for f16)."""
-        return 1 << (self.storage_bits - 1)
+        """The sign bit of a float's raw pattern, as an int (``0x8000`` for f16, ``0x8``
+        for e2m1); 0 for an unsigned format (ue8m0, ue4m3)."""
+        return 1 << (self.code_bits - 1) if self.signed else 0
 
     @property
     def bits_dtype(self) -> np.dtype:
@@ -153,7 +197,36 @@ def _float_format(name: str, dtype: Any, *, exponent_bits: int | None = None,
     dt = np.dtype(dtype)
     return Format(name, "float", 1 + eb + mb, dt, bits.uint_dtype(8 * dt.itemsize), eb, mb,
                   signed=True, has_inf=has_inf, has_nan=True, min_value=-max_value,
-                  max_value=max_value)
+                  max_value=max_value, numpy_dtype=dt)
+
+
+def _code_format(name: str, dtype: Any, *, unpacked_lsb: int = 0) -> Format:
+    """A format held as uint8 codes whose values ml_dtypes' ``dtype`` defines (fp6, fp4,
+    ue8m0): field widths, range and specials read from it."""
+    fi, dt = ml_dtypes.finfo(dtype), np.dtype(dtype)
+    eb, mb = int(fi.nexp), int(fi.nmant)
+    with np.errstate(invalid="ignore", over="ignore"):
+        has_nan = bool(np.isnan(np.array(np.nan, np.float32).astype(dt).astype(np.float32)))
+        signed = bool(np.array(-1.0, np.float32).astype(dt).astype(np.float32) == -1.0)
+        has_zero = bool(np.array(0.0, np.float32).astype(dt).astype(np.float32) == 0.0)
+    max_value, smallest = float(fi.max), float(fi.smallest_normal)
+    return Format(name, "float", int(signed) + eb + mb, np.dtype(np.uint8),
+                  np.dtype(np.uint8), eb, mb, signed=signed, has_inf=False, has_nan=has_nan,
+                  min_value=-max_value if signed else (0.0 if has_zero else smallest),
+                  max_value=max_value, has_zero=has_zero,
+                  has_subnormals=has_zero and fi.smallest_subnormal < fi.smallest_normal,
+                  code_storage=True, numpy_dtype=dt, unpacked_lsb=unpacked_lsb)
+
+
+def _unsigned_e4m3() -> Format:
+    """ue4m3, the block scale of NVFP4 (``kind::mxf4nvf4`` with ``.ue4m3`` scales): e4m3
+    without its sign, a uint8 code in bits 6:0 (bit 7 is not part of the code; PTX
+    writes it as 0). Values, subnormals and the NaN 0x7F are e4m3's; no ml_dtypes type."""
+    e4m3 = ml_dtypes.finfo(ml_dtypes.float8_e4m3fn)
+    u8 = np.dtype(np.uint8)
+    return Format("ue4m3", "float", int(e4m3.nexp) + int(e4m3.nmant), u8, u8,
+                  int(e4m3.nexp), int(e4m3.nmant), signed=False, has_inf=False,
+                  has_nan=True, min_value=0.0, max_value=float(e4m3.max), code_storage=True)
 
 
 def _int_format(name: str, nbits: int, signed: bool, dtype: Any) -> Format:
@@ -171,6 +244,10 @@ ALIASES: dict[str, str] = {
     "fp64": "f64", "double": "f64", "float64": "f64",
     "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e4m3fn": "e4m3",
     "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2",
+    "float6_e3m2fn": "e3m2", "fp6_e3m2": "e3m2",
+    "float6_e2m3fn": "e2m3", "fp6_e2m3": "e2m3",
+    "float4_e2m1fn": "e2m1", "fp4_e2m1": "e2m1",
+    "float8_e8m0fnu": "ue8m0", "e8m0": "ue8m0", "e8m0fnu": "ue8m0",
     "int32": "s32", "int8": "s8", "uint8": "u8", "int4": "s4", "uint4": "u4",
 }
 
@@ -210,6 +287,11 @@ FORMATS: Mapping[str, Format] = _Registry((
     _float_format("f16", np.float16),
     _float_format("e4m3", ml_dtypes.float8_e4m3fn),
     _float_format("e5m2", ml_dtypes.float8_e5m2),
+    _code_format("e3m2", ml_dtypes.float6_e3m2fn),
+    _code_format("e2m3", ml_dtypes.float6_e2m3fn),
+    _code_format("e2m1", ml_dtypes.float4_e2m1fn, unpacked_lsb=2),
+    _code_format("ue8m0", ml_dtypes.float8_e8m0fnu),
+    _unsigned_e4m3(),
     _int_format("s32", 32, True, np.int32),
     _int_format("s8", 8, True, np.int8),
     _int_format("u8", 8, False, np.uint8),
@@ -272,8 +354,9 @@ def get_format(name: str | Format, argname: str = "name",
 # Bit views.
 # --------------------------------------------------------------------------------------
 
-# Formats whose elements fill whole bytes, so from_bits can bitcast to them.
-_BYTE_FORMATS = ("f16", "bf16", "tf32", "f32", "f64", "e4m3", "e5m2", "s32", "s8", "u8")
+# Formats whose storage fills whole bytes, so from_bits can bitcast to them (every float,
+# the code-stored ones as their uint8 codes; s32, s8, u8).
+_BYTE_FORMATS = tuple(n for n, f in FORMATS.items() if f.is_float or f.bits == f.storage_bits)
 
 
 def to_bits(x: Any) -> jax.Array:
@@ -311,11 +394,14 @@ def from_bits(u: Any, fmt: str | Format) -> jax.Array:
         or be 32 bits for a narrower format (the zero-extended results of
         ``convert.CVT_FUNCTIONS``), in which case the low bits are used.
       fmt: static format name whose storage is a whole number of bytes: ``"f16"``,
-        ``"bf16"``, ``"tf32"``, ``"f32"``, ``"f64"``, ``"e4m3"``, ``"e5m2"``, ``"s32"``,
-        ``"s8"``, ``"u8"`` (or an alias such as ``"fp16"``).
+        ``"bf16"``, ``"tf32"``, ``"f32"``, ``"f64"``, ``"e4m3"``, ``"e5m2"``, ``"e3m2"``,
+        ``"e2m3"``, ``"e2m1"``, ``"ue8m0"``, ``"ue4m3"``, ``"s32"``, ``"s8"``, ``"u8"``
+        (or an alias such as ``"fp16"``).
 
     Returns:
-      Array of ``fmt.storage_dtype`` and ``u``'s shape.
+      Array of ``fmt.storage_dtype`` and ``u``'s shape. For a code-stored format
+      (``Format.code_storage``: fp6, fp4, ue8m0, ue4m3) that is the uint8 code, the low
+      byte of ``u`` unchanged (no bits are masked).
 
     Raises:
       TypeError: ``u`` is not an integer array of an accepted width.

@@ -62,8 +62,10 @@ __all__ = [
 #: "Exponent" of a zero term: below any real one.
 NEG_BIG = -(1 << 20)
 
-#: Formats :func:`decode` and :func:`encode` read: uint32 bit patterns, and uint64 for f64.
-DECODE_FORMATS = ("f64", "f32", "tf32", "bf16", "f16", "e4m3", "e5m2")
+#: Formats :func:`decode` and :func:`encode` read: uint32 bit patterns, and uint64 for f64
+#: (every float format of the registry; the code-stored ones as their codes).
+DECODE_FORMATS = ("f64", "f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1",
+                  "ue8m0", "ue4m3")
 
 #: Rounding modes of :func:`round_sig`.
 ROUNDINGS = ("rz", "rn", "rna")
@@ -72,34 +74,38 @@ ROUNDINGS = ("rz", "rn", "rna")
 class _Facts(NamedTuple):
     eb: int  # exponent bits
     mb: int  # fraction bits
-    width: int  # storage width in bits
+    width: int  # width of the raw pattern in bits (storage word, or code: 4 for e2m1)
     ign: int  # low storage bits the format ignores (13 for tf32)
-    fn: bool  # e4m3fn-style: no infinities, only S.1111.111 is NaN
+    fn: bool  # "fn": no infinities; a NaN (if any) is the all-ones magnitude
+    signed: bool  # a sign bit at width - 1 (ue8m0, ue4m3 have none)
+    nan: bool  # the format has a NaN (e2m1, e2m3, e3m2 have none)
+    sub: bool  # exponent field 0 is subnormal (ue8m0: the normal 2**-127)
+    code: bool  # the raw pattern is a code in the low bits of its byte
 
 
 @functools.cache
 def _facts(fmt: str) -> _Facts:
     f = get_format(fmt, "fmt", DECODE_FORMATS)
-    return _Facts(f.exponent_bits, f.mantissa_bits, f.storage_bits, f.ignored_bits,
-                  not f.has_inf)
+    return _Facts(f.exponent_bits, f.mantissa_bits, f.code_bits, f.ignored_bits,
+                  not f.has_inf, f.signed, f.has_nan, f.has_subnormals, f.code_storage)
 
 
 def emin(fmt: str) -> int:
     """The minimum normal exponent of a format.
 
     Example:
-      >>> emin("f16"), emin("e4m3")
-      (-14, -6)
+      >>> emin("f16"), emin("e4m3"), emin("e2m1"), emin("ue8m0")
+      (-14, -6, 0, -127)
     """
     return get_format(fmt, "fmt", DECODE_FORMATS).min_exponent
 
 
 def lsb_min(fmt: str) -> int:
-    """The exponent of a format's smallest subnormal.
+    """The exponent of a format's smallest subnormal (ue8m0: of its smallest value).
 
     Example:
-      >>> lsb_min("f16"), lsb_min("tf32")
-      (-24, -136)
+      >>> lsb_min("f16"), lsb_min("tf32"), lsb_min("e2m1")
+      (-24, -136, -1)
     """
     return emin(fmt) - _facts(fmt).mb
 
@@ -145,7 +151,12 @@ def decode(bits: jax.Array, fmt: str, sub_emin: bool = False):
     ``value = (-1)**neg * sig * 2**lsb`` (``sig`` 0 for zero, inf and NaN);
     ``lead`` is the exponent of sig's top bit (:data:`NEG_BIG` for zero, inf and NaN), or
     with ``sub_emin`` for a subnormal the format's minimum normal exponent. tf32 ignores
-    the low 13 bits of its word; e4m3 has no infinity and one NaN magnitude.
+    the low 13 bits of its word; e4m3 and ue4m3 have no infinity and one NaN magnitude;
+    e3m2, e2m3 and e2m1 have neither (every code is a number); ue8m0 has no sign, no
+    zero and no subnormals (code 0 is ``2**-127``) and its NaN is 0xFF. A code-stored
+    format (``Format.code_storage``) is read from the low bits of ``bits`` (4 for e2m1, 6
+    for e2m3 / e3m2, 7 for ue4m3, whose bit 7 is ignored, as MMA-Sim does); higher
+    bits are ignored. An unsigned format's ``neg`` is False.
 
     Args:
       bits: uint32 array of bit patterns (zero-extended); uint64 for ``"f64"`` (x64 on).
@@ -163,29 +174,38 @@ def decode(bits: jax.Array, fmt: str, sub_emin: bool = False):
       (True, -10, 1536, 0)
       >>> [bool(v) for v in decode(jnp.uint32(0x7F), "e4m3")[4:]]  # (inf, nan)
       [False, True]
+      >>> [int(v) for v in decode(jnp.uint32(0xF), "e2m1")[:4]]  # -6 = -3 * 2**1
+      [1, 1, 3, 2]
     """
-    eb, mb, width, ign, fn = _facts(fmt)
+    eb, mb, width, ign, fn, signed, has_nan, sub, _ = _facts(fmt)
     word = 64 if width == 64 else 32
     rawmb = mb + ign
     bias = (1 << (eb - 1)) - 1
     emax = (1 << eb) - 1
-    neg = (bits >> (width - 1)) & 1
+    if signed:
+        neg = ((bits >> (width - 1)) & 1).astype(jnp.bool_)
+    else:
+        neg = jnp.zeros(jnp.shape(bits), jnp.bool_)
     e = _i32((bits >> rawmb) & emax)
     f = jnp.asarray(bits & ((1 << rawmb) - 1), _INT[word]) >> ign
-    if fn:  # e4m3fn: no infinities, only S.1111.111 is NaN
-        nan = (e == emax) & (f == (1 << mb) - 1)
+    if fn:  # no infinities; the all-ones magnitude is the NaN, if the format has one
+        nan = (e == emax) & (f == (1 << mb) - 1) & has_nan
         inf = jnp.zeros_like(nan)
         special = nan
     else:
         special = e == emax
         inf = special & (f == 0)
         nan = special & (f != 0)
-    sig = jnp.where(special, 0, jnp.where(e == 0, f, f | (1 << mb)))
-    lsb = jnp.where(e == 0, 1 - bias - mb, e - bias - mb)
+    if sub:
+        sig = jnp.where(special, 0, jnp.where(e == 0, f, f | (1 << mb)))
+        lsb = jnp.where(e == 0, 1 - bias - mb, e - bias - mb)
+    else:  # ue8m0: every exponent field (but the NaN) is a normal power of two
+        sig = jnp.where(special, 0, f | (1 << mb))
+        lsb = e - bias - mb
     lead = jnp.where(sig == 0, NEG_BIG, lsb + bitlen(sig) - 1)
-    if sub_emin:
+    if sub_emin and sub:
         lead = jnp.where((e == 0) & (sig != 0), 1 - bias, lead)
-    return neg.astype(jnp.bool_), lsb, sig, lead, inf, nan
+    return neg, lsb, sig, lead, inf, nan
 
 
 def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
@@ -243,8 +263,11 @@ def encode(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
     """Bits of ``(-1)**neg * q * 2**lsb`` in a format (uint32; uint64 for f64).
 
     The value must be on the format's grid (as :func:`round_sig` leaves it). Beyond the
-    largest exponent it becomes inf in a format with infinities; for e4m3 (none) the
-    caller must handle values above its largest finite 448. Zeros keep their sign.
+    largest exponent it becomes inf in a format with infinities; for the formats without
+    (e4m3, ue4m3, e3m2, e2m3, e2m1, ue8m0) the caller must handle values above their
+    largest finite one. Zeros keep their sign. For an unsigned format (ue8m0, ue4m3)
+    ``neg`` is ignored, and ue8m0's zero (which it cannot hold) is the caller's too:
+    a ``q`` of 0 gives code 0.
 
     Args:
       neg: bool signs.
@@ -259,25 +282,26 @@ def encode(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
       >>> hex(int(encode(jnp.bool_(False), jnp.uint32(1), jnp.int32(-24), "f16")))
       '0x1'
     """
-    eb, mb, width, _, fn = _facts(fmt)
+    eb, mb, width, _, fn, signed, _, _, _ = _facts(fmt)
     word = 64 if width == 64 else 32
     ut = _UINT[word]
     q = q.astype(ut)
     bias = (1 << (eb - 1)) - 1
+    lo = emin(fmt)
     n = bitlen(q)
     lead = lsb + n - 1
-    normal = lead >= 1 - bias
+    normal = lead >= lo
     field = lead + bias
     s = mb - (n - 1)
     frac = jnp.where(s >= 0, q << jnp.clip(s, 0, word - 1).astype(ut),
                      q >> jnp.clip(-s, 0, word - 1).astype(ut)) & ((1 << mb) - 1)
-    sub = q << jnp.clip(lsb - (1 - bias - mb), 0, word - 1).astype(ut)
+    sub = q << jnp.clip(lsb - (lo - mb), 0, word - 1).astype(ut)
     out = jnp.where(normal, (field.astype(ut) << mb) | frac, sub)
     if not fn:
         inf = ut(((1 << eb) - 1) << mb)
         out = jnp.where(normal & (field >= (1 << eb) - 1), inf, out)
     out = jnp.where(q == 0, ut(0), out)
-    return out | (neg.astype(ut) << (eb + mb))
+    return out | (neg.astype(ut) << (eb + mb)) if signed else out
 
 
 def encode_rounded(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
@@ -286,7 +310,8 @@ def encode_rounded(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> ja
     ``mbits + 1`` bits, so the bits are ``((lsb - lsb_min) << mbits) + q`` (cheaper).
 
     Above the largest exponent the result is inf in a format with infinities; for e4m3 the
-    caller must handle values above 448 (as with :func:`encode`).
+    caller must handle values above 448, and every format's caller what :func:`encode`
+    leaves to it (ue8m0's zero, signs of unsigned formats).
 
     Example:
       >>> import jax.numpy as jnp
@@ -294,12 +319,14 @@ def encode_rounded(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> ja
       >>> hex(int(encode_rounded(jnp.bool_(True), q, lsb, "f16")))
       '0xbe00'
     """
-    eb, mb, _, _, fn = _facts(fmt)
+    eb, mb, _, _, fn, signed, _, sub, _ = _facts(fmt)
     code = ((lsb - lsb_min(fmt)).astype(jnp.uint32) << mb) + q
+    if not sub:  # no subnormals: the hidden bit is not part of the code (ue8m0)
+        code = code - jnp.uint32(1 << mb)
     if not fn:
         code = jnp.minimum(code, jnp.uint32(((1 << eb) - 1) << mb))
     code = jnp.where(q == 0, jnp.uint32(0), code)
-    return code | (neg.astype(jnp.uint32) << (eb + mb))
+    return code | (neg.astype(jnp.uint32) << (eb + mb)) if signed else code
 
 
 class Term(NamedTuple):
