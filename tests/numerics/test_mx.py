@@ -422,7 +422,9 @@ E4M3 = (7, 3, Fraction(448))
 
 
 def ref_nvfp4(u: np.ndarray, mode: str = "rn", rbits=None):
-    """TransformerEngine's recipe, every float32 step rounded to nearest even."""
+    """TransformerEngine's two-level recipe in torchao's order, every float32 step
+    rounded to nearest even: s_t = amax / 2688; s_b = e4m3(clamp((amax_b / 6) / s_t,
+    2**-6, 448)); element e2m1(x * ((1 / s_t) / s_b))."""
     xs = [[f32_value(int(w)) for w in row] for row in u]
     flat = [v for row in xs for v in row]
     if any(isinstance(v, str) for v in flat):
@@ -432,17 +434,14 @@ def ref_nvfp4(u: np.ndarray, mode: str = "rn", rbits=None):
     codes, vals, deq = [], [], []
     for i, row in enumerate(xs):
         amax = max(abs(v) for v in row)
-        sb = round_float(fl32(fl32(amax / 6) / s_t), E4M3[0], E4M3[1])
-        sb = min(sb, E4M3[2])
+        q = min(max(fl32(fl32(amax / 6) / s_t), Fraction(1, 64)), E4M3[2])
+        sb = round_float(q, E4M3[0], E4M3[1])
         codes.append(sb)
-        total = fl32(sb * s_t)
+        factor = fl32(fl32(1 / s_t) / sb)
         for j, x in enumerate(row):
             neg = bool(u[i, j] >> 31)
-            if sb == 0:
-                v = Fraction(0)
-            else:
-                r = None if rbits is None else int(rbits[i, j])
-                v, _ = elem_round(fl32(x / total), "e2m1", mode, r)
+            r = None if rbits is None else int(rbits[i, j])
+            v, _ = elem_round(fl32(x * factor), "e2m1", mode, r)
             vals.append(f32_bits(-v if neg else v, neg))
             d = fl32(v * sb * s_t)
             deq.append(f32_bits(-d if neg else d, neg))

@@ -525,29 +525,28 @@ def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
     s_t = jnp.where(jnp.isfinite(tmax), s_t, f32(jnp.nan))  # NaN or inf anywhere: NaN
     xb = _to_blocks(x, axis, block)
     amax = lax.bitcast_convert_type(_amax_bits(xb), f32)
-    sb = scaling.divide_rn(scaling.divide_rn(amax, f32(e2m1.max_value)), s_t)
-    # The block scale onto ue4m3: round to nearest even, saturating at 448.
-    neg, lsb, sig, _, _, nan = softfloat.decode(lax.bitcast_convert_type(sb, jnp.uint32),
-                                                "f32")
-    q, qlsb = softfloat.round_sig(sig.astype(jnp.uint32), lsb, e4m3.min_exponent,
-                                  e4m3.mantissa_bits, "rn")
-    over = _above_max(q, qlsb, e4m3)
-    sc = softfloat.encode_rounded(jnp.zeros_like(neg), jnp.where(over, 0, q), qlsb, f.scale)
-    sc = jnp.where(over, jnp.uint32(_max_code(e4m3)), sc)
-    sc = jnp.where(nan | jnp.isnan(s_t), jnp.uint32(_nan_code(e4m3) & 0x7F), sc)
-    # The block's decode scale s_b * s_t (float32, rounded once), then x / it.
+    q = scaling.divide_rn(scaling.divide_rn(amax, f32(e2m1.max_value)), s_t)
+    # Clamped to [e4m3's smallest normal, 448] (so no block scale is 0), then rounded to
+    # ue4m3, to nearest even; NaN stays NaN.
+    qb = lax.bitcast_convert_type(q, jnp.uint32)
+    lo, hi = (int(np.array(v, np.float32).view(np.uint32))
+              for v in (e4m3.min_normal, e4m3.max_value))
+    qb = jnp.where(qb > jnp.uint32(_F32_INF), qb, jnp.clip(qb, jnp.uint32(lo), jnp.uint32(hi)))
+    _, lsb, sig, _, _, nan = softfloat.decode(qb, "f32")
+    qs, qlsb = softfloat.round_sig(sig.astype(jnp.uint32), lsb, e4m3.min_exponent,
+                                   e4m3.mantissa_bits, "rn")
+    sc = softfloat.encode_rounded(jnp.zeros_like(nan), qs, qlsb, f.scale)  # <= 448
+    sc = jnp.where(nan, jnp.uint32(_nan_code(e4m3)), sc)
+    # x times (1 / s_t) / s_b, each a float32 operation (torchao's order).
     sbn, sbl, sbs, _, _, _ = softfloat.decode(sc, f.scale)
     sb32 = lax.bitcast_convert_type(_f32_bits(sbn, sbs.astype(jnp.uint32), sbl), f32)
-    total = scaling.multiply_rn(sb32, s_t)
-    y = scaling.divide_rn(xb, total[..., None])
+    factor = scaling.divide_rn(scaling.divide_rn(f32(1), s_t), sb32)
+    y = scaling.multiply_rn(xb, factor[..., None])
     yneg, ylsb, ysig, _, _, _ = softfloat.decode(lax.bitcast_convert_type(y, jnp.uint32),
                                                  "f32")
     rbits = (jax.random.bits(jax.random.wrap_key_data(key_data), xb.shape, jnp.uint32)
              if mode == "rs" else None)
     el = _round_element(yneg, ysig.astype(jnp.uint32), ylsb, f, mode, rbits, True)
-    # A block whose scale rounds to zero holds zeros (x / 0 is not taken).
-    xneg = (lax.bitcast_convert_type(xb, jnp.uint32) >> 31).astype(jnp.uint32)
-    el = jnp.where((sc == 0)[..., None], xneg << (e2m1.bits - 1), el)
     elements = _from_blocks(_store_elements(el, f), x.shape, axis, block)
     scales = _scales_layout(sc.astype(jnp.uint8), axis, block)
     return elements, scales, s_t
@@ -634,11 +633,11 @@ def quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | Non
     gives NaN / ±inf instead, as a conversion without ``.satfinite`` does). MXINT8
     elements are ``round(x / 2**e * 64)`` clamped to ``[-127, 127]`` (no -0).
 
-    NVFP4 (TransformerEngine's recipe, each step a float32 operation rounded to nearest
-    even on the bits): per-tensor scale ``s_t = amax(x) / 2688`` (``448 * 6``; 1 for an
-    all-zero tensor); block scale ``s_b = ue4m3((amax_block / 6) / s_t)`` (to nearest
-    even, saturating at 448); element ``e2m1(x / (s_b * s_t))`` (saturating at ±6). A
-    block whose ``s_b`` rounds to 0 holds zeros.
+    NVFP4 (TransformerEngine's two-level recipe, in torchao's float32 order of operations,
+    each step rounded to nearest even on the bits): per-tensor scale ``s_t = amax(x) /
+    2688`` (``448 * 6``; 1 for an all-zero tensor); block scale ``s_b = ue4m3(clamp((amax_block
+    / 6) / s_t, 2**-6, 448))`` (to nearest even); element ``e2m1(x * ((1 / s_t) / s_b))``
+    (saturating at ±6).
 
     NaN or ±inf in a block: the block's ue8m0 scale is NaN (0xFF) and its elements are
     the element format's NaN where it has one (else 0); NVFP4: the per-tensor scale is NaN.
