@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import pathlib
 from fractions import Fraction
 
 import jax
@@ -477,3 +478,45 @@ def test_nvfp4_specials_make_nan():
         assert np.isnan(np.asarray(mx.dequantize(mx.quantize(y, "nvfp4")))).all()
     z = mx.quantize(np.zeros((1, 16), np.float32), "nvfp4")
     assert float(z.tensor_scale) == 1.0 and not np.asarray(mx.dequantize(z)).any()
+
+
+# --------------------------------------------------------------------------------------
+# torchao's quantizer (golden file made by tools/mx_torchao_golden.py with torchao 0.18.0
+# on torch 2.13 CPU).
+
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "data" / "torchao_mx_golden.npz"
+TORCHAO_ELEM = {"e4m3": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2", "e2m3": "mxfp6_e2m3",
+                "e3m2": "mxfp6_e3m2", "e2m1": "mxfp4_e2m1"}
+
+
+def _codes(t) -> np.ndarray:
+    el = np.asarray(t.elements)
+    return el if el.dtype == np.uint8 else el.view(np.uint8)
+
+
+@NEED_FP4
+@pytest.mark.parametrize("rule", ["floor", "ceil", "even", "rceil"])
+@pytest.mark.parametrize("elem", list(TORCHAO_ELEM))
+def test_torchao_mx_golden(elem, rule):
+    """Every ue8m0 scale equals torchao's; every element code too, except in blocks whose
+    scale is 2**-127 (code 0): torchao 0.18 divides those by 2**-126 (it clamps the
+    float32 scale to the smallest normal, a workaround its source comments on)."""
+    g = np.load(GOLDEN)
+    x = g["mx_x"]
+    t = mx.quantize(x.view(np.float32), TORCHAO_ELEM[elem], scale_rule=rule)
+    scales = np.asarray(t.scales).ravel()
+    np.testing.assert_array_equal(scales, g[f"mx/{elem}/{rule}/scales"])
+    keep = scales != 0
+    assert keep.sum() > 400
+    np.testing.assert_array_equal(_codes(t)[keep], g[f"mx/{elem}/{rule}/codes"][keep])
+
+
+@NEED_FP4
+def test_torchao_nvfp4_golden():
+    g = np.load(GOLDEN)
+    for i in range(8):
+        x = g[f"nvfp4/{i}/x"]
+        t = mx.quantize(x.view(np.float32), "nvfp4")
+        assert int(np.asarray(t.tensor_scale).view(np.uint32)) == int(g[f"nvfp4/{i}/tensor_scale"])
+        np.testing.assert_array_equal(np.asarray(t.scales), g[f"nvfp4/{i}/scales"])
+        np.testing.assert_array_equal(_codes(t), g[f"nvfp4/{i}/codes"])
