@@ -520,3 +520,19 @@ def test_torchao_nvfp4_golden():
         assert int(np.asarray(t.tensor_scale).view(np.uint32)) == int(g[f"nvfp4/{i}/tensor_scale"])
         np.testing.assert_array_equal(np.asarray(t.scales), g[f"nvfp4/{i}/scales"])
         np.testing.assert_array_equal(_codes(t), g[f"nvfp4/{i}/codes"])
+
+
+@pytest.mark.parametrize("fmt,big,sat,nosat", [
+    ("mxfp8_e4m3", 500.0, 448.0, np.nan),      # 500 rounds to 512 > 448: e4m3 has no inf
+    ("mxfp8_e5m2", 65000.0, 57344.0, np.inf),  # 65000 rounds to 65536 > 57344
+])
+def test_saturate_argument(fmt, big, sat, nosat):
+    """"ocp" puts 500 (e4m3) and 65000 (e5m2) at scale 2**0, above the element's largest
+    value: saturate=True clamps to it, saturate=False overflows as a plain conversion."""
+    x = np.zeros(32, np.float32)
+    x[:2] = big, -big
+    for saturate, want in ((True, sat), (False, nosat)):
+        t = mx.quantize(x, fmt, saturate=saturate)
+        assert int(t.scales[0]) == 127
+        got = np.asarray(mx.dequantize(t))[:2]
+        np.testing.assert_array_equal(got, np.array([want, -want], np.float32))

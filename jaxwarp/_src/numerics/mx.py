@@ -686,6 +686,9 @@ def quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | Non
       Array([ 1.       , -2.5      ,  3.       ,  0.1015625], dtype=float32)
       >>> quantize(x, "mxint8", scale_rule="ceil").elements[:4]  # round(x / 2**2 * 64)
       Array([ 16, -40,  48,   2], dtype=int8)
+      >>> w = quantize(jnp.ones((16, 32), jnp.float32), "nvfp4", block=(16, 16))
+      >>> w.scales, w.elements[0, :3], dequantize(w)[0, 0]  # s_b = 448, e2m1 6 (code 7)
+      (Array([[126, 126]], dtype=uint8), Array([7, 7, 7], dtype=uint8), Array(1., dtype=float32))
     """
     f, arr, blk, ax, rule, mode, kd, saturate = _checked(x, fmt, block, axis, scale_rule,
                                                          mode, key, saturate)
