@@ -36,10 +36,10 @@ largest normal value, ``max`` that value):
 * ``"ceil"``: torchao's ``CEIL``: ``ceil(log2(amax)) - emax``.
 * ``"even"``: torchao's ``EVEN``: amax rounded to the element's fraction bits (to
   nearest, ties away from zero) before ``floor(log2(.)) - emax``.
-* ``"rceil"``: cuBLAS / cuDNN / TransformerEngine (``quantize_round_up(amax / max)``): the
-  smallest power of two at least ``amax * (1/max)``, the product and the reciprocal each a
-  float32 rounded to nearest even, as those libraries compute it (the PTX
-  ``cvt.rp.satfinite.ue8m0x2.f32`` of that product).
+* ``"rceil"``: cuBLAS / cuDNN (``scale = quantize_round_up(amax / max)``), torchao's
+  ``RCEIL``: the smallest power of two at least ``amax * (1/max)``, the reciprocal and
+  the product each a float32 rounded to nearest even, as torchao's RCEIL computes it
+  before the PTX ``cvt.rp.satfinite.ue8m0x2.f32`` (or its software form).
 
 ``e`` is clamped to ue8m0's range ``[-127, 127]`` (an all-zero block gets ``2**-127``). A
 block holding a NaN or an infinity gets the NaN scale 0xFF, and dequantizes to NaN.
