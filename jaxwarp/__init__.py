@@ -132,6 +132,9 @@ from jaxwarp import fp8 as fp8
 from jaxwarp import fp6 as fp6
 from jaxwarp import fp4 as fp4
 
+# Block-scaled formats (OCP MX, NVFP4), in their own namespace: jaxwarp.mx.quantize, ...
+from jaxwarp import mx as mx
+
 # Checked mode: report undefined behaviour instead of modelling it.
 from jaxwarp._src.warp.checked import checked as checked
 

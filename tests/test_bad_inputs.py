@@ -1878,4 +1878,73 @@ def _tcgen05_params():
 
 @pytest.mark.parametrize("c, mode", _tcgen05_params())
 def test_bad_input_tcgen05(c: Case, mode: str):
+
+
+# jaxwarp.mx: block-scaled quantizers (OCP MX, NVFP4). Every argument is checked eagerly
+# and under jit, with a message naming it and what is allowed. These cases run in their
+# own test below (the catalogue test's parameters are fixed above).
+
+_MX_N0 = len(CATALOGUE)
+_MX = np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32)
+
+
+def _mxq(**kw):
+    return lambda x: jaxwarp.mx.quantize(x, **kw)
+
+
+case(6, "mx-fmt-unknown", _mxq(fmt="mxfp9"), _MX, exc=ValueError,
+     must=("fmt='mxfp9' is not supported", "allowed", "mxfp8_e4m3", "nvfp4"))
+case(6, "mx-fmt-not-a-name", _mxq(fmt=8), _MX, exc=ValueError,
+     must=("fmt=8 is not supported", "mxint8"))
+case(6, "mx-fmt-traced", lambda x, f: jaxwarp.mx.quantize(x, f), _MX, np.int32(0),
+     exc=TypeError, must=("fmt is a static argument",), modes=JIT)
+case(6, "mx-block-zero", _mxq(block=0), _MX, exc=ValueError,
+     must=("block=0 is not supported", "a positive int"))
+case(6, "mx-block-not-dividing", _mxq(block=24), _MX, exc=ValueError,
+     must=("block=24", "length 32, not a multiple of 24", "pad x"))
+case(6, "mx-block-2d-not-dividing", _mxq(block=(16, 16)), _MX, exc=ValueError,
+     must=("block=(16, 16)", "length 2, not a multiple of 16"))
+case(6, "mx-block-triple", _mxq(block=(2, 2, 2)), _MX, exc=ValueError,
+     must=("block=(2, 2, 2)", "a pair"))
+case(6, "mx-block-float", _mxq(block=32.0), _MX, exc=TypeError,
+     must=("block must be a Python int",))
+case(6, "mx-axis-out-of-range", _mxq(axis=2), _MX, exc=ValueError,
+     must=("axis=2 is out of range", "-2 .. 1"))
+case(6, "mx-axis-with-2d-block", _mxq(block=(2, 16), axis=0), _MX, exc=ValueError,
+     must=("axis=0 with 2D block=(2, 16)", "allowed: axis=-1"))
+case(6, "mx-scale-rule-unknown", _mxq(scale_rule="nearest"), _MX, exc=ValueError,
+     must=("scale_rule='nearest' is not supported", "'ocp'", "'rceil'"))
+case(6, "mx-scale-rule-not-for-nvfp4", _mxq(fmt="nvfp4", scale_rule="ocp"), _MX,
+     exc=ValueError, must=("scale_rule='ocp' is not supported", "('nvfp4',)"))
+case(6, "mx-mode-unknown", _mxq(mode="rz"), _MX, exc=ValueError,
+     must=("mode='rz' is not supported", "('rn', 'rs')"))
+case(6, "mx-rs-without-key", _mxq(mode="rs"), _MX, exc=ValueError,
+     must=("mode='rs'", "needs a PRNG key"))
+case(6, "mx-key-with-rn", _mxq(key=jax.random.key(0)), _MX, exc=ValueError,
+     must=("key is only used with mode='rs'",))
+case(6, "mx-key-not-a-key", lambda x, k: jaxwarp.mx.quantize(x, mode="rs", key=k), _MX,
+     np.zeros(3, np.float32), exc=TypeError, must=("key must be a PRNG key", "shape (3,)"))
+case(6, "mx-saturate-false-int8", _mxq(fmt="mxint8", saturate=False), _MX, exc=ValueError,
+     must=("saturate=False with fmt='mxint8'", "allowed: saturate=True"))
+case(6, "mx-saturate-not-bool", _mxq(saturate="yes"), _MX, exc=ValueError,
+     must=("saturate='yes' is not supported", "(True, False)"))
+case(6, "mx-x-int32", _mxq(), np.ones((2, 32), np.int32), exc=TypeError,
+     must=("x must be a float32", "int32"))
+case(1, "mx-x-float64", _mxq(), np.ones((2, 32)), exc=TypeError, regex="x has " + X64,
+     modes=CONST)
+case(6, "mx-dequantize-array", jaxwarp.mx.dequantize, _MX, exc=TypeError,
+     must=("t must be an MXTensor", "jaxwarp.mx.quantize"))
+case(6, "mx-fake-quantize-fmt", lambda x: jaxwarp.mx.fake_quantize(x, "e4m3"), _MX,
+     exc=ValueError, must=("fmt='e4m3' is not supported", "mxfp8_e4m3"))
+case(1, "mx-fake-quantize-x-float64", lambda x: jaxwarp.mx.fake_quantize(x), np.ones(32),
+     exc=TypeError, regex="x has " + X64, modes=CONST)
+
+
+def _mx_params():
+    new = {id(c) for c in CATALOGUE[_MX_N0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _mx_params())
+def test_bad_input_mx(c: Case, mode: str):
     test_bad_input(c, mode)

@@ -523,3 +523,42 @@ def test_format_name_f64_with_x64():
         checks.format_name(np.float64, "fmt", ("f64",), {"float64": "f64"})
     with pytest.raises(TypeError, match="fmt is a static argument"):
         jax.jit(lambda f: checks.format_name(f, "fmt", ("f16",)))(1.0)
+
+
+# --------------------------------------------------------------------------------------
+# jaxwarp.mx (block-scaled formats): the same table, policy and completeness check.
+
+X32 = np.linspace(-3.0, 3.0, 64, dtype=np.float32).reshape(2, 32)
+MX_ENTRY_POINTS: dict[str, Entry] = {
+    "mx.quantize": Entry(jaxwarp.mx.quantize, {"x": X32}, static_args=("mxfp8_e4m3",)),
+    "mx.fake_quantize": Entry(jaxwarp.mx.fake_quantize, {"x": X32},
+                              static={"fmt": "mxint8", "scale_rule": "rceil"}),
+    # Its data is an MXTensor pytree, whose leaves quantize made.
+    "mx.dequantize": Entry(jaxwarp.mx.dequantize,
+                           {"t": jaxwarp.mx.quantize(X32, "mxfp8_e5m2")}, wide=()),
+}
+# Types: a format's description and the quantized tensor (a pytree container).
+MX_NO_ARRAY_DATA = frozenset({"mx.MXFormat", "mx.MXTensor"})
+
+
+def test_mx_table_is_complete():
+    public = {"mx." + n for n in dir(jaxwarp.mx) if not n.startswith("_")
+              and callable(getattr(jaxwarp.mx, n))
+              and not inspect.ismodule(getattr(jaxwarp.mx, n))}
+    assert public == set(MX_ENTRY_POINTS) | MX_NO_ARRAY_DATA
+
+
+@pytest.mark.parametrize("name", sorted(MX_ENTRY_POINTS))
+def test_mx_valid_call(name):
+    _valid_call(MX_ENTRY_POINTS[name])
+
+
+@pytest.mark.parametrize("name,arg,dt,mode", [
+    (n, a, dt, m) for n, e in sorted(MX_ENTRY_POINTS.items()) for a in e.wide_names()
+    for dt in e.wide_dtypes for m in ("eager", "jit_const")])
+def test_mx_64bit_refused(name, arg, dt, mode):
+    e = MX_ENTRY_POINTS[name]
+    data = {**e.data, arg: _widened(e.data[arg], WIDE[dt])}
+    call = (lambda: e.call(data)) if mode == "eager" else jax.jit(lambda: e.call(data))
+    with pytest.raises(TypeError, match=rf"\b{re.escape(arg)} has 64-bit dtype {dt}"):
+        call()
