@@ -1878,6 +1878,7 @@ def _tcgen05_params():
 
 @pytest.mark.parametrize("c, mode", _tcgen05_params())
 def test_bad_input_tcgen05(c: Case, mode: str):
+    test_bad_input(c, mode)
 
 
 # jaxwarp.mx: block-scaled quantizers (OCP MX, NVFP4). Every argument is checked eagerly
