@@ -119,7 +119,8 @@ class GoldenName:
           >>> parse_golden_name("mma", "Ampere", "m16n8k8.f32.tf32.tf32.f32").ptx_qualifier
           'm16n8k8.row.col.f32.tf32.tf32.f32'
         """
-        return (f"m{self.m}n{self.n}k{self.k}.row.col.{self.d_type}.{self.a_type}."
+        kind = f"kind::{self.kind}." if self.kind else ""
+        return (f"m{self.m}n{self.n}k{self.k}.row.col.{kind}{self.d_type}.{self.a_type}."
                 f"{self.b_type}.{self.c_type}")
 
     def field_shapes(self) -> dict[str, tuple[int, ...]]:

@@ -14,7 +14,9 @@ two apart.
 * ``tcgen05``: ``jaxwarp.tcgen05_mma_logical(qualifier, A bits, B bits, C, arch=...)``
   with MMA-Sim's qualifier, when this version has it and its catalogue has the operand
   types (``isa.a_types("tcgen05")``), else not modelled.
-* ``mma_block_scale``, ``tcgen05_block_scale``: not modelled in this version.
+* ``mma_block_scale``, ``tcgen05_block_scale``: ``block_scale.from_golden`` (logical form
+  of the block-scaled instructions), where ``block_scale.parse_qualifier`` takes the
+  qualifier.
 
 Bits are compared exactly (MMA-Sim writes every f32/f16 NaN as 0x7FFFFFFF / 0x7FFF, as
 jaxwarp's datapaths do), with one rule of the reference model stated here: MMA-Sim's
@@ -36,7 +38,7 @@ import jaxwarp
 from jaxwarp._src.conformance import golden_keys as G
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import arch, isa, mma_ptx
+from jaxwarp._src.tensorcore import arch, block_scale, isa, mma_ptx
 
 #: The public entry point of jaxwarp's ``tcgen05.mma`` model, when this version has one.
 TCGEN05_ENTRY = "tcgen05_mma_logical"
@@ -75,7 +77,11 @@ def model_status(name: G.GoldenName) -> str:
       block-scaled mma_block_scale is not modelled in this version
     """
     if name.family.endswith("block_scale"):
-        return f"block-scaled {name.family} is not modelled in this version"
+        try:
+            block_scale.parse_qualifier(name.family, name.qualifier)
+        except ValueError as e:
+            return f"block-scaled {name.family} {name.qualifier} is not modelled: {e}"
+        return ""
     if name.family == "tcgen05":
         if getattr(jaxwarp, TCGEN05_ENTRY, None) is None:
             return f"no tcgen05.mma model in this version (jaxwarp.{TCGEN05_ENTRY} is absent)"
@@ -84,7 +90,7 @@ def model_status(name: G.GoldenName) -> str:
         if missing:
             return f"tcgen05.mma with {missing} operands is not in jaxwarp's catalogue"
         return ""
-    if name.kind:
+    if name.kind and name.kind != "f8f6f4":
         return f"mma.sync kind::{name.kind} is not modelled in this version"
     model = arch.ARCHS.get(name.target)
     if model is None:
@@ -93,7 +99,8 @@ def model_status(name: G.GoldenName) -> str:
     for t in dict.fromkeys((name.a_type, name.b_type)):
         if t not in isa.a_types("mma_sync"):
             return f"mma.sync with {t} operands is not in jaxwarp's catalogue"
-    row = isa.row_of("mma_sync", name.a_type, (name.m, name.n, name.k))
+    row = isa.row_of("mma_sync", name.a_type, (name.m, name.n, name.k), kind=name.kind or None,
+                     b_type=name.b_type)
     if (row is None or name.b_type not in row.b_types(name.a_type)
             or (name.c_type, name.d_type) not in row.cd):
         return (f"mma.sync {name.ptx_qualifier} is not in jaxwarp's catalogue (isa.ROWS)")
@@ -153,11 +160,23 @@ def _values(x: np.ndarray, t: str) -> jnp.ndarray:
     return jnp.asarray(x.view(FORMATS[t].storage_dtype))
 
 
+def _codes(x: np.ndarray, t: str) -> jnp.ndarray:
+    """An operand as jaxwarp takes it: fp6 / fp4 codes of ``kind::f8f6f4`` moved down
+    from their bits in the byte (e2m1 sits in bits 5:2)."""
+    fmt = FORMATS[t]
+    if fmt.unpacked_lsb:
+        x = (x >> fmt.unpacked_lsb) & ((1 << fmt.bits) - 1)
+    return _values(x, t)
+
+
 def _run(name: G.GoldenName, f: dict[str, np.ndarray]) -> np.ndarray:
     """D from jaxwarp, as raw bits (T, M, N)."""
     c = _values(f["C"], name.c_type)
-    if name.family == "mma":
-        a, b = (_values(f[x], name.field_type(x)) for x in ("A", "B"))
+    if name.family.endswith("block_scale"):
+        d = block_scale.from_golden(name.family, name.qualifier, *(f[x] for x in (
+            "A", "B", "C", "SA", "SB")))
+    elif name.family == "mma":
+        a, b = (_codes(f[x], name.field_type(x)) for x in ("A", "B"))
         d = mma_ptx.mma_ptx(name.ptx_qualifier, a, b, c, arch=name.target)
     else:  # tcgen05 (model_status checked the entry point): MMA-Sim's qualifier, raw bits
         fn = getattr(jaxwarp, TCGEN05_ENTRY)

@@ -44,7 +44,7 @@ Shape = tuple[int, int, int]
 INSTRUCTIONS = ("wmma", "mma_sync", "wgmma", "tcgen05")
 #: The fp8 operand types (the fp8 formats of the number layer).
 FP8_TYPES = tuple(FP8_FORMATS)
-#: The operand types of ``kind::f8f6f4`` (PTX order): fp8, fp6 and fp4.
+#: The operand types of ``kind::f8f6f4`` and ``kind::mxf8f6f4`` (PTX order): fp8, fp6, fp4.
 F8F6F4_TYPES = ("e5m2", "e4m3", "e3m2", "e2m3", "e2m1")
 #: Layouts of A and B (PTX names; WMMA spells them ``row_major`` / ``col_major``).
 LAYOUTS = ("row", "col")
@@ -147,8 +147,6 @@ def _m64(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
 #: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it.
 TCGEN05_M = (64, 128)
 TCGEN05_N_INT = WGMMA_N_INT
-#: kind::f8f6f4 operand types: fp8, fp6 and fp4 (one element per byte in shared memory).
-F8F6F4_TYPES = FP8_TYPES + ("e3m2", "e2m3", "e2m1")
 
 
 def _tcgen05(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
@@ -404,10 +402,9 @@ def support_table() -> str:
 # targets). Sources: the PTX ISA ("mma" with ``.kind::mxf8f6f4 / mxf4 / mxf4nvf4`` and
 # ``.block_scale``; "tcgen05.mma"), as MMA-Sim 2.1.1 lists them.
 
-#: Element types of ``kind::f8f6f4`` / ``kind::mxf8f6f4`` operands.
-F8F6F4_TYPES = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
-#: tcgen05.mma (cta_group::1) block-scaled N: 8 .. 256 in steps of 8.
-TCGEN05_N = tuple(range(8, 257, 8))
+#: tcgen05.mma (cta_group::1) block-scaled N: 8 .. 256 in steps of 8. The element types
+#: of ``kind::mxf8f6f4`` are ``F8F6F4_TYPES``.
+TCGEN05_N = WGMMA_N_FLOAT
 
 
 @dataclasses.dataclass(frozen=True)
