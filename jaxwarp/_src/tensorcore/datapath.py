@@ -367,6 +367,8 @@ class _Operand(NamedTuple):
     exp: int16 ``16 * lsb + (align - lsb)``: the exponents of sig's last bit and the
       operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
       products get no exponent and scale to nothing).
+
+    On the CPU both are float32 (``_operand(..., stored=True)``), the same values.
     """
 
     sig: jax.Array
@@ -380,15 +382,30 @@ def _lead_only(dp: Datapath) -> bool:
     return dp.align == "nominal" and dp.sub_exp == "emin"
 
 
-def _operand(bits, fmt, dp: Datapath) -> _Operand:
+def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
+    """Decoded operands; ``stored``: as float32 divisions that XLA's CPU backend stores.
+
+    XLA's CPU fusion copies a cheap producer into every consumer that reads it through
+    at most 15 indexings (``kAllowedCodeDuplication``), and the loop over a block's
+    outputs then recomputes it for each output element: with fewer than 16 k elements
+    per instruction (tf32 k4 / k8, bf16 k8) it decoded every operand element, and read
+    ``matmul``'s dynamic slice of the k step, once per output (exact tf32 ``matmul`` ran
+    about 15x slower than bf16). A division counts as expensive there and is not copied
+    into a consumer that reuses its elements, so ``stored`` divides both arrays, by the
+    sign (+-1, exact; a NaN's sign is never read) and by ``sign * sign`` (1, which XLA
+    cannot fold away as it would a constant). The bits of every result are the same.
+    """
     neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
     sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
-    s = jnp.where(nan, jnp.float32(jnp.nan),
-                  sign * jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
+    mag = jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32))
     if _lead_only(dp):
         exp = jnp.where(sig != 0, lead, -1000)
     else:
         exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
+    if stored:
+        s = jnp.where(nan, jnp.float32(jnp.nan), mag) / sign
+        return _Operand(s, exp.astype(jnp.float32) / (sign * sign))
+    s = jnp.where(nan, jnp.float32(jnp.nan), sign * mag)
     return _Operand(s.astype(jnp.float16), exp.astype(jnp.int16))
 
 
@@ -649,7 +666,9 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
         mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_type, b_type))
         block = functools.partial(_block_general, mbits=mbits,
                                   emin=softfloat.lsb_min(a_type) + softfloat.lsb_min(b_type))
-        ops = (_operand(bits_.to_u32(a), a_type, dp), _operand(bits_.to_u32(b), b_type, dp))
+        stored = jax.default_backend() == "cpu"  # see _operand
+        ops = (_operand(bits_.to_u32(a), a_type, dp, stored),
+               _operand(bits_.to_u32(b), b_type, dp, stored))
         if _store_decoded(a, b, c, general=True):
             ops = lax.optimization_barrier(ops)
         bits = _chain(*ops, c, cfg, block)
