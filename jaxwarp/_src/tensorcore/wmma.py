@@ -56,21 +56,20 @@ from jaxwarp._src.numerics.bits import as_bits, from_bits, take_bits
 from jaxwarp._src.numerics.formats import ALIASES
 from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import wmma_table as table
-from jaxwarp._src.tensorcore.fragments import (
+from jaxwarp._src.tensorcore.fragment_storage import check_packed_range
+from jaxwarp._src.tensorcore.fragment_types import (
     Fragment,
     FragmentType,
-    check_packed_range,
     distribute,
     fragment,  # noqa: F401  (the doctests' name, and wmma.fragment for old callers)
-    fragment_from_matrix,
     fragment_type,
-    matrix_from_fragment,
     type_arg,
     value_arg,
 )
 from jaxwarp._src.tensorcore.fragments import (
-    fill_fragment as fill_fragment,  # the WMMA API name (defined with the fragment types)
+    fill_fragment as fill_fragment,  # the WMMA API name (wmma.fill_fragment for old callers)
 )
+from jaxwarp._src.tensorcore.fragments import fragment_from_matrix, matrix_from_fragment
 from jaxwarp._src.warp import checked
 
 _USE_LETTER = {"a": "matrix_a", "b": "matrix_b", "c": "accumulator"}
