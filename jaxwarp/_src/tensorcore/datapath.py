@@ -69,8 +69,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import isa
@@ -497,7 +496,7 @@ def _add_rn(x: _Acc, y: _Acc, out: str, dp: Datapath):
 
 def _f32_acc(x) -> _Acc:
     """An fp32 value (normal, zero, inf or NaN) as an accumulator term."""
-    return softfloat.term(bits_.to_u32(x), "f32")
+    return softfloat.term(bitops.to_u32(x), "f32")
 
 
 # --------------------------------------------------------------------------------------
@@ -565,7 +564,7 @@ def _chain(a, b, c, cfg: _Cfg, block):
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
-    acc = _acc(bits_.to_u32(c), cfg.c_type, dp, cfg.d_type)
+    acc = _acc(bitops.to_u32(c), cfg.c_type, dp, cfg.d_type)
     first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b)
     bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
@@ -667,12 +666,12 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
         block = functools.partial(_block_general, mbits=mbits,
                                   emin=softfloat.lsb_min(a_type) + softfloat.lsb_min(b_type))
         stored = jax.default_backend() == "cpu"  # see _operand
-        ops = (_operand(bits_.to_u32(a), a_type, dp, stored),
-               _operand(bits_.to_u32(b), b_type, dp, stored))
+        ops = (_operand(bitops.to_u32(a), a_type, dp, stored),
+               _operand(bitops.to_u32(b), b_type, dp, stored))
         if _store_decoded(a, b, c, general=True):
             ops = lax.optimization_barrier(ops)
         bits = _chain(*ops, c, cfg, block)
-    return bits_.from_u32(bits, jnp.float32 if cfg.d_type == "f32" else jnp.float16)
+    return bitops.from_u32(bits, jnp.float32 if cfg.d_type == "f32" else jnp.float16)
 
 
 # --------------------------------------------------------------------------------------
@@ -764,7 +763,7 @@ def _mma_int(a, b, c, satf):
 
 def _round_operand(x, a_type):
     if a_type == "tf32":  # the tensor core ignores the low 13 bits
-        return bits_.tf32_keep(x)
+        return bitops.tf32_keep(x)
     if a_type in isa.FP8_TYPES:
         return x.astype(jnp.float32)
     return x
@@ -935,7 +934,7 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
 
 
 def _low_nibble(x: jax.Array, signed: bool) -> jax.Array:
-    v = bits_.sext(x, 4) if signed else x.astype(jnp.int32) & 0xF
+    v = bitops.sext(x, 4) if signed else x.astype(jnp.int32) & 0xF
     return v.astype(x.dtype)
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics.bits import from_bits, sext, uint_view
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.warp import checked
 
@@ -33,7 +33,7 @@ def pack_values(et: table.ElementType, values: jax.Array) -> jax.Array:
     v = v.reshape(*v.shape[:-1], -1, et.per_storage) << _shifts(et)
     words = jnp.sum(v, axis=-1, dtype=jnp.uint32)  # disjoint bit fields: sum == or
     if et.storage_dtype == np.dtype(np.int32):
-        words = from_bits(words, jnp.int32)
+        words = bitops.from_bits(words, jnp.int32)
     return words
 
 
@@ -41,11 +41,11 @@ def unpack_values(et: table.ElementType, words: jax.Array) -> jax.Array:
     """Unpacks storage words (..., N) into values (..., N * per_storage), value dtype."""
     if not et.packed:
         return words
-    words = uint_view(words)
+    words = bitops.uint_view(words)
     v = (words[..., None] >> _shifts(et)) & jnp.uint32((1 << et.bits) - 1)
     v = v.reshape(*v.shape[:-2], -1)
     if et.value_dtype == np.dtype(np.int8):  # s4: sign-extend the nibble
-        return sext(v, et.bits)
+        return bitops.sext(v, et.bits)
     return v.astype(et.value_dtype)
 
 

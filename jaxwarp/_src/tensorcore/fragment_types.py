@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics.bits import take_bits
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.numerics.formats import ALIASES
 from jaxwarp._src.tensorcore import fragment_layouts, fragment_storage, layouts
 from jaxwarp._src.tensorcore import wmma_table as table
@@ -475,5 +475,5 @@ def distribute(spec: FragmentType | Fragment, matrix: jax.Array) -> Fragment:
     ft = spec if isinstance(spec, FragmentType) else spec.ftype
     lin, _ = fragment_layouts.gather_maps_of(*ft._key)
     flat = matrix.reshape(*matrix.shape[:-2], -1)
-    vals = take_bits(flat, lin)  # (..., 32, num_elements)
+    vals = bitops.take_bits(flat, lin)  # (..., 32, num_elements)
     return unchecked_value(ft, fragment_storage.pack_values(ft.element_type, vals))

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp._src.numerics.bits import take_bits
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.tensorcore import fragment_layouts, layouts
 from jaxwarp._src.tensorcore import wmma_table as table
 from jaxwarp._src.tensorcore.fragment_storage import unpack_values
@@ -230,7 +230,7 @@ def matrix_from_fragment(frag: Fragment) -> jax.Array:
     vals = unpack_values(et, x).astype(et.value_dtype)
     _, inv = fragment_layouts.gather_maps_of(*frag.ftype._key)
     flat = vals.reshape(*vals.shape[:-2], -1)
-    out = take_bits(flat, inv)
+    out = bitops.take_bits(flat, inv)
     return out.reshape(*out.shape[:-1], frag.rows, frag.cols)
 
 

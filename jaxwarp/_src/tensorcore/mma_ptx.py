@@ -102,7 +102,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import parse_target, supported_target
 
@@ -489,18 +489,18 @@ def _inverse(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _uint_of(bits: int):
-    return bits_.uint_dtype(bits).type
+    return bitops.uint_dtype(bits).type
 
 
 def _elem_bits(x: jax.Array, ty: str, word: Any) -> jax.Array:
     """Logical elements -> their bit fields, in the register word dtype."""
     bits = _BITS[ty]
     if bits in (8, 16, 32, 64) and not jnp.issubdtype(x.dtype, jnp.integer):
-        return bits_.uint_view(x).astype(word)
+        return bitops.uint_view(x).astype(word)
     if bits == 64:
         return lax.bitcast_convert_type(x, word)
-    v = bits_.uint_view(x) if x.dtype.itemsize * 8 in (8, 16, 32) else x
-    return v.astype(word) & word(bits_.low_mask(bits))
+    v = bitops.uint_view(x) if x.dtype.itemsize * 8 in (8, 16, 32) else x
+    return v.astype(word) & word(bitops.low_mask(bits))
 
 
 def _bits_elem(v: jax.Array, ty: str) -> jax.Array:
@@ -509,9 +509,9 @@ def _bits_elem(v: jax.Array, ty: str) -> jax.Array:
     if bits == 64:
         return lax.bitcast_convert_type(v, dt)
     if bits in (8, 16, 32):
-        return bits_.from_bits(v.astype(_uint_of(bits)), dt)
+        return bitops.from_bits(v.astype(_uint_of(bits)), dt)
     if ty == "s4":
-        return bits_.sext(v, 4).astype(dt)
+        return bitops.sext(v, 4).astype(dt)
     return v.astype(dt)
 
 
