@@ -1,6 +1,6 @@
 """Exact-mode ``jaxwarp.matmul`` on square matrices against XLA's own product (issue 12).
 
-For each operand format (f16, bf16, e4m3), times
+For each operand format (f16, bf16, tf32, e4m3), times
 ``jaxwarp.matmul(a, b, operand_format=F, mode="exact")`` (fp32 accumulator) on
 M = N = K = size and, in the same process on the same inputs, XLA's product
 ``jnp.matmul(a, b, preferred_element_type=float32)``. Prints one JSON record:
@@ -51,15 +51,17 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's jaxwarp, before any installed one
-FORMATS = ("f16", "bf16", "e4m3")
+FORMATS = ("f16", "bf16", "tf32", "e4m3")
 #: ``jaxwarp.matmul``'s default instruction per format, and its default tile (the
 #: instruction's first shape) per instruction and format, as its docstring states them;
 #: for the record only (``matmul`` is called with ``tile=None``).
-DEFAULT_INSTRUCTION = {"f16": "wmma", "bf16": "wmma", "e4m3": "wgmma"}
+DEFAULT_INSTRUCTION = {"f16": "wmma", "bf16": "wmma", "tf32": "wmma", "e4m3": "wgmma"}
 DEFAULT_TILE = {
-    "wmma": {"f16": (16, 16, 16), "bf16": (16, 16, 16)},
-    "mma_sync": {"f16": (16, 8, 16), "bf16": (16, 8, 16), "e4m3": (16, 8, 32)},
-    "wgmma": {"f16": (64, 8, 16), "bf16": (64, 8, 16), "e4m3": (64, 8, 32)},
+    "wmma": {"f16": (16, 16, 16), "bf16": (16, 16, 16), "tf32": (16, 16, 8)},
+    "mma_sync": {"f16": (16, 8, 16), "bf16": (16, 8, 16), "tf32": (16, 8, 8),
+                 "e4m3": (16, 8, 32)},
+    "wgmma": {"f16": (64, 8, 16), "bf16": (64, 8, 16), "tf32": (64, 8, 8),
+              "e4m3": (64, 8, 32)},
 }
 TARGET_SECONDS = 1.0  # exact 4096^3 f16 / bf16 on an H100 (issue 12)
 TARGET_MEMORY = 2.0  # peak <= 2x (inputs + outputs)
@@ -102,10 +104,13 @@ def _inputs(fmt: str, m: int, n: int, k: int, seed: int = 0):
     import ml_dtypes
     import numpy as np
 
-    dt = {"f16": np.float16, "bf16": jnp.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}[fmt]
+    dt = {"f16": np.float16, "bf16": jnp.bfloat16, "tf32": np.float32,
+          "e4m3": ml_dtypes.float8_e4m3fn}[fmt]
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), np.float32).astype(dt)
     b = rng.standard_normal((k, n), np.float32).astype(dt)
+    if fmt == "tf32":  # tf32 values (low 13 bits clear): the conversion leaves them as they are
+        a, b = ((x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32) for x in (a, b))
     return jax.device_put(a), jax.device_put(b)
 
 
@@ -140,7 +145,7 @@ def _reference_check(a, b, big, fmt: str, instruction: str, tile, count: int) ->
     except ImportError:
         return {"available": False}
     m, n, k = tile
-    bits = {"f16": np.uint16, "bf16": np.uint16, "e4m3": np.uint8}[fmt]
+    bits = {"f16": np.uint16, "bf16": np.uint16, "tf32": np.uint32, "e4m3": np.uint8}[fmt]
     K = a.shape[1]
     params = reference_tc.preset_for(instruction, fmt, f"m{m}n{n}k{k}")
     rng = np.random.default_rng(1)

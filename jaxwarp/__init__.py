@@ -48,10 +48,10 @@ from jaxwarp._src.numerics.convert import half2float as half2float
 from jaxwarp._src.numerics.convert import bfloat162float as bfloat162float
 
 # WMMA: fragments, the warp matrix functions, the shape/type table.
-from jaxwarp._src.tensorcore.fragments import Fragment as Fragment
-from jaxwarp._src.tensorcore.fragments import fragment as fragment
-from jaxwarp._src.tensorcore.fragments import FragmentType as FragmentType
-from jaxwarp._src.tensorcore.fragments import fragment_type as fragment_type
+from jaxwarp._src.tensorcore.fragment_types import Fragment as Fragment
+from jaxwarp._src.tensorcore.fragment_types import fragment as fragment
+from jaxwarp._src.tensorcore.fragment_types import FragmentType as FragmentType
+from jaxwarp._src.tensorcore.fragment_types import fragment_type as fragment_type
 from jaxwarp._src.tensorcore.fragments import fill_fragment as fill_fragment
 from jaxwarp._src.tensorcore.wmma import load_matrix_sync as load_matrix_sync
 from jaxwarp._src.tensorcore.wmma import store_matrix_sync as store_matrix_sync

@@ -20,7 +20,7 @@ import jaxwarp
 from jaxwarp._src.tensorcore import fragments as F
 from jaxwarp._src.tensorcore import wmma
 from jaxwarp._src.tensorcore import wmma_table as table
-from jaxwarp._src.tensorcore.fragments import Fragment, FragmentType, fragment, fragment_type
+from jaxwarp._src.tensorcore.fragment_types import Fragment, FragmentType, fragment, fragment_type
 
 # What the 0.1 Fragment (value and type in one class) reported for every fragment type
 # of the WMMA table, frozen from that code before the split:

@@ -9,8 +9,8 @@ from conftest import load_capture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jaxwarp._src.tensorcore import fragment_layouts, fragment_storage, fragment_types, wmma
 from jaxwarp._src.tensorcore import fragments as F
-from jaxwarp._src.tensorcore import wmma
 from jaxwarp._src.tensorcore import wmma_table as table
 
 LAYOUT_KEYS = sorted(k for k in load_capture("layout").files if k != "device")
@@ -76,7 +76,7 @@ def test_docstring_lane_maps_are_current():
     for args in (("matrix_a", 16, 16, 16, "f16"), ("accumulator", 16, 16, 16, "f32")):
         text = F.lane_map_text(*args)
         drawn = "\n".join("    " + line for line in text.splitlines())
-        assert drawn in F.__doc__
+        assert drawn in fragment_layouts.__doc__
 
 
 def test_layouts_independent_of_memory_layout():
@@ -110,7 +110,7 @@ def test_layouts_independent_of_memory_layout():
     ids=lambda v: "_".join(map(str, v)) if isinstance(v, tuple) else str(v),
 )
 def test_num_elements_match_cuda_header(args, ne, nse):
-    f = F.fragment(*args)
+    f = fragment_types.fragment(*args)
     assert f.num_elements == ne and f.num_storage_elements == nse
     assert f.x.shape == (32, nse) and f.x.dtype == f.dtype
 
@@ -120,30 +120,30 @@ def test_storage_dtypes():
             "u8": np.uint8, "s4": np.int32, "u4": np.uint32, "b1": np.uint32}
     for t, dt in want.items():
         e = table.entry(t)
-        f = F.fragment("matrix_a", *e.shapes[0], t, e.a_layouts[0])
+        f = fragment_types.fragment("matrix_a", *e.shapes[0], t, e.a_layouts[0])
         assert f.x.dtype == np.dtype(dt), t
     for t, dt in {"f16": np.float16, "f32": np.float32, "s32": np.int32}.items():
-        assert F.fragment("accumulator", 16, 16, 16, t).x.dtype == np.dtype(dt)
+        assert fragment_types.fragment("accumulator", 16, 16, 16, t).x.dtype == np.dtype(dt)
 
 
 def test_f64_needs_x64():
     with pytest.raises(RuntimeError, match="jax_enable_x64"):
-        F.fragment("accumulator", 8, 8, 4, "f64")
+        fragment_types.fragment("accumulator", 8, 8, 4, "f64")
     with jax.enable_x64(True):
-        assert F.fragment("accumulator", 8, 8, 4, "f64").x.dtype == np.float64
+        assert fragment_types.fragment("accumulator", 8, 8, 4, "f64").x.dtype == np.float64
 
 
 def test_fragment_errors():
     with pytest.raises(ValueError, match=r"valid for f16: m16n16k16, m32n8k16, m8n32k16"):
-        F.fragment("matrix_a", 16, 16, 8, "f16", "row_major")
+        fragment_types.fragment("matrix_a", 16, 16, 8, "f16", "row_major")
     with pytest.raises(ValueError, match="layout is required"):
-        F.fragment("matrix_a", 16, 16, 16, "f16")
+        fragment_types.fragment("matrix_a", 16, 16, 16, "f16")
     with pytest.raises(TypeError, match="m must be a Python int"):
-        F.fragment("matrix_a", 16.5, 16, 16, "f16", "row_major")
+        fragment_types.fragment("matrix_a", 16.5, 16, 16, "f16", "row_major")
 
 
 def test_elementwise_and_replace():
-    c = F.fragment("accumulator", 16, 16, 16, "f32")
+    c = fragment_types.fragment("accumulator", 16, 16, 16, "f32")
     c = c.replace(x=c.x + jnp.float32(1.5))
     c = c.replace(x=c.x * 2)
     np.testing.assert_array_equal(c.x, np.full((32, 8), 3.0, np.float32))
@@ -155,7 +155,7 @@ def test_elementwise_and_replace():
 
 
 def test_pytree_jit_vmap():
-    c = F.fragment("accumulator", 16, 16, 16, "f32")
+    c = fragment_types.fragment("accumulator", 16, 16, 16, "f32")
     leaves, treedef = jax.tree.flatten(c)
     assert len(leaves) == 1
     assert jax.tree.unflatten(treedef, leaves).shape == (16, 16, 16)
@@ -168,7 +168,7 @@ def test_pytree_jit_vmap():
 
     for v in (1.0, 2.0):
         out = double(c.replace(x=jnp.full((32, 8), v, jnp.float32)))
-        assert isinstance(out, F.Fragment) and float(out.x[0, 0]) == 2 * v
+        assert isinstance(out, fragment_types.Fragment) and float(out.x[0, 0]) == 2 * v
     assert len(traces) == 1
     mats = jnp.arange(4 * 256, dtype=jnp.float32).reshape(4, 16, 16)
     batched = jax.vmap(lambda m: F.fragment_from_matrix(c, m))(mats)
@@ -214,7 +214,7 @@ def _there_and_back(spec, mat):
 @pytest.mark.parametrize("spec", all_specs(), ids=lambda s: ".".join(map(str, s)))
 def test_round_trip_every_fragment_type(spec):
     with jax.enable_x64(True):
-        frag = F.fragment(*spec)
+        frag = fragment_types.fragment(*spec)
         et = frag.element_type
         mat = random_matrix(et, (frag.rows, frag.cols), np.random.default_rng(0))
         f, back = jax.jit(_there_and_back)(frag, mat)
@@ -229,7 +229,7 @@ def test_round_trip_every_fragment_type(spec):
 
 
 def test_conversion_errors():
-    a = F.fragment("matrix_a", 16, 16, 16, "f16", "row_major")
+    a = fragment_types.fragment("matrix_a", 16, 16, 16, "f16", "row_major")
     with pytest.raises(ValueError, match=r"shape \(\.\.\., 16, 16\)"):
         F.fragment_from_matrix(a, jnp.zeros((16, 8), jnp.float16))
     with pytest.raises(TypeError, match="dtype float16"):
@@ -238,8 +238,8 @@ def test_conversion_errors():
         F.fragment_from_matrix("matrix_a", jnp.zeros((16, 16), jnp.float16))
 
 
-_pack = jax.jit(F.pack_values, static_argnums=0)
-_unpack = jax.jit(F.unpack_values, static_argnums=0)
+_pack = jax.jit(fragment_storage.pack_values, static_argnums=0)
+_unpack = jax.jit(fragment_storage.unpack_values, static_argnums=0)
 
 
 @settings(max_examples=50, derandomize=True, deadline=None)

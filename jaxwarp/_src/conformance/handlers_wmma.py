@@ -26,7 +26,8 @@ from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.numerics import convert
 from jaxwarp._src.tensorcore import wmma
 from jaxwarp._src.tensorcore import wmma_table as table
-from jaxwarp._src.tensorcore.fragments import fragment, unpack_values
+from jaxwarp._src.tensorcore.fragment_storage import unpack_values
+from jaxwarp._src.tensorcore.fragment_types import fragment
 
 
 def is_layout_key(key: str) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits, softfloat
+from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import (
     ALIASES,
     FLOAT_FORMATS,
@@ -168,7 +168,7 @@ def _widen_bits(u: jax.Array, src: Format, dst: Format, nan_bits: int) -> jax.Ar
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _rounding_fn(x: jax.Array, fmt: str, mode: str) -> jax.Array:
-    u = bits.uint_view(x)
+    u = bitops.uint_view(x)
     return lax.bitcast_convert_type(_round_bits(u, _SOURCE_FORMAT[x.dtype], FORMATS[fmt], mode),
                                     x.dtype)
 
@@ -296,11 +296,11 @@ def _to_tf32(u: jax.Array, src: str) -> jax.Array:
         neg, q, lsb, inf, nan = _round_once(u, "f64", _TF32, "rna")
         out = softfloat.encode(neg, q.astype(jnp.uint32), lsb, "f32")
         out = jnp.where(inf, jnp.uint32(0x7F800000) | (neg.astype(jnp.uint32) << 31), out)
-        return jnp.where(nan, jnp.uint32(_CANONICAL_NAN["f32"] & bits.TF32_MASK), out)
+        return jnp.where(nan, jnp.uint32(_CANONICAL_NAN["f32"] & bitops.TF32_MASK), out)
     # A NaN is truncated, not rounded: its low 13 bits are cleared, so a NaN whose payload
     # lies only there becomes inf (0x7F800001 -> 0x7F800000 on the H100).
     nan = (u & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
-    return jnp.where(nan, u & jnp.uint32(bits.TF32_MASK), _round_bits(u, "f32", _TF32, "rna"))
+    return jnp.where(nan, u & jnp.uint32(bitops.TF32_MASK), _round_bits(u, "f32", _TF32, "rna"))
 
 
 _float2half_rn_bits = _f32_bits_kernel(_to_f16_rn)
@@ -353,8 +353,8 @@ def narrow_to(x: Any, fmt: str) -> jax.Array:
     fmt = checks.format_name(fmt, "fmt", tuple(_NARROW), ALIASES)
     arr = _float_input(x, "x")
     kernel, dtype = _NARROW[fmt]
-    out = kernel(bits.uint_view(arr), _SOURCE_FORMAT[arr.dtype])
-    return lax.bitcast_convert_type(out.astype(bits.uint_dtype(8 * np.dtype(dtype).itemsize)),
+    out = kernel(bitops.uint_view(arr), _SOURCE_FORMAT[arr.dtype])
+    return lax.bitcast_convert_type(out.astype(bitops.uint_dtype(8 * np.dtype(dtype).itemsize)),
                                     dtype)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits
+from jaxwarp._src.numerics import bitops
 
 __all__ = [
     "ALIASES",
@@ -195,7 +195,7 @@ def _float_format(name: str, dtype: Any, *, exponent_bits: int | None = None,
     max_value = float(fi.max) if mantissa_bits is None else (2.0 - 2.0**-mb) * 2.0**fi.maxexp / 2
     has_inf = bool(np.isinf(np.array(np.inf).astype(dtype)))
     dt = np.dtype(dtype)
-    return Format(name, "float", 1 + eb + mb, dt, bits.uint_dtype(8 * dt.itemsize), eb, mb,
+    return Format(name, "float", 1 + eb + mb, dt, bitops.uint_dtype(8 * dt.itemsize), eb, mb,
                   signed=True, has_inf=has_inf, has_nan=True, min_value=-max_value,
                   max_value=max_value, numpy_dtype=dt)
 
@@ -232,7 +232,7 @@ def _unsigned_e4m3() -> Format:
 def _int_format(name: str, nbits: int, signed: bool, dtype: Any) -> Format:
     lo, hi = (-(1 << (nbits - 1)), (1 << (nbits - 1)) - 1) if signed else (0, (1 << nbits) - 1)
     dt = np.dtype(dtype)
-    return Format(name, "int", nbits, dt, bits.uint_dtype(8 * dt.itemsize), signed=signed,
+    return Format(name, "int", nbits, dt, bitops.uint_dtype(8 * dt.itemsize), signed=signed,
                   min_value=lo, max_value=hi)
 
 
@@ -383,7 +383,7 @@ def to_bits(x: Any) -> jax.Array:
     if arr.dtype == jnp.bool_ or arr.dtype.itemsize not in (1, 2, 4, 8) or arr.dtype in (
             jnp.dtype(ml_dtypes.int4), jnp.dtype(ml_dtypes.uint4)):
         raise TypeError(f"x must have an 8, 16, 32 or 64-bit dtype, got dtype {arr.dtype}")
-    return bits.uint_view(arr)
+    return bitops.uint_view(arr)
 
 
 def from_bits(u: Any, fmt: str | Format) -> jax.Array:
@@ -421,5 +421,5 @@ def from_bits(u: Any, fmt: str | Format) -> jax.Array:
         raise TypeError(f"u must be an integer array of {8 * width} bits (or 32 bits) for "
                         f"fmt={given!r}, got dtype {arr.dtype}")
     if arr.dtype.itemsize != width:
-        arr = bits.uint_view(arr).astype(bits.uint_dtype(8 * width))
+        arr = bitops.uint_view(arr).astype(bitops.uint_dtype(8 * width))
     return lax.bitcast_convert_type(arr, f.storage_dtype)

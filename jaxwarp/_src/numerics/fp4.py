@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits, narrow
+from jaxwarp._src.numerics import bitops, narrow
 from jaxwarp._src.numerics.formats import ALIASES, FORMATS
 from jaxwarp._src.numerics.fp8 import _bits_arg, _f32_pair_args, _pair_arg, _word_arg
 
@@ -227,7 +227,7 @@ def double_to_fp4(x: Any, fmt: str, rounding: str) -> jax.Array:
     arr = checks.array_arg(x, "x")
     if arr.dtype != jnp.float64:
         raise TypeError(f"x must be a float64 array (with jax_enable_x64), got dtype {arr.dtype}")
-    return narrow.to_code_bits(bits.uint_view(arr), "f64", fmt, mode, False).astype(jnp.uint8)
+    return narrow.to_code_bits(bitops.uint_view(arr), "f64", fmt, mode, False).astype(jnp.uint8)
 
 
 def float2_to_fp4x2(x: Any, fmt: str, rounding: str) -> jax.Array:
@@ -303,7 +303,7 @@ def fp4_to_halfraw(x: Any, fmt: str) -> jax.Array:
     """
     fmt = _fmt_arg(fmt)
     u = _word_arg(x, "x", np.uint8)
-    return bits.from_u32(narrow.code_to_f16_bits(u & jnp.uint32(0xF), fmt, False), jnp.float16)
+    return bitops.from_u32(narrow.code_to_f16_bits(u & jnp.uint32(0xF), fmt, False), jnp.float16)
 
 
 def fp4x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
@@ -316,7 +316,7 @@ def fp4x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
     """
     _fmt_arg(fmt)
     hi, lo = _unpack4(_word_arg(x, "x", np.uint8), False)
-    return bits.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
+    return bitops.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
 
 
 # ----------------------------------------------------------------------------------------

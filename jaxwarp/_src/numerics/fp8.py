@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits, narrow, softfloat
+from jaxwarp._src.numerics import bitops, narrow, softfloat
 from jaxwarp._src.numerics.formats import ALIASES, FORMATS
 
 __all__ = [
@@ -165,11 +165,11 @@ def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
         x = np.asarray(x, float_dtype)
     arr = jnp.asarray(x)
     if arr.dtype == jnp.dtype(float_dtype):
-        return bits.to_u32(arr)
-    if arr.dtype == bits.uint_dtype(8 * width):
+        return bitops.to_u32(arr)
+    if arr.dtype == bitops.uint_dtype(8 * width):
         return arr.astype(jnp.uint32)
     raise TypeError(f"{name} must be a {np.dtype(float_dtype).name} array or its raw bits as "
-                    f"{bits.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
+                    f"{bitops.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
 
 
 def _pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Array, jax.Array]:
@@ -207,7 +207,7 @@ def _f32_pair_args(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
 
 
 def _as_fp8(code: jax.Array, fmt: str) -> jax.Array:
-    return bits.from_u32(code, FP8_FORMATS[fmt])
+    return bitops.from_u32(code, FP8_FORMATS[fmt])
 
 
 def _pack8(hi: jax.Array, lo: jax.Array) -> jax.Array:
@@ -424,7 +424,7 @@ def double_to_fp8(x: Any, fmt: str, saturate: bool) -> jax.Array:
     arr = checks.array_arg(x, "x")
     if arr.dtype != jnp.float64:
         raise TypeError(f"x must be a float64 array (with jax_enable_x64), got dtype {arr.dtype}")
-    return _as_fp8(_to_fp8_bits(bits.uint_view(arr), "f64", fmt, sat, False), fmt)
+    return _as_fp8(_to_fp8_bits(bitops.uint_view(arr), "f64", fmt, sat, False), fmt)
 
 
 def float2_to_fp8x2(x: Any, fmt: str, saturate: bool) -> jax.Array:
@@ -504,7 +504,7 @@ def fp8_to_halfraw(x: Any, fmt: str) -> jax.Array:
     """
     fmt = _fmt_arg(fmt)
     u = _bits_arg(x, "x", FP8_FORMATS[fmt], 1)
-    return bits.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
+    return bitops.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
 
 
 def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
@@ -519,7 +519,7 @@ def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
     u = _word_arg(x, "x", np.uint16)
     lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, False)
     hi = _fp8_to_f16_bits(u >> 8, fmt, False)
-    return bits.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
+    return bitops.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
 
 
 # ----------------------------------------------------------------------------------------
@@ -728,7 +728,7 @@ def double_to_e8m0(x: Any, saturate: bool, rounding: str) -> jax.Array:
     arr = checks.array_arg(x, "x")
     if arr.dtype != jnp.float64:
         raise TypeError(f"x must be a float64 array (with jax_enable_x64), got dtype {arr.dtype}")
-    return narrow.to_e8m0_bits(bits.uint_view(arr), "f64", mode, sat).astype(jnp.uint8)
+    return narrow.to_e8m0_bits(bitops.uint_view(arr), "f64", mode, sat).astype(jnp.uint8)
 
 
 def bfloat16raw_to_e8m0(x: Any, saturate: bool, rounding: str) -> jax.Array:
@@ -763,7 +763,7 @@ def e8m0_to_bf16raw(x: Any) -> jax.Array:
       Array([1, 8, nan], dtype=bfloat16)
     """
     u = _word_arg(x, "x", np.uint8)
-    return bits.from_u32(narrow.e8m0_to_bf16_bits(u), jnp.bfloat16)
+    return bitops.from_u32(narrow.e8m0_to_bf16_bits(u), jnp.bfloat16)
 
 
 def e8m0x2_to_bf162raw(x: Any) -> jax.Array:
@@ -777,7 +777,7 @@ def e8m0x2_to_bf162raw(x: Any) -> jax.Array:
     """
     u = _word_arg(x, "x", np.uint16)
     lo, hi = narrow.e8m0_to_bf16_bits(u), narrow.e8m0_to_bf16_bits(u >> 8)
-    return bits.from_u32(jnp.stack([lo, hi], -1), jnp.bfloat16)
+    return bitops.from_u32(jnp.stack([lo, hi], -1), jnp.bfloat16)
 
 
 for _f in (cvt_f32_to_ue8m0x2, cvt_bf16x2_to_ue8m0x2, float_to_e8m0):

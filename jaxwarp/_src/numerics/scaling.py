@@ -19,8 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import formats, softfloat
+from jaxwarp._src.numerics import bitops, formats, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
 __all__ = ["SCALE_EXP_MAX", "divide_rn", "multiply_rn", "tensor_scale_exponent",
@@ -51,7 +50,7 @@ def times_pow2(x: jax.Array, k: jax.Array, out_fmt: str) -> jax.Array:
     fmt = formats.ALIASES.get(x.dtype.name, x.dtype.name)
     if fmt not in softfloat.DECODE_FORMATS or fmt == "tf32":
         x, fmt = x.astype(jnp.float32), "f32"
-    bits = bits_.to_u32(x)
+    bits = bitops.to_u32(x)
     neg, lsb, sig, _, inf, nan = softfloat.decode(bits, fmt)
     q, e = softfloat.round_sig(sig.astype(jnp.uint32), lsb + k, softfloat.emin(out_fmt),
                                FORMATS[out_fmt].mantissa_bits, "rn")
@@ -59,7 +58,7 @@ def times_pow2(x: jax.Array, k: jax.Array, out_fmt: str) -> jax.Array:
     nan_bits, inf_bits = _SPECIAL_BITS[out_fmt]
     sign = neg.astype(jnp.uint32) << (FORMATS[out_fmt].bits - 1)
     code = jnp.where(nan, jnp.uint32(nan_bits), jnp.where(inf, sign | inf_bits, code))
-    return bits_.from_u32(code, FORMATS[out_fmt].storage_dtype)
+    return bitops.from_u32(code, FORMATS[out_fmt].storage_dtype)
 
 
 def tensor_scale_exponent(x: jax.Array, fmt: str) -> jax.Array:
@@ -99,7 +98,7 @@ def _fp32_operands(x, y):
     x, y = jnp.broadcast_arrays(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
     out = []
     for v in (x, y):
-        n, lead, sig, _, inf, nan = softfloat.decode(bits_.to_u32(v), "f32")
+        n, lead, sig, _, inf, nan = softfloat.decode(bitops.to_u32(v), "f32")
         m, lead = _normalized(jnp.where(sig == 0, 1, sig), lead)
         out.append((n, m, lead, inf, nan, (sig == 0) & ~inf & ~nan))
     return out
@@ -138,7 +137,7 @@ def divide_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     zero = zx | iy
     code = jnp.where(zero, sign, jnp.where(inf, sign | _F32_INF, code))
     code = jnp.where(nan, jnp.uint32(0x7FC00000), code)
-    return bits_.from_u32(code, jnp.float32)
+    return bitops.from_u32(code, jnp.float32)
 
 
 def multiply_rn(x: jax.Array, y: jax.Array) -> jax.Array:
@@ -167,4 +166,4 @@ def multiply_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     sign = neg.astype(jnp.uint32) << 31
     code = jnp.where(zx | zy, sign, jnp.where(ix | iy, sign | _F32_INF, code))
     code = jnp.where(qx | qy | (zx & iy) | (ix & zy), jnp.uint32(0x7FC00000), code)
-    return bits_.from_u32(code, jnp.float32)
+    return bitops.from_u32(code, jnp.float32)

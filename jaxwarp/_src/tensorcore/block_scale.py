@@ -60,8 +60,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch as _arch
@@ -330,7 +329,7 @@ def _compute(a, b, c, scale_a, scale_b, cfg: _Cfg):
                 jax.tree.map(lambda x: x[..., i * ik:(i + 1) * ik, :], b),
                 scale_a[..., i * nb:(i + 1) * nb], scale_b[..., i * nb:(i + 1) * nb, :])
 
-    bits = _instruction(*part(0), bits_.to_u32(c), cfg)
+    bits = _instruction(*part(0), bitops.to_u32(c), cfg)
     n = k // ik
     if n > 1:  # a chain: D of one instruction is C of the next (scanned, not unrolled)
         def rows(x, w):  # (..., r, K) -> (n - 1, ..., r, w), instructions 1 .. n-1

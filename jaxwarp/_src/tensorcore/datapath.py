@@ -74,8 +74,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch as _arch
@@ -389,6 +388,8 @@ class _Operand(NamedTuple):
     exp: int16 ``16 * lsb + (align - lsb)``: the exponents of sig's last bit and the
       operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
       products get no exponent and scale to nothing).
+
+    On the CPU both are float32 (``_operand(..., stored=True)``), the same values.
     """
 
     sig: jax.Array
@@ -402,15 +403,30 @@ def _lead_only(dp: Datapath) -> bool:
     return dp.align == "nominal" and dp.sub_exp == "emin"
 
 
-def _operand(bits, fmt, dp: Datapath) -> _Operand:
+def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
+    """Decoded operands; ``stored``: as float32 divisions that XLA's CPU backend stores.
+
+    XLA's CPU fusion copies a cheap producer into every consumer that reads it through
+    at most 15 indexings (``kAllowedCodeDuplication``), and the loop over a block's
+    outputs then recomputes it for each output element: with fewer than 16 k elements
+    per instruction (tf32 k4 / k8, bf16 k8) it decoded every operand element, and read
+    ``matmul``'s dynamic slice of the k step, once per output (exact tf32 ``matmul`` ran
+    about 15x slower than bf16). A division counts as expensive there and is not copied
+    into a consumer that reuses its elements, so ``stored`` divides both arrays, by the
+    sign (+-1, exact; a NaN's sign is never read) and by ``sign * sign`` (1, which XLA
+    cannot fold away as it would a constant). The bits of every result are the same.
+    """
     neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
     sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
-    s = jnp.where(nan, jnp.float32(jnp.nan),
-                  sign * jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
+    mag = jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32))
     if _lead_only(dp):
         exp = jnp.where(sig != 0, lead, -1000)
     else:
         exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
+    if stored:
+        s = jnp.where(nan, jnp.float32(jnp.nan), mag) / sign
+        return _Operand(s, exp.astype(jnp.float32) / (sign * sign))
+    s = jnp.where(nan, jnp.float32(jnp.nan), sign * mag)
     return _Operand(s.astype(jnp.float16), exp.astype(jnp.int16))
 
 
@@ -502,7 +518,7 @@ def _add_rn(x: _Acc, y: _Acc, out: str, dp: Datapath):
 
 def _f32_acc(x) -> _Acc:
     """An fp32 value (normal, zero, inf or NaN) as an accumulator term."""
-    return softfloat.term(bits_.to_u32(x), "f32")
+    return softfloat.term(bitops.to_u32(x), "f32")
 
 
 # --------------------------------------------------------------------------------------
@@ -573,7 +589,7 @@ def _chain(a, b, c, cfg: _Cfg, block):
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
-    acc = _acc(bits_.to_u32(c), cfg.c_type, dp, cfg.d_type, cfg.c_shift)
+    acc = _acc(bitops.to_u32(c), cfg.c_type, dp, cfg.d_type, cfg.c_shift)
     first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b)
     bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
@@ -674,11 +690,13 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
         mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_type, b_type))
         block = functools.partial(_block_general, mbits=mbits,
                                   emin=softfloat.lsb_min(a_type) + softfloat.lsb_min(b_type))
-        ops = (_operand(bits_.to_u32(a), a_type, dp), _operand(bits_.to_u32(b), b_type, dp))
+        stored = jax.default_backend() == "cpu"  # see _operand
+        ops = (_operand(bitops.to_u32(a), a_type, dp, stored),
+               _operand(bitops.to_u32(b), b_type, dp, stored))
         if _store_decoded(a, b, c, general=True):
             ops = lax.optimization_barrier(ops)
         bits = _chain(*ops, c, cfg, block)
-    return bits_.from_u32(bits, jnp.float32 if cfg.d_type == "f32" else jnp.float16)
+    return bitops.from_u32(bits, jnp.float32 if cfg.d_type == "f32" else jnp.float16)
 
 
 # --------------------------------------------------------------------------------------
@@ -770,7 +788,7 @@ def _mma_int(a, b, c, satf):
 
 def _round_operand(x, a_type):
     if a_type == "tf32":  # the tensor core ignores the low 13 bits
-        return bits_.tf32_keep(x)
+        return bitops.tf32_keep(x)
     if a_type in _FAST_FORMATS:  # fp8, and the fp6 / fp4 codes: values
         return _as_f16(x, a_type).astype(jnp.float32)
     return x
@@ -971,7 +989,7 @@ def _scale_input_d(value, instruction: str, a_type: str) -> int:
 
 
 def _low_nibble(x: jax.Array, signed: bool) -> jax.Array:
-    v = bits_.sext(x, 4) if signed else x.astype(jnp.int32) & 0xF
+    v = bitops.sext(x, 4) if signed else x.astype(jnp.int32) & 0xF
     return v.astype(x.dtype)
 
 

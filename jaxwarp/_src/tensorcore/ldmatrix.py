@@ -43,7 +43,7 @@ import ml_dtypes
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.warp import checked
 
 __all__ = ["ldmatrix", "movmatrix", "stmatrix"]
@@ -69,7 +69,7 @@ def _smem_words(smem: Any, op: str) -> tuple[jax.Array, Any]:
         pair = arr.reshape(-1, 2).astype(jnp.uint16)
         return pair[:, 0] | (pair[:, 1] << 8), arr.dtype
     if arr.dtype in _WORD_DTYPES:
-        return bits_.uint_view(arr), arr.dtype
+        return bitops.uint_view(arr), arr.dtype
     raise TypeError(f"{op}: smem must be uint8 bytes or 16-bit words (uint16, float16, "
                     f"bfloat16); got dtype {arr.dtype}")
 
@@ -77,7 +77,7 @@ def _smem_words(smem: Any, op: str) -> tuple[jax.Array, Any]:
 def _smem_back(words: jax.Array, dtype: Any) -> jax.Array:
     if dtype == jnp.uint8:
         return jnp.stack([words & 0xFF, words >> 8], -1).reshape(-1).astype(jnp.uint8)
-    return bits_.from_bits(words, dtype)
+    return bitops.from_bits(words, dtype)
 
 
 def _addr_arg(addr: Any, op: str) -> jax.Array:

@@ -87,8 +87,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
-from jaxwarp._src.numerics import convert, formats, softfloat
+from jaxwarp._src.numerics import bitops, convert, formats, softfloat
 from jaxwarp._src.numerics import fp8 as fp8_cvt
 from jaxwarp._src.numerics.scaling import (
     divide_rn,
@@ -445,9 +444,9 @@ def _epilogue(t, s, c):
     ``t * s + c`` into an FMA inside a fusion; integer operations do neither."""
     f32 = functools.partial(times_pow2, k=jnp.int32(0), out_fmt="f32")  # exact widening
     p = multiply_rn(f32(t), jnp.asarray(s, jnp.float32))
-    out = softfloat.add_rn(softfloat.term(bits_.to_u32(p), "f32"),
-                           softfloat.term(bits_.to_u32(f32(c)), "f32"), "f32", 0x7FC00000)
-    return bits_.from_u32(out, jnp.float32)
+    out = softfloat.add_rn(softfloat.term(bitops.to_u32(p), "f32"),
+                           softfloat.term(bitops.to_u32(f32(c)), "f32"), "f32", 0x7FC00000)
+    return bitops.from_u32(out, jnp.float32)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))

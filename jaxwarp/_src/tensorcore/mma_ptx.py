@@ -107,7 +107,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import has, parse_target, supported_target
@@ -538,7 +538,7 @@ def _inverse(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _uint_of(bits: int):
-    return bits_.uint_dtype(bits).type
+    return bitops.uint_dtype(bits).type
 
 
 def _elem_bits(x: jax.Array, ty: str, word: Any, lsb: int = 0) -> jax.Array:
@@ -546,13 +546,13 @@ def _elem_bits(x: jax.Array, ty: str, word: Any, lsb: int = 0) -> jax.Array:
     format's code at bit ``lsb`` of its field)."""
     bits = _BITS[ty]
     if lsb or FORMATS[ty].code_storage:
-        return (x.astype(word) & word(bits_.low_mask(bits))) << word(lsb)
+        return (x.astype(word) & word(bitops.low_mask(bits))) << word(lsb)
     if bits in (8, 16, 32, 64) and not jnp.issubdtype(x.dtype, jnp.integer):
-        return bits_.uint_view(x).astype(word)
+        return bitops.uint_view(x).astype(word)
     if bits == 64:
         return lax.bitcast_convert_type(x, word)
-    v = bits_.uint_view(x) if x.dtype.itemsize * 8 in (8, 16, 32) else x
-    return v.astype(word) & word(bits_.low_mask(bits))
+    v = bitops.uint_view(x) if x.dtype.itemsize * 8 in (8, 16, 32) else x
+    return v.astype(word) & word(bitops.low_mask(bits))
 
 
 def _bits_elem(v: jax.Array, ty: str, lsb: int = 0) -> jax.Array:
@@ -564,9 +564,9 @@ def _bits_elem(v: jax.Array, ty: str, lsb: int = 0) -> jax.Array:
     if bits == 64:
         return lax.bitcast_convert_type(v, dt)
     if bits in (8, 16, 32):
-        return bits_.from_bits(v.astype(_uint_of(bits)), dt)
+        return bitops.from_bits(v.astype(_uint_of(bits)), dt)
     if ty == "s4":
-        return bits_.sext(v, 4).astype(dt)
+        return bitops.sext(v, 4).astype(dt)
     return v.astype(dt)
 
 

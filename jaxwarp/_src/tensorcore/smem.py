@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import bitops
 
 __all__ = [
     "DescriptorFields", "SmemDescriptorFields", "decode_descriptor",
@@ -435,7 +435,7 @@ def gather(s: jax.Array, addr: np.ndarray, bit: np.ndarray, bits: int,
     word = raw[..., 0].astype(jnp.uint32)
     for jj in range(1, raw.shape[-1]):
         word = word | (raw[..., jj].astype(jnp.uint32) << jnp.uint32(8 * jj))
-    return bits_.from_u32(word, dtype)
+    return bitops.from_u32(word, dtype)
 
 
 def scatter(s: jax.Array, addr: np.ndarray, bit: np.ndarray, bits: int,
@@ -448,7 +448,7 @@ def scatter(s: jax.Array, addr: np.ndarray, bit: np.ndarray, bits: int,
         byte_addr = addr[..., 0]
         cleared = s.at[byte_addr.reshape(-1)].set(jnp.uint8(0))
         return cleared.at[byte_addr.reshape(-1)].add(v.reshape(-1))
-    u = bits_.to_u32(x)
+    u = bitops.to_u32(x)
     for jj in range(addr.shape[-1]):
         byte = ((u >> jnp.uint32(8 * jj)) & jnp.uint32(0xFF)).astype(jnp.uint8)
         s = s.at[addr[..., jj].reshape(-1)].set(byte.reshape(-1))

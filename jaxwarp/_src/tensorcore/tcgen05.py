@@ -69,7 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa
 from jaxwarp._src.tensorcore.arch import Target, check_target, supported_target
@@ -122,7 +122,7 @@ def _storage(bits: jax.Array, t: str) -> jax.Array:
     if t in _BYTE_CODES:
         f = FORMATS[t]
         return (bits >> jnp.uint8(f.unpacked_lsb)) & jnp.uint8((1 << f.bits) - 1)
-    return bits_.from_bits(bits, datapath.STORAGE_DTYPE[t])
+    return bitops.from_bits(bits, datapath.STORAGE_DTYPE[t])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -537,7 +537,7 @@ def _bits_arg(x: Any, name: str, t: str, shape: tuple[int, int]) -> jax.Array:
         return x
     store = datapath.STORAGE_DTYPE.get(t)
     if store is not None and x.dtype == store and x.dtype.itemsize == want.itemsize:
-        return bits_.from_bits(x, want)
+        return bitops.from_bits(x, want)
     allowed = [str(want)] + ([str(store)] if store is not None else [])
     raise TypeError(f"{name} for type {t!r} must have dtype in {allowed}, got {x.dtype}")
 

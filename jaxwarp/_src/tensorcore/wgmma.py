@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits as bits_
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import Target, has, supported_target
@@ -512,7 +512,7 @@ def accumulator_matrix(d_regs: Any, qualifier: Any) -> jax.Array:
     batch = x.shape[:-2]
     if instr.d_type == "f16":
         halves = jnp.stack([x & jnp.uint32(0xFFFF), x >> jnp.uint32(16)], axis=-1)
-        x = bits_.from_u32(halves, jnp.float16)
+        x = bitops.from_u32(halves, jnp.float16)
     x = x.reshape(*batch, -1)
     return x[..., inv]
 
@@ -539,7 +539,7 @@ def accumulator_registers(d: Any, qualifier: Any) -> jax.Array:
     row, col = d_layout(instr)
     v = d[..., row, col]  # (..., 128, NR, h)
     if instr.d_type == "f16":
-        u = bits_.to_u32(v)
+        u = bitops.to_u32(v)
         return u[..., 0] | (u[..., 1] << jnp.uint32(16))
     return v[..., 0]
 
@@ -562,7 +562,7 @@ def a_registers(a: Any, qualifier: Any) -> jax.Array:
         raise TypeError(f"a must hold {instr.a_type} elements as {bits}-bit integers "
                         f"({BITS_DTYPE[instr.a_type]}), got {a.dtype}")
     row, col = a_layout(instr)
-    u = bits_.to_u32(a[..., row, col])
+    u = bitops.to_u32(a[..., row, col])
     word = u[..., 0]
     for j in range(1, u.shape[-1]):
         word = word | (u[..., j] << jnp.uint32(j * bits))
@@ -586,7 +586,7 @@ def a_matrix(a_regs: Any, qualifier: Any) -> jax.Array:
     mask = jnp.uint32((1 << bits) - 1) if bits < 32 else jnp.uint32(0xFFFFFFFF)
     parts = jnp.stack([(x >> jnp.uint32(j * bits)) & mask for j in range(row.shape[-1])],
                       axis=-1)
-    v = bits_.from_u32(parts, BITS_DTYPE[instr.a_type])
+    v = bitops.from_u32(parts, BITS_DTYPE[instr.a_type])
     inv = np.zeros((M, instr.k), np.int64)
     inv[row, col] = np.arange(row.size).reshape(row.shape)
     return v.reshape(*v.shape[:-3], -1)[..., inv]
@@ -609,7 +609,7 @@ def _storage(bits: jax.Array, t: str) -> jax.Array:
     want = datapath.STORAGE_DTYPE.get(t)
     if want is None:
         raise NotImplementedError(f"datapath.mma has no storage dtype for {t!r} yet")
-    return bits_.from_bits(bits, want)
+    return bitops.from_bits(bits, want)
 
 
 def _arith(instr: WgmmaInstruction, a_bits: jax.Array, b_bits: jax.Array, c: jax.Array,
@@ -744,7 +744,7 @@ def _bits_arg(x: Any, name: str, t: str, shape: tuple[int, int]) -> jax.Array:
         return x
     store = datapath.STORAGE_DTYPE.get(t)
     if store is not None and x.dtype == store and x.dtype.itemsize == want.itemsize:
-        return bits_.from_bits(x, want)
+        return bitops.from_bits(x, want)
     allowed = [str(want)] + ([str(store)] if store is not None else [])
     raise TypeError(f"{name} for type {t!r} must have dtype in {allowed}, got {x.dtype}")
 

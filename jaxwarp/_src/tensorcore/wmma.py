@@ -51,26 +51,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bits
-from jaxwarp._src.numerics.bits import as_bits, from_bits, take_bits
+from jaxwarp._src.numerics import bitops
 from jaxwarp._src.numerics.formats import ALIASES
 from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import wmma_table as table
-from jaxwarp._src.tensorcore.fragments import (
+from jaxwarp._src.tensorcore.fragment_storage import check_packed_range
+from jaxwarp._src.tensorcore.fragment_types import (
     Fragment,
     FragmentType,
-    check_packed_range,
     distribute,
     fragment,  # noqa: F401  (the doctests' name, and wmma.fragment for old callers)
-    fragment_from_matrix,
     fragment_type,
-    matrix_from_fragment,
     type_arg,
     value_arg,
 )
 from jaxwarp._src.tensorcore.fragments import (
-    fill_fragment as fill_fragment,  # the WMMA API name (defined with the fragment types)
+    fill_fragment as fill_fragment,  # the WMMA API name (wmma.fill_fragment for old callers)
 )
+from jaxwarp._src.tensorcore.fragments import fragment_from_matrix, matrix_from_fragment
 from jaxwarp._src.warp import checked
 
 _USE_LETTER = {"a": "matrix_a", "b": "matrix_b", "c": "accumulator"}
@@ -143,9 +141,9 @@ def _index_dtype(addr: np.ndarray) -> type:
 
 def _read_elements(et: table.ElementType, memory: jax.Array, addr: np.ndarray) -> jax.Array:
     if not et.packed:
-        return take_bits(memory, addr.astype(_index_dtype(addr)))
+        return bitops.take_bits(memory, addr.astype(_index_dtype(addr)))
     per_byte = 8 // et.bits
-    byte = take_bits(memory, (addr // per_byte).astype(_index_dtype(addr // per_byte)))
+    byte = bitops.take_bits(memory, (addr // per_byte).astype(_index_dtype(addr // per_byte)))
     shift = jnp.asarray((addr % per_byte) * et.bits, jnp.uint8)
     v = (byte >> shift) & jnp.uint8((1 << et.bits) - 1)
     if et.value_dtype == np.dtype(np.int8):  # s4: sign-extend
@@ -236,10 +234,10 @@ def store_matrix_sync(memory: Any, frag: Fragment, ldm: Any, layout: str,
     col_major = _memory_layout(frag.ftype, layout, "store_matrix_sync")
     memory, addr = _addresses(frag.ftype, memory, ldm, offset, col_major, "store_matrix_sync")
     # Scatter raw bits: XLA's CPU scatter/gather may canonicalize NaN payloads.
-    bits = as_bits(matrix_from_fragment(frag)).reshape(-1)
+    bits = bitops.as_bits(matrix_from_fragment(frag)).reshape(-1)
     idx = addr.reshape(-1)
-    out = as_bits(memory).at[idx.astype(_index_dtype(idx))].set(bits, mode="clip")
-    return from_bits(out, memory.dtype)
+    out = bitops.as_bits(memory).at[idx.astype(_index_dtype(idx))].set(bits, mode="clip")
+    return bitops.from_bits(out, memory.dtype)
 
 
 # ----------------------------------------------------------------------------------------
@@ -323,7 +321,7 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
             if jnp.issubdtype(f.x.dtype, jnp.floating):
                 v = matrix_from_fragment(f)
                 if f.type == "tf32":  # the tensor core ignores the low 13 bits
-                    v = bits.tf32_keep(v)
+                    v = bitops.tf32_keep(v)
                 bad = ~jnp.isfinite(v.astype(jnp.float32) if v.dtype != jnp.float64 else v)
                 flat = jnp.argmax(bad.reshape(-1))
                 cols = v.shape[-1]
