@@ -9,6 +9,9 @@ uint64 NumPy array (x64 off) raises ``TypeError`` naming the argument, eagerly a
 narrowed by JAX itself before any library code sees it). ``NO_ARRAY_DATA`` lists the
 public callables that take no array data; a test checks that every public callable is in
 one of the two, so a new entry point cannot be forgotten.
+
+The default run makes every valid call eagerly and a spread of them under ``jax.jit``
+(``TRACED_EVERY``), and one 64-bit refusal per argument; ``-m slow`` runs the rest.
 """
 
 from __future__ import annotations
@@ -273,16 +276,30 @@ def _widened(value: Any, dtype) -> np.ndarray:
     return np.ones(shape, dtype)
 
 
-@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
-def test_valid_call(name):
+# The default run makes every entry point's valid call eagerly, and under jax.jit that of
+# every TRACED_EVERY-th entry (by name); -m slow makes the other calls under jax.jit.
+TRACED_EVERY = 3
+
+
+def _valid_params():
+    for i, name in enumerate(sorted(ENTRY_POINTS)):
+        yield pytest.param(name, "eager", id=name)
+        if ENTRY_POINTS[name].jit:
+            yield pytest.param(name, "jit", id=f"{name}-jit",
+                               marks=(pytest.mark.slow,) if i % TRACED_EVERY else ())
+
+
+@pytest.mark.parametrize("name,mode", list(_valid_params()))
+def test_valid_call(name, mode):
     e = ENTRY_POINTS[name]
     with jax.enable_x64(e.x64):
-        _valid_call(e)
+        _valid_call(e, mode)
 
 
-def _valid_call(e: Entry):
-    e.call(dict(e.data))
-    if e.jit:
+def _valid_call(e: Entry, mode: str = "both"):
+    if mode != "jit":
+        e.call(dict(e.data))
+    if e.jit and mode != "eager":
         arrays = {k: v for k, v in e.data.items() if isinstance(v, np.ndarray)}
 
         def traced(*xs):

@@ -286,6 +286,8 @@ def test_xla_convert_agrees_in_range():
     np.testing.assert_array_equal(xla[fin], ours[fin])
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_docstring_examples():
     result = doctest.testmod(fp8, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 10 and result.failed == 0
