@@ -10,8 +10,8 @@ narrowed by JAX itself before any library code sees it). ``NO_ARRAY_DATA`` lists
 public callables that take no array data; a test checks that every public callable is in
 one of the two, so a new entry point cannot be forgotten.
 
-The default run makes every valid call eagerly and a spread of them under ``jax.jit``
-(``TRACED_EVERY``), and one 64-bit refusal per argument; ``-m slow`` runs the rest.
+The default run makes every valid call under ``jax.jit`` and a spread of them eagerly
+(``EAGER_EVERY``), and one 64-bit refusal per argument; ``-m slow`` runs the rest.
 """
 
 from __future__ import annotations
@@ -276,17 +276,19 @@ def _widened(value: Any, dtype) -> np.ndarray:
     return np.ones(shape, dtype)
 
 
-# The default run makes every entry point's valid call eagerly, and under jax.jit that of
-# every TRACED_EVERY-th entry (by name); -m slow makes the other calls under jax.jit.
-TRACED_EVERY = 3
+# The default run makes every entry point's valid call under jax.jit (eagerly where its
+# data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name); -m slow
+# makes the other eager calls (an eager call compiles each operation on its own: slow).
+EAGER_EVERY = 3
 
 
 def _valid_params():
     for i, name in enumerate(sorted(ENTRY_POINTS)):
-        yield pytest.param(name, "eager", id=name)
-        if ENTRY_POINTS[name].jit:
-            yield pytest.param(name, "jit", id=f"{name}-jit",
-                               marks=(pytest.mark.slow,) if i % TRACED_EVERY else ())
+        traced = ENTRY_POINTS[name].jit
+        yield pytest.param(name, "eager", id=name,
+                           marks=(pytest.mark.slow,) if traced and i % EAGER_EVERY else ())
+        if traced:
+            yield pytest.param(name, "jit", id=f"{name}-jit")
 
 
 @pytest.mark.parametrize("name,mode", list(_valid_params()))
@@ -365,6 +367,8 @@ def test_matmul_k0_returns_c(instruction, fmt, mode):
     np.testing.assert_array_equal(np.asarray(f(a, b)), np.zeros((16, 16), np.float32))
 
 
+# Slow: K = 0 with fp8 operands is checked by default by test_matmul_k0_returns_c.
+@pytest.mark.slow
 def test_matmul_k0_fp8_scaled_returns_c():
     a, b = np.zeros((16, 0), np.float32), np.zeros((0, 16), np.float32)
     d = jaxwarp.matmul(a, b, _C16, operand_format="e4m3", instruction="mma_sync",
@@ -431,6 +435,8 @@ def test_format_argument_accepts_names_aliases_and_dtypes(fmt, want):
         np.asarray(jaxwarp.to_operand(x, want)).view(np.uint8))
 
 
+# Slow: format dtypes are checked by test_format_argument_accepts_names_aliases_and_dtypes.
+@pytest.mark.slow
 def test_matmul_operand_format_dtype_pair():
     a = np.ones((16, 32), np.float32)
     b = np.ones((32, 8), np.float32)

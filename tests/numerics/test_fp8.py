@@ -265,6 +265,8 @@ def test_bad_arguments_say_what_is_allowed():
         float_to_fp8(np.float32(1), "e4m3", "yes")
 
 
+# Slow: every fp8 entry point runs under jax.jit by default in tests/test_entry_points.py.
+@pytest.mark.slow
 def test_jit_and_vmap():
     x = f32_samples(3, 512)[:512]
     f = jax.jit(float_to_fp8, static_argnames=("fmt", "saturate"))
