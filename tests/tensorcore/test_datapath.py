@@ -449,6 +449,8 @@ def test_f64_native_chain_against_hardware(cfg):
         np.testing.assert_array_equal(np.asarray(acc).view(np.uint64), D[idx].view(np.uint64))
 
 
+# Slow: the bits under vmap are checked by default by test_f64_native_chain_equals_integer_chain.
+@pytest.mark.slow
 def test_f64_vmap_keeps_one_branch():
     # Under vmap the whole-call choice between the native chain and the integer emulation
     # stays a conditional (a batched predicate would make XLA compute both), with the
