@@ -322,6 +322,8 @@ def test_every_datapath_field_changes_bits(field):
     assert (d0 != d1).any(), f"flipping {field} to {new!r} changed no bit"
 
 
+# Slow: c_mode changing bits is checked by default by test_every_datapath_field_changes_bits.
+@pytest.mark.slow
 def test_c_mode_ffma_differs():
     a, b, c = _random_f16()
     d0 = _run(a, b, c, HMMA)
