@@ -30,9 +30,8 @@ library bugs, reported rather than fixed here.
 Tests after the table check the positive side of each policy (64-bit values handled
 exactly with x64 on, int32 masks read as bits, checked mode under jit caches, traced
 out-of-range values reported by ``jaxwarp.checked``). The capture-file cases run the
-conformance command (``python -m jaxwarp.conformance`` in a subprocess for one of them, its
-``main`` in this process for the others) and expect one ``error:`` line on stderr with exit
-status 2, never a traceback.
+conformance command (its ``main``, in this process) and expect one ``error:`` line on
+stderr with exit status 2, never a traceback.
 
 The default run takes every case eagerly and a spread of the cases under jit
 (``TRACED_EVERY``); ``-m slow`` runs the rest under jit.
@@ -46,7 +45,6 @@ import io
 import pathlib
 import re
 import subprocess
-import sys
 import traceback
 import zipfile
 from collections.abc import Callable
@@ -1080,12 +1078,9 @@ FILE_CASES = [
 ]
 
 
-# These cases run ``python -m jaxwarp.conformance`` in a subprocess; the others call its
-# ``main`` in this process (the same code, without a fresh interpreter and JAX per file),
-# an exception escaping ``main`` standing for a traceback of the command.
-SUBPROCESS_CASES = {"corrupt-compressed-member"}
-
-
+# The cases call the command's ``main`` in this process (the same code, without a fresh
+# interpreter and JAX per file; tests/conformance/test_conformance.py runs it as
+# ``python -m``), an exception escaping ``main`` standing for a traceback of the command.
 def _run_in_process(path: pathlib.Path) -> subprocess.CompletedProcess:
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -1106,11 +1101,7 @@ def conformance_runs(tmp_path_factory):
         path = tmp / f"{fc.id}.npz"
         if fc.content is not None:
             path.write_bytes(fc.content)
-        if fc.id not in SUBPROCESS_CASES:
-            return fc.id, _run_in_process(path)
-        proc = subprocess.run([sys.executable, "-m", "jaxwarp.conformance", str(path)],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
-        return fc.id, proc
+        return fc.id, _run_in_process(path)
 
     return dict(map(run, FILE_CASES))
 

@@ -407,6 +407,9 @@ def test_fp8_fast_mode_and_mixed_types():
     np.testing.assert_allclose(exact, want, rtol=1e-5, atol=1e-5)
 
 
+# Slow: by default test_float_bit_exact checks the integer emulation against the H100 (the
+# captures mix specials in), test_f64_native_chain_against_hardware the native chain.
+@pytest.mark.slow
 @pytest.mark.parametrize("special", [None, np.nan, np.inf, 1e-310, 1e300])
 def test_f64_native_chain_equals_integer_chain(special):
     # The f64 chain runs on native float64 operations when every element is in their exact

@@ -84,6 +84,8 @@ def test_all_positive_truncation_bias():
         assert np.mean(ref - exact) > np.mean(np.abs(ref - fast))
 
 
+# Slow: vmap and jit of the model are checked by default in test_datapath.py and test_emulate.py.
+@pytest.mark.slow
 def test_vmap_and_jit():
     a, b = _rand((3, 16, 32), 7), _rand((3, 32, 16), 8)
     f = jax.jit(jax.vmap(lambda a, b: jaxwarp.matmul(a, b, operand_format="tf32")))
