@@ -8,7 +8,9 @@ Long tests (the largest capture file, the studies, models trained through ``emul
 long property runs, more parametrizations of a rule the default run covers) carry
 ``@pytest.mark.slow`` and are left out of a run without ``-m``, unless named by their id
 (``path::test``); ``python -m pytest -n auto -m slow`` runs them, and
-``-m "slow or not slow"`` runs everything.
+``-m "slow or not slow"`` runs everything. ``DEFAULT_CASES`` below names the long
+parametrizations whose default run is a spread of their cases: the others of each are
+marked slow here, at collection.
 """
 
 import pathlib
@@ -22,8 +24,132 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 DATA = pathlib.Path(__file__).parent / "data"
 
 
+# Parametrized tests whose default run is a part of their cases (each a rule that the
+# default run still checks; the other cases, more shapes, types or files of the same rule,
+# are marked slow). Key: the test's node id without parameters. Value: the number of cases
+# kept, spread evenly over the cases in collection order (the first and last included), or
+# the ids of the cases kept.
+DEFAULT_CASES: dict[str, int | tuple[str, ...]] = {
+    # Bit-exact against the H100 captures: a spread of types, shapes and modifiers.
+    "tests/tensorcore/test_datapath.py::test_float_bit_exact": 10,
+    "tests/tensorcore/test_datapath.py::test_int_bit_exact": 5,
+    "tests/tensorcore/test_datapath.py::test_f64_native_chain_equals_integer_chain": (
+        "nan", "1e+300"),
+    "tests/tensorcore/test_datapath.py::test_f64_native_chain_against_hardware": 1,
+    # Every field of the datapath changes bits (that the values are right, the bit-exact
+    # tests check): a spread of the fields.
+    "tests/tensorcore/test_datapath.py::test_every_datapath_field_changes_bits": (
+        "block_k", "c_mode", "align", "e_floor", "trunc", "sum_mbits", "nan_f16"),
+    "tests/tensorcore/test_datapath_hw.py::test_bit_exact_on_h100_edges": (
+        "f16.f32f32.m16n16k16.rc", "tf32cvt.f32f32.m16n16k8.rc", "ptx/f16.f16.f32f32.m8n8k4",
+        "ptx/e4m3.e5m2.f32f32.m16n8k32", "ptx/u8.s8.s32s32.m16n8k32.satfinite",
+        "wgmma/e5m2.e5m2.f16f16.m64n8k32", "chain/ptx/f16.f16.f16f16.m16n8k16x4",
+        "chain/wgmma/bf16.bf16.f32f32.m64n8k16x4"),
+    "tests/tensorcore/test_mma_ptx.py::test_float_bit_exact_h100": (
+        "f16.f16.f32f32.m8n8k4", "f16.f16.f16f16.m16n8k16", "bf16.bf16.f32f32.m16n8k8",
+        "tf32.tf32.f32f32.m16n8k8", "f64.f64.f64f64.m8n8k4", "e4m3.e5m2.f32f32.m16n8k32",
+        "e5m2.e5m2.f16f16.m16n8k32"),
+    "tests/tensorcore/test_mma_ptx.py::test_integer_and_b1_bit_exact_h100": 9,
+    "tests/tensorcore/test_mma_ptx.py::test_register_entry_equals_logical_entry": (
+        "f16.f16.f32f32.m8n8k4", "bf16.bf16.f32f32.m16n8k8", "e4m3.e4m3.f16f16.m16n8k32",
+        "u4.s4.s32s32.m16n8k64.satfinite", "b1.b1.s32s32.m8n8k128.and"),
+    "tests/tensorcore/test_wgmma.py::test_h100_bit_exact": (
+        "f16.f16.f32f32.m64n8k16", "f16.f16.f32f32.m64n8k16.ta.tb.sw128",
+        "f16.f16.f32f32.m64n8k16.areg", "f16.f16.f32f32.m64n8k16.negA",
+        "f16.f16.f32f32.m64n8k16.scaled0", "f16.f16.f16f16.m64n8k16",
+        "bf16.bf16.f32f32.m64n8k16", "tf32.tf32.f32f32.m64n8k8", "e4m3.e5m2.f16f16.m64n8k32",
+        "s8.u8.s32s32.m64n16k32.satfinite", "b1.b1.s32s32.m64n8k256"),
+    "tests/tensorcore/test_wmma.py::test_mma_sync_on_captures": 5,
+    "tests/tensorcore/test_reference.py::test_model_matches_reference": (
+        "f16_f16f32_m16n16k16", "bf16_f32f32_m16n16k16", "s8_s32s32_m16n16k16_satf",
+        "u4_s32s32_m8n8k32", "b1_s32s32_m8n8k128_xor"),
+    "tests/tensorcore/test_reference.py::test_reference_matches_captures": 12,
+    "tests/tensorcore/test_store_decoded.py::test_same_bits_on_off_auto": (
+        "wmma-f16xf16", "mma_sync-e4m3xe5m2", "wgmma-bf16xbf16"),
+    "tests/tensorcore/test_store_decoded.py::test_gemm_same_bits_on_off": ("bf16",),
+    "tests/warp/test_dpx.py::test_matches_h100": 12,
+    "tests/warp/test_lanes.py::test_gradients": ("idx", "bfly"),
+    "tests/tensorcore/test_ldmatrix.py::test_fragment_layout_element_by_element": (
+        "x1", "x4.trans"),
+    "tests/tensorcore/test_ldmatrix.py::test_stmatrix_inverts_ldmatrix": ("x2.trans", "x4"),
+    "tests/numerics/test_fp8.py::test_every_16_bit_pattern_rounds_as_the_reference": 4,
+    "tests/numerics/test_formats.py::test_rounding_is_idempotent": 3,
+    "tests/numerics/test_formats.py::test_rounding_is_monotonic_and_odd": 3,
+    "tests/numerics/test_formats.py::test_jit_and_vmap_any_shape": 4,
+    "tests/numerics/test_fp8.py::test_f32_ties_boundaries_and_random_bits": 2,
+    "tests/numerics/test_fp8.py::test_every_fp8_pattern_round_trips": 1,
+    "tests/numerics/test_fp8.py::test_relu": 1,
+    "tests/numerics/test_fp8.py::test_x2_forms_are_two_independent_lanes": 1,
+    "tests/numerics/test_fp8.py::test_saturation_overflow_and_zero_boundaries": 6,
+    # Layouts, addresses and packing against the capture harnesses' formulas.
+    "tests/tensorcore/test_mma_ptx.py::test_layout_matches_capture_harness": 24,
+    "tests/tensorcore/test_mma_ptx.py::test_pack_matches_harness_and_round_trips": 14,
+    "tests/tensorcore/test_layouts.py::test_mma_layouts_are_the_ptx_formulas": 24,
+    "tests/tensorcore/test_layouts.py::test_wgmma_layouts_are_the_ptx_formulas": 16,
+    "tests/tensorcore/test_wgmma.py::test_addresses_match_harness": 18,
+    "tests/tensorcore/test_wgmma.py::test_read_write_vs_harness_images": 6,
+    "tests/tensorcore/test_wgmma.py::test_accumulator_round_trip_and_harness": 2,
+    "tests/tensorcore/test_wgmma.py::test_a_registers_match_harness": 2,
+    "tests/tensorcore/test_fragments.py::test_round_trip_every_fragment_type": 25,
+    "tests/tensorcore/test_fragments.py::test_layout_conformance": 22,
+    "tests/tensorcore/test_fragments.py::test_lane_map_matches_capture": 22,
+    "tests/tensorcore/test_fragment_type.py::test_properties_agree_with_old_fragment": 25,
+    "tests/tensorcore/test_fragment_type.py::test_load_via_type_equals_load_via_zero_fragment":
+        25,
+    "tests/tensorcore/test_fragment_type.py::test_lane_maps_from_type_fragment_or_names": 25,
+    "tests/tensorcore/test_wmma.py::test_load_operand": 8,
+    "tests/test_capture_ptx_host.py::test_pack_unpack_round_trip": 24,
+    "tests/test_capture_ptx_host.py::test_layout_covers_each_element_once": 24,
+    "tests/test_capture_wgmma_host.py::test_image_round_trip": 16,
+    # Gradients, scaling and contracts: one or two formats of each rule.
+    "tests/tensorcore/test_matmul.py::test_equals_the_fragment_program": ("bf16",),
+    "tests/tensorcore/test_matmul.py::test_fp8_gradients_use_power_of_two_scales": (
+        "e4m3-e5m2-1e+30",),
+    "tests/tensorcore/test_matmul.py::test_fp8_chain_equals_reference": 2,
+    "tests/test_emulate.py::test_matmul_contract": ("f16",),
+    "tests/test_emulate.py::test_tensor_scale_is_the_largest_power_of_two": ("e4m3",),
+    "tests/test_emulate.py::test_rescale_is_rounded_once_on_the_bits": ("f32",),
+    "tests/test_emulate.py::test_gradient_program_is_backend_independent": (
+        "bf16", "fp8-hybrid-scaled"),
+    # A fresh interpreter per script (the options of every script are checked in-process).
+    "tests/test_experiments.py::test_help": ("matmul_error.py",),
+}
+
+
+def _keep(n: int, count: int) -> set[int]:
+    if count >= n:
+        return set(range(n))
+    if count == 1:
+        return {0}
+    return {round(i * (n - 1) / (count - 1)) for i in range(count)}
+
+
+def _mark_default_cases(items) -> None:
+    groups: dict[str, list] = {}
+    for item in items:
+        key = item.nodeid.split("[", 1)[0]
+        if key in DEFAULT_CASES and hasattr(item, "callspec"):
+            groups.setdefault(key, []).append(item)
+    for key, group in groups.items():
+        rule = DEFAULT_CASES[key]
+        if isinstance(rule, int):
+            kept = _keep(len(group), rule)
+        else:
+            ids = [item.callspec.id for item in group]
+            unknown = set(rule) - set(ids)
+            if unknown:
+                raise pytest.UsageError(f"DEFAULT_CASES[{key!r}] names no such case: {unknown}")
+            kept = {i for i, case_id in enumerate(ids) if case_id in rule}
+        for i, item in enumerate(group):
+            if i not in kept:
+                item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Leaves the tests marked slow out of the default run (see the module doc)."""
+    """Marks the cases of ``DEFAULT_CASES`` beyond the default's slow, and leaves the tests
+    marked slow out of the default run (see the module doc)."""
+    _mark_default_cases(items)
     if config.option.markexpr or any("::" in arg for arg in config.args):
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]

@@ -29,22 +29,25 @@ library bugs, reported rather than fixed here.
 
 Tests after the table check the positive side of each policy (64-bit values handled
 exactly with x64 on, int32 masks read as bits, checked mode under jit caches, traced
-out-of-range values reported by ``jaxwarp.checked``). The capture-file cases run
-``python -m jaxwarp.conformance`` in a subprocess and expect one ``error:`` line on
+out-of-range values reported by ``jaxwarp.checked``). The capture-file cases run the
+conformance command (its ``main``, in this process) and expect one ``error:`` line on
 stderr with exit status 2, never a traceback.
+
+The default run takes every case eagerly and a spread of the cases under jit
+(``TRACED_EVERY``); ``-m slow`` runs the rest under jit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import pathlib
 import re
 import subprocess
-import sys
+import traceback
 import zipfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -53,7 +56,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp import dpx, fragment
+from jaxwarp import conformance, dpx, fragment
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -911,10 +914,19 @@ case(6, "emulate-unknown-instruction", _emulate(operand_format="bf16", instructi
 # The catalogue test.
 
 
+# The default run takes every case eagerly, and the traced modes of every TRACED_EVERY-th
+# case of the table (and of every case that runs only traced); ``-m slow`` runs the
+# traced modes of the others.
+TRACED_EVERY = 4
+
+
 def _params():
-    for c in CATALOGUE:
+    for i, c in enumerate(CATALOGUE):
+        eager = any(m.startswith("eager") for m in c.modes)
         for mode in c.modes:
             marks = [pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else []
+            if mode.startswith("jit") and eager and i % TRACED_EVERY:
+                marks.append(pytest.mark.slow)
             yield pytest.param(c, mode, id=f"c{c.cls}-{c.id}[{mode}]", marks=marks)
 
 
@@ -1129,21 +1141,32 @@ FILE_CASES = [
 ]
 
 
+# The cases call the command's ``main`` in this process (the same code, without a fresh
+# interpreter and JAX per file; tests/conformance/test_conformance.py runs it as
+# ``python -m``), an exception escaping ``main`` standing for a traceback of the command.
+def _run_in_process(path: pathlib.Path) -> subprocess.CompletedProcess:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = conformance.main([str(path)])
+    except Exception:  # the command would print a traceback and exit 1
+        err.write("Traceback (most recent call last):\n" + traceback.format_exc())
+        status = 1
+    return subprocess.CompletedProcess([str(path)], status, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(scope="module")
 def conformance_runs(tmp_path_factory):
-    """Runs the conformance command on every file case, two at a time."""
+    """Runs the conformance command on every file case."""
     tmp = tmp_path_factory.mktemp("captures")
 
     def run(fc: FileCase):
         path = tmp / f"{fc.id}.npz"
         if fc.content is not None:
             path.write_bytes(fc.content)
-        proc = subprocess.run([sys.executable, "-m", "jaxwarp.conformance", str(path)],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
-        return fc.id, proc
+        return fc.id, _run_in_process(path)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(run, FILE_CASES))
+    return dict(map(run, FILE_CASES))
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,8 @@ def test_bad_arguments():
         cm.run(warps=1, k=32, dtype="bf16")
 
 
+# Slow: a fresh interpreter for the --help text only.
+@pytest.mark.slow
 def test_help():
     out = subprocess.run([sys.executable, str(ROOT / "experiments" / "cutlass_mainloop.py"),
                           "--help"], capture_output=True, text=True, check=True).stdout

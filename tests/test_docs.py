@@ -28,6 +28,16 @@ README = (ROOT / "README.md").read_text()
 # --- Every docstring example of the package is a test. ----------------------------------
 
 
+# The default run takes every other example (in the order found) but the longest ones
+# (over a second each); -m slow runs the others.
+_LONG_EXAMPLES = {
+    "jaxwarp._src.emulate.api.emulate", "jaxwarp._src.tensorcore.datapath.mma",
+    "jaxwarp._src.numerics.fp8.double_to_fp8", "jaxwarp._src.numerics.softfloat.fma64",
+    "jaxwarp._src.tensorcore.matmul.matmul", "jaxwarp._src.tensorcore.wgmma.wgmma",
+    "jaxwarp._src.numerics.fp8.bfloat16raw2_to_fp8x2",
+    "jaxwarp._src.tensorcore.matmul.to_operand", "jaxwarp._src.numerics.fp8.cvt_f32_to_e5m2x2"}
+
+
 def _docstring_examples():
     """(test id, DocTest) for every docstring with examples in every jaxwarp module."""
     finder = doctest.DocTestFinder(exclude_empty=True)
@@ -38,7 +48,9 @@ def _docstring_examples():
         module = importlib.import_module(info.name)
         for test in finder.find(module, info.name):
             if test.examples:
-                found.append(pytest.param(test, id=test.name))
+                slow = len(found) % 2 or test.name in _LONG_EXAMPLES
+                found.append(pytest.param(test, id=test.name,
+                                          marks=pytest.mark.slow if slow else ()))
     return found
 
 

@@ -9,6 +9,9 @@ the argument, eagerly and under ``jax.jit`` with the argument closed over (a 64-
 *argument* of a jitted function is narrowed by JAX itself before any library code sees
 it). ``NO_ARRAY_DATA`` lists the public callables that take no array data; a test checks
 that every public callable is in one of the two, so a new entry point cannot be forgotten.
+
+The default run makes every valid call under ``jax.jit`` and a spread of them eagerly
+(``EAGER_EVERY``), and one 64-bit refusal per argument; ``-m slow`` runs the rest.
 """
 
 from __future__ import annotations
@@ -365,16 +368,32 @@ def _widened(value: Any, dtype) -> np.ndarray:
     return np.ones(shape, dtype)
 
 
-@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
-def test_valid_call(name):
+# The default run makes every entry point's valid call under jax.jit (eagerly where its
+# data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name); -m slow
+# makes the other eager calls (an eager call compiles each operation on its own: slow).
+EAGER_EVERY = 5
+
+
+def _valid_params():
+    for i, name in enumerate(sorted(ENTRY_POINTS)):
+        traced = ENTRY_POINTS[name].jit
+        yield pytest.param(name, "eager", id=name,
+                           marks=(pytest.mark.slow,) if traced and i % EAGER_EVERY else ())
+        if traced:
+            yield pytest.param(name, "jit", id=f"{name}-jit")
+
+
+@pytest.mark.parametrize("name,mode", list(_valid_params()))
+def test_valid_call(name, mode):
     e = ENTRY_POINTS[name]
     with jax.enable_x64(e.x64):
-        _valid_call(e)
+        _valid_call(e, mode)
 
 
-def _valid_call(e: Entry):
-    e.call(dict(e.data))
-    if e.jit:
+def _valid_call(e: Entry, mode: str = "both"):
+    if mode != "jit":
+        e.call(dict(e.data))
+    if e.jit and mode != "eager":
         arrays = {k: v for k, v in e.data.items() if isinstance(v, np.ndarray)}
 
         def traced(*xs):
@@ -440,6 +459,8 @@ def test_matmul_k0_returns_c(instruction, fmt, mode):
     np.testing.assert_array_equal(np.asarray(f(a, b)), np.zeros((16, 16), np.float32))
 
 
+# Slow: K = 0 with fp8 operands is checked by default by test_matmul_k0_returns_c.
+@pytest.mark.slow
 def test_matmul_k0_fp8_scaled_returns_c():
     a, b = np.zeros((16, 0), np.float32), np.zeros((0, 16), np.float32)
     d = jaxwarp.matmul(a, b, _C16, operand_format="e4m3", instruction="mma_sync",
@@ -506,6 +527,8 @@ def test_format_argument_accepts_names_aliases_and_dtypes(fmt, want):
         np.asarray(jaxwarp.to_operand(x, want)).view(np.uint8))
 
 
+# Slow: format dtypes are checked by test_format_argument_accepts_names_aliases_and_dtypes.
+@pytest.mark.slow
 def test_matmul_operand_format_dtype_pair():
     a = np.ones((16, 32), np.float32)
     b = np.ones((32, 8), np.float32)

@@ -5,10 +5,14 @@ import io
 import pathlib
 import re
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
+# Slow: tests/test_docs.py runs the same example by default and checks all it prints.
+@pytest.mark.slow
 def test_example_runs_and_prints_what_the_comments_say():
     code = re.search(r"## Example\s+```python\n(.*?)```", README, re.S).group(1)
     out = io.StringIO()

@@ -115,6 +115,8 @@ def test_four_devices_bit_for_bit():
     assert res.stdout.strip().endswith("ok")
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_docstring_examples():
     import doctest
 

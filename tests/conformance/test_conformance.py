@@ -25,13 +25,39 @@ CAPTURES = sorted(p.name for p in DATA.glob("*.npz")
 
 # The largest file runs with -m slow; by default its configurations are checked by
 # tests/tensorcore/test_wmma.py (a sample) and test_reference.py (the reference against it).
-_SLOW = {"h100_mma_fp.npz"}
+# h100_layout.npz is checked whole by default by test_report_format_and_json; the warp
+# captures by default in tests/warp and tests/numerics/test_formats.py (the same data).
+_SLOW = {"h100_mma_fp.npz", "h100_layout.npz", "capture_extra_warp.npz", "h100_warp.npz"}
+# By default these files are checked on a spread of their configurations (every n-th group
+# of keys, a group being a key without its last "/" part), the whole file with -m slow.
+_SPREAD = {"capture_extra_ldst.npz": 6, "capture_extra_mma.npz": 3,
+           "capture_extra_subnormal.npz": 2, "h100_mma_int.npz": 3}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n
-                                  for n in CAPTURES])
-def test_capture_is_bit_exact(name):
-    results, device = conformance.check_file(str(DATA / name))
+def _capture_params():
+    for n in CAPTURES:
+        if n in _SPREAD:
+            yield pytest.param(n, _SPREAD[n], id=f"{n}-every{_SPREAD[n]}")
+        yield pytest.param(n, 1, id=n,
+                           marks=pytest.mark.slow if n in _SLOW or n in _SPREAD else ())
+
+
+def _spread(name: str, every: int, folder) -> str:
+    """A copy of the capture holding every ``every``-th group of its keys (and the keys
+    outside any group, such as ``device``)."""
+    z = np.load(DATA / name)
+    groups = sorted({k.rsplit("/", 1)[0] for k in z.files if "/" in k})
+    kept = set(groups[::every])
+    assert len(kept) >= 2, f"{name}: too few groups to spread"
+    path = folder / name
+    np.savez(path, **{k: z[k] for k in z.files if "/" not in k or k.rsplit("/", 1)[0] in kept})
+    return str(path)
+
+
+@pytest.mark.parametrize("name, every", list(_capture_params()))
+def test_capture_is_bit_exact(name, every, tmp_path):
+    path = str(DATA / name) if every == 1 else _spread(name, every, tmp_path)
+    results, device = conformance.check_file(path)
     assert "H100" in device
     assert results, "no group was checked"
     bad = [r for r in results if not r.ok]

@@ -10,6 +10,8 @@ import pytest
 from jaxwarp._src.numerics import bitops
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_doctests():
     assert doctest.testmod(bitops).failed == 0
 

@@ -518,6 +518,8 @@ def test_bit_helpers_reject_bad_arguments():
         CVT_FUNCTIONS[0][1](jnp.ones(3, jnp.float32))
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 @pytest.mark.parametrize("module", [formats, convert], ids=lambda m: m.__name__.split(".")[-1])
 def test_docstring_examples(module):
     result = doctest.testmod(module, extraglobs={"jaxwarp": jaxwarp},

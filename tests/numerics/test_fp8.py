@@ -265,6 +265,8 @@ def test_bad_arguments_say_what_is_allowed():
         float_to_fp8(np.float32(1), "e4m3", "yes")
 
 
+# Slow: every fp8 entry point runs under jax.jit by default in tests/test_entry_points.py.
+@pytest.mark.slow
 def test_jit_and_vmap():
     x = f32_samples(3, 512)[:512]
     f = jax.jit(float_to_fp8, static_argnames=("fmt", "saturate"))
@@ -286,6 +288,8 @@ def test_xla_convert_agrees_in_range():
     np.testing.assert_array_equal(xla[fin], ours[fin])
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_docstring_examples():
     result = doctest.testmod(fp8, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 10 and result.failed == 0

@@ -35,6 +35,8 @@ def _all_patterns(fmt):
     return np.arange(1 << (8 * w), dtype=np.uint64).astype(_UI[w])
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_doctests():
     assert doctest.testmod(softfloat).failed == 0
 

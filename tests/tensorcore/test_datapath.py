@@ -343,6 +343,8 @@ def test_c_sub_exp_emin_c():
     assert d1[0, 0] == np.float32(2**-20 + (1 + 2**-10) ** 2 * 2**-20).view(np.uint32)
 
 
+# Slow: c_mode changing bits is checked by default by test_every_datapath_field_changes_bits.
+@pytest.mark.slow
 def test_c_mode_ffma_differs():
     a, b, c = _random_f16()
     d0 = _run(a, b, c, HMMA)
@@ -426,6 +428,9 @@ def test_fp8_fast_mode_and_mixed_types():
     np.testing.assert_allclose(exact, want, rtol=1e-5, atol=1e-5)
 
 
+# Slow: by default test_float_bit_exact checks the integer emulation against the H100 (the
+# captures mix specials in), test_f64_native_chain_against_hardware the native chain.
+@pytest.mark.slow
 @pytest.mark.parametrize("special", [None, np.nan, np.inf, 1e-310, 1e300])
 def test_f64_native_chain_equals_integer_chain(special):
     # The f64 chain runs on native float64 operations when every element is in their exact
@@ -470,6 +475,8 @@ def test_f64_native_chain_against_hardware(cfg):
         np.testing.assert_array_equal(np.asarray(acc).view(np.uint64), D[idx].view(np.uint64))
 
 
+# Slow: the bits under vmap are checked by default by test_f64_native_chain_equals_integer_chain.
+@pytest.mark.slow
 def test_f64_vmap_keeps_one_branch():
     # Under vmap the whole-call choice between the native chain and the integer emulation
     # stays a conditional (a batched predicate would make XLA compute both), with the

@@ -231,5 +231,7 @@ def test_text_draws_the_cd_layout():
     assert text[9].split()[:3] == ["8", "0:2", "0:3"]
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_doctests():
     assert doctest.testmod(layouts).failed == 0

@@ -188,6 +188,8 @@ def test_vmap_over_warps():
                                       np.asarray(ldmatrix(smem[w], addr[w], num=2, trans=True)))
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_docstring_examples():
     result = doctest.testmod(ldm_mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 8 and result.failed == 0

@@ -67,6 +67,8 @@ def test_fast_mode_is_a_rounded_dot():
     assert not np.array_equal(np.asarray(exact), np.asarray(got))  # truncation shows
 
 
+# Slow: K=512; the truncation itself is checked bit for bit by the chain tests.
+@pytest.mark.slow
 def test_all_positive_truncation_bias():
     # Round-toward-zero accumulation of positive terms only ever loses: exact <= fast.
     rounding = fast_dot_rounding()
@@ -82,6 +84,8 @@ def test_all_positive_truncation_bias():
         assert np.mean(ref - exact) > np.mean(np.abs(ref - fast))
 
 
+# Slow: vmap and jit of the model are checked by default in test_datapath.py and test_emulate.py.
+@pytest.mark.slow
 def test_vmap_and_jit():
     a, b = _rand((3, 16, 32), 7), _rand((3, 32, 16), 8)
     f = jax.jit(jax.vmap(lambda a, b: jaxwarp.matmul(a, b, operand_format="tf32")))
@@ -90,6 +94,8 @@ def test_vmap_and_jit():
         np.testing.assert_array_equal(got[i], jaxwarp.matmul(a[i], b[i], operand_format="tf32"))
 
 
+# Slow: the rule is checked by test_new_instruction_gradients_16bit by default.
+@pytest.mark.slow
 def test_gradients_go_through_the_tensor_core():
     a, b = _rand((32, 16), 9), _rand((16, 16), 10)
     g = jnp.asarray(np.random.default_rng(11).normal(size=(32, 16)), jnp.float32)
@@ -237,6 +243,8 @@ def test_promotion_equals_reference(datapath_mma):
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
+# Slow: the scaled product's bits are checked by test_scaled_epilogue_keeps_subnormals.
+@pytest.mark.slow
 def test_scales(datapath_mma):
     rng = np.random.default_rng(8)
     a = jnp.asarray(rng.normal(size=(16, 64)) * 1e-3, jnp.float32)
@@ -336,6 +344,8 @@ def test_scaled_epilogue_keeps_subnormals(datapath_mma):
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
+# Slow: fast mode is checked by test_fast_mode_is_a_rounded_dot by default.
+@pytest.mark.slow
 def test_fast_mode_fp8():
     a, b = _fp8_values((64, 64), 10), _fp8_values((64, 16), 11)
     got = jaxwarp.matmul(a, b, operand_format="e4m3", mode="fast", promote_every=32)
@@ -343,6 +353,8 @@ def test_fast_mode_fp8():
                                rtol=1e-6, atol=1e-5)
 
 
+# Slow: fp8 gradients' bits are checked by test_fp8_gradients_use_power_of_two_scales.
+@pytest.mark.slow
 def test_fp8_gradients(datapath_mma):
     a, b = _rand((16, 32), 12), _rand((32, 8), 13)
     g = _rand((16, 8), 14)
@@ -463,6 +475,8 @@ def test_instruction_errors():
                        instruction="mma_sync")
 
 
+# Slow: padding is checked by default by test_wgmma_k4096_equals_reference (1 x 2 padded).
+@pytest.mark.slow
 def test_wgmma_pads_rows_and_columns(datapath_mma):
     a, b = _fp8_values((64, 64), 18), _fp8_values((64, 16), 19)
     full = jaxwarp.matmul(a, b, operand_format="e5m2")

@@ -263,6 +263,8 @@ def test_int64_rejected_under_x64():
             dpx.vibmin_u16x2(jnp.uint32(1), jnp.int64(1))
 
 
+# Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
+@pytest.mark.slow
 def test_docstring_examples():
     finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
     attempted = 0
