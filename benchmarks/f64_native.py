@@ -3,7 +3,7 @@
 
 Times, on one batch of tiles with operands in the native range (standard normal values):
 
-* ``native``: ``jaxwarp.mma(..., a_type="f64")`` as it runs (native float64 operations
+* ``native``: ``jaxwarp.mma(..., a_format="f64")`` as it runs (native float64 operations
   with their range checks, one ``lax.cond`` per call);
 * ``integer``: the same call on the same batch with one accumulator element made
   subnormal, so that the whole call takes the 128-bit integer chain (what every call ran
@@ -50,7 +50,7 @@ def main() -> None:
     c = jnp.asarray(rng.standard_normal((tiles, 8, 8)))
 
     def mma(a, b, c):
-        return jaxwarp.mma(a, b, c, a_type="f64", c_type="f64", d_type="f64")
+        return jaxwarp.mma(a, b, c, a_format="f64", c_format="f64", d_format="f64")
 
     def vmapped(a, b, c):
         parts = [x.reshape(4, -1, *x.shape[1:]) for x in (a, b, c)]

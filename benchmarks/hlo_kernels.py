@@ -30,8 +30,8 @@ def main() -> None:
         a = jnp.asarray(rng.standard_normal((args.tiles, 16, k)), dt)
         b = jnp.asarray(rng.standard_normal((args.tiles, k, 16)), dt)
         c = jnp.asarray(rng.standard_normal((args.tiles, 16, 16)), jnp.float32)
-        f = jax.jit(lambda a, b, c, t=t: jaxwarp.mma(a, b, c, a_type=t, c_type="f32",
-                                                     d_type="f32"))
+        f = jax.jit(lambda a, b, c, t=t: jaxwarp.mma(a, b, c, a_format=t, c_format="f32",
+                                                     d_format="f32"))
         txt = f.lower(a, b, c).compile().as_text()
         entry = txt[txt.index("ENTRY"):]
         ops = []
@@ -42,7 +42,7 @@ def main() -> None:
                 ops.append(f"{m.group(3)} {m.group(1)} -> {m.group(2)}")
         best = best_time(lambda f=f, a=a, b=b, c=c: f(a, b, c).block_until_ready(), 3)
         stats = jax.devices()[0].memory_stats() or {}
-        emit({"benchmark": "hlo_kernels", **device_info(), "a_type": t,
+        emit({"benchmark": "hlo_kernels", **device_info(), "a_format": t,
               "tiles": args.tiles, "seconds": best,
               "tiles_per_s": args.tiles / best, "peak_bytes": stats.get("peak_bytes_in_use"),
               "entry_ops": ops, "n_entry_ops": len(ops)})

@@ -31,7 +31,7 @@ import jaxwarp
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import reference_tc  # noqa: E402  (the plain-int oracle, for the output check)
 
-# name: (instruction, a_type, b_type, c_type, (m, n, k))
+# name: (instruction, a_format, b_format, c_format, (m, n, k))
 CONFIGS = {
     "wmma_f16_m16n16k16": ("wmma", "f16", "f16", "f32", (16, 16, 16)),
     "wmma_bf16_m16n16k16": ("wmma", "bf16", "bf16", "f32", (16, 16, 16)),
@@ -109,7 +109,7 @@ def run(name, macs, repeats, f16_rate=None):
 
     @jax.jit
     def exact(a, b, c):
-        return jaxwarp.mma(a, b, c, a_type=at, b_type=bt, c_type=ct, d_type=ct,
+        return jaxwarp.mma(a, b, c, a_format=at, b_format=bt, c_format=ct, d_format=ct,
                             instruction=instr, instruction_k=k, arch=arch)
 
     # XLA's product on tiles of the same shape (f16 stands in for fp8 and tf32 operands).
@@ -130,7 +130,7 @@ def run(name, macs, repeats, f16_rate=None):
     rec = {
         "benchmark": f"instructions_exact/{name}",
         **device_info(),
-        "instruction": instr, "a_type": at, "b_type": bt, "shape": [m, n, k],
+        "instruction": instr, "a_format": at, "b_format": bt, "shape": [m, n, k],
         "tiles": tiles, "checked_against_reference": checked,
         "exact_macs_per_s": total / t_exact,
         "native_macs_per_s": total / t_native,

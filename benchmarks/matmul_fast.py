@@ -79,7 +79,7 @@ def main() -> None:
         ct = jax.device_put(rng.standard_normal((tiles, 16, 16), np.float32))
         ours_t = jax.jit(
             lambda a, b, c, fmt=fmt: jaxwarp.mma(
-                a, b, c, a_type=fmt, c_type="f32", d_type="f32", mode="fast"
+                a, b, c, a_format=fmt, c_format="f32", d_format="f32", mode="fast"
             )
         )
         xla_t = jax.jit(

@@ -51,9 +51,9 @@ def main() -> None:
     args = p.parse_args()
     on_cpu = jax.default_backend() == "cpu"
     tiles = args.tiles if args.tiles is not None else (1 << 16 if on_cpu else 1 << 20)
-    a_dt = {"f16": np.float16, "bf16": jnp.bfloat16}[args.a_type]
-    c_dt = {"f32": np.float32, "f16": np.float16}[args.c_type]
-    d_type = args.c_type
+    a_dt = {"f16": np.float16, "bf16": jnp.bfloat16}[args.a_format]
+    c_dt = {"f32": np.float32, "f16": np.float16}[args.c_format]
+    d_format = args.c_format
     rng = np.random.default_rng(0)
     a_np = rng.standard_normal((tiles, 16, 16), np.float32).astype(a_dt)
     b_np = rng.standard_normal((tiles, 16, 16), np.float32).astype(a_dt)
@@ -62,7 +62,8 @@ def main() -> None:
     del a_np, b_np, c_np
 
     def exact(a, b, c):
-        return jaxwarp.mma(a, b, c, a_type=args.a_type, c_type=args.c_type, d_type=d_type,
+        return jaxwarp.mma(a, b, c, a_format=args.a_format, c_format=args.c_format,
+                           d_format=d_format,
                            arch=args.arch)
 
     def einsum(a, b, c):
@@ -83,12 +84,12 @@ def main() -> None:
         jnp.allclose(
             d.astype(jnp.float32),
             ref.astype(jnp.float32),
-            rtol=1e-2 if args.c_type == "f16" else 1e-5,
+            rtol=1e-2 if args.c_format == "f16" else 1e-5,
             atol=1e-3,
         )
     )
     result = {
-        "benchmark": f"mma_exact_m16n16k16_{args.a_type}_{args.c_type}{d_type}",
+        "benchmark": f"mma_exact_m16n16k16_{args.a_format}_{args.c_format}{d_format}",
         "arch": args.arch,
         **device_info(),
         "tiles": tiles,

@@ -121,7 +121,7 @@ gemm_tiles_jit = jax.jit(gemm_tiles, static_argnames=("k", "dtype"))
 def reference(a: jax.Array, b: jax.Array, dtype: str) -> jax.Array:
     """The logical GEMM: ``jaxwarp.mma`` over all of K, a chain of mma_sync of k each."""
     c = jnp.zeros(a.shape[:-1] + (N,), jnp.float32)
-    return mma(a, b, c, a_type=dtype, b_type=dtype, c_type="f32", d_type="f32",
+    return mma(a, b, c, a_format=dtype, b_format=dtype, c_format="f32", d_format="f32",
                instruction="mma_sync", instruction_k=instr_k(dtype))
 
 
@@ -131,7 +131,7 @@ def reference_steps(a: jax.Array, b: jax.Array, dtype: str) -> jax.Array:
     acc = jnp.zeros(a.shape[:-1] + (N,), jnp.float32)
     for s in range(a.shape[-1] // kk):
         acc = mma(a[..., s * kk:(s + 1) * kk], b[..., s * kk:(s + 1) * kk, :], acc,
-                  a_type=dtype, b_type=dtype, c_type="f32", d_type="f32",
+                  a_format=dtype, b_format=dtype, c_format="f32", d_format="f32",
                   instruction="mma_sync", instruction_k=kk)
     return acc
 

@@ -83,12 +83,12 @@ from jaxwarp._src.tensorcore.ldmatrix import stmatrix as stmatrix
 from jaxwarp._src.tensorcore.ldmatrix import movmatrix as movmatrix
 
 # PTX mma.sync.aligned, named by its qualifier string: registers or logical matrices.
-from jaxwarp._src.tensorcore.mma_ptx import parse_mma as parse_mma
-from jaxwarp._src.tensorcore.mma_ptx import mma_instructions as mma_instructions
-from jaxwarp._src.tensorcore.mma_ptx import to_registers as to_registers
-from jaxwarp._src.tensorcore.mma_ptx import from_registers as from_registers
-from jaxwarp._src.tensorcore.mma_ptx import mma_sync_ptx as mma_sync_ptx
-from jaxwarp._src.tensorcore.mma_ptx import mma_ptx as mma_ptx
+from jaxwarp._src.tensorcore.mma_sync import parse_mma as parse_mma
+from jaxwarp._src.tensorcore.mma_sync import mma_instructions as mma_instructions
+from jaxwarp._src.tensorcore.mma_sync import to_registers as to_registers
+from jaxwarp._src.tensorcore.mma_sync import from_registers as from_registers
+from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx as mma_sync_ptx
+from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx_logical as mma_sync_ptx_logical
 
 # PTX wgmma.mma_async on a warpgroup (128 lanes): descriptors, shared memory, registers.
 from jaxwarp._src.tensorcore.wgmma import parse_wgmma as parse_wgmma

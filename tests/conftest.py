@@ -45,12 +45,12 @@ DEFAULT_CASES: dict[str, int | tuple[str, ...]] = {
         "ptx/e4m3.e5m2.f32f32.m16n8k32", "ptx/u8.s8.s32s32.m16n8k32.satfinite",
         "wgmma/e5m2.e5m2.f16f16.m64n8k32", "chain/ptx/f16.f16.f16f16.m16n8k16x4",
         "chain/wgmma/bf16.bf16.f32f32.m64n8k16x4"),
-    "tests/tensorcore/test_mma_ptx.py::test_float_bit_exact_h100": (
+    "tests/tensorcore/test_mma_sync_ptx.py::test_float_bit_exact_h100": (
         "f16.f16.f32f32.m8n8k4", "f16.f16.f16f16.m16n8k16", "bf16.bf16.f32f32.m16n8k8",
         "tf32.tf32.f32f32.m16n8k8", "f64.f64.f64f64.m8n8k4", "e4m3.e5m2.f32f32.m16n8k32",
         "e5m2.e5m2.f16f16.m16n8k32"),
-    "tests/tensorcore/test_mma_ptx.py::test_integer_and_b1_bit_exact_h100": 9,
-    "tests/tensorcore/test_mma_ptx.py::test_register_entry_equals_logical_entry": (
+    "tests/tensorcore/test_mma_sync_ptx.py::test_integer_and_b1_bit_exact_h100": 9,
+    "tests/tensorcore/test_mma_sync_ptx.py::test_register_entry_equals_logical_entry": (
         "f16.f16.f32f32.m8n8k4", "bf16.bf16.f32f32.m16n8k8", "e4m3.e4m3.f16f16.m16n8k32",
         "u4.s4.s32s32.m16n8k64.satfinite", "b1.b1.s32s32.m8n8k128.and"),
     "tests/tensorcore/test_wgmma.py::test_h100_bit_exact": (
@@ -82,8 +82,8 @@ DEFAULT_CASES: dict[str, int | tuple[str, ...]] = {
     "tests/numerics/test_fp8.py::test_x2_forms_are_two_independent_lanes": 1,
     "tests/numerics/test_fp8.py::test_saturation_overflow_and_zero_boundaries": 6,
     # Layouts, addresses and packing against the capture harnesses' formulas.
-    "tests/tensorcore/test_mma_ptx.py::test_layout_matches_capture_harness": 24,
-    "tests/tensorcore/test_mma_ptx.py::test_pack_matches_harness_and_round_trips": 14,
+    "tests/tensorcore/test_mma_sync_ptx.py::test_layout_matches_capture_harness": 24,
+    "tests/tensorcore/test_mma_sync_ptx.py::test_pack_matches_harness_and_round_trips": 14,
     "tests/tensorcore/test_layouts.py::test_mma_layouts_are_the_ptx_formulas": 24,
     "tests/tensorcore/test_layouts.py::test_wgmma_layouts_are_the_ptx_formulas": 16,
     "tests/tensorcore/test_wgmma.py::test_addresses_match_harness": 18,

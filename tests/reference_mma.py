@@ -249,15 +249,15 @@ def _f32_rz(kind: str, neg: bool, s: int, g: int) -> int:
     return 0 if out == 0x80000000 else out
 
 
-def _finish(kind, neg, s, g, c_type, d_type) -> int:
-    if d_type == "f32":
+def _finish(kind, neg, s, g, c_format, d_format) -> int:
+    if d_format == "f32":
         return _f32_rz(kind, neg, s, g)
     f16 = FMTS["f16"]
     if kind == NAN:
         return NAN_BITS["f16"]
     if kind == INF:
         return inf_bits(neg, f16)
-    if c_type == "f32":  # through fp32 (toward zero), then to fp16 (nearest even)
+    if c_format == "f32":  # through fp32 (toward zero), then to fp16 (nearest even)
         x = decode(_f32_rz(kind, neg, s, g), FMTS["f32"])
         if x.kind == INF:
             return inf_bits(x.neg, f16)
@@ -266,16 +266,16 @@ def _finish(kind, neg, s, g, c_type, d_type) -> int:
     return 0 if out == 0x8000 else out
 
 
-def _mma_float_elem(arow: list[Num], bcol: list[Num], c: Num, a_type, c_type, d_type) -> int:
-    bk = BLOCK_K[a_type]
+def _mma_float_elem(arow: list[Num], bcol: list[Num], c: Num, a_format, c_format, d_format) -> int:
+    bk = BLOCK_K[a_format]
     k = len(arow)
-    acc, out = c, FMTS[d_type]
+    acc, out = c, FMTS[d_format]
     for k0 in range(0, k, bk):
         kind, neg, s, g = _block(list(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk], strict=True)),
                                  acc, out)
         if k0 + bk < k:
             acc, out = decode(_f32_rz(kind, neg, s, g), FMTS["f32"]), FMTS["f32"]
-    return _finish(kind, neg, s, g, c_type, d_type)
+    return _finish(kind, neg, s, g, c_format, d_format)
 
 
 # --------------------------------------------------------------------------------------
@@ -319,28 +319,28 @@ def _as_int_list(x: np.ndarray) -> list:
     return np.asarray(x).astype(object).tolist()
 
 
-def mma_ref(A, B, C, *, a_type: str, c_type: str, d_type: str, satf: bool = False
+def mma_ref(A, B, C, *, a_format: str, c_format: str, d_format: str, satf: bool = False
             ) -> np.ndarray:
     """``D = A @ B + C`` for one tile in the documented sm_90 arithmetic.
 
     Args:
       A: (m, k), B: (k, n): raw bits (uint16 for f16/bf16, uint32 for tf32, uint64 for
         f64) or integer values (s8/s4 as signed ints, u8/u4 as unsigned).
-      C: (m, n): raw bits of c_type (uint16 f16, uint32 f32, uint64 f64) or int32.
-      a_type, c_type, d_type: as in ``jaxwarp.mma``.
+      C: (m, n): raw bits of c_format (uint16 f16, uint32 f32, uint64 f64) or int32.
+      a_format, c_format, d_format: as in ``jaxwarp.mma``.
       satf: integers only: clamp instead of wrap.
 
     Returns:
-      (m, n) raw bits of d_type (uint16 / uint32 / uint64), or int32 for integers.
+      (m, n) raw bits of d_format (uint16 / uint32 / uint64), or int32 for integers.
     """
     A, B, C = np.asarray(A), np.asarray(B), np.asarray(C)
     m, k = A.shape
     n = B.shape[1]
     assert B.shape == (k, n) and C.shape == (m, n)
-    if a_type in ("s8", "u8", "s4", "u4"):
+    if a_format in ("s8", "u8", "s4", "u4"):
         return _mma_int(A, B, C, satf)
     al, bl, cl = _as_int_list(A), _as_int_list(B), _as_int_list(C)
-    if a_type == "f64":
+    if a_format == "f64":
         out = [[0] * n for _ in range(m)]
         for i in range(m):
             for j in range(n):
@@ -349,12 +349,12 @@ def mma_ref(A, B, C, *, a_type: str, c_type: str, d_type: str, satf: bool = Fals
                     acc = fma64(al[i][kk], bl[kk][j], acc)
                 out[i][j] = acc
         return np.array(out, dtype=np.uint64)
-    af, cf = FMTS[a_type], FMTS[c_type]
+    af, cf = FMTS[a_format], FMTS[c_format]
     ad = [[decode(v, af) for v in row] for row in al]
     bd = [[decode(bl[kk][j], af) for kk in range(k)] for j in range(n)]  # columns
-    out = [[_mma_float_elem(ad[i], bd[j], decode(cl[i][j], cf), a_type, c_type, d_type)
+    out = [[_mma_float_elem(ad[i], bd[j], decode(cl[i][j], cf), a_format, c_format, d_format)
             for j in range(n)] for i in range(m)]
-    return np.array(out, dtype=BITS_DTYPE[FMTS[d_type].width])
+    return np.array(out, dtype=BITS_DTYPE[FMTS[d_format].width])
 
 
 def _wrap_or_sat(v: int, satf: bool) -> int:

@@ -655,23 +655,23 @@ PRESETS = {
 }
 
 
-def preset_for(instruction: str, a_type: str, shape: str) -> Datapath:
+def preset_for(instruction: str, a_format: str, shape: str) -> Datapath:
     """The preset for ``instruction`` in {"wmma", "mma_sync", "wgmma"}, the operand type
     and the instruction's shape (``"m16n8k32"``; WMMA tf32 m16n16k8 runs as two k4
     instructions)."""
     if instruction not in ("wmma", "mma_sync", "wgmma"):
         raise ValueError(f"instruction must be 'wmma', 'mma_sync' or 'wgmma', got {instruction!r}")
     k = int(shape.split("k")[-1])
-    if a_type in ("e4m3", "e5m2"):
+    if a_format in ("e4m3", "e5m2"):
         if instruction == "wmma":
             raise ValueError("WMMA has no fp8 operands")
         if instruction == "wgmma":
             return PRESETS["wgmma_fp8"]
         return PRESETS["mma_sync_fp8" if k == 32 else "mma_sync_fp8_k16"]
-    if a_type == "tf32":
+    if a_format == "tf32":
         return PRESETS["hmma_tf32_k4" if instruction == "wmma" or k == 4 else "hmma_tf32_k8"]
-    if a_type in ("f16", "bf16"):
+    if a_format in ("f16", "bf16"):
         if instruction == "mma_sync" and shape == "m8n8k4":
             return PRESETS["mma_sync_m8n8k4_f16"]
         return PRESETS["hmma"]
-    raise ValueError(f"a_type must be f16, bf16, tf32, e4m3 or e5m2, got {a_type!r}")
+    raise ValueError(f"a_format must be f16, bf16, tf32, e4m3 or e5m2, got {a_format!r}")

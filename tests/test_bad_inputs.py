@@ -173,7 +173,7 @@ case(1, "float2half_rn-float64-x64", jaxwarp.float2half_rn, f64,
      exc=TypeError, regex=r"x must be a float32 array, got dtype float64 .*round_to",
      modes=("eager_x64", "jit_x64"))
 case(1, "mma-f64-without-x64",
-     lambda a: jaxwarp.mma(a, a, a, a_type="f64", c_type="f64", d_type="f64"),
+     lambda a: jaxwarp.mma(a, a, a, a_format="f64", c_format="f64", d_format="f64"),
      np.zeros((8, 8), np.float32), exc=RuntimeError, must=("f64", "jax_enable_x64"))
 
 # --------------------------------------------------------------------------------------
@@ -526,7 +526,7 @@ case(6, "fragment-b1-b-row_major",
      must=("layout='row_major'", "b1", "allowed: ('col_major',)"), modes=EAGER)
 case(6, "fragment-f16-m16n16k8",
      lambda: fragment("matrix_a", 16, 16, 8, "f16", "row_major"), exc=ValueError,
-     must=("a_type='f16'", "valid for f16: m16n16k16, m32n8k16, m8n32k16", "tf32"),
+     must=("a_format='f16'", "valid for f16: m16n16k16, m32n8k16, m8n32k16", "tf32"),
      modes=EAGER)
 case(6, "fragment-unknown-shape",
      lambda: fragment("matrix_a", 16, 16, 32, "f16", "row_major"), exc=ValueError,
@@ -661,9 +661,9 @@ case(6, "mma_sync-type-mismatch",
 case(6, "mma_sync-bf16-f16-accumulator",
      _mma_sync(fragment("matrix_a", 16, 16, 16, "bf16", "row_major"),
                fragment("matrix_b", 16, 16, 16, "bf16", "col_major"), FC16), exc=ValueError,
-     must=("c_type='f16'", "valid for bf16: (c_type='f32', d_type='f32')"), modes=EAGER)
-case(6, "mma_sync-f16-d_type-s32", _mma_sync(FA, FB, FC, d_type="s32"), exc=ValueError,
-     must=("d_type='s32'", "valid for f16", "(c_type='f32', d_type='f16')"), modes=EAGER)
+     must=("c_format='f16'", "valid for bf16: (c_format='f32', d_format='f32')"), modes=EAGER)
+case(6, "mma_sync-f16-d_format-s32", _mma_sync(FA, FB, FC, d_format="s32"), exc=ValueError,
+     must=("d_format='s32'", "valid for f16", "(c_format='f32', d_format='f16')"), modes=EAGER)
 case(6, "mma_sync-tf32-on-sm_75",
      _mma_sync(fragment("matrix_a", 16, 16, 8, "tf32", "row_major"),
                fragment("matrix_b", 16, 16, 8, "tf32", "col_major"),
@@ -681,7 +681,7 @@ case(6, "bmma_sync-unknown-op", lambda: jaxwarp.bmma_sync(*_B1, "or"), exc=Value
 case(6, "bmma_sync-and-on-sm_75", lambda: jaxwarp.bmma_sync(*_B1, "and", arch="sm_75"),
      exc=ValueError, must=("op='and'", "needs sm_80", "arch='sm_75'"), modes=EAGER)
 case(6, "bmma_sync-f16-fragments", lambda: jaxwarp.bmma_sync(FA, FB, FC, "xor"), exc=ValueError,
-     must=("bmma_sync takes b1", "a_type='f16'"), modes=EAGER)
+     must=("bmma_sync takes b1", "a_format='f16'"), modes=EAGER)
 case(6, "mma_sync-satf-traced", lambda s: jaxwarp.mma_sync(FA, FB, FC, satf=s), True,
      exc=TypeError, must=("satf is a static argument", "bool"), modes=JIT)
 case(6, "mma_sync-satf-int", _mma_sync(FA, FB, FC, satf=1), exc=TypeError,
@@ -694,18 +694,18 @@ case(6, "mma_sync-not-a-fragment", lambda x: jaxwarp.mma_sync(x, FB, FC),
 # Class 6, continued: mma / bmma on logical matrices.
 
 S32 = np.zeros((16, 16), np.float32)
-KW = dict(a_type="f16", c_type="f32", d_type="f32")
+KW = dict(a_format="f16", c_format="f32", d_format="f32")
 
 
 def _mma(**kw):
     return lambda a, b, c: jaxwarp.mma(a, b, c, **{**KW, **kw})
 
 
-case(6, "mma-unknown-a_type", _mma(a_type="f8"), H16, H16, S32, exc=ValueError,
-     must=("a_type='f8'", "allowed", "'f16'", "'u4'", "'e4m3'"))
-case(6, "mma-unsupported-combination", _mma(a_type="bf16", c_type="f16", d_type="f16"),
+case(6, "mma-unknown-a_format", _mma(a_format="f8"), H16, H16, S32, exc=ValueError,
+     must=("a_format='f8'", "allowed", "'f16'", "'u4'", "'e4m3'"))
+case(6, "mma-unsupported-combination", _mma(a_format="bf16", c_format="f16", d_format="f16"),
      H16, H16, S32, exc=ValueError,
-     must=("('bf16', 'f16', 'f16')", "valid (a_type, c_type, d_type) combinations",
+     must=("('bf16', 'f16', 'f16')", "valid (a_format, c_format, d_format) combinations",
            "('bf16', 'f32', 'f32')"))
 case(6, "mma-a-dtype", _mma(), S32, H16, S32, exc=TypeError,
      must=("a must have dtype float16", "float32"))
@@ -745,24 +745,24 @@ BS4_ARGS = (np.zeros((16, 64), np.uint8), np.zeros((64, 8), np.uint8), BS_C,
 
 
 def _bs(**kw):
-    return lambda *args: jaxwarp.mma_block_scale_logical(*args, **{"a_type": "e4m3", **kw})
+    return lambda *args: jaxwarp.mma_block_scale_logical(*args, **{"a_format": "e4m3", **kw})
 
 
 case(6, "block-scale-unknown-kind", _bs(kind="mxf6"), *BS_ARGS, exc=ValueError,
      must=("kind='mxf6'", "allowed", "'mxf8f6f4'", "'mxf4'", "'mxf4nvf4'"))
 case(6, "block-scale-unknown-instruction", _bs(instruction="wgmma"), *BS_ARGS,
      exc=ValueError, must=("instruction='wgmma'", "allowed", "'mma_sync'", "'tcgen05'"))
-case(6, "block-scale-a_type-not-of-kind", _bs(kind="mxf4"), *BS4_ARGS, exc=ValueError,
-     must=("a_type='e4m3'", "allowed", "('e2m1',)"))
-case(6, "block-scale-unknown-b_type", _bs(b_type="f16"), *BS_ARGS, exc=ValueError,
-     must=("b_type='f16'", "allowed", "'e5m2'", "'e2m1'"))
-case(6, "block-scale-unknown-scale_type", _bs(scale_type="e4m3"), *BS_ARGS, exc=ValueError,
-     must=("scale_type='e4m3'", "allowed", "'ue8m0'", "'ue4m3'"))
-case(6, "block-scale-block-scale_type", _bs(a_type="e2m1", kind="mxf4nvf4",
-                                           scale_type="ue4m3"), *BS4_ARGS, exc=ValueError,
-     must=("block=32", "scale_type='ue4m3'", "allowed (block, scale_type)", "(16, 'ue4m3')"))
+case(6, "block-scale-a_format-not-of-kind", _bs(kind="mxf4"), *BS4_ARGS, exc=ValueError,
+     must=("a_format='e4m3'", "allowed", "('e2m1',)"))
+case(6, "block-scale-unknown-b_format", _bs(b_format="f16"), *BS_ARGS, exc=ValueError,
+     must=("b_format='f16'", "allowed", "'e5m2'", "'e2m1'"))
+case(6, "block-scale-unknown-scale_format", _bs(scale_format="e4m3"), *BS_ARGS, exc=ValueError,
+     must=("scale_format='e4m3'", "allowed", "'ue8m0'", "'ue4m3'"))
+case(6, "block-scale-block-scale_format", _bs(a_format="e2m1", kind="mxf4nvf4",
+                                           scale_format="ue4m3"), *BS4_ARGS, exc=ValueError,
+     must=("block=32", "scale_format='ue4m3'", "allowed (block, scale_format)", "(16, 'ue4m3')"))
 case(6, "block-scale-block", _bs(block=16), *BS_ARGS, exc=ValueError,
-     must=("block=16", "allowed (block, scale_type)", "((32, 'ue8m0'),)"))
+     must=("block=16", "allowed (block, scale_format)", "((32, 'ue8m0'),)"))
 case(6, "block-scale-arch", _bs(arch="sm_90a"), *BS_ARGS, exc=ValueError,
      must=("arch='sm_90a'", "sm_120a"))
 case(6, "block-scale-tcgen05-arch", _bs(instruction="tcgen05", arch="sm_120a"),
@@ -785,11 +785,11 @@ case(6, "block-scale-datapath-type", _bs(datapath=jaxwarp.datapath_for("sm_90", 
                                                                        "f16", 16)),
      *BS_ARGS, exc=TypeError, must=("datapath must be a BlockScaleDatapath", "Datapath"))
 case(6, "block-scale-datapath-product-ue4m3",
-     _bs(a_type="e2m1", kind="mxf4nvf4", scale_type="ue4m3", block=16,
+     _bs(a_format="e2m1", kind="mxf4nvf4", scale_format="ue4m3", block=16,
          datapath=jaxwarp.BlockScaleDatapath("product", F=25, group=1, chunk=16,
                                              e_zero=-133)),
      *BS4_ARGS[:3], np.full((16, 4), 0x38, np.uint8), np.full((4, 8), 0x38, np.uint8),
-     exc=ValueError, must=("terms='product'", "ue8m0", "scale_type='ue4m3'"))
+     exc=ValueError, must=("terms='product'", "ue8m0", "scale_format='ue4m3'"))
 case(6, "block-scale-datapath-terms", lambda: jaxwarp.BlockScaleDatapath(
      "sum", F=25, group=1, chunk=32, e_zero=-133), exc=ValueError,
      must=("BlockScaleDatapath.terms='sum'", "allowed", "'product'", "'group'"), modes=EAGER)
@@ -1214,10 +1214,11 @@ def _wide(shape, dtype, value=1):
 
 for _arg, _val in (("a", _wide((8, 16), np.int64)), ("b", _wide((16, 8), np.uint64)),
                    ("c", _wide((8, 8), np.int64, _ACC))):
-    case(1, f"mma_ptx-{_arg}-{_val.dtype}",
-         lambda x, _arg=_arg: jaxwarp.mma_ptx(_QS8, **{"a": _A8, "b": _B8, "c": _C8, _arg: x}),
+    case(1, f"mma_sync_ptx_logical-{_arg}-{_val.dtype}",
+         lambda x, _arg=_arg: jaxwarp.mma_sync_ptx_logical(_QS8, **{"a": _A8, "b": _B8, "c": _C8,
+                                                                    _arg: x}),
          _val, exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
-case(1, "mma_ptx-f16-a-float64", lambda x: jaxwarp.mma_ptx(
+case(1, "mma_sync_ptx_logical-f16-a-float64", lambda x: jaxwarp.mma_sync_ptx_logical(
     _QF16, x, np.ones((16, 8), np.float16), np.zeros((16, 8), np.float32)),
     np.ones((16, 16)), exc=TypeError, regex="a has " + X64, modes=CONST)
 for _arg, _shape in (("a_regs", (32, 4)), ("b_regs", (32, 2)), ("c_regs", (32, 4))):
@@ -1291,11 +1292,11 @@ for _arg, _val in (("a", np.ones((16, 16))), ("b", np.ones((16, 16))),
                    ("c", np.zeros((16, 16)))):
     case(1, f"mma-{_arg}-float64", lambda x, _arg=_arg: jaxwarp.mma(
         **{"a": _F16x16, "b": _F16x16, "c": _F32x16, _arg: x},
-        a_type="f16", c_type="f32", d_type="f32"),
+        a_format="f16", c_format="f32", d_format="f32"),
         _val, exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
 case(1, "mma-s8-c-int64", lambda c: jaxwarp.mma(
     np.ones((16, 16), np.int8), np.ones((16, 16), np.int8), c,
-    a_type="s8", c_type="s32", d_type="s32"), _wide((16, 16), np.int64, _ACC),
+    a_format="s8", c_format="s32", d_format="s32"), _wide((16, 16), np.int64, _ACC),
     exc=TypeError, regex="c has " + X64, modes=CONST)
 for _arg, _val in (("a", _wide((8, 128), np.uint64)), ("b", _wide((128, 8), np.int64)),
                    ("c", _wide((8, 8), np.int64, _ACC))):
@@ -1389,7 +1390,7 @@ _BAD_MMA_Q = (
 for _qid, _q, _must in _BAD_MMA_Q:
     case(6, f"parse_mma-{_qid}", lambda _q=_q: jaxwarp.parse_mma(_q), exc=ValueError,
          must=_must, modes=EAGER)
-    case(6, f"mma_ptx-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.mma_ptx(
+    case(6, f"mma_sync_ptx_logical-qualifier-{_qid}", lambda a, _q=_q: jaxwarp.mma_sync_ptx_logical(
         _q, a, np.ones((16, 8), np.float16), np.zeros((16, 8), np.float32)),
         _F16x16, exc=ValueError, must=_must)
     case(6, f"to_registers-qualifier-{_qid}", lambda x, _q=_q: jaxwarp.to_registers(
@@ -1423,8 +1424,8 @@ for _qid, _q, _must in _BAD_WG_Q:
 for _id, _args, _must in (
         ("instruction-unknown", ("sm_90", "hmma", "f16", 16), ("instruction='hmma'",
                                                                 "'mma_sync'")),
-        ("a_type-unknown", ("sm_90", "wmma", "f17", 16), ("a_type='f17'", "allowed")),
-        ("a_type-not-of-wgmma", ("sm_90", "wgmma", "f64", 4), ("a_type='f64'", "allowed")),
+        ("a_format-unknown", ("sm_90", "wmma", "f17", 16), ("a_format='f17'", "allowed")),
+        ("a_format-not-of-wgmma", ("sm_90", "wgmma", "f64", 4), ("a_format='f64'", "allowed")),
         ("ik-not-a-k", ("sm_90", "wmma", "f16", 7), ("ik=7", "allowed: (16,)")),
         ("ik-bool", ("sm_90", "mma_sync", "f16", True), ("ik=True", "allowed"))):
     case(6, f"datapath_for-{_id}", lambda _a=_args: jaxwarp.datapath_for(*_a),
@@ -1463,10 +1464,10 @@ for _id, _kw, _must in (
 # Format arguments take format names, their aliases and the dtypes that name them, and
 # say so when refused (one check, checks.format_name / formats.get_format).
 _A16, _C32 = np.ones((16, 16), np.float16), np.zeros((16, 16), np.float32)
-for _arg, _val in (("a_type", np.int32), ("a_type", "half-ish"), ("b_type", jnp.float32),
-                   ("c_type", "e4m3"), ("c_type", np.uint8), ("d_type", jnp.bfloat16),
-                   ("d_type", 3)):
-    _kw = {"a_type": "f16", "c_type": "f32", "d_type": "f32", _arg: _val}
+for _arg, _val in (("a_format", np.int32), ("a_format", "half-ish"), ("b_format", jnp.float32),
+                   ("c_format", "e4m3"), ("c_format", np.uint8), ("d_format", jnp.bfloat16),
+                   ("d_format", 3)):
+    _kw = {"a_format": "f16", "c_format": "f32", "d_format": "f32", _arg: _val}
     case(6, f"mma-{_arg}-{getattr(_val, '__name__', _val)}", lambda a, c, _kw=_kw:
          jaxwarp.mma(a, a, c, **_kw), _A16, _C32, exc=ValueError,
          must=(f"{_arg}=", "allowed", "dtypes"))
@@ -1635,8 +1636,8 @@ def test_conformance_bad_file_sizes_trials_devices(fc: FileCase, conformance_run
 
 def test_format_arguments_accept_dtypes_and_aliases():
     a, c = np.ones((16, 16), np.float16), np.zeros((16, 16), np.float32)
-    by_name = jaxwarp.mma(a, a, c, a_type="f16", c_type="f32", d_type="f32")
-    by_dtype = jaxwarp.mma(a, a, c, a_type=np.float16, c_type=jnp.float32, d_type="float32")
+    by_name = jaxwarp.mma(a, a, c, a_format="f16", c_format="f32", d_format="f32")
+    by_dtype = jaxwarp.mma(a, a, c, a_format=np.float16, c_format=jnp.float32, d_format="float32")
     np.testing.assert_array_equal(np.asarray(by_name).view(np.uint32),
                                   np.asarray(by_dtype).view(np.uint32))
     x = np.float32(1 + 2**-9)

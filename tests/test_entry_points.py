@@ -157,7 +157,7 @@ ENTRY_POINTS: dict[str, Entry] = {
     "mma": Entry(jaxwarp.mma, {"a": np.ones((16, 16), np.float16),
                                "b": np.ones((16, 16), np.float16),
                                "c": np.zeros((16, 16), np.float32)},
-                 static={"a_type": "f16", "c_type": "f32", "d_type": "f32"}),
+                 static={"a_format": "f16", "c_format": "f32", "d_format": "f32"}),
     "bmma": Entry(jaxwarp.bmma, {"a": np.ones((8, 128), np.uint8),
                                  "b": np.ones((128, 8), np.uint8),
                                  "c": np.zeros((8, 8), np.int32)}, static={"op": "xor"}),
@@ -176,7 +176,7 @@ ENTRY_POINTS: dict[str, Entry] = {
     "to_registers": Entry(jaxwarp.to_registers, {"x": np.ones((16, 16), np.float16)},
                           static_args=(), static={}),
     "from_registers": Entry(jaxwarp.from_registers, {"regs": np.ones((32, 4), np.uint32)}),
-    "mma_ptx": Entry(jaxwarp.mma_ptx, {"a": np.full((8, 16), 3, np.int8),
+    "mma_sync_ptx_logical": Entry(jaxwarp.mma_sync_ptx_logical, {"a": np.full((8, 16), 3, np.int8),
                                        "b": np.full((16, 8), 200, np.uint8),
                                        "c": np.full((8, 8), 7, np.int32)}),
     "mma_sync_ptx": Entry(jaxwarp.mma_sync_ptx, {"a_regs": np.ones((32, 4), np.uint32),
@@ -210,7 +210,7 @@ ENTRY_POINTS: dict[str, Entry] = {
         jaxwarp.mma_block_scale_logical,
         {"a": np.full((16, 32), 0x38, np.uint8), "b": np.full((32, 8), 0x38, np.uint8),
          "c": np.zeros((16, 8), np.float32), "scale_a": np.full((16, 1), 127, np.uint8),
-         "scale_b": np.full((1, 8), 127, np.uint8)}, static={"a_type": "e4m3"}),
+         "scale_b": np.full((1, 8), 127, np.uint8)}, static={"a_format": "e4m3"}),
     # Many devices.
     "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
     "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
@@ -312,7 +312,8 @@ ENTRY_POINTS: dict[str, Entry] = {
 
 # The qualifier (or use) is the first positional argument of the PTX front-ends.
 for _name, _lead in (("to_registers", (QF16, "a")), ("from_registers", (QF16, "a")),
-                     ("mma_ptx", (QS8,)), ("mma_sync_ptx", (QF16,)), ("wgmma", (QWS8,)),
+                     ("mma_sync_ptx_logical", (QS8,)), ("mma_sync_ptx", (QF16,)), ("wgmma",
+                                                                                   (QWS8,)),
                      ("wgmma_logical", (QW,)), ("reduce_sync", ("add",)),
                      ("tcgen05_mma", ("kind::i8",)), ("tcgen05_mma_logical", (QT,))):
     _e = ENTRY_POINTS[_name]
@@ -477,21 +478,21 @@ def test_matmul_empty_m_or_n(m, n, instruction):
 
 
 @pytest.mark.parametrize("mode", ["eager", "jit"])
-@pytest.mark.parametrize("a_type,c_type,d_type,instruction", [
+@pytest.mark.parametrize("a_format,c_format,d_format,instruction", [
     ("f16", "f32", "f32", "wmma"), ("f16", "f16", "f16", "mma_sync"),
     ("bf16", "f32", "f32", "wgmma"), ("tf32", "f32", "f32", "mma_sync"),
     ("e4m3", "f32", "f32", "wgmma"), ("s8", "s32", "s32", "wmma"), ("u4", "s32", "s32", "wmma")])
-def test_mma_k0_returns_c(a_type, c_type, d_type, instruction, mode):
+def test_mma_k0_returns_c(a_format, c_format, d_format, instruction, mode):
     from jaxwarp._src.tensorcore.datapath import STORAGE_DTYPE
     m, n = 16, 8
-    a = np.zeros((2, m, 0), STORAGE_DTYPE[a_type])  # a batch axis broadcasts onto C
-    b = np.zeros((0, n), STORAGE_DTYPE[a_type])
-    c = (np.arange(m * n).reshape(m, n) - 60).astype(STORAGE_DTYPE[c_type])
-    f = functools.partial(jaxwarp.mma, a_type=a_type, c_type=c_type, d_type=d_type,
+    a = np.zeros((2, m, 0), STORAGE_DTYPE[a_format])  # a batch axis broadcasts onto C
+    b = np.zeros((0, n), STORAGE_DTYPE[a_format])
+    c = (np.arange(m * n).reshape(m, n) - 60).astype(STORAGE_DTYPE[c_format])
+    f = functools.partial(jaxwarp.mma, a_format=a_format, c_format=c_format, d_format=d_format,
                           instruction=instruction, arch="sm_90a")
     f = jax.jit(f) if mode == "jit" else f
     d = f(a, b, c)
-    assert d.shape == (2, m, n) and d.dtype == STORAGE_DTYPE[d_type]
+    assert d.shape == (2, m, n) and d.dtype == STORAGE_DTYPE[d_format]
     np.testing.assert_array_equal(np.asarray(d[1]), c)
 
 
@@ -499,7 +500,7 @@ def test_mma_k0_f32_to_f16_rounds_to_nearest():
     c = np.array([[1 + 2**-11, 1 + 3 * 2**-11, 70000.0, -0.0]], np.float32).repeat(16, 0)
     c = np.tile(c, (1, 2))
     d = jaxwarp.mma(np.zeros((16, 0), np.float16), np.zeros((0, 8), np.float16), c,
-                    a_type="f16", c_type="f32", d_type="f16", instruction="wmma")
+                    a_format="f16", c_format="f32", d_format="f16", instruction="wmma")
     with np.errstate(over="ignore"):  # 70000 rounds to inf in fp16
         want = c.astype(np.float16)
     np.testing.assert_array_equal(np.asarray(d).view(np.uint16), want.view(np.uint16))
@@ -508,7 +509,7 @@ def test_mma_k0_f32_to_f16_rounds_to_nearest():
 @pytest.mark.parametrize("m,n", [(0, 16), (16, 0)])
 def test_mma_empty_m_or_n(m, n):
     d = jaxwarp.mma(np.zeros((m, 16), np.float16), np.zeros((16, n), np.float16),
-                    np.zeros((m, n), np.float32), a_type="f16", c_type="f32", d_type="f32")
+                    np.zeros((m, n), np.float32), a_format="f16", c_format="f32", d_format="f32")
     assert d.shape == (m, n)
 
 

@@ -113,7 +113,8 @@ def _lane_maps() -> str:
     for entry in jaxwarp.wmma_table.TABLE:
         for m, n, k in entry.shapes:
             acc_types = sorted({t for cd in entry.cd_types for t in cd})
-            for use, types in (("matrix_a", [entry.ab_type]), ("matrix_b", [entry.ab_type]),
+            for use, types in (("matrix_a", [entry.operand_format]), ("matrix_b",
+                                                                      [entry.operand_format]),
                                ("accumulator", acc_types)):
                 for t in types:
                     text = jaxwarp.lane_map_text(use, m, n, k, t)

@@ -12,7 +12,7 @@ from conftest import DATA
 from jaxwarp import conformance
 
 # The PTX-level samples (h100_*_sample.npz) are checked per family in test_ptx_samples.py;
-# the front-ends' own data files bit for bit by their tests (test_mma_ptx.py, test_wgmma.py,
+# the front-ends' own data files bit for bit by their tests (test_mma_sync_ptx.py, test_wgmma.py,
 # test_datapath_hw.py), so running the conformance command on them again would only
 # repeat those compilations.
 _FRONT_END_DATA = {"h100_ptx_float.npz", "h100_ptx_int.npz", "h100_wgmma.npz",

@@ -70,7 +70,7 @@ def test_chains_feed_d_back_as_c():
     chained = 0
     for group in _groups(d):
         name = G.parse_golden_name(*group.split("/")[1:])
-        if name.c_type != name.d_type:
+        if name.c_format != name.d_format:
             continue
         c, dd = d[f"{group}/C"], d[f"{group}/D"]
         np.testing.assert_array_equal(c[1::2], dd[0::2], err_msg=group)
@@ -211,7 +211,7 @@ def test_model_status_reads_the_catalogue():
     assert "kind::f8f6f4" in why
     tc = G.parse_golden_name("tcgen05", "Blackwell", "m64n8k16.kind::f16.f32.bf16.bf16")
     assert (status(tc) == "") == (hasattr(jaxwarp, handlers_golden.TCGEN05_ENTRY)
-                                  and "bf16" in isa.a_types("tcgen05"))
+                                  and "bf16" in isa.a_formats("tcgen05"))
     blackwell = G.parse_golden_name("mma", "Blackwell", "m16n8k16.f32.bf16.bf16.f32")
     assert (status(blackwell) == "") == ("sm_100a" in arch.ARCHS)
 

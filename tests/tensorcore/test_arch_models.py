@@ -19,7 +19,7 @@ import jaxwarp
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch, isa
 from jaxwarp._src.tensorcore import datapath as M
-from jaxwarp._src.tensorcore import mma_ptx as mp
+from jaxwarp._src.tensorcore import mma_sync as mp
 
 GOLDEN = pathlib.Path(__file__).parent.parent / "data" / "mmasim_golden_mma.npz"
 #: MMA-Sim's architecture names -> the targets whose models they check.
@@ -53,7 +53,7 @@ def _operands(golden, arch_name: str, q: str):
     pre = f"golden/mma/{arch_name}/{q}"
     (m, n, k), kind, d, a, b, c = _parse(q)
     A, B, C = (_logical(golden[f"{pre}/{f}"], t) for f, t in (("A", a), ("B", b), ("C", c)))
-    return (A, B, C), dict(a_type=a, b_type=b, c_type=c, d_type=d, instruction_k=k,
+    return (A, B, C), dict(a_format=a, b_format=b, c_format=c, d_format=d, instruction_k=k,
                            instruction="mma_sync"), golden[f"{pre}/D"], kind
 
 
@@ -180,18 +180,18 @@ def _zeros(t, shape):
     return np.zeros(shape, M.STORAGE_DTYPE[t])
 
 
-@pytest.mark.parametrize("a_type, b_type, target, match", [
+@pytest.mark.parametrize("a_format, b_format, target, match", [
     ("e4m3", "e4m3", "sm_80", "mma_sync with e4m3 operands needs sm_89 or newer"),
     ("e2m1", "e2m1", "sm_120", "mma_sync with e2m1 operands needs sm_120a"),
     ("e2m1", "e2m1", "sm_100a", "needs sm_120a"),
     ("e4m3", "e3m2", "sm_89", "mma_sync with e3m2 operands needs sm_120a"),
     ("bf16", "bf16", "sm_75", "needs sm_80 or newer"),
 ])
-def test_unsupported_combinations_name_the_target(a_type, b_type, target, match):
+def test_unsupported_combinations_name_the_target(a_format, b_format, target, match):
     c = np.zeros((16, 8), np.float32)
     with pytest.raises(ValueError, match=match):
-        jaxwarp.mma(_zeros(a_type, (16, 32)), _zeros(b_type, (32, 8)), c, a_type=a_type,
-                    b_type=b_type, c_type="f32", d_type="f32", instruction="mma_sync",
+        jaxwarp.mma(_zeros(a_format, (16, 32)), _zeros(b_format, (32, 8)), c, a_format=a_format,
+                    b_format=b_format, c_format="f32", d_format="f32", instruction="mma_sync",
                     arch=target)
 
 
@@ -200,8 +200,8 @@ def test_ptx_entry_points_check_the_a_target():
     a, b, c = _zeros("e2m1", (16, 32)), _zeros("e2m1", (32, 8)), np.zeros((16, 8), np.float32)
     for target in ("sm_89", "sm_120", "sm_100a"):
         with pytest.raises(ValueError, match="needs sm_120a"):
-            mp.mma_ptx(q, a, b, c, arch=target)
-    assert np.asarray(mp.mma_ptx(q, a, b, c, arch="sm_121a")).shape == (16, 8)
+            mp.mma_sync_ptx_logical(q, a, b, c, arch=target)
+    assert np.asarray(mp.mma_sync_ptx_logical(q, a, b, c, arch="sm_121a")).shape == (16, 8)
     with pytest.raises(ValueError, match="needs .kind::f8f6f4"):
         mp.parse_mma("m16n8k32.row.col.f32.e2m1.e2m1.f32")
     with pytest.raises(ValueError, match="wgmma.* needs sm_90a"):
@@ -216,8 +216,8 @@ def test_m8n8k4_on_volta_and_turing_is_volta_arithmetic():
     assert arch.datapath_for("sm_75", "mma_sync", "f16", 4) == \
         arch.datapath_for("sm_70", "mma_sync", "f16", 4)
     a = np.full((8, 4), 1.0, np.float16)
-    d = jaxwarp.mma(a, a.T, np.zeros((8, 8), np.float16), a_type="f16", c_type="f16",
-                    d_type="f16", instruction="mma_sync", instruction_k=4, arch="sm_70")
+    d = jaxwarp.mma(a, a.T, np.zeros((8, 8), np.float16), a_format="f16", c_format="f16",
+                    d_format="f16", instruction="mma_sync", instruction_k=4, arch="sm_70")
     assert float(d[0, 0]) == 4.0
 
 
@@ -227,10 +227,10 @@ def test_fp6_fp4_values_through_mma():
     b = np.zeros((32, 8), np.uint8)
     a[0, :2] = (0xF, 0x1)  # -6, 0.5
     b[:2, 0] = (0x1F, 0x01)  # e3m2: 28, 2**-4
-    d = jaxwarp.mma(a, b, np.zeros((16, 8), np.float32), a_type="e2m1", b_type="e3m2",
-                    c_type="f32", d_type="f32", instruction="mma_sync", arch="sm_120a")
+    d = jaxwarp.mma(a, b, np.zeros((16, 8), np.float32), a_format="e2m1", b_format="e3m2",
+                    c_format="f32", d_format="f32", instruction="mma_sync", arch="sm_120a")
     assert float(d[0, 0]) == -6 * 28 + 0.5 * 2**-4
-    d16 = jaxwarp.mma(a, b, np.zeros((16, 8), np.float32), a_type="e2m1", b_type="e3m2",
-                      c_type="f32", d_type="f32", instruction="mma_sync", arch="sm_120a",
+    d16 = jaxwarp.mma(a, b, np.zeros((16, 8), np.float32), a_format="e2m1", b_format="e3m2",
+                      c_format="f32", d_format="f32", instruction="mma_sync", arch="sm_120a",
                       mode="fast")
     assert float(d16[0, 0]) == float(d[0, 0])

@@ -77,18 +77,18 @@ def bits(d):
 
 
 def run(a, b, c, sa, sb, **kw):
-    kw.setdefault("a_type", "e4m3")
+    kw.setdefault("a_format", "e4m3")
     return jaxwarp.mma_block_scale_logical(a, b, jnp.asarray(c, jnp.float32), sa, sb, **kw)
 
 
-def fp4_case(rng, batch=4, m=16, n=8, k=64, block=16, scale_type="ue8m0"):
+def fp4_case(rng, batch=4, m=16, n=8, k=64, block=16, scale_format="ue8m0"):
     a = rng.integers(0, 16, (batch, m, k)).astype(np.uint8)
     b = rng.integers(0, 16, (batch, k, n)).astype(np.uint8)
-    lo, hi = (120, 135) if scale_type == "ue8m0" else (0x28, 0x50)
+    lo, hi = (120, 135) if scale_format == "ue8m0" else (0x28, 0x50)
     sa = rng.integers(lo, hi, (batch, m, k // block)).astype(np.uint8)
     sb = rng.integers(lo, hi, (batch, k // block, n)).astype(np.uint8)
     c = rng.standard_normal((batch, m, n)).astype(np.float32)
-    kw = dict(a_type="e2m1", kind="mxf4nvf4", block=block, scale_type=scale_type)
+    kw = dict(a_format="e2m1", kind="mxf4nvf4", block=block, scale_format=scale_format)
     return (a, b, c, sa, sb), kw
 
 
@@ -98,16 +98,16 @@ def fp8_case(rng, batch=4, m=16, n=8, k=32):
     sa = rng.integers(120, 135, (batch, m, k // 32)).astype(np.uint8)
     sb = rng.integers(120, 135, (batch, k // 32, n)).astype(np.uint8)
     c = rng.standard_normal((batch, m, n)).astype(np.float32)
-    return (a, b, c, sa, sb), dict(a_type="e4m3")
+    return (a, b, c, sa, sb), dict(a_format="e4m3")
 
 
 def test_scale_times_two_to_the_k_shifts_the_result_exactly():
     rng = np.random.default_rng(0)
     for (a, b, _, sa, sb), kw in (fp8_case(rng), fp4_case(rng),
-                                  fp4_case(rng, scale_type="ue4m3")):
+                                  fp4_case(rng, scale_format="ue4m3")):
         c = np.zeros(a.shape[:-1] + b.shape[-1:], np.float32)
         d0 = np.asarray(run(a, b, c, sa, sb, **kw))
-        if kw.get("scale_type") == "ue4m3":  # e4m3 exponent field + 3
+        if kw.get("scale_format") == "ue4m3":  # e4m3 exponent field + 3
             up, down = sa + (3 << 3), sb
         else:
             up, down = sa + 5, sb - 2
@@ -130,7 +130,7 @@ def test_nan_scale_gives_nan_in_its_row_only():
 
 def test_ue4m3_sign_bit_is_ignored_and_0x7f_is_nan():
     rng = np.random.default_rng(2)
-    args, kw = fp4_case(rng, scale_type="ue4m3")
+    args, kw = fp4_case(rng, scale_format="ue4m3")
     a, b, c, sa, sb = args
     d = bits(run(*args, **kw))
     np.testing.assert_array_equal(bits(run(a, b, c, sa | 0x80, sb | 0x80, **kw)), d)
@@ -151,7 +151,7 @@ def test_group_of_zeros_has_e_zero_but_a_cancelling_group_its_scale():
     sb = np.full((4, 8), 127, np.uint8)
     sa[:, 0] = 127 + 40
     sa[:, 1] = 127 - 20
-    kw = dict(a_type="e2m1", kind="mxf4nvf4", block=16)
+    kw = dict(a_format="e2m1", kind="mxf4nvf4", block=16)
     c = np.zeros((16, 8), np.float32)
     assert float(run(e2m1(a), e2m1(b), c, sa, sb, **kw)[0, 0]) == 2.0**-17
     a[:, 0:2] = 1.0
@@ -215,7 +215,7 @@ def test_group_size_is_where_sums_are_cut():
     sa = np.full((16, 2), 127, np.uint8)
     sb = np.full((2, 8), 127, np.uint8)
     sa[:, 0] = 127 + 40
-    kw = dict(a_type="e2m1", kind="mxf4")
+    kw = dict(a_format="e2m1", kind="mxf4")
     c = np.full((16, 8), -(2.0**40), np.float32)
     assert float(run(e2m1(a), e2m1(b), c, sa, sb, **kw)[0, 0]) == 0.0
     g32 = bs.GROUP_TERMS.replace(group=32)
@@ -244,7 +244,7 @@ def test_long_k_is_a_chain_of_instructions():
     rng = np.random.default_rng(5)
     for (a, b, c, sa, sb), kw in (fp8_case(rng, k=96), fp4_case(rng, k=128)):
         d = run(a, b, c, sa, sb, **kw)
-        ik = 64 if kw["a_type"] == "e2m1" else 32
+        ik = 64 if kw["a_format"] == "e2m1" else 32
         nb = ik // kw.get("block", 32)
         want = jnp.asarray(c)
         for i in range(a.shape[-1] // ik):

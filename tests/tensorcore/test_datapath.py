@@ -34,25 +34,26 @@ def _float_to_tf32(bits):
 @pytest.mark.parametrize("cfg", _configs(FP))
 def test_float_bit_exact(cfg):
     A, B, C, D = (FP[f"{cfg}/{x}"] for x in "ABCD")
-    a_type, acc = cfg.split(".")[:2]
-    c_type, d_type = acc[:3], acc[3:]
-    if a_type == "tf32cvt":
-        A, B, a_type = _float_to_tf32(A), _float_to_tf32(B), "tf32"
-    with jax.enable_x64(a_type == "f64"):
-        out = M.mma(A.view(_STORAGE[a_type]), B.view(_STORAGE[a_type]),
-                    C.view(_STORAGE[c_type]), a_type=a_type, c_type=c_type, d_type=d_type)
+    a_format, acc = cfg.split(".")[:2]
+    c_format, d_format = acc[:3], acc[3:]
+    if a_format == "tf32cvt":
+        A, B, a_format = _float_to_tf32(A), _float_to_tf32(B), "tf32"
+    with jax.enable_x64(a_format == "f64"):
+        out = M.mma(A.view(_STORAGE[a_format]), B.view(_STORAGE[a_format]),
+                    C.view(_STORAGE[c_format]), a_format=a_format, c_format=c_format,
+                    d_format=d_format)
         np.testing.assert_array_equal(np.asarray(out).view(D.dtype), D)
 
 
 @pytest.mark.parametrize("cfg", _configs(INT))
 def test_int_bit_exact(cfg):
     A, B, C, D = (INT[f"{cfg}/{x}"] for x in "ABCD")
-    a_type = cfg.split(".")[0]
-    if a_type.startswith("b1"):
-        out = M.bmma(A, B, C, op=a_type[2:])
+    a_format = cfg.split(".")[0]
+    if a_format.startswith("b1"):
+        out = M.bmma(A, B, C, op=a_format[2:])
     else:
-        out = M.mma(A, B, C, a_type=a_type[:2], c_type="s32", d_type="s32",
-                    satf=a_type.endswith("sat"))
+        out = M.mma(A, B, C, a_format=a_format[:2], c_format="s32", d_format="s32",
+                    satf=a_format.endswith("sat"))
     np.testing.assert_array_equal(np.asarray(out), D)
 
 
@@ -66,7 +67,7 @@ def _f16_inputs(seed=0, batch=(3,)):
 
 def test_fast_mode_close_to_exact():
     a, b, c = _f16_inputs()
-    kw = dict(a_type="f16", c_type="f32", d_type="f32")
+    kw = dict(a_format="f16", c_format="f32", d_format="f32")
     exact = np.asarray(M.mma(a, b, c, **kw))
     fast = np.asarray(M.mma(a, b, c, mode="fast", **kw))
     want = a.astype(np.float64) @ b.astype(np.float64) + c
@@ -85,7 +86,7 @@ def test_exact_rounds_toward_zero_not_nearest():
     a[:, 1] = np.float16(2.0**-12)
     b[1, :] = np.float16(2.0**-12 * 1.5)  # product 1.5 * 2**-24: rn would round up
     c = np.zeros((16, 16), np.float32)
-    d = M.mma(a, b, c, a_type="f16", c_type="f32", d_type="f32")
+    d = M.mma(a, b, c, a_format="f16", c_format="f32", d_format="f32")
     np.testing.assert_array_equal(np.asarray(d).view(np.uint32), np.float32(1).view(np.uint32))
 
 
@@ -100,9 +101,9 @@ def test_exact_sum_past_int32(sign):
     units = 16 * ((2047 * 2047) << 5) + ((1 << 24) - 1) * 4
     assert units > 2**31
     want = np.float32(sign * ((units >> 8) << 8) * 2.0**-25)  # fp32, toward zero
-    for c_type, cc in (("f32", c), ("f16", c.astype(np.float16))):
-        d = M.mma(a, b, cc, a_type="f16", c_type=c_type, d_type="f32")
-        if c_type == "f32":
+    for c_format, cc in (("f32", c), ("f16", c.astype(np.float16))):
+        d = M.mma(a, b, cc, a_format="f16", c_format=c_format, d_format="f32")
+        if c_format == "f32":
             np.testing.assert_array_equal(np.asarray(d).view(np.uint32), want.view(np.uint32))
         else:  # C rounds to 2 in fp16: units 16 * (2047**2 << 5) + 2 * 2**25
             u16 = 16 * ((2047 * 2047) << 5) + (2 << 25)
@@ -112,7 +113,7 @@ def test_exact_sum_past_int32(sign):
 
 def test_batch_broadcast_jit_vmap():
     a, b, c = _f16_inputs(batch=(4,))
-    kw = dict(a_type="f16", c_type="f32", d_type="f32")
+    kw = dict(a_format="f16", c_format="f32", d_format="f32")
     ref = np.stack([np.asarray(M.mma(a[i], b[i], c[i], **kw)) for i in range(4)])
     out = jax.jit(lambda a, b, c: M.mma(a, b, c, **kw))(a, b, c)
     np.testing.assert_array_equal(np.asarray(out), ref)
@@ -130,15 +131,15 @@ def test_grad_fast_mode_check_grads():
         a = jnp.asarray(rng.standard_normal((2, 8, 4)))
         b = jnp.asarray(rng.standard_normal((2, 4, 8)))
         c = jnp.asarray(rng.standard_normal((2, 8, 8)))
-        f = lambda a, b, c: M.mma(a, b, c, a_type="f64", c_type="f64",  # noqa: E731
-                                  d_type="f64", mode="fast")
+        f = lambda a, b, c: M.mma(a, b, c, a_format="f64", c_format="f64",  # noqa: E731
+                                  d_format="f64", mode="fast")
         check_grads(f, (a, b, c), order=1, modes=("rev",))  # custom_vjp: reverse only
 
 
 def test_grad_exact_is_straight_through():
     a, b, c = _f16_inputs(batch=(2,))
     g = np.random.default_rng(2).standard_normal((2, 16, 16)).astype(np.float32)
-    f = lambda a, b, c: M.mma(a, b, c, a_type="f16", c_type="f32", d_type="f32")  # noqa: E731
+    f = lambda a, b, c: M.mma(a, b, c, a_format="f16", c_format="f32", d_format="f32")  # noqa: E731
     _, vjp = jax.vjp(f, a, b, c)
     da, db, dc = vjp(jnp.asarray(g))
     bt = np.swapaxes(b.astype(np.float32), -1, -2)
@@ -153,7 +154,7 @@ def test_int_satf_clamps():
     a = np.full((16, 16), 127, np.int8)
     b = np.full((16, 16), 127, np.int8)
     c = np.full((16, 16), 2**31 - 100, np.int32)
-    kw = dict(a_type="s8", c_type="s32", d_type="s32")
+    kw = dict(a_format="s8", c_format="s32", d_format="s32")
     np.testing.assert_array_equal(np.asarray(M.mma(a, b, c, satf=True, **kw)), 2**31 - 1)
     wrap = (2**31 - 100 + 16 * 127 * 127) - 2**32
     np.testing.assert_array_equal(np.asarray(M.mma(a, b, c, **kw)), wrap)
@@ -164,7 +165,7 @@ def test_float_satf_rule():
     b = np.zeros((16, 16), np.float16)
     c = np.zeros((16, 16), np.float32)
     c[0, 0], c[0, 1], c[0, 2] = np.inf, -np.inf, np.nan
-    d = np.asarray(M.mma(a, b, c, a_type="f16", c_type="f32", d_type="f32", satf=True))
+    d = np.asarray(M.mma(a, b, c, a_format="f16", c_format="f32", d_format="f32", satf=True))
     big = np.finfo(np.float32).max
     assert d[0, 0] == big and d[0, 1] == -big and d[0, 2] == 0
 
@@ -172,7 +173,7 @@ def test_float_satf_rule():
 def test_f64_needs_x64():
     x = np.zeros((8, 4), np.float32)
     with pytest.raises(RuntimeError, match="64-bit"):
-        M.mma(x, x.T, np.zeros((8, 8), np.float32), a_type="f64", c_type="f64", d_type="f64")
+        M.mma(x, x.T, np.zeros((8, 8), np.float32), a_format="f64", c_format="f64", d_format="f64")
 
 
 def test_arch_table():
@@ -181,20 +182,20 @@ def test_arch_table():
                for t in ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_100", "sm_120"))
     a, b, c = _f16_inputs(batch=())
     for arch in M.ARCHS:
-        d = M.mma(a, b, c, a_type="f16", c_type="f32", d_type="f32", arch=arch)
+        d = M.mma(a, b, c, a_format="f16", c_format="f32", d_format="f32", arch=arch)
         np.testing.assert_allclose(np.asarray(d), a.astype(np.float32) @ b.astype(np.float32)
                                    + c, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(a_type="f8", c_type="f32", d_type="f32"), ValueError, "a_type"),
-    (dict(a_type="f16", c_type="f8", d_type="f32"), ValueError, "c_type"),
-    (dict(a_type="f16", c_type="f32", d_type="bf16"), ValueError, "d_type"),
-    (dict(a_type="f16", c_type="s32", d_type="s32"), ValueError, "valid"),
-    (dict(a_type="f16", c_type="f32", d_type="f32", mode="slow"), ValueError, "mode"),
-    (dict(a_type="f16", c_type="f32", d_type="f32", arch="sm_72"), ValueError, "arch"),
-    (dict(a_type="f16", c_type="f32", d_type="f32", satf=1), TypeError, "satf"),
-    (dict(a_type="bf16", c_type="f32", d_type="f32"), TypeError, "a must have dtype"),
+    (dict(a_format="f8", c_format="f32", d_format="f32"), ValueError, "a_format"),
+    (dict(a_format="f16", c_format="f8", d_format="f32"), ValueError, "c_format"),
+    (dict(a_format="f16", c_format="f32", d_format="bf16"), ValueError, "d_format"),
+    (dict(a_format="f16", c_format="s32", d_format="s32"), ValueError, "valid"),
+    (dict(a_format="f16", c_format="f32", d_format="f32", mode="slow"), ValueError, "mode"),
+    (dict(a_format="f16", c_format="f32", d_format="f32", arch="sm_72"), ValueError, "arch"),
+    (dict(a_format="f16", c_format="f32", d_format="f32", satf=1), TypeError, "satf"),
+    (dict(a_format="bf16", c_format="f32", d_format="f32"), TypeError, "a must have dtype"),
 ])
 def test_bad_static_args(kwargs, exc, match):
     a, b, c = _f16_inputs(batch=())
@@ -205,9 +206,9 @@ def test_bad_static_args(kwargs, exc, match):
 def test_bad_shapes_and_op():
     a, b, c = _f16_inputs(batch=())
     with pytest.raises(ValueError, match="k differs"):
-        M.mma(a[:, :8], b, c, a_type="f16", c_type="f32", d_type="f32")
+        M.mma(a[:, :8], b, c, a_format="f16", c_format="f32", d_format="f32")
     with pytest.raises(ValueError, match="c must be"):
-        M.mma(a, b, c[:8], a_type="f16", c_type="f32", d_type="f32")
+        M.mma(a, b, c[:8], a_format="f16", c_format="f32", d_format="f32")
     bits = np.zeros((8, 128), np.uint8)
     with pytest.raises(ValueError, match="op"):
         M.bmma(bits, bits.T, np.zeros((8, 8), np.int32), op="or")
@@ -226,7 +227,7 @@ def _bits(x):
 
 
 def _run(a, b, c, dp, **kw):
-    kw = {"a_type": "f16", "c_type": "f32", "d_type": "f32", **kw}
+    kw = {"a_format": "f16", "c_format": "f32", "d_format": "f32", **kw}
     return _bits(M.mma(a, b, c, datapath=dp, **kw))
 
 
@@ -263,7 +264,7 @@ def _case(field):
         new = {"block_k": 8, "F": 20, "block_round": "rn", "sum_mbits": 13, "c_mode": "end"}
         return (*rnd, HMMA, new[field])
     if field == "f16_round":
-        return (a, b, c.astype(np.float16)), {"c_type": "f16", "d_type": "f16"}, HMMA, "rz"
+        return (a, b, c.astype(np.float16)), {"c_format": "f16", "d_format": "f16"}, HMMA, "rz"
     if field == "align":  # 1.5 * 1.5 has nominal exponent 0 but lies in [2, 4)
         a1, b1 = _tile([1.5, -1.5, 2**-12], [1.5, 1.5, 2**-13])
         return (a1, b1, z32), {}, HMMA, "normalised"
@@ -273,24 +274,24 @@ def _case(field):
     if field == "c_sub_exp":  # a subnormal fp32 C is the largest term (bf16 products)
         a1, b1 = _tile([(1 + 2**-7) * 2**-75], [-(2**-74)], jnp.bfloat16)
         c1 = np.array([[3 * 2**-149]], np.float32)
-        return (a1, b1, c1), {"a_type": "bf16"}, HMMA, _other(HMMA.c_sub_exp, ("emin", "lead"))
+        return (a1, b1, c1), {"a_format": "bf16"}, HMMA, _other(HMMA.c_sub_exp, ("emin", "lead"))
     if field == "e_floor":  # all terms below 2**-133: -2**-159 counts only without a floor
         a1, b1 = _tile([2**-67, -(2**-80)], [2**-67, 2**-79], jnp.bfloat16)
-        return (a1, b1, z32), {"a_type": "bf16"}, HMMA, None if HMMA.e_floor else 7
+        return (a1, b1, z32), {"a_format": "bf16"}, HMMA, None if HMMA.e_floor else 7
     if field == "trunc":  # a negative product loses bits below 2**-25
         a1, b1 = _tile([1, -(1 + 2**-10) * 2**-10], [1, 2**-10])
         return (a1, b1, z32), {}, HMMA, "floor"
     if field == "f16_out":  # 1 + 2**-11 + 2**-24: a tie only after fp32 truncation
         a1, b1 = _tile([1, 2**-11, 2**-12], [1, 1, 2**-12])
-        return ((a1, b1, np.zeros((1, 1), np.float16)), {"c_type": "f16", "d_type": "f16"},
+        return ((a1, b1, np.zeros((1, 1), np.float16)), {"c_format": "f16", "d_format": "f16"},
                 HMMA, "via_f32")
     if field == "f16_zero":  # -2**-28 rounds to -0 in f16
         a1, b1 = _tile([-(2**-14)], [2**-14])
-        return ((a1, b1, np.zeros((1, 1), np.float16)), {"c_type": "f16", "d_type": "f16"},
+        return ((a1, b1, np.zeros((1, 1), np.float16)), {"c_format": "f16", "d_format": "f16"},
                 HMMA, "keep")
     if field == "f32_zero":  # -2**-150 (on the term grid) truncates to -0 in fp32
         a1, b1 = _tile([-(2**-75)], [2**-75], jnp.bfloat16)
-        return (a1, b1, z32), {"a_type": "bf16"}, HMMA, "keep"
+        return (a1, b1, z32), {"a_format": "bf16"}, HMMA, "keep"
     if field == "zero":  # every term a zero of negative sign
         a1, b1 = _tile([-0.0] * 16, [1.0] * 16)
         return (a1, b1, -z32), {}, HMMA.replace(f32_zero="keep"), "ieee"
@@ -299,21 +300,21 @@ def _case(field):
         a8 = _e4m3(rng.standard_normal((16, 32)) * 2.0 ** rng.integers(-8, 8, (16, 32)))
         b8 = _e4m3(rng.standard_normal((32, 8)))
         return ((a8, b8, np.zeros((16, 8), np.float32)),
-                {"a_type": "e4m3", "instruction": "mma_sync", "arch": "sm_90"},
+                {"a_format": "e4m3", "instruction": "mma_sync", "arch": "sm_90"},
                 SM90.datapath("mma_sync_fp8_k32"), "contig")
     if field == "operand_via":  # an e4m3 subnormal aligns as 2**-6, or as f16 2**-9
         a8, b8 = _tile([2**-9, 2**-6], [1.0, 2**-15], np.float32, k=32)
         return ((_e4m3(a8), b8.astype(jnp.float8_e5m2), z32),
-                {"a_type": "e4m3", "b_type": "e5m2", "instruction": "wgmma", "arch": "sm_90a"},
+                {"a_format": "e4m3", "b_format": "e5m2", "instruction": "wgmma", "arch": "sm_90a"},
                 SM90.datapath("wgmma_fp8"), "f16")
     if field == "block_out":  # 1 + 2**-11 is a tie in f16 (to 1), exact in fp32
         a1, b1 = _tile([1, 2**-11] + [0] * 6 + [2**-11], [1, 1] + [0] * 6 + [1])
         return ((a1, b1, np.zeros((1, 1), np.float16)),
-                {"c_type": "f16", "d_type": "f16", "instruction": "mma_sync"},
+                {"c_format": "f16", "d_format": "f16", "instruction": "mma_sync"},
                 M.ARCHS["sm_80"].datapath("hmma"), "f32")
     if field in ("nan_f32", "nan_f16"):
         a1, b1 = _tile([np.nan], [1.0])
-        kw = {} if field == "nan_f32" else {"c_type": "f16", "d_type": "f16"}
+        kw = {} if field == "nan_f32" else {"c_format": "f16", "d_format": "f16"}
         c1 = z32 if field == "nan_f32" else np.zeros((1, 1), np.float16)
         return (a1, b1, c1), kw, HMMA, 0x7FC00000 if field == "nan_f32" else 0x7E00
     raise AssertionError(field)
@@ -334,7 +335,7 @@ def test_c_sub_exp_emin_c():
     the grid of 2**(-14 - 23) only."""
     a1, b1 = _tile([(1 + 2**-10) * 2**-10], [(1 + 2**-10) * 2**-10], k=4)
     c1 = np.array([[2**-20]], np.float16)
-    kw = dict(c_type="f16", d_type="f32", instruction="mma_sync", instruction_k=4)
+    kw = dict(c_format="f16", d_format="f32", instruction="mma_sync", instruction_k=4)
     base = M.ARCHS["sm_70"].datapath("mma_sync_m8n8k4_f16")
     assert base.c_sub_exp == "emin_c"
     d0 = _run(a1, b1, c1, base, **kw)
@@ -361,21 +362,21 @@ def test_datapath_validates_fields():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(instruction="wgmma"), "sm_90a"),
-    (dict(a_type="bf16", arch="sm_75"), "sm_80"),
-    (dict(a_type="e4m3", instruction="mma_sync", arch="sm_80"), "sm_89"),
-    (dict(a_type="e2m1", instruction="mma_sync", arch="sm_120"), "sm_120a"),
-    (dict(a_type="e4m3"), "wmma"),
+    (dict(a_format="bf16", arch="sm_75"), "sm_80"),
+    (dict(a_format="e4m3", instruction="mma_sync", arch="sm_80"), "sm_89"),
+    (dict(a_format="e2m1", instruction="mma_sync", arch="sm_120"), "sm_120a"),
+    (dict(a_format="e4m3"), "wmma"),
     (dict(instruction="dmma"), "instruction"),
     (dict(arch="sm_72"), "arch"),
     (dict(instruction="mma_sync", instruction_k=32), "instruction_k"),
-    (dict(a_type="e4m3", b_type="f16", instruction="mma_sync"), "mixed"),
+    (dict(a_format="e4m3", b_format="f16", instruction="mma_sync"), "mixed"),
 ])
 def test_target_and_instruction_errors(kw, match):
-    a_type = kw.get("a_type", "f16")
-    b_type = kw.get("b_type", a_type)
-    a = np.zeros((16, 32), M.STORAGE_DTYPE[a_type])
-    b = np.zeros((32, 8), M.STORAGE_DTYPE[b_type])
-    kw = {"a_type": "f16", "c_type": "f32", "d_type": "f32", **kw}
+    a_format = kw.get("a_format", "f16")
+    b_format = kw.get("b_format", a_format)
+    a = np.zeros((16, 32), M.STORAGE_DTYPE[a_format])
+    b = np.zeros((32, 8), M.STORAGE_DTYPE[b_format])
+    kw = {"a_format": "f16", "c_format": "f32", "d_format": "f32", **kw}
     with pytest.raises(ValueError, match=match):
         M.mma(a, b, np.zeros((16, 8), np.float32), **kw)
 
@@ -383,20 +384,21 @@ def test_target_and_instruction_errors(kw, match):
 def test_k_must_be_whole_instructions():
     x = np.zeros((16, 24), np.float16)
     with pytest.raises(ValueError, match="multiple"):
-        M.mma(x, x.T, np.zeros((16, 16), np.float32), a_type="f16", c_type="f32", d_type="f32")
+        M.mma(x, x.T, np.zeros((16, 16), np.float32), a_format="f16", c_format="f32",
+              d_format="f32")
     x = np.zeros((8, 8), np.float16)
-    with pytest.raises(ValueError, match="c_type"):
-        M.mma(x, x.T, np.zeros((8, 8), np.float16), a_type="f16", c_type="f16",
-              d_type="f32", instruction="mma_sync", instruction_k=4)
+    with pytest.raises(ValueError, match="c_format"):
+        M.mma(x, x.T, np.zeros((8, 8), np.float16), a_format="f16", c_format="f16",
+              d_format="f32", instruction="mma_sync", instruction_k=4)
 
 
 def test_chain_is_instruction_after_instruction():
     a, b, c = _random_f16()
     a2 = np.concatenate([a, a[:, ::-1]], axis=1)
     b2 = np.concatenate([b, b[::-1]], axis=0)
-    for c_type in ("f32", "f16"):
-        cc = c.astype(M.STORAGE_DTYPE[c_type])
-        kw = dict(a_type="f16", c_type=c_type, d_type=c_type, instruction="mma_sync")
+    for c_format in ("f32", "f16"):
+        cc = c.astype(M.STORAGE_DTYPE[c_format])
+        kw = dict(a_format="f16", c_format=c_format, d_format=c_format, instruction="mma_sync")
         d1 = M.mma(a, b, cc, **kw)
         d2 = M.mma(a[:, ::-1], b[::-1], d1, **kw)
         np.testing.assert_array_equal(_bits(M.mma(a2, b2, cc, **kw)), _bits(d2))
@@ -407,12 +409,12 @@ def test_tf32_instruction_k_selects_the_datapath():
     a = (rng.standard_normal((16, 8)) * 2.0 ** rng.integers(-12, 12, (16, 8))).astype(np.float32)
     b = rng.standard_normal((8, 8)).astype(np.float32)
     c = np.zeros((16, 8), np.float32)
-    kw = dict(a_type="tf32", c_type="f32", d_type="f32", instruction="mma_sync")
+    kw = dict(a_format="tf32", c_format="f32", d_format="f32", instruction="mma_sync")
     k4 = _bits(M.mma(a, b, c, instruction_k=4, **kw))
     k8 = _bits(M.mma(a, b, c, instruction_k=8, **kw))
     assert (k4 != k8).any()
-    np.testing.assert_array_equal(k4, _bits(M.mma(a, b, c, a_type="tf32", c_type="f32",
-                                                  d_type="f32")))  # WMMA k8 = two k4
+    np.testing.assert_array_equal(k4, _bits(M.mma(a, b, c, a_format="tf32", c_format="f32",
+                                                  d_format="f32")))  # WMMA k8 = two k4
 
 
 def test_fp8_fast_mode_and_mixed_types():
@@ -420,7 +422,8 @@ def test_fp8_fast_mode_and_mixed_types():
     a = _e4m3(rng.standard_normal((16, 32)))
     b = rng.standard_normal((32, 8)).astype(np.float32).astype(jnp.float8_e5m2)
     c = np.zeros((16, 8), np.float32)
-    kw = dict(a_type="e4m3", b_type="e5m2", c_type="f32", d_type="f32", instruction="mma_sync")
+    kw = dict(a_format="e4m3", b_format="e5m2", c_format="f32", d_format="f32",
+              instruction="mma_sync")
     exact = np.asarray(M.mma(a, b, c, **kw))
     fast = np.asarray(M.mma(a, b, c, mode="fast", **kw))
     want = a.astype(np.float64) @ b.astype(np.float64)
@@ -444,7 +447,7 @@ def test_f64_native_chain_equals_integer_chain(special):
         a[4, 3, 2] = special
     with jax.enable_x64(True):
         want = np.asarray(M._f64_chain_soft(jnp.asarray(a), jnp.asarray(b), jnp.asarray(c)))
-        kw = dict(a_type="f64", c_type="f64", d_type="f64")
+        kw = dict(a_format="f64", c_format="f64", d_format="f64")
         for got in (M.mma(a, b, c, **kw),
                     jax.jit(lambda a, b, c: M.mma(a, b, c, **kw))(a, b, c),
                     jax.vmap(lambda a, b, c: M.mma(a, b, c, **kw))(a, b, c)):
@@ -486,7 +489,7 @@ def test_f64_vmap_keeps_one_branch():
     b = rng.standard_normal((2, 4, 8))
     c = rng.standard_normal((3, 2, 8, 8))
     a[2, 1, 0, 0] = np.inf  # one call of the batch takes the integer emulation
-    kw = dict(a_type="f64", c_type="f64", d_type="f64")
+    kw = dict(a_format="f64", c_format="f64", d_format="f64")
     with jax.enable_x64(True):
         f = jax.vmap(lambda a, c: M.mma(a, b, c, **kw))
         want = np.stack([np.asarray(M.mma(a[i], b, c[i], **kw)) for i in range(3)])

@@ -49,7 +49,7 @@ def _parse(key: str) -> dict:
         instruction, ik = "wmma", None
         a, cd, shape, *flags = parts[0].split(".")
         b = a
-    return dict(a_type=a, b_type=b, c_type=cd[:3], d_type=cd[3:], instruction=instruction,
+    return dict(a_format=a, b_format=b, c_format=cd[:3], d_format=cd[3:], instruction=instruction,
                 instruction_k=ik, satf="satfinite" in flags,
                 arch="sm_90a" if instruction == "wgmma" else "sm_90")
 
@@ -58,15 +58,15 @@ def _parse(key: str) -> dict:
 def test_bit_exact_on_h100_edges(key):
     kw = _parse(key)
     A, B, C, D = (DATA[f"{key}/{x}"] for x in "ABCD")
-    if kw["a_type"] == "tf32cvt":
+    if kw["a_format"] == "tf32cvt":
         A, B = _float_to_tf32(A), _float_to_tf32(B)
-        kw.update(a_type="tf32", b_type="tf32")
-    if kw["a_type"] in ("s8", "u8"):
+        kw.update(a_format="tf32", b_format="tf32")
+    if kw["a_format"] in ("s8", "u8"):
         out = np.asarray(M.mma(A, B, C, **kw))
     else:
-        with jax.enable_x64(kw["a_type"] == "f64"):
-            out = M.mma(A.view(_STORAGE[kw["a_type"]]), B.view(_STORAGE[kw["b_type"]]),
-                        C.view(_STORAGE[kw["c_type"]]), **kw)
+        with jax.enable_x64(kw["a_format"] == "f64"):
+            out = M.mma(A.view(_STORAGE[kw["a_format"]]), B.view(_STORAGE[kw["b_format"]]),
+                        C.view(_STORAGE[kw["c_format"]]), **kw)
             out = np.asarray(out).view(D.dtype)
     bad = np.argwhere(out != D)
     assert bad.size == 0, (f"{len(bad)}/{D.size} elements differ, first (trial, i, j) "
@@ -97,14 +97,14 @@ SUB_CONFIGS = sorted({k.rsplit("/", 1)[0] for k in SUB.files if k.endswith("/D")
 def _run_sub(key: str, **change) -> tuple[np.ndarray, np.ndarray]:
     """(model bits, captured bits) of one WMMA configuration of the subnormal sample;
     ``change``: Datapath fields to change from the sm_90 model."""
-    a_type, cd, shape, _ = key.split(".")
+    a_format, cd, shape, _ = key.split(".")
     A, B, C, D = (SUB[f"{key}/{x}"] for x in "ABCD")
-    if a_type == "tf32cvt":
-        A, B, a_type = _float_to_tf32(A), _float_to_tf32(B), "tf32"
+    if a_format == "tf32cvt":
+        A, B, a_format = _float_to_tf32(A), _float_to_tf32(B), "tf32"
     k = int(shape.split("k")[1])
-    dp = M.ARCHS["sm_90"].datapath(M._arch.family("wmma", a_type, k)).replace(**change)
-    out = M.mma(A.view(_STORAGE[a_type]), B.view(_STORAGE[a_type]),
-                C.view(_STORAGE[cd[:3]]), a_type=a_type, c_type=cd[:3], d_type=cd[3:],
+    dp = M.ARCHS["sm_90"].datapath(M._arch.family("wmma", a_format, k)).replace(**change)
+    out = M.mma(A.view(_STORAGE[a_format]), B.view(_STORAGE[a_format]),
+                C.view(_STORAGE[cd[:3]]), a_format=a_format, c_format=cd[:3], d_format=cd[3:],
                 datapath=dp if change else None)
     return np.asarray(out).view(D.dtype), D
 

@@ -126,7 +126,7 @@ def table_specs():
         for shape in e.shapes:
             for use in ("matrix_a", "matrix_b"):
                 for layout in e.layouts(use):
-                    out.add((use, *shape, e.ab_type, layout))
+                    out.add((use, *shape, e.operand_format, layout))
             for acc in e.accumulator_types:
                 out.add(("accumulator", *shape, acc, None))
     return out

@@ -189,7 +189,7 @@ def all_specs():
         for shape in e.shapes:
             for use in ("matrix_a", "matrix_b"):
                 for layout in e.layouts(use):
-                    out.append((use, *shape, e.ab_type, layout))
+                    out.append((use, *shape, e.operand_format, layout))
             for acc in e.accumulator_types:
                 out.append(("accumulator", *shape, acc, None))
     return sorted(set(out), key=str)

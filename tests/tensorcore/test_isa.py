@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import arch, datapath, isa, matmul, mma_ptx, wgmma, wmma_table
+from jaxwarp._src.tensorcore import arch, datapath, isa, matmul, mma_sync, wgmma, wmma_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_parse_shape_is_strict(text, want):
 def test_the_shape_parser_is_shared():
     for q in ("m016n8k16.row.col.f32.f16.f16.f32", "m16n8k.row.col.f32.f16.f16.f32"):
         with pytest.raises(ValueError, match="is not a shape like m16n8k16"):
-            mma_ptx.parse_mma(q)
+            mma_sync.parse_mma(q)
     with pytest.raises(ValueError, match="is not of the form m64nNkK"):
         wgmma.parse_wgmma("m064n8k16.f32.f16.f16")
     from jaxwarp._src.conformance import keys
@@ -79,7 +79,7 @@ def test_rows_are_well_formed():
         assert r.instruction in isa.INSTRUCTIONS, r
         assert r.pairing in ("same", "mixed") and r.datapath in fams, r
         assert r.shapes and r.cd and r.layouts, r
-        for t in r.a_types + tuple(t for p in r.cd for t in p):
+        for t in r.a_formats + tuple(t for p in r.cd for t in p):
             assert t in FORMATS, t  # every type is a registered format
         for a, b in r.layouts:
             assert a in isa.LAYOUTS and b in isa.LAYOUTS, r
@@ -89,7 +89,7 @@ def test_one_datapath_and_target_per_instruction_k():
     """Rows of one (instruction, A type, kind) that share a k agree on the datapath; minimum
     targets do not fall as k grows within a family of one datapath."""
     for ins in isa.INSTRUCTIONS:
-        for t in isa.a_types(ins):
+        for t in isa.a_formats(ins):
             seen = {}
             for r in isa.rows(ins, t):
                 for k in r.ks:
@@ -114,20 +114,20 @@ def test_every_float_family_is_modelled_where_it_can_be_issued():
 
 
 def test_wmma_table_is_the_wmma_rows():
-    assert tuple(e.ab_type for e in wmma_table.TABLE) == isa.a_types("wmma")
+    assert tuple(e.operand_format for e in wmma_table.TABLE) == isa.a_formats("wmma")
     for e in wmma_table.TABLE:
-        (r,) = isa.rows("wmma", e.ab_type)
+        (r,) = isa.rows("wmma", e.operand_format)
         assert (e.shapes, e.cd_types, e.min_sm, e.experimental, e.bmma_ops) == (
             r.shapes, r.cd, r.min_sm, r.experimental, r.b1_ops)
         assert {(a[:3], b[:3]) for a in e.a_layouts for b in e.b_layouts} == set(r.layouts)
 
 
-def test_mma_ptx_accepts_exactly_the_rows():
+def test_mma_sync_accepts_exactly_the_rows():
     want = set()
     for r in isa.rows("mma_sync"):
-        for t in r.a_types:
+        for t in r.a_formats:
             for (m, n, k), b, (c, d), (al, bl) in (
-                    (s, b, cd, lay) for s in r.shapes for b in r.b_types(t) for cd in r.cd
+                    (s, b, cd, lay) for s in r.shapes for b in r.b_formats(t) for cd in r.cd
                     for lay in r.layouts):
                 if r.b1_ops:
                     ops = [(False, op) for op, _ in r.b1_ops]
@@ -136,18 +136,18 @@ def test_mma_ptx_accepts_exactly_the_rows():
                 for sat, op in ops:
                     want.add((m, n, k, al, bl, t, b, c, d, sat, op, r.kind,
                               max([r.min_sm] + [s for o, s in r.b1_ops if o == op])))
-    got = {dataclasses.astuple(i) + (i.min_arch,) for i in mma_ptx.ALLOWED}
+    got = {dataclasses.astuple(i) + (i.min_arch,) for i in mma_sync.ALLOWED}
     # 94 that ptxas of CUDA 13.0 accepts for sm_90a, and 50 of kind::f8f6f4 (sm_120a).
-    assert got == want and len(mma_ptx.mma_instructions()) == len(want) == 94 + 50
+    assert got == want and len(mma_sync.mma_instructions()) == len(want) == 94 + 50
 
 
 def test_wgmma_families_are_the_rows():
     rows = isa.rows("wgmma")
     assert len(wgmma.FAMILIES) == len(rows)
     for r, f in zip(rows, wgmma.FAMILIES.values(), strict=True):
-        assert f.a_types == r.a_types and f.k == r.ks[0]
+        assert f.a_formats == r.a_formats and f.k == r.ks[0]
         assert {(64, n, f.k) for n in f.n_values} == set(r.shapes)
-        assert f.d_types == tuple(d for c, d in r.cd) and all(c == d for c, d in r.cd)
+        assert f.d_formats == tuple(d for c, d in r.cd) and all(c == d for c, d in r.cd)
         assert (f.satfinite, f.float_scale, f.transpose, f.a_in_registers) == (
             r.satfinite, r.scale, r.transpose, r.a_in_registers)
         assert f.bop == (r.b1_ops[0][0] if r.b1_ops else None)
@@ -155,16 +155,16 @@ def test_wgmma_families_are_the_rows():
 
 def test_datapath_views():
     for ins in ("mma_sync", "wgmma"):
-        for t in isa.a_types(ins):
+        for t in isa.a_formats(ins):
             if t in datapath.A_TYPES:
                 assert set(datapath.PTX_CD[(ins, t)]) == {p for r in isa.rows(ins, t)
                                                           for p in r.cd}
     assert set(datapath.COMBOS) == {(t, c, d) for r in isa.rows("wmma") if r.datapath != "bmma"
-                                    for t in r.a_types for c, d in r.cd}
+                                    for t in r.a_formats for c, d in r.cd}
     for t, dt in datapath.STORAGE_DTYPE.items():
         assert dt == np.dtype(FORMATS[t].storage_dtype)
     for ins in isa.INSTRUCTIONS:
-        for t in isa.a_types(ins):
+        for t in isa.a_formats(ins):
             for k in {s[2] for s in isa.shapes(ins, t)}:
                 assert arch.instruction_k(ins, t, 4 * k, k) == k
                 assert arch.family(ins, t, k) == isa.row_of(
@@ -184,11 +184,12 @@ def test_matmul_views():
 _TENSORCORE = ROOT / "jaxwarp" / "_src" / "tensorcore"
 # Literal (m, n, k) triples that are not instruction facts (lane-layout code of the
 # fragment front-ends, bit widths).
-_NOT_SHAPES = {("mma_ptx", (8, 8, 4)), ("mma_ptx", (8, 16, 32)), ("datapath", (3, 4, 5))}
+_NOT_SHAPES = {("mma_sync", (8, 8, 4)), ("mma_sync", (8, 16, 32)),
+               ("datapath", (3, 4, 5))}
 _TYPE_NAMES = {"f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "u4", "b1"}
 
 
-@pytest.mark.parametrize("module", ["arch", "wmma_table", "mma_ptx", "wgmma", "datapath",
+@pytest.mark.parametrize("module", ["arch", "wmma_table", "mma_sync", "wgmma", "datapath",
                                     "matmul"])
 def test_no_other_module_has_its_own_table(module):
     """No shape literal, and no dict literal keyed by operand types, outside isa.py."""
@@ -218,7 +219,7 @@ def test_readme_wmma_table_is_the_catalogue():
     rows = list(_readme_wmma_rows())
     assert len(rows) == len(isa.rows("wmma"))
     for (ab, cd, shapes, layouts, target), r in zip(rows, isa.rows("wmma"), strict=True):
-        assert tuple(ab.split(", ")) == r.a_types
+        assert tuple(ab.split(", ")) == r.a_formats
         assert set(re.findall(r"\b[fs]\d+\b", cd)) == {t for p in r.cd for t in p}
         if r.cd == isa._CD_F16:
             assert "all four" in cd
@@ -240,18 +241,18 @@ _PATCHED = textwrap.dedent('''
     from jaxwarp._src.tensorcore import isa
     rows = []
     for r in isa.ROWS:
-        if r.instruction == "mma_sync" and r.a_types == ("bf16",):
+        if r.instruction == "mma_sync" and r.a_formats == ("bf16",):
             r = dataclasses.replace(r, min_sm=86)              # raise a minimum sm
-        if r.instruction == "wmma" and r.a_types == ("f16",):
+        if r.instruction == "wmma" and r.a_formats == ("f16",):
             r = dataclasses.replace(r, cd=tuple(p for p in r.cd if p != ("f16", "f32")))
-        if r.instruction == "wgmma" and r.a_types == isa.FP8_TYPES:
+        if r.instruction == "wgmma" and r.a_formats == isa.FP8_TYPES:
             r = dataclasses.replace(r, shapes=tuple((64, n, 64) for _, n, _ in r.shapes))
         rows.append(r)
     isa.ROWS = tuple(rows)
     import importlib
     import jax.numpy as jnp
-    from jaxwarp._src.tensorcore import arch, datapath, matmul, mma_ptx, wgmma, wmma_table
-    for mod in (arch, wmma_table, datapath, mma_ptx, wgmma, matmul):
+    from jaxwarp._src.tensorcore import arch, datapath, matmul, mma_sync, wgmma, wmma_table
+    for mod in (arch, wmma_table, datapath, mma_sync_ptx_logical, wgmma, matmul):
         importlib.reload(mod)  # this interpreter only: rebuild the views of the rows
     out = {"table": isa.support_table(), "errors": {}}
     def err(name, fn):
@@ -262,30 +263,30 @@ _PATCHED = textwrap.dedent('''
             out["errors"][name] = str(e)
     bf = jnp.ones((16, 16), jnp.bfloat16); h = jnp.ones((16, 16), jnp.float16)
     c32 = jnp.zeros((16, 16), jnp.float32); c16 = jnp.zeros((16, 16), jnp.float16)
-    err("ptx_bf16_sm80", lambda: mma_ptx.mma_ptx("m16n8k16.row.col.f32.bf16.bf16.f32",
+    err("ptx_bf16_sm80", lambda: mma_sync.mma_sync_ptx_logical("m16n8k16.row.col.f32.bf16.bf16.f32",
         bf, bf[:, :8], c32[:, :8], arch="sm_80"))
-    err("ptx_bf16_sm86", lambda: mma_ptx.mma_ptx("m16n8k16.row.col.f32.bf16.bf16.f32",
+    err("ptx_bf16_sm86", lambda: mma_sync.mma_sync_ptx_logical("m16n8k16.row.col.f32.bf16.bf16.f32",
         bf, bf[:, :8], c32[:, :8], arch="sm_86"))
-    err("mma_bf16_sm80", lambda: datapath.mma(bf, bf, c32, a_type="bf16", c_type="f32",
-        d_type="f32", instruction="mma_sync", arch="sm_80"))
+    err("mma_bf16_sm80", lambda: datapath.mma(bf, bf, c32, a_format="bf16", c_format="f32",
+        d_format="f32", instruction="mma_sync", arch="sm_80"))
     err("matmul_bf16_sm80", lambda: matmul.matmul(c32 + 1, c32 + 1, operand_format="bf16",
         instruction="mma_sync", arch="sm_80"))
     err("wmma_f16_f32", lambda: wmma_table.check_mma("f16", "f16", "f32", (16, 16, 16)))
-    err("mma_f16_f32", lambda: datapath.mma(h, h, c16, a_type="f16", c_type="f16",
-        d_type="f32"))
+    err("mma_f16_f32", lambda: datapath.mma(h, h, c16, a_format="f16", c_format="f16",
+        d_format="f32"))
     err("wgmma_k32", lambda: wgmma.parse_wgmma("m64n8k32.f32.e4m3.e4m3"))
     err("wgmma_k64", lambda: wgmma.parse_wgmma("m64n8k64.f32.e4m3.e4m3"))
     out["combos"] = [list(c) for c in datapath.COMBOS]
     out["tile_e4m3"] = list(matmul.TILES["wgmma"]["e4m3"][0])
-    out["min_arch"] = mma_ptx.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch
+    out["min_arch"] = mma_sync.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch
     out["wmma_cd"] = [list(p) for p in wmma_table.entry("f16").cd_types]
     out["fp8_k"] = wgmma.FAMILIES["fp8"].k
     a8 = jnp.ones((64, 128), jnp.float8_e4m3fn); b8 = jnp.ones((128, 8), jnp.float8_e4m3fn)
-    d = datapath.mma(a8, b8, jnp.zeros((64, 8), jnp.float32), a_type="e4m3", c_type="f32",
-                     d_type="f32", instruction="wgmma", arch="sm_90a")
+    d = datapath.mma(a8, b8, jnp.zeros((64, 8), jnp.float32), a_format="e4m3", c_format="f32",
+                     d_format="f32", instruction="wgmma", arch="sm_90a")
     out["wgmma_fp8_k128"] = float(d[0, 0])
     err("wgmma_fp8_k32", lambda: datapath.mma(a8[:, :32], b8[:32], jnp.zeros((64, 8),
-        jnp.float32), a_type="e4m3", c_type="f32", d_type="f32", instruction="wgmma",
+        jnp.float32), a_format="e4m3", c_format="f32", d_format="f32", instruction="wgmma",
         arch="sm_90a"))
     print(json.dumps(out))
 ''')
@@ -313,7 +314,7 @@ def test_raised_minimum_sm_is_followed(patched):
 
 def test_removed_cd_pair_is_followed(patched):
     e = patched["errors"]
-    assert "c_type='f16', d_type='f32'" in e["wmma_f16_f32"]
+    assert "c_format='f16', d_format='f32'" in e["wmma_f16_f32"]
     assert "valid for f16" in e["wmma_f16_f32"]
     assert "('f16', 'f16', 'f32')" in e["mma_f16_f32"]  # the message names the types
     assert ["f16", "f16", "f32"] not in patched["combos"]
@@ -334,7 +335,7 @@ def test_changed_k_is_followed(patched):
 
 def test_unpatched_catalogue():
     """The same facts on the real catalogue: what the patched run changed."""
-    assert mma_ptx.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch == 80
+    assert mma_sync.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch == 80
     wmma_table.check_mma("f16", "f16", "f32", (16, 16, 16))
     assert ("f16", "f16", "f32") in datapath.COMBOS
     assert wgmma.FAMILIES["fp8"].k == 32 and matmul.TILES["wgmma"]["e4m3"][0] == (64, 8, 32)
@@ -357,7 +358,7 @@ def test_min_target_per_shape(ins, t, k, want):
 def test_datapath_checks_the_target_of_the_instruction_k():
     a = np.ones((16, 16), np.float16)
     c = np.zeros((16, 16), np.float32)
-    kw = dict(a_type="f16", c_type="f32", d_type="f32", instruction="mma_sync")
+    kw = dict(a_format="f16", c_format="f32", d_format="f32", instruction="mma_sync")
     datapath.mma(a, a, c, arch="sm_75", instruction_k=8, **kw)
     with pytest.raises(ValueError, match=r"at k = 16 \(m16n8k16\) needs sm_80 or newer"):
         datapath.mma(a, a, c, arch="sm_75", **kw)

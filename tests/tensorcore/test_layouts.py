@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from jaxwarp._src.tensorcore import fragments, layouts, mma_ptx, wgmma
+from jaxwarp._src.tensorcore import fragments, layouts, mma_sync, wgmma
 from jaxwarp._src.tensorcore.layouts import Layout
 
 # --------------------------------------------------------------------------- references
@@ -53,14 +53,14 @@ def ptx_wgmma_d(instr):
     """(row, col) of the accumulator, (128, NR, h): PTX ISA "Register fragments" for wgmma."""
     t = np.arange(128).reshape(-1, 1, 1)
     w, g, q = t // 32, (t % 32) // 4, t % 4
-    if instr.d_type == "f16":
+    if instr.d_format == "f16":
         i = np.arange(instr.n // 4).reshape(1, -1, 1)
         h = np.arange(2).reshape(1, 1, -1)
         row, col = 16 * w + g + 8 * (i % 2), 8 * (i // 2) + 2 * q + h
     else:
         i = np.arange(instr.n // 2).reshape(1, -1, 1)
         row, col = 16 * w + g + 8 * ((i % 4) // 2), 8 * (i // 4) + 2 * q + (i % 2)
-    shape = (128, i.shape[1], 2 if instr.d_type == "f16" else 1)
+    shape = (128, i.shape[1], 2 if instr.d_format == "f16" else 1)
     return np.broadcast_to(row, shape), np.broadcast_to(col, shape)
 
 
@@ -93,7 +93,7 @@ def _wgmma_qualifiers():
     return out
 
 
-MMA = mma_ptx.mma_instructions()
+MMA = mma_sync.mma_instructions()
 WGMMA = _wgmma_qualifiers()
 
 # --------------------------------------------------------------------------- tests
@@ -105,29 +105,29 @@ def test_every_configuration_is_covered():
 
 @pytest.mark.parametrize("qualifier", MMA)
 def test_mma_layouts_are_the_ptx_formulas(qualifier):
-    instr = mma_ptx.parse_mma(qualifier)
+    instr = mma_sync.parse_mma(qualifier)
     for use in "abcd":
         want = ptx_mma_coords(instr, use)
-        got = mma_ptx.fragment_coords(instr, use)
+        got = mma_sync.fragment_coords(instr, use)
         for w, g in zip(want, got, strict=True):
             np.testing.assert_array_equal(g, w, err_msg=f"{qualifier} {use}")
-        lay = mma_ptx.operand_layout(instr, use)
+        lay = mma_sync.operand_layout(instr, use)
         assert lay.num_lanes == 32 and lay.shape == instr.logical_shape(use)
 
 
 def test_mma_named_layouts():
     # Each named layout is the operand layout of the instructions of its family.
-    i = mma_ptx.parse_mma
-    assert mma_ptx.operand_layout(i("m16n8k8.row.col.f32.tf32.tf32.f32"), "a") == \
+    i = mma_sync.parse_mma
+    assert mma_sync.operand_layout(i("m16n8k8.row.col.f32.tf32.tf32.f32"), "a") == \
         layouts.MMA_A_M16.take(4, (16, 8))
-    assert mma_ptx.operand_layout(i("m8n8k4.row.col.f64.f64.f64.f64"), "a") == \
+    assert mma_sync.operand_layout(i("m8n8k4.row.col.f64.f64.f64.f64"), "a") == \
         layouts.MMA_A_M8.take(1, (8, 4))
-    assert mma_ptx.operand_layout(i("m16n8k16.row.col.f64.f64.f64.f64"), "b") == \
+    assert mma_sync.operand_layout(i("m16n8k16.row.col.f64.f64.f64.f64"), "b") == \
         layouts.MMA_B.take(4, (16, 8))
     for q in MMA:
         ins = i(q)
         for use in "cd":
-            lay = mma_ptx.operand_layout(ins, use)
+            lay = mma_sync.operand_layout(ins, use)
             if ins.quadpair:
                 want = (layouts.MMA_M8N8K4_CD_F16 if ins.elem_type(use) == "f16"
                         else layouts.MMA_M8N8K4_CD_F32)
@@ -137,8 +137,8 @@ def test_mma_named_layouts():
         if ins.quadpair:
             a = {"row": layouts.MMA_M8N8K4_A_ROW, "col": layouts.MMA_M8N8K4_A_COL}
             b = {"row": layouts.MMA_M8N8K4_B_ROW, "col": layouts.MMA_M8N8K4_B_COL}
-            assert mma_ptx.operand_layout(ins, "a") == a[ins.a_layout]
-            assert mma_ptx.operand_layout(ins, "b") == b[ins.b_layout]
+            assert mma_sync.operand_layout(ins, "a") == a[ins.a_layout]
+            assert mma_sync.operand_layout(ins, "b") == b[ins.b_layout]
 
 
 @pytest.mark.parametrize("qualifier", WGMMA[::7] + WGMMA[-3:])

@@ -55,7 +55,7 @@ def _capture_configs():
 
 def _parse(name: str):
     prefix, cd, _, _ = name.split(".")
-    kw = dict(c_type=cd[:3], d_type=cd[3:])
+    kw = dict(c_format=cd[:3], d_format=cd[3:])
     if prefix.startswith("b1"):
         return "b1", dict(op=prefix[2:])
     if prefix.endswith("sat"):
@@ -69,15 +69,15 @@ def _parse(name: str):
 def test_reference_matches_captures(fname, name):
     d = np.load(DATA / fname)
     A, B, C, D = (d[f"{name}/{x}"] for x in "ABCD")
-    a_type, kw = _parse(name)
+    a_format, kw = _parse(name)
     if name.startswith("tf32cvt"):  # the kernel ran __float_to_tf32 after loading
         cvt = np.vectorize(R.tf32_round, otypes=[np.uint32])
         A, B = cvt(A), cvt(B)
     for t in range(len(A)):
-        if a_type == "b1":
+        if a_format == "b1":
             got = R.bmma_ref(A[t], B[t], C[t], **kw)
         else:
-            got = R.mma_ref(A[t], B[t], C[t], a_type=a_type, **kw)
+            got = R.mma_ref(A[t], B[t], C[t], a_format=a_format, **kw)
         np.testing.assert_array_equal(got.view(D.dtype), D[t],
                                       err_msg=f"{name} trial {t} ({d[f'{name}/kind'][t]})")
 
@@ -103,9 +103,9 @@ def test_reference_rounding_matches_numpy(fmt, bits):
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    a_type: str
-    c_type: str
-    d_type: str
+    a_format: str
+    c_format: str
+    d_format: str
     shape: tuple[int, int, int]
     satf: bool = False
     op: str | None = None  # b1: "xor" / "and"
@@ -114,22 +114,22 @@ class Config:
     def id(self) -> str:
         m, n, k = self.shape
         extra = "_satf" if self.satf else (f"_{self.op}" if self.op else "")
-        return f"{self.a_type}_{self.c_type}{self.d_type}_m{m}n{n}k{k}{extra}"
+        return f"{self.a_format}_{self.c_format}{self.d_format}_m{m}n{n}k{k}{extra}"
 
 
 def _table_configs() -> list[Config]:
     out = []
     for e in wmma_table.TABLE:
-        for c_type, d_type in e.cd_types:
+        for c_format, d_format in e.cd_types:
             for shape in e.shapes:
                 if e.bmma_ops:
-                    out += [Config(e.ab_type, c_type, d_type, shape, op=op)
+                    out += [Config(e.operand_format, c_format, d_format, shape, op=op)
                             for op, _ in e.bmma_ops]
-                elif c_type == "s32":
-                    out += [Config(e.ab_type, c_type, d_type, shape, satf=s)
+                elif c_format == "s32":
+                    out += [Config(e.operand_format, c_format, d_format, shape, satf=s)
                             for s in (False, True)]
                 else:
-                    out.append(Config(e.ab_type, c_type, d_type, shape))
+                    out.append(Config(e.operand_format, c_format, d_format, shape))
     return out
 
 
@@ -138,7 +138,7 @@ CONFIGS = _table_configs()
 
 def test_configs_cover_table():
     assert len(CONFIGS) == 35
-    assert {c.a_type for c in CONFIGS} == {e.ab_type for e in wmma_table.TABLE}
+    assert {c.a_format for c in CONFIGS} == {e.operand_format for e in wmma_table.TABLE}
     assert len(CONFIGS) * EXAMPLES_PER_CONFIG >= 4_000
 
 
@@ -150,24 +150,24 @@ _VIEW = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32,
 def _jax_fn(cfg: Config):
     """Jitted (a, b, c) -> (mma on logical matrices, mma_sync through fragments)."""
     m, n, k = cfg.shape
-    entry = wmma_table.entry(cfg.a_type)
-    fa = jaxwarp.fragment("matrix_a", m, n, k, cfg.a_type, entry.a_layouts[0])
-    fb = jaxwarp.fragment("matrix_b", m, n, k, cfg.a_type, entry.b_layouts[-1])
-    fc = jaxwarp.fragment("accumulator", m, n, k, cfg.c_type)
+    entry = wmma_table.entry(cfg.a_format)
+    fa = jaxwarp.fragment("matrix_a", m, n, k, cfg.a_format, entry.a_layouts[0])
+    fb = jaxwarp.fragment("matrix_b", m, n, k, cfg.a_format, entry.b_layouts[-1])
+    fc = jaxwarp.fragment("accumulator", m, n, k, cfg.c_format)
 
     def f(a, b, c):
         if cfg.op:
             d1 = jaxwarp.bmma(a, b, c, op=cfg.op)
         else:
-            d1 = jaxwarp.mma(a, b, c, a_type=cfg.a_type, c_type=cfg.c_type,
-                             d_type=cfg.d_type, satf=cfg.satf)
+            d1 = jaxwarp.mma(a, b, c, a_format=cfg.a_format, c_format=cfg.c_format,
+                             d_format=cfg.d_format, satf=cfg.satf)
         fra = jaxwarp.fragment_from_matrix(fa, a)
         frb = jaxwarp.fragment_from_matrix(fb, b)
         frc = jaxwarp.fragment_from_matrix(fc, c)
         if cfg.op:
             d = jaxwarp.bmma_sync(fra, frb, frc, cfg.op)
         else:
-            d = jaxwarp.mma_sync(fra, frb, frc, satf=cfg.satf, d_type=cfg.d_type)
+            d = jaxwarp.mma_sync(fra, frb, frc, satf=cfg.satf, d_format=cfg.d_format)
         return d1, jaxwarp.matrix_from_fragment(d)
 
     return jax.jit(f)
@@ -250,7 +250,7 @@ def float_tiles(draw, cfg: Config):
     cancel, pairs, lowbits = bool(flags & 1), bool(flags & 2), bool(flags & 4)
     rng = np.random.default_rng(seed)
     m, n, k = cfg.shape
-    af, cf = R.FMTS[cfg.a_type], R.FMTS[cfg.c_type]
+    af, cf = R.FMTS[cfg.a_format], R.FMTS[cfg.c_format]
     center = 1 + round(pos * (af.emax_field - 2))
     A = _gen_float(rng, (m, k), af, mix_ab, center, width)
     B = _gen_float(rng, (k, n), af, mix_ab, center, width)
@@ -258,7 +258,7 @@ def float_tiles(draw, cfg: Config):
         sign_bit = np.uint64(1 << (af.width - 1))
         A[:, 1::2] = A[:, 0::2] ^ sign_bit
         B[1::2, :] = B[0::2, :]
-    if cfg.a_type == "tf32" and lowbits:  # garbage in the bits the tensor core ignores
+    if cfg.a_format == "tf32" and lowbits:  # garbage in the bits the tensor core ignores
         A |= rng.integers(0, 1 << 13, size=A.shape, dtype=np.uint64)
         B |= rng.integers(0, 1 << 13, size=B.shape, dtype=np.uint64)
     # C near the products' binade (shifted), so that alignment and carries interact.
@@ -268,7 +268,7 @@ def float_tiles(draw, cfg: Config):
     if cancel:  # C = -(A @ B) rounded to C's format, where finite: D shows the residue
         with np.errstate(all="ignore"):
             s = -(_to_float64(A, af) @ _to_float64(B, af))
-            cv = s.astype(_VIEW[cfg.c_type])
+            cv = s.astype(_VIEW[cfg.c_format])
         ok = np.isfinite(cv) & (rng.random((m, n)) < 0.75)
         cbits = cv.view(R.BITS_DTYPE[cf.width]).astype(np.uint64)
         C = np.where(ok, cbits, C)
@@ -312,8 +312,8 @@ def int_tiles(draw, cfg: Config):
         A = (rng.random((m, k)) < density).astype(np.uint8)
         B = (rng.random((k, n)) < density).astype(np.uint8)
         return A, B, C
-    lo, hi = _INT_RANGE[cfg.a_type]
-    dt = _INT_DTYPE[cfg.a_type]
+    lo, hi = _INT_RANGE[cfg.a_format]
+    dt = _INT_DTYPE[cfg.a_format]
     A = _gen_int(rng, (m, k), lo, hi, mix_ab).astype(dt)
     B = _gen_int(rng, (k, n), lo, hi, mix_ab).astype(dt)
     return A, B, C
@@ -327,20 +327,20 @@ def _check_tile(cfg: Config, A, B, C):
     if cfg.op:
         want = R.bmma_ref(A, B, C, op=cfg.op)
         a, b, c = A, B, C
-    elif cfg.a_type in _INT_RANGE:
-        want = R.mma_ref(A, B, C, a_type=cfg.a_type, c_type="s32", d_type="s32",
+    elif cfg.a_format in _INT_RANGE:
+        want = R.mma_ref(A, B, C, a_format=cfg.a_format, c_format="s32", d_format="s32",
                          satf=cfg.satf)
         a, b, c = A, B, C
     else:
-        af, cf = R.FMTS[cfg.a_type], R.FMTS[cfg.c_type]
+        af, cf = R.FMTS[cfg.a_format], R.FMTS[cfg.c_format]
         a_bits = A.astype(R.BITS_DTYPE[af.width])
         b_bits = B.astype(R.BITS_DTYPE[af.width])
         c_bits = C.astype(R.BITS_DTYPE[cf.width])
-        want = R.mma_ref(a_bits, b_bits, c_bits, a_type=cfg.a_type, c_type=cfg.c_type,
-                         d_type=cfg.d_type)
-        a = a_bits.view(_VIEW[cfg.a_type])
-        b = b_bits.view(_VIEW[cfg.a_type])
-        c = c_bits.view(_VIEW[cfg.c_type])
+        want = R.mma_ref(a_bits, b_bits, c_bits, a_format=cfg.a_format, c_format=cfg.c_format,
+                         d_format=cfg.d_format)
+        a = a_bits.view(_VIEW[cfg.a_format])
+        b = b_bits.view(_VIEW[cfg.a_format])
+        c = c_bits.view(_VIEW[cfg.c_format])
     d1, d2 = _jax_fn(cfg)(a, b, c)
     for what, d in (("mma", d1), ("mma_sync", d2)):
         got = np.asarray(d).view(want.dtype)
@@ -361,7 +361,7 @@ def _check_tile(cfg: Config, A, B, C):
     for c in CONFIGS], ids=lambda c: c.id)
 def test_model_matches_reference(cfg):
     ran = []
-    tiles = int_tiles(cfg) if cfg.a_type in ("s8", "u8", "s4", "u4", "b1") else float_tiles(cfg)
+    tiles = int_tiles(cfg) if cfg.a_format in ("s8", "u8", "s4", "u4", "b1") else float_tiles(cfg)
 
     @settings(derandomize=True, max_examples=EXAMPLES_PER_CONFIG, deadline=None,
               database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -370,17 +370,17 @@ def test_model_matches_reference(cfg):
         _check_tile(cfg, *tile)
         ran.append(1)
 
-    with jax.enable_x64(cfg.a_type == "f64"):
+    with jax.enable_x64(cfg.a_format == "f64"):
         prop()
     assert len(ran) >= EXAMPLES_PER_CONFIG, f"only {len(ran)} tiles were checked"
 
 
-@pytest.mark.parametrize("a_type, value", [("s4", 100), ("u4", 17)])
-def test_subbyte_out_of_range_values_agree(a_type, value):
-    dt = _INT_DTYPE[a_type]
+@pytest.mark.parametrize("a_format, value", [("s4", 100), ("u4", 17)])
+def test_subbyte_out_of_range_values_agree(a_format, value):
+    dt = _INT_DTYPE[a_format]
     A = np.zeros((8, 32), dt)
     A[0, 0] = value
     B = np.ones((32, 8), dt)
     C = np.zeros((8, 8), np.int32)
-    d_mma, d_sync = _jax_fn(Config(a_type, "s32", "s32", (8, 8, 32)))(A, B, C)
+    d_mma, d_sync = _jax_fn(Config(a_format, "s32", "s32", (8, 8, 32)))(A, B, C)
     np.testing.assert_array_equal(np.asarray(d_mma), np.asarray(d_sync))

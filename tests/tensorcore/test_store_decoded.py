@@ -12,7 +12,7 @@ import pytest
 from jaxwarp._src.tensorcore import datapath
 from jaxwarp._src.tensorcore import matmul as mm
 
-CASES = [  # (instruction, a_type, b_type, (m, n, k), arch)
+CASES = [  # (instruction, a_format, b_format, (m, n, k), arch)
     ("wmma", "f16", "f16", (16, 16, 16), "sm_90"),
     ("wmma", "bf16", "bf16", (16, 16, 16), "sm_90"),
     ("wmma", "tf32", "tf32", (16, 16, 8), "sm_90"),
@@ -43,7 +43,7 @@ def test_same_bits_on_off_auto(case, monkeypatch):
         monkeypatch.setattr(datapath, "STORE_DECODED", mode)
         jax.clear_caches()
         out[mode] = np.asarray(datapath.mma(
-            a, b, c, a_type=at, b_type=bt, c_type="f32", d_type="f32", instruction=instr,
+            a, b, c, a_format=at, b_format=bt, c_format="f32", d_format="f32", instruction=instr,
             instruction_k=16 if (instr, at) == ("wgmma", "bf16") else k,
             arch=arch)).view(np.uint32)
     np.testing.assert_array_equal(out["on"], out["off"])

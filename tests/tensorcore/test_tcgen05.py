@@ -77,7 +77,7 @@ def test_reference_covers_every_input_kind():
 def test_parse_both_spellings():
     p = T.parse_tcgen05("tcgen05.mma.cta_group::1.m128n256k16.kind::f16.f32.bf16.bf16")
     assert p == T.parse_tcgen05("m128n256k16.kind::f16.f32.bf16.bf16")
-    assert (p.m, p.n, p.k, p.kind, p.d_type, p.a_type, p.b_type) == (
+    assert (p.m, p.n, p.k, p.kind, p.d_format, p.a_format, p.b_format) == (
         128, 256, 16, "f16", "f32", "bf16", "bf16")
     assert p.opcode == "tcgen05.mma.cta_group::1.kind::f16"
     assert T.parse_tcgen05(p.qualifier) == p
@@ -104,7 +104,7 @@ def test_parse_refuses(q, exc, must):
 
 ALL_QUALIFIERS = [f"m{m}n{n}k{r.ks[0]}.kind::{r.group_name}.{d}.{a}.{b}"
                   for r in isa.rows("tcgen05") for (m, n, _) in r.shapes
-                  for _, d in r.cd for a in r.a_types for b in r.b_types(a)]
+                  for _, d in r.cd for a in r.a_formats for b in r.b_formats(a)]
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
@@ -204,14 +204,14 @@ DESC_CASES = [
 def test_descriptor_path_equals_logical(q, ta, tb, swa, swb):
     rng = np.random.default_rng(hash(q) % 2**32)
     instr = T.parse_tcgen05(q)
-    a = _random_bits(rng, (instr.m, instr.k), T.BITS_DTYPE[instr.a_type])
-    b = _random_bits(rng, (instr.k, instr.n), T.BITS_DTYPE[instr.b_type])
+    a = _random_bits(rng, (instr.m, instr.k), T.BITS_DTYPE[instr.a_format])
+    b = _random_bits(rng, (instr.k, instr.n), T.BITS_DTYPE[instr.b_format])
     if instr.kind != "i8":  # finite floats of moderate size: wrap exponents
         a = a & np.asarray(~(3 << (a.dtype.itemsize * 8 - 3)) & (256 ** a.dtype.itemsize - 1),
                            a.dtype)
         b = b & np.asarray(~(3 << (b.dtype.itemsize * 8 - 3)) & (256 ** b.dtype.itemsize - 1),
                            b.dtype)
-    d = np.asarray(rng.standard_normal((instr.m, instr.n)) * 4).astype(T.D_DTYPE[instr.d_type])
+    d = np.asarray(rng.standard_normal((instr.m, instr.n)) * 4).astype(T.D_DTYPE[instr.d_format])
     da, size_a = _layout(instr.m, instr.k, a.dtype.itemsize, ta, swa, 0)
     base_b = -(-size_a // 1024) * 1024
     db, size_b = _layout(instr.n, instr.k, b.dtype.itemsize, tb, swb, base_b)
@@ -269,8 +269,8 @@ def test_scale_input_d_only_for_f16_and_tf32_kinds():
                               jnp.zeros((64, 8), jnp.float32), scale_input_d=1)
     h = jnp.ones((16, 16), jnp.float16)
     with pytest.raises(ValueError, match="only for tcgen05"):
-        jaxwarp.mma(h, h, jnp.zeros((16, 16), jnp.float32), a_type="f16", c_type="f32",
-                    d_type="f32", scale_input_d=2)
+        jaxwarp.mma(h, h, jnp.zeros((16, 16), jnp.float32), a_format="f16", c_format="f32",
+                    d_format="f32", scale_input_d=2)
 
 
 def test_enable_input_d():
@@ -316,9 +316,9 @@ def test_mma_instruction_tcgen05_equals_logical():
     a, b, c = (REF[f"{q}/{f}"][0] for f in "ABC")
     instr = T.parse_tcgen05(q)
     st_ = datapath.STORAGE_DTYPE
-    got = jaxwarp.mma(a.view(st_[instr.a_type]), b.view(st_[instr.b_type]), _c(c),
-                      a_type=instr.a_type, b_type=instr.b_type, c_type=instr.d_type,
-                      d_type=instr.d_type, instruction="tcgen05", arch="sm_100a")
+    got = jaxwarp.mma(a.view(st_[instr.a_format]), b.view(st_[instr.b_format]), _c(c),
+                      a_format=instr.a_format, b_format=instr.b_format, c_format=instr.d_format,
+                      d_format=instr.d_format, instruction="tcgen05", arch="sm_100a")
     np.testing.assert_array_equal(_bits(got), REF[f"{q}/D"][0])
 
 
@@ -332,7 +332,7 @@ def test_fp8_kind_keeps_full_alignment():
     z = jnp.zeros((64, 8), jnp.float32)
     got = T.tcgen05_mma_logical("m64n8k32.kind::f8f6f4.f32.e4m3.e4m3", a, b, z)
     assert float(got[0, 0]) == 1 + 2.0 ** -16
-    h100 = jaxwarp.mma(a, b, z, a_type="e4m3", c_type="f32", d_type="f32",
+    h100 = jaxwarp.mma(a, b, z, a_format="e4m3", c_format="f32", d_format="f32",
                        instruction="wgmma", arch="sm_90a")
     assert float(h100[0, 0]) == 1.0
 

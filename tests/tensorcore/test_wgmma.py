@@ -34,7 +34,7 @@ LAYOUT_CONFIGS = [c for c in CONFIGS if f"{c}/layout_D" in CAP.files]
 
 
 def parse_name(name: str):
-    """Capture name -> (qualifier, variant flags, a_type, b_type, c_type)."""
+    """Capture name -> (qualifier, variant flags, a_format, b_format, c_format)."""
     parts = name.split("/", 1)[1].split(".")
     at, bt, cd, shape = parts[:4]
     ct = cd[:3]
@@ -83,7 +83,7 @@ def harness_image(name):
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_parse_valid(q, want):
     i = W.parse_wgmma(q)
-    assert (i.d_type, i.a_type, i.b_type, i.n, i.k, i.satfinite, i.bop) == want
+    assert (i.d_format, i.a_format, i.b_format, i.n, i.k, i.satfinite, i.bop) == want
     assert W.parse_wgmma(i.qualifier) == i
     assert i.m == 64 and hash(i) == hash(W.parse_wgmma(q))
 
@@ -119,8 +119,8 @@ def test_parse_type_error():
 
 def test_every_n_of_the_table_parses():
     for fam in W.FAMILIES.values():
-        for t in fam.a_types:
-            q0 = f"{fam.d_types[0]}.{t}.{t}" + (f".{fam.bop}.popc" if fam.bop else "")
+        for t in fam.a_formats:
+            q0 = f"{fam.d_formats[0]}.{t}.{t}" + (f".{fam.bop}.popc" if fam.bop else "")
             for n in fam.n_values:
                 assert W.parse_wgmma(f"m64n{n}k{fam.k}.{q0}").num_d_registers in (n // 2, n // 4)
     assert len(W.FAMILIES["f16"].n_values) == 32 and len(W.FAMILIES["int"].n_values) == 18
@@ -287,7 +287,7 @@ def test_accumulator_round_trip_and_harness(q):
     i = W.parse_wgmma(q)
     rng = np.random.default_rng(2)
     bits = rng.integers(0, 1 << 16, (2, 64, i.n))
-    ct = i.d_type
+    ct = i.d_format
     C = {"f32": bits.astype(np.uint32) * 65537, "f16": bits.astype(np.uint16),
          "s32": (bits * 40503).astype(np.int32)}[ct]
     regs = W.accumulator_registers(jnp.asarray(c_matrix(C, ct)), i)
@@ -301,14 +301,14 @@ def test_accumulator_round_trip_and_harness(q):
                                "m64n8k32.f32.e4m3.e5m2", "m64n8k32.s32.s8.u8"])
 def test_a_registers_match_harness(q):
     i = W.parse_wgmma(q)
-    dt = W.BITS_DTYPE[i.a_type]
+    dt = W.BITS_DTYPE[i.a_format]
     A = np.random.default_rng(3).integers(0, 1 << 16, (3, 64, i.k)).astype(dt)
     regs = W.a_registers(jnp.asarray(A), i)
-    if i.a_type != "tf32":  # the harness has no tf32 A-register map check beyond a_map
-        np.testing.assert_array_equal(regs, cw.pack_a(A, i.a_type))
+    if i.a_format != "tf32":  # the harness has no tf32 A-register map check beyond a_map
+        np.testing.assert_array_equal(regs, cw.pack_a(A, i.a_format))
     np.testing.assert_array_equal(W.a_matrix(regs, i), A)
     row, col = W.a_layout(i)
-    hrow, hcol = cw.a_map(i.a_type)
+    hrow, hcol = cw.a_map(i.a_format)
     np.testing.assert_array_equal(row, hrow)
     np.testing.assert_array_equal(col, hcol)
 

@@ -167,12 +167,12 @@ def test_traced_ldm_and_offset_are_named():
 # mma_sync / bmma_sync with a stand-in arithmetic (exact for small integers).
 
 
-def _stub_mma(a, b, c, *, a_type, c_type, d_type, arch="sm_90", mode="exact", satf=False):
+def _stub_mma(a, b, c, *, a_format, c_format, d_format, arch="sm_90", mode="exact", satf=False):
     acc = jnp.float64 if c.dtype == jnp.float64 else jnp.float32
     if jnp.issubdtype(c.dtype, jnp.integer):
         acc = jnp.int32
     d = jnp.matmul(a.astype(acc), b.astype(acc)) + c.astype(acc)
-    return d.astype(table.ELEMENT_TYPES[d_type].value_dtype)
+    return d.astype(table.ELEMENT_TYPES[d_format].value_dtype)
 
 
 def _stub_bmma(a, b, c, *, op):
@@ -233,7 +233,7 @@ def test_d_type_differs_from_c_type(stub_arith):
     a = wmma.fill_fragment(fragment("matrix_a", 16, 16, 16, "f16", "row_major"), 1.0)
     b = wmma.fill_fragment(fragment("matrix_b", 16, 16, 16, "f16", "col_major"), 2.0)
     c = wmma.fill_fragment(fragment("accumulator", 16, 16, 16, "f32"), 0.5)
-    d = wmma.mma_sync(a, b, c, d_type="f16")
+    d = wmma.mma_sync(a, b, c, d_format="f16")
     assert d.type == "f16" and d.x.dtype == jnp.float16
     assert (np.asarray(d.x) == 32.5).all()
 
@@ -268,10 +268,10 @@ def test_mma_sync_errors(stub_arith):
     abf = fragment("matrix_a", 16, 16, 16, "bf16", "row_major")
     c16 = fragment("accumulator", 16, 16, 16, "f16")
     bad(lambda: wmma.mma_sync(abf, bbf, c16), ValueError,
-        r"unsupported WMMA combination \(a_type='bf16', c_type='f16', d_type='f16'\); "
-        r"valid for bf16: \(c_type='f32', d_type='f32'\)")
+        r"unsupported WMMA combination \(a_format='bf16', c_format='f16', d_format='f16'\); "
+        r"valid for bf16: \(c_format='f32', d_format='f32'\)")
     bad(lambda: wmma.mma_sync(abf, bbf, c, arch="sm_75"), ValueError, "needs sm_80")
-    bad(lambda: wmma.mma_sync(a, b, c, d_type="s32"), ValueError, "valid for f16")
+    bad(lambda: wmma.mma_sync(a, b, c, d_format="s32"), ValueError, "valid for f16")
     bad(lambda: wmma.mma_sync(a, b, c, satf=1), TypeError, "satf must be a Python bool")
     bad(lambda: wmma.mma_sync(a, b, "c"), TypeError, "c must be a Fragment")
 
@@ -339,11 +339,11 @@ def test_mma_sync_on_captures(capture, cfg, request):
     t = "b1" if prefix.startswith("b1") else t
     op = prefix[2:] if t == "b1" else None
     satf = prefix.endswith("sat")
-    c_type, d_type = cd[:3], cd[3:]
+    c_format, d_format = cd[:3], cd[3:]
     shape = tuple(int(v) for v in shape_s[1:].replace("n", " ").replace("k", " ").split())
     layouts = {"r": "row_major", "c": "col_major"}
     with jax.enable_x64(t == "f64"):
-        et, ct, dt = (table.ELEMENT_TYPES[x] for x in (t, c_type, d_type))
+        et, ct, dt = (table.ELEMENT_TYPES[x] for x in (t, c_format, d_format))
 
         def values(key, et):
             v = cap[f"{cfg}/{key}"]
@@ -353,7 +353,7 @@ def test_mma_sync_on_captures(capture, cfg, request):
         C = values("C", ct)
         a_spec = fragment("matrix_a", *shape, t, layouts[lay[0]])
         b_spec = fragment("matrix_b", *shape, t, layouts[lay[1]])
-        c_spec = fragment("accumulator", *shape, c_type)
+        c_spec = fragment("accumulator", *shape, c_format)
         mems = [to_memory(A[i], et, lay[0] == "c") for i in range(len(A))]
         a_mem, lda = jnp.stack([m for m, _ in mems]), mems[0][1]
         mems = [to_memory(B[i], et, lay[1] == "c") for i in range(len(B))]
@@ -370,7 +370,7 @@ def test_mma_sync_on_captures(capture, cfg, request):
             if op:
                 d = wmma.bmma_sync(a, b, c, op)
             else:
-                d = wmma.mma_sync(a, b, c, satf=satf, d_type=d_type)
+                d = wmma.mma_sync(a, b, c, satf=satf, d_format=d_format)
             return wmma.store_matrix_sync(jnp.zeros(m * n, dt.memory_dtype), d, n,
                                           "mem_row_major")
 

@@ -20,7 +20,7 @@ def fragment_keys():
             name = table.shape_name(shape)
             for use in ("matrix_a", "matrix_b"):
                 for layout in e.layouts(use):
-                    keys.add(f"{USE_LETTER[use]}.{e.ab_type}.{name}.{layout[0]}")
+                    keys.add(f"{USE_LETTER[use]}.{e.operand_format}.{name}.{layout[0]}")
             for acc in e.accumulator_types:
                 keys.add(f"c.{acc}.{name}")
     return keys
@@ -43,7 +43,7 @@ def test_f16_has_all_four_accumulator_pairings():
 
 
 @pytest.mark.parametrize(
-    "ab_type,shapes,cd,min_sm",
+    "operand_format,shapes,cd,min_sm",
     [
         ("bf16", ((16, 16, 16), (32, 8, 16), (8, 32, 16)), ("f32", "f32"), 80),
         ("tf32", ((16, 16, 8),), ("f32", "f32"), 80),
@@ -54,12 +54,12 @@ def test_f16_has_all_four_accumulator_pairings():
         ("u4", ((8, 8, 32),), ("s32", "s32"), 75),
     ],
 )
-def test_entries(ab_type, shapes, cd, min_sm):
-    e = table.entry(ab_type)
+def test_entries(operand_format, shapes, cd, min_sm):
+    e = table.entry(operand_format)
     assert e.shapes == shapes and e.cd_types == (cd,) and e.min_sm == min_sm
-    table.check_mma(ab_type, *cd, shapes[0], f"sm_{min_sm}")
+    table.check_mma(operand_format, *cd, shapes[0], f"sm_{min_sm}")
     with pytest.raises(ValueError, match=f"needs sm_{min_sm}"):
-        table.check_mma(ab_type, *cd, shapes[0], f"sm_{min_sm - 1}")
+        table.check_mma(operand_format, *cd, shapes[0], f"sm_{min_sm - 1}")
 
 
 @pytest.mark.parametrize("t", ["s4", "u4", "b1"])
@@ -74,13 +74,13 @@ def test_sub_byte_layouts(t):
 
 
 def test_error_lists_valid_shapes():
-    msg = ("unsupported WMMA combination (a_type='f16', shape=(16, 16, 8)); valid for f16: "
+    msg = ("unsupported WMMA combination (a_format='f16', shape=(16, 16, 8)); valid for f16: "
            "m16n16k16, m32n8k16, m8n32k16")
     with pytest.raises(ValueError, match=re.escape(msg)):
         table.entry("f16", (16, 16, 8))
     with pytest.raises(ValueError, match=re.escape(msg)):
         table.check_fragment("matrix_a", 16, 16, 8, "f16", "row_major")
-    with pytest.raises(ValueError, match="valid for bf16: .*c_type='f32', d_type='f32'"):
+    with pytest.raises(ValueError, match="valid for bf16: .*c_format='f32', d_format='f32'"):
         table.check_mma("bf16", "f16", "f16", (16, 16, 16))
     with pytest.raises(ValueError, match="valid shapes: m16n16k16"):
         table.check_fragment("accumulator", 16, 16, 32, "f32", None)
@@ -132,4 +132,4 @@ def test_element_type_rules(name):
 def test_describe_mentions_every_type():
     text = table.describe()
     for e in TABLE:
-        assert f"  {e.ab_type}: " in text
+        assert f"  {e.operand_format}: " in text

@@ -329,7 +329,7 @@ def compare(argv):
                     a = logical(A[sel][:, :, :K], at)
                     b = logical(B[sel][:, :K, :], bt)
                     c = logical(C[sel], ct)
-                    out = jaxwarp.mma(a, b, c, a_type=at, b_type=bt, c_type=ct, d_type=d,
+                    out = jaxwarp.mma(a, b, c, a_format=at, b_format=bt, c_format=ct, d_format=d,
                                       arch=target, instruction="mma_sync", instruction_k=k)
                     got[sel] = np.asarray(out).view(D.dtype)
                 ok = got == D

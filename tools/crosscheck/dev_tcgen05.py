@@ -247,8 +247,8 @@ def _run(via, q, a, b, cbits, rng):
         from jaxwarp._src.tensorcore import datapath
         _, _, dt, a_t, b_t = q.split(".")
         st = datapath.STORAGE_DTYPE
-        d = jaxwarp.mma(a.view(st[a_t]), b.view(st[b_t]), c, a_type=a_t, b_type=b_t,
-                        c_type=dt, d_type=dt, instruction="tcgen05", arch="sm_100a")
+        d = jaxwarp.mma(a.view(st[a_t]), b.view(st[b_t]), c, a_format=a_t, b_format=b_t,
+                        c_format=dt, d_format=dt, instruction="tcgen05", arch="sm_100a")
     d = np.asarray(d)
     return d.view(np.uint32 if d.dtype.itemsize == 4 else np.uint16)
 

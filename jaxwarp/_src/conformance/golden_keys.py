@@ -79,7 +79,7 @@ class GoldenName:
       m, n, k: the instruction's shape.
       kind: the ``kind::`` qualifier without its prefix (``""`` when absent).
       block: the scale block size of the block-scaled families (0 otherwise).
-      a_type, b_type, c_type, d_type: element types (``tcgen05``: C has D's type).
+      a_format, b_format, c_format, d_format: element types (``tcgen05``: C has D's type).
       s_type: the scale type of the block-scaled families (``""`` otherwise).
     """
 
@@ -91,10 +91,10 @@ class GoldenName:
     k: int
     kind: str
     block: int
-    a_type: str
-    b_type: str
-    c_type: str
-    d_type: str
+    a_format: str
+    b_format: str
+    c_format: str
+    d_format: str
     s_type: str = ""
 
     @property
@@ -113,15 +113,15 @@ class GoldenName:
 
     @property
     def ptx_qualifier(self) -> str:
-        """The ``mma.sync.aligned`` qualifier jaxwarp's ``mma_ptx`` takes.
+        """The ``mma.sync.aligned`` qualifier jaxwarp's ``mma_sync_ptx_logical`` takes.
 
         Example:
           >>> parse_golden_name("mma", "Ampere", "m16n8k8.f32.tf32.tf32.f32").ptx_qualifier
           'm16n8k8.row.col.f32.tf32.tf32.f32'
         """
         kind = f"kind::{self.kind}." if self.kind else ""
-        return (f"m{self.m}n{self.n}k{self.k}.row.col.{kind}{self.d_type}.{self.a_type}."
-                f"{self.b_type}.{self.c_type}")
+        return (f"m{self.m}n{self.n}k{self.k}.row.col.{kind}{self.d_format}.{self.a_format}."
+                f"{self.b_format}.{self.c_format}")
 
     def field_shapes(self) -> dict[str, tuple[int, ...]]:
         """Each field's shape after the trial axis, and its raw dtype's type name."""
@@ -133,7 +133,7 @@ class GoldenName:
         return out
 
     def field_type(self, field: str) -> str:
-        return {"A": self.a_type, "B": self.b_type, "C": self.c_type, "D": self.d_type,
+        return {"A": self.a_format, "B": self.b_format, "C": self.c_format, "D": self.d_format,
                 "SA": self.s_type, "SB": self.s_type}[field]
 
 
@@ -166,7 +166,7 @@ def parse_golden_name(family: str, arch: str, qualifier: str) -> GoldenName:
 
     Example:
       >>> g = parse_golden_name("tcgen05", "Blackwell", "m64n8k32.kind::f8f6f4.f16.e5m2.e3m2")
-      >>> (g.m, g.n, g.k, g.kind, g.a_type, g.b_type, g.c_type, g.d_type)
+      >>> (g.m, g.n, g.k, g.kind, g.a_format, g.b_format, g.c_format, g.d_format)
       (64, 8, 32, 'f8f6f4', 'e5m2', 'e3m2', 'f16', 'f16')
     """
     where = f"golden/{family}/{arch}/{qualifier}"

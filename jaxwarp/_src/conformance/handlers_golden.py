@@ -6,14 +6,14 @@ The files come from ``tools/crosscheck`` (outputs of MMA-Sim, Xie et al., arXiv
 every result carries ``source`` naming the reference model, and the report keeps the
 two apart.
 
-* ``mma``: ``mma_ptx`` on the logical matrices with the target of the architecture
+* ``mma``: ``mma_sync_ptx_logical`` on the logical matrices with the target of the architecture
   (``golden_keys.ARCH_TARGETS``). A configuration is *modelled* when jaxwarp's
   catalogue has its row (``isa.row_of``) and an ``ArchModel`` for the target has the
   row's datapath (:func:`model_status`); the rest are reported as not modelled, with
   their element counts, never as passed.
 * ``tcgen05``: ``jaxwarp.tcgen05_mma_logical(qualifier, A bits, B bits, C, arch=...)``
   with MMA-Sim's qualifier, when this version has it and its catalogue has the operand
-  types (``isa.a_types("tcgen05")``), else not modelled.
+  types (``isa.a_formats("tcgen05")``), else not modelled.
 * ``mma_block_scale``, ``tcgen05_block_scale``: ``block_scale.from_golden`` (logical form
   of the block-scaled instructions), where ``block_scale.parse_qualifier`` takes the
   qualifier.
@@ -38,7 +38,7 @@ import jaxwarp
 from jaxwarp._src.conformance import golden_keys as G
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import arch, block_scale, isa, mma_ptx
+from jaxwarp._src.tensorcore import arch, block_scale, isa, mma_sync
 
 #: The public entry point of jaxwarp's ``tcgen05.mma`` model, when this version has one.
 TCGEN05_ENTRY = "tcgen05_mma_logical"
@@ -85,8 +85,8 @@ def model_status(name: G.GoldenName) -> str:
     if name.family == "tcgen05":
         if getattr(jaxwarp, TCGEN05_ENTRY, None) is None:
             return f"no tcgen05.mma model in this version (jaxwarp.{TCGEN05_ENTRY} is absent)"
-        missing = [t for t in dict.fromkeys((name.a_type, name.b_type))
-                   if t not in isa.a_types("tcgen05")]
+        missing = [t for t in dict.fromkeys((name.a_format, name.b_format))
+                   if t not in isa.a_formats("tcgen05")]
         if missing:
             return f"tcgen05.mma with {missing} operands is not in jaxwarp's catalogue"
         return ""
@@ -96,17 +96,17 @@ def model_status(name: G.GoldenName) -> str:
     if model is None:
         return (f"no datapath model for {name.target} ({name.arch}) in this version; "
                 f"modelled targets: {tuple(arch.ARCHS)}")
-    for t in dict.fromkeys((name.a_type, name.b_type)):
-        if t not in isa.a_types("mma_sync"):
+    for t in dict.fromkeys((name.a_format, name.b_format)):
+        if t not in isa.a_formats("mma_sync"):
             return f"mma.sync with {t} operands is not in jaxwarp's catalogue"
-    row = isa.row_of("mma_sync", name.a_type, (name.m, name.n, name.k), kind=name.kind or None,
-                     b_type=name.b_type)
-    if (row is None or name.b_type not in row.b_types(name.a_type)
-            or (name.c_type, name.d_type) not in row.cd):
+    row = isa.row_of("mma_sync", name.a_format, (name.m, name.n, name.k), kind=name.kind or None,
+                     b_format=name.b_format)
+    if (row is None or name.b_format not in row.b_formats(name.a_format)
+            or (name.c_format, name.d_format) not in row.cd):
         return (f"mma.sync {name.ptx_qualifier} is not in jaxwarp's catalogue (isa.ROWS)")
     try:
-        arch.check_target(arch.parse_target(name.target), "mma_sync", name.a_type,
-                          name.b_type, name.k)
+        arch.check_target(arch.parse_target(name.target), "mma_sync", name.a_format,
+                          name.b_format, name.k)
     except ValueError as e:
         raise CaptureError(f"{name.group}: {name.arch} cannot issue it: {e}") from e
     if row.datapath in isa.EXACT_DATAPATHS:
@@ -171,22 +171,22 @@ def _codes(x: np.ndarray, t: str) -> jnp.ndarray:
 
 def _run(name: G.GoldenName, f: dict[str, np.ndarray]) -> np.ndarray:
     """D from jaxwarp, as raw bits (T, M, N)."""
-    c = _values(f["C"], name.c_type)
+    c = _values(f["C"], name.c_format)
     if name.family.endswith("block_scale"):
         d = block_scale.from_golden(name.family, name.qualifier, *(f[x] for x in (
             "A", "B", "C", "SA", "SB")))
     elif name.family == "mma":
         a, b = (_codes(f[x], name.field_type(x)) for x in ("A", "B"))
-        d = mma_ptx.mma_ptx(name.ptx_qualifier, a, b, c, arch=name.target)
+        d = mma_sync.mma_sync_ptx_logical(name.ptx_qualifier, a, b, c, arch=name.target)
     else:  # tcgen05 (model_status checked the entry point): MMA-Sim's qualifier, raw bits
         fn = getattr(jaxwarp, TCGEN05_ENTRY)
         d = fn(name.qualifier, jnp.asarray(f["A"]), jnp.asarray(f["B"]), c, arch=name.target)
-    return np.asarray(d).view(G.raw_dtype(name.d_type))
+    return np.asarray(d).view(G.raw_dtype(name.d_format))
 
 
 def _compare(name: G.GoldenName, got: np.ndarray, want: np.ndarray) -> tuple[np.ndarray, str]:
     ok = got == want
-    if name.d_type != "f64":
+    if name.d_format != "f64":
         return ok, ""
     both_nan = np.isnan(got.view(np.float64)) & np.isnan(want.view(np.float64))
     n = int((both_nan & ~ok).sum())

@@ -34,7 +34,7 @@ from jaxwarp._src.tensorcore import datapath, wgmma
 # Element types: raw capture bits -> storage dtypes, both read from the one format
 # registry (formats.FORMATS).
 
-_NEW_ARGS = ("b_type", "instruction", "instruction_k")
+_NEW_ARGS = ("b_format", "instruction", "instruction_k")
 _CHUNK_ELEMS = 1 << 22  # products per datapath call (m * n * k * trials)
 
 
@@ -78,19 +78,19 @@ def datapath_lacks(cfg: K.MmaName) -> str:
       >>> datapath_lacks(cfg)
       ''
     """
-    if cfg.a_type == "b1":
+    if cfg.a_format == "b1":
         return ""
     missing: list[str] = []
     params = _datapath_params()
     has_new = all(p in params for p in _NEW_ARGS)
     types = set(getattr(datapath, "A_TYPES", ())) | set(getattr(datapath, "B_TYPES", ()))
-    for t in dict.fromkeys((cfg.a_type, cfg.b_type)):
+    for t in dict.fromkeys((cfg.a_format, cfg.b_format)):
         if t not in types:
             missing.append(f"operand type {t!r}")
     if not has_new:
-        if cfg.a_type != cfg.b_type:
-            missing.append("b_type= (mixed A/B types)")
-        if cfg.a_type not in K.INT_TYPES:  # integer sums are exact whatever the instruction
+        if cfg.a_format != cfg.b_format:
+            missing.append("b_format= (mixed A/B types)")
+        if cfg.a_format not in K.INT_TYPES:  # integer sums are exact whatever the instruction
             missing.append(f"instruction={cfg.instruction!r}, instruction_k= (float "
                            f"arithmetic depends on the instruction)")
     return ", ".join(missing)
@@ -99,13 +99,13 @@ def datapath_lacks(cfg: K.MmaName) -> str:
 @functools.cache
 def _step_fn(cfg_key: tuple) -> Callable[..., jax.Array]:
     """One instruction, jitted: (a, b, c) -> d, batched over leading dims."""
-    op, a_type, b_type, c_type, d_type, k, satf, bmma_op = cfg_key
-    if a_type == "b1":
+    op, a_format, b_format, c_format, d_format, k, satf, bmma_op = cfg_key
+    if a_format == "b1":
         return jax.jit(functools.partial(datapath.bmma, op=bmma_op))
-    kw: dict[str, Any] = dict(a_type=a_type, c_type=c_type, d_type=d_type, satf=satf)
+    kw: dict[str, Any] = dict(a_format=a_format, c_format=c_format, d_format=d_format, satf=satf)
     if all(p in _datapath_params() for p in _NEW_ARGS):
         # wgmma exists only on sm_90a; the captures were built for sm_90a (same GPU).
-        kw.update(b_type=b_type, instruction="wgmma" if op == "wgmma" else "mma_sync",
+        kw.update(b_format=b_format, instruction="wgmma" if op == "wgmma" else "mma_sync",
                   instruction_k=k, arch="sm_90a" if op == "wgmma" else "sm_90")
     return jax.jit(functools.partial(datapath.mma, **kw))
 
@@ -140,13 +140,13 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
     lacks = datapath_lacks(cfg)
     if lacks:
         raise NotImplementedError(f"datapath lacks {lacks}")
-    A = _as_values(cap[f"{base}/A"], cfg.a_type, f"{base}/A")
-    B = _as_values(cap[f"{base}/B"], cfg.b_type, f"{base}/B")
-    C = _as_values(cap[f"{base}/C"], cfg.c_type, f"{base}/C")
+    A = _as_values(cap[f"{base}/A"], cfg.a_format, f"{base}/A")
+    B = _as_values(cap[f"{base}/B"], cfg.b_format, f"{base}/B")
+    C = _as_values(cap[f"{base}/C"], cfg.c_format, f"{base}/C")
     want = np.asarray(cap[f"{base}/D"])
-    if want.dtype != _raw_dtype(cfg.d_type):
-        raise CaptureError(f"{base}/D: type {cfg.d_type} is stored as "
-                           f"{_raw_dtype(cfg.d_type).name}; got {want.dtype}")
+    if want.dtype != _raw_dtype(cfg.d_format):
+        raise CaptureError(f"{base}/D: type {cfg.d_format} is stored as "
+                           f"{_raw_dtype(cfg.d_format).name}; got {want.dtype}")
     t = len(A)
     kk = cfg.k * cfg.steps
     shapes = {"A": (A.shape, (t, cfg.m, kk)), "B": (B.shape, (t, kk, cfg.n)),
@@ -154,21 +154,21 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
     for what, (got_s, want_s) in shapes.items():
         if tuple(got_s) != want_s:
             raise CaptureError(f"{base}/{what} has shape {tuple(got_s)}; the name says {want_s}")
-    for what, flag, t_ in (("A", cfg.neg_a, cfg.a_type), ("B", cfg.neg_b, cfg.b_type)):
+    for what, flag, t_ in (("A", cfg.neg_a, cfg.a_format), ("B", cfg.neg_b, cfg.b_format)):
         if flag and not FORMATS[t_].is_float:
             raise CaptureError(f"{base}: .neg{what} with the non-float type {t_}")
-    key = (cfg.op, cfg.a_type, cfg.b_type, cfg.c_type, cfg.d_type, cfg.k, cfg.satf,
+    key = (cfg.op, cfg.a_format, cfg.b_format, cfg.c_format, cfg.d_format, cfg.k, cfg.satf,
            cfg.bmma_op)
     if cfg.neg_a:
-        A = (_bits(A, cfg.a_type) ^ _raw_dtype(cfg.a_type).type(_sign_bit(cfg.a_type))
+        A = (_bits(A, cfg.a_format) ^ _raw_dtype(cfg.a_format).type(_sign_bit(cfg.a_format))
              ).view(A.dtype)
     if cfg.neg_b:
-        B = (_bits(B, cfg.b_type) ^ _raw_dtype(cfg.b_type).type(_sign_bit(cfg.b_type))
+        B = (_bits(B, cfg.b_format) ^ _raw_dtype(cfg.b_format).type(_sign_bit(cfg.b_format))
              ).view(B.dtype)
     if cfg.scale_d0:
         # C ignored: -0 is the additive identity (x + -0 == x for every x, +0 included,
         # under round-to-nearest and round-toward-zero); integer C becomes 0.
-        C = np.full(C.shape, _sign_bit(cfg.c_type), _raw_dtype(cfg.c_type)).view(C.dtype)
+        C = np.full(C.shape, _sign_bit(cfg.c_format), _raw_dtype(cfg.c_format)).view(C.dtype)
     step = _step_fn(key)
     fn = step if cfg.steps == 1 else _chain_fn(step, cfg.steps, cfg.k)
     per = max(1, _CHUNK_ELEMS // (cfg.m * cfg.n * cfg.k))
@@ -181,7 +181,7 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
         d = fn(jnp.asarray(A[idx]), jnp.asarray(B[idx]), jnp.asarray(C[idx]))
         outs.append(np.asarray(d)[: e - s])
     got = np.concatenate(outs)
-    return _bits(got, cfg.d_type), want
+    return _bits(got, cfg.d_format), want
 
 
 def wgmma_qualifier(cfg: K.MmaName) -> str:
@@ -192,7 +192,7 @@ def wgmma_qualifier(cfg: K.MmaName) -> str:
       'm64n16k32.satfinite.s32.s8.u8'
     """
     q = f"m64n{cfg.n}k{cfg.k}" + (".satfinite" if cfg.satf else "")
-    q += f".{cfg.d_type}.{cfg.a_type}.{cfg.b_type}"
+    q += f".{cfg.d_format}.{cfg.a_format}.{cfg.b_format}"
     return q + (f".{cfg.bmma_op}.popc" if cfg.bmma_op else "")
 
 
@@ -218,7 +218,7 @@ def _layout_d(cap: Any, base: str, cfg: K.MmaName) -> GroupResult:
     if raw.ndim != 3 or raw.shape[0] != planes or raw.shape[1:] != row.shape[:2]:
         raise CaptureError(f"{group} has shape {raw.shape}; want ({planes}, "
                            f"{row.shape[0]}, {row.shape[1]})")
-    halves = (np.stack([raw & 0xFFFF, raw >> 16], -1) if cfg.d_type == "f16"
+    halves = (np.stack([raw & 0xFFFF, raw >> 16], -1) if cfg.d_format == "f16"
               else raw[..., None])
     nz = (halves != 0).astype(np.int64)
     got_row = sum(nz[p] << p for p in range(6))
@@ -260,7 +260,7 @@ def mma_configs(cap: Any, keys: set) -> Iterator[GroupResult]:
             yield GroupResult(base, 0, 0, error=f"{base} has zero trials (D is empty): "
                               f"nothing to compare")
             continue
-        why = targets.refusal(cap, cfg.instruction, cfg.a_type, cfg.b_type)
+        why = targets.refusal(cap, cfg.instruction, cfg.a_format, cfg.b_format)
         if why:
             yield GroupResult(base, 0, n_out, error=why)
             if "layout_D" in subs:

@@ -44,7 +44,7 @@ def fragment_refusal(d, spec) -> str:
     """
     if spec.use != "accumulator":
         return targets.refusal(d, "wmma", spec.type)
-    why = [targets.refusal(d, "wmma", e.ab_type) for e in table.TABLE
+    why = [targets.refusal(d, "wmma", e.operand_format) for e in table.TABLE
            if spec.type in e.accumulator_types]
     return "" if not why or not all(why) else why[0]
 
@@ -68,9 +68,9 @@ class MmaConfig:
     """A parsed capture configuration name such as ``f16.f32f32.m16n16k16.rc``."""
 
     name: str
-    a_type: str
-    c_type: str
-    d_type: str
+    a_format: str
+    c_format: str
+    d_format: str
     shape: tuple[int, int, int]
     layouts: tuple[str, str]
     satf: bool = False
@@ -83,32 +83,32 @@ class MmaConfig:
             prefix, cd, shape, lay = name.split(".")
             m, rest = shape[1:].split("n")
             n, k = rest.split("k")
-            c_type, d_type = cd[:3], cd[3:]
+            c_format, d_format = cd[:3], cd[3:]
             if len(cd) != 6 or lay[0] not in _LAYOUTS or lay[1] not in _LAYOUTS or len(lay) != 2:
                 raise ValueError
         except ValueError:
             raise CaptureError(f"{name!r} is not a WMMA configuration name like "
                                f"'f16.f32f32.m16n16k16.rc'") from None
         kw: dict[str, Any] = {}
-        a_type = prefix
+        a_format = prefix
         if prefix.startswith("b1") and prefix[2:] in ("xor", "and"):
-            a_type, kw["bmma_op"] = "b1", prefix[2:]
+            a_format, kw["bmma_op"] = "b1", prefix[2:]
         elif prefix.endswith("sat"):
-            a_type, kw["satf"] = prefix[:-3], True
+            a_format, kw["satf"] = prefix[:-3], True
         elif prefix == "tf32cvt":
-            a_type, kw["tf32_cvt"] = "tf32", True
+            a_format, kw["tf32_cvt"] = "tf32", True
         elif prefix == "f64chain":  # chained steps: each trial records its own C
-            a_type = "f64"
+            a_format = "f64"
 
-        valid = tuple(e.ab_type for e in table.TABLE)
-        if a_type not in valid:
-            raise CaptureError(f"{name!r}: A/B type {a_type!r} is not a WMMA type; valid: "
+        valid = tuple(e.operand_format for e in table.TABLE)
+        if a_format not in valid:
+            raise CaptureError(f"{name!r}: A/B type {a_format!r} is not a WMMA type; valid: "
                                f"{valid} (prefixes: sat, tf32cvt, f64chain, b1xor, b1and)")
-        for what, t in (("C", c_type), ("D", d_type)):
+        for what, t in (("C", c_format), ("D", d_format)):
             if t not in table.ACCUMULATOR_TYPES:
                 raise CaptureError(f"{name!r}: {what} type {t!r} is not a WMMA accumulator "
                                    f"type; valid: {table.ACCUMULATOR_TYPES}")
-        return cls(name, a_type, c_type, d_type, (int(m), int(n), int(k)),
+        return cls(name, a_format, c_format, d_format, (int(m), int(n), int(k)),
                    (_LAYOUTS[lay[0]], _LAYOUTS[lay[1]]), **kw)
 
 
@@ -122,7 +122,7 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
         CaptureError: a name or shapes that do not follow the schema, or zero trials.
     """
     cfg = MmaConfig.parse(name)
-    et, ct, dt = (table.ELEMENT_TYPES[t] for t in (cfg.a_type, cfg.c_type, cfg.d_type))
+    et, ct, dt = (table.ELEMENT_TYPES[t] for t in (cfg.a_format, cfg.c_format, cfg.d_format))
 
     def values(key: str, t) -> np.ndarray:
         v = np.asarray(cap[f"{name}/{key}"])
@@ -138,13 +138,13 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     if A.shape[1:] != (m, k) or B.shape[1:] != (k, n) or C.shape[1:] != (m, n):
         raise CaptureError(f"{name}: A/B/C shapes {A.shape[1:]}, {B.shape[1:]}, "
                            f"{C.shape[1:]} do not fit {cfg.shape}")
-    a_spec = fragment("matrix_a", m, n, k, cfg.a_type, cfg.layouts[0])
-    b_spec = fragment("matrix_b", m, n, k, cfg.a_type, cfg.layouts[1])
-    c_spec = fragment("accumulator", m, n, k, cfg.c_type)
-    a_mems = [wmma.matrix_to_memory(a, cfg.a_type, cfg.layouts[0]) for a in A]
-    b_mems = [wmma.matrix_to_memory(b, cfg.a_type, cfg.layouts[1]) for b in B]
+    a_spec = fragment("matrix_a", m, n, k, cfg.a_format, cfg.layouts[0])
+    b_spec = fragment("matrix_b", m, n, k, cfg.a_format, cfg.layouts[1])
+    c_spec = fragment("accumulator", m, n, k, cfg.c_format)
+    a_mems = [wmma.matrix_to_memory(a, cfg.a_format, cfg.layouts[0]) for a in A]
+    b_mems = [wmma.matrix_to_memory(b, cfg.a_format, cfg.layouts[1]) for b in B]
     lda, ldb = a_mems[0][1], b_mems[0][1]
-    c_mem, ldc = wmma.matrix_to_memory(C.reshape(trials * m, n), cfg.c_type, "mem_row_major")
+    c_mem, ldc = wmma.matrix_to_memory(C.reshape(trials * m, n), cfg.c_format, "mem_row_major")
     c_mem = c_mem.reshape(trials, m * ldc)
 
     def warp(a_mem, b_mem, c_mem):
@@ -157,7 +157,7 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
         if cfg.bmma_op:
             d = wmma.bmma_sync(a, b, c, cfg.bmma_op)
         else:
-            d = wmma.mma_sync(a, b, c, satf=cfg.satf, d_type=cfg.d_type)
+            d = wmma.mma_sync(a, b, c, satf=cfg.satf, d_format=cfg.d_format)
         return wmma.store_matrix_sync(jnp.zeros(m * ldc, dt.memory_dtype), d, ldc,
                                       "mem_row_major")
 
@@ -187,7 +187,7 @@ def mma_configs(d, keys) -> Iterator[GroupResult]:
             yield GroupResult(f"mma/{name}", 0, 0, error=f"{name} has zero trials (D is "
                               f"empty): nothing to compare")
             continue
-        why = targets.refusal(d, "wmma", cfg.a_type)
+        why = targets.refusal(d, "wmma", cfg.a_format)
         if why:
             yield GroupResult(f"mma/{name}", 0, n_out, error=why)
             continue

@@ -33,7 +33,7 @@ class MmaName:
     Attributes:
       op: ``"ptx"`` (``mma.sync``) or ``"wgmma"``.
       name: the name as in the file (with ``x{steps}`` for chains).
-      a_type, b_type, c_type, d_type: element types.
+      a_format, b_format, c_format, d_format: element types.
       m, n, k: the shape of one instruction.
       steps: instructions chained (D of one is C of the next); 1 outside chains.
       layouts: the m8n8k4 f16 layout suffix (``"rr"``, ``"cr"``, ``"cc"``) or ``""``.
@@ -47,10 +47,10 @@ class MmaName:
 
     op: str
     name: str
-    a_type: str
-    b_type: str
-    c_type: str
-    d_type: str
+    a_format: str
+    b_format: str
+    c_format: str
+    d_format: str
     m: int
     n: int
     k: int
@@ -85,7 +85,7 @@ def parse_mma_name(op: str, name: str, chain: bool = False) -> MmaName:
 
     Example:
       >>> n = parse_mma_name("wgmma", "f16.f16.f32f32.m64n8k16.ta.tb.sw64")
-      >>> (n.a_type, n.k, n.trans_a, n.trans_b, n.swizzle)
+      >>> (n.a_format, n.k, n.trans_a, n.trans_b, n.swizzle)
       ('f16', 16, True, True, 64)
       >>> parse_mma_name("ptx", "bf16.bf16.f32f32.m16n8k16x256", chain=True).steps
       256
@@ -97,12 +97,12 @@ def parse_mma_name(op: str, name: str, chain: bool = False) -> MmaName:
     if len(parts) < 4:
         raise CaptureError(f"{where}: not '{{atype}}.{{btype}}.{{ctype}}{{dtype}}.m{{M}}n{{N}}"
                            f"k{{K}}[suffixes]' (FORMAT_PTX.md / FORMAT_WGMMA.md)")
-    a_type, b_type, cd, shape, *suffixes = parts
-    for what, t in (("A", a_type), ("B", b_type)):
+    a_format, b_format, cd, shape, *suffixes = parts
+    for what, t in (("A", a_format), ("B", b_format)):
         if t not in OPERAND_TYPES:
             raise CaptureError(f"{where}: {what} type {t!r} unknown; valid: {OPERAND_TYPES}")
-    c_type, d_type = cd[:3], cd[3:]
-    for what, t in (("C", c_type), ("D", d_type)):
+    c_format, d_format = cd[:3], cd[3:]
+    for what, t in (("C", c_format), ("D", d_format)):
         if len(cd) != 6 or t not in ACCUMULATOR_TYPES:
             raise CaptureError(f"{where}: {what} type in {cd!r} unknown; valid: "
                                f"{ACCUMULATOR_TYPES} (written as e.g. 'f32f32')")
@@ -131,7 +131,7 @@ def parse_mma_name(op: str, name: str, chain: bool = False) -> MmaName:
         if rest:
             raise CaptureError(f"{where}: suffix {'.'.join(rest)!r} unknown; valid: layouts "
                                f"{_PTX_LAYOUTS}, 'satfinite', 'xor', 'and'")
-        if a_type == "b1" and "bmma_op" not in kw:
+        if a_format == "b1" and "bmma_op" not in kw:
             raise CaptureError(f"{where}: a b1 configuration needs '.xor' or '.and'")
     else:
         order = [f for f in _WGMMA_FLAGS if f in rest]
@@ -145,11 +145,11 @@ def parse_mma_name(op: str, name: str, chain: bool = False) -> MmaName:
         kw.update(areg="areg" in rest, trans_a="ta" in rest, trans_b="tb" in rest,
                   swizzle=sw[0] if sw else 0, neg_a="negA" in rest, neg_b="negB" in rest,
                   scale_d0="scaled0" in rest)
-        if a_type == "b1":
+        if a_format == "b1":
             kw["bmma_op"] = "and"  # sm_90a wgmma has only .and.popc
-    if (a_type == "b1") != (b_type == "b1"):
+    if (a_format == "b1") != (b_format == "b1"):
         raise CaptureError(f"{where}: b1 goes only with b1")
-    return MmaName(op, name, a_type, b_type, c_type, d_type, m, n, k, steps, **kw)
+    return MmaName(op, name, a_format, b_format, c_format, d_format, m, n, k, steps, **kw)
 
 
 def split_key(key: str) -> tuple[str, str, str] | None:

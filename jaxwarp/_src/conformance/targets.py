@@ -44,13 +44,13 @@ def device_target(device: str) -> arch.Target | None:
                      f"(known: {arch.TARGETS})")
 
 
-def refusal(cap: Any, instruction: str, a_type: str, b_type: str | None = None) -> str:
+def refusal(cap: Any, instruction: str, a_format: str, b_format: str | None = None) -> str:
     """Why the capture's GPU cannot have run ``instruction`` on these operand types.
 
     Args:
       cap: the capture (its ``device`` key, if any, names the GPU).
       instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"`` (``arch.INSTRUCTIONS``).
-      a_type, b_type: operand types (``b_type`` defaults to ``a_type``).
+      a_format, b_format: operand types (``b_format`` defaults to ``a_format``).
 
     Returns:
       ``""`` when the GPU has the instruction, or when ``device`` is absent or names no
@@ -73,7 +73,7 @@ def refusal(cap: Any, instruction: str, a_type: str, b_type: str | None = None) 
     if target is None:
         return ""
     try:
-        arch.check_target(target, instruction, a_type, b_type or a_type)
+        arch.check_target(target, instruction, a_format, b_format or a_format)
     except ValueError as e:
         return f"captured on {device!r}, a GPU that lacks the instruction: {e}"
     return ""

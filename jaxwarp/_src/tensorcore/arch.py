@@ -152,14 +152,14 @@ def has(target: Target, sm: int, arch_specific: bool = False) -> bool:
     return target.sm >= sm
 
 
-def check_target(target: Target, instruction: str, a_type: str, b_type: str,
+def check_target(target: Target, instruction: str, a_format: str, b_format: str,
                  k: int | None = None) -> None:
     """Raises ValueError if ``target`` cannot issue ``instruction`` on these types (at
     instruction k ``k``, or at its smallest target). Minimums: ``isa.ROWS``."""
-    for t in dict.fromkeys((a_type, b_type)):
+    for t in dict.fromkeys((a_format, b_format)):
         if not isa.rows(instruction, t):
             raise ValueError(f"instruction={instruction!r} has no {t!r} operands; it takes "
-                             f"{sorted(isa.a_types(instruction))}")
+                             f"{sorted(isa.a_formats(instruction))}")
         sm, needs_a = isa.min_target(instruction, t)
         if not has(target, sm, needs_a):
             raise ValueError(f"{instruction} with {t} operands needs {_need(sm, needs_a)}; "
@@ -173,25 +173,25 @@ def check_target(target: Target, instruction: str, a_type: str, b_type: str,
                                  f"arch={target.name!r}")
 
 
-def instruction_k(instruction: str, a_type: str, k: int, requested: int | None) -> int:
+def instruction_k(instruction: str, a_format: str, k: int, requested: int | None) -> int:
     """The k of one instruction: ``requested`` if given (checked), else the largest
     shape of the family that divides the k axis. Raises ValueError naming the shapes."""
-    auto, extra = isa.instruction_ks(instruction, a_type)
+    auto, extra = isa.instruction_ks(instruction, a_format)
     allowed = auto + extra
     if requested is not None:
         if requested not in allowed:
             raise ValueError(f"instruction_k={requested!r} is not a k of {instruction} with "
-                             f"{a_type} operands; allowed: {allowed}")
+                             f"{a_format} operands; allowed: {allowed}")
         if k % requested:
             raise ValueError(f"k = {k} is not a multiple of instruction_k={requested} "
-                             f"({instruction} {a_type}): k must be a chain of whole "
+                             f"({instruction} {a_format}): k must be a chain of whole "
                              f"instructions")
         return requested
     for ik in auto:
         if k % ik == 0:
             return ik
     raise ValueError(f"k = {k} is not a multiple of the k of any {instruction} shape with "
-                     f"{a_type} operands {auto}; pad k or pass instruction_k")
+                     f"{a_format} operands {auto}; pad k or pass instruction_k")
 
 
 # --------------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ class Datapath:
         >>> a = z.at[0, :2].set(jnp.array([1.0, -2.0**-13], jnp.float16))
         >>> b = z.at[:2, 0].set(jnp.array([1.0, 2.0**-13], jnp.float16))
         >>> c = jnp.zeros((16, 16), jnp.float32)
-        >>> kw = dict(a_type="f16", c_type="f32", d_type="f32")
+        >>> kw = dict(a_format="f16", c_format="f32", d_format="f32")
         >>> float(jaxwarp.mma(a, b, c, **kw)[0, 0])  # the term -2**-26 is cut at 2**-25
         1.0
         >>> float(jaxwarp.mma(a, b, c, **kw, datapath=h100.replace(F=26))[0, 0])
@@ -331,10 +331,10 @@ class Datapath:
 FAMILIES = isa.float_datapaths()
 
 
-def family(instruction: str, a_type: str, ik: int, b_type: str | None = None) -> str:
+def family(instruction: str, a_format: str, ik: int, b_format: str | None = None) -> str:
     """The datapath family of one instruction (WMMA tf32 m16n16k8 is two k4 ones; A
     e4m3 with B e2m1 is ``kind::f8f6f4``)."""
-    return isa.datapath_family(instruction, a_type, ik, b_type)
+    return isa.datapath_family(instruction, a_format, ik, b_format)
 
 
 #: What an :class:`ArchModel` was checked against: captures of the GPU, the published
@@ -550,13 +550,13 @@ ARCHS: Mapping[str, ArchModel] = MappingProxyType({
 })
 
 
-def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int,
-                 b_type: str | None = None) -> Datapath:
+def datapath_for(arch: str | ArchModel, instruction: str, a_format: str, ik: int,
+                 b_format: str | None = None) -> Datapath:
     """The :class:`Datapath` that ``arch``'s model uses for one instruction (B type
-    ``b_type``, default ``a_type``).
+    ``b_format``, default ``a_format``).
 
     Raises:
-      ValueError: an unknown ``instruction``, an ``a_type`` it does not take, or an
+      ValueError: an unknown ``instruction``, an ``a_format`` it does not take, or an
         ``ik`` that is not the k of one of its shapes (each named, with what is allowed).
 
     Example:
@@ -567,13 +567,13 @@ def datapath_for(arch: str | ArchModel, instruction: str, a_type: str, ik: int,
     """
     model = arch if isinstance(arch, ArchModel) else ARCHS[supported_target(arch).name]
     static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    a_type = format_name(a_type, "a_type", isa.a_types(instruction), FORMAT_ALIASES,
+    a_format = format_name(a_format, "a_format", isa.a_formats(instruction), FORMAT_ALIASES,
                          need_x64=False)
-    ks = tuple(dict.fromkeys(k for r in isa.rows(instruction, a_type) for k in r.ks))
+    ks = tuple(dict.fromkeys(k for r in isa.rows(instruction, a_format) for k in r.ks))
     if isinstance(ik, bool) or ik not in ks:
-        raise ValueError(f"ik={ik!r} is not the k of a {instruction} shape with {a_type} "
+        raise ValueError(f"ik={ik!r} is not the k of a {instruction} shape with {a_format} "
                          f"operands; allowed: {ks}")
-    if b_type is not None:
-        b_type = format_name(b_type, "b_type", isa.b_types(instruction, a_type),
+    if b_format is not None:
+        b_format = format_name(b_format, "b_format", isa.b_formats(instruction, a_format),
                              FORMAT_ALIASES, need_x64=False)
-    return model.datapath(family(instruction, a_type, ik, b_type))
+    return model.datapath(family(instruction, a_format, ik, b_format))

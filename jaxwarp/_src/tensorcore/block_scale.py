@@ -43,7 +43,7 @@ Example:
     >>> sa = jnp.full((16, 1), 127 + 3, jnp.uint8)  # 2**3
     >>> sb = jnp.full((1, 8), 127 - 1, jnp.uint8)  # 2**-1
     >>> d = jaxwarp.mma_block_scale_logical(a, b, jnp.zeros((16, 8), jnp.float32), sa, sb,
-    ...                                     a_type="e4m3")
+    ...                                     a_format="e4m3")
     >>> float(d[0, 0])  # 32 products of 1 * 1 * 8 * 0.5
     128.0
 """
@@ -182,11 +182,11 @@ class _Scale(NamedTuple):
     nan: jax.Array
 
 
-def _decode_scale(codes: jax.Array, scale_type: str) -> _Scale:
+def _decode_scale(codes: jax.Array, scale_format: str) -> _Scale:
     """ue8m0 (``2**(code - 127)``, 0xFF NaN) or ue4m3 (e4m3 without its sign bit: bit 7
     is ignored, 0x7F NaN) codes; a subnormal ue4m3 aligns at e4m3's minimum normal
     exponent -6 (``softfloat.decode`` with ``sub_emin``)."""
-    _, lsb, sig, lead, _, nan = softfloat.decode(codes.astype(jnp.uint32), scale_type, True)
+    _, lsb, sig, lead, _, nan = softfloat.decode(codes.astype(jnp.uint32), scale_format, True)
     return _Scale(sig.astype(jnp.int32), lsb, lead, nan)
 
 
@@ -280,9 +280,9 @@ def _group_chunk(ai, bi, k0: int, k1: int, c_bits, sa: _Scale, sb: _Scale,
 class _Cfg(NamedTuple):
     """Static configuration (hashable: a jit static argument)."""
 
-    a_type: str
-    b_type: str
-    scale_type: str
+    a_format: str
+    b_format: str
+    scale_format: str
     block: int
     ik: int
     dp: BlockScaleDatapath
@@ -292,17 +292,17 @@ def _instruction(a, b, sa, sb, c_bits, cfg: _Cfg):
     """One instruction (k = cfg.ik) from C bits: its chunks chained."""
     dp = cfg.dp
     L = min(dp.chunk, cfg.ik)
-    sa, sb = _decode_scale(sa, cfg.scale_type), _decode_scale(sb, cfg.scale_type)
+    sa, sb = _decode_scale(sa, cfg.scale_format), _decode_scale(sb, cfg.scale_format)
     for k0 in range(0, cfg.ik, L):
         if dp.terms == "product":
             j = k0 // cfg.block
             s_a = _Scale(*(x[..., :, j:j + 1] for x in sa))
             s_b = _Scale(*(x[..., j:j + 1, :] for x in sb))
             c_bits = _product_chunk(a, b, list(range(k0, k0 + L)), c_bits, s_a, s_b, dp,
-                                    softfloat.emin(cfg.a_type) + softfloat.emin(cfg.b_type))
+                                    softfloat.emin(cfg.a_format) + softfloat.emin(cfg.b_format))
         else:
             c_bits = _group_chunk(a, b, k0, k0 + L, c_bits, sa, sb, dp, cfg.block,
-                                  softfloat.lsb_min(cfg.a_type) + softfloat.lsb_min(cfg.b_type))
+                                  softfloat.lsb_min(cfg.a_format) + softfloat.lsb_min(cfg.b_format))
     return c_bits
 
 
@@ -319,8 +319,8 @@ def _operands(codes: jax.Array, fmt: str, dp: BlockScaleDatapath):
 
 @functools.partial(jax.jit, static_argnums=(5,))
 def _compute(a, b, c, scale_a, scale_b, cfg: _Cfg):
-    a = _operands(a, cfg.a_type, cfg.dp)
-    b = _operands(b, cfg.b_type, cfg.dp)
+    a = _operands(a, cfg.a_format, cfg.dp)
+    b = _operands(b, cfg.b_format, cfg.dp)
     ik, nb = cfg.ik, cfg.ik // cfg.block
     k = scale_a.shape[-1] * cfg.block
 
@@ -373,8 +373,8 @@ def _code_array(x: jax.Array, name: str, fmt: str) -> jax.Array:
 
 
 def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, *,
-                            a_type: Any, b_type: Any = None, kind: str = "mxf8f6f4",
-                            scale_type: Any = "ue8m0", block: int = 32,
+                            a_format: Any, b_format: Any = None, kind: str = "mxf8f6f4",
+                            scale_format: Any = "ue8m0", block: int = 32,
                             instruction: str = "mma_sync", arch: Any = None,
                             datapath: BlockScaleDatapath | None = None) -> jax.Array:
     """``D = (A * SA) @ (B * SB) + C`` of block-scaled MMA instructions, on logical matrices.
@@ -386,7 +386,7 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     register forms with their scale selectors (``byte-id``, ``thread-id``) come later.
 
     Args:
-      a: (..., M, K) uint8 codes of ``a_type``, one element per entry in its low bits
+      a: (..., M, K) uint8 codes of ``a_format``, one element per entry in its low bits
         (e2m1 in bits 3:0, e2m3 / e3m2 in bits 5:0; higher bits are ignored), or for
         e4m3 / e5m2 also ``float8_e4m3fn`` / ``float8_e5m2`` values. M is 16 (mma.sync)
         or 128 (tcgen05); K a multiple of the instruction's k (32 for mxf8f6f4, 64 for
@@ -398,11 +398,11 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
         at ``j * block <= k < (j + 1) * block``.
       scale_b: (..., K / block, N) uint8 scale codes, for B's columns likewise.
         Leading batch axes of a, b, c and the scales broadcast.
-      a_type, b_type: static element formats (b_type defaults to a_type):
+      a_format, b_format: static element formats (b_format defaults to a_format):
         mxf8f6f4: any of e4m3, e5m2, e3m2, e2m3, e2m1 (A and B may differ);
         mxf4 / mxf4nvf4: e2m1.
       kind: ``"mxf8f6f4"``, ``"mxf4"`` or ``"mxf4nvf4"``.
-      scale_type: ``"ue8m0"`` (``2**(code - 127)``, 0xFF NaN) or ``"ue4m3"`` (an e4m3
+      scale_format: ``"ue8m0"`` (``2**(code - 127)``, 0xFF NaN) or ``"ue4m3"`` (an e4m3
         whose sign bit is ignored; mxf4nvf4 with block 16 only).
       block: scale block size along k: 32, or 16 (mxf4nvf4).
       instruction: ``"mma_sync"`` or ``"tcgen05"``.
@@ -425,22 +425,22 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
       >>> sb = jnp.array([[0x40], [0x38], [0x38], [0x30]], jnp.uint8) * jnp.ones(
       ...     (4, 8), jnp.uint8)  # 2.0, 1.0, 1.0, 0.5
       >>> d = jaxwarp.mma_block_scale_logical(
-      ...     a, b, jnp.ones((16, 8), jnp.float32), sa, sb, a_type="e2m1",
-      ...     kind="mxf4nvf4", scale_type="ue4m3", block=16)
+      ...     a, b, jnp.ones((16, 8), jnp.float32), sa, sb, a_format="e2m1",
+      ...     kind="mxf4nvf4", scale_format="ue4m3", block=16)
       >>> float(d[0, 0])  # 1 + 16 * 0.5 * (2 + 1 + 1 + 0.5)
       37.0
     """
     a, b, c, scale_a, scale_b = checks.array_args(a=a, b=b, c=c, scale_a=scale_a,
                                                   scale_b=scale_b)
     row = _row(instruction, kind)
-    b_type = a_type if b_type is None else b_type
-    a_type = checks.format_name(a_type, "a_type", row.a_types, FORMAT_ALIASES)
-    b_type = checks.format_name(b_type, "b_type", row.a_types, FORMAT_ALIASES)
-    scale_type = checks.format_name(scale_type, "scale_type", SCALE_TYPES, FORMAT_ALIASES)
+    b_format = a_format if b_format is None else b_format
+    a_format = checks.format_name(a_format, "a_format", row.a_formats, FORMAT_ALIASES)
+    b_format = checks.format_name(b_format, "b_format", row.a_formats, FORMAT_ALIASES)
+    scale_format = checks.format_name(scale_format, "scale_format", SCALE_TYPES, FORMAT_ALIASES)
     block = checks.static_int(block, "block")
-    if (block, scale_type) not in row.scales:
+    if (block, scale_format) not in row.scales:
         raise ValueError(f"kind::{kind} of {instruction} has no block={block} with "
-                         f"scale_type={scale_type!r}; allowed (block, scale_type): "
+                         f"scale_format={scale_format!r}; allowed (block, scale_format): "
                          f"{row.scales}")
     if arch is None:
         arch = row.targets[0]
@@ -452,9 +452,9 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     elif not isinstance(datapath, BlockScaleDatapath):
         raise TypeError(f"datapath must be a BlockScaleDatapath or None, got "
                         f"{type(datapath).__name__}")
-    _check_datapath(datapath, a_type, b_type, scale_type, block, row.k)
-    a = _code_array(a, "a", a_type)
-    b = _code_array(b, "b", b_type)
+    _check_datapath(datapath, a_format, b_format, scale_format, block, row.k)
+    a = _code_array(a, "a", a_format)
+    b = _code_array(b, "b", b_format)
     m, k = a.shape[-2:]
     k2, n = b.shape[-2:]
     shapes = {s[:2] for s in row.shapes}
@@ -473,7 +473,7 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     for name, x, want in (("scale_a", scale_a, (m, k // block)),
                           ("scale_b", scale_b, (k // block, n))):
         if x.dtype != jnp.uint8:
-            raise TypeError(f"{name} must hold {scale_type} codes as uint8, got {x.dtype}")
+            raise TypeError(f"{name} must hold {scale_format} codes as uint8, got {x.dtype}")
         if x.ndim < 2 or x.shape[-2:] != want:
             raise ValueError(f"{name} must have shape (..., {want[0]}, {want[1]}) (K / block "
                              f"= {k} / {block}), got {x.shape}")
@@ -482,7 +482,7 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     except ValueError as e:
         raise ValueError(f"batch axes of a {a.shape}, b {b.shape}, c {c.shape}, scale_a "
                          f"{scale_a.shape}, scale_b {scale_b.shape} do not broadcast") from e
-    cfg = _Cfg(a_type, b_type, scale_type, block, row.k, datapath)
+    cfg = _Cfg(a_format, b_format, scale_format, block, row.k, datapath)
     return _compute(a, b, c, scale_a, scale_b, cfg)
 
 
@@ -493,12 +493,12 @@ def _shapes_text(row: isa.BlockScaleRow) -> str:
     return f"M = {ms[0]}, N = {n_text}"
 
 
-def _check_datapath(dp: BlockScaleDatapath, a_type: str, b_type: str, scale_type: str,
+def _check_datapath(dp: BlockScaleDatapath, a_format: str, b_format: str, scale_format: str,
                     block: int, ik: int) -> None:
     L = min(dp.chunk, ik)
-    if dp.terms == "product" and scale_type != "ue8m0":
+    if dp.terms == "product" and scale_format != "ue8m0":
         raise ValueError(f"datapath with terms='product' is modelled for power-of-two "
-                         f"(ue8m0) scales, got scale_type={scale_type!r}")
+                         f"(ue8m0) scales, got scale_format={scale_format!r}")
     if ik % L:
         raise ValueError(f"datapath.chunk={dp.chunk} does not divide the instruction's k "
                          f"{ik}")
@@ -506,9 +506,9 @@ def _check_datapath(dp: BlockScaleDatapath, a_type: str, b_type: str, scale_type
         raise ValueError(f"datapath with terms='product' needs each chunk inside one scale "
                          f"block: chunk {L} does not divide block={block}")
     if dp.terms == "group":
-        if a_type != "e2m1" or b_type != "e2m1":
+        if a_format != "e2m1" or b_format != "e2m1":
             raise ValueError(f"datapath with terms='group' is modelled for e2m1 operands "
-                             f"(exact group sums in fp32), got {a_type}, {b_type}")
+                             f"(exact group sums in fp32), got {a_format}, {b_format}")
         if block % dp.group:
             raise ValueError(f"datapath.group={dp.group} does not divide block={block}")
 
@@ -528,7 +528,7 @@ def parse_qualifier(family: str, qualifier: str) -> dict[str, Any]:
     Example:
         >>> q = parse_qualifier("tcgen05_block_scale",
         ...                     "m128n16k64.kind::mxf4nvf4.block16.f32.e2m1.e2m1.ue4m3")
-        >>> q["instruction"], q["kind"], q["block"], q["scale_type"], q["shape"]
+        >>> q["instruction"], q["kind"], q["block"], q["scale_format"], q["shape"]
         ('tcgen05', 'mxf4nvf4', 16, 'ue4m3', (128, 16, 64))
     """
     families = {"mma_block_scale": ("mma_sync", 8), "tcgen05_block_scale": ("tcgen05", 7)}
@@ -549,7 +549,7 @@ def parse_qualifier(family: str, qualifier: str) -> dict[str, Any]:
         raise ValueError(f"qualifier={qualifier!r}: {instruction} kind::{kind} has no shape "
                          f"{isa.shape_name(shape)}")
     return dict(instruction=instruction, kind=kind, block=int(parts[2][5:]),
-                a_type=parts[4], b_type=parts[5], scale_type=parts[-1], shape=shape)
+                a_format=parts[4], b_format=parts[5], scale_format=parts[-1], shape=shape)
 
 
 def _unpack(x: jax.Array, fmt: str, packed: bool, axis: int) -> jax.Array:
@@ -596,11 +596,11 @@ def from_golden(family: str, qualifier: str, A: Any, B: Any, C: Any, SA: Any,
     q = parse_qualifier(family, qualifier)
     packed = _row(q["instruction"], q["kind"]).packed
     A, B, C, SA, SB = (jnp.asarray(x) for x in (A, B, C, SA, SB))
-    a = _unpack(A.astype(jnp.uint8), q["a_type"], packed, -1)
-    b = _unpack(B.astype(jnp.uint8), q["b_type"], packed, -2)
+    a = _unpack(A.astype(jnp.uint8), q["a_format"], packed, -1)
+    b = _unpack(B.astype(jnp.uint8), q["b_format"], packed, -2)
     c = lax.bitcast_convert_type(C.astype(jnp.uint32), jnp.float32)
     d = mma_block_scale_logical(a, b, c, SA.astype(jnp.uint8), SB.astype(jnp.uint8),
-                                a_type=q["a_type"], b_type=q["b_type"], kind=q["kind"],
-                                scale_type=q["scale_type"], block=q["block"],
+                                a_format=q["a_format"], b_format=q["b_format"], kind=q["kind"],
+                                scale_format=q["scale_format"], block=q["block"],
                                 instruction=q["instruction"])
     return lax.bitcast_convert_type(d, jnp.uint32)

@@ -86,22 +86,22 @@ from jaxwarp._src.tensorcore.arch import ARCHS, ArchModel, Datapath, Target
 # goes through ``bmma``).
 
 _MMA_ROWS = tuple(r for r in isa.ROWS if r.datapath != "bmma")
-A_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS for t in r.a_types))
+A_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS for t in r.a_formats))
 ACC_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS for p in r.cd for t in p))
 #: Type name -> dtype of a logical matrix entry (from the format registry).
 STORAGE_DTYPE = MappingProxyType({t: isa.storage_dtype(t) for t in A_TYPES + ACC_TYPES})
 
-#: Valid WMMA (a_type, c_type, d_type) combinations.
+#: Valid WMMA (a_format, c_format, d_format) combinations.
 COMBOS = tuple(dict.fromkeys((t, c, d) for r in _MMA_ROWS if r.instruction == "wmma"
-                             for t in r.a_types for c, d in r.cd))
-#: (instruction, a_type) -> valid (c_type, d_type) of ``mma.sync`` (at any shape) and
+                             for t in r.a_formats for c, d in r.cd))
+#: (instruction, a_format) -> valid (c_format, d_format) of ``mma.sync`` (at any shape) and
 #: ``wgmma``.
 PTX_CD = MappingProxyType({(r.instruction, t): isa.cd_pairs(r.instruction, t)
-                           for r in _MMA_ROWS if r.instruction != "wmma" for t in r.a_types})
-# Operand types that may be paired (a_type, b_type) with a different one.
+                           for r in _MMA_ROWS if r.instruction != "wmma" for t in r.a_formats})
+# Operand types that may be paired (a_format, b_format) with a different one.
 _MIXABLE = isa.mixed_pairs()
 _INT_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS if r.datapath == "int"
-                                 for t in r.a_types))
+                                 for t in r.a_formats))
 
 MODES = ("exact", "fast")
 BMMA_OPS = ("xor", "and")
@@ -114,10 +114,10 @@ BMMA_OPS = ("xor", "and")
 class _Cfg(NamedTuple):
     """Static configuration of one exact float mma (hashable: a jit static arg)."""
 
-    a_type: str
-    b_type: str
-    c_type: str
-    d_type: str
+    a_format: str
+    b_format: str
+    c_format: str
+    d_format: str
     dp: Datapath
     ik: int
     c_shift: int = 0  # tcgen05 scale-input-d: the first C enters as C * 2**-c_shift
@@ -131,37 +131,38 @@ def _resolve_arch(arch) -> tuple[Target | None, ArchModel]:
     return target, ARCHS[target.name]
 
 
-def _check_static(a_type, b_type, c_type, d_type, arch, mode, satf, instruction,
+def _check_static(a_format, b_format, c_format, d_format, arch, mode, satf, instruction,
                   datapath):
     checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    checks.static_choice(a_type, "a_type", A_TYPES)
-    checks.static_choice(b_type, "b_type", A_TYPES)
-    checks.static_choice(c_type, "c_type", ACC_TYPES)
-    checks.static_choice(d_type, "d_type", ACC_TYPES)
+    checks.static_choice(a_format, "a_format", A_TYPES)
+    checks.static_choice(b_format, "b_format", A_TYPES)
+    checks.static_choice(c_format, "c_format", ACC_TYPES)
+    checks.static_choice(d_format, "d_format", ACC_TYPES)
     checks.static_choice(mode, "mode", MODES)
     if not isinstance(satf, bool):
         raise TypeError(f"satf must be a Python bool, got {type(satf).__name__} {satf!r}")
     if datapath is not None and not isinstance(datapath, Datapath):
         raise TypeError(f"datapath must be a Datapath or None, got {type(datapath).__name__}")
     target, model = _resolve_arch(arch)
-    if b_type != a_type and not any({a_type, b_type} <= s for s in _MIXABLE):
-        raise ValueError(f"a_type={a_type!r} and b_type={b_type!r} cannot be mixed; mixed "
+    if b_format != a_format and not any({a_format, b_format} <= s for s in _MIXABLE):
+        raise ValueError(f"a_format={a_format!r} and b_format={b_format!r} cannot be mixed; mixed "
                          f"pairs exist only within {[sorted(s) for s in _MIXABLE]}")
     if instruction == "wmma":
-        if b_type != a_type:
-            raise ValueError(f"wmma needs b_type == a_type, got {a_type!r}, {b_type!r}")
-        if (a_type, c_type, d_type) not in COMBOS:
+        if b_format != a_format:
+            raise ValueError(f"wmma needs b_format == a_format, got {a_format!r}, {b_format!r}")
+        if (a_format, c_format, d_format) not in COMBOS:
             raise ValueError(
-                f"Unsupported wmma types {(a_type, c_type, d_type)=}; valid (a_type, c_type, "
-                f"d_type) combinations: {COMBOS}")
+                f"Unsupported wmma types {(a_format, c_format, d_format)=}; valid "
+                f"(a_format, c_format, "
+                f"d_format) combinations: {COMBOS}")
     else:
-        valid = PTX_CD.get((instruction, a_type))
-        if valid is None or (c_type, d_type) not in valid:
+        valid = PTX_CD.get((instruction, a_format))
+        if valid is None or (c_format, d_format) not in valid:
             raise ValueError(
-                f"Unsupported {instruction} types {(a_type, c_type, d_type)=}; valid "
-                f"(c_type, d_type) for a_type={a_type!r}: {valid}")
+                f"Unsupported {instruction} types {(a_format, c_format, d_format)=}; valid "
+                f"(c_format, d_format) for a_format={a_format!r}: {valid}")
     if target is not None:
-        _arch.check_target(target, instruction, a_type, b_type)
+        _arch.check_target(target, instruction, a_format, b_format)
     return target, model
 
 
@@ -532,41 +533,41 @@ def _order(ks: list[int], dp: Datapath) -> list[int]:
     return ks
 
 
-def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_type: str):
+def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_format: str):
     dp = cfg.dp
     blocks = [ks[j:j + dp.block_k] for j in range(0, len(ks), dp.block_k)]
     for j, kb in enumerate(blocks):
         r = block(a, b, kb, acc, dp)
         if j + 1 < len(blocks):  # the block result is the next block's accumulator
-            if dp.block_out == "d" and cfg.d_type == "f16":  # rounded as D
+            if dp.block_out == "d" and cfg.d_format == "f16":  # rounded as D
                 acc = _acc(_f16_bits(r, dp), "f16", dp)
             else:
                 acc = _acc(_f32_bits(r, dp), "f32", dp)
-    if cfg.d_type == "f32":
+    if cfg.d_format == "f32":
         return _f32_bits(r, dp)
-    if c_type == "f16" and dp.f16_out == "direct":
+    if c_format == "f16" and dp.f16_out == "direct":
         return _f16_bits(r, dp)
     return _f32_to_f16(_f32_bits(r, dp), dp)
 
 
-def _instr_end(a, b, ks, acc_c, block, cfg: _Cfg, c_type: str):
+def _instr_end(a, b, ks, acc_c, block, cfg: _Cfg, c_format: str):
     dp = cfg.dp
     acc = _NO_ACC
     for j in range(0, len(ks), dp.block_k):
         r = block(a, b, ks[j:j + dp.block_k], acc, dp)
-        if cfg.d_type == "f32":
+        if cfg.d_format == "f32":
             acc = _acc(_f32_bits(r, dp), "f32", dp)
         else:
             acc = _acc(_f16_bits(r, dp), "f16", dp)
-    return _add_rn(acc_c, acc, cfg.d_type, dp)
+    return _add_rn(acc_c, acc, cfg.d_format, dp)
 
 
-def _instr_ffma(a, b, ks, acc_c, block, cfg: _Cfg, c_type: str):
-    del block, c_type
+def _instr_ffma(a, b, ks, acc_c, block, cfg: _Cfg, c_format: str):
+    del block, c_format
     dp = cfg.dp
     prods = [_f32_acc(_col(a, i).astype(jnp.float32) * _row(b, i).astype(jnp.float32))
              for i in ks]
-    if cfg.d_type == "f32":
+    if cfg.d_format == "f32":
         acc = _NO_ACC._replace(negzero=np.bool_(False))  # fma(a0, b0, +0)
         for p in prods:
             acc = _acc(_add_rn(p, acc, "f32", dp), "f32", dp)
@@ -589,10 +590,10 @@ def _chain(a, b, c, cfg: _Cfg, block):
     k = jax.tree.leaves(a)[0].shape[-1]
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
-    acc = _acc(bitops.to_u32(c), cfg.c_type, dp, cfg.d_type, cfg.c_shift)
+    acc = _acc(bitops.to_u32(c), cfg.c_format, dp, cfg.d_format, cfg.c_shift)
     first = jax.tree.map(lambda x: x[..., :cfg.ik], a), jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b)
-    bits = instr(*first, ks, acc, block, cfg, cfg.c_type)
+    bits = instr(*first, ks, acc, block, cfg, cfg.c_format)
     n = k // cfg.ik
     if n > 1:  # a chain: D of one instruction is C of the next (scanned, not unrolled)
         a_s = jax.tree.map(lambda x: jnp.moveaxis(
@@ -601,8 +602,8 @@ def _chain(a, b, c, cfg: _Cfg, block):
             x[..., cfg.ik:, :].reshape(*x.shape[:-2], n - 1, cfg.ik, x.shape[-1]), -3, 0), b)
 
         def step(d_bits, ab):
-            acc = _acc(d_bits, cfg.d_type, dp)
-            return instr(*ab, ks, acc, block, cfg, cfg.d_type), None
+            acc = _acc(d_bits, cfg.d_format, dp)
+            return instr(*ab, ks, acc, block, cfg, cfg.d_format), None
 
         bits, _ = lax.scan(step, bits, (a_s, b_s))
     return bits
@@ -663,40 +664,40 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
 @functools.partial(jax.jit, static_argnums=(3,))
 def _mma_float_exact(a, b, c, cfg: _Cfg):
     dp = cfg.dp
-    a_type, b_type = cfg.a_type, cfg.b_type
+    a_format, b_format = cfg.a_format, cfg.b_format
     if dp.operand_via == "f16":  # exact: every fp8 value is an f16 value
-        if a_type in isa.FP8_TYPES:
-            a, a_type = a.astype(jnp.float16), "f16"
-        if b_type in isa.FP8_TYPES:
-            b, b_type = b.astype(jnp.float16), "f16"
+        if a_format in isa.FP8_TYPES:
+            a, a_format = a.astype(jnp.float16), "f16"
+        if b_format in isa.FP8_TYPES:
+            b, b_format = b.astype(jnp.float16), "f16"
     if dp.c_mode == "ffma":
-        if not a_type == b_type == "f16":
+        if not a_format == b_format == "f16":
             raise ValueError("c_mode='ffma' is modelled for f16 operands only")
         bits = _chain(a, b, c, cfg, None)
-    elif {a_type, b_type} <= _FAST_FORMATS:  # fp8 as f16: exact
+    elif {a_format, b_format} <= _FAST_FORMATS:  # fp8 as f16: exact
         lowest = (softfloat.emin if dp.align == "nominal" and dp.sub_exp == "emin"
                   else softfloat.lsb_min)
-        block = functools.partial(_block_fast, fmts=(a_type, b_type),
-                                  emin=lowest(a_type) + lowest(b_type))
-        a16, b16 = _as_f16(a, a_type), _as_f16(b, b_type)
-        f16 = cfg.a_type == cfg.b_type == "f16"
+        block = functools.partial(_block_fast, fmts=(a_format, b_format),
+                                  emin=lowest(a_format) + lowest(b_format))
+        a16, b16 = _as_f16(a, a_format), _as_f16(b, b_format)
+        f16 = cfg.a_format == cfg.b_format == "f16"
         if dp.align == "nominal" and _store_decoded(a, b, c, general=False, f16=f16):
-            ops = ((a16, _fast_align(a16.astype(jnp.float32), a_type, dp).astype(jnp.int16)),
-                   (b16, _fast_align(b16.astype(jnp.float32), b_type, dp).astype(jnp.int16)))
+            ops = ((a16, _fast_align(a16.astype(jnp.float32), a_format, dp).astype(jnp.int16)),
+                   (b16, _fast_align(b16.astype(jnp.float32), b_format, dp).astype(jnp.int16)))
             bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
         else:
             bits = _chain(a16, b16, c, cfg, block)
     else:
-        mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_type, b_type))
+        mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_format, b_format))
         block = functools.partial(_block_general, mbits=mbits,
-                                  emin=softfloat.lsb_min(a_type) + softfloat.lsb_min(b_type))
+                                  emin=softfloat.lsb_min(a_format) + softfloat.lsb_min(b_format))
         stored = jax.default_backend() == "cpu"  # see _operand
-        ops = (_operand(bitops.to_u32(a), a_type, dp, stored),
-               _operand(bitops.to_u32(b), b_type, dp, stored))
+        ops = (_operand(bitops.to_u32(a), a_format, dp, stored),
+               _operand(bitops.to_u32(b), b_format, dp, stored))
         if _store_decoded(a, b, c, general=True):
             ops = lax.optimization_barrier(ops)
         bits = _chain(*ops, c, cfg, block)
-    return bitops.from_u32(bits, jnp.float32 if cfg.d_type == "f32" else jnp.float16)
+    return bitops.from_u32(bits, jnp.float32 if cfg.d_format == "f32" else jnp.float16)
 
 
 # --------------------------------------------------------------------------------------
@@ -786,27 +787,27 @@ def _mma_int(a, b, c, satf):
 # Fast mode and the public functions.
 
 
-def _round_operand(x, a_type):
-    if a_type == "tf32":  # the tensor core ignores the low 13 bits
+def _round_operand(x, a_format):
+    if a_format == "tf32":  # the tensor core ignores the low 13 bits
         return bitops.tf32_keep(x)
-    if a_type in _FAST_FORMATS:  # fp8, and the fp6 / fp4 codes: values
-        return _as_f16(x, a_type).astype(jnp.float32)
+    if a_format in _FAST_FORMATS:  # fp8, and the fp6 / fp4 codes: values
+        return _as_f16(x, a_format).astype(jnp.float32)
     return x
 
 
-def _mma_fast(a, b, c, a_type, b_type, d_type, c_shift=0):
-    acc_dt = jnp.float64 if a_type == "f64" else jnp.float32
-    a = _round_operand(a, a_type)
-    b = _round_operand(b, b_type)
+def _mma_fast(a, b, c, a_format, b_format, d_format, c_shift=0):
+    acc_dt = jnp.float64 if a_format == "f64" else jnp.float32
+    a = _round_operand(a, a_format)
+    b = _round_operand(b, b_format)
     prod = jnp.einsum("...mk,...kn->...mn", a, b, preferred_element_type=acc_dt,
                       precision=lax.Precision.HIGHEST)
     c = c.astype(acc_dt) * acc_dt(2.0 ** -c_shift) if c_shift else c.astype(acc_dt)
-    return (prod + c).astype(STORAGE_DTYPE[d_type])
+    return (prod + c).astype(STORAGE_DTYPE[d_format])
 
 
-def _float_satf(d, d_type):
+def _float_satf(d, d_format):
     """Documented rule for float satf (no capture: CUDA 13 rejects it)."""
-    big = jnp.asarray(jnp.finfo(STORAGE_DTYPE[d_type]).max, d.dtype)
+    big = jnp.asarray(jnp.finfo(STORAGE_DTYPE[d_format]).max, d.dtype)
     d = jnp.where(jnp.isnan(d), jnp.zeros_like(d), d)
     return jnp.clip(d, -big, big)
 
@@ -814,12 +815,12 @@ def _float_satf(d, d_type):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _mma_float(a, b, c, cfg: _Cfg, mode, satf):
     if mode == "fast":
-        d = _mma_fast(a, b, c, cfg.a_type, cfg.b_type, cfg.d_type, cfg.c_shift)
-    elif cfg.a_type == "f64":
+        d = _mma_fast(a, b, c, cfg.a_format, cfg.b_format, cfg.d_format, cfg.c_shift)
+    elif cfg.a_format == "f64":
         d = _mma_f64_exact(a, b, c)
     else:
         d = _mma_float_exact(a, b, c, cfg)
-    return _float_satf(d, cfg.d_type) if satf else d
+    return _float_satf(d, cfg.d_format) if satf else d
 
 
 def _mma_float_fwd(a, b, c, cfg, mode, satf):
@@ -832,7 +833,7 @@ def _mma_float_bwd(cfg, mode, satf, res, g):
     # dA = dD @ B^T, dB = A^T @ dD, dC = dD, computed in fp32 (fp64 for f64), summed
     # over broadcast batch dims, and cast back to each operand's dtype.
     a, b, c = res
-    acc = jnp.float64 if cfg.a_type == "f64" else jnp.float32
+    acc = jnp.float64 if cfg.a_format == "f64" else jnp.float32
     g = g.astype(acc)
     da = jnp.einsum("...mn,...kn->...mk", g, b.astype(acc), precision=lax.Precision.HIGHEST)
     db = jnp.einsum("...mn,...mk->...kn", g, a.astype(acc), precision=lax.Precision.HIGHEST)
@@ -852,23 +853,23 @@ def _mma_float_bwd(cfg, mode, satf, res, g):
 _mma_float.defvjp(_mma_float_fwd, _mma_float_bwd)
 
 
-def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="exact",
-        satf=False, b_type: str | None = None, instruction: str = "wmma",
+def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", mode="exact",
+        satf=False, b_format: str | None = None, instruction: str = "wmma",
         instruction_k: int | None = None, datapath: Datapath | None = None,
         scale_input_d: int = 0) -> jax.Array:
     """``D = A @ B + C`` in tensor-core arithmetic: a chain of MMA instructions over k.
 
     Args:
-      a: (..., m, k) in a_type's storage dtype: float16 (f16), bfloat16 (bf16), float32
+      a: (..., m, k) in a_format's storage dtype: float16 (f16), bfloat16 (bf16), float32
         (tf32: the whole fp32 word; the tensor core ignores its low 13 bits), float64,
         float8_e4m3fn (e4m3), float8_e5m2 (e5m2), int8 (s8; s4 values in [-8, 7]) or
         uint8 (u8; u4 values in [0, 15]; for s4/u4 only the low 4 bits count, as in a
         fragment; e3m2, e2m3, e2m1: the format's code in the low 6 / 6 / 4 bits,
         ``mma_sync`` ``kind::f8f6f4`` on sm_120a).
-      b: (..., k, n) in b_type's storage dtype.
-      c: (..., m, n) in c_type's dtype (float16, float32, float64 or int32). Leading
+      b: (..., k, n) in b_format's storage dtype.
+      c: (..., m, n) in c_format's dtype (float16, float32, float64 or int32). Leading
         batch dims of a, b and c broadcast: many tiles at once without vmap.
-      a_type, c_type, d_type: static type names. WMMA: see ``COMBOS``; ``mma_sync`` and
+      a_format, c_format, d_format: static type names. WMMA: see ``COMBOS``; ``mma_sync`` and
         ``wgmma``: see ``PTX_CD`` (fp8: f32/f32 or f16/f16).
       arch: a target name (``arch.TARGETS``: ``"sm_70"``, ``"sm_75"``, ``"sm_80"``,
         ``"sm_86"``, ``"sm_87"``, ``"sm_89"``, ``"sm_90"``, ``"sm_90a"``,
@@ -880,7 +881,7 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
       mode: ``"exact"`` reproduces the hardware bits (see the module docstring for
         the model). ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64)
         accumulation of the operands (tf32 low bits dropped), then one conversion to
-        d_type: it rounds to nearest instead of truncating each aligned term and the
+        d_format: it rounds to nearest instead of truncating each aligned term and the
         fp32 result, and so differs from hardware in the last bits (about 40% of
         fp32 results), and a product overflowing fp32 gives inf/NaN where the
         hardware keeps a finite block sum.
@@ -888,26 +889,26 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
         range instead of wrapping modulo 2**32 (verified). Float types: CUDA 13 rejects
         satf so it is unverified; we apply the documented PTX rule to the result: +inf
         -> +MAX_NORM, -inf -> -MAX_NORM, NaN -> +0.
-      b_type: B's type (default: a_type); e4m3/e5m2, s8/u8 and s4/u4 may be mixed
+      b_format: B's type (default: a_format); e4m3/e5m2, s8/u8 and s4/u4 may be mixed
         (``mma_sync``, ``wgmma``), and any two of e5m2, e4m3, e3m2, e2m3, e2m1
         (``mma_sync`` ``kind::f8f6f4``, sm_120a).
       instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"``.
       instruction_k: the k of one instruction (e.g. ``mma_sync`` tf32 4 or 8; f16 4 is
         the m8n8k4 shape). Default: the largest k of the family dividing a's k. k must
         be a multiple of it; a longer k is a chain (D of one instruction is C of the
-        next, so c_type must equal d_type then).
+        next, so c_format must equal d_format then).
       datapath: a ``Datapath`` to use instead of ``arch``'s (to explore models).
       scale_input_d: ``tcgen05`` kinds f16 / tf32 only: 0..15, the first instruction
         computes ``A @ B + C * 2**-scale_input_d`` (C enters the fused sum with its
         exponent lowered, exactly; later instructions of a chain add their C unscaled).
 
     Returns:
-      (..., m, n) array of d_type's dtype.
+      (..., m, n) array of d_format's dtype.
 
     Raises:
       ValueError/TypeError: a static argument, dtype, k or target not allowed (the
         message names it).
-      RuntimeError: a_type 'f64' with ``jax_enable_x64`` off.
+      RuntimeError: a_format 'f64' with ``jax_enable_x64`` off.
 
     Gradients: straight-through (see ``_mma_float_bwd``); integer types have none.
 
@@ -915,49 +916,50 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
       >>> import jax.numpy as jnp
       >>> a = jnp.ones((16, 16), jnp.float16); b = jnp.ones((16, 16), jnp.float16)
       >>> c = jnp.zeros((16, 16), jnp.float32)
-      >>> float(mma(a, b, c, a_type="f16", c_type="f32", d_type="f32")[0, 0])
+      >>> float(mma(a, b, c, a_format="f16", c_format="f32", d_format="f32")[0, 0])
       16.0
       >>> a8 = jnp.ones((64, 64), jnp.float8_e4m3fn); b8 = jnp.ones((64, 8), jnp.float8_e5m2)
-      >>> d = mma(a8, b8, jnp.zeros((64, 8), jnp.float32), a_type="e4m3", b_type="e5m2",
-      ...         c_type="f32", d_type="f32", instruction="wgmma", arch="sm_90a")
+      >>> d = mma(a8, b8, jnp.zeros((64, 8), jnp.float32), a_format="e4m3", b_format="e5m2",
+      ...         c_format="f32", d_format="f32", instruction="wgmma", arch="sm_90a")
       >>> float(d[0, 0])  # two chained m64n8k32 instructions
       64.0
     """
     checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    b_type = a_type if b_type is None else b_type
-    a_type, b_type, c_type, d_type = (  # format names, aliases or dtypes -> names
+    b_format = a_format if b_format is None else b_format
+    a_format, b_format, c_format, d_format = (  # format names, aliases or dtypes -> names
         checks.format_name(v, name, allowed, FORMAT_ALIASES, need_x64=False)
-        for v, name, allowed in ((a_type, "a_type", A_TYPES), (b_type, "b_type", A_TYPES),
-                                 (c_type, "c_type", ACC_TYPES), (d_type, "d_type", ACC_TYPES)))
-    target, model = _check_static(a_type, b_type, c_type, d_type, arch, mode, satf,
+        for v, name, allowed in ((a_format, "a_format", A_TYPES), (b_format, "b_format", A_TYPES),
+                                 (c_format, "c_format", ACC_TYPES), (d_format, "d_format",
+                                                                     ACC_TYPES)))
+    target, model = _check_static(a_format, b_format, c_format, d_format, arch, mode, satf,
                                   instruction, datapath)
-    c_shift = _scale_input_d(scale_input_d, instruction, a_type)
-    if a_type == "f64":
-        checks.require_x64("mma with a_type='f64'")
+    c_shift = _scale_input_d(scale_input_d, instruction, a_format)
+    if a_format == "f64":
+        checks.require_x64("mma with a_format='f64'")
     a, b, c = checks.array_args(a=a, b=b, c=c)
-    a = _check_array(a, "a", STORAGE_DTYPE[a_type])
-    b = _check_array(b, "b", STORAGE_DTYPE[b_type])
-    c = _check_array(c, "c", STORAGE_DTYPE[c_type])
+    a = _check_array(a, "a", STORAGE_DTYPE[a_format])
+    b = _check_array(b, "b", STORAGE_DTYPE[b_format])
+    c = _check_array(c, "c", STORAGE_DTYPE[c_format])
     batch, _, _, k = _check_shapes(a, b, c)
-    if k == 0:  # no instruction runs: D is C converted to d_type (round to nearest)
+    if k == 0:  # no instruction runs: D is C converted to d_format (round to nearest)
         if c_shift:
             raise ValueError("scale_input_d needs at least one instruction (k > 0)")
-        return jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_type])
+        return jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format])
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
-    ik = _arch.instruction_k(instruction, a_type, k, instruction_k)
+    ik = _arch.instruction_k(instruction, a_format, k, instruction_k)
     if target is not None:
-        _arch.check_target(target, instruction, a_type, b_type, ik)
-    if k > ik and c_type != d_type:
+        _arch.check_target(target, instruction, a_format, b_format, ik)
+    if k > ik and c_format != d_format:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
-                         f"is the next C: c_type ({c_type}) must equal d_type ({d_type})")
-    if a_type in ("s4", "u4"):
+                         f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
+    if a_format in ("s4", "u4"):
         # 4-bit elements: only the low 4 bits exist (the fragment path packs them so),
         # s4 sign-extended from bit 3, as the tensor core reads them.
-        a = _low_nibble(a, a_type == "s4")
-    if b_type in ("s4", "u4"):
-        b = _low_nibble(b, b_type == "s4")
-    if a_type in _INT_TYPES:
+        a = _low_nibble(a, a_format == "s4")
+    if b_format in ("s4", "u4"):
+        b = _low_nibble(b, b_format == "s4")
+    if a_format in _INT_TYPES:
         if not satf or k == ik:  # wrapping modulo 2**32 is associative
             return _mma_int(a, b, c, satf)
         d = c
@@ -965,9 +967,9 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
             d = _mma_int(a[..., i0:i0 + ik], b[..., i0:i0 + ik, :], d, satf)
         return d
     dp = datapath
-    if dp is None and a_type != "f64":
-        dp = _arch.datapath_for(model, instruction, a_type, ik, b_type)
-    cfg = _Cfg(a_type, b_type, c_type, d_type, dp, ik, c_shift)
+    if dp is None and a_format != "f64":
+        dp = _arch.datapath_for(model, instruction, a_format, ik, b_format)
+    cfg = _Cfg(a_format, b_format, c_format, d_format, dp, ik, c_shift)
     return _mma_float(a, b, c, cfg, mode, satf)
 
 
@@ -975,14 +977,14 @@ def mma(a, b, c, *, a_type: str, c_type: str, d_type: str, arch="sm_90", mode="e
 SCALE_INPUT_D_TYPES = ("f16", "bf16", "tf32")
 
 
-def _scale_input_d(value, instruction: str, a_type: str) -> int:
+def _scale_input_d(value, instruction: str, a_format: str) -> int:
     v = checks.static_int(value, "scale_input_d")
     if v == 0:
         return 0
-    if instruction != "tcgen05" or a_type not in SCALE_INPUT_D_TYPES:
+    if instruction != "tcgen05" or a_format not in SCALE_INPUT_D_TYPES:
         raise ValueError(f"scale_input_d={v} exists only for tcgen05 kind::f16 and "
-                         f"kind::tf32 (a_type in {SCALE_INPUT_D_TYPES}); got "
-                         f"instruction={instruction!r}, a_type={a_type!r}")
+                         f"kind::tf32 (a_format in {SCALE_INPUT_D_TYPES}); got "
+                         f"instruction={instruction!r}, a_format={a_format!r}")
     if not 0 <= v <= 15:
         raise ValueError(f"scale_input_d={v} must be in 0..15")
     return v

@@ -60,8 +60,8 @@ class Row:
 
     Attributes:
       instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"`` or ``"tcgen05"``.
-      a_types: A types of the row. B pairs with A as ``pairing`` says.
-      pairing: ``"same"`` (B type == A type) or ``"mixed"`` (B any of ``a_types``).
+      a_formats: A types of the row. B pairs with A as ``pairing`` says.
+      pairing: ``"same"`` (B type == A type) or ``"mixed"`` (B any of ``a_formats``).
       shapes: the (m, n, k) of the row (wgmma: one per n).
       cd: allowed (C type, D type) pairs, in the order messages list them.
       min_sm: smallest ``sm_XY`` (as XY) that has these shapes.
@@ -84,7 +84,7 @@ class Row:
     """
 
     instruction: str
-    a_types: tuple[str, ...]
+    a_formats: tuple[str, ...]
     shapes: tuple[Shape, ...]
     cd: tuple[tuple[str, str], ...]
     min_sm: int
@@ -104,11 +104,11 @@ class Row:
 
     @property
     def group_name(self) -> str:
-        return self.group or self.a_types[0]
+        return self.group or self.a_formats[0]
 
-    def b_types(self, a_type: str) -> tuple[str, ...]:
-        """The B types that go with A type ``a_type`` in this row."""
-        return self.a_types if self.pairing == "mixed" else (a_type,)
+    def b_formats(self, a_format: str) -> tuple[str, ...]:
+        """The B types that go with A type ``a_format`` in this row."""
+        return self.a_formats if self.pairing == "mixed" else (a_format,)
 
     @property
     def ks(self) -> tuple[int, ...]:
@@ -229,29 +229,29 @@ ROWS: tuple[Row, ...] = (
 # Views of the catalogue.
 
 
-def rows(instruction: str, a_type: str | None = None) -> tuple[Row, ...]:
+def rows(instruction: str, a_format: str | None = None) -> tuple[Row, ...]:
     """The rows of one instruction family (and A type), in catalogue order."""
     return tuple(r for r in ROWS if r.instruction == instruction
-                 and (a_type is None or a_type in r.a_types))
+                 and (a_format is None or a_format in r.a_formats))
 
 
-def a_types(instruction: str) -> tuple[str, ...]:
+def a_formats(instruction: str) -> tuple[str, ...]:
     """Every A type of an instruction family, in catalogue order."""
-    return tuple(dict.fromkeys(t for r in rows(instruction) for t in r.a_types))
+    return tuple(dict.fromkeys(t for r in rows(instruction) for t in r.a_formats))
 
 
-def shapes(instruction: str, a_type: str) -> tuple[Shape, ...]:
-    """Every (m, n, k) of an instruction family with A type ``a_type``."""
-    return tuple(dict.fromkeys(s for r in rows(instruction, a_type) for s in r.shapes))
+def shapes(instruction: str, a_format: str) -> tuple[Shape, ...]:
+    """Every (m, n, k) of an instruction family with A type ``a_format``."""
+    return tuple(dict.fromkeys(s for r in rows(instruction, a_format) for s in r.shapes))
 
 
-def row_of(instruction: str, a_type: str, shape: Shape, kind: str | None = None,
-           b_type: str | None = None) -> Row | None:
+def row_of(instruction: str, a_format: str, shape: Shape, kind: str | None = None,
+           b_format: str | None = None) -> Row | None:
     """The first row that has this (m, n, k) (with ``.kind::`` ``kind`` if given, and
-    B type ``b_type`` if given), or None."""
-    for r in rows(instruction, a_type):
+    B type ``b_format`` if given), or None."""
+    for r in rows(instruction, a_format):
         if (tuple(shape) in r.shapes and (kind is None or r.kind == kind)
-                and (b_type is None or b_type in r.b_types(a_type))):
+                and (b_format is None or b_format in r.b_formats(a_format))):
             return r
     return None
 
@@ -261,54 +261,55 @@ def kinds(instruction: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.kind for r in rows(instruction) if r.kind))
 
 
-def cd_pairs(instruction: str, a_type: str, shape: Shape | None = None
+def cd_pairs(instruction: str, a_format: str, shape: Shape | None = None
              ) -> tuple[tuple[str, str], ...]:
     """Allowed (C type, D type) pairs (at one shape, or at any shape)."""
-    rs = rows(instruction, a_type) if shape is None else (row_of(instruction, a_type, shape),)
+    rs = rows(instruction, a_format) if shape is None else (row_of(instruction, a_format, shape),)
     return tuple(dict.fromkeys(p for r in rs if r is not None for p in r.cd))
 
 
-def b_types(instruction: str, a_type: str) -> tuple[str, ...]:
-    """The B types that go with A type ``a_type``."""
-    return tuple(dict.fromkeys(b for r in rows(instruction, a_type) for b in r.b_types(a_type)))
+def b_formats(instruction: str, a_format: str) -> tuple[str, ...]:
+    """The B types that go with A type ``a_format``."""
+    return tuple(dict.fromkeys(b for r in rows(instruction,
+                                               a_format) for b in r.b_formats(a_format)))
 
 
 def mixed_pairs(instruction: str | None = None) -> tuple[frozenset[str], ...]:
     """The groups of types that may be mixed as (A, B), e.g. {e4m3, e5m2}."""
-    return tuple(dict.fromkeys(frozenset(r.a_types) for r in ROWS if r.pairing == "mixed"
+    return tuple(dict.fromkeys(frozenset(r.a_formats) for r in ROWS if r.pairing == "mixed"
                                and (instruction is None or r.instruction == instruction)))
 
 
-def instruction_ks(instruction: str, a_type: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def instruction_ks(instruction: str, a_format: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(k values tried when k is derived, largest first; k values only on request)."""
-    rs = rows(instruction, a_type)
+    rs = rows(instruction, a_format)
     auto = sorted({k for r in rs if r.k_auto for k in r.ks}, reverse=True)
     extra = sorted({k for r in rs if not r.k_auto for k in r.ks} - set(auto), reverse=True)
     return tuple(auto), tuple(extra)
 
 
-def min_target(instruction: str, a_type: str, k: int | None = None) -> tuple[int, bool]:
+def min_target(instruction: str, a_format: str, k: int | None = None) -> tuple[int, bool]:
     """(minimum sm, needs the ``a`` target) of an instruction family and A type, at k
     (the smallest over the shapes with that k) or at any shape.
 
     Raises:
       KeyError: no row has this instruction, type (and k).
     """
-    rs = [r for r in rows(instruction, a_type) if k is None or k in r.ks]
+    rs = [r for r in rows(instruction, a_format) if k is None or k in r.ks]
     if not rs:
-        raise KeyError((instruction, a_type, k))
+        raise KeyError((instruction, a_format, k))
     best = min(rs, key=lambda r: (r.min_sm, r.arch_specific))
     return best.min_sm, best.arch_specific
 
 
-def datapath_family(instruction: str, a_type: str, k: int, b_type: str | None = None) -> str:
+def datapath_family(instruction: str, a_format: str, k: int, b_format: str | None = None) -> str:
     """The datapath model of one instruction (a float family of ``arch.FAMILIES``, or
     ``"int"`` / ``"f64"`` / ``"bmma"``): the first row with this k that takes A type
-    ``a_type`` with B type ``b_type`` (e4m3 with e2m1 is ``kind::f8f6f4``)."""
-    for r in rows(instruction, a_type):
-        if k in r.ks and (b_type is None or b_type in r.b_types(a_type)):
+    ``a_format`` with B type ``b_format`` (e4m3 with e2m1 is ``kind::f8f6f4``)."""
+    for r in rows(instruction, a_format):
+        if k in r.ks and (b_format is None or b_format in r.b_formats(a_format)):
             return r.datapath
-    raise KeyError((instruction, a_type, k))
+    raise KeyError((instruction, a_format, k))
 
 
 def float_datapaths() -> tuple[str, ...]:
@@ -384,7 +385,7 @@ def support_table() -> str:
     lines = ["| instruction | A / B types | shapes | C / D types | min target |",
              "|---|---|---|---|---|"]
     for r in ROWS:
-        ab = ", ".join(r.a_types) + (" (mixed)" if r.pairing == "mixed" else "")
+        ab = ", ".join(r.a_formats) + (" (mixed)" if r.pairing == "mixed" else "")
         cd = ", ".join(f"{c}/{d}" for c, d in r.cd)
         extra = ""
         if r.b1_ops:
@@ -414,7 +415,7 @@ class BlockScaleRow:
     Attributes:
       instruction: ``"mma_sync"`` or ``"tcgen05"``.
       kind: ``"mxf8f6f4"``, ``"mxf4"`` or ``"mxf4nvf4"``.
-      a_types: the A types; B is any of them (A and B may differ).
+      a_formats: the A types; B is any of them (A and B may differ).
       shapes: the (m, n, k) of one instruction.
       scales: allowed (block size, scale type) pairs, in the order messages list them.
       targets: the targets that have it (``sm_120a``: mma.sync; ``sm_100a``: tcgen05).
@@ -425,7 +426,7 @@ class BlockScaleRow:
 
     instruction: str
     kind: str
-    a_types: tuple[str, ...]
+    a_formats: tuple[str, ...]
     shapes: tuple[Shape, ...]
     scales: tuple[tuple[int, str], ...]
     targets: tuple[str, ...]

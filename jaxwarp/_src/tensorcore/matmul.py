@@ -108,7 +108,7 @@ FP8_FORMATS = isa.FP8_TYPES
 _TILE_ROWS = tuple(r for r in isa.ROWS if r.k_auto and not r.kind and (
     r.datapath not in isa.EXACT_DATAPATHS or (r.instruction, r.datapath) == ("wmma", "f64")))
 # (fp6 / fp4, held as codes, have no float dtype to convert a matrix to: not here.)
-OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_types
+OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_formats
                                       if not formats.FORMATS[t].code_storage))
 
 
@@ -118,7 +118,7 @@ def _tiles(instruction: str) -> dict[str, tuple[tuple[int, int, int], ...]]:
     out: dict[str, list] = {}
     for r in _TILE_ROWS:
         if r.instruction == instruction:
-            for t in (t for t in r.a_types if t in OPERAND_FORMATS):
+            for t in (t for t in r.a_formats if t in OPERAND_FORMATS):
                 out.setdefault(t, []).extend(r.shapes)
     if instruction == "mma_sync":
         return {t: tuple(sorted(s, key=lambda s: -s[2])) for t, s in out.items()}
@@ -146,7 +146,7 @@ DEFAULT_TILE = {f: TILES[DEFAULT_INSTRUCTION[f]][f][0] for f in OPERAND_FORMATS}
 
 #: Accumulators a GEMM can chain: C types whose D has the same type, at the tiles.
 ACCUMULATORS = {
-    i: {f: tuple(dict.fromkeys(c for r in _TILE_ROWS if r.instruction == i and f in r.a_types
+    i: {f: tuple(dict.fromkeys(c for r in _TILE_ROWS if r.instruction == i and f in r.a_formats
                                for c, d in r.cd if c == d))
         for f in TILES[i]}
     for i in INSTRUCTIONS}
@@ -355,8 +355,8 @@ def _issue_arch(instruction: str, arch: Any) -> Any:
 def _mma(at, bt, acc, cfg: _Cfg):
     """One instruction per output tile (k = the tile's k), exact mode."""
     arch = _issue_arch(cfg.instruction, cfg.arch)
-    return mma_arith.mma(at, bt, acc, a_type=cfg.a_format, b_type=cfg.b_format,
-                         c_type=cfg.accumulator, d_type=cfg.accumulator, arch=arch,
+    return mma_arith.mma(at, bt, acc, a_format=cfg.a_format, b_format=cfg.b_format,
+                         c_format=cfg.accumulator, d_format=cfg.accumulator, arch=arch,
                          mode="exact", instruction=cfg.instruction,
                          instruction_k=cfg.tile[2])
 
@@ -370,8 +370,8 @@ def _pad_to(x, rows, cols):
 
 def _fast(a_op, b_op, c_acc, cfg: _Cfg):
     if cfg.legacy:
-        return mma_arith.mma(a_op, b_op, c_acc, a_type=cfg.a_format, c_type=cfg.accumulator,
-                             d_type=cfg.accumulator, arch=cfg.arch, mode="fast")
+        return mma_arith.mma(a_op, b_op, c_acc, a_format=cfg.a_format, c_format=cfg.accumulator,
+                             d_format=cfg.accumulator, arch=cfg.arch, mode="fast")
     prod = jnp.matmul(a_op.astype(jnp.float32), b_op.astype(jnp.float32),
                       precision=lax.Precision.HIGHEST)
     return (prod + c_acc.astype(jnp.float32)).astype(_ACC_DTYPE[cfg.accumulator])

@@ -99,7 +99,7 @@ _ROWS = isa.rows("tcgen05")
 #: The kinds, in catalogue order (a row's group is its ``.kind``).
 KINDS = tuple(dict.fromkeys(r.group_name for r in _ROWS))
 _KIND_ROWS = {kind: tuple(r for r in _ROWS if r.group_name == kind) for kind in KINDS}
-_FLOAT_TYPES = tuple(t for t in isa.a_types("tcgen05") if FORMATS[t].is_float)
+_FLOAT_TYPES = tuple(t for t in isa.a_formats("tcgen05") if FORMATS[t].is_float)
 #: fp6 / fp4: one element per byte, the code at bits ``unpacked_lsb`` and up (e2m3 and
 #: e3m2 in bits 5:0, e2m1 in bits 5:2; the other bits are ignored).
 _BYTE_CODES = tuple(t for t in _FLOAT_TYPES if FORMATS[t].code_storage)
@@ -109,7 +109,7 @@ _BYTE_CODES = tuple(t for t in _FLOAT_TYPES if FORMATS[t].code_storage)
 BITS_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
     t: np.dtype(np.uint8) if t in _BYTE_CODES else
     np.dtype(f"uint{isa.element_bits(t)}") if t in _FLOAT_TYPES else isa.storage_dtype(t)
-    for t in isa.a_types("tcgen05")})
+    for t in isa.a_formats("tcgen05")})
 #: dtype of D (tensor memory) per D type.
 D_DTYPE: Mapping[str, np.dtype] = MappingProxyType(
     {t: isa.storage_dtype(t) for t in isa.accumulator_types("tcgen05")})
@@ -132,22 +132,22 @@ class Tcgen05Instruction:
     Attributes:
       m, n, k: the shape (M 64 or 128; K = 32 bytes of operand).
       kind: ``"f16"``, ``"tf32"``, ``"f8f6f4"`` or ``"i8"``.
-      d_type, a_type, b_type: PTX type names (C has D's type).
+      d_format, a_format, b_format: PTX type names (C has D's type).
     """
 
     m: int
     n: int
     k: int
     kind: str
-    d_type: str
-    a_type: str
-    b_type: str
+    d_format: str
+    a_format: str
+    b_format: str
 
     @property
     def qualifier(self) -> str:
         """MMA-Sim's spelling, ``m{M}n{N}k{K}.kind::{kind}.{D}.{A}.{B}``."""
-        return (f"m{self.m}n{self.n}k{self.k}.kind::{self.kind}.{self.d_type}."
-                f"{self.a_type}.{self.b_type}")
+        return (f"m{self.m}n{self.n}k{self.k}.kind::{self.kind}.{self.d_format}."
+                f"{self.a_format}.{self.b_format}")
 
     @property
     def opcode(self) -> str:
@@ -159,7 +159,7 @@ def _combos_text() -> str:
     out = []
     for kind, rows in _KIND_ROWS.items():
         for r in rows:
-            ab = ",".join(r.a_types)
+            ab = ",".join(r.a_formats)
             d = ",".join(dict.fromkeys(d for _, d in r.cd))
             out.append(f"m{{64,128}}nNk{r.ks[0]}.kind::{kind}.{{{d}}}.{{{ab}}}.{{{ab}}}")
     return "; ".join(out)
@@ -217,7 +217,7 @@ def parse_tcgen05(qualifier: Any) -> Tcgen05Instruction:
     Example:
       >>> parse_tcgen05("tcgen05.mma.cta_group::1.m128n64k8.kind::tf32.f32.tf32.tf32").m
       128
-      >>> parse_tcgen05("m64n8k32.kind::f8f6f4.f32.e4m3.e5m2").b_type
+      >>> parse_tcgen05("m64n8k32.kind::f8f6f4.f32.e4m3.e5m2").b_format
       'e5m2'
     """
     if isinstance(qualifier, Tcgen05Instruction):
@@ -239,25 +239,25 @@ def parse_tcgen05(qualifier: Any) -> Tcgen05Instruction:
         raise ValueError(f"qualifier {qualifier!r}: shape {parts[0]!r} is not of the form "
                          f"m{{M}}n{{N}}k{{K}}")
     kind = _kind_of(parts[1], qualifier)
-    d_type, a_type, b_type = parts[2:]
-    return _check(shape, kind, d_type, a_type, b_type, f"qualifier {qualifier!r}")
+    d_format, a_format, b_format = parts[2:]
+    return _check(shape, kind, d_format, a_format, b_format, f"qualifier {qualifier!r}")
 
 
-def _check(shape, kind: str, d_type: str, a_type: str, b_type: str,
+def _check(shape, kind: str, d_format: str, a_format: str, b_format: str,
            where: str) -> Tcgen05Instruction:
     rows = _KIND_ROWS[kind]
-    a_types = tuple(t for r in rows for t in r.a_types)
-    if a_type not in a_types:
-        raise ValueError(f"{where}: atype {a_type!r} is not a kind::{kind} type; allowed: "
-                         f"{a_types}")
-    (row,) = (r for r in rows if a_type in r.a_types)
-    if b_type not in row.b_types(a_type):
-        raise ValueError(f"{where}: btype {b_type!r} cannot go with atype {a_type!r}; "
-                         f"allowed btype: {row.b_types(a_type)}")
-    d_types = tuple(d for _, d in row.cd)
-    if d_type not in d_types:
-        raise ValueError(f"{where}: dtype {d_type!r} is not allowed for kind::{kind} with "
-                         f"atype {a_type!r}; allowed dtype: {d_types}")
+    a_formats = tuple(t for r in rows for t in r.a_formats)
+    if a_format not in a_formats:
+        raise ValueError(f"{where}: atype {a_format!r} is not a kind::{kind} type; allowed: "
+                         f"{a_formats}")
+    (row,) = (r for r in rows if a_format in r.a_formats)
+    if b_format not in row.b_formats(a_format):
+        raise ValueError(f"{where}: btype {b_format!r} cannot go with atype {a_format!r}; "
+                         f"allowed btype: {row.b_formats(a_format)}")
+    d_formats = tuple(d for _, d in row.cd)
+    if d_format not in d_formats:
+        raise ValueError(f"{where}: dtype {d_format!r} is not allowed for kind::{kind} with "
+                         f"atype {a_format!r}; allowed dtype: {d_formats}")
     m, n, k = shape
     if k != row.ks[0]:
         raise ValueError(f"{where}: K must be {row.ks[0]} for kind::{kind} (32 bytes of "
@@ -267,7 +267,7 @@ def _check(shape, kind: str, d_type: str, a_type: str, b_type: str,
     ns = tuple(s[1] for s in row.shapes if s[0] == m)
     if n not in ns:
         raise ValueError(f"{where}: N={n} is not allowed for kind::{kind}; allowed N: {ns}")
-    return Tcgen05Instruction(m, n, k, kind, d_type, a_type, b_type)
+    return Tcgen05Instruction(m, n, k, kind, d_format, a_format, b_format)
 
 
 # --------------------------------------------------------------------------------------
@@ -345,7 +345,7 @@ def make_instr_descriptor(qualifier: Any, *, neg_a: bool = False, neg_b: bool = 
                                        (transpose_b, "transpose_b"), (saturate, "saturate"))]
     _check_modifiers(instr, *flags)
     codes = _AB_CODE[instr.kind]
-    d = (_D_CODE[instr.d_type] << 4 | codes[instr.a_type] << 7 | codes[instr.b_type] << 10
+    d = (_D_CODE[instr.d_format] << 4 | codes[instr.a_format] << 7 | codes[instr.b_format] << 10
          | (instr.n >> 3) << 17 | (instr.m >> 4) << 24)
     for bit, on in zip((13, 14, 15, 16, 3), flags, strict=True):
         d |= int(on) << bit
@@ -437,7 +437,7 @@ def _fields(desc: Any, what: str) -> SmemDescriptorFields:
 
 def _addresses(desc: Any, instr: Tcgen05Instruction, operand: str, transpose: Any):
     checks.static_choice(operand, "operand", ("a", "b"))
-    t = instr.a_type if operand == "a" else instr.b_type
+    t = instr.a_format if operand == "a" else instr.b_format
     rows = instr.m if operand == "a" else instr.n
     f = _fields(desc, f"desc_{operand}")
     bits = np.dtype(BITS_DTYPE[t]).itemsize * 8
@@ -523,7 +523,7 @@ def write_operand(smem: Any, desc: Any, qualifier: Any, operand: str, x: Any, *,
 
 def _target(arch: Any, instr: Tcgen05Instruction) -> Target:
     target = supported_target(arch)
-    check_target(target, "tcgen05", instr.a_type, instr.b_type, instr.k)
+    check_target(target, "tcgen05", instr.a_format, instr.b_format, instr.k)
     return target
 
 
@@ -544,12 +544,12 @@ def _bits_arg(x: Any, name: str, t: str, shape: tuple[int, int]) -> jax.Array:
 
 def _d_arg(d: Any, instr: Tcgen05Instruction) -> jax.Array:
     d = jnp.asarray(d)
-    want = D_DTYPE[instr.d_type]
+    want = D_DTYPE[instr.d_format]
     if d.ndim < 2 or d.shape[-2:] != (instr.m, instr.n):
         raise ValueError(f"d must have shape (..., {instr.m}, {instr.n}) (D in tensor memory), "
                          f"got {d.shape}")
     if d.dtype != want:
-        raise TypeError(f"d must have dtype {want} for dtype {instr.d_type!r}, got {d.dtype}")
+        raise TypeError(f"d must have dtype {want} for dtype {instr.d_format!r}, got {d.dtype}")
     return d
 
 
@@ -557,17 +557,17 @@ def _arith(instr: Tcgen05Instruction, a_bits, b_bits, d, *, neg_a: bool, neg_b: 
            saturate: bool, enable_input_d: Any, scale_input_d: int,
            target: Target) -> jax.Array:
     if neg_a:
-        a_bits = a_bits ^ jnp.asarray(_SIGN[instr.a_type], a_bits.dtype)
+        a_bits = a_bits ^ jnp.asarray(_SIGN[instr.a_format], a_bits.dtype)
     if neg_b:
-        b_bits = b_bits ^ jnp.asarray(_SIGN[instr.b_type], b_bits.dtype)
+        b_bits = b_bits ^ jnp.asarray(_SIGN[instr.b_format], b_bits.dtype)
     c = keep_c(d, enable_input_d, "enable_input_d")
     batch = np.broadcast_shapes(a_bits.shape[:-2], b_bits.shape[:-2], c.shape[:-2])
     a_bits = jnp.broadcast_to(a_bits, batch + a_bits.shape[-2:])
     b_bits = jnp.broadcast_to(b_bits, batch + b_bits.shape[-2:])
     c = jnp.broadcast_to(c, batch + c.shape[-2:])
-    return datapath.mma(_storage(a_bits, instr.a_type), _storage(b_bits, instr.b_type), c,
-                        a_type=instr.a_type, b_type=instr.b_type, c_type=instr.d_type,
-                        d_type=instr.d_type, arch=target.name, satf=saturate,
+    return datapath.mma(_storage(a_bits, instr.a_format), _storage(b_bits, instr.b_format), c,
+                        a_format=instr.a_format, b_format=instr.b_format, c_format=instr.d_format,
+                        d_format=instr.d_format, arch=target.name, satf=saturate,
                         instruction="tcgen05", instruction_k=instr.k,
                         scale_input_d=scale_input_d)
 
@@ -624,8 +624,8 @@ def tcgen05_mma_logical(qualifier: Any, a: Any, b: Any, d: Any, *, neg_a: bool =
                                        (saturate, "saturate"))]
     _check_modifiers(instr, flags[0], flags[1], False, False, flags[2])
     s = _scale_input_d(scale_input_d, instr)
-    a_bits = _bits_arg(a, "a", instr.a_type, (instr.m, instr.k))
-    b_bits = _bits_arg(b, "b", instr.b_type, (instr.k, instr.n))
+    a_bits = _bits_arg(a, "a", instr.a_format, (instr.m, instr.k))
+    b_bits = _bits_arg(b, "b", instr.b_format, (instr.k, instr.n))
     return _arith(instr, a_bits, b_bits, _d_arg(d, instr), neg_a=flags[0], neg_b=flags[1],
                   saturate=flags[2], enable_input_d=enable_input_d, scale_input_d=s,
                   target=target)
@@ -692,7 +692,7 @@ def tcgen05_mma(opcode: Any, d: Any, a: Any, desc_b: Any, idesc: Any, smem: Any,
         if fields.transpose_a:
             raise ValueError("A from tensor memory is K-major: idesc's transpose-A bit must "
                              "be 0")
-        a_bits = _bits_arg(checks.array_arg(a, "a"), "a", instr.a_type, (instr.m, instr.k))
+        a_bits = _bits_arg(checks.array_arg(a, "a"), "a", instr.a_format, (instr.m, instr.k))
     b_bits = read_operand(mem, desc_b, instr, "b", transpose=fields.transpose_b)
     return _arith(instr, a_bits, b_bits, d, neg_a=fields.neg_a, neg_b=fields.neg_b,
                   saturate=fields.saturate, enable_input_d=enable_input_d,

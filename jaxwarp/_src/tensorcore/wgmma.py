@@ -96,13 +96,13 @@ M = 64
 
 # bits of one element in shared memory / registers, and the logical (bits) dtype used for
 # operands read from shared memory (the capture files use the same).
-_ELEM_BITS = {t: isa.element_bits(t) for t in isa.a_types("wgmma")}
+_ELEM_BITS = {t: isa.element_bits(t) for t in isa.a_formats("wgmma")}
 # Floats as unsigned words of their width, integers (and b1 0/1) as their storage dtype.
-_FLOAT_TYPES = tuple(t for t in isa.a_types("wgmma") if FORMATS[t].is_float)
+_FLOAT_TYPES = tuple(t for t in isa.a_formats("wgmma") if FORMATS[t].is_float)
 BITS_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
     t: np.dtype(f"uint{isa.element_bits(t)}") if t in _FLOAT_TYPES else isa.storage_dtype(t)
-    for t in isa.a_types("wgmma")})
-#: dtype of the accumulator registers per d_type: the element's storage dtype, f16
+    for t in isa.a_formats("wgmma")})
+#: dtype of the accumulator registers per d_format: the element's storage dtype, f16
 #: packed two to a 32-bit word.
 REGISTER_DTYPE: Mapping[str, np.dtype] = MappingProxyType({
     t: np.dtype(np.uint32) if isa.element_bits(t) < 32 else isa.storage_dtype(t)
@@ -111,9 +111,9 @@ _MATRIX_DTYPE = {t: isa.storage_dtype(t) for t in isa.accumulator_types("wgmma")
 
 
 class _Family(NamedTuple):
-    a_types: tuple[str, ...]
-    same_ab: bool  # a_type must equal b_type
-    d_types: tuple[str, ...]
+    a_formats: tuple[str, ...]
+    same_ab: bool  # a_format must equal b_format
+    d_formats: tuple[str, ...]
     k: int
     n_values: tuple[int, ...]
     float_scale: bool  # imm-scale-a/b allowed
@@ -124,7 +124,7 @@ class _Family(NamedTuple):
 
 
 def _family(row: isa.Row) -> _Family:
-    return _Family(row.a_types, row.pairing == "same", tuple(d for _, d in row.cd),
+    return _Family(row.a_formats, row.pairing == "same", tuple(d for _, d in row.cd),
                    row.ks[0], tuple(s[1] for s in row.shapes), row.scale, row.transpose,
                    row.satfinite, row.b1_ops[0][0] if row.b1_ops else None,
                    row.a_in_registers)
@@ -133,17 +133,17 @@ def _family(row: isa.Row) -> _Family:
 #: One entry per type family: a view of the catalogue's ``"wgmma"`` rows (``isa.ROWS``).
 FAMILIES: Mapping[str, _Family] = MappingProxyType(
     {r.group_name: _family(r) for r in isa.rows("wgmma")})
-_FAMILY_OF = {t: name for name, f in FAMILIES.items() for t in f.a_types}
+_FAMILY_OF = {t: name for name, f in FAMILIES.items() for t in f.a_formats}
 
 
 def _combos_text() -> str:
     rows = []
     for f in FAMILIES.values():
-        ab = "{" + ",".join(f.a_types) + "}"
+        ab = "{" + ",".join(f.a_formats) + "}"
         tail = ".satfinite optional" if f.satfinite else ""
         tail += f".{f.bop}.popc" if f.bop else ""
-        rows.append(f"m64nNk{f.k}.{{{','.join(f.d_types)}}}.{ab}.{ab}"
-                    + (" (a_type == b_type)" if f.same_ab and len(f.a_types) > 1 else "")
+        rows.append(f"m64nNk{f.k}.{{{','.join(f.d_formats)}}}.{ab}.{ab}"
+                    + (" (a_format == b_format)" if f.same_ab and len(f.a_formats) > 1 else "")
                     + (f" {tail}" if tail else ""))
     return "; ".join(rows)
 
@@ -154,7 +154,7 @@ class WgmmaInstruction:
 
     Attributes:
       n: N of m64nNkK. k: K. m: always 64.
-      d_type, a_type, b_type: PTX type names ("f32", "f16", "s32"; "f16", "bf16",
+      d_format, a_format, b_format: PTX type names ("f32", "f16", "s32"; "f16", "bf16",
         "tf32", "e4m3", "e5m2", "s8", "u8", "b1").
       satfinite: integer ``.satfinite`` (clamp instead of wrap).
       bop: ``"and"`` for b1 (``.and.popc``), else None.
@@ -162,36 +162,36 @@ class WgmmaInstruction:
 
     n: int
     k: int
-    d_type: str
-    a_type: str
-    b_type: str
+    d_format: str
+    a_format: str
+    b_format: str
     satfinite: bool = False
     bop: str | None = None
     m: int = M
 
     @property
     def family(self) -> _Family:
-        return FAMILIES[_FAMILY_OF[self.a_type]]
+        return FAMILIES[_FAMILY_OF[self.a_format]]
 
     @property
     def qualifier(self) -> str:
         """The canonical PTX spelling, e.g. ``m64n8k32.satfinite.s32.s8.u8``."""
         s = f"m64n{self.n}k{self.k}" + (".satfinite" if self.satfinite else "")
-        s += f".{self.d_type}.{self.a_type}.{self.b_type}"
+        s += f".{self.d_format}.{self.a_format}.{self.b_format}"
         return s + (f".{self.bop}.popc" if self.bop else "")
 
     @property
     def num_d_registers(self) -> int:
         """32-bit accumulator registers per thread: N/2 (f32, s32) or N/4 (f16)."""
-        return self.n // 4 if self.d_type == "f16" else self.n // 2
+        return self.n // 4 if self.d_format == "f16" else self.n // 2
 
     @property
     def a_bits(self) -> int:
-        return _ELEM_BITS[self.a_type]
+        return _ELEM_BITS[self.a_format]
 
     @property
     def b_bits(self) -> int:
-        return _ELEM_BITS[self.b_type]
+        return _ELEM_BITS[self.b_format]
 
 
 _PREFIX = ("wgmma", "mma_async", "sync", "aligned")
@@ -260,37 +260,37 @@ def parse_wgmma(qualifier: str) -> WgmmaInstruction:
     if len(rest) != 3:
         raise ValueError(f"qualifier {qualifier!r}: expected shape.dtype.atype.btype after "
                          f"the shape, got {'.'.join(rest)!r}; allowed: {_combos_text()}")
-    d_type, a_type, b_type = rest
-    if a_type not in _FAMILY_OF:
-        raise ValueError(f"qualifier {qualifier!r}: atype {a_type!r} is not supported; "
+    d_format, a_format, b_format = rest
+    if a_format not in _FAMILY_OF:
+        raise ValueError(f"qualifier {qualifier!r}: atype {a_format!r} is not supported; "
                          f"allowed: {tuple(_FAMILY_OF)}")
-    fam = FAMILIES[_FAMILY_OF[a_type]]
-    if b_type not in fam.a_types or (fam.same_ab and b_type != a_type):
-        allowed = (a_type,) if fam.same_ab else fam.a_types
-        raise ValueError(f"qualifier {qualifier!r}: btype {b_type!r} cannot go with atype "
-                         f"{a_type!r}; allowed btype: {allowed}")
-    if d_type not in fam.d_types:
-        raise ValueError(f"qualifier {qualifier!r}: dtype {d_type!r} is not allowed for "
-                         f"atype {a_type!r}; allowed dtype: {fam.d_types}")
+    fam = FAMILIES[_FAMILY_OF[a_format]]
+    if b_format not in fam.a_formats or (fam.same_ab and b_format != a_format):
+        allowed = (a_format,) if fam.same_ab else fam.a_formats
+        raise ValueError(f"qualifier {qualifier!r}: btype {b_format!r} cannot go with atype "
+                         f"{a_format!r}; allowed btype: {allowed}")
+    if d_format not in fam.d_formats:
+        raise ValueError(f"qualifier {qualifier!r}: dtype {d_format!r} is not allowed for "
+                         f"atype {a_format!r}; allowed dtype: {fam.d_formats}")
     if m != M:
         raise ValueError(f"qualifier {qualifier!r}: M must be 64 (shape m64nNk{fam.k}), "
                          f"got m{m}")
     if k != fam.k:
-        raise ValueError(f"qualifier {qualifier!r}: K must be {fam.k} for atype {a_type!r} "
+        raise ValueError(f"qualifier {qualifier!r}: K must be {fam.k} for atype {a_format!r} "
                          f"(shape m64nNk{fam.k}), got k{k}")
     if n not in fam.n_values:
         raise ValueError(f"qualifier {qualifier!r}: N={n} is not allowed for atype "
-                         f"{a_type!r}; allowed N: {fam.n_values}")
+                         f"{a_format!r}; allowed N: {fam.n_values}")
     if satfinite and not fam.satfinite:
         raise ValueError(f"qualifier {qualifier!r}: .satfinite exists only for the integer "
-                         f"types (s8, u8), not atype {a_type!r}")
+                         f"types (s8, u8), not atype {a_format!r}")
     if bop != fam.bop:
         if fam.bop is None:
             raise ValueError(f"qualifier {qualifier!r}: .{bop}.popc exists only for b1")
         raise ValueError(f"qualifier {qualifier!r}: b1 needs the bit operation "
                          f"'.{fam.bop}.popc' (the only one wgmma has on sm_90a), got "
                          f"{('.' + bop + '.popc') if bop else 'none'}")
-    return WgmmaInstruction(n=n, k=k, d_type=d_type, a_type=a_type, b_type=b_type,
+    return WgmmaInstruction(n=n, k=k, d_format=d_format, a_format=a_format, b_format=b_format,
                             satfinite=satfinite, bop=bop)
 
 
@@ -307,7 +307,7 @@ def _instr(qualifier: Any) -> WgmmaInstruction:
 def _arch(arch: Any, instr: WgmmaInstruction) -> Target:
     """The target, which must be able to issue ``instr`` (the catalogue's minimum)."""
     target = supported_target(arch)
-    sm, needs_a = isa.min_target("wgmma", instr.a_type)
+    sm, needs_a = isa.min_target("wgmma", instr.a_format)
     if not has(target, sm, needs_a):
         want = f"sm_{sm}a" if needs_a else f"sm_{sm} or newer"
         raise ValueError(f"arch={arch!r} is not supported: wgmma needs {want}")
@@ -321,8 +321,8 @@ def _arch(arch: Any, instr: WgmmaInstruction) -> Target:
 def _operand_geometry(instr: WgmmaInstruction, operand: str) -> tuple[int, int, str]:
     checks.static_choice(operand, "operand", ("a", "b"))
     if operand == "a":
-        return M, instr.a_bits, instr.a_type
-    return instr.n, instr.b_bits, instr.b_type
+        return M, instr.a_bits, instr.a_format
+    return instr.n, instr.b_bits, instr.b_format
 
 
 def read_operand(smem: Any, desc: Any, qualifier: Any, operand: str, *,
@@ -429,7 +429,7 @@ def d_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
       ((128, 8, 1), 25, 11)
     """
     instr = _instr(qualifier)
-    h = 2 if instr.d_type == "f16" else 1  # f16: elements 2i, 2i + 1 in register i
+    h = 2 if instr.d_format == "f16" else 1  # f16: elements 2i, 2i + 1 in register i
     row, col = d_register_layout(instr).coords()
     shape = (WARPGROUP_SIZE, instr.n // 2 // h, h)
     return np.array(row).reshape(shape), np.array(col).reshape(shape)  # fresh copies
@@ -459,7 +459,7 @@ def a_layout(qualifier: Any) -> tuple[np.ndarray, np.ndarray]:
     """
     instr = _instr(qualifier)
     if not instr.family.a_in_registers:
-        raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
+        raise ValueError(f"A from registers is not supported for atype {instr.a_format!r}")
     row, col = a_register_layout(instr).coords()
     shape = (WARPGROUP_SIZE, 4, 32 // instr.a_bits)
     return np.array(row).reshape(shape), np.array(col).reshape(shape)  # fresh copies
@@ -475,7 +475,7 @@ def a_register_layout(qualifier: Any) -> layouts.Layout:
     """
     instr = _instr(qualifier)
     if not instr.family.a_in_registers:
-        raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
+        raise ValueError(f"A from registers is not supported for atype {instr.a_format!r}")
     per = 32 // instr.a_bits
     return layouts.WGMMA_A.packed(per, 1).take(4 * per, (M, instr.k),
                                                f"wgmma {instr.qualifier} A")
@@ -504,13 +504,13 @@ def accumulator_matrix(d_regs: Any, qualifier: Any) -> jax.Array:
       (1.0, 2.0)
     """
     instr = _instr(qualifier)
-    x = _regs(d_regs, "d_regs", instr.num_d_registers, REGISTER_DTYPE[instr.d_type])
+    x = _regs(d_regs, "d_regs", instr.num_d_registers, REGISTER_DTYPE[instr.d_format])
     row, col = d_layout(instr)
     inv = np.zeros((M, instr.n), np.int64)
     flat = np.arange(row.size).reshape(row.shape)
     inv[row, col] = flat
     batch = x.shape[:-2]
-    if instr.d_type == "f16":
+    if instr.d_format == "f16":
         halves = jnp.stack([x & jnp.uint32(0xFFFF), x >> jnp.uint32(16)], axis=-1)
         x = bitops.from_u32(halves, jnp.float16)
     x = x.reshape(*batch, -1)
@@ -531,14 +531,14 @@ def accumulator_registers(d: Any, qualifier: Any) -> jax.Array:
     """
     instr = _instr(qualifier)
     d = jnp.asarray(d)
-    want = _MATRIX_DTYPE[instr.d_type]
+    want = _MATRIX_DTYPE[instr.d_format]
     if d.ndim < 2 or d.shape[-2:] != (M, instr.n):
         raise ValueError(f"d must have shape (..., 64, {instr.n}), got {d.shape}")
     if d.dtype != want:
-        raise TypeError(f"d must have dtype {want} for d_type {instr.d_type!r}, got {d.dtype}")
+        raise TypeError(f"d must have dtype {want} for d_format {instr.d_format!r}, got {d.dtype}")
     row, col = d_layout(instr)
     v = d[..., row, col]  # (..., 128, NR, h)
-    if instr.d_type == "f16":
+    if instr.d_format == "f16":
         u = bitops.to_u32(v)
         return u[..., 0] | (u[..., 1] << jnp.uint32(16))
     return v[..., 0]
@@ -559,8 +559,8 @@ def a_registers(a: Any, qualifier: Any) -> jax.Array:
     if a.ndim < 2 or a.shape[-2:] != (M, instr.k):
         raise ValueError(f"a must have shape (..., 64, {instr.k}), got {a.shape}")
     if not jnp.issubdtype(a.dtype, jnp.integer) or a.dtype.itemsize * 8 != bits:
-        raise TypeError(f"a must hold {instr.a_type} elements as {bits}-bit integers "
-                        f"({BITS_DTYPE[instr.a_type]}), got {a.dtype}")
+        raise TypeError(f"a must hold {instr.a_format} elements as {bits}-bit integers "
+                        f"({BITS_DTYPE[instr.a_format]}), got {a.dtype}")
     row, col = a_layout(instr)
     u = bitops.to_u32(a[..., row, col])
     word = u[..., 0]
@@ -586,7 +586,7 @@ def a_matrix(a_regs: Any, qualifier: Any) -> jax.Array:
     mask = jnp.uint32((1 << bits) - 1) if bits < 32 else jnp.uint32(0xFFFFFFFF)
     parts = jnp.stack([(x >> jnp.uint32(j * bits)) & mask for j in range(row.shape[-1])],
                       axis=-1)
-    v = bitops.from_u32(parts, BITS_DTYPE[instr.a_type])
+    v = bitops.from_u32(parts, BITS_DTYPE[instr.a_format])
     inv = np.zeros((M, instr.k), np.int64)
     inv[row, col] = np.arange(row.size).reshape(row.shape)
     return v.reshape(*v.shape[:-3], -1)[..., inv]
@@ -614,14 +614,14 @@ def _storage(bits: jax.Array, t: str) -> jax.Array:
 
 def _arith(instr: WgmmaInstruction, a_bits: jax.Array, b_bits: jax.Array, c: jax.Array,
            arch: Target) -> jax.Array:
-    """D = A @ B + C on logical matrices; a, b raw bits, c in the matrix dtype of d_type."""
-    if instr.a_type == "b1":
+    """D = A @ B + C on logical matrices; a, b raw bits, c in the matrix dtype of d_format."""
+    if instr.a_format == "b1":
         return datapath.bmma(a_bits, b_bits, c, op=instr.bop)
-    kwargs: dict[str, Any] = dict(a_type=instr.a_type, b_type=instr.b_type,
-                                  c_type=instr.d_type, d_type=instr.d_type,
+    kwargs: dict[str, Any] = dict(a_format=instr.a_format, b_format=instr.b_format,
+                                  c_format=instr.d_format, d_format=instr.d_format,
                                   arch=arch.name, satf=instr.satfinite,
                                   instruction="wgmma", instruction_k=instr.k)
-    return datapath.mma(_storage(a_bits, instr.a_type), _storage(b_bits, instr.b_type), c,
+    return datapath.mma(_storage(a_bits, instr.a_format), _storage(b_bits, instr.b_format), c,
                         **kwargs)
 
 
@@ -636,10 +636,10 @@ def _check_modifiers(instr: WgmmaInstruction, scale_a: int, scale_b: int, tnsp_a
     fam = instr.family
     if (scale_a, scale_b) != (1, 1) and not fam.float_scale:
         raise ValueError(f"imm-scale-a/b (negation) exists for the floating-point types "
-                         f"only (f16, bf16, tf32, e4m3, e5m2), not {instr.a_type!r}")
+                         f"only (f16, bf16, tf32, e4m3, e5m2), not {instr.a_format!r}")
     if (tnsp_a or tnsp_b) and not fam.transpose:
         raise ValueError(f"imm-trans-a/b (M/N-major operands) exist for f16 and bf16 only, "
-                         f"not {instr.a_type!r}; other types must be K-major")
+                         f"not {instr.a_format!r}; other types must be K-major")
     if tnsp_a and a_regs:
         raise ValueError("tnsp_a applies to A in shared memory only; A from registers has no "
                          "imm-trans-a")
@@ -714,7 +714,7 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
         a_bits = read_operand(s, a, instr, "a", transpose=ta)
     else:
         if not instr.family.a_in_registers:
-            raise ValueError(f"A from registers is not supported for atype {instr.a_type!r}")
+            raise ValueError(f"A from registers is not supported for atype {instr.a_format!r}")
         a_bits = a_matrix(a, instr)
     b_bits = read_operand(s, desc_b, instr, "b", transpose=tb)
     d = _logical(instr, a_bits, b_bits, c, scale_d, sa < 0, sb < 0, arch_p)
@@ -723,9 +723,9 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
 
 def _logical(instr, a_bits, b_bits, c, scale_d, neg_a, neg_b, arch_p):
     if neg_a:
-        a_bits = _negate_bits(a_bits, instr.a_type)
+        a_bits = _negate_bits(a_bits, instr.a_format)
     if neg_b:
-        b_bits = _negate_bits(b_bits, instr.b_type)
+        b_bits = _negate_bits(b_bits, instr.b_format)
     c = keep_c(c, scale_d, "scale_d")
     batch = np.broadcast_shapes(a_bits.shape[:-2], b_bits.shape[:-2], c.shape[:-2])
     a_bits = jnp.broadcast_to(a_bits, batch + a_bits.shape[-2:])
@@ -779,12 +779,12 @@ def wgmma_logical(qualifier: Any, a: Any, b: Any, c: Any, *, scale_d: Any = True
     if not isinstance(neg_a, bool) or not isinstance(neg_b, bool):
         raise TypeError(f"neg_a and neg_b must be Python bools, got {neg_a!r}, {neg_b!r}")
     _check_modifiers(instr, -1 if neg_a else 1, -1 if neg_b else 1, 0, 0, False)
-    a_bits = _bits_arg(a, "a", instr.a_type, (M, instr.k))
-    b_bits = _bits_arg(b, "b", instr.b_type, (instr.k, instr.n))
+    a_bits = _bits_arg(a, "a", instr.a_format, (M, instr.k))
+    b_bits = _bits_arg(b, "b", instr.b_format, (instr.k, instr.n))
     c = jnp.asarray(c)
-    want = _MATRIX_DTYPE[instr.d_type]
+    want = _MATRIX_DTYPE[instr.d_format]
     if c.ndim < 2 or c.shape[-2:] != (M, instr.n):
         raise ValueError(f"c must have shape (..., 64, {instr.n}), got {c.shape}")
     if c.dtype != want:
-        raise TypeError(f"c must have dtype {want} for dtype {instr.d_type!r}, got {c.dtype}")
+        raise TypeError(f"c must have dtype {want} for dtype {instr.d_format!r}, got {c.dtype}")
     return _logical(instr, a_bits, b_bits, c, scale_d, neg_a, neg_b, arch_p)

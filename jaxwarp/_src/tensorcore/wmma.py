@@ -272,7 +272,7 @@ def _static_bool(v: Any, name: str) -> bool:
 
 
 def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
-             arch: str = "sm_90", mode: str = "exact", d_type: str | None = None) -> Fragment:
+             arch: str = "sm_90", mode: str = "exact", d_format: str | None = None) -> Fragment:
     """``wmma::mma_sync(d, a, b, c, satf)``: returns the accumulator ``d = a @ b + c``.
 
     The fragments are gathered into logical matrices, multiplied by the arithmetic
@@ -287,11 +287,11 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
         arch: target architecture, e.g. ``"sm_80"``, ``"sm_90"`` (static); must have
             the type combination (``wmma_table``).
         mode: arithmetic model selector passed to ``mma_arith`` (static).
-        d_type: accumulator type of ``d``; defaults to ``c.type``. With f16 A/B, C
+        d_format: accumulator type of ``d``; defaults to ``c.type``. With f16 A/B, C
             and D may each be f16 or f32.
 
     Returns:
-        The ``d`` accumulator fragment (``d_type``).
+        The ``d`` accumulator fragment (``d_format``).
 
     Raises:
         ValueError: fragments in the wrong role, shapes or element types that differ,
@@ -310,12 +310,12 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
         ('f32', (32, 8), 9.0)
     """
     a, b, c = _check_operands(a, b, c)
-    d_type = c.type if d_type is None else d_type
-    table.check_mma(a.type, c.type, d_type, a.shape, arch)
+    d_format = c.type if d_format is None else d_format
+    table.check_mma(a.type, c.type, d_format, a.shape, arch)
     satf = _static_bool(satf, "satf")
     if not isinstance(mode, str):
         raise TypeError(f"mode must be a string (static), got {type(mode).__name__}")
-    d_spec = fragment_type("accumulator", a.m, a.n, a.k, d_type)
+    d_spec = fragment_type("accumulator", a.m, a.n, a.k, d_format)
     if checked.enabled("nan_inf"):
         for name, f in (("a", a), ("b", b), ("c", c)):
             if jnp.issubdtype(f.x.dtype, jnp.floating):
@@ -330,7 +330,7 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
                               row=flat // cols, col=flat % cols)
     d = datapath.mma(
         matrix_from_fragment(a), matrix_from_fragment(b), matrix_from_fragment(c),
-        a_type=a.type, c_type=c.type, d_type=d_type, arch=arch, mode=mode, satf=satf)
+        a_format=a.type, c_format=c.type, d_format=d_format, arch=arch, mode=mode, satf=satf)
     return fragment_from_matrix(d_spec, d)
 
 

@@ -113,7 +113,7 @@ ELEMENT_TYPES: dict[str, ElementType] = {
     )
 }
 
-MULTIPLICAND_TYPES = isa.a_types("wmma")
+MULTIPLICAND_TYPES = isa.a_formats("wmma")
 ACCUMULATOR_TYPES = isa.accumulator_types("wmma")
 
 
@@ -122,7 +122,7 @@ class WmmaEntry:
     """One row of the table: an A/B element type and everything it allows.
 
     Attributes:
-        ab_type: element type of matrix_a and matrix_b (both the same).
+        operand_format: element type of matrix_a and matrix_b (both the same).
         cd_types: allowed (C type, D type) pairs.
         shapes: allowed (m, n, k).
         a_layouts: allowed layouts of matrix_a fragments.
@@ -132,7 +132,7 @@ class WmmaEntry:
         bmma_ops: for b1: op name -> smallest compute capability; empty otherwise.
     """
 
-    ab_type: str
+    operand_format: str
     cd_types: tuple[tuple[str, str], ...]
     shapes: tuple[Shape, ...]
     a_layouts: tuple[str, ...] = LAYOUTS
@@ -152,17 +152,17 @@ class WmmaEntry:
 _LAYOUT_NAME = {"row": "row_major", "col": "col_major"}
 
 
-def _entry(row: isa.Row, ab_type: str) -> WmmaEntry:
+def _entry(row: isa.Row, operand_format: str) -> WmmaEntry:
     a_lay = tuple(dict.fromkeys(_LAYOUT_NAME[a] for a, _ in row.layouts))
     b_lay = tuple(dict.fromkeys(_LAYOUT_NAME[b] for _, b in row.layouts))
-    return WmmaEntry(ab_type, row.cd, row.shapes, a_lay, b_lay, row.min_sm,
+    return WmmaEntry(operand_format, row.cd, row.shapes, a_lay, b_lay, row.min_sm,
                      row.experimental, row.b1_ops)
 
 
 def _table() -> tuple[WmmaEntry, ...]:
     """One entry per A/B type, from the catalogue's ``"wmma"`` rows."""
     out = []
-    for t in isa.a_types("wmma"):
+    for t in isa.a_formats("wmma"):
         (row,) = isa.rows("wmma", t)  # WMMA has one row per A/B type
         out.append(_entry(row, t))
     return tuple(out)
@@ -170,7 +170,7 @@ def _table() -> tuple[WmmaEntry, ...]:
 
 TABLE: tuple[WmmaEntry, ...] = _table()
 
-_BY_TYPE = {e.ab_type: e for e in TABLE}
+_BY_TYPE = {e.operand_format: e for e in TABLE}
 
 
 shape_name = isa.shape_name
@@ -186,7 +186,7 @@ def describe() -> str:
     for e in TABLE:
         cd = ", ".join(f"{c}->{d}" for c, d in e.cd_types)
         lines.append(
-            f"  {e.ab_type}: shapes {_shapes_text(e.shapes)}; C->D {cd}; "
+            f"  {e.operand_format}: shapes {_shapes_text(e.shapes)}; C->D {cd}; "
             f"A {'/'.join(e.a_layouts)}, B {'/'.join(e.b_layouts)}; sm_{e.min_sm}+"
         )
     return "\n".join(lines)
@@ -205,23 +205,23 @@ def _check_shape_tuple(shape: Any) -> Shape:
     return m, n, k
 
 
-def entry(ab_type: str, shape: Shape | None = None) -> WmmaEntry:
-    """Returns the table entry of A/B type ``ab_type`` (optionally checking ``shape``).
+def entry(operand_format: str, shape: Shape | None = None) -> WmmaEntry:
+    """Returns the table entry of A/B type ``operand_format`` (optionally checking ``shape``).
 
     Raises:
-        ValueError: ``ab_type`` is not a WMMA A/B type, or ``shape`` is not allowed for
+        ValueError: ``operand_format`` is not a WMMA A/B type, or ``shape`` is not allowed for
             it; the message lists what is valid.
     """
-    e = _BY_TYPE.get(ab_type)
+    e = _BY_TYPE.get(operand_format)
     if e is None:
-        raise ValueError(f"unsupported WMMA A/B type {ab_type!r}; valid: "
+        raise ValueError(f"unsupported WMMA A/B type {operand_format!r}; valid: "
                          f"{', '.join(_BY_TYPE)}\n{describe()}")
     if shape is not None:
         shape = _check_shape_tuple(shape)
         if shape not in e.shapes:
             raise ValueError(
-                f"unsupported WMMA combination (a_type={ab_type!r}, shape={shape}); "
-                f"valid for {ab_type}: {_shapes_text(e.shapes)}"
+                f"unsupported WMMA combination (a_format={operand_format!r}, shape={shape}); "
+                f"valid for {operand_format}: {_shapes_text(e.shapes)}"
             )
     return e
 
@@ -250,14 +250,14 @@ def check_fragment(use: str, m: int, n: int, k: int, type: str, layout: str | No
                 f"layout={layout!r}: accumulator fragments have no layout (give the memory "
                 f"layout, {MEM_LAYOUTS}, to load_matrix_sync/store_matrix_sync instead)")
         return
-    valid_types = tuple(e.ab_type for e in TABLE if shape in e.shapes)
+    valid_types = tuple(e.operand_format for e in TABLE if shape in e.shapes)
     if type not in _BY_TYPE:
         raise ValueError(f"unsupported {use} type={type!r}; valid WMMA A/B types: "
                          f"{', '.join(_BY_TYPE)}")
     if type not in valid_types:
         e = _BY_TYPE[type]
         raise ValueError(
-            f"unsupported WMMA combination (a_type={type!r}, shape={shape}); valid for "
+            f"unsupported WMMA combination (a_format={type!r}, shape={shape}); valid for "
             f"{type}: {_shapes_text(e.shapes)} (types valid for {shape_name(shape)}: "
             f"{', '.join(valid_types)})"
         )
@@ -270,7 +270,7 @@ def check_fragment(use: str, m: int, n: int, k: int, type: str, layout: str | No
                          f"allowed: {allowed}")
 
 
-def check_mma(ab_type: str, c_type: str, d_type: str, shape: Shape, arch: Any = "sm_90",
+def check_mma(operand_format: str, c_format: str, d_format: str, shape: Shape, arch: Any = "sm_90",
               *, bmma_op: str | None = None) -> WmmaEntry:
     """Checks one ``mma_sync`` / ``bmma_sync`` against the table; returns the entry.
 
@@ -278,25 +278,26 @@ def check_mma(ab_type: str, c_type: str, d_type: str, shape: Shape, arch: Any = 
         ValueError: the combination (A/B type, shape, C type, D type, arch, op) is not
             in the table; the message lists the valid ones.
     """
-    e = entry(ab_type, shape)
-    if (c_type, d_type) not in e.cd_types:
-        pairs = ", ".join(f"(c_type={c!r}, d_type={d!r})" for c, d in e.cd_types)
+    e = entry(operand_format, shape)
+    if (c_format, d_format) not in e.cd_types:
+        pairs = ", ".join(f"(c_format={c!r}, d_format={d!r})" for c, d in e.cd_types)
         raise ValueError(
-            f"unsupported WMMA combination (a_type={ab_type!r}, c_type={c_type!r}, "
-            f"d_type={d_type!r}); valid for {ab_type}: {pairs}")
+            f"unsupported WMMA combination (a_format={operand_format!r}, c_format={c_format!r}, "
+            f"d_format={d_format!r}); valid for {operand_format}: {pairs}")
     sm = parse_target(arch).sm
     if sm < e.min_sm:
-        raise ValueError(f"WMMA with {ab_type} needs sm_{e.min_sm} or newer; arch={arch!r}")
+        raise ValueError(f"WMMA with {operand_format} needs sm_{e.min_sm} or newer; arch={arch!r}")
     ops = dict(e.bmma_ops)
     if bmma_op is not None:
         if not ops:
-            raise ValueError(f"bmma_sync takes b1 fragments, got a_type={ab_type!r}")
+            raise ValueError(f"bmma_sync takes b1 fragments, got a_format={operand_format!r}")
         if bmma_op not in ops:
             raise ValueError(f"op={bmma_op!r} is not a bmma op; allowed: {tuple(ops)}")
         if sm < ops[bmma_op]:
             raise ValueError(f"bmma op={bmma_op!r} needs sm_{ops[bmma_op]} or newer; "
                              f"arch={arch!r}")
     elif ops:
-        raise ValueError(f"{ab_type} fragments are multiplied with bmma_sync(a, b, c, op=...), "
+        raise ValueError(f"{operand_format} fragments are multiplied with "
+                         f"bmma_sync(a, b, c, op=...), "
                          f"not mma_sync")
     return e

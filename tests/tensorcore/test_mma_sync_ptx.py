@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.tensorcore import datapath
-from jaxwarp._src.tensorcore import mma_ptx as mp
+from jaxwarp._src.tensorcore import mma_sync as mp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "capture"))
 import capture_ptx as cp  # noqa: E402
@@ -38,7 +38,7 @@ def ids(cfgs):
 
 
 def logical(x, ty):
-    """Capture arrays (raw bits for floats) -> the logical dtype of mma_ptx."""
+    """Capture arrays (raw bits for floats) -> the logical dtype of mma_sync_ptx_logical."""
     return np.asarray(x).view(_VIEW[ty]) if ty in _VIEW else np.asarray(x)
 
 
@@ -60,7 +60,8 @@ def random_logical(rng, cfg, use, batch):
 
 
 def warp_shape(cfg, x):
-    """(T, rows, cols) -> (T / per_warp, [4,] rows, cols) as mma_ptx's registers expect."""
+    """(T, rows, cols) -> (T / per_warp, [4,] rows, cols) as mma_sync_ptx's registers
+    expect."""
     if cfg.quadpair:
         return x.reshape((-1, 4) + x.shape[1:])
     return x
@@ -88,7 +89,8 @@ def test_accepts_exactly_the_94():
         i = mp.parse_mma(c.ptx())
         assert i == mp.parse_mma(c.ptx()[len(mp.PREFIX):])
         assert i.ptx == c.ptx() and hash(i) == hash(mp.parse_mma(i.qualifier))
-        assert (i.a_type, i.b_type, i.c_type, i.d_type) == (c.atype, c.btype, c.ctype, c.dtype)
+        assert (i.a_format, i.b_format, i.c_format, i.d_format) == (c.atype, c.btype, c.ctype,
+                                                                    c.dtype)
         assert (i.m, i.n, i.k, i.a_layout, i.b_layout) == (c.m, c.n, c.k, c.alayout, c.blayout)
         assert i.satfinite == (c.variant == "satfinite")
         assert i.b1_op == (c.variant if c.variant in ("xor", "and") else None)
@@ -129,7 +131,7 @@ def test_parser_errors_name_the_part(qual, match):
 def test_parser_type_errors():
     with pytest.raises(TypeError, match="qualifier must be a str"):
         mp.parse_mma(3)
-    bad = mp.MmaInstr(16, 8, 32, "row", "col", "f16", "f16", "f32", "f32")
+    bad = mp.MmaInstruction(16, 8, 32, "row", "col", "f16", "f16", "f32", "f32")
     with pytest.raises(ValueError, match="not an allowed"):
         mp.parse_mma(bad)
 
@@ -209,7 +211,7 @@ def _check_capture(z, cfg, registers):
     A, B, C, D = (z[p + k] for k in "ABCD")
     a, b, c = (logical(x, t) for x, t in ((A, cfg.atype), (B, cfg.btype), (C, cfg.ctype)))
     with jax.enable_x64(cfg.atype == "f64"):
-        d = mp.mma_ptx(instr, a, b, c)
+        d = mp.mma_sync_ptx_logical(instr, a, b, c)
         np.testing.assert_array_equal(bits(d), bits(logical(D, cfg.dtype)),
                                       err_msg=f"{cfg.name} logical entry")
         if registers:  # the register entry on the same data, in warps
@@ -270,7 +272,7 @@ def test_register_entry_equals_logical_entry(cfg):
         # Three warps' worth, with a batch axis of 3 on A only (B and C broadcast).
         xs = [warp_shape(cfg, logical(random_logical(rng, cfg, u, n * cfg.per_warp),
                                       cfg.elem_type(u))) for u, n in zip("abc", (3, 1, 1))]
-        d = mp.mma_ptx(instr, *xs)
+        d = mp.mma_sync_ptx_logical(instr, *xs)
         regs = [mp.to_registers(instr, u, x) for u, x in zip("abc", xs)]
         regs[1], regs[2] = regs[1][0], regs[2][0]
         dr = mp.mma_sync_ptx(instr, *regs)
@@ -338,11 +340,12 @@ def test_logical_entry_bad_input(jit):
     c = jnp.zeros((16, 8), jnp.float32)
     wrap = jax.jit if jit else (lambda f: f)
     with pytest.raises(TypeError, match="b of .* must have dtype float16"):
-        wrap(lambda a, b, c: mp.mma_ptx(Q, a, b, c))(a, b.astype(jnp.bfloat16), c)
+        wrap(lambda a, b, c: mp.mma_sync_ptx_logical(Q, a, b, c))(a, b.astype(jnp.bfloat16), c)
     with pytest.raises(ValueError, match=r"c of .* must have shape \(\.\.\., 16, 8\)"):
-        wrap(lambda a, b, c: mp.mma_ptx(Q, a, b, c))(a, b, c[:8])
+        wrap(lambda a, b, c: mp.mma_sync_ptx_logical(Q, a, b, c))(a, b, c[:8])
     with pytest.raises(ValueError, match="do not broadcast"):
-        wrap(lambda a, b, c: mp.mma_ptx(Q, a, b, c))(jnp.stack([a] * 2), jnp.stack([b] * 3), c)
+        wrap(lambda a, b, c: mp.mma_sync_ptx_logical(Q, a, b, c))(jnp.stack([a] * 2),
+                                                                  jnp.stack([b] * 3), c)
 
 
 @pytest.mark.parametrize("qual, arch, match", [
@@ -354,7 +357,7 @@ def test_logical_entry_bad_input(jit):
 ])
 def test_arch_without_the_instruction(qual, arch, match):
     instr = mp.parse_mma(qual)
-    with jax.enable_x64(instr.a_type == "f64"):
+    with jax.enable_x64(instr.a_format == "f64"):
         regs = [jnp.zeros((32, instr.nregs(u)), instr.reg_dtype()) for u in "abc"]
         with pytest.raises(ValueError, match=match):
             mp.mma_sync_ptx(qual, *regs, arch=arch)
@@ -365,7 +368,8 @@ def test_arch_without_the_instruction(qual, arch, match):
 def test_f64_needs_x64():
     with jax.enable_x64(False):
         with pytest.raises(RuntimeError, match="jax_enable_x64"):
-            mp.mma_ptx("m8n8k4.row.col.f64.f64.f64.f64", np.zeros((8, 4)), np.zeros((4, 8)),
+            mp.mma_sync_ptx_logical("m8n8k4.row.col.f64.f64.f64.f64", np.zeros((8, 4)),
+                                    np.zeros((4, 8)),
                        np.zeros((8, 8)))
 
 
@@ -373,5 +377,5 @@ def test_arch_params_accepted():
     a = jnp.ones((16, 16), jnp.float16)
     b = jnp.ones((16, 8), jnp.float16)
     c = jnp.zeros((16, 8), jnp.float16)
-    d = mp.mma_ptx(Q.replace("f32", "f16"), a, b, c, arch=datapath.ARCHS["sm_90"])
+    d = mp.mma_sync_ptx_logical(Q.replace("f32", "f16"), a, b, c, arch=datapath.ARCHS["sm_90"])
     assert d.dtype == jnp.float16 and float(d[0, 0]) == 16.0

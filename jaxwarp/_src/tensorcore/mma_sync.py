@@ -9,13 +9,13 @@ floats and integers, ``datapath.bmma`` for ``b1``).
 Instructions
 ------------
 :func:`parse_mma` reads the text after ``mma.sync.aligned.``, e.g.
-``"m16n8k32.row.col.f32.e4m3.e5m2.f32"``, into a frozen :class:`MmaInstr`. It accepts
+``"m16n8k32.row.col.f32.e4m3.e5m2.f32"``, into a frozen :class:`MmaInstruction`. It accepts
 exactly the 94 configurations that ptxas of CUDA 13.0 accepts for sm_90a and the 50 of
 ``m16n8k32.row.col.kind::f8f6f4`` of sm_120a (:func:`mma_instructions` lists them): the
 ``"mma_sync"`` rows of the instruction
 catalogue (``jaxwarp._src.tensorcore.isa.ROWS``; its table is in ``docs/extending.md``),
 each with its shapes, (C, D) types, A/B pairings and minimum target per shape
-(:attr:`MmaInstr.min_arch`, :attr:`MmaInstr.min_target`).
+(:attr:`MmaInstruction.min_arch`, :attr:`MmaInstruction.min_target`).
 
 Only f16 m8n8k4 takes layouts other than ``.row.col``. ptxas rejects a mixed f16/f32
 C/D at m16n8k*, C f32 with D f16 at m8n8k4, and any mixed C/D with fp8; the parser says
@@ -86,7 +86,7 @@ axis of 4 in front of (rows, cols)::
 
 Entry points
 ------------
-:func:`mma_sync_ptx` works on registers, :func:`mma_ptx` on logical matrices; both
+:func:`mma_sync_ptx` works on registers, :func:`mma_sync_ptx_logical` on logical matrices; both
 compute ``D = A @ B + C`` through the datapath. Logical element dtypes: f16 float16,
 bf16 bfloat16, tf32 float32 (the whole word; the tensor core ignores its low 13 bits),
 f32 float32, f64 float64, e4m3 ``float8_e4m3fn``, e5m2 ``float8_e5m2``, s8 int8, u8
@@ -113,7 +113,7 @@ from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import has, parse_target, supported_target
 
 __all__ = [
-    "MmaInstr",
+    "MmaInstruction",
     "parse_mma",
     "mma_instructions",
     "fragment_coords",
@@ -121,7 +121,7 @@ __all__ = [
     "to_registers",
     "from_registers",
     "mma_sync_ptx",
-    "mma_ptx",
+    "mma_sync_ptx_logical",
 ]
 
 WARP_SIZE = checks.WARP_SIZE
@@ -132,8 +132,8 @@ B1_OPS = ("xor", "and")
 
 _ROWS = isa.rows("mma_sync")
 #: Every type name of a qualifier: the A/B types, then the C/D types (catalogue order).
-TYPES = isa.a_types("mma_sync") + tuple(t for t in isa.accumulator_types("mma_sync")
-                                         if t not in isa.a_types("mma_sync"))
+TYPES = isa.a_formats("mma_sync") + tuple(t for t in isa.accumulator_types("mma_sync")
+                                         if t not in isa.a_formats("mma_sync"))
 # Element types: bits in a register, logical dtype (from the format registry).
 _BITS = {t: isa.element_bits(t) for t in TYPES}
 _LOGICAL = {t: jnp.dtype(isa.storage_dtype(t)) for t in TYPES}
@@ -143,21 +143,21 @@ def _shape_str(s: tuple[int, int, int]) -> str:
     return isa.shape_name(s)
 
 
-def _row(a_type: str, shape: tuple[int, int, int], kind: str = "") -> isa.Row:
-    row = isa.row_of("mma_sync", a_type, shape, kind)
+def _row(a_format: str, shape: tuple[int, int, int], kind: str = "") -> isa.Row:
+    row = isa.row_of("mma_sync", a_format, shape, kind)
     if row is None:
-        raise KeyError((a_type, shape))
+        raise KeyError((a_format, shape))
     return row
 
 
 @dataclasses.dataclass(frozen=True)
-class MmaInstr:
+class MmaInstruction:
     """One ``mma.sync.aligned`` configuration (frozen, hashable: usable as a static arg).
 
     Attributes:
       m, n, k: the shape.
       a_layout, b_layout: ``"row"`` or ``"col"``.
-      a_type, b_type, c_type, d_type: PTX type names (``"f16"``, ``"e4m3"``, ``"s32"`` …).
+      a_format, b_format, c_format, d_format: PTX type names (``"f16"``, ``"e4m3"``, ``"s32"`` …).
       satfinite: ``.satfinite`` (integer types only).
       b1_op: ``"xor"`` or ``"and"`` for ``b1`` (``.xor.popc`` / ``.and.popc``), else None.
       kind: ``"f8f6f4"`` for ``.kind::f8f6f4`` (sm_120a: A and B of e4m3, e5m2, e3m2,
@@ -169,10 +169,10 @@ class MmaInstr:
     k: int
     a_layout: str
     b_layout: str
-    a_type: str
-    b_type: str
-    c_type: str
-    d_type: str
+    a_format: str
+    b_format: str
+    c_format: str
+    d_format: str
     satfinite: bool = False
     b1_op: str | None = None
     kind: str = ""
@@ -189,7 +189,7 @@ class MmaInstr:
             s += f".kind::{self.kind}"
         if self.satfinite:
             s += ".satfinite"
-        s += f".{self.d_type}.{self.a_type}.{self.b_type}.{self.c_type}"
+        s += f".{self.d_format}.{self.a_format}.{self.b_format}.{self.c_format}"
         if self.b1_op:
             s += f".{self.b1_op}.popc"
         return s
@@ -202,7 +202,7 @@ class MmaInstr:
     @property
     def quadpair(self) -> bool:
         """m8n8k4 with f16: the warp runs 4 independent MMAs, one per quadpair."""
-        return self.a_type == "f16" and self.shape == (8, 8, 4)
+        return self.a_format == "f16" and self.shape == (8, 8, 4)
 
     @property
     def mmas_per_warp(self) -> int:
@@ -211,19 +211,19 @@ class MmaInstr:
     @property
     def word_bits(self) -> int:
         """Width of one register: 64 for f64, else 32."""
-        return 64 if self.a_type == "f64" else 32
+        return 64 if self.a_format == "f64" else 32
 
     @property
     def min_arch(self) -> int:
         """Lowest sm_XY (as XY) that has the instruction (PTX ISA target notes)."""
-        row = _row(self.a_type, self.shape, self.kind)
+        row = _row(self.a_format, self.shape, self.kind)
         return max(row.min_sm, dict(row.b1_ops).get(self.b1_op, 0))
 
     @property
     def min_target(self) -> str:
         """The lowest target that has the instruction: ``"sm_80"``, or ``"sm_120a"``
         where only the ``a`` target of a generation has it (``.kind::f8f6f4``)."""
-        row = _row(self.a_type, self.shape, self.kind)
+        row = _row(self.a_format, self.shape, self.kind)
         return f"sm_{self.min_arch}" + ("a" if row.arch_specific else "")
 
     def elem_bits(self, use: str) -> int:
@@ -240,7 +240,7 @@ class MmaInstr:
         return FORMATS[ty].unpacked_lsb if self.kind and use in ("a", "b") else 0
 
     def elem_type(self, use: str) -> str:
-        return {"a": self.a_type, "b": self.b_type, "c": self.c_type, "d": self.d_type}[use]
+        return {"a": self.a_format, "b": self.b_format, "c": self.c_format, "d": self.d_format}[use]
 
     def dims(self, use: str) -> tuple[int, int]:
         """(rows, cols) of one logical operand: A (m, k), B (k, n), C/D (m, n)."""
@@ -263,11 +263,11 @@ class MmaInstr:
         return jnp.dtype(jnp.uint64) if self.word_bits == 64 else jnp.dtype(jnp.uint32)
 
 
-def _allowed_instrs() -> tuple[MmaInstr, ...]:
+def _allowed_instrs() -> tuple[MmaInstruction, ...]:
     """Every configuration of the catalogue's ``"mma_sync"`` rows, A type by A type."""
     out = []
-    for a_type in isa.a_types("mma_sync"):
-        for row in isa.rows("mma_sync", a_type):
+    for a_format in isa.a_formats("mma_sync"):
+        for row in isa.rows("mma_sync", a_format):
             if row.satfinite:
                 variants = [(False, None), (True, None)]
             elif row.b1_ops:
@@ -275,16 +275,16 @@ def _allowed_instrs() -> tuple[MmaInstr, ...]:
             else:
                 variants = [(False, None)]
             for shape in row.shapes:
-                for b_type in row.b_types(a_type):
+                for b_format in row.b_formats(a_format):
                     for c, d in row.cd:
                         for al, bl in row.layouts:
                             for sat, op in variants:
-                                out.append(MmaInstr(*shape, al, bl, a_type, b_type, c, d,
+                                out.append(MmaInstruction(*shape, al, bl, a_format, b_format, c, d,
                                                     sat, op, row.kind))
     return tuple(out)
 
 
-ALLOWED: tuple[MmaInstr, ...] = _allowed_instrs()
+ALLOWED: tuple[MmaInstruction, ...] = _allowed_instrs()
 _ALLOWED_SET = frozenset(ALLOWED)
 
 
@@ -308,7 +308,7 @@ def _err(qual: str, msg: str) -> ValueError:
 
 
 @functools.lru_cache(maxsize=512)
-def _parse(qual: str) -> MmaInstr:
+def _parse(qual: str) -> MmaInstruction:
     text = qual.strip()
     if text.startswith("mma."):
         if not text.startswith(PREFIX):
@@ -352,71 +352,72 @@ def _parse(qual: str) -> MmaInstr:
     for name, ty in zip(("d type", "a type", "b type", "c type"), tys, strict=True):
         if ty not in TYPES:
             raise _err(qual, f"{name} {ty!r} is not a type; allowed: {', '.join(TYPES)}")
-    d_type, a_type, b_type, c_type = tys
+    d_format, a_format, b_format, c_format = tys
     op = None
     if tail:
         if len(tail) != 2 or tail[0] not in B1_OPS or tail[1] != "popc":
             raise _err(qual, f"unexpected trailing parts {'.'.join(tail)!r}; only b1 takes "
                        f"a suffix, .xor.popc or .and.popc")
         op = tail[0]
-    a_types = isa.a_types("mma_sync")
-    if a_type not in a_types:
-        raise _err(qual, f"a type {a_type} is not an mma operand type; allowed: "
-                   f"{', '.join(a_types)}")
-    b_types, shapes = isa.b_types("mma_sync", a_type), isa.shapes("mma_sync", a_type)
-    if b_type not in b_types:
-        raise _err(qual, f"b type {b_type} is not allowed with a type {a_type}; allowed: "
-                   f"{', '.join(b_types)}")
+    a_formats = isa.a_formats("mma_sync")
+    if a_format not in a_formats:
+        raise _err(qual, f"a type {a_format} is not an mma operand type; allowed: "
+                   f"{', '.join(a_formats)}")
+    b_formats, shapes = isa.b_formats("mma_sync", a_format), isa.shapes("mma_sync", a_format)
+    if b_format not in b_formats:
+        raise _err(qual, f"b type {b_format} is not allowed with a type {a_format}; allowed: "
+                   f"{', '.join(b_formats)}")
     if shape not in shapes:
-        raise _err(qual, f"shape {_shape_str(shape)} with a type {a_type} is not allowed; "
-                   f"{a_type} allows {', '.join(_shape_str(s) for s in shapes)}")
-    row = isa.row_of("mma_sync", a_type, shape, kind, b_type)
+        raise _err(qual, f"shape {_shape_str(shape)} with a type {a_format} is not allowed; "
+                   f"{a_format} allows {', '.join(_shape_str(s) for s in shapes)}")
+    row = isa.row_of("mma_sync", a_format, shape, kind, b_format)
     if row is None:
-        other = isa.row_of("mma_sync", a_type, shape, None, b_type)
+        other = isa.row_of("mma_sync", a_format, shape, None, b_format)
         if kind:
-            raise _err(qual, f".kind::{kind} does not take a type {a_type} with b type "
-                       f"{b_type} at {_shape_str(shape)}")
-        raise _err(qual, f"a type {a_type} with b type {b_type} at {_shape_str(shape)} "
+            raise _err(qual, f".kind::{kind} does not take a type {a_format} with b type "
+                       f"{b_format} at {_shape_str(shape)}")
+        raise _err(qual, f"a type {a_format} with b type {b_format} at {_shape_str(shape)} "
                    f"needs .kind::{other.kind} after the layouts")
     if (parts[1], parts[2]) not in row.layouts:
         with_all = [f"{t} {_shape_str(s)}" for r in _ROWS if len(r.layouts) > 1
-                    for t in r.a_types for s in r.shapes]
-        raise _err(qual, f"layouts .{parts[1]}.{parts[2]} are not allowed for {a_type} "
+                    for t in r.a_formats for s in r.shapes]
+        raise _err(qual, f"layouts .{parts[1]}.{parts[2]} are not allowed for {a_format} "
                    f"{_shape_str(shape)}; only .row.col ({', '.join(with_all)} allows all "
                    f"four)")
     cd = row.cd
-    if (c_type, d_type) not in cd:
+    if (c_format, d_format) not in cd:
         allowed = ", ".join(f"c {c} / d {d}" for c, d in cd)
         why = ""
-        if {c_type, d_type} <= {"f16", "f32"} and a_type in ("f16", "e4m3", "e5m2"):
+        if {c_format, d_format} <= {"f16", "f32"} and a_format in ("f16", "e4m3", "e5m2"):
             why = f"; {_PTXAS} (mixed f16/f32 accumulators)"
-        raise _err(qual, f"c type {c_type} with d type {d_type} is not allowed for "
-                   f"{a_type} {_shape_str(shape)}; allowed: {allowed}{why}")
+        raise _err(qual, f"c type {c_format} with d type {d_format} is not allowed for "
+                   f"{a_format} {_shape_str(shape)}; allowed: {allowed}{why}")
     if sat and not row.satfinite:
-        sat_types = "/".join(dict.fromkeys(t for r in _ROWS if r.satfinite for t in r.a_types))
+        sat_types = "/".join(dict.fromkeys(t for r in _ROWS if r.satfinite for t in r.a_formats))
         raise _err(qual, f".satfinite is only allowed with {sat_types} operands, not "
-                   f"{a_type}")
+                   f"{a_format}")
     if row.b1_ops and op not in dict(row.b1_ops):
-        raise _err(qual, f"{a_type} needs the suffix "
+        raise _err(qual, f"{a_format} needs the suffix "
                    f"{' or '.join(f'.{o}.popc' for o, _ in row.b1_ops)}")
     if not row.b1_ops and op is not None:
-        raise _err(qual, f".{op}.popc is only allowed with b1 operands, not {a_type}")
-    instr = MmaInstr(*shape, parts[1], parts[2], a_type, b_type, c_type, d_type, sat, op,
+        raise _err(qual, f".{op}.popc is only allowed with b1 operands, not {a_format}")
+    instr = MmaInstruction(*shape, parts[1], parts[2], a_format, b_format, c_format, d_format, sat,
+                           op,
                      kind)
     assert instr in _ALLOWED_SET, instr  # the checks above mirror the table
     return instr
 
 
-def parse_mma(qualifier: Union[str, MmaInstr]) -> MmaInstr:
-    """Parses a PTX ``mma.sync.aligned`` qualifier string into an :class:`MmaInstr`.
+def parse_mma(qualifier: Union[str, MmaInstruction]) -> MmaInstruction:
+    """Parses a PTX ``mma.sync.aligned`` qualifier string into an :class:`MmaInstruction`.
 
     Args:
       qualifier: the text after ``mma.sync.aligned.`` (the prefix itself may be
-        included), e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``. An ``MmaInstr`` is
+        included), e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``. An ``MmaInstruction`` is
         returned unchanged.
 
     Returns:
-      The frozen :class:`MmaInstr`.
+      The frozen :class:`MmaInstruction`.
 
     Raises:
       TypeError: not a string.
@@ -425,14 +426,14 @@ def parse_mma(qualifier: Union[str, MmaInstr]) -> MmaInstr:
 
     Example:
       >>> i = parse_mma("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.u8.s32")
-      >>> i.shape, i.a_type, i.b_type, i.satfinite, i.nregs("a"), i.nregs("c")
+      >>> i.shape, i.a_format, i.b_format, i.satfinite, i.nregs("a"), i.nregs("c")
       ((16, 8, 32), 's8', 'u8', True, 4, 4)
       >>> parse_mma("m16n8k32.row.col.f32.f16.f16.f32")
       Traceback (most recent call last):
       ...
       ValueError: mma qualifier 'm16n8k32.row.col.f32.f16.f16.f32': shape m16n8k32 with a type f16 is not allowed; f16 allows m8n8k4, m16n8k8, m16n8k16
     """
-    if isinstance(qualifier, MmaInstr):
+    if isinstance(qualifier, MmaInstruction):
         if qualifier not in _ALLOWED_SET:
             raise ValueError(f"{qualifier} is not an allowed mma configuration; see "
                              f"mma_instructions()")
@@ -446,19 +447,19 @@ def parse_mma(qualifier: Union[str, MmaInstr]) -> MmaInstr:
 # --------------------------------------------------------------------------------------
 # Register fragments.
 
-def _check_arch(instr: MmaInstr, arch: Any) -> None:
+def _check_arch(instr: MmaInstruction, arch: Any) -> None:
     if isinstance(arch, datapath.ArchModel):
         target = parse_target(arch.name)
     else:
         target = supported_target(arch)
-    needs_a = _row(instr.a_type, instr.shape, instr.kind).arch_specific
+    needs_a = _row(instr.a_format, instr.shape, instr.kind).arch_specific
     if not has(target, instr.min_arch, needs_a):
         need = instr.min_target if needs_a else f"{instr.min_target} or newer"
         raise ValueError(f"arch={target.name!r} lacks mma.sync.aligned.{instr.qualifier}: it "
                          f"needs {need}")
 
 
-def operand_layout(instr: MmaInstr, use: str) -> layouts.Layout:
+def operand_layout(instr: MmaInstruction, use: str) -> layouts.Layout:
     """The :class:`~jaxwarp._src.tensorcore.layouts.Layout` of operand ``use`` of ``instr``.
 
     A named layout of ``layouts`` (``MMA_A_M16``, ``MMA_A_M8``, ``MMA_B`` packed with
@@ -496,7 +497,7 @@ def operand_layout(instr: MmaInstr, use: str) -> layouts.Layout:
 
 
 @functools.lru_cache(maxsize=None)
-def fragment_coords(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fragment_coords(instr: MmaInstruction, use: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where each register element of a lane sits in the logical operand (PTX ISA 9.7.14.5).
 
     Args:
@@ -523,7 +524,7 @@ def fragment_coords(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray, 
 
 
 @functools.lru_cache(maxsize=None)
-def _inverse(instr: MmaInstr, use: str) -> tuple[np.ndarray, np.ndarray]:
+def _inverse(instr: MmaInstruction, use: str) -> tuple[np.ndarray, np.ndarray]:
     """(lane, element) arrays over the logical shape (q, rows, cols)."""
     q, row, col = fragment_coords(instr, use)
     rows, cols = instr.dims(use)
@@ -570,20 +571,20 @@ def _bits_elem(v: jax.Array, ty: str, lsb: int = 0) -> jax.Array:
     return v.astype(dt)
 
 
-def _instr_arg(qualifier: Any) -> MmaInstr:
+def _instr_arg(qualifier: Any) -> MmaInstruction:
     return parse_mma(qualifier)
 
 
-def _need_x64(instr: MmaInstr, what: str) -> None:
+def _need_x64(instr: MmaInstruction, what: str) -> None:
     if instr.word_bits == 64:
         checks.require_x64(f"{what} with f64 operands")
 
 
-def to_registers(qualifier: Union[str, MmaInstr], use: str, x: Any) -> jax.Array:
+def to_registers(qualifier: Union[str, MmaInstruction], use: str, x: Any) -> jax.Array:
     """Logical operand -> one warp's registers (the fragment the instruction reads).
 
     Args:
-      qualifier: the instruction (string or :class:`MmaInstr`), static.
+      qualifier: the instruction (string or :class:`MmaInstruction`), static.
       use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
       x: (..., rows, cols) in the logical dtype of the operand's type (module docstring);
         for f16 m8n8k4 (..., 4, rows, cols), one matrix per quadpair.
@@ -616,7 +617,7 @@ def to_registers(qualifier: Union[str, MmaInstr], use: str, x: Any) -> jax.Array
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _to_regs(instr: MmaInstr, use: str, x: jax.Array) -> jax.Array:
+def _to_regs(instr: MmaInstruction, use: str, x: jax.Array) -> jax.Array:
     ty = instr.elem_type(use)
     word = _uint_of(instr.word_bits)
     q, row, col = fragment_coords(instr, use)
@@ -629,11 +630,11 @@ def _to_regs(instr: MmaInstr, use: str, x: jax.Array) -> jax.Array:
     return jnp.sum(el << shifts, axis=-1, dtype=word)  # disjoint bit fields: sum == or
 
 
-def from_registers(qualifier: Union[str, MmaInstr], use: str, regs: Any) -> jax.Array:
+def from_registers(qualifier: Union[str, MmaInstruction], use: str, regs: Any) -> jax.Array:
     """One warp's registers -> the logical operand (inverse of :func:`to_registers`).
 
     Args:
-      qualifier: the instruction (string or :class:`MmaInstr`), static.
+      qualifier: the instruction (string or :class:`MmaInstruction`), static.
       use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
       regs: (..., 32, nregs) uint32 (uint64 for f64).
 
@@ -656,7 +657,7 @@ def from_registers(qualifier: Union[str, MmaInstr], use: str, regs: Any) -> jax.
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _from_regs(instr: MmaInstr, use: str, r: jax.Array) -> jax.Array:
+def _from_regs(instr: MmaInstruction, use: str, r: jax.Array) -> jax.Array:
     ty = instr.elem_type(use)
     P, bits = instr.elems_per_reg(use), instr.elem_bits(use)
     word = _uint_of(instr.word_bits)
@@ -671,7 +672,7 @@ def _from_regs(instr: MmaInstr, use: str, r: jax.Array) -> jax.Array:
     return out if instr.quadpair else out[..., 0, :, :]
 
 
-def _regs_arg(instr: MmaInstr, use: str, regs: Any, name: str) -> jax.Array:
+def _regs_arg(instr: MmaInstruction, use: str, regs: Any, name: str) -> jax.Array:
     r = jnp.asarray(regs)
     n = instr.nregs(use)
     want = instr.reg_dtype()
@@ -686,15 +687,16 @@ def _regs_arg(instr: MmaInstr, use: str, regs: Any, name: str) -> jax.Array:
 # Arithmetic through the datapath.
 
 
-def _compute(instr: MmaInstr, a: jax.Array, b: jax.Array, c: jax.Array, arch: Any) -> jax.Array:
-    if instr.a_type == "b1":
+def _compute(instr: MmaInstruction, a: jax.Array, b: jax.Array, c: jax.Array,
+             arch: Any) -> jax.Array:
+    if instr.a_format == "b1":
         return datapath.bmma(a, b, c, op=instr.b1_op)
-    return datapath.mma(a, b, c, a_type=instr.a_type, b_type=instr.b_type,
-                        c_type=instr.c_type, d_type=instr.d_type, instruction="mma_sync",
+    return datapath.mma(a, b, c, a_format=instr.a_format, b_format=instr.b_format,
+                        c_format=instr.c_format, d_format=instr.d_format, instruction="mma_sync",
                         instruction_k=instr.k, arch=arch, satf=instr.satfinite)
 
 
-def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
+def mma_sync_ptx_logical(qualifier: Union[str, MmaInstruction], a: Any, b: Any, c: Any, *,
             arch: Any = "sm_90") -> jax.Array:
     """``D = A @ B + C`` of one ``mma.sync.aligned`` on logical matrices.
 
@@ -719,12 +721,12 @@ def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
       >>> import jax.numpy as jnp
       >>> a = jnp.full((8, 16), 3, jnp.int8); b = jnp.full((16, 8), 200, jnp.uint8)
       >>> c = jnp.full((8, 8), 2**31 - 1, jnp.int32)
-      >>> int(mma_ptx("m8n8k16.row.col.satfinite.s32.s8.u8.s32", a, b, c)[0, 0])
+      >>> int(mma_sync_ptx_logical("m8n8k16.row.col.satfinite.s32.s8.u8.s32", a, b, c)[0, 0])
       2147483647
     """
     instr = _instr_arg(qualifier)
     _check_arch(instr, arch)
-    _need_x64(instr, "mma_ptx")
+    _need_x64(instr, "mma_sync_ptx_logical")
     a, b, c = checks.array_args(a=a, b=b, c=c)
     ops = []
     for use, x in (("a", a), ("b", b), ("c", c)):
@@ -747,11 +749,11 @@ def mma_ptx(qualifier: Union[str, MmaInstr], a: Any, b: Any, c: Any, *,
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _compute_jit(instr: MmaInstr, arch: Any, a, b, c) -> jax.Array:
+def _compute_jit(instr: MmaInstruction, arch: Any, a, b, c) -> jax.Array:
     return _compute(instr, a, b, c, arch)
 
 
-def mma_sync_ptx(qualifier: Union[str, MmaInstr], a_regs: Any, b_regs: Any, c_regs: Any, *,
+def mma_sync_ptx(qualifier: Union[str, MmaInstruction], a_regs: Any, b_regs: Any, c_regs: Any, *,
                  arch: Any = "sm_90") -> jax.Array:
     """One warp's ``mma.sync.aligned`` on registers: ``{d} = mma({a}, {b}, {c})``.
 
@@ -759,8 +761,8 @@ def mma_sync_ptx(qualifier: Union[str, MmaInstr], a_regs: Any, b_regs: Any, c_re
       qualifier: static, e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``.
       a_regs, b_regs, c_regs: (..., 32, nregs) uint32 register words (uint64 for f64) in
         the fragment layouts of the module docstring; leading batch axes (many warps)
-        broadcast. ``MmaInstr.nregs(use)`` gives nregs.
-      arch: as in :func:`mma_ptx`.
+        broadcast. ``MmaInstruction.nregs(use)`` gives nregs.
+      arch: as in :func:`mma_sync_ptx_logical`.
 
     Returns:
       d registers, (..., 32, nregs("d")) uint32 (uint64 for f64).
@@ -789,7 +791,7 @@ def mma_sync_ptx(qualifier: Union[str, MmaInstr], a_regs: Any, b_regs: Any, c_re
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _mma_sync_core(instr: MmaInstr, arch: Any, a_regs, b_regs, c_regs) -> jax.Array:
+def _mma_sync_core(instr: MmaInstruction, arch: Any, a_regs, b_regs, c_regs) -> jax.Array:
     a, b, c = (_from_regs(instr, u, r) for u, r in zip("abc", (a_regs, b_regs, c_regs),
                                                         strict=True))
     return _to_regs(instr, "d", _compute(instr, a, b, c, arch))
