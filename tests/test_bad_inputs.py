@@ -724,8 +724,8 @@ case(6, "mma-unknown-mode", _mma(mode="approx"), H16, H16, S32, exc=ValueError,
      must=("mode='approx'", "allowed", "'exact'", "'fast'"))
 case(6, "mma-satf-not-bool", _mma(satf=1), H16, H16, S32, exc=TypeError,
      must=("satf must be a Python bool", "int"))
-case(6, "mma-unknown-arch", _mma(arch="sm_100"), H16, H16, S32, exc=ValueError,
-     must=("arch='sm_100'", "allowed", "'sm_90'"))
+case(6, "mma-unknown-arch", _mma(arch="sm_110"), H16, H16, S32, exc=ValueError,
+     must=("arch='sm_110'", "allowed", "'sm_90'"))
 case(6, "bmma-unknown-op",
      lambda a, b, c: jaxwarp.bmma(a, b, c, op="or"), np.zeros((8, 128), np.uint8),
      np.zeros((128, 8), np.uint8), np.zeros((8, 8), np.int32), exc=ValueError,

@@ -1,4 +1,5 @@
-"""Writes tests/data/torchao_mx_golden.npz: torchao's MX and NVFP4 quantizer outputs.
+"""Writes tests/data/quantizers/torchao_mx_golden.npz: torchao's MX and NVFP4 quantizer
+outputs.
 
 Run with a Python that has torch (CPU) and torchao (not a dependency of jaxwarp):
 ``python tools/mx_torchao_golden.py``. The file holds float32 input patterns and, per
@@ -20,7 +21,8 @@ from torchao.prototype.mx_formats.kernels import unpack_uint4
 from torchao.prototype.mx_formats.mx_tensor import to_mx
 from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
 
-OUT = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "torchao_mx_golden.npz"
+OUT = (pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "quantizers"
+       / "torchao_mx_golden.npz")
 ELEMS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2,
          "e2m3": constants.DTYPE_FP6_E2M3, "e3m2": constants.DTYPE_FP6_E3M2,
          "e2m1": torch.float4_e2m1fn_x2}

@@ -491,7 +491,8 @@ def test_nvfp4_specials_make_nan():
 # torchao's quantizer (golden file made by tools/mx_torchao_golden.py with torchao 0.18.0
 # on torch 2.13 CPU).
 
-GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "data" / "torchao_mx_golden.npz"
+GOLDEN = (pathlib.Path(__file__).resolve().parents[1] / "data" / "quantizers"
+          / "torchao_mx_golden.npz")
 TORCHAO_ELEM = {"e4m3": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2", "e2m3": "mxfp6_e2m3",
                 "e3m2": "mxfp6_e3m2", "e2m1": "mxfp4_e2m1"}
 

@@ -252,7 +252,7 @@ _PATCHED = textwrap.dedent('''
     import importlib
     import jax.numpy as jnp
     from jaxwarp._src.tensorcore import arch, datapath, matmul, mma_sync, wgmma, wmma_table
-    for mod in (arch, wmma_table, datapath, mma_sync_ptx_logical, wgmma, matmul):
+    for mod in (arch, wmma_table, datapath, mma_sync, wgmma, matmul):
         importlib.reload(mod)  # this interpreter only: rebuild the views of the rows
     out = {"table": isa.support_table(), "errors": {}}
     def err(name, fn):

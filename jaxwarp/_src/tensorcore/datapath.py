@@ -790,9 +790,9 @@ def _mma_int(a, b, c, satf):
 def _round_operand(x, a_format):
     if a_format == "tf32":  # the tensor core ignores the low 13 bits
         return bitops.tf32_keep(x)
-    if a_format in _FAST_FORMATS:  # fp8, and the fp6 / fp4 codes: values
+    if a_format != "f16" and a_format in _FAST_FORMATS:  # fp8, fp6 / fp4 codes: values
         return _as_f16(x, a_format).astype(jnp.float32)
-    return x
+    return x  # f16 / bf16 stay: the backend's own f16 / bf16 dot (tensor cores on a GPU)
 
 
 def _mma_fast(a, b, c, a_format, b_format, d_format, c_shift=0):
