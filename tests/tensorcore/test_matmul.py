@@ -428,7 +428,7 @@ def test_instruction_errors():
     a, b = _rand((64, 64), 0), _rand((64, 64), 1)
     bad = [
         (dict(instruction="hmma"), "instruction='hmma' is not supported; allowed: "
-                                   r"\('wmma', 'mma_sync', 'wgmma'\)"),
+                                   r"\('wmma', 'mma_sync', 'wgmma', 'tcgen05'\)"),
         (dict(operand_format="e4m3", instruction="wmma"),
          "instruction='wmma' has no operand_format='e4m3'.*'mma_sync' or 'wgmma'"),
         (dict(operand_format="f64", instruction="wgmma"), "instruction='wgmma' has no"),
