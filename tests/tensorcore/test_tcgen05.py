@@ -344,3 +344,17 @@ def test_arch_must_have_tcgen05():
     with pytest.raises(ValueError, match="needs sm_100a"):
         T.tcgen05_mma_logical(q, a, b, d, arch="sm_90a")
     assert float(T.tcgen05_mma_logical(q, a, b, d, arch="sm_103a")[0, 0]) == 16.0
+
+
+def test_matmul_runs_on_tcgen05():
+    # M = 100 and N = 30 are zero-padded to the 64 / 8 tiles; f16 blocks of 16 at F = 25
+    # are the sm_90 wgmma f16 datapath too, so the bits equal wgmma's; fp8 differs (F).
+    rng = np.random.default_rng(11)
+    x = jnp.asarray(rng.standard_normal((100, 64)), jnp.float32)
+    y = jnp.asarray(rng.standard_normal((64, 30)), jnp.float32)
+    got = jaxwarp.matmul(x, y, operand_format="f16", instruction="tcgen05", arch="sm_100a")
+    want = jaxwarp.matmul(x, y, operand_format="f16", instruction="wgmma", arch="sm_90a")
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32),
+                                  np.asarray(want).view(np.uint32))
+    with pytest.raises(ValueError, match="needs sm_100a"):
+        jaxwarp.matmul(x, y, operand_format="f16", instruction="tcgen05", arch="sm_90a")

@@ -537,17 +537,19 @@ def matmul(
         tile: the instruction's (m, n, k); defaults to the first of
             :data:`TILES` ``[instruction][format]``: WMMA (16, 16, 16), (16, 16, 8)
             for tf32, (8, 8, 4) for f64; mma.sync (16, 8, 16), (16, 8, 8) tf32,
-            (16, 8, 32) fp8; wgmma (64, 8, 16), (64, 8, 8) tf32, (64, 8, 32) fp8.
-            K must be a multiple of k; M and N multiples of m and n, except for
-            wgmma, whose rows and columns beyond M and N are zero padding.
+            (16, 8, 32) fp8; wgmma (64, 8, 16), (64, 8, 8) tf32, (64, 8, 32) fp8;
+            tcgen05 the same with m 64 or 128. K must be a multiple of k; M and N
+            multiples of m and n, except for wgmma and tcgen05, whose rows and
+            columns beyond M and N are zero padding.
         arch: architecture preset of the arithmetic model (``"sm_90"`` is
             verified against an H100; with ``instruction="wgmma"`` it stands for
             ``"sm_90a"``, the only target that has wgmma).
         mode: ``"exact"`` (the tensor core's own arithmetic, bit for bit) or
             ``"fast"`` (operands rounded, one ``dot_general`` over all of K with fp32
             accumulation: round-to-nearest on a CPU; promotion changes nothing there).
-        instruction: ``"wmma"``, ``"mma_sync"`` or ``"wgmma"``; None: ``"wmma"`` for
-            f16/bf16/tf32/f64, ``"wgmma"`` for fp8 (:data:`DEFAULT_INSTRUCTION`).
+        instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"`` or ``"tcgen05"`` (with
+            ``arch="sm_100a"`` or ``"sm_103a"``); None: ``"wmma"`` for f16/bf16/tf32/f64,
+            ``"wgmma"`` for fp8 (:data:`DEFAULT_INSTRUCTION`).
         promote_every: None, or N (a multiple of the tile's k): the k loop restarts
             from zero every N k-elements and each partial result is added to an fp32
             accumulator with fp32 round-to-nearest (DeepSeek-V3's promotion; see the
