@@ -642,7 +642,9 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
 
     On the CPU (2 cores, jax 0.10.2) storing left bf16 / tf32 as fast as before
     (0.99x-1.02x) and slowed the fast path (``wgmma`` f16 / e4m3 0.90x): there the fast
-    path never stores. ``backend``: the backend the rule is for (default: JAX's default).
+    path never stores. (XLA's CPU pipeline removes optimization barriers before fusion;
+    the general path's operands are stored there by ``_operand(..., stored=True)``.)
+    ``backend``: the backend the rule is for (default: JAX's default).
     """
     if STORE_DECODED != "auto":
         return STORE_DECODED == "on"
