@@ -36,7 +36,6 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bitops, narrow
 from jaxwarp._src.numerics.formats import ALIASES, FORMATS
-from jaxwarp._src.numerics.fp8 import _bits_arg, _f32_pair_args, _pair_arg, _word_arg
 
 __all__ = [
     "FP4_FORMATS",
@@ -121,7 +120,7 @@ def cvt_f32_to_e2m1x2(a: Any, b: Any, *, relu: bool = False,
     if not _bool_arg(satfinite, "satfinite"):
         raise ValueError("satfinite=False: PTX requires .satfinite for an fp4 destination "
                          "(cvt.rn.satfinite{.relu}.e2m1x2.f32); allowed: True")
-    ua, ub = _f32_pair_args(a, b)
+    ua, ub = narrow.f32_pair_args(a, b)
     return _pack4(narrow.to_code_bits(ua, "f32", "e2m1", "rn", relu),
                   narrow.to_code_bits(ub, "f32", "e2m1", "rn", relu))
 
@@ -149,7 +148,7 @@ def cvt_e2m1x2_to_f16x2(x: Any, *, relu: bool = False) -> jax.Array:
       ('0x4000c600', '0x40000000')
     """
     relu = _bool_arg(relu, "relu")
-    hi, lo = _unpack4(_word_arg(x, "x", np.uint8), relu)
+    hi, lo = _unpack4(narrow.word_arg(x, "x", np.uint8), relu)
     return (hi << 16) | lo
 
 
@@ -162,13 +161,13 @@ _NV_SOURCE = {f: (FORMATS[f].storage_dtype, FORMATS[f].storage_dtype.itemsize)
 
 def _nv_to_fp4(x: Any, src: str, fmt: Any, rounding: Any) -> jax.Array:
     fmt, mode = _fmt_arg(fmt), _rounding_arg(rounding)
-    u = _bits_arg(x, "x", *_NV_SOURCE[src])
+    u = narrow.bits_arg(x, "x", *_NV_SOURCE[src])
     return narrow.to_code_bits(u, src, fmt, mode, False).astype(jnp.uint8)
 
 
 def _nv_to_fp4x2(x: Any, src: str, fmt: Any, rounding: Any) -> jax.Array:
     fmt, mode = _fmt_arg(fmt), _rounding_arg(rounding)
-    lo, hi = _pair_arg(x, "x", *_NV_SOURCE[src])
+    lo, hi = narrow.pair_arg(x, "x", *_NV_SOURCE[src])
     return _pack4(narrow.to_code_bits(hi, src, fmt, mode, False),
                   narrow.to_code_bits(lo, src, fmt, mode, False))
 
@@ -302,7 +301,7 @@ def fp4_to_halfraw(x: Any, fmt: str) -> jax.Array:
       Array(-6., dtype=float16)
     """
     fmt = _fmt_arg(fmt)
-    u = _word_arg(x, "x", np.uint8)
+    u = narrow.word_arg(x, "x", np.uint8)
     return bitops.from_u32(narrow.code_to_f16_bits(u & jnp.uint32(0xF), fmt, False), jnp.float16)
 
 
@@ -315,7 +314,7 @@ def fp4x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
       Array([ 1., -2.], dtype=float16)
     """
     _fmt_arg(fmt)
-    hi, lo = _unpack4(_word_arg(x, "x", np.uint8), False)
+    hi, lo = _unpack4(narrow.word_arg(x, "x", np.uint8), False)
     return bitops.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
 
 

@@ -40,7 +40,6 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import bitops, narrow
 from jaxwarp._src.numerics.formats import ALIASES, FORMATS
-from jaxwarp._src.numerics.fp8 import _bits_arg, _f32_pair_args, _pair_arg, _word_arg
 
 __all__ = [
     "FP6_FORMATS",
@@ -127,7 +126,7 @@ def cvt_f32_to_fp6x2(a: Any, b: Any, fmt: str, *, relu: bool = False,
     fmt = _fmt_arg(fmt)
     relu = _bool_arg(relu, "relu")
     _check_satfinite(satfinite)
-    ua, ub = _f32_pair_args(a, b)
+    ua, ub = narrow.f32_pair_args(a, b)
     return _pack(narrow.to_code_bits(ua, "f32", fmt, "rn", relu),
                  narrow.to_code_bits(ub, "f32", fmt, "rn", relu))
 
@@ -180,7 +179,7 @@ def cvt_fp6x2_to_f16x2(x: Any, fmt: str, *, relu: bool = False) -> jax.Array:
     """
     fmt = _fmt_arg(fmt)
     relu = _bool_arg(relu, "relu")
-    u = _word_arg(x, "x", np.uint16)
+    u = narrow.word_arg(x, "x", np.uint16)
     lo = narrow.code_to_f16_bits(u & jnp.uint32(0x3F), fmt, relu)
     hi = narrow.code_to_f16_bits((u >> 8) & jnp.uint32(0x3F), fmt, relu)
     return (hi << 16) | lo
@@ -196,13 +195,13 @@ _NV_SOURCE = {f: (FORMATS[f].storage_dtype, FORMATS[f].storage_dtype.itemsize)
 
 def _nv_to_fp6(x: Any, src: str, fmt: Any, rounding: Any) -> jax.Array:
     fmt, mode = _fmt_arg(fmt), _rounding_arg(rounding)
-    u = _bits_arg(x, "x", *_NV_SOURCE[src])
+    u = narrow.bits_arg(x, "x", *_NV_SOURCE[src])
     return narrow.to_code_bits(u, src, fmt, mode, False).astype(jnp.uint8)
 
 
 def _nv_to_fp6x2(x: Any, src: str, fmt: Any, rounding: Any) -> jax.Array:
     fmt, mode = _fmt_arg(fmt), _rounding_arg(rounding)
-    lo, hi = _pair_arg(x, "x", *_NV_SOURCE[src])
+    lo, hi = narrow.pair_arg(x, "x", *_NV_SOURCE[src])
     return _pack(narrow.to_code_bits(hi, src, fmt, mode, False),
                  narrow.to_code_bits(lo, src, fmt, mode, False))
 
@@ -336,7 +335,7 @@ def fp6_to_halfraw(x: Any, fmt: str) -> jax.Array:
       Array(28., dtype=float16)
     """
     fmt = _fmt_arg(fmt)
-    u = _word_arg(x, "x", np.uint8)
+    u = narrow.word_arg(x, "x", np.uint8)
     return bitops.from_u32(narrow.code_to_f16_bits(u & jnp.uint32(0x3F), fmt, False), jnp.float16)
 
 
@@ -349,7 +348,7 @@ def fp6x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
       Array([ 1., -2.], dtype=float16)
     """
     fmt = _fmt_arg(fmt)
-    u = _word_arg(x, "x", np.uint16)
+    u = narrow.word_arg(x, "x", np.uint16)
     lo = narrow.code_to_f16_bits(u & jnp.uint32(0x3F), fmt, False)
     hi = narrow.code_to_f16_bits((u >> 8) & jnp.uint32(0x3F), fmt, False)
     return bitops.from_u32(jnp.stack([lo, hi], -1), jnp.float16)

@@ -155,55 +155,7 @@ def _fp8_to_f16_bits(b: jax.Array, fmt: str, relu: bool) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------------------
-# Argument handling.
-
-def _bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
-    """``x`` as uint32 bits: a ``float_dtype`` array (its bits) or an unsigned array of
-    ``width`` bytes (taken as bits). Python scalars are converted to ``float_dtype``."""
-    checks.check_64bit(x, name)
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        x = np.asarray(x, float_dtype)
-    arr = jnp.asarray(x)
-    if arr.dtype == jnp.dtype(float_dtype):
-        return bitops.to_u32(arr)
-    if arr.dtype == bitops.uint_dtype(8 * width):
-        return arr.astype(jnp.uint32)
-    raise TypeError(f"{name} must be a {np.dtype(float_dtype).name} array or its raw bits as "
-                    f"{bitops.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
-
-
-def _pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Array, jax.Array]:
-    """A trailing axis of 2 (``.x``, ``.y``) -> their bits as uint32."""
-    u = _bits_arg(x, name, float_dtype, width)
-    if u.ndim == 0 or u.shape[-1] != 2:
-        raise ValueError(f"{name} must have a trailing axis of size 2 (.x, .y); got shape "
-                         f"{tuple(u.shape)}")
-    return u[..., 0], u[..., 1]
-
-
-def _word_arg(x: Any, name: str, dtype: Any) -> jax.Array:
-    checks.check_64bit(x, name)
-    if isinstance(x, int) and not isinstance(x, bool):
-        x = np.asarray(x, dtype)
-    arr = jnp.asarray(x)
-    if arr.dtype != jnp.dtype(dtype):
-        raise TypeError(f"{name} must be a {np.dtype(dtype).name} register word array; got "
-                        f"dtype {arr.dtype}")
-    return arr.astype(jnp.uint32)
-
-
-def _f32_pair_args(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
-    """The ``a`` and ``b`` operands of a ``cvt ... .f32 d, a, b``: float32 values (or
-    their uint32 bits) whose shapes broadcast together, as uint32 bits."""
-    ua = _bits_arg(a, "a", np.float32, 4)
-    ub = _bits_arg(b, "b", np.float32, 4)
-    try:
-        np.broadcast_shapes(ua.shape, ub.shape)
-    except ValueError:
-        raise ValueError(f"a and b must have shapes that broadcast together (each a pair "
-                         f"is a[i], b[i]), got a shape {tuple(ua.shape)} and b shape "
-                         f"{tuple(ub.shape)}") from None
-    return ua, ub
+# Argument handling (the shared helpers are in ``narrow``).
 
 
 def _as_fp8(code: jax.Array, fmt: str) -> jax.Array:
@@ -255,7 +207,7 @@ def cvt_f32_to_fp8x2(a: Any, b: Any, fmt: str, *, relu: bool = False,
     fmt = _fmt_arg(fmt)
     relu = _bool_arg(relu, "relu")
     _check_satfinite(satfinite)
-    ua, ub = _f32_pair_args(a, b)
+    ua, ub = narrow.f32_pair_args(a, b)
     return _pack8(_to_fp8_bits(ua, "f32", fmt, True, relu),
                   _to_fp8_bits(ub, "f32", fmt, True, relu))
 
@@ -309,7 +261,7 @@ def cvt_f16x2_to_fp8x2(x: Any, fmt: str, *, relu: bool = False,
     fmt = _fmt_arg(fmt)
     relu = _bool_arg(relu, "relu")
     _check_satfinite(satfinite)
-    u = _word_arg(x, "x", np.uint32)
+    u = narrow.word_arg(x, "x", np.uint32)
     lo = _to_fp8_bits(u & jnp.uint32(0xFFFF), "f16", fmt, True, relu)
     hi = _to_fp8_bits(u >> 16, "f16", fmt, True, relu)
     return _pack8(hi, lo)
@@ -339,7 +291,7 @@ def cvt_fp8x2_to_f16x2(x: Any, fmt: str, *, relu: bool = False) -> jax.Array:
     """
     fmt = _fmt_arg(fmt)
     relu = _bool_arg(relu, "relu")
-    u = _word_arg(x, "x", np.uint16)
+    u = narrow.word_arg(x, "x", np.uint16)
     lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, relu)
     hi = _fp8_to_f16_bits(u >> 8, fmt, relu)
     return (hi << 16) | lo
@@ -361,14 +313,14 @@ _NV_SOURCE = {f: (FORMATS[f].storage_dtype, FORMATS[f].storage_dtype.itemsize)
 def _nv_to_fp8(x: Any, src: str, fmt: str, saturate: Any) -> jax.Array:
     """One element of ``src`` (values or bits) to fp8, as the __nv_cvt_*_to_fp8 intrinsics."""
     fmt, sat = _fmt_arg(fmt), _sat_arg(saturate)
-    u = _bits_arg(x, "x", *_NV_SOURCE[src])
+    u = narrow.bits_arg(x, "x", *_NV_SOURCE[src])
     return _as_fp8(_to_fp8_bits(u, src, fmt, sat, False), fmt)
 
 
 def _nv_to_fp8x2(x: Any, src: str, fmt: str, saturate: Any) -> jax.Array:
     """(..., 2) elements of ``src`` (``.x``, ``.y``) to one uint16 word, ``.x`` low."""
     fmt, sat = _fmt_arg(fmt), _sat_arg(saturate)
-    lo, hi = _pair_arg(x, "x", *_NV_SOURCE[src])
+    lo, hi = narrow.pair_arg(x, "x", *_NV_SOURCE[src])
     return _pack8(_to_fp8_bits(hi, src, fmt, sat, False), _to_fp8_bits(lo, src, fmt, sat, False))
 
 
@@ -503,7 +455,7 @@ def fp8_to_halfraw(x: Any, fmt: str) -> jax.Array:
       Array(448., dtype=float16)
     """
     fmt = _fmt_arg(fmt)
-    u = _bits_arg(x, "x", FP8_FORMATS[fmt], 1)
+    u = narrow.bits_arg(x, "x", FP8_FORMATS[fmt], 1)
     return bitops.from_u32(_fp8_to_f16_bits(u, fmt, False), jnp.float16)
 
 
@@ -516,7 +468,7 @@ def fp8x2_to_halfraw2(x: Any, fmt: str) -> jax.Array:
       Array([ 1., -2.], dtype=float16)
     """
     fmt = _fmt_arg(fmt)
-    u = _word_arg(x, "x", np.uint16)
+    u = narrow.word_arg(x, "x", np.uint16)
     lo = _fp8_to_f16_bits(u & jnp.uint32(0xFF), fmt, False)
     hi = _fp8_to_f16_bits(u >> 8, fmt, False)
     return bitops.from_u32(jnp.stack([lo, hi], -1), jnp.float16)
@@ -594,7 +546,7 @@ def cvt_f32_to_ue8m0x2(a: Any, b: Any, rounding: str, *, satfinite: bool = False
       ('0x807e', '0x817f')
     """
     mode, sat = _e8m0_args(rounding, satfinite)
-    ua, ub = _f32_pair_args(a, b)
+    ua, ub = narrow.f32_pair_args(a, b)
     return _pack8(narrow.to_e8m0_bits(ua, "f32", mode, sat),
                   narrow.to_e8m0_bits(ub, "f32", mode, sat))
 
@@ -623,7 +575,7 @@ def cvt_bf16x2_to_ue8m0x2(x: Any, rounding: str, *, satfinite: bool = False) -> 
       '0xfe81'
     """
     mode, sat = _e8m0_args(rounding, satfinite)
-    u = _word_arg(x, "x", np.uint32)
+    u = narrow.word_arg(x, "x", np.uint32)
     return _pack8(narrow.to_e8m0_bits(u >> 16, "bf16", mode, sat),
                   narrow.to_e8m0_bits(u & jnp.uint32(0xFFFF), "bf16", mode, sat))
 
@@ -649,19 +601,19 @@ def cvt_ue8m0x2_to_bf16x2(x: Any) -> jax.Array:
       >>> hex(int(cvt_ue8m0x2_to_bf16x2(jnp.uint16(0x7F00))))
       '0x3f800040'
     """
-    u = _word_arg(x, "x", np.uint16)
+    u = narrow.word_arg(x, "x", np.uint16)
     return (narrow.e8m0_to_bf16_bits(u >> 8) << 16) | narrow.e8m0_to_bf16_bits(u)
 
 
 def _nv_to_e8m0(x: Any, src: str, saturate: Any, rounding: Any) -> jax.Array:
     mode, sat = _e8m0_args(rounding, saturate, "saturate")
-    u = _bits_arg(x, "x", *_NV_SOURCE[src])
+    u = narrow.bits_arg(x, "x", *_NV_SOURCE[src])
     return narrow.to_e8m0_bits(u, src, mode, sat).astype(jnp.uint8)
 
 
 def _nv_to_e8m0x2(x: Any, src: str, saturate: Any, rounding: Any) -> jax.Array:
     mode, sat = _e8m0_args(rounding, saturate, "saturate")
-    lo, hi = _pair_arg(x, "x", *_NV_SOURCE[src])
+    lo, hi = narrow.pair_arg(x, "x", *_NV_SOURCE[src])
     return _pack8(narrow.to_e8m0_bits(hi, src, mode, sat), narrow.to_e8m0_bits(lo, src, mode, sat))
 
 
@@ -762,7 +714,7 @@ def e8m0_to_bf16raw(x: Any) -> jax.Array:
       >>> e8m0_to_bf16raw(jnp.uint8([127, 130, 255]))
       Array([1, 8, nan], dtype=bfloat16)
     """
-    u = _word_arg(x, "x", np.uint8)
+    u = narrow.word_arg(x, "x", np.uint8)
     return bitops.from_u32(narrow.e8m0_to_bf16_bits(u), jnp.bfloat16)
 
 
@@ -775,7 +727,7 @@ def e8m0x2_to_bf162raw(x: Any) -> jax.Array:
       >>> e8m0x2_to_bf162raw(jnp.uint16(0x807F))
       Array([1, 2], dtype=bfloat16)
     """
-    u = _word_arg(x, "x", np.uint16)
+    u = narrow.word_arg(x, "x", np.uint16)
     lo, hi = narrow.e8m0_to_bf16_bits(u), narrow.e8m0_to_bf16_bits(u >> 8)
     return bitops.from_u32(jnp.stack([lo, hi], -1), jnp.bfloat16)
 

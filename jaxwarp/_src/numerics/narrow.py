@@ -3,7 +3,8 @@ sm_120a ``cvt`` and ``cuda_fp6.h`` / ``cuda_fp4.h`` / ``cuda_fp8.h``), on softfl
 
 Each kernel (jitted, its format and mode arguments static) maps uint32 source bits
 (zero-extended; uint64 for f64, x64 on) to uint32 result bits, one element per entry; the public
-functions in ``fp6.py``, ``fp4.py`` and ``fp8.py`` check arguments and pack pairs into
+functions in ``fp6.py``, ``fp4.py`` and ``fp8.py`` check arguments (with the helpers at
+the end of this module, shared by every fp8 / fp6 / fp4 conversion) and pack pairs into
 register words. Every rounding is one :func:`~jaxwarp._src.numerics.softfloat.round_sig`;
 format facts come from :data:`~jaxwarp._src.numerics.formats.FORMATS`.
 
@@ -16,11 +17,14 @@ documentation and are not verified on hardware (no sm_100a / sm_120a GPU was ava
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src import checks
+from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
 __all__ = [
@@ -29,11 +33,15 @@ __all__ = [
     "FP4_FORMATS",
     "FP6_FORMATS",
     "FP_ROUNDINGS",
+    "bits_arg",
     "code_to_f16_bits",
     "e8m0_to_bf16_bits",
+    "f32_pair_args",
     "max_code",
+    "pair_arg",
     "to_code_bits",
     "to_e8m0_bits",
+    "word_arg",
 ]
 
 #: The fp6 and fp4 formats, by PTX name.
@@ -128,3 +136,56 @@ def max_code(fmt: str) -> int:
     ue8m0)."""
     return _max_code(fmt)
 
+
+# ----------------------------------------------------------------------------------------
+# Argument handling shared by the fp8, fp6 and fp4 conversions.
+
+def bits_arg(x: Any, name: str, float_dtype: Any, width: int) -> jax.Array:
+    """``x`` as uint32 bits: a ``float_dtype`` array (its bits) or an unsigned array of
+    ``width`` bytes (taken as bits). Python scalars are converted to ``float_dtype``."""
+    checks.check_64bit(x, name)
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        x = np.asarray(x, float_dtype)
+    arr = jnp.asarray(x)
+    if arr.dtype == jnp.dtype(float_dtype):
+        return bitops.to_u32(arr)
+    if arr.dtype == bitops.uint_dtype(8 * width):
+        return arr.astype(jnp.uint32)
+    raise TypeError(f"{name} must be a {np.dtype(float_dtype).name} array or its raw bits as "
+                    f"{bitops.uint_dtype(8 * width).name}; got dtype {arr.dtype}")
+
+
+def pair_arg(x: Any, name: str, float_dtype: Any, width: int) -> tuple[jax.Array, jax.Array]:
+    """A trailing axis of 2 (``.x``, ``.y``) -> their bits as uint32."""
+    u = bits_arg(x, name, float_dtype, width)
+    if u.ndim == 0 or u.shape[-1] != 2:
+        raise ValueError(f"{name} must have a trailing axis of size 2 (.x, .y); got shape "
+                         f"{tuple(u.shape)}")
+    return u[..., 0], u[..., 1]
+
+
+def word_arg(x: Any, name: str, dtype: Any) -> jax.Array:
+    """A register word (or packed storage) argument of exactly ``dtype``, as uint32;
+    Python ints are converted to ``dtype``."""
+    checks.check_64bit(x, name)
+    if isinstance(x, int) and not isinstance(x, bool):
+        x = np.asarray(x, dtype)
+    arr = jnp.asarray(x)
+    if arr.dtype != jnp.dtype(dtype):
+        raise TypeError(f"{name} must be a {np.dtype(dtype).name} register word array; got "
+                        f"dtype {arr.dtype}")
+    return arr.astype(jnp.uint32)
+
+
+def f32_pair_args(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
+    """The ``a`` and ``b`` operands of a ``cvt ... .f32 d, a, b``: float32 values (or
+    their uint32 bits) whose shapes broadcast together, as uint32 bits."""
+    ua = bits_arg(a, "a", np.float32, 4)
+    ub = bits_arg(b, "b", np.float32, 4)
+    try:
+        np.broadcast_shapes(ua.shape, ub.shape)
+    except ValueError:
+        raise ValueError(f"a and b must have shapes that broadcast together (each a pair "
+                         f"is a[i], b[i]), got a shape {tuple(ua.shape)} and b shape "
+                         f"{tuple(ub.shape)}") from None
+    return ua, ub
