@@ -49,8 +49,9 @@ sm_103a          (16 f16/bf16, 8 tf32, 32 fp8/fp6/fp4), F = 25,         (sm_103a
 
 "MMA-Sim 2.1.1": every ``mma.sync`` configuration that the reference model MMA-Sim
 (Xie et al. 2025, validated on the GPUs by its authors) has for the architecture gives
-its bits on more than 100,000 output elements of single instructions and of chains
-along k; where it and the sm_90 hardware captures disagree, the hardware is kept.
+its bits (single instructions and chains along k; counts per configuration in the
+benchmark records); where it and the sm_90 hardware captures disagree, the hardware is
+kept.
 
 Example:
     >>> parse_target("sm_90a")
