@@ -917,7 +917,7 @@ case(6, "emulate-unknown-instruction", _emulate(operand_format="bf16", instructi
 # The default run takes every case eagerly, and the traced modes of every TRACED_EVERY-th
 # case of the table (and of every case that runs only traced); ``-m slow`` runs the
 # traced modes of the others.
-TRACED_EVERY = 4
+TRACED_EVERY = 8
 
 
 def _params():

@@ -28,14 +28,16 @@ README = (ROOT / "README.md").read_text()
 # --- Every docstring example of the package is a test. ----------------------------------
 
 
-# The default run takes every other example (in the order found) but the longest ones
+# The default run takes every third example (in the order found) but the longest ones
 # (over a second each); -m slow runs the others.
 _LONG_EXAMPLES = {
     "jaxwarp._src.emulate.api.emulate", "jaxwarp._src.tensorcore.datapath.mma",
     "jaxwarp._src.numerics.fp8.double_to_fp8", "jaxwarp._src.numerics.softfloat.fma64",
     "jaxwarp._src.tensorcore.matmul.matmul", "jaxwarp._src.tensorcore.wgmma.wgmma",
     "jaxwarp._src.numerics.fp8.bfloat16raw2_to_fp8x2",
-    "jaxwarp._src.tensorcore.matmul.to_operand", "jaxwarp._src.numerics.fp8.cvt_f32_to_e5m2x2"}
+    "jaxwarp._src.tensorcore.matmul.to_operand", "jaxwarp._src.numerics.fp8.cvt_f32_to_e5m2x2",
+    "jaxwarp._src.numerics.mx.quantize", "jaxwarp._src.tensorcore.block_scale.from_golden",
+    "jaxwarp._src.tensorcore.ldmatrix.ldmatrix"}
 
 
 def _docstring_examples():
@@ -48,7 +50,7 @@ def _docstring_examples():
         module = importlib.import_module(info.name)
         for test in finder.find(module, info.name):
             if test.examples:
-                slow = len(found) % 2 or test.name in _LONG_EXAMPLES
+                slow = len(found) % 3 or test.name in _LONG_EXAMPLES
                 found.append(pytest.param(test, id=test.name,
                                           marks=pytest.mark.slow if slow else ()))
     return found

@@ -372,7 +372,7 @@ def _widened(value: Any, dtype) -> np.ndarray:
 # The default run makes every entry point's valid call under jax.jit (eagerly where its
 # data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name); -m slow
 # makes the other eager calls (an eager call compiles each operation on its own: slow).
-EAGER_EVERY = 5
+EAGER_EVERY = 10
 
 
 def _valid_params():
