@@ -37,7 +37,6 @@ DEFAULT_CASES: dict[str, int | tuple[str, ...]] = {
         "capture_extra_subnormal.npz-every2", "h100_mma_int.npz-every3"),
     "tests/numerics/test_mx.py::test_nvfp4_matches_reference": ("0-rn",),
     "tests/tensorcore/test_tcgen05.py::test_descriptor_path_equals_logical": 1,
-    "tests/tensorcore/test_matmul.py::test_fp8_gradients_use_power_of_two_scales": 1,
     # Bit-exact against the H100 captures: a spread of types, shapes and modifiers.
     "tests/tensorcore/test_datapath.py::test_float_bit_exact": 10,
     "tests/tensorcore/test_datapath.py::test_int_bit_exact": 5,
