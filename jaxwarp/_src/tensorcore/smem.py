@@ -504,3 +504,22 @@ def keep_c(c: jax.Array, pred: Any, name: str) -> jax.Array:
         raise TypeError(f"{name} must be a bool or integer predicate, got {keep.dtype}")
     keep = keep.reshape(keep.shape + (1, 1))
     return jnp.where(keep, c, jnp.zeros((), c.dtype))
+
+
+def logical_bits(x: Any, name: str, t: str, shape: tuple[int, int], want: np.dtype,
+                 store: np.dtype | None) -> jax.Array:
+    """A logical operand ``name`` of type ``t`` as raw bits of dtype ``want``: given in
+    ``want``, or in the value dtype ``store`` of the same width (reinterpreted).
+
+    Raises:
+      ValueError: the trailing shape is not ``shape``. TypeError: another dtype.
+    """
+    x = jnp.asarray(x)
+    if x.ndim < 2 or x.shape[-2:] != shape:
+        raise ValueError(f"{name} must have shape (..., {shape[0]}, {shape[1]}), got {x.shape}")
+    if x.dtype == want:
+        return x
+    if store is not None and x.dtype == store and x.dtype.itemsize == want.itemsize:
+        return bitops.from_bits(x, want)
+    allowed = [str(want)] + ([str(store)] if store is not None else [])
+    raise TypeError(f"{name} for type {t!r} must have dtype in {allowed}, got {x.dtype}")

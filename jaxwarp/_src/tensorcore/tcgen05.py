@@ -83,6 +83,7 @@ from jaxwarp._src.tensorcore.smem import (
     is_descriptor,
     keep_c,
     layout_addresses,
+    logical_bits,
     scatter,
 )
 
@@ -529,17 +530,7 @@ def _target(arch: Any, instr: Tcgen05Instruction) -> Target:
 
 def _bits_arg(x: Any, name: str, t: str, shape: tuple[int, int]) -> jax.Array:
     """A logical operand as raw bits: its bits dtype, or the datapath storage dtype."""
-    x = jnp.asarray(x)
-    if x.ndim < 2 or x.shape[-2:] != shape:
-        raise ValueError(f"{name} must have shape (..., {shape[0]}, {shape[1]}), got {x.shape}")
-    want = BITS_DTYPE[t]
-    if x.dtype == want:
-        return x
-    store = datapath.STORAGE_DTYPE.get(t)
-    if store is not None and x.dtype == store and x.dtype.itemsize == want.itemsize:
-        return bitops.from_bits(x, want)
-    allowed = [str(want)] + ([str(store)] if store is not None else [])
-    raise TypeError(f"{name} for type {t!r} must have dtype in {allowed}, got {x.dtype}")
+    return logical_bits(x, name, t, shape, BITS_DTYPE[t], datapath.STORAGE_DTYPE.get(t))
 
 
 def _d_arg(d: Any, instr: Tcgen05Instruction) -> jax.Array:

@@ -66,7 +66,7 @@ from jaxwarp._src.numerics import bitops
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa, layouts
 from jaxwarp._src.tensorcore.arch import Target, has, supported_target
-from jaxwarp._src.tensorcore.smem import (  # the wgmma descriptor is re-exported here
+from jaxwarp._src.tensorcore.smem import (
     DescriptorFields,
     as_smem,
     check_range,
@@ -75,6 +75,7 @@ from jaxwarp._src.tensorcore.smem import (  # the wgmma descriptor is re-exporte
     gather,
     is_descriptor,
     keep_c,
+    logical_bits,  # the wgmma descriptor is re-exported here
     make_descriptor,
     operand_addresses,
     scatter,
@@ -736,17 +737,7 @@ def _logical(instr, a_bits, b_bits, c, scale_d, neg_a, neg_b, arch_p):
 
 def _bits_arg(x: Any, name: str, t: str, shape: tuple[int, int]) -> jax.Array:
     """A logical operand as raw bits: its bits dtype, or the datapath storage dtype."""
-    x = jnp.asarray(x)
-    if x.ndim < 2 or x.shape[-2:] != shape:
-        raise ValueError(f"{name} must have shape (..., {shape[0]}, {shape[1]}), got {x.shape}")
-    want = BITS_DTYPE[t]
-    if x.dtype == want:
-        return x
-    store = datapath.STORAGE_DTYPE.get(t)
-    if store is not None and x.dtype == store and x.dtype.itemsize == want.itemsize:
-        return bitops.from_bits(x, want)
-    allowed = [str(want)] + ([str(store)] if store is not None else [])
-    raise TypeError(f"{name} for type {t!r} must have dtype in {allowed}, got {x.dtype}")
+    return logical_bits(x, name, t, shape, BITS_DTYPE[t], datapath.STORAGE_DTYPE.get(t))
 
 
 def wgmma_logical(qualifier: Any, a: Any, b: Any, c: Any, *, scale_d: Any = True,
