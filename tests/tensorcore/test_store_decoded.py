@@ -4,6 +4,8 @@ with it on, off and automatic, on operands drawn from every bit pattern."""
 
 from __future__ import annotations
 
+import zlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,7 +37,7 @@ def _random(rng, shape, t):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}")
 def test_same_bits_on_off_auto(case, monkeypatch):
     instr, at, bt, (m, n, k), arch = case
-    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr(case).encode()))  # the same every run
     a, b = _random(rng, (6, m, k), at), _random(rng, (6, k, n), bt)
     c = jnp.asarray(rng.standard_normal((6, m, n)), jnp.float32)
     out = {}
