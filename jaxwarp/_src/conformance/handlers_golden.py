@@ -163,10 +163,7 @@ def _values(x: np.ndarray, t: str) -> jnp.ndarray:
 def _codes(x: np.ndarray, t: str) -> jnp.ndarray:
     """An operand as jaxwarp takes it: fp6 / fp4 codes of ``kind::f8f6f4`` moved down
     from their bits in the byte (e2m1 sits in bits 5:2)."""
-    fmt = FORMATS[t]
-    if fmt.unpacked_lsb:
-        x = (x >> fmt.unpacked_lsb) & ((1 << fmt.bits) - 1)
-    return _values(x, t)
+    return _values(FORMATS[t].code_in_byte(x) if FORMATS[t].unpacked_lsb else x, t)
 
 
 def _run(name: G.GoldenName, f: dict[str, np.ndarray]) -> np.ndarray:

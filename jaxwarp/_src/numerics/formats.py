@@ -173,6 +173,16 @@ class Format:
         7 for ue4m3, whose byte's top bit is not part of the code)."""
         return self.ignored_bits + self.bits
 
+    def code_in_byte(self, x: Any) -> Any:
+        """The code held in the bytes ``x`` of a ``kind::f8f6f4`` operand (one element
+        per byte, the code from bit ``unpacked_lsb`` up); NumPy or JAX integers alike.
+
+        Example:
+            >>> int(jaxwarp.FORMATS["e2m1"].code_in_byte(np.uint8(0x3C)))
+            15
+        """
+        return (x >> self.unpacked_lsb) & ((1 << self.code_bits) - 1)
+
     @property
     def sign_bit(self) -> int:
         """The sign bit of a float's raw pattern, as an int (``0x8000`` for f16, ``0x8``

@@ -561,7 +561,7 @@ def _unpack(x: jax.Array, fmt: str, packed: bool, axis: int) -> jax.Array:
         shape = list(x.shape)
         ax = axis % x.ndim
         return x.reshape(shape[:ax - 1] + [shape[ax - 1] * 2] + shape[ax + 1:])
-    return (x >> FORMATS[fmt].unpacked_lsb) & ((1 << _code_bits(fmt)) - 1)
+    return FORMATS[fmt].code_in_byte(x)
 
 
 def from_golden(family: str, qualifier: str, A: Any, B: Any, C: Any, SA: Any,

@@ -121,8 +121,7 @@ _SIGN = {t: 1 << (FORMATS[t].unpacked_lsb + FORMATS[t].bits - 1) if t in _BYTE_C
 def _storage(bits: jax.Array, t: str) -> jax.Array:
     """Raw bits -> the dtype ``datapath.mma`` takes (fp6 / fp4: the code, low bits)."""
     if t in _BYTE_CODES:
-        f = FORMATS[t]
-        return (bits >> jnp.uint8(f.unpacked_lsb)) & jnp.uint8((1 << f.bits) - 1)
+        return FORMATS[t].code_in_byte(bits)
     return bitops.from_bits(bits, datapath.STORAGE_DTYPE[t])
 
 
