@@ -83,24 +83,24 @@ from jaxwarp._src.tensorcore.ldmatrix import stmatrix as stmatrix
 from jaxwarp._src.tensorcore.ldmatrix import movmatrix as movmatrix
 
 # PTX mma.sync.aligned, named by its qualifier string: registers or logical matrices.
-from jaxwarp._src.tensorcore.mma_sync import parse_mma as parse_mma
-from jaxwarp._src.tensorcore.mma_sync import mma_instructions as mma_instructions
-from jaxwarp._src.tensorcore.mma_sync import to_registers as to_registers
-from jaxwarp._src.tensorcore.mma_sync import from_registers as from_registers
+from jaxwarp._src.tensorcore.mma_sync_parse import parse_mma as parse_mma
+from jaxwarp._src.tensorcore.mma_sync_parse import mma_instructions as mma_instructions
+from jaxwarp._src.tensorcore.mma_sync_registers import to_registers as to_registers
+from jaxwarp._src.tensorcore.mma_sync_registers import from_registers as from_registers
 from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx as mma_sync_ptx
 from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx_logical as mma_sync_ptx_logical
 
 # PTX wgmma.mma_async on a warpgroup (128 lanes): descriptors, shared memory, registers.
-from jaxwarp._src.tensorcore.wgmma import parse_wgmma as parse_wgmma
+from jaxwarp._src.tensorcore.wgmma_parse import parse_wgmma as parse_wgmma
 from jaxwarp._src.tensorcore.wgmma import make_descriptor as make_descriptor
 from jaxwarp._src.tensorcore.wgmma import decode_descriptor as decode_descriptor
 from jaxwarp._src.tensorcore.wgmma import wgmma as wgmma
 from jaxwarp._src.tensorcore.wgmma import wgmma_logical as wgmma_logical
 
 # PTX tcgen05.mma (Blackwell): instruction and shared memory descriptors, D in tensor memory.
-from jaxwarp._src.tensorcore.tcgen05 import parse_tcgen05 as parse_tcgen05
-from jaxwarp._src.tensorcore.tcgen05 import make_instr_descriptor as make_instr_descriptor
-from jaxwarp._src.tensorcore.tcgen05 import decode_instr_descriptor as decode_instr_descriptor
+from jaxwarp._src.tensorcore.tcgen05_parse import parse_tcgen05 as parse_tcgen05
+from jaxwarp._src.tensorcore.tcgen05_parse import make_instr_descriptor as make_instr_descriptor
+from jaxwarp._src.tensorcore.tcgen05_parse import decode_instr_descriptor as decode_instr_descriptor
 from jaxwarp._src.tensorcore.smem import make_smem_descriptor as make_smem_descriptor
 from jaxwarp._src.tensorcore.smem import decode_smem_descriptor as decode_smem_descriptor
 from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma as tcgen05_mma

@@ -17,7 +17,7 @@ import pytest
 
 import jaxwarp
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import arch, isa
+from jaxwarp._src.tensorcore import arch, isa, mma_sync_parse, mma_sync_registers
 from jaxwarp._src.tensorcore import datapath as M
 from jaxwarp._src.tensorcore import mma_sync as mp
 
@@ -90,10 +90,10 @@ def test_kind_f8f6f4_registers_match_the_reference_model(golden):
     q = "m16n8k32.kind::f8f6f4.f32.e2m1.e3m2.f32"
     (a, b, c), kw, want, _ = _operands(golden, "RTX_Blackwell", q)
     k = kw["instruction_k"]
-    instr = mp.parse_mma("m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e3m2.f32")
-    regs = [mp.to_registers(instr, u, x) for u, x in
+    instr = mma_sync_parse.parse_mma("m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e3m2.f32")
+    regs = [mma_sync_registers.to_registers(instr, u, x) for u, x in
             (("a", a[..., :k]), ("b", b[..., :k, :]), ("c", c))]
-    d = mp.from_registers(instr, "d", mp.mma_sync_ptx(instr, *regs, arch="sm_120a"))
+    d = mma_sync_registers.from_registers(instr, "d", mp.mma_sync_ptx(instr, *regs, arch="sm_120a"))
     ref = jaxwarp.mma(a[..., :k], b[..., :k, :], c, arch="sm_120a", **kw)
     np.testing.assert_array_equal(np.asarray(d), np.asarray(ref))
     if a.shape[-1] == k:  # the file's trials are single instructions
@@ -101,19 +101,19 @@ def test_kind_f8f6f4_registers_match_the_reference_model(golden):
 
 
 def test_kind_f8f6f4_register_encoding():
-    instr = mp.parse_mma("m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m3.f32")
+    instr = mma_sync_parse.parse_mma("m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m3.f32")
     assert instr.qualifier == "m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m3.f32"
     assert (instr.nregs("a"), instr.nregs("b"), instr.min_target) == (4, 2, "sm_120a")
     a = (np.arange(16 * 32) % 16).astype(np.uint8).reshape(16, 32)
-    r = np.asarray(mp.to_registers(instr, "a", a))
+    r = np.asarray(mma_sync_registers.to_registers(instr, "a", a))
     assert hex(int(r[0, 0])) == "0xc080400"  # codes 0..3 of row 0 at bits 5:2 of bytes
-    np.testing.assert_array_equal(np.asarray(mp.from_registers(instr, "a", r)), a)
+    np.testing.assert_array_equal(np.asarray(mma_sync_registers.from_registers(instr, "a", r)), a)
     b = (np.arange(32 * 8) % 64).astype(np.uint8).reshape(32, 8)  # e2m3: bits 5:0
-    rb = np.asarray(mp.to_registers(instr, "b", b))
+    rb = np.asarray(mma_sync_registers.to_registers(instr, "b", b))
     assert int(rb[0, 0]) == int.from_bytes(bytes(b[:4, 0]), "little")
     # Bits outside the code are ignored when registers are read.
     np.testing.assert_array_equal(
-        np.asarray(mp.from_registers(instr, "a", r | np.uint32(0xC3C3C3C3))), a)
+        np.asarray(mma_sync_registers.from_registers(instr, "a", r | np.uint32(0xC3C3C3C3))), a)
 
 
 # --------------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_ptx_entry_points_check_the_a_target():
             mp.mma_sync_ptx_logical(q, a, b, c, arch=target)
     assert np.asarray(mp.mma_sync_ptx_logical(q, a, b, c, arch="sm_121a")).shape == (16, 8)
     with pytest.raises(ValueError, match="needs .kind::f8f6f4"):
-        mp.parse_mma("m16n8k32.row.col.f32.e2m1.e2m1.f32")
+        mma_sync_parse.parse_mma("m16n8k32.row.col.f32.e2m1.e2m1.f32")
     with pytest.raises(ValueError, match="wgmma.* needs sm_90a"):
         jaxwarp.wgmma_logical("m64n8k16.f32.f16.f16", np.zeros((64, 16), np.float16),
                               np.zeros((16, 8), np.float16), np.zeros((64, 8), np.float32),

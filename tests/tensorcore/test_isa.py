@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import arch, datapath, isa, matmul, mma_sync, wgmma, wmma_table
+from jaxwarp._src.tensorcore import (
+    arch,
+    datapath,
+    isa,
+    matmul,
+    mma_sync_parse,
+    wgmma_parse,
+    wmma_table,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -37,9 +45,9 @@ def test_parse_shape_is_strict(text, want):
 def test_the_shape_parser_is_shared():
     for q in ("m016n8k16.row.col.f32.f16.f16.f32", "m16n8k.row.col.f32.f16.f16.f32"):
         with pytest.raises(ValueError, match="is not a shape like m16n8k16"):
-            mma_sync.parse_mma(q)
+            mma_sync_parse.parse_mma(q)
     with pytest.raises(ValueError, match="is not of the form m64nNkK"):
-        wgmma.parse_wgmma("m064n8k16.f32.f16.f16")
+        wgmma_parse.parse_wgmma("m064n8k16.f32.f16.f16")
     from jaxwarp._src.conformance import keys
     from jaxwarp._src.conformance.registry import CaptureError
     got = keys.parse_mma_name("ptx", "f16.f16.f32f32.m16n8k16")
@@ -136,15 +144,15 @@ def test_mma_sync_accepts_exactly_the_rows():
                 for sat, op in ops:
                     want.add((m, n, k, al, bl, t, b, c, d, sat, op, r.kind,
                               max([r.min_sm] + [s for o, s in r.b1_ops if o == op])))
-    got = {dataclasses.astuple(i) + (i.min_arch,) for i in mma_sync.ALLOWED}
+    got = {dataclasses.astuple(i) + (i.min_arch,) for i in mma_sync_parse.ALLOWED}
     # 94 that ptxas of CUDA 13.0 accepts for sm_90a, and 50 of kind::f8f6f4 (sm_120a).
-    assert got == want and len(mma_sync.mma_instructions()) == len(want) == 94 + 50
+    assert got == want and len(mma_sync_parse.mma_instructions()) == len(want) == 94 + 50
 
 
 def test_wgmma_families_are_the_rows():
     rows = isa.rows("wgmma")
-    assert len(wgmma.FAMILIES) == len(rows)
-    for r, f in zip(rows, wgmma.FAMILIES.values(), strict=True):
+    assert len(wgmma_parse.FAMILIES) == len(rows)
+    for r, f in zip(rows, wgmma_parse.FAMILIES.values(), strict=True):
         assert f.a_formats == r.a_formats and f.k == r.ks[0]
         assert {(64, n, f.k) for n in f.n_values} == set(r.shapes)
         assert f.d_formats == tuple(d for c, d in r.cd) and all(c == d for c, d in r.cd)
@@ -184,13 +192,14 @@ def test_matmul_views():
 _TENSORCORE = ROOT / "jaxwarp" / "_src" / "tensorcore"
 # Literal (m, n, k) triples that are not instruction facts (lane-layout code of the
 # fragment front-ends, bit widths).
-_NOT_SHAPES = {("mma_sync", (8, 8, 4)), ("mma_sync", (8, 16, 32)),
+_NOT_SHAPES = {("mma_sync_parse", (8, 8, 4)), ("mma_sync_registers", (8, 16, 32)),
                ("datapath", (3, 4, 5))}
 _TYPE_NAMES = {"f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "u4", "b1"}
 
 
-@pytest.mark.parametrize("module", ["arch", "wmma_table", "mma_sync", "wgmma", "datapath",
-                                    "matmul"])
+@pytest.mark.parametrize("module", ["arch", "wmma_table", "mma_sync", "mma_sync_parse",
+                                    "mma_sync_registers", "wgmma", "wgmma_parse",
+                                    "wgmma_registers", "datapath", "matmul"])
 def test_no_other_module_has_its_own_table(module):
     """No shape literal, and no dict literal keyed by operand types, outside isa.py."""
     tree = ast.parse((_TENSORCORE / f"{module}.py").read_text())
@@ -251,8 +260,20 @@ _PATCHED = textwrap.dedent('''
     isa.ROWS = tuple(rows)
     import importlib
     import jax.numpy as jnp
-    from jaxwarp._src.tensorcore import arch, datapath, matmul, mma_sync, wgmma, wmma_table
-    for mod in (arch, wmma_table, datapath, mma_sync, wgmma, matmul):
+    from jaxwarp._src.tensorcore import (
+        arch,
+        datapath,
+        matmul,
+        mma_sync,
+        mma_sync_parse,
+        mma_sync_registers,
+        wgmma,
+        wgmma_parse,
+        wgmma_registers,
+        wmma_table,
+    )
+    for mod in (arch, wmma_table, datapath, mma_sync_parse, mma_sync_registers, mma_sync,
+                wgmma_parse, wgmma_registers, wgmma, matmul):
         importlib.reload(mod)  # this interpreter only: rebuild the views of the rows
     out = {"table": isa.support_table(), "errors": {}}
     def err(name, fn):
@@ -274,13 +295,13 @@ _PATCHED = textwrap.dedent('''
     err("wmma_f16_f32", lambda: wmma_table.check_mma("f16", "f16", "f32", (16, 16, 16)))
     err("mma_f16_f32", lambda: datapath.mma(h, h, c16, a_format="f16", c_format="f16",
         d_format="f32"))
-    err("wgmma_k32", lambda: wgmma.parse_wgmma("m64n8k32.f32.e4m3.e4m3"))
-    err("wgmma_k64", lambda: wgmma.parse_wgmma("m64n8k64.f32.e4m3.e4m3"))
+    err("wgmma_k32", lambda: wgmma_parse.parse_wgmma("m64n8k32.f32.e4m3.e4m3"))
+    err("wgmma_k64", lambda: wgmma_parse.parse_wgmma("m64n8k64.f32.e4m3.e4m3"))
     out["combos"] = [list(c) for c in datapath.COMBOS]
     out["tile_e4m3"] = list(matmul.TILES["wgmma"]["e4m3"][0])
-    out["min_arch"] = mma_sync.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch
+    out["min_arch"] = mma_sync_parse.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch
     out["wmma_cd"] = [list(p) for p in wmma_table.entry("f16").cd_types]
-    out["fp8_k"] = wgmma.FAMILIES["fp8"].k
+    out["fp8_k"] = wgmma_parse.FAMILIES["fp8"].k
     a8 = jnp.ones((64, 128), jnp.float8_e4m3fn); b8 = jnp.ones((128, 8), jnp.float8_e4m3fn)
     d = datapath.mma(a8, b8, jnp.zeros((64, 8), jnp.float32), a_format="e4m3", c_format="f32",
                      d_format="f32", instruction="wgmma", arch="sm_90a")
@@ -335,10 +356,10 @@ def test_changed_k_is_followed(patched):
 
 def test_unpatched_catalogue():
     """The same facts on the real catalogue: what the patched run changed."""
-    assert mma_sync.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch == 80
+    assert mma_sync_parse.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch == 80
     wmma_table.check_mma("f16", "f16", "f32", (16, 16, 16))
     assert ("f16", "f16", "f32") in datapath.COMBOS
-    assert wgmma.FAMILIES["fp8"].k == 32 and matmul.TILES["wgmma"]["e4m3"][0] == (64, 8, 32)
+    assert wgmma_parse.FAMILIES["fp8"].k == 32 and matmul.TILES["wgmma"]["e4m3"][0] == (64, 8, 32)
 
 
 # --------------------------------------------------------------------------------------

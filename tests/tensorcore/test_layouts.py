@@ -8,7 +8,14 @@ import itertools
 import numpy as np
 import pytest
 
-from jaxwarp._src.tensorcore import fragments, layouts, mma_sync, wgmma
+from jaxwarp._src.tensorcore import (
+    fragments,
+    layouts,
+    mma_sync_parse,
+    mma_sync_registers,
+    wgmma_parse,
+    wgmma_registers,
+)
 from jaxwarp._src.tensorcore.layouts import Layout
 
 # --------------------------------------------------------------------------- references
@@ -86,7 +93,7 @@ def _wgmma_qualifiers():
         for b in (("e4m3", "e5m2") if a in ("e4m3", "e5m2") else (a,)):
             q = f"m64n{n}k{k}.{d}.{a}.{b}" + (".and.popc" if a == "b1" else "")
             try:
-                wgmma.parse_wgmma(q)
+                wgmma_parse.parse_wgmma(q)
             except ValueError:
                 continue
             out.append(q)
@@ -94,7 +101,7 @@ def _wgmma_qualifiers():
 
 
 # The sm_90a configurations (the captures'); kind::f8f6f4 (sm_120a) has no capture here.
-MMA = tuple(q for q in mma_sync.mma_instructions() if ".kind::" not in q)
+MMA = tuple(q for q in mma_sync_parse.mma_instructions() if ".kind::" not in q)
 WGMMA = _wgmma_qualifiers()
 
 # --------------------------------------------------------------------------- tests
@@ -106,29 +113,29 @@ def test_every_configuration_is_covered():
 
 @pytest.mark.parametrize("qualifier", MMA)
 def test_mma_layouts_are_the_ptx_formulas(qualifier):
-    instr = mma_sync.parse_mma(qualifier)
+    instr = mma_sync_parse.parse_mma(qualifier)
     for use in "abcd":
         want = ptx_mma_coords(instr, use)
-        got = mma_sync.fragment_coords(instr, use)
+        got = mma_sync_registers.fragment_coords(instr, use)
         for w, g in zip(want, got, strict=True):
             np.testing.assert_array_equal(g, w, err_msg=f"{qualifier} {use}")
-        lay = mma_sync.operand_layout(instr, use)
+        lay = mma_sync_registers.operand_layout(instr, use)
         assert lay.num_lanes == 32 and lay.shape == instr.logical_shape(use)
 
 
 def test_mma_named_layouts():
     # Each named layout is the operand layout of the instructions of its family.
-    i = mma_sync.parse_mma
-    assert mma_sync.operand_layout(i("m16n8k8.row.col.f32.tf32.tf32.f32"), "a") == \
+    i = mma_sync_parse.parse_mma
+    assert mma_sync_registers.operand_layout(i("m16n8k8.row.col.f32.tf32.tf32.f32"), "a") == \
         layouts.MMA_A_M16.take(4, (16, 8))
-    assert mma_sync.operand_layout(i("m8n8k4.row.col.f64.f64.f64.f64"), "a") == \
+    assert mma_sync_registers.operand_layout(i("m8n8k4.row.col.f64.f64.f64.f64"), "a") == \
         layouts.MMA_A_M8.take(1, (8, 4))
-    assert mma_sync.operand_layout(i("m16n8k16.row.col.f64.f64.f64.f64"), "b") == \
+    assert mma_sync_registers.operand_layout(i("m16n8k16.row.col.f64.f64.f64.f64"), "b") == \
         layouts.MMA_B.take(4, (16, 8))
     for q in MMA:
         ins = i(q)
         for use in "cd":
-            lay = mma_sync.operand_layout(ins, use)
+            lay = mma_sync_registers.operand_layout(ins, use)
             if ins.quadpair:
                 want = (layouts.MMA_M8N8K4_CD_F16 if ins.elem_type(use) == "f16"
                         else layouts.MMA_M8N8K4_CD_F32)
@@ -138,29 +145,30 @@ def test_mma_named_layouts():
         if ins.quadpair:
             a = {"row": layouts.MMA_M8N8K4_A_ROW, "col": layouts.MMA_M8N8K4_A_COL}
             b = {"row": layouts.MMA_M8N8K4_B_ROW, "col": layouts.MMA_M8N8K4_B_COL}
-            assert mma_sync.operand_layout(ins, "a") == a[ins.a_layout]
-            assert mma_sync.operand_layout(ins, "b") == b[ins.b_layout]
+            assert mma_sync_registers.operand_layout(ins, "a") == a[ins.a_layout]
+            assert mma_sync_registers.operand_layout(ins, "b") == b[ins.b_layout]
 
 
 @pytest.mark.parametrize("qualifier", WGMMA[::7] + WGMMA[-3:])
 def test_wgmma_layouts_are_the_ptx_formulas(qualifier):
-    instr = wgmma.parse_wgmma(qualifier)
-    for w, g in zip(ptx_wgmma_d(instr), wgmma.d_layout(instr), strict=True):
+    instr = wgmma_parse.parse_wgmma(qualifier)
+    for w, g in zip(ptx_wgmma_d(instr), wgmma_registers.d_layout(instr), strict=True):
         np.testing.assert_array_equal(g, w, err_msg=qualifier)
-    assert wgmma.d_register_layout(instr) == layouts.WGMMA_D.take(instr.n // 2, (64, instr.n))
+    assert wgmma_registers.d_register_layout(instr) == layouts.WGMMA_D.take(instr.n // 2,
+                                                                            (64, instr.n))
     if instr.family.a_in_registers:
-        for w, g in zip(ptx_wgmma_a(instr), wgmma.a_layout(instr), strict=True):
+        for w, g in zip(ptx_wgmma_a(instr), wgmma_registers.a_layout(instr), strict=True):
             np.testing.assert_array_equal(g, w, err_msg=qualifier)
 
 
 def test_wgmma_every_configuration():
     # All 438 configurations, without the parametrization's overhead.
     for q in WGMMA:
-        instr = wgmma.parse_wgmma(q)
-        for w, g in zip(ptx_wgmma_d(instr), wgmma.d_layout(instr), strict=True):
+        instr = wgmma_parse.parse_wgmma(q)
+        for w, g in zip(ptx_wgmma_d(instr), wgmma_registers.d_layout(instr), strict=True):
             np.testing.assert_array_equal(g, w, err_msg=q)
         if instr.family.a_in_registers:
-            for w, g in zip(ptx_wgmma_a(instr), wgmma.a_layout(instr), strict=True):
+            for w, g in zip(ptx_wgmma_a(instr), wgmma_registers.a_layout(instr), strict=True):
                 np.testing.assert_array_equal(g, w, err_msg=q)
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp._src.tensorcore import datapath
+from jaxwarp._src.tensorcore import datapath, mma_sync_parse, mma_sync_registers
 from jaxwarp._src.tensorcore import mma_sync as mp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "capture"))
@@ -84,13 +84,13 @@ def float_capture():
 def test_accepts_exactly_the_94():
     assert len(ACCEPTED) == 94 and len(REJECTED) == 24
     # The sm_90a configurations of the captures; the 50 kind::f8f6f4 ones are sm_120a's.
-    sm90 = [q for q in mp.mma_instructions() if ".kind::" not in q]
-    assert set(sm90) == {c.ptx()[len(mp.PREFIX):] for c in ACCEPTED}
-    assert len(sm90) == 94 == len(set(sm90)) == len(mp.mma_instructions()) - 50
+    sm90 = [q for q in mma_sync_parse.mma_instructions() if ".kind::" not in q]
+    assert set(sm90) == {c.ptx()[len(mma_sync_parse.PREFIX):] for c in ACCEPTED}
+    assert len(sm90) == 94 == len(set(sm90)) == len(mma_sync_parse.mma_instructions()) - 50
     for c in ACCEPTED:
-        i = mp.parse_mma(c.ptx())
-        assert i == mp.parse_mma(c.ptx()[len(mp.PREFIX):])
-        assert i.ptx == c.ptx() and hash(i) == hash(mp.parse_mma(i.qualifier))
+        i = mma_sync_parse.parse_mma(c.ptx())
+        assert i == mma_sync_parse.parse_mma(c.ptx()[len(mma_sync_parse.PREFIX):])
+        assert i.ptx == c.ptx() and hash(i) == hash(mma_sync_parse.parse_mma(i.qualifier))
         assert (i.a_format, i.b_format, i.c_format, i.d_format) == (c.atype, c.btype, c.ctype,
                                                                     c.dtype)
         assert (i.m, i.n, i.k, i.a_layout, i.b_layout) == (c.m, c.n, c.k, c.alayout, c.blayout)
@@ -103,7 +103,7 @@ def test_accepts_exactly_the_94():
 @pytest.mark.parametrize("cfg", REJECTED, ids=ids(REJECTED))
 def test_rejects_what_ptxas_rejects(cfg):
     with pytest.raises(ValueError, match="ptxas"):
-        mp.parse_mma(cfg.ptx())
+        mma_sync_parse.parse_mma(cfg.ptx())
 
 
 @pytest.mark.parametrize("qual, match", [
@@ -127,15 +127,15 @@ def test_rejects_what_ptxas_rejects(cfg):
 ])
 def test_parser_errors_name_the_part(qual, match):
     with pytest.raises(ValueError, match=match):
-        mp.parse_mma(qual)
+        mma_sync_parse.parse_mma(qual)
 
 
 def test_parser_type_errors():
     with pytest.raises(TypeError, match="qualifier must be a str"):
-        mp.parse_mma(3)
-    bad = mp.MmaInstruction(16, 8, 32, "row", "col", "f16", "f16", "f32", "f32")
+        mma_sync_parse.parse_mma(3)
+    bad = mma_sync_parse.MmaInstruction(16, 8, 32, "row", "col", "f16", "f16", "f32", "f32")
     with pytest.raises(ValueError, match="not an allowed"):
-        mp.parse_mma(bad)
+        mma_sync_parse.parse_mma(bad)
 
 
 # --------------------------------------------------------------------------------------
@@ -144,9 +144,9 @@ def test_parser_type_errors():
 
 @pytest.mark.parametrize("cfg", ACCEPTED, ids=ids(ACCEPTED))
 def test_layout_matches_capture_harness(cfg):
-    instr = mp.parse_mma(cfg.ptx())
+    instr = mma_sync_parse.parse_mma(cfg.ptx())
     for use in "abcd":
-        ours = mp.fragment_coords(instr, use)
+        ours = mma_sync_registers.fragment_coords(instr, use)
         theirs = cp.frag_coords(cfg, use)
         for x, y in zip(ours, theirs, strict=True):
             np.testing.assert_array_equal(x, np.broadcast_to(y, x.shape))
@@ -172,22 +172,23 @@ PACK_CLASSES = _pack_classes()
 @pytest.mark.parametrize("cfg, uses", PACK_CLASSES)
 def test_pack_matches_harness_and_round_trips(cfg, uses):
     rng = np.random.default_rng(7)
-    instr = mp.parse_mma(cfg.ptx())
+    instr = mma_sync_parse.parse_mma(cfg.ptx())
     with jax.enable_x64(cfg.atype == "f64"):
         xs = {u: random_logical(rng, cfg, u, 2 * cfg.per_warp) for u in uses}
         lxs = {u: warp_shape(cfg, logical(x, cfg.elem_type(u))) for u, x in xs.items()}
 
         @jax.jit
         def round_trip(lxs):
-            regs = {u: mp.to_registers(instr, u, x) for u, x in lxs.items()}
-            return regs, {u: mp.from_registers(instr, u, r) for u, r in regs.items()}
+            regs = {u: mma_sync_registers.to_registers(instr, u, x) for u, x in lxs.items()}
+            return regs, {u: mma_sync_registers.from_registers(instr, u, r)
+                          for u, r in regs.items()}
 
         regs, back = round_trip(lxs)
         for use in uses:
             words = cp.pack(xs[use], cfg, use)  # (W, 32, nregs)
             assert regs[use].dtype == instr.reg_dtype() and regs[use].shape == words.shape
             np.testing.assert_array_equal(np.asarray(regs[use]), words)
-            assert back[use].dtype == mp._LOGICAL[cfg.elem_type(use)]
+            assert back[use].dtype == mma_sync_parse.LOGICAL_DTYPE[cfg.elem_type(use)]
             np.testing.assert_array_equal(bits(back[use]), bits(lxs[use]))
 
 
@@ -208,7 +209,7 @@ REG_INT = {"s8.u8.s32s32.m8n8k16.satfinite", "u8.s8.s32s32.m16n8k32", "s4.u4.s32
 
 
 def _check_capture(z, cfg, registers):
-    instr = mp.parse_mma(cfg.ptx())
+    instr = mma_sync_parse.parse_mma(cfg.ptx())
     p = f"ptx/{cfg.name}/"
     A, B, C, D = (z[p + k] for k in "ABCD")
     a, b, c = (logical(x, t) for x, t in ((A, cfg.atype), (B, cfg.btype), (C, cfg.ctype)))
@@ -217,7 +218,7 @@ def _check_capture(z, cfg, registers):
         np.testing.assert_array_equal(bits(d), bits(logical(D, cfg.dtype)),
                                       err_msg=f"{cfg.name} logical entry")
         if registers:  # the register entry on the same data, in warps
-            regs = [mp.to_registers(instr, u, warp_shape(cfg, x))
+            regs = [mma_sync_registers.to_registers(instr, u, warp_shape(cfg, x))
                     for u, x in zip("abc", (a, b, c))]
             dr = mp.mma_sync_ptx(instr, *regs)
             np.testing.assert_array_equal(np.asarray(dr), cp.pack(D, cfg, "d"),
@@ -269,22 +270,23 @@ EQ_CFGS = [c for c in ACCEPTED if c.name in (
 @pytest.mark.parametrize("cfg", EQ_CFGS, ids=ids(EQ_CFGS))
 def test_register_entry_equals_logical_entry(cfg):
     rng = np.random.default_rng(3)
-    instr = mp.parse_mma(cfg.ptx())
+    instr = mma_sync_parse.parse_mma(cfg.ptx())
     with jax.enable_x64(cfg.atype == "f64"):
         # Three warps' worth, with a batch axis of 3 on A only (B and C broadcast).
         xs = [warp_shape(cfg, logical(random_logical(rng, cfg, u, n * cfg.per_warp),
                                       cfg.elem_type(u))) for u, n in zip("abc", (3, 1, 1))]
         d = mp.mma_sync_ptx_logical(instr, *xs)
-        regs = [mp.to_registers(instr, u, x) for u, x in zip("abc", xs)]
+        regs = [mma_sync_registers.to_registers(instr, u, x) for u, x in zip("abc", xs)]
         regs[1], regs[2] = regs[1][0], regs[2][0]
         dr = mp.mma_sync_ptx(instr, *regs)
         assert dr.shape == (3, 32, instr.nregs("d"))
-        np.testing.assert_array_equal(np.asarray(dr), np.asarray(mp.to_registers(instr, "d", d)))
+        np.testing.assert_array_equal(np.asarray(dr),
+                                      np.asarray(mma_sync_registers.to_registers(instr, "d", d)))
 
 
 def test_batching_vmap_and_jit():
     q = "m16n8k32.row.col.satfinite.s32.u8.s8.s32"
-    instr = mp.parse_mma(q)
+    instr = mma_sync_parse.parse_mma(q)
     rng = np.random.default_rng(0)
     a = jnp.asarray(rng.integers(0, 256, (3, 5, 32, 4)).astype(np.uint32) * 0x01010101)
     b = jnp.asarray(rng.integers(0, 2**32, (5, 32, 2), dtype=np.uint64).astype(np.uint32))
@@ -300,13 +302,13 @@ def test_batching_vmap_and_jit():
 
 def test_quadpair_runs_four_independent_mmas():
     q = "m8n8k4.col.row.f32.f16.f16.f16"
-    instr = mp.parse_mma(q)
+    instr = mma_sync_parse.parse_mma(q)
     assert instr.quadpair and instr.logical_shape("a") == (4, 8, 4)
     a = jnp.arange(4 * 32, dtype=jnp.float16).reshape(4, 8, 4) / 64
     b = jnp.ones((4, 4, 8), jnp.float16)
     c = jnp.zeros((4, 8, 8), jnp.float16)
-    d = mp.from_registers(instr, "d", mp.mma_sync_ptx(
-        q, *(mp.to_registers(instr, u, x) for u, x in zip("abc", (a, b, c)))))
+    d = mma_sync_registers.from_registers(instr, "d", mp.mma_sync_ptx(
+        q, *(mma_sync_registers.to_registers(instr, u, x) for u, x in zip("abc", (a, b, c)))))
     assert d.shape == (4, 8, 8) and d.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(d), np.asarray(
         jnp.broadcast_to(a.astype(jnp.float32).sum(-1)[..., None], (4, 8, 8))))
@@ -358,7 +360,7 @@ def test_logical_entry_bad_input(jit):
     ("m16n8k16.row.col.f32.f16.f16.f32", "sm_60", "arch='sm_60' is not supported"),
 ])
 def test_arch_without_the_instruction(qual, arch, match):
-    instr = mp.parse_mma(qual)
+    instr = mma_sync_parse.parse_mma(qual)
     with jax.enable_x64(instr.a_format == "f64"):
         regs = [jnp.zeros((32, instr.nregs(u)), instr.reg_dtype()) for u in "abc"]
         with pytest.raises(ValueError, match=match):

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxwarp
-from jaxwarp._src.tensorcore import datapath, isa, smem
+from jaxwarp._src.tensorcore import datapath, isa, smem, tcgen05_parse
 from jaxwarp._src.tensorcore import tcgen05 as T
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -75,12 +75,12 @@ def test_reference_covers_every_input_kind():
 
 
 def test_parse_both_spellings():
-    p = T.parse_tcgen05("tcgen05.mma.cta_group::1.m128n256k16.kind::f16.f32.bf16.bf16")
-    assert p == T.parse_tcgen05("m128n256k16.kind::f16.f32.bf16.bf16")
+    p = tcgen05_parse.parse_tcgen05("tcgen05.mma.cta_group::1.m128n256k16.kind::f16.f32.bf16.bf16")
+    assert p == tcgen05_parse.parse_tcgen05("m128n256k16.kind::f16.f32.bf16.bf16")
     assert (p.m, p.n, p.k, p.kind, p.d_format, p.a_format, p.b_format) == (
         128, 256, 16, "f16", "f32", "bf16", "bf16")
     assert p.opcode == "tcgen05.mma.cta_group::1.kind::f16"
-    assert T.parse_tcgen05(p.qualifier) == p
+    assert tcgen05_parse.parse_tcgen05(p.qualifier) == p
 
 
 @pytest.mark.parametrize("q, exc, must", [
@@ -98,7 +98,7 @@ def test_parse_both_spellings():
 ])
 def test_parse_refuses(q, exc, must):
     with pytest.raises(exc) as e:
-        T.parse_tcgen05(q)
+        tcgen05_parse.parse_tcgen05(q)
     assert must in str(e.value)
 
 
@@ -111,32 +111,33 @@ ALL_QUALIFIERS = [f"m{m}n{n}k{r.ks[0]}.kind::{r.group_name}.{d}.{a}.{b}"
 @given(st.sampled_from(ALL_QUALIFIERS), st.booleans(), st.booleans(), st.booleans(),
        st.booleans(), st.booleans())
 def test_instr_descriptor_round_trip(q, na, nb, ta, tb, sat):
-    instr = T.parse_tcgen05(q)
+    instr = tcgen05_parse.parse_tcgen05(q)
     if instr.kind == "i8":
         na = nb = False
     else:
         sat = False
-    idesc = T.make_instr_descriptor(q, neg_a=na, neg_b=nb, transpose_a=ta,
+    idesc = tcgen05_parse.make_instr_descriptor(q, neg_a=na, neg_b=nb, transpose_a=ta,
                                     transpose_b=tb, saturate=sat)
     assert idesc.dtype == np.uint32
-    f = T.decode_instr_descriptor(idesc, instr.kind)
+    f = tcgen05_parse.decode_instr_descriptor(idesc, instr.kind)
     assert f == (instr, na, nb, ta, tb, sat)
 
 
 def test_instr_descriptor_fields():
     # PTX ISA table: dtype f32 = 1 at bits 4-5, bf16 = 1 at 7-9 and 10-12, N >> 3 at 17,
     # M >> 4 at 24; i8: s8 = 1, saturate bit 3, dtype s32 = 2.
-    assert int(T.make_instr_descriptor("m128n256k16.kind::f16.f32.bf16.bf16")) == (
+    assert int(tcgen05_parse.make_instr_descriptor("m128n256k16.kind::f16.f32.bf16.bf16")) == (
         1 << 4 | 1 << 7 | 1 << 10 | 32 << 17 | 8 << 24)
-    assert int(T.make_instr_descriptor("m64n16k32.kind::i8.s32.s8.u8", saturate=True)) == (
+    assert int(tcgen05_parse.make_instr_descriptor("m64n16k32.kind::i8.s32.s8.u8",
+                                                   saturate=True)) == (
         1 << 3 | 2 << 4 | 1 << 7 | 0 << 10 | 2 << 17 | 4 << 24)
-    assert int(T.make_instr_descriptor("m64n8k32.kind::f8f6f4.f16.e5m2.e4m3",
+    assert int(tcgen05_parse.make_instr_descriptor("m64n8k32.kind::f8f6f4.f16.e5m2.e4m3",
                                        neg_b=True)) == (1 << 7 | 1 << 14 | 1 << 17 | 4 << 24)
     with pytest.raises(NotImplementedError, match="sparsity"):
-        T.decode_instr_descriptor(int(T.make_instr_descriptor(
+        tcgen05_parse.decode_instr_descriptor(int(tcgen05_parse.make_instr_descriptor(
             "m64n8k16.kind::f16.f32.f16.f16")) | 4, "f16")
     with pytest.raises(ValueError, match="atype code 2"):
-        T.decode_instr_descriptor(2 << 7 | 1 << 4 | 1 << 17 | 4 << 24, "f16")
+        tcgen05_parse.decode_instr_descriptor(2 << 7 | 1 << 4 | 1 << 17 | 4 << 24, "f16")
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
@@ -203,15 +204,16 @@ DESC_CASES = [
 @pytest.mark.parametrize("q, ta, tb, swa, swb", DESC_CASES)
 def test_descriptor_path_equals_logical(q, ta, tb, swa, swb):
     rng = np.random.default_rng(hash(q) % 2**32)
-    instr = T.parse_tcgen05(q)
-    a = _random_bits(rng, (instr.m, instr.k), T.BITS_DTYPE[instr.a_format])
-    b = _random_bits(rng, (instr.k, instr.n), T.BITS_DTYPE[instr.b_format])
+    instr = tcgen05_parse.parse_tcgen05(q)
+    a = _random_bits(rng, (instr.m, instr.k), tcgen05_parse.BITS_DTYPE[instr.a_format])
+    b = _random_bits(rng, (instr.k, instr.n), tcgen05_parse.BITS_DTYPE[instr.b_format])
     if instr.kind != "i8":  # finite floats of moderate size: wrap exponents
         a = a & np.asarray(~(3 << (a.dtype.itemsize * 8 - 3)) & (256 ** a.dtype.itemsize - 1),
                            a.dtype)
         b = b & np.asarray(~(3 << (b.dtype.itemsize * 8 - 3)) & (256 ** b.dtype.itemsize - 1),
                            b.dtype)
-    d = np.asarray(rng.standard_normal((instr.m, instr.n)) * 4).astype(T.D_DTYPE[instr.d_format])
+    d = np.asarray(rng.standard_normal((instr.m, instr.n)) * 4).astype(
+        tcgen05_parse.D_DTYPE[instr.d_format])
     da, size_a = _layout(instr.m, instr.k, a.dtype.itemsize, ta, swa, 0)
     base_b = -(-size_a // 1024) * 1024
     db, size_b = _layout(instr.n, instr.k, b.dtype.itemsize, tb, swb, base_b)
@@ -221,7 +223,7 @@ def test_descriptor_path_equals_logical(q, ta, tb, swa, swb):
     np.testing.assert_array_equal(T.read_operand(mem, da, q, "a", transpose=ta), a)
     np.testing.assert_array_equal(T.read_operand(mem, db, q, "b", transpose=tb), b)
     neg = instr.kind != "i8"
-    idesc = T.make_instr_descriptor(q, transpose_a=ta, transpose_b=tb, neg_a=neg)
+    idesc = tcgen05_parse.make_instr_descriptor(q, transpose_a=ta, transpose_b=tb, neg_a=neg)
     got = T.tcgen05_mma(instr.opcode, d, da, db, idesc, mem)
     want = T.tcgen05_mma_logical(q, a, b, d, neg_a=neg)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
@@ -314,7 +316,7 @@ def test_i8_exact_and_saturate():
 def test_mma_instruction_tcgen05_equals_logical():
     q = QUALIFIERS[0]
     a, b, c = (REF[f"{q}/{f}"][0] for f in "ABC")
-    instr = T.parse_tcgen05(q)
+    instr = tcgen05_parse.parse_tcgen05(q)
     st_ = datapath.STORAGE_DTYPE
     got = jaxwarp.mma(a.view(st_[instr.a_format]), b.view(st_[instr.b_format]), _c(c),
                       a_format=instr.a_format, b_format=instr.b_format, c_format=instr.d_format,

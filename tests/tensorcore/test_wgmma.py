@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.tensorcore import wgmma as W
+from jaxwarp._src.tensorcore import wgmma_parse, wgmma_registers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
@@ -82,10 +83,10 @@ def harness_image(name):
      ("f32", "f16", "f16", 16, 16, False, None)),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_parse_valid(q, want):
-    i = W.parse_wgmma(q)
+    i = wgmma_parse.parse_wgmma(q)
     assert (i.d_format, i.a_format, i.b_format, i.n, i.k, i.satfinite, i.bop) == want
-    assert W.parse_wgmma(i.qualifier) == i
-    assert i.m == 64 and hash(i) == hash(W.parse_wgmma(q))
+    assert wgmma_parse.parse_wgmma(i.qualifier) == i
+    assert i.m == 64 and hash(i) == hash(wgmma_parse.parse_wgmma(q))
 
 
 @pytest.mark.parametrize("q,msg", [
@@ -109,21 +110,23 @@ def test_parse_valid(q, want):
 ])
 def test_parse_errors(q, msg):
     with pytest.raises(ValueError, match=msg):
-        W.parse_wgmma(q)
+        wgmma_parse.parse_wgmma(q)
 
 
 def test_parse_type_error():
     with pytest.raises(TypeError, match="qualifier must be a str"):
-        W.parse_wgmma(64)
+        wgmma_parse.parse_wgmma(64)
 
 
 def test_every_n_of_the_table_parses():
-    for fam in W.FAMILIES.values():
+    for fam in wgmma_parse.FAMILIES.values():
         for t in fam.a_formats:
             q0 = f"{fam.d_formats[0]}.{t}.{t}" + (f".{fam.bop}.popc" if fam.bop else "")
             for n in fam.n_values:
-                assert W.parse_wgmma(f"m64n{n}k{fam.k}.{q0}").num_d_registers in (n // 2, n // 4)
-    assert len(W.FAMILIES["f16"].n_values) == 32 and len(W.FAMILIES["int"].n_values) == 18
+                instr = wgmma_parse.parse_wgmma(f"m64n{n}k{fam.k}.{q0}")
+                assert instr.num_d_registers in (n // 2, n // 4)
+    assert len(wgmma_parse.FAMILIES["f16"].n_values) == 32
+    assert len(wgmma_parse.FAMILIES["int"].n_values) == 18
 
 
 # --------------------------------------------------------------------------------------
@@ -211,7 +214,7 @@ def test_addresses_match_harness(t, major, sw, mn):
 def test_read_write_vs_harness_images(t, major, sw):
     bits = cw.ATYPES[t][0]
     k, dt = cw.ATYPES[t][2], cw.ATYPES[t][1]
-    q = W.parse_wgmma({"f16": "m64n16k16.f32.f16.f16", "tf32": "m64n16k8.f32.tf32.tf32",
+    q = wgmma_parse.parse_wgmma({"f16": "m64n16k16.f32.f16.f16", "tf32": "m64n16k8.f32.tf32.tf32",
                        "e5m2": "m64n16k32.f32.e5m2.e5m2", "u8": "m64n16k32.s32.u8.u8",
                        "b1": "m64n16k256.s32.b1.b1.and.popc"}[t])
     rng = np.random.default_rng(1)
@@ -273,7 +276,7 @@ def test_d_layout_matches_hardware_probe(name):
     """The bit-plane probe measures which (row, col) each register holds on the GPU."""
     q, _, _, _, ct = parse_name(name)
     L = CAP[f"{name}/layout_D"]
-    row, col = W.d_layout(q)
+    row, col = wgmma_registers.d_layout(q)
     nz = np.stack([(L & 0xFFFF) != 0, (L >> 16) != 0], -1) if ct == "f16" else (L != 0)[..., None]
     r = sum(nz[p].astype(int) << p for p in range(6))
     c = sum(nz[p].astype(int) << (p - 6) for p in range(6, L.shape[0]))
@@ -284,30 +287,31 @@ def test_d_layout_matches_hardware_probe(name):
 @pytest.mark.parametrize("q", ["m64n24k16.f32.f16.f16", "m64n16k16.f16.f16.f16",
                                "m64n48k32.s32.s8.s8"])
 def test_accumulator_round_trip_and_harness(q):
-    i = W.parse_wgmma(q)
+    i = wgmma_parse.parse_wgmma(q)
     rng = np.random.default_rng(2)
     bits = rng.integers(0, 1 << 16, (2, 64, i.n))
     ct = i.d_format
     C = {"f32": bits.astype(np.uint32) * 65537, "f16": bits.astype(np.uint16),
          "s32": (bits * 40503).astype(np.int32)}[ct]
-    regs = W.accumulator_registers(jnp.asarray(c_matrix(C, ct)), i)
-    assert regs.shape == (2, 128, i.num_d_registers) and regs.dtype == W.REGISTER_DTYPE[ct]
+    regs = wgmma_registers.accumulator_registers(jnp.asarray(c_matrix(C, ct)), i)
+    assert regs.shape == (2, 128, i.num_d_registers)
+    assert regs.dtype == wgmma_parse.REGISTER_DTYPE[ct]
     np.testing.assert_array_equal(np.asarray(regs).view(np.uint32), cw.pack_c(C, ct))
-    back = W.accumulator_matrix(regs, i)
+    back = wgmma_registers.accumulator_matrix(regs, i)
     np.testing.assert_array_equal(np.asarray(back).view(C.dtype), C)
 
 
 @pytest.mark.parametrize("q", ["m64n8k16.f32.bf16.bf16", "m64n8k8.f32.tf32.tf32",
                                "m64n8k32.f32.e4m3.e5m2", "m64n8k32.s32.s8.u8"])
 def test_a_registers_match_harness(q):
-    i = W.parse_wgmma(q)
-    dt = W.BITS_DTYPE[i.a_format]
+    i = wgmma_parse.parse_wgmma(q)
+    dt = wgmma_parse.BITS_DTYPE[i.a_format]
     A = np.random.default_rng(3).integers(0, 1 << 16, (3, 64, i.k)).astype(dt)
-    regs = W.a_registers(jnp.asarray(A), i)
+    regs = wgmma_registers.a_registers(jnp.asarray(A), i)
     if i.a_format != "tf32":  # the harness has no tf32 A-register map check beyond a_map
         np.testing.assert_array_equal(regs, cw.pack_a(A, i.a_format))
-    np.testing.assert_array_equal(W.a_matrix(regs, i), A)
-    row, col = W.a_layout(i)
+    np.testing.assert_array_equal(wgmma_registers.a_matrix(regs, i), A)
+    row, col = wgmma_registers.a_layout(i)
     hrow, hcol = cw.a_map(i.a_format)
     np.testing.assert_array_equal(row, hrow)
     np.testing.assert_array_equal(col, hcol)
@@ -315,13 +319,13 @@ def test_a_registers_match_harness(q):
 
 def test_register_errors():
     with pytest.raises(ValueError, match=r"\(\.\.\., 128, 4\)"):
-        W.accumulator_matrix(jnp.zeros((128, 8), jnp.float32), "m64n8k16.f32.f16.f16")
+        wgmma_registers.accumulator_matrix(jnp.zeros((128, 8), jnp.float32), "m64n8k16.f32.f16.f16")
     with pytest.raises(TypeError, match="dtype uint32"):
-        W.accumulator_matrix(jnp.zeros((128, 2), jnp.float32), "m64n8k16.f16.f16.f16")
+        wgmma_registers.accumulator_matrix(jnp.zeros((128, 2), jnp.float32), "m64n8k16.f16.f16.f16")
     with pytest.raises(ValueError, match="not supported for atype 'b1'"):
-        W.a_layout("m64n8k256.s32.b1.b1.and.popc")
+        wgmma_registers.a_layout("m64n8k256.s32.b1.b1.and.popc")
     with pytest.raises(TypeError, match="16-bit integers"):
-        W.a_registers(jnp.zeros((64, 16), jnp.float16), "m64n8k16.f32.f16.f16")
+        wgmma_registers.a_registers(jnp.zeros((64, 16), jnp.float16), "m64n8k16.f32.f16.f16")
 
 
 # --------------------------------------------------------------------------------------
@@ -335,11 +339,11 @@ def _run_both(name):
     d_log = W.wgmma_logical(q, A, B, Cm, scale_d=bool(f["sd"]), neg_a=f["sa"] < 0,
                             neg_b=f["sb"] < 0)
     smem = jnp.asarray(harness_image(name))
-    a = W.a_registers(jnp.asarray(A), q) if f["areg"] else CAP[f"{name}/desc_a"]
-    regs = W.wgmma(q, a, CAP[f"{name}/desc_b"], smem, W.accumulator_registers(Cm, q),
+    a = wgmma_registers.a_registers(jnp.asarray(A), q) if f["areg"] else CAP[f"{name}/desc_a"]
+    regs = W.wgmma(q, a, CAP[f"{name}/desc_b"], smem, wgmma_registers.accumulator_registers(Cm, q),
                    scale_d=f["sd"], imm_scale_a=f["sa"], imm_scale_b=f["sb"],
                    tnsp_a=f["ta"], tnsp_b=f["tb"])
-    via_regs = np.asarray(W.accumulator_matrix(regs, q)).view(D.dtype)
+    via_regs = np.asarray(wgmma_registers.accumulator_matrix(regs, q)).view(D.dtype)
     return D, np.asarray(d_log).view(D.dtype), via_regs
 
 
@@ -351,8 +355,8 @@ def test_h100_bit_exact(name):
 
 
 def test_capture_subset_covers_every_family_and_variant():
-    fams = {W._FAMILY_OF[parse_name(n)[2]] for n in CONFIGS}
-    assert fams == set(W.FAMILIES)
+    fams = {wgmma_parse.FAMILY_OF[parse_name(n)[2]] for n in CONFIGS}
+    assert fams == set(wgmma_parse.FAMILIES)
     flags = [parse_name(n)[1] for n in CONFIGS]
     for key, val in [("areg", True), ("ta", 1), ("tb", 1), ("sa", -1), ("sb", -1), ("sd", 0)]:
         assert any(f[key] == val for f in flags), key
@@ -407,14 +411,15 @@ def _int_setup():
 def test_scale_d_is_a_runtime_predicate_and_batches_broadcast():
     q, A, B, da, db, smem, want = _int_setup()
     c = jnp.asarray(np.arange(64 * 8, dtype=np.int32).reshape(64, 8))
-    regs = W.accumulator_registers(jnp.stack([c, c]), q)  # batch of 2, one smem
+    regs = wgmma_registers.accumulator_registers(jnp.stack([c, c]), q)  # batch of 2, one smem
     f = jax.jit(lambda sd, r: W.wgmma(q, da, db, smem, r, scale_d=sd))
-    out = W.accumulator_matrix(f(jnp.array([1, 0]), regs), q)
+    out = wgmma_registers.accumulator_matrix(f(jnp.array([1, 0]), regs), q)
     np.testing.assert_array_equal(out[0], want + np.asarray(c))
     np.testing.assert_array_equal(out[1], want)
     # vmap over warpgroups (shared memory per warpgroup).
     many = jax.vmap(lambda s, r: W.wgmma(q, da, db, s, r))(jnp.stack([smem, smem]), regs)
-    np.testing.assert_array_equal(W.accumulator_matrix(many, q)[1], want + np.asarray(c))
+    np.testing.assert_array_equal(wgmma_registers.accumulator_matrix(many, q)[1],
+                                  want + np.asarray(c))
 
 
 def test_negation_and_scale_d_zero_on_floats():

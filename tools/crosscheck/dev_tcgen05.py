@@ -223,7 +223,8 @@ def _layout(rows, k, ebytes, mn_major, sw, base):
 def run_desc(q, a, b, c, rng):
     """tcgen05_mma on A and B stored in random canonical layouts."""
     from jaxwarp._src.tensorcore import tcgen05 as T
-    instr = T.parse_tcgen05(q)
+    from jaxwarp._src.tensorcore import tcgen05_parse
+    instr = tcgen05_parse.parse_tcgen05(q)
     ta, tb = (bool(rng.integers(2)) for _ in range(2))
     swa, swb = (int(rng.choice([0, 32, 64, 128])) for _ in range(2))
     da, size_a = _layout(instr.m, instr.k, a.dtype.itemsize, ta, swa, 0)
@@ -232,7 +233,7 @@ def run_desc(q, a, b, c, rng):
     smem = np.zeros(base_b + size_b + 1024, np.uint8)
     smem = T.write_operand(smem, da, instr, "a", a, transpose=ta)
     smem = T.write_operand(smem, db, instr, "b", b, transpose=tb)
-    idesc = T.make_instr_descriptor(instr, transpose_a=ta, transpose_b=tb)
+    idesc = tcgen05_parse.make_instr_descriptor(instr, transpose_a=ta, transpose_b=tb)
     return T.tcgen05_mma(instr.opcode, c, da, db, idesc, smem)
 
 

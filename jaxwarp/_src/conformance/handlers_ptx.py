@@ -28,7 +28,7 @@ from jaxwarp._src.conformance import keys as K
 from jaxwarp._src.conformance import targets
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import datapath, wgmma
+from jaxwarp._src.tensorcore import datapath, wgmma_registers
 
 # ---------------------------------------------------------------------------------------
 # Element types: raw capture bits -> storage dtypes, both read from the one format
@@ -213,7 +213,7 @@ def _layout_d(cap: Any, base: str, cfg: K.MmaName) -> GroupResult:
     ``d_layout``: one element per accumulator value (its decoded row and column)."""
     group = f"{base}/layout_D"
     raw = np.asarray(cap[f"{base}/layout_D"])
-    row, col = (np.asarray(x) for x in wgmma.d_layout(wgmma_qualifier(cfg)))
+    row, col = (np.asarray(x) for x in wgmma_registers.d_layout(wgmma_qualifier(cfg)))
     planes = 6 + int(cfg.n).bit_length() - 1
     if raw.ndim != 3 or raw.shape[0] != planes or raw.shape[1:] != row.shape[:2]:
         raise CaptureError(f"{group} has shape {raw.shape}; want ({planes}, "
