@@ -794,6 +794,26 @@ case(6, "block-scale-datapath-terms", lambda: jaxwarp.BlockScaleDatapath(
      "sum", F=25, group=1, chunk=32, e_zero=-133), exc=ValueError,
      must=("BlockScaleDatapath.terms='sum'", "allowed", "'product'", "'group'"), modes=EAGER)
 
+# The register form (mma_block_scale): selectors outside the PTX ISA's valid values.
+BSR_ARGS = (np.zeros((32, 4), np.uint32), np.zeros((32, 2), np.uint32),
+            np.zeros((32, 4), np.uint32), np.zeros((32, 1), np.uint32),
+            np.zeros((32, 1), np.uint32))
+
+
+def _bsr(q="m16n8k32.row.col.kind::mxf8f6f4.block_scale.f32.e4m3.e4m3.f32.ue8m0", **kw):
+    return lambda *args: jaxwarp.mma_block_scale(q, *args, **kw)
+
+
+case(6, "block-scale-regs-byte_id_a-2X", _bsr("m16n8k64.row.col.kind::mxf4.block_scale.f32"
+                                              ".e2m1.e2m1.f32.ue8m0", byte_id_a=1),
+     *BSR_ARGS, exc=ValueError, must=("byte_id_a=1", "scale_vec::2X", "allowed: (0, 2)"))
+case(6, "block-scale-regs-thread_id_a", _bsr(thread_id_a=2), *BSR_ARGS, exc=ValueError,
+     must=("thread_id_a=2", "allowed: (0, 1)"))
+case(6, "block-scale-regs-thread_id_b", _bsr(thread_id_b=4), *BSR_ARGS, exc=ValueError,
+     must=("thread_id_b=4", "allowed: (0, 1, 2, 3)"))
+case(6, "block-scale-regs-scale-shape", _bsr(), *BSR_ARGS[:3], np.zeros((32, 2), np.uint32),
+     BSR_ARGS[4], exc=TypeError, must=("scale_a_data", "(..., 32, 1) uint32", "(32, 2)"))
+
 # --------------------------------------------------------------------------------------
 # Class 6, continued: matmul: shapes the tile does not divide, formats, static tile.
 

@@ -211,6 +211,12 @@ ENTRY_POINTS: dict[str, Entry] = {
         {"a": np.full((16, 32), 0x38, np.uint8), "b": np.full((32, 8), 0x38, np.uint8),
          "c": np.zeros((16, 8), np.float32), "scale_a": np.full((16, 1), 127, np.uint8),
          "scale_b": np.full((1, 8), 127, np.uint8)}, static={"a_format": "e4m3"}),
+    "mma_block_scale": Entry(
+        jaxwarp.mma_block_scale,
+        {"a_regs": np.full((32, 4), 0x38383838, np.uint32),
+         "b_regs": np.full((32, 2), 0x38383838, np.uint32),
+         "c_regs": np.zeros((32, 4), np.uint32), "scale_a_data": np.full((32, 1), 127, np.uint32),
+         "scale_b_data": np.full((32, 1), 127, np.uint32)}),
     # Many devices.
     "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
     "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
@@ -315,7 +321,9 @@ for _name, _lead in (("to_registers", (QF16, "a")), ("from_registers", (QF16, "a
                      ("mma_sync_ptx_logical", (QS8,)), ("mma_sync_ptx", (QF16,)), ("wgmma",
                                                                                    (QWS8,)),
                      ("wgmma_logical", (QW,)), ("reduce_sync", ("add",)),
-                     ("tcgen05_mma", ("kind::i8",)), ("tcgen05_mma_logical", (QT,))):
+                     ("tcgen05_mma", ("kind::i8",)), ("tcgen05_mma_logical", (QT,)),
+                     ("mma_block_scale", ("m16n8k32.row.col.kind::mxf8f6f4.block_scale.f32.e4m3"
+                                          ".e4m3.f32.ue8m0",))):
     _e = ENTRY_POINTS[_name]
     ENTRY_POINTS[_name] = dataclasses.replace(
         _e, fn=(lambda f, lead: lambda *a, **k: f(*lead, *a, **k))(_e.fn, _lead))

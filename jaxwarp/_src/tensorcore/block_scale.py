@@ -33,9 +33,10 @@ NaN, 0 zero). Special values: a NaN scale, a NaN operand, ``0 * inf`` or infinit
 both signs give NaN (``nan_f32``, 0x7FFFFFFF); otherwise an infinite operand or C gives
 that infinity.
 
-Only the logical form is modelled: the register forms (``scale-a-data`` /
-``scale-b-data`` registers with their ``byte-id`` / ``thread-id`` selectors, tensor
-memory of tcgen05) come later.
+This is the logical form. The register form of mma.sync (``scale-a-data`` /
+``scale-b-data`` registers with their ``byte-id`` / ``thread-id`` selectors) is
+:mod:`jaxwarp._src.tensorcore.mma_sync_block_scale`, which reduces to it; tcgen05's scales
+in tensor memory are not modelled yet.
 
 Example:
     >>> a = jnp.full((16, 32), 0x38, jnp.uint8)  # e4m3 1.0
@@ -382,8 +383,8 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     PTX ``mma.sync.aligned.m16n8k{32,64}.row.col.kind::{kind}.block_scale.scale_vec::{n}X
     .f32.{a}.{b}.f32.{scale}`` (sm_120a) or ``tcgen05.mma.cta_group::1.kind::{kind}
     .block_scale`` (sm_100a), computed as MMA-Sim 2.1.1 models them (see the module
-    docstring; :class:`BlockScaleDatapath`). Only the logical form exists so far: the
-    register forms with their scale selectors (``byte-id``, ``thread-id``) come later.
+    docstring; :class:`BlockScaleDatapath`). The register form of mma.sync, with its
+    scale selectors (``byte-id``, ``thread-id``), is ``jaxwarp.mma_block_scale``.
 
     Args:
       a: (..., M, K) uint8 codes of ``a_format``, one element per entry in its low bits
