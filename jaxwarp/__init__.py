@@ -107,10 +107,14 @@ from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma as tcgen05_mma
 from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma_logical as tcgen05_mma_logical
 
 # Block-scaled MMA (microscaling: mma.sync / tcgen05.mma .block_scale): logical matrices,
-# and mma.sync's registers with their scale selectors.
+# mma.sync's registers with their scale selectors, tcgen05.mma through descriptors.
 from jaxwarp._src.tensorcore.block_scale import BlockScaleDatapath as BlockScaleDatapath
 from jaxwarp._src.tensorcore.block_scale import mma_block_scale_logical as mma_block_scale_logical
 from jaxwarp._src.tensorcore.mma_sync_block_scale import mma_block_scale as mma_block_scale
+from jaxwarp._src.tensorcore.tcgen05_block_scale import (
+    make_block_scale_instr_descriptor as make_block_scale_instr_descriptor,
+    tcgen05_mma_block_scale as tcgen05_mma_block_scale,
+)
 
 # Run any JAX function with its matrix products through an emulated tensor core.
 from jaxwarp._src.emulate import emulate as emulate

@@ -217,6 +217,12 @@ ENTRY_POINTS: dict[str, Entry] = {
          "b_regs": np.full((32, 2), 0x38383838, np.uint32),
          "c_regs": np.zeros((32, 4), np.uint32), "scale_a_data": np.full((32, 1), 127, np.uint32),
          "scale_b_data": np.full((32, 1), 127, np.uint32)}),
+    "tcgen05_mma_block_scale": Entry(
+        jaxwarp.tcgen05_mma_block_scale,
+        {"d": np.zeros((128, 8), np.float32), "a": TDESC_A, "desc_b": TDESC_B,
+         "idesc": 0x8821400, "scale_a": np.full((128, 1), 127, np.uint8),
+         "scale_b": np.full((8, 1), 127, np.uint8), "smem": np.zeros(8192, np.uint8)},
+        static_args=(), wide=("d", "scale_a", "scale_b", "smem"), jit=False),
     # Many devices.
     "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
     "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
@@ -323,7 +329,8 @@ for _name, _lead in (("to_registers", (QF16, "a")), ("from_registers", (QF16, "a
                      ("wgmma_logical", (QW,)), ("reduce_sync", ("add",)),
                      ("tcgen05_mma", ("kind::i8",)), ("tcgen05_mma_logical", (QT,)),
                      ("mma_block_scale", ("m16n8k32.row.col.kind::mxf8f6f4.block_scale.f32.e4m3"
-                                          ".e4m3.f32.ue8m0",))):
+                                          ".e4m3.f32.ue8m0",)),
+                     ("tcgen05_mma_block_scale", ("kind::mxf8f6f4.block_scale",))):
     _e = ENTRY_POINTS[_name]
     ENTRY_POINTS[_name] = dataclasses.replace(
         _e, fn=(lambda f, lead: lambda *a, **k: f(*lead, *a, **k))(_e.fn, _lead))
@@ -344,6 +351,7 @@ NO_ARRAY_DATA = frozenset({
     "fragment_type", "get_format", "lane_map", "lane_map_text", "make_descriptor",
     "mma_instructions", "parse_mma", "parse_target", "parse_wgmma",
     "make_smem_descriptor", "make_instr_descriptor", "parse_tcgen05",
+    "make_block_scale_instr_descriptor",
     # Takes a function; the wrapper's arguments are that function's own.
     "emulate",
 })

@@ -35,8 +35,8 @@ that infinity.
 
 This is the logical form. The register form of mma.sync (``scale-a-data`` /
 ``scale-b-data`` registers with their ``byte-id`` / ``thread-id`` selectors) is
-:mod:`jaxwarp._src.tensorcore.mma_sync_block_scale`, which reduces to it; tcgen05's scales
-in tensor memory are not modelled yet.
+:mod:`jaxwarp._src.tensorcore.mma_sync_block_scale`, tcgen05's descriptor form
+:mod:`jaxwarp._src.tensorcore.tcgen05_block_scale`; both reduce to it.
 
 Example:
     >>> a = jnp.full((16, 32), 0x38, jnp.uint8)  # e4m3 1.0
