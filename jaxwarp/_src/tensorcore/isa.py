@@ -137,16 +137,19 @@ def _m64(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
 
 
 # --- tcgen05 (Blackwell) rows: kept together (helper "tcgen05") ------------------------
-#: tcgen05.mma (cta_group::1, dense; PTX ISA "tcgen05 Matrix Shape" and "Instruction
-#: descriptor"): M = 64 or 128, K = 32 bytes of operand. Floats: N a multiple of 8 from 8
-#: to 256; kind::i8: N = 8, 16, 24, then multiples of 16 (the ISA's table; CUTLASS's
-#: static_assert also leaves out 24). D = A @ B + D, so C type == D type; the group
+#: tcgen05.mma (cta_group::1, dense, no ``.ws``): the PTX ISA's table "Various
+#: combinations of .kind and shapes" (section "Matrix Shape" of the tcgen05 chapter;
+#: its number moves between ISA versions): 64xNxK and 128xNxK; kind::f16 K = 16, kind::tf32 K = 8,
+#: kind::f8f6f4 K = 32 with N = {8, 16, 24, ... 256} steps of 8; kind::i8 (.s32 <- .s8 /
+#: .u8) K = 32 with N = {8, 16, 24, 32, 48, ... 256}, "steps of 16 after N > 32" (CUTLASS's
+#: SM100_MMA_S8_SS static_assert admits fewer: 8 and the multiples of 16, no 24). K is 32
+#: bytes of operand throughout. D = A @ B + D, so C type == D type; the group
 #: of a row is its ``.kind``. A may come from tensor memory (``a_in_registers``),
 #: either operand may be MN-major (``transpose``; the instruction descriptor's
 #: transpose bits exist for every kind) and the float kinds may negate A or B
 #: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it.
 TCGEN05_M = (64, 128)
-TCGEN05_N_INT = WGMMA_N_INT
+TCGEN05_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))  # kind::i8 (the ISA's table)
 
 
 def _tcgen05(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
