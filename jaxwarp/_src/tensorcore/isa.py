@@ -81,6 +81,8 @@ class Row:
         default: the A type.
       kind: the ``.kind::`` qualifier the row is issued with (``"f8f6f4"``: ``mma.sync``
         of sm_120a, every A/B element in a byte of its own), or ``""``.
+      not_on: targets (``sm_XY`` as XY) at or above ``min_sm`` that do not issue the row
+        (tcgen05 ``kind::i8``: sm_103a).
     """
 
     instruction: str
@@ -101,6 +103,7 @@ class Row:
     experimental: bool = False
     group: str = ""
     kind: str = ""
+    not_on: tuple[int, ...] = ()
 
     @property
     def group_name(self) -> str:
@@ -147,7 +150,9 @@ def _m64(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
 #: of a row is its ``.kind``. A may come from tensor memory (``a_in_registers``),
 #: either operand may be MN-major (``transpose``; the instruction descriptor's
 #: transpose bits exist for every kind) and the float kinds may negate A or B
-#: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it.
+#: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it, and kind::i8 only
+#: sm_100a (the ISA's target notes list kind::i8 for sm_100a and sm_110a; ptxas refuses
+#: it for sm_103a): ``not_on``.
 TCGEN05_M = (64, 128)
 TCGEN05_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))  # kind::i8 (the ISA's table)
 
@@ -167,7 +172,7 @@ TCGEN05_ROWS: tuple[Row, ...] = (
     Row("tcgen05", F8F6F4_TYPES, _tcgen05(32, WGMMA_N_FLOAT), _F32_F16, 100,
         "tcgen05_f8f6f4", pairing="mixed", scale=True, group="f8f6f4", **_TC5),
     Row("tcgen05", ("s8", "u8"), _tcgen05(32, TCGEN05_N_INT), _S32, 100, "int",
-        pairing="mixed", satfinite=True, group="i8", **_TC5),
+        pairing="mixed", satfinite=True, group="i8", not_on=(103,), **_TC5),
 )
 # --- end of the tcgen05 rows ---------------------------------------------------------
 
