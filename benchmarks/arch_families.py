@@ -16,12 +16,17 @@ The bits are not checked here: ``tools/crosscheck`` compares every family with M
 (and sm_90 with the H100 captures). On a CPU, time the rows on an idle host, or read only
 the ratios (``host_load_1min`` says how busy it was).
 
+``--gemm`` adds ``jaxwarp.matmul(instruction="mma_sync")`` per target at its default tile
+(sm_70: m8n8k4), a chain of instructions along K, against sm_90.
+
 Usage: python benchmarks/arch_families.py [--macs N] [--only LABEL,...] [--repeats R]
+       [--clock auto|cpu|wall] [--gemm]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 
@@ -93,6 +98,22 @@ def _timer(arch, instruction, fmt, shape, macs):
     return (lambda: exact(a, b, c).block_until_ready()), tiles * m * n * k
 
 
+#: ``--gemm``: ``jaxwarp.matmul(instruction="mma_sync")`` at the target's default tile
+#: (the largest k it issues), against sm_90's m16n8k16 / m16n8k32 of the same format.
+GEMM_ARCHS = {"sm_70": "f16", "sm_75": "f16", "sm_80": "f16", "sm_89": "e4m3",
+              "sm_100": "f16", "sm_120a": "e4m3"}
+
+
+def _gemm_timer(arch, fmt, size):
+    m, k = size
+    rng = np.random.default_rng(0)
+    a = jax.device_put(rng.standard_normal((m, k), np.float32))
+    b = jax.device_put(rng.standard_normal((k, m), np.float32))
+    f = jax.jit(functools.partial(jaxwarp.matmul, operand_format=fmt,
+                                  instruction="mma_sync", arch=arch))
+    return (lambda: f(a, b).block_until_ready()), m * m * k
+
+
 def _cpu_seconds(fn, min_time: float = 0.2) -> float:
     """CPU seconds of the process (every thread) per call of ``fn``: on a host shared with
     other jobs, the work a call does, not the time it waited for a core."""
@@ -111,6 +132,9 @@ def main() -> None:
                    help="multiply-adds per batch (default 2^20 on a CPU, 2^28 otherwise)")
     p.add_argument("--only", default=None, help="comma-separated labels (default: all)")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--gemm", action="store_true",
+                   help="also time jaxwarp.matmul (mma_sync, default tile) per target: "
+                        "M = N = 128, K = 512 on a CPU, 2048^3 otherwise")
     p.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
                    help="cpu: process CPU seconds (all threads); wall: best_time's wall "
                         "clock; auto: cpu on a CPU backend, wall otherwise")
@@ -150,8 +174,27 @@ def main() -> None:
             rec["sm90a_wgmma_m_macs_per_s"] = rate["sm_90a wgmma"]
             rec["vs_sm90a_wgmma"] = rate["family"] / rate["sm_90a wgmma"]
         emit(rec)
+    gemm = {}
+    if args.gemm:
+        size = (128, 512) if jax.default_backend() == "cpu" else (2048, 2048)
+        for arch, fmt in GEMM_ARCHS.items():
+            runs = {"family": _gemm_timer(arch, fmt, size),
+                    "sm_90": _gemm_timer("sm_90", fmt, size)}
+            for fn, _n in runs.values():
+                fn()
+            best = {name: float("inf") for name in runs}
+            for _ in range(args.repeats):
+                for name, (fn, _n) in runs.items():
+                    t = _cpu_seconds(fn) if clock == "cpu" else best_time(fn, repeats=1)
+                    best[name] = min(best[name], t)
+            rate = {name: runs[name][1] / best[name] / 1e6 for name in runs}
+            gemm[f"{arch} {fmt} matmul"] = rate["family"] / rate["sm_90"]
+            emit({"benchmark": f"arch_families/gemm/{arch}", "arch": arch, "a_format": fmt,
+                  "m_n_k": [size[0], size[0], size[1]], "m_macs_per_s": rate["family"],
+                  "sm90_m_macs_per_s": rate["sm_90"], "vs_sm90": gemm[f"{arch} {fmt} matmul"]})
     emit({"benchmark": "arch_families/summary", "clock": clock,
-          "vs_sm90_mma_sync": {k: round(v, 3) for k, v in summary.items()}})
+          "vs_sm90_mma_sync": {k: round(v, 3) for k, v in summary.items()},
+          **({"gemm_vs_sm90": {k: round(v, 3) for k, v in gemm.items()}} if gemm else {})})
 
 
 if __name__ == "__main__":
