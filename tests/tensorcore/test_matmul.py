@@ -530,3 +530,42 @@ def test_fp8_arrays_are_used_as_they_are():
     ones = jnp.ones((32, 16), jnp.float8_e5m2)
     d = jaxwarp.matmul(inf8, ones, operand_format="e5m2", instruction="mma_sync")
     assert bool(jnp.isinf(d).all())
+
+
+def _sm70_case():
+    r = np.random.default_rng(20)
+    a = jnp.asarray(r.normal(size=(16, 16)) * 2.0 ** r.integers(-12, 12, (16, 16)), jnp.float32)
+    b = _rand((16, 8), 21)
+    ah, bh = a.astype(jnp.float16), b.astype(jnp.float16)
+    want = jnp.zeros((16, 8), jnp.float32)
+    for kk in range(0, 16, 4):  # the kernel: one m8n8k4 per (8 x 8) tile and k step
+        want = jnp.concatenate([jaxwarp.mma_sync_ptx_logical(
+            "m8n8k4.row.col.f32.f16.f16.f32", ah[i:i + 8, kk:kk + 4], bh[kk:kk + 4],
+            want[i:i + 8], arch="sm_70") for i in (0, 8)])
+    return a, b, want, functools.partial(jaxwarp.matmul, instruction="mma_sync", arch="sm_70")
+
+
+def test_sm70_mma_sync_chains_m8n8k4():
+    # Volta's only mma.sync shape is m8n8k4: matmul's default tile there, bit for bit a
+    # chain of m8n8k4 instructions along K; other shapes name the targets that have them.
+    assert [mm_mod.default_tile("mma_sync", "f16", t) for t in ("sm_70", "sm_75", "sm_80")] \
+        == [(8, 8, 4), (16, 8, 8), (16, 8, 16)]
+    a, b, want, f = _sm70_case()
+    np.testing.assert_array_equal(_bits(jax.jit(f)(a, b)), _bits(want))
+    for kw, msg in ((dict(operand_format="bf16"), "bf16 operands needs sm_80 or newer"),
+                    (dict(tile=(16, 8, 16)), r"k = 16 \(m16n8k16\) needs sm_80 or newer")):
+        with pytest.raises(ValueError, match=msg):
+            f(a, b, **kw)
+
+
+@pytest.mark.slow
+def test_sm70_mma_sync_eager_and_emulate_gradients():
+    a, b, want, f = _sm70_case()
+    np.testing.assert_array_equal(_bits(f(a, b)), _bits(want))
+    assert not np.array_equal(_bits(want), _bits(f(a, b, arch="sm_80")))  # Volta's own
+    g = _rand((16, 8), 22)
+    em = jaxwarp.emulate(lambda x, y: jnp.vdot(g, x @ y), operand_format="f16",
+                         instruction="mma_sync", arch="sm_70")
+    da, db = jax.grad(em, argnums=(0, 1))(a, b)  # through the same tensor core
+    np.testing.assert_array_equal(_bits(da), _bits(f(g, b.T)))
+    np.testing.assert_array_equal(_bits(db), _bits(f(a.T, g)))

@@ -360,3 +360,26 @@ def test_matmul_runs_on_tcgen05():
                                   np.asarray(want).view(np.uint32))
     with pytest.raises(ValueError, match="needs sm_100a"):
         jaxwarp.matmul(x, y, operand_format="f16", instruction="tcgen05", arch="sm_90a")
+
+
+def test_i8_shapes_are_the_isa_table():
+    # PTX ISA, tcgen05 "Matrix Shape" table, kind::i8 / no .ws / cta_group::1 / dense:
+    # 64xNxK and 128xNxK, N = {8, 16, 24, 32, 48, ... 256} ("steps of 16 after N > 32"),
+    # K = 32. The float kinds take every multiple of 8 (N = 40 is f8f6f4's, not i8's).
+    ns = [8, 16, 24] + list(range(32, 257, 16))
+    assert set(isa.shapes("tcgen05", "s8")) == {(m, n, 32) for m in (64, 128) for n in ns}
+    assert T.parse_tcgen05("m128n24k32.kind::i8.s32.s8.u8").n == 24
+    assert T.parse_tcgen05("m64n40k32.kind::f8f6f4.f32.e4m3.e4m3").n == 40
+    for n in (40, 264):
+        with pytest.raises(ValueError, match=f"m64n{n}k32"):
+            T.parse_tcgen05(f"m64n{n}k32.kind::i8.s32.s8.s8")
+
+
+def test_i8_is_not_in_sm103a():
+    # PTX ISA target notes: .kind::i8 needs sm_100a (or sm_110a); not sm_103a (sm_100a
+    # runs it in test_i8_exact_and_saturate; the float kinds run on sm_103a).
+    q = "m64n8k32.kind::i8.s32.s8.s8"
+    a, b = jnp.ones((64, 32), jnp.int8), jnp.ones((32, 8), jnp.int8)
+    d = jnp.zeros((64, 8), jnp.int32)
+    with pytest.raises(ValueError, match="needs sm_100a; sm_103 does not issue it"):
+        T.tcgen05_mma_logical(q, a, b, d, arch="sm_103a")

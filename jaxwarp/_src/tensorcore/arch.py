@@ -172,6 +172,12 @@ def check_target(target: Target, instruction: str, a_format: str, b_format: str,
                 raise ValueError(f"{instruction} with {t} operands at k = {k} "
                                  f"({', '.join(shapes)}) needs {_need(sm, needs_a)}; "
                                  f"arch={target.name!r}")
+        rs = [r for r in isa.rows(instruction, t) if k is None or k in r.ks]
+        if rs and all(target.sm in r.not_on for r in rs if has(target, r.min_sm,
+                                                                 r.arch_specific)):
+            have = sorted({f"sm_{r.min_sm}" + "a" * r.arch_specific for r in rs})
+            raise ValueError(f"{instruction} with {t} operands needs {' or '.join(have)}; "
+                             f"sm_{target.sm} does not issue it; arch={target.name!r}")
 
 
 def instruction_k(instruction: str, a_format: str, k: int, requested: int | None) -> int:

@@ -81,6 +81,8 @@ class Row:
         default: the A type.
       kind: the ``.kind::`` qualifier the row is issued with (``"f8f6f4"``: ``mma.sync``
         of sm_120a, every A/B element in a byte of its own), or ``""``.
+      not_on: targets (``sm_XY`` as XY) at or above ``min_sm`` that do not issue the row
+        (tcgen05 ``kind::i8``: sm_103a).
     """
 
     instruction: str
@@ -101,6 +103,7 @@ class Row:
     experimental: bool = False
     group: str = ""
     kind: str = ""
+    not_on: tuple[int, ...] = ()
 
     @property
     def group_name(self) -> str:
@@ -137,16 +140,21 @@ def _m64(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
 
 
 # --- tcgen05 (Blackwell) rows: kept together (helper "tcgen05") ------------------------
-#: tcgen05.mma (cta_group::1, dense; PTX ISA "tcgen05 Matrix Shape" and "Instruction
-#: descriptor"): M = 64 or 128, K = 32 bytes of operand. Floats: N a multiple of 8 from 8
-#: to 256; kind::i8: N = 8, 16, 24, then multiples of 16 (the ISA's table; CUTLASS's
-#: static_assert also leaves out 24). D = A @ B + D, so C type == D type; the group
+#: tcgen05.mma (cta_group::1, dense, no ``.ws``): the PTX ISA's table "Various
+#: combinations of .kind and shapes" (section "Matrix Shape" of the tcgen05 chapter;
+#: its number moves between ISA versions): 64xNxK and 128xNxK; kind::f16 K = 16, kind::tf32 K = 8,
+#: kind::f8f6f4 K = 32 with N = {8, 16, 24, ... 256} steps of 8; kind::i8 (.s32 <- .s8 /
+#: .u8) K = 32 with N = {8, 16, 24, 32, 48, ... 256}, "steps of 16 after N > 32" (CUTLASS's
+#: SM100_MMA_S8_SS static_assert admits fewer: 8 and the multiples of 16, no 24). K is 32
+#: bytes of operand throughout. D = A @ B + D, so C type == D type; the group
 #: of a row is its ``.kind``. A may come from tensor memory (``a_in_registers``),
 #: either operand may be MN-major (``transpose``; the instruction descriptor's
 #: transpose bits exist for every kind) and the float kinds may negate A or B
-#: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it.
+#: (``scale``). Only the ``a`` targets sm_100a / sm_103a issue it, and kind::i8 only
+#: sm_100a (the ISA's target notes list kind::i8 for sm_100a and sm_110a; ptxas refuses
+#: it for sm_103a): ``not_on``.
 TCGEN05_M = (64, 128)
-TCGEN05_N_INT = WGMMA_N_INT
+TCGEN05_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))  # kind::i8 (the ISA's table)
 
 
 def _tcgen05(k: int, ns: tuple[int, ...]) -> tuple[Shape, ...]:
@@ -164,7 +172,7 @@ TCGEN05_ROWS: tuple[Row, ...] = (
     Row("tcgen05", F8F6F4_TYPES, _tcgen05(32, WGMMA_N_FLOAT), _F32_F16, 100,
         "tcgen05_f8f6f4", pairing="mixed", scale=True, group="f8f6f4", **_TC5),
     Row("tcgen05", ("s8", "u8"), _tcgen05(32, TCGEN05_N_INT), _S32, 100, "int",
-        pairing="mixed", satfinite=True, group="i8", **_TC5),
+        pairing="mixed", satfinite=True, group="i8", not_on=(103,), **_TC5),
 )
 # --- end of the tcgen05 rows ---------------------------------------------------------
 

@@ -97,7 +97,7 @@ from jaxwarp._src.numerics.scaling import (
 )
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import isa, wmma_table
-from jaxwarp._src.tensorcore.arch import check_target, parse_target
+from jaxwarp._src.tensorcore.arch import check_target, has, parse_target
 
 # The tables below are views of the instruction catalogue (``isa.ROWS``).
 INSTRUCTIONS = isa.INSTRUCTIONS
@@ -105,7 +105,9 @@ FP8_FORMATS = isa.FP8_TYPES
 # matmul chains the float datapaths (and f64 through WMMA): a row's types are operand
 # formats where its datapath is a float family, or f64 on WMMA. (``.kind::`` rows, whose
 # fp6 / fp4 operands have no conversion here, are left to ``jaxwarp.mma``.)
-_TILE_ROWS = tuple(r for r in isa.ROWS if r.k_auto and not r.kind and (
+# Rows that ``datapath.mma`` takes only on request (``k_auto=False``: the m8n8k4 f16
+# quadpair unit, Volta's only ``mma.sync`` shape) are tiles too: matmul names its k.
+_TILE_ROWS = tuple(r for r in isa.ROWS if not r.kind and (
     r.datapath not in isa.EXACT_DATAPATHS or (r.instruction, r.datapath) == ("wmma", "f64")))
 # (fp6 / fp4, held as codes, have no float dtype to convert a matrix to: not here.)
 OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_formats
@@ -114,7 +116,8 @@ OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_formats
 
 def _tiles(instruction: str) -> dict[str, tuple[tuple[int, int, int], ...]]:
     """Per operand format, the instruction's shapes: catalogue order for WMMA (the CUDA
-    guide's), largest k first for mma_sync, every n (smallest first) for wgmma."""
+    guide's), largest k first for mma_sync (m16n8k16, m16n8k8, m8n8k4 for f16), every n
+    (smallest first) for wgmma."""
     out: dict[str, list] = {}
     for r in _TILE_ROWS:
         if r.instruction == instruction:
@@ -140,9 +143,43 @@ _WMMA_FORMATS = tuple(TILES["wmma"])
 #: (the H100's own fp8 unit) for fp8.
 DEFAULT_INSTRUCTION = {f: "wmma" if f in TILES["wmma"] else "wgmma" for f in OPERAND_FORMATS}
 
-#: Default tile per operand format (of its default instruction): the WMMA shapes the
-#: CUDA guide lists first, and wgmma m64n8k32 for fp8.
+#: Default tile per operand format (of its default instruction, on sm_90): the WMMA
+#: shapes the CUDA guide lists first, and wgmma m64n8k32 for fp8. Other targets:
+#: :func:`default_tile`.
 DEFAULT_TILE = {f: TILES[DEFAULT_INSTRUCTION[f]][f][0] for f in OPERAND_FORMATS}
+
+
+def _target_has(instruction: str, fmt: str, k: int, arch: Any) -> bool:
+    """Whether ``arch`` (a target name or an ``ArchModel``) issues the instruction's
+    shapes of instruction k ``k`` on ``fmt`` operands."""
+    name = arch if isinstance(arch, str) else getattr(arch, "name", None)
+    try:
+        target = parse_target(_issue_arch(instruction, name))
+    except (ValueError, TypeError):
+        return False  # an unknown target: the checks that follow name it
+    return has(target, *isa.min_target(instruction, fmt, k))
+
+
+def default_tile(instruction: str, fmt: str, arch: Any = "sm_90") -> tuple[int, int, int]:
+    """The tile ``matmul`` uses when ``tile=None``: the first of ``TILES[instruction]
+    [fmt]`` that the target ``arch`` issues (the largest k it has for ``mma.sync``:
+    m8n8k4 on sm_70, m16n8k8 on sm_75, m16n8k16 from sm_80 for f16).
+
+    Where the target has none of them, the first: matmul's target check then names the
+    architectures that have it.
+
+    Example:
+        >>> default_tile("mma_sync", "f16", "sm_70"), default_tile("mma_sync", "f16", "sm_75")
+        ((8, 8, 4), (16, 8, 8))
+        >>> default_tile("mma_sync", "f16", "sm_80")
+        (16, 8, 16)
+    """
+    shapes = TILES[instruction][fmt]
+    if instruction != "wmma":  # WMMA's shapes share their targets (wmma_table checks)
+        for s in shapes:
+            if _target_has(instruction, fmt, s[2], arch):
+                return s
+    return shapes[0]
 
 #: Accumulators a GEMM can chain: C types whose D has the same type, at the tiles.
 ACCUMULATORS = {
@@ -283,7 +320,7 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
     if fa == "f64" or accumulator == "f64":
         checks.require_x64("matmul with f64 operands")
     if tile is None:
-        tile = TILES[instruction][fa][0]
+        tile = default_tile(instruction, fa, arch)
     if not (isinstance(tile, tuple) and len(tile) == 3):
         raise TypeError(f"tile must be a static (m, n, k) tuple, got {tile!r}")
     tile = tuple(checks.static_int(t, "tile") for t in tile)
@@ -361,6 +398,22 @@ def _mma(at, bt, acc, cfg: _Cfg):
                          instruction_k=cfg.tile[2])
 
 
+def _stored(x):
+    """``x`` itself, as a k-step slice that XLA's CPU backend stores.
+
+    With an instruction k of 4 (m8n8k4, Volta's only ``mma.sync`` shape) XLA's CPU fusion
+    put the k step's dynamic slices of A and B inside the instruction's loop over the
+    outputs, which then ran about 10x slower per multiply-add than with k = 8 (exact
+    sm_70 ``matmul`` 89 against sm_75's 893 M MAC/s, CPU seconds, 128 x 512 x 128). A
+    division is not copied into its consumers, so dividing by ``s * s`` (``s`` = +-1 from
+    the sign bit: 1, which XLA cannot fold away; the trick of ``datapath._operand``)
+    makes the slice an array of its own: 475 M MAC/s, the same bits (f16 only: an f16
+    value, subnormal ones included, is a normal fp32 one, which XLA's CPU division does
+    not flush; a NaN stays a NaN, which the datapath reads as any NaN)."""
+    s = jnp.where(jnp.signbit(x), jnp.float16(-1), jnp.float16(1))
+    return x / (s * s)
+
+
 def _pad_to(x, rows, cols):
     r, c = x.shape
     if (r, c) == (rows, cols):
@@ -401,6 +454,8 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
         acc, kk = carry
         at = lax.dynamic_slice_in_dim(a_op, kk * k, k, axis=1)  # (Mp, k)
         bt = lax.dynamic_slice_in_dim(b_op, kk * k, k, axis=0)  # (k, Np)
+        if k < 8 and at.dtype == bt.dtype == jnp.float16 and jax.default_backend() == "cpu":
+            at, bt = _stored(at), _stored(bt)
         return (_mma(at, bt, acc, cfg), kk + 1), None
 
     def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
@@ -535,9 +590,11 @@ def matmul(
         accumulator: ``"f32"``, or ``"f16"`` for f16 and fp8 operands (``"f64"`` for
             f64).
         tile: the instruction's (m, n, k); defaults to the first of
-            :data:`TILES` ``[instruction][format]``: WMMA (16, 16, 16), (16, 16, 8)
-            for tf32, (8, 8, 4) for f64; mma.sync (16, 8, 16), (16, 8, 8) tf32,
-            (16, 8, 32) fp8; wgmma (64, 8, 16), (64, 8, 8) tf32, (64, 8, 32) fp8;
+            :data:`TILES` ``[instruction][format]`` that ``arch`` issues
+            (:func:`default_tile`): WMMA (16, 16, 16), (16, 16, 8) for tf32, (8, 8, 4)
+            for f64; mma.sync (16, 8, 16) (f16: (16, 8, 8) on sm_75, (8, 8, 4) on
+            sm_70), (16, 8, 8) tf32, (16, 8, 32) fp8; wgmma (64, 8, 16), (64, 8, 8) tf32,
+            (64, 8, 32) fp8;
             tcgen05 the same with m 64 or 128. K must be a multiple of k; M and N
             multiples of m and n, except for wgmma and tcgen05, whose rows and
             columns beyond M and N are zero padding.
