@@ -82,6 +82,10 @@ from jaxwarp._src.tensorcore.datapath import bmma as bmma
 from jaxwarp._src.tensorcore.matmul import matmul as matmul
 from jaxwarp._src.tensorcore.matmul import to_operand as to_operand
 
+# An emulated fused dot-product-add over any formats, its parameters as data.
+from jaxwarp._src.tensorcore.fused_dot import FusedDot as FusedDot
+from jaxwarp._src.tensorcore.fused_dot import fused_dot as fused_dot
+
 # Data movement between shared memory and mma.sync fragments (PTX ldmatrix family).
 from jaxwarp._src.tensorcore.ldmatrix import ldmatrix as ldmatrix
 from jaxwarp._src.tensorcore.ldmatrix import stmatrix as stmatrix
