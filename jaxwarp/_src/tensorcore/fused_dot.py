@@ -208,20 +208,32 @@ def _block(a, b, c, dp: FusedDot, acc: Layout):
     return jnp.where(nan, jnp.uint32(acc.nan_code), code)
 
 
+def _blocks(x: jax.Array, block: int, axis_of_k: int) -> jax.Array:
+    """Codes with k at ``axis_of_k`` -> (blocks, ..., block): k cut into blocks, the last
+    one padded with code 0 (+0 in every layout: a zero product changes nothing)."""
+    x = jnp.moveaxis(x, axis_of_k, -1)
+    k = x.shape[-1]
+    nb = -(-k // block)
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, nb * block - k)])
+    return jnp.moveaxis(x.reshape(x.shape[:-1] + (nb, block)), -2, 0)
+
+
 @functools.partial(jax.jit, static_argnums=(3, 4, 5))
 def _fused_dot(a, b, c, a_fmt: Format, b_fmt: Format, dp: FusedDot):
     acc_fmt = get_format(dp.accumulator, "accumulator", LAYOUT_FORMATS, user=True)
     acc = layout(acc_fmt)
-    ca = bitops.uint_view(a).astype(jnp.uint32)
-    cb = jnp.swapaxes(bitops.uint_view(b).astype(jnp.uint32), -1, -2)  # (..., n, k)
-    da = [x[..., :, None, :] for x in decode_codes(ca, layout(a_fmt))]
-    db = [x[..., None, :, :] for x in decode_codes(cb, layout(b_fmt))]
+    ca = _blocks(bitops.uint_view(a).astype(jnp.uint32), dp.block, -1)  # (nb, ..., m, L)
+    cb = _blocks(bitops.uint_view(b).astype(jnp.uint32), dp.block, -2)  # (nb, ..., n, L)
     batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
     d = jnp.broadcast_to(bitops.uint_view(c).astype(jnp.uint32), batch + c.shape[-2:])
-    k = a.shape[-1]
-    for k0 in range(0, k, dp.block):
-        blk = slice(k0, min(k0 + dp.block, k))
-        d = _block([x[..., blk] for x in da], [x[..., blk] for x in db], d, dp, acc)
+
+    def step(d, blk):  # one block: its result is the next block's accumulator
+        xa, xb = blk
+        da = [x[..., :, None, :] for x in decode_codes(xa, layout(a_fmt))]
+        db = [x[..., None, :, :] for x in decode_codes(xb, layout(b_fmt))]
+        return _block(da, db, d, dp, acc), None
+
+    d, _ = lax.scan(step, d, (ca, cb))
     if acc_fmt.code_storage:
         return d.astype(acc_fmt.storage_dtype)
     return lax.bitcast_convert_type(d.astype(acc_fmt.uint_dtype), acc_fmt.storage_dtype)
