@@ -12,6 +12,8 @@ comparisons. Ties go to the even code (rn) or away (rna); rz takes the lower nei
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import pathlib
 from fractions import Fraction
 
 import jax
@@ -361,3 +363,11 @@ def test_float64_rounds_once():
         r = np.asarray(jaxwarp.round_to(x, f))
         assert r.dtype == np.float64 and r[0] == 1 + 2.0**-9
     assert np.asarray(jaxwarp.round_to(np.float32(x), f))[0] == 1.0
+
+
+def test_docs_page_examples_run():
+    """docs/formats.md ("Your own formats"): its P3109 examples run as written."""
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "formats.md"
+    res = doctest.testfile(str(page), module_relative=False, optionflags=doctest.ELLIPSIS
+                           | doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted >= 10 and res.failed == 0
