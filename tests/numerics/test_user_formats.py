@@ -194,7 +194,7 @@ def _check(name: str, mode: str, n: int, seed: int = 0):
     return len(x)
 
 
-@pytest.mark.parametrize("name", ["t_binary8p3", "t_e4m7"])
+@pytest.mark.parametrize("name", ["t_binary8p3", pytest.param("t_e4m7", marks=pytest.mark.slow)])
 def test_rn_matches_fraction_reference(name):
     assert _check(name, "rn", 100_000) >= 100_000
 
@@ -212,8 +212,7 @@ def _spread(pairs, keep):
 # The default run: every format once, the modes in turn; -m slow: every pair.
 @pytest.mark.parametrize("name,mode", _spread(
     [(n, m) for n in SPECS for m in _MODES],
-    {("t_binary8p5", "rn"), ("t_e4m3fnuz_sat", "rz"), ("t_ue4m4", "rna"),
-     ("t_e3m3_none", "rn"), ("t_e5m2_sat", "rna")}))
+    {("t_e4m3fnuz_sat", "rz"), ("t_ue4m4", "rna"), ("t_e3m3_none", "rn")}))
 def test_every_format_and_mode_matches_reference(name, mode):
     _check(name, mode, 20_000, seed=1)
 
@@ -224,7 +223,7 @@ def test_rn_matches_reference_on_a_million(name):
     assert _check(name, "rn", 1_000_000, seed=2) >= 1_000_000
 
 
-@pytest.mark.parametrize("name", [n if n in ("t_binary8p3", "t_ue4m4") else
+@pytest.mark.parametrize("name", [n if n == "t_binary8p3" else
                                   pytest.param(n, marks=pytest.mark.slow) for n in SPECS])
 def test_every_code_round_trips(name):
     s = SPECS[name]
@@ -267,7 +266,8 @@ _CHANGED = {"exponent_bits": 5, "mantissa_bits": 2, "bias": 8, "specials": "ieee
             "signed": False, "saturate": True}
 
 
-@pytest.mark.parametrize("field", list(_CHANGED))
+@pytest.mark.parametrize("field", [f if f in ("bias", "specials", "saturate") else
+                                   pytest.param(f, marks=pytest.mark.slow) for f in _CHANGED])
 def test_each_field_changes_the_rounding(field):
     x = np.float32([0.3, 1.1, 3.3, 300.0, 470.0, 1e6, -2.5, 2.0**-9, np.inf])
     a = jaxwarp.define_format("t_base", **_BASE)
@@ -365,6 +365,7 @@ def test_float64_rounds_once():
     assert np.asarray(jaxwarp.round_to(np.float32(x), f))[0] == 1.0
 
 
+@pytest.mark.slow  # about 4 s; the docstring examples run the same calls
 def test_docs_page_examples_run():
     """docs/formats.md ("Your own formats"): its P3109 examples run as written."""
     page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "formats.md"
