@@ -216,9 +216,9 @@ def define_format(name: str, *, exponent_bits: int, mantissa_bits: int,
     eb = _int_field(exponent_bits, "exponent_bits", 1, 15)
     mb = _int_field(mantissa_bits, "mantissa_bits", 0, 15)
     specials = checks.static_choice(specials, "specials", SPECIALS)
-    if not isinstance(signed, bool) or not isinstance(saturate, bool):
-        bad = "signed" if not isinstance(signed, bool) else "saturate"
-        raise TypeError(f"{bad} must be a bool, got {locals()[bad]!r}")
+    for flag, value in (("signed", signed), ("saturate", saturate)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag} must be a bool, got {type(value).__name__} {value!r}")
     if signed + eb + mb > 16:
         raise ValueError(f"a format has at most 16 bits; sign {int(signed)} + exponent_bits "
                          f"{eb} + mantissa_bits {mb} = {signed + eb + mb}")
@@ -333,9 +333,7 @@ def _special_codes(code, neg, inf, nan, lay: Layout):
         inf_c = s | jnp.uint32(lay.max_code)
     else:
         inf_c = jnp.uint32(lay.nan_code)
-    if not lay.signed and lay.inf_code is None and lay.nan_code is not None:
-        inf_c = jnp.where(neg, jnp.uint32(lay.nan_code), inf_c)
-    elif not lay.signed:
+    if not lay.signed:  # -inf: NaN, or +0 without one (as a negative value)
         inf_c = jnp.where(neg, jnp.uint32(lay.nan_code or 0), inf_c)
     nan_c = jnp.uint32(lay.nan_code if lay.nan_code is not None else lay.max_code)
     return jnp.where(nan, nan_c, jnp.where(inf, inf_c, code))
