@@ -47,6 +47,11 @@ from jaxwarp._src.numerics.convert import float_to_tf32 as float_to_tf32
 from jaxwarp._src.numerics.convert import half2float as half2float
 from jaxwarp._src.numerics.convert import bfloat162float as bfloat162float
 
+# Formats beyond the hardware's (IEEE P3109 ...), and values to and from any format.
+from jaxwarp._src.numerics.user_formats import define_format as define_format
+from jaxwarp._src.numerics.user_formats import to_format as to_format
+from jaxwarp._src.numerics.user_formats import from_format as from_format
+
 # WMMA: fragments, the warp matrix functions, the shape/type table.
 from jaxwarp._src.tensorcore.fragment_types import Fragment as Fragment
 from jaxwarp._src.tensorcore.fragment_types import fragment as fragment
@@ -76,6 +81,10 @@ from jaxwarp._src.tensorcore.datapath import mma as mma
 from jaxwarp._src.tensorcore.datapath import bmma as bmma
 from jaxwarp._src.tensorcore.matmul import matmul as matmul
 from jaxwarp._src.tensorcore.matmul import to_operand as to_operand
+
+# An emulated fused dot-product-add over any formats, its parameters as data.
+from jaxwarp._src.tensorcore.fused_dot import FusedDot as FusedDot
+from jaxwarp._src.tensorcore.fused_dot import fused_dot as fused_dot
 
 # Data movement between shared memory and mma.sync fragments (PTX ldmatrix family).
 from jaxwarp._src.tensorcore.ldmatrix import ldmatrix as ldmatrix

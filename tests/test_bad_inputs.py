@@ -509,6 +509,75 @@ case(6, "to_bits-complex", lambda x: jaxwarp.to_bits(x), np.zeros(3, np.complex6
 case(6, "dpx-float-operand", lambda a, b, c: jaxwarp.dpx.vimax3_s32(a, b, c), zf32, zi32, zi32,
      exc=TypeError, must=("a must be a 32-bit integer", "float32"))
 
+# User-defined formats (define_format), to_format / from_format, fused_dot and FusedDot.
+P4 = jaxwarp.define_format("binary8p4", exponent_bits=4, mantissa_bits=3, specials="p3109")
+U8X4 = np.zeros((2, 4), np.uint8)
+U8X2 = np.zeros((4, 2), np.uint8)
+F32C = np.zeros((2, 2), np.float32)
+FDP = jaxwarp.FusedDot(block=2)
+
+
+def _define(name="t_bad", **kw):
+    return lambda: jaxwarp.define_format(name, **{"exponent_bits": 4, "mantissa_bits": 3,
+                                                  **kw})
+
+
+case(6, "define_format-builtin-name", _define("e4m3"), exc=ValueError,
+     must=("name='e4m3'", "built-in format"))
+case(6, "define_format-alias-name", _define("fp16"), exc=ValueError,
+     must=("name='fp16'", "built-in format"))
+case(6, "define_format-redefined", _define("binary8p4", specials="fnuz"), exc=ValueError,
+     must=("name='binary8p4'", "already defined with other fields"))
+case(6, "define_format-too-wide", _define(exponent_bits=8, mantissa_bits=10), exc=ValueError,
+     must=("at most 16 bits", "exponent_bits 8", "mantissa_bits 10"))
+case(6, "define_format-unknown-specials", _define(specials="ieee754"), exc=ValueError,
+     must=("specials='ieee754'", "allowed", "'fnuz'", "'p3109'"))
+case(6, "define_format-fnuz-unsigned", _define(specials="fnuz", signed=False), exc=ValueError,
+     must=("specials='fnuz' needs a sign bit",))
+case(6, "define_format-beyond-float32", _define(exponent_bits=9, mantissa_bits=2),
+     exc=ValueError, must=("float32 value", "bias (255)"))
+case(6, "define_format-bool-width", _define(mantissa_bits=True), exc=TypeError,
+     must=("mantissa_bits must be a Python int", "bool"))
+case(6, "define_format-ieee-no-fraction", _define(mantissa_bits=0), exc=ValueError,
+     must=("specials='ieee' needs", "mantissa_bits >= 1"))
+case(6, "to_format-int", lambda x: jaxwarp.to_format(x, "e4m3"), zi32, exc=TypeError,
+     must=("x must be a float32 array", "int32"))
+case(6, "to_format-unknown-format", lambda x: jaxwarp.to_format(x, "tf32"), zf32,
+     exc=ValueError, must=("fmt='tf32'", "allowed", "'e4m3'", "'binary8p4'"))
+case(6, "to_format-unknown-mode", lambda x: jaxwarp.to_format(x, P4, "up"), zf32,
+     exc=ValueError, must=("mode='up'", "allowed", "'rna'"))
+case(6, "from_format-wrong-dtype", lambda v: jaxwarp.from_format(v, P4),
+     np.zeros(3, np.uint16), exc=TypeError,
+     must=("v must be an array of binary8p4's storage dtype uint8", "uint16"))
+case(6, "fused_dot-a-dtype", lambda a: jaxwarp.fused_dot(a, U8X2, F32C, a_format=P4,
+                                                         datapath=FDP),
+     np.zeros((2, 4), np.float32), exc=TypeError,
+     must=("a must be an array of binary8p4's storage dtype uint8", "float32"))
+case(6, "fused_dot-c-dtype", lambda c: jaxwarp.fused_dot(U8X4, U8X2, c, a_format=P4,
+                                                         datapath=FDP),
+     np.zeros((2, 2), np.float16), exc=TypeError,
+     must=("c must be an array of f32's storage dtype float32", "float16"))
+case(6, "fused_dot-shapes", lambda a: jaxwarp.fused_dot(a, U8X2, F32C, a_format=P4,
+                                                        datapath=FDP),
+     np.zeros((2, 3), np.uint8), exc=ValueError, must=("shapes do not chain", "(2, 3)"))
+case(6, "fused_dot-unknown-format", lambda a: jaxwarp.fused_dot(a, U8X2, F32C, a_format="s8",
+                                                                datapath=FDP),
+     U8X4, exc=ValueError, must=("a_format='s8'", "allowed", "'e4m3'"))
+case(6, "fused_dot-datapath", lambda a: jaxwarp.fused_dot(a, U8X2, F32C, a_format=P4,
+                                                          datapath="sm_90"),
+     U8X4, exc=TypeError, must=("datapath must be a jaxwarp.FusedDot", "str"))
+case(6, "FusedDot-alignment_bits", lambda: jaxwarp.FusedDot(alignment_bits=40),
+     exc=ValueError, must=("FusedDot.alignment_bits must be an int in [3, 28]", "40"))
+case(6, "FusedDot-rounding", lambda: jaxwarp.FusedDot(rounding="rna"), exc=ValueError,
+     must=("FusedDot.rounding must be one of", "'rz'", "'rna'"))
+case(6, "FusedDot-accumulator-unknown", lambda: jaxwarp.FusedDot(accumulator="f64"),
+     exc=ValueError, must=("FusedDot.accumulator='f64'", "allowed", "'f32'"))
+case(6, "FusedDot-accumulator-without-nan", lambda: jaxwarp.FusedDot(accumulator="e2m1"),
+     exc=ValueError, must=("FusedDot.accumulator='e2m1' has no NaN",))
+case(6, "FusedDot-sum_mantissa_bits", lambda: jaxwarp.FusedDot(accumulator="f16",
+                                                               sum_mantissa_bits=13),
+     exc=ValueError, must=("FusedDot.sum_mantissa_bits", "[0, 10]", "13"))
+
 # --------------------------------------------------------------------------------------
 # Class 6, continued: wMMA fragments: declarations the table does not allow.
 

@@ -82,6 +82,7 @@ FB1A = jaxwarp.fragment("matrix_a", 8, 8, 128, "b1", "row_major")
 FB1B = jaxwarp.fragment("matrix_b", 8, 8, 128, "b1", "col_major")
 FS32 = jaxwarp.fragment("accumulator", 8, 8, 128, "s32")
 LDM_ADDR = (np.arange(32, dtype=np.int32) % 8) * 16
+P4 = jaxwarp.define_format("binary8p4", exponent_bits=4, mantissa_bits=3, specials="p3109")
 
 
 def _sharded_sum(x):
@@ -134,6 +135,12 @@ ENTRY_POINTS: dict[str, Entry] = {
     "bfloat162float": Entry(jaxwarp.bfloat162float, {"x": F32.astype(jnp.bfloat16)}),
     "to_bits": Entry(jaxwarp.to_bits, {"x": F32}),
     "from_bits": Entry(jaxwarp.from_bits, {"u": U32}, static_args=("f32",)),
+    "to_format": Entry(jaxwarp.to_format, {"x": F32}, static_args=("e4m3",)),
+    "from_format": Entry(jaxwarp.from_format, {"v": U32.astype(np.uint8)}, static_args=(P4,)),
+    "fused_dot": Entry(jaxwarp.fused_dot, {"a": np.zeros((2, 4), np.uint8),
+                                           "b": np.zeros((4, 2), np.uint8),
+                                           "c": np.zeros((2, 2), np.float32)},
+                       static={"a_format": P4, "datapath": jaxwarp.FusedDot(block=2)}),
     # WMMA.
     "fill_fragment": Entry(jaxwarp.fill_fragment, {"frag": FC, "v": np.float32(1)},
                            wide=("v",)),
@@ -354,6 +361,8 @@ NO_ARRAY_DATA = frozenset({
     "make_block_scale_instr_descriptor",
     # Takes a function; the wrapper's arguments are that function's own.
     "emulate",
+    # A format, and a datapath's parameters.
+    "define_format", "FusedDot",
 })
 
 WIDE = {"float64": np.float64, "int64": np.int64, "uint64": np.uint64}

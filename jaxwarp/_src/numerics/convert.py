@@ -26,7 +26,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bitops, softfloat
+from jaxwarp._src.numerics import bitops, softfloat, user_formats
 from jaxwarp._src.numerics.formats import (
     ALIASES,
     FLOAT_FORMATS,
@@ -223,7 +223,9 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
       fmt: static float format name: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f32"``,
         ``"f64"``, ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``,
         ``"ue8m0"``, ``"ue4m3"``, an alias (``"fp16"``, ``"float4_e2m1fn"``, ...), or a
-        :class:`Format`. A format at least as wide as ``x`` is the identity.
+        :class:`Format`. A format at least as wide as ``x`` is the identity. A format
+        made by ``jaxwarp.define_format`` rounds by its own rules (its overflow rule;
+        a NaN gives the canonical NaN of ``x``'s dtype).
       mode: static rounding mode, one of ``"rn"``, ``"rz"``, ``"rna"``.
 
     Returns:
@@ -246,9 +248,11 @@ def round_to(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
       >>> round_to(jnp.float32([3.0, 0.8, 0.0]), "ue8m0")    # powers of two; no zero
       Array([ 4.,  1., nan], dtype=float32)
     """
-    fmt = get_format(fmt, "fmt", FLOAT_FORMATS).name
+    f = get_format(fmt, "fmt", FLOAT_FORMATS, user=True)
     mode = checks.static_choice(mode, "mode", ROUNDING_MODES)
-    return _round_ste(_float_input(x, "x"), fmt, mode)
+    if f.user_defined:  # its rules: jaxwarp.define_format
+        return user_formats.round_to_user(_float_input(x, "x"), f, mode)
+    return _round_ste(_float_input(x, "x"), f.name, mode)
 
 
 

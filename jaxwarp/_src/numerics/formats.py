@@ -32,11 +32,22 @@ __all__ = [
     "FLOAT_FORMATS",
     "FORMATS",
     "ROUNDING_MODES",
+    "SPECIALS",
     "Format",
     "from_bits",
     "get_format",
+    "register_format",
     "to_bits",
+    "user_formats",
 ]
+
+#: Where a user-defined format keeps its infinities and NaN (``Format.specials``):
+#: ``"ieee"`` (the all-ones exponent field: ±inf and NaNs, as f16), ``"fn"`` (no
+#: infinities, the all-ones magnitude is NaN, as e4m3), ``"fnuz"`` (no infinities, no
+#: -0: the code of -0 is the one NaN), ``"p3109"`` (as ``"fnuz"``, with ±inf at the
+#: all-ones magnitudes: IEEE P3109's binary8 formats) and ``"none"`` (every code is a
+#: number, as e2m1).
+SPECIALS = ("ieee", "fn", "fnuz", "p3109", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +91,13 @@ class Format:
       unpacked_lsb: lowest bit of the code in the byte that holds one element of a
         ``kind::f8f6f4`` (and ``kind::mxf8f6f4``) operand: e2m3/e3m2 sit in bits 5:0
         (0), e2m1 in bits 5:2 (2); 0 for every other format.
+      exponent_bias: the exponent bias where it is not IEEE's ``2**(exponent_bits - 1)
+        - 1`` (None: IEEE's; a format made by ``jaxwarp.define_format`` has its own).
+      specials: None for the built-in formats (``has_inf`` / ``has_nan`` and IEEE's
+        encodings say it all); for a user-defined format where its infinities and NaN
+        sit, one of :data:`SPECIALS` (see ``jaxwarp.define_format``).
+      saturate: a user-defined format's overflow rule: a finite value beyond the
+        largest one becomes ±max in every rounding mode (False: as the built-ins).
 
     Example:
         >>> e4m3 = jaxwarp.FORMATS["e4m3"]
@@ -109,6 +127,9 @@ class Format:
     code_storage: bool = False
     numpy_dtype: np.dtype | None = None
     unpacked_lsb: int = 0
+    exponent_bias: int | None = None
+    specials: str | None = None
+    saturate: bool = False
 
     @property
     def is_float(self) -> bool:
@@ -116,8 +137,15 @@ class Format:
 
     @property
     def bias(self) -> int:
-        """Exponent bias (floats only)."""
+        """Exponent bias (floats only): ``exponent_bias``, or IEEE's."""
+        if self.exponent_bias is not None:
+            return self.exponent_bias
         return (1 << (self.exponent_bits - 1)) - 1
+
+    @property
+    def user_defined(self) -> bool:
+        """Whether ``jaxwarp.define_format`` made the format (it is not built in)."""
+        return self.specials is not None
 
     @property
     def min_normal(self) -> float:
@@ -317,8 +345,34 @@ FLOAT_FORMATS = tuple(name for name, f in FORMATS.items() if f.is_float)
 #: Rounding modes of ``round_to``, named as in PTX (``cvt.rn``, ``cvt.rz``, ``cvt.rna``).
 ROUNDING_MODES = ("rn", "rz", "rna")
 
+# Formats made by ``jaxwarp.define_format`` (``user_defined``), by name: apart from
+# FORMATS, so that code which iterates the registry sees the built-in formats only; an
+# entry point takes them where it passes ``user=True`` to :func:`get_format`.
+_USER_FORMATS: dict[str, Format] = {}
+
+
+def register_format(fmt: Format) -> Format:
+    """Adds a user-defined format to the registry (``jaxwarp.define_format`` calls it).
+
+    Registering the same format again returns the one registered; a name that a built-in
+    format or alias has, or that a different user format has, is refused (ValueError).
+    """
+    if fmt.name in FORMATS or fmt.name in ALIASES:
+        raise ValueError(f"name={fmt.name!r} is a built-in format (or alias); choose another")
+    old = _USER_FORMATS.get(fmt.name)
+    if old is not None and old != fmt:
+        raise ValueError(f"name={fmt.name!r} is already defined with other fields ({old}); "
+                         f"a name defines one format")
+    return _USER_FORMATS.setdefault(fmt.name, fmt)
+
+
+def user_formats() -> tuple[str, ...]:
+    """Names of the formats defined so far by ``jaxwarp.define_format``."""
+    return tuple(_USER_FORMATS)
+
+
 def get_format(name: str | Format, argname: str = "name",
-               allowed: tuple[str, ...] | None = None) -> Format:
+               allowed: tuple[str, ...] | None = None, user: bool = False) -> Format:
     """Returns the :class:`Format` called ``name``.
 
     Args:
@@ -326,6 +380,8 @@ def get_format(name: str | Format, argname: str = "name",
         (``jnp.bfloat16``, ``np.float16``), or a :class:`Format`, returned as is.
       argname: the argument name to use in error messages.
       allowed: restricts the accepted names (default: every name in :data:`FORMATS`).
+      user: also accept the formats made by ``jaxwarp.define_format`` (by name, or the
+        :class:`Format` it returned).
 
     Returns:
       The format.
@@ -341,6 +397,14 @@ def get_format(name: str | Format, argname: str = "name",
       True
     """
     allowed = tuple(FORMATS) if allowed is None else allowed
+    if user and isinstance(name, (str, Format)):
+        key = name.name if isinstance(name, Format) else name
+        if key in _USER_FORMATS:
+            if isinstance(name, Format) and name != _USER_FORMATS[key]:
+                raise ValueError(f"{argname}: format {key!r} is not the one define_format "
+                                 f"registered under that name")
+            return _USER_FORMATS[key]
+        allowed = allowed + tuple(_USER_FORMATS)
     if isinstance(name, Format):
         name = name.name
     elif not isinstance(name, (str, jax.core.Tracer, bool, int, float, complex, type(None))):
@@ -406,12 +470,13 @@ def from_bits(u: Any, fmt: str | Format) -> jax.Array:
       fmt: static format name whose storage is a whole number of bytes: ``"f16"``,
         ``"bf16"``, ``"tf32"``, ``"f32"``, ``"f64"``, ``"e4m3"``, ``"e5m2"``, ``"e3m2"``,
         ``"e2m3"``, ``"e2m1"``, ``"ue8m0"``, ``"ue4m3"``, ``"s32"``, ``"s8"``, ``"u8"``
-        (or an alias such as ``"fp16"``).
+        (or an alias such as ``"fp16"``), or a format made by ``jaxwarp.define_format``.
 
     Returns:
       Array of ``fmt.storage_dtype`` and ``u``'s shape. For a code-stored format
-      (``Format.code_storage``: fp6, fp4, ue8m0, ue4m3) that is the uint8 code, the low
-      byte of ``u`` unchanged (no bits are masked).
+      (``Format.code_storage``: fp6, fp4, ue8m0, ue4m3, the user-defined formats) that
+      is the code (uint8; uint16 for a user format of 9 to 16 bits), the low byte(s) of
+      ``u`` unchanged (no bits are masked).
 
     Raises:
       TypeError: ``u`` is not an integer array of an accepted width.
@@ -422,7 +487,7 @@ def from_bits(u: Any, fmt: str | Format) -> jax.Array:
       >>> from_bits(jnp.uint32(0x3C00), "fp16")
       Array(1., dtype=float16)
     """
-    f = get_format(fmt, "fmt", _BYTE_FORMATS)
+    f = get_format(fmt, "fmt", _BYTE_FORMATS, user=True)
     arr = checks.array_arg(u, "u", complex_ok=True)  # 64-bit with x64 off: TypeError
     width = f.storage_dtype.itemsize
     if not jnp.issubdtype(arr.dtype, jnp.integer) or arr.dtype.itemsize not in (width, 4) or (
