@@ -32,9 +32,9 @@ README = (ROOT / "README.md").read_text()
 # (over a second each); -m slow runs the others.
 _LONG_EXAMPLES = {
     "jaxwarp._src.emulate.api.emulate", "jaxwarp._src.tensorcore.datapath.mma",
-    "jaxwarp._src.numerics.fp8.double_to_fp8", "jaxwarp._src.numerics.softfloat.fma64",
+    "jaxwarp._src.numerics.fp8_intrinsics.double_to_fp8", "jaxwarp._src.numerics.fma.fma64",
     "jaxwarp._src.tensorcore.matmul.matmul", "jaxwarp._src.tensorcore.wgmma.wgmma",
-    "jaxwarp._src.numerics.fp8.bfloat16raw2_to_fp8x2",
+    "jaxwarp._src.numerics.fp8_intrinsics.bfloat16raw2_to_fp8x2",
     "jaxwarp._src.tensorcore.matmul.to_operand", "jaxwarp._src.numerics.fp8.cvt_f32_to_e5m2x2",
     "jaxwarp._src.numerics.mx.quantize", "jaxwarp._src.tensorcore.block_scale.from_golden",
     "jaxwarp._src.tensorcore.ldmatrix.ldmatrix"}

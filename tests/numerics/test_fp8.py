@@ -1,4 +1,5 @@
-"""Tests of jaxwarp._src.numerics.fp8: the PTX and cuda_fp8.h fp8 conversions.
+"""Tests of jaxwarp._src.numerics.fp8 and fp8_intrinsics: the PTX and cuda_fp8.h fp8
+conversions.
 
 The reference here is written from first principles and shares nothing with the model:
 it lists the fp8 values from their bit fields, finds the two neighbours of the input by
@@ -23,17 +24,19 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp._src.numerics import fp8
+from jaxwarp._src.numerics import fp8, fp8_intrinsics, ue8m0
 from jaxwarp._src.numerics.fp8 import (
     FP8_FORMATS,
     PTX_FORMS,
-    bfloat16raw2_to_fp8x2,
-    bfloat16raw_to_fp8,
     cvt_f16x2_to_fp8x2,
     cvt_f32_to_e4m3x2,
     cvt_f32_to_e5m2x2,
     cvt_f32_to_fp8x2,
     cvt_fp8x2_to_f16x2,
+)
+from jaxwarp._src.numerics.fp8_intrinsics import (
+    bfloat16raw2_to_fp8x2,
+    bfloat16raw_to_fp8,
     float2_to_fp8x2,
     float_to_fp8,
     fp8_to_halfraw,
@@ -291,8 +294,9 @@ def test_xla_convert_agrees_in_range():
 # Slow: the same examples run by default in tests/test_docs.py::test_docstring_example.
 @pytest.mark.slow
 def test_docstring_examples():
-    result = doctest.testmod(fp8, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 10 and result.failed == 0
+    for module in (fp8, fp8_intrinsics, ue8m0):
+        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.attempted > 10 and result.failed == 0
 
 
 # ----------------------------------------------------------------------------------------
@@ -366,8 +370,8 @@ def test_double_to_fp8_rounds_once():
                              ("e5m2", -(1 + 2.0**-3 + 2.0**-40), -1.25),
                              ("e4m3", 2.0**-10 + 2.0**-50, 2.0**-9)):  # half the subnormal
             assert float(np.float32(x)) != x
-            assert float(fp8.float_to_fp8(jnp.float32(x), fmt, True)) != want
-            assert float(fp8.double_to_fp8(jnp.float64(x), fmt, True)) == want
+            assert float(fp8_intrinsics.float_to_fp8(jnp.float32(x), fmt, True)) != want
+            assert float(fp8_intrinsics.double_to_fp8(jnp.float64(x), fmt, True)) == want
             assert float(jaxwarp.to_operand(jnp.float64(x), fmt)) == want
         # Elsewhere the same as the float32 conversion of the same value (every float32
         # that is a double exactly), saturating or not.
@@ -378,9 +382,9 @@ def test_double_to_fp8_rounds_once():
             for sat in (True, False):
                 with np.errstate(invalid="ignore"):  # signalling NaNs: quiet, still NaN
                     x64 = x32.astype(np.float64)
-                got = fp8.double_to_fp8(jnp.asarray(x64), fmt, sat)
-                want = fp8.float_to_fp8(jnp.asarray(x32), fmt, sat)
+                got = fp8_intrinsics.double_to_fp8(jnp.asarray(x64), fmt, sat)
+                want = fp8_intrinsics.float_to_fp8(jnp.asarray(x32), fmt, sat)
                 np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
                                               np.asarray(want).view(np.uint8))
         with pytest.raises(TypeError, match="float64"):
-            fp8.double_to_fp8(jnp.float32(1.0), "e4m3", True)
+            fp8_intrinsics.double_to_fp8(jnp.float32(1.0), "e4m3", True)

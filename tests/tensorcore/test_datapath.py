@@ -9,7 +9,7 @@ import pytest
 from conftest import load_capture
 from jax.test_util import check_grads
 
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics import fma
 from jaxwarp._src.tensorcore import datapath as M
 
 FP = load_capture("mma_fp")
@@ -459,8 +459,8 @@ def _native_range_tiles(A, B, C):
     """Indices of the tiles whose operands are all in fma64_native's range."""
     with jax.enable_x64(True):
         ok = [np.asarray(f(jnp.asarray(x.view(np.float64)))).reshape(len(x), -1).all(1)
-              for f, x in ((softfloat.native_operand_ok, A), (softfloat.native_operand_ok, B),
-                           (softfloat.native_acc_ok, C))]
+              for f, x in ((fma.native_operand_ok, A), (fma.native_operand_ok, B),
+                           (fma.native_acc_ok, C))]
     return np.nonzero(ok[0] & ok[1] & ok[2])[0]
 
 

@@ -179,6 +179,16 @@ def test_datapath_views():
                     ins, t, next(s for s in isa.shapes(ins, t) if s[2] == k)).datapath
 
 
+def test_element_bits_is_the_register_width():
+    # PTX holds an fp6 element in a byte of its own, top two bits zero (.e2m3x2 cvt, every
+    # kind::f8f6f4 operand): four to a 32-bit register, never five; e2m1 packs two to a
+    # byte (.e2m1x2, kind::mxf4). The width is the format registry's, stated once.
+    assert [32 // isa.element_bits(t) for t in ("e2m3", "e3m2", "e2m1", "e4m3")] == [4, 4, 8, 4]
+    for ins in isa.INSTRUCTIONS:
+        for t in isa.a_formats(ins) + isa.accumulator_types(ins):
+            assert isa.element_bits(t) == FORMATS[t].register_bits, (ins, t)
+
+
 def test_matmul_views():
     for ins, per_format in matmul.TILES.items():
         for f, tiles in per_format.items():

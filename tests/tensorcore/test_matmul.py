@@ -138,6 +138,7 @@ import pathlib  # noqa: E402
 import ml_dtypes  # noqa: E402
 import reference_tc as R  # noqa: E402
 
+from jaxwarp._src.numerics import fp8, fp8_intrinsics  # noqa: E402
 from jaxwarp._src.tensorcore import datapath  # noqa: E402
 from jaxwarp._src.tensorcore import matmul as mm_mod  # noqa: E402
 
@@ -161,14 +162,14 @@ def datapath_mma():
 def _fp8_values(shape, seed, fmt="e4m3", dist="normal"):
     rng = np.random.default_rng(seed)
     x = rng.uniform(0, 4, shape) if dist == "positive" else rng.normal(size=shape)
-    return np.asarray(x.astype(mm_mod.fp8_cvt.FP8_FORMATS[fmt]), np.float32)
+    return np.asarray(x.astype(fp8.FP8_FORMATS[fmt]), np.float32)
 
 
 def _ref_chain(a, b, c, fa, fb, instruction, k, promote=None):
     """Plain-int reference of the whole product (a, b fp8 values as f32, c f32)."""
     P = R.preset_for(instruction, fa, f"m16n8k{k}")
-    A = _bits(a.astype(mm_mod.fp8_cvt.FP8_FORMATS[fa])).tolist()
-    B = _bits(b.astype(mm_mod.fp8_cvt.FP8_FORMATS[fb])).tolist()
+    A = _bits(a.astype(fp8.FP8_FORMATS[fa])).tolist()
+    B = _bits(b.astype(fp8.FP8_FORMATS[fb])).tolist()
     K = len(B)
     step = promote or K
     acc = c.astype(np.float32)
@@ -290,7 +291,7 @@ def test_scale_division_is_correctly_rounded():
     v = x[:1000]
     with np.errstate(all="ignore"):
         q = (v.astype(np.float64) / np.float64(s)).astype(np.float32)
-    want = np.asarray(mm_mod.fp8_cvt.float_to_fp8(q, "e5m2", saturate=True))
+    want = np.asarray(fp8_intrinsics.float_to_fp8(q, "e5m2", saturate=True))
     np.testing.assert_array_equal(_bits(mm_mod.to_operand(v, "e5m2", scale=s)), _bits(want))
 
 
@@ -333,8 +334,8 @@ def test_scaled_epilogue_keeps_subnormals(datapath_mma):
     f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
     qa = (f64(a) / f64(sa)).astype(np.float32)
     qb = (f64(b) / f64(sb)).astype(np.float32)
-    qa = np.asarray(mm_mod.fp8_cvt.float_to_fp8(qa, "e4m3", saturate=True), np.float32)
-    qb = np.asarray(mm_mod.fp8_cvt.float_to_fp8(qb, "e4m3", saturate=True), np.float32)
+    qa = np.asarray(fp8_intrinsics.float_to_fp8(qa, "e4m3", saturate=True), np.float32)
+    qb = np.asarray(fp8_intrinsics.float_to_fp8(qb, "e4m3", saturate=True), np.float32)
     t = _ref_chain(qa, qb, np.zeros((16, 8), np.float32), "e4m3", "e4m3", "mma_sync", 32)
     s = (f64(sa) * f64(sb)).astype(np.float32)
     assert 0 < s < np.finfo(np.float32).tiny  # a subnormal scale
@@ -372,7 +373,7 @@ def _pow2_scale_exponent(x, fmt):
     amax = float(np.max(np.abs(np.asarray(x, np.float64))))
     if amax == 0:
         return 0
-    fmax = float(ml_dtypes.finfo(mm_mod.fp8_cvt.FP8_FORMATS[fmt]).max)
+    fmax = float(ml_dtypes.finfo(fp8.FP8_FORMATS[fmt]).max)
     k = int(np.floor(np.log2(fmax / amax)))
     while amax * 2.0 ** (k + 1) <= fmax:
         k += 1
@@ -387,8 +388,8 @@ def _ref_scaled_product(x, y, fx, fy):
     float64, rounded once to float32."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     kx, ky = _pow2_scale_exponent(x, fx), _pow2_scale_exponent(y, fy)
-    qx = (x * 2.0 ** kx).astype(np.float32).astype(mm_mod.fp8_cvt.FP8_FORMATS[fx])
-    qy = (y * 2.0 ** ky).astype(np.float32).astype(mm_mod.fp8_cvt.FP8_FORMATS[fy])
+    qx = (x * 2.0 ** kx).astype(np.float32).astype(fp8.FP8_FORMATS[fx])
+    qy = (y * 2.0 ** ky).astype(np.float32).astype(fp8.FP8_FORMATS[fy])
     t = _ref_chain(qx.astype(np.float32), qy.astype(np.float32),
                    np.zeros((x.shape[0], y.shape[1]), np.float32), fx, fy, "mma_sync", 32)
     return (t.astype(np.float64) * 2.0 ** -(kx + ky)).astype(np.float32)
@@ -505,8 +506,8 @@ def test_hardware_fp8_chains(path, name):
     fa, fb, _, shape = name.split("/")[-1].split(".")[:4]
     k = int(shape.split("k")[1].split("x")[0])
     instruction = "wgmma" if "/wgmma/" in name else "mma_sync"
-    A = z[name + "/A"].view(mm_mod.fp8_cvt.FP8_FORMATS[fa]).astype(np.float32)
-    B = z[name + "/B"].view(mm_mod.fp8_cvt.FP8_FORMATS[fb]).astype(np.float32)
+    A = z[name + "/A"].view(fp8.FP8_FORMATS[fa]).astype(np.float32)
+    B = z[name + "/B"].view(fp8.FP8_FORMATS[fb]).astype(np.float32)
     C, D = z[name + "/C"].view(np.float32), z[name + "/D"]
     f = jax.jit(jax.vmap(functools.partial(
         jaxwarp.matmul, operand_format=(fa, fb), instruction=instruction,

@@ -1,7 +1,7 @@
 """Conformance handlers for the fp8 conversion and warp matrix-move captures.
 
 * ``cvt/...`` (``cvt_fp8.npz``): every fp8 conversion form (PTX ``cvt`` forms and the
-  ``cuda_fp8.h`` intrinsics) through ``jaxwarp._src.numerics.fp8``;
+  ``cuda_fp8.h`` intrinsics) through ``jaxwarp._src.numerics.fp8`` and ``fp8_intrinsics``;
 * ``ldmatrix/...``, ``stmatrix/...``, ``movmatrix/...`` (``ldmatrix.npz``): through
   ``jaxwarp._src.tensorcore.ldmatrix``.
 
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult, count
-from jaxwarp._src.numerics import fp8
+from jaxwarp._src.numerics import fp8, fp8_intrinsics
 from jaxwarp._src.tensorcore import ldmatrix
 
 # ---------------------------------------------------------------------------------------
@@ -40,17 +40,19 @@ def _join_halves(h: jax.Array) -> np.ndarray:
 
 _NV_FORMS: dict[str, tuple[str, Callable[..., Any]]] = {
     # name -> (input kind, fn(x, fmt, sat) -> raw result)
-    "nv_cvt_float_to_fp8": ("f32", lambda x, f, s: fp8.float_to_fp8(x, f, s)),
-    "nv_cvt_float2_to_fp8x2": ("f32pair", lambda x, f, s: fp8.float2_to_fp8x2(x, f, s)),
-    "nv_cvt_halfraw_to_fp8": ("f16", lambda x, f, s: fp8.halfraw_to_fp8(x, f, s)),
-    "nv_cvt_halfraw2_to_fp8x2": ("f16x2",
-                                 lambda x, f, s: fp8.halfraw2_to_fp8x2(_split_halves(x), f, s)),
-    "nv_cvt_bfloat16raw_to_fp8": ("bf16", lambda x, f, s: fp8.bfloat16raw_to_fp8(x, f, s)),
+    "nv_cvt_float_to_fp8": ("f32", lambda x, f, s: fp8_intrinsics.float_to_fp8(x, f, s)),
+    "nv_cvt_float2_to_fp8x2": (
+        "f32pair", lambda x, f, s: fp8_intrinsics.float2_to_fp8x2(x, f, s)),
+    "nv_cvt_halfraw_to_fp8": ("f16", lambda x, f, s: fp8_intrinsics.halfraw_to_fp8(x, f, s)),
+    "nv_cvt_halfraw2_to_fp8x2": (
+        "f16x2", lambda x, f, s: fp8_intrinsics.halfraw2_to_fp8x2(_split_halves(x), f, s)),
+    "nv_cvt_bfloat16raw_to_fp8": (
+        "bf16", lambda x, f, s: fp8_intrinsics.bfloat16raw_to_fp8(x, f, s)),
     "nv_cvt_bfloat16raw2_to_fp8x2": (
-        "bf16x2", lambda x, f, s: fp8.bfloat16raw2_to_fp8x2(_split_halves(x), f, s)),
-    "nv_cvt_fp8_to_halfraw": ("fp8", lambda x, f, s: fp8.fp8_to_halfraw(x, f)),
-    "nv_cvt_fp8x2_to_halfraw2": ("fp8x2",
-                                 lambda x, f, s: _join_halves(fp8.fp8x2_to_halfraw2(x, f))),
+        "bf16x2", lambda x, f, s: fp8_intrinsics.bfloat16raw2_to_fp8x2(_split_halves(x), f, s)),
+    "nv_cvt_fp8_to_halfraw": ("fp8", lambda x, f, s: fp8_intrinsics.fp8_to_halfraw(x, f)),
+    "nv_cvt_fp8x2_to_halfraw2": (
+        "fp8x2", lambda x, f, s: _join_halves(fp8_intrinsics.fp8x2_to_halfraw2(x, f))),
 }
 
 

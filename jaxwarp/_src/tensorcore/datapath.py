@@ -74,7 +74,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bitops, softfloat
+from jaxwarp._src.numerics import bitops, fma, softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch as _arch
@@ -703,8 +703,8 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
 
 
 # --------------------------------------------------------------------------------------
-# fp64: IEEE fma chain. Native float64 operations (softfloat.fma64_native) where they are
-# exact for every element of the call, else the 128-bit integer emulation (softfloat.fma64).
+# fp64: IEEE fma chain. Native float64 operations (fma.fma64_native) where they are
+# exact for every element of the call, else the 128-bit integer emulation (fma.fma64).
 
 _U64 = jnp.uint64
 
@@ -714,19 +714,19 @@ def _f64_chain_soft(a, b, c):
     bb = lax.bitcast_convert_type(b, _U64)
     acc = lax.bitcast_convert_type(c, _U64)
     for kk in range(a.shape[-1]):
-        acc = softfloat.fma64(ab[..., :, kk:kk + 1], bb[..., kk:kk + 1, :], acc)
+        acc = fma.fma64(ab[..., :, kk:kk + 1], bb[..., kk:kk + 1, :], acc)
     return lax.bitcast_convert_type(acc, jnp.float64)
 
 
 def _f64_chain_native(a, b, c):
     """The chain in native float64 operations, and whether every element was in the range
-    where they are exact (softfloat.native_*_ok): a result leaving it becomes NaN."""
-    ok = (jnp.all(softfloat.native_operand_ok(a)) & jnp.all(softfloat.native_operand_ok(b))
-          & jnp.all(softfloat.native_acc_ok(c)))
+    where they are exact (fma.native_*_ok): a result leaving it becomes NaN."""
+    ok = (jnp.all(fma.native_operand_ok(a)) & jnp.all(fma.native_operand_ok(b))
+          & jnp.all(fma.native_acc_ok(c)))
     acc = c
     for kk in range(a.shape[-1]):
-        d = softfloat.fma64_native(a[..., :, kk:kk + 1], b[..., kk:kk + 1, :], acc)
-        acc = jnp.where(softfloat.native_result_ok(d), d, jnp.nan)
+        d = fma.fma64_native(a[..., :, kk:kk + 1], b[..., kk:kk + 1, :], acc)
+        acc = jnp.where(fma.native_result_ok(d), d, jnp.nan)
     # Stored once, so that the check reads it instead of recomputing the chain.
     acc = lax.optimization_barrier(acc)
     return acc, ok & ~jnp.any(jnp.isnan(acc))

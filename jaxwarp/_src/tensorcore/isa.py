@@ -336,9 +336,16 @@ def storage_dtype(name: str) -> np.dtype:
 
 
 def element_bits(name: str) -> int:
-    """Bits one element takes in a register or in memory (tf32: the 32-bit word)."""
-    fmt = FORMATS[name]
-    return fmt.bits if fmt.bits < 8 else np.dtype(fmt.storage_dtype).itemsize * 8
+    """Bits one element takes in a register or in memory: the format registry's
+    ``register_bits`` (tf32: the 32-bit word; e2m3 / e3m2: a byte, whose top two bits
+    are zero; e2m1: 4, two to a byte). An unpacked ``kind::f8f6f4`` operand takes a byte
+    per element whatever its format (``mma_sync.MmaInstruction.elem_bits``).
+
+    Example:
+        >>> element_bits("tf32"), element_bits("e2m3"), element_bits("e2m1"), element_bits("b1")
+        (32, 8, 4, 1)
+    """
+    return FORMATS[name].register_bits
 
 
 def accumulator_types(instruction: str | None = None) -> tuple[str, ...]:

@@ -87,8 +87,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bitops, convert, formats, softfloat
-from jaxwarp._src.numerics import fp8 as fp8_cvt
+from jaxwarp._src.numerics import bitops, convert, formats, fp8_intrinsics, softfloat
 from jaxwarp._src.numerics.scaling import (
     divide_rn,
     multiply_rn,
@@ -219,14 +218,14 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
     scale = None if scale is None else checks.array_arg(scale, "scale")
     if operand_format in FP8_FORMATS:
         x = jnp.asarray(x)
-        if scale is None and x.dtype == fp8_cvt.FP8_FORMATS[operand_format]:
+        if scale is None and x.dtype == formats.FORMATS[operand_format].storage_dtype:
             return x  # already fp8 data: a CUDA program feeds it to the tensor core as is
         if scale is None and x.dtype == jnp.float64:  # rounded once, not via float32
-            return fp8_cvt.double_to_fp8(x, operand_format, saturate=True)
+            return fp8_intrinsics.double_to_fp8(x, operand_format, saturate=True)
         x32 = x.astype(jnp.float32)
         if scale is not None:  # IEEE division on the bits: XLA's GPU one is not rn
             x32 = divide_rn(x32, scale)
-        return fp8_cvt.float_to_fp8(x32, operand_format, saturate=True)
+        return fp8_intrinsics.float_to_fp8(x32, operand_format, saturate=True)
     if scale is not None:
         raise ValueError(f"scale is only for the fp8 formats {FP8_FORMATS}; "
                          f"got operand_format={operand_format!r}")

@@ -193,7 +193,7 @@ def _elem_bits(x: jax.Array, ty: str, word: Any, lsb: int = 0) -> jax.Array:
     format's code at bit ``lsb`` of its field)."""
     bits = ELEMENT_BITS[ty]
     if lsb or FORMATS[ty].code_storage:
-        return (x.astype(word) & word(bitops.low_mask(bits))) << word(lsb)
+        return (x.astype(word) & word(bitops.low_mask(FORMATS[ty].code_bits))) << word(lsb)
     if bits in (8, 16, 32, 64) and not jnp.issubdtype(x.dtype, jnp.integer):
         return bitops.uint_view(x).astype(word)
     if bits == 64:
@@ -207,7 +207,7 @@ def _bits_elem(v: jax.Array, ty: str, lsb: int = 0) -> jax.Array:
     read from bit ``lsb`` of its field; the other bits of the field are ignored)."""
     bits, dt = ELEMENT_BITS[ty], LOGICAL_DTYPE[ty]
     if lsb or FORMATS[ty].code_storage:
-        return ((v >> lsb) & ((1 << bits) - 1)).astype(dt)
+        return ((v >> lsb) & ((1 << FORMATS[ty].code_bits) - 1)).astype(dt)
     if bits == 64:
         return lax.bitcast_convert_type(v, dt)
     if bits in (8, 16, 32):
