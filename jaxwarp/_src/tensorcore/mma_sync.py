@@ -110,7 +110,7 @@ from jaxwarp._src import checks
 from jaxwarp._src.numerics import bitops
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import datapath, isa, layouts
-from jaxwarp._src.tensorcore.arch import has, parse_target, supported_target
+from jaxwarp._src.tensorcore.arch import ArchModel, has, parse_target, supported_target
 
 __all__ = [
     "MmaInstruction",
@@ -448,7 +448,7 @@ def parse_mma(qualifier: Union[str, MmaInstruction]) -> MmaInstruction:
 # Register fragments.
 
 def _check_arch(instr: MmaInstruction, arch: Any) -> None:
-    if isinstance(arch, datapath.ArchModel):
+    if isinstance(arch, ArchModel):
         target = parse_target(arch.name)
     else:
         target = supported_target(arch)
@@ -707,8 +707,8 @@ def mma_sync_ptx_logical(qualifier: Union[str, MmaInstruction], a: Any, b: Any, 
       b: (..., k, n) in the B type's logical dtype.
       c: (..., m, n) in the C type's logical dtype. Leading batch axes of a, b, c
         broadcast. Layouts (``.row``/``.col``) only matter for registers.
-      arch: a key of ``datapath.ARCHS`` (``"sm_70"`` ... ``"sm_90"``, ``"sm_100a"``,
-        ``"sm_120a"`` ...) or a ``datapath.ArchModel``; it must have the instruction
+      arch: a key of ``arch.ARCHS`` (``"sm_70"`` ... ``"sm_90"``, ``"sm_100a"``,
+        ``"sm_120a"`` ...) or an ``arch.ArchModel``; it must have the instruction
         (fp8 needs sm_89 or newer, ``.kind::f8f6f4`` sm_120a or sm_121a).
 
     Returns:
