@@ -78,7 +78,7 @@ from jaxwarp._src.tensorcore.arch import Target as Target
 from jaxwarp._src.tensorcore.arch import parse_target as parse_target
 from jaxwarp._src.tensorcore.arch import datapath_for as datapath_for
 from jaxwarp._src.tensorcore.datapath import mma as mma
-from jaxwarp._src.tensorcore.datapath import bmma as bmma
+from jaxwarp._src.tensorcore.datapath_int import bmma as bmma
 from jaxwarp._src.tensorcore.matmul import matmul as matmul
 from jaxwarp._src.tensorcore.matmul import to_operand as to_operand
 

@@ -11,6 +11,8 @@ from jax.test_util import check_grads
 
 from jaxwarp._src.numerics import fma
 from jaxwarp._src.tensorcore import datapath as M
+from jaxwarp._src.tensorcore import datapath_f64
+from jaxwarp._src.tensorcore.arch import ARCHS
 
 FP = load_capture("mma_fp")
 INT = load_capture("mma_int")
@@ -177,11 +179,11 @@ def test_f64_needs_x64():
 
 
 def test_arch_table():
-    assert M.ARCHS["sm_90"].verified == M.ARCHS["sm_90a"].verified == "hardware"
-    assert all(M.ARCHS[t].verified == "MMA-Sim 2.1.1"
+    assert ARCHS["sm_90"].verified == ARCHS["sm_90a"].verified == "hardware"
+    assert all(ARCHS[t].verified == "MMA-Sim 2.1.1"
                for t in ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_100", "sm_120"))
     a, b, c = _f16_inputs(batch=())
-    for arch in M.ARCHS:
+    for arch in ARCHS:
         d = M.mma(a, b, c, a_format="f16", c_format="f32", d_format="f32", arch=arch)
         np.testing.assert_allclose(np.asarray(d), a.astype(np.float32) @ b.astype(np.float32)
                                    + c, rtol=1e-5, atol=1e-5)
@@ -217,7 +219,7 @@ def test_bad_shapes_and_op():
 # --------------------------------------------------------------------------------------
 # Architecture as data: targets, instruction k, and every Datapath field.
 
-SM90 = M.ARCHS["sm_90"]
+SM90 = ARCHS["sm_90"]
 HMMA = SM90.datapath("hmma")
 
 
@@ -311,7 +313,7 @@ def _case(field):
         a1, b1 = _tile([1, 2**-11] + [0] * 6 + [2**-11], [1, 1] + [0] * 6 + [1])
         return ((a1, b1, np.zeros((1, 1), np.float16)),
                 {"c_format": "f16", "d_format": "f16", "instruction": "mma_sync"},
-                M.ARCHS["sm_80"].datapath("hmma"), "f32")
+                ARCHS["sm_80"].datapath("hmma"), "f32")
     if field in ("nan_f32", "nan_f16"):
         a1, b1 = _tile([np.nan], [1.0])
         kw = {} if field == "nan_f32" else {"c_format": "f16", "d_format": "f16"}
@@ -336,7 +338,7 @@ def test_c_sub_exp_emin_c():
     a1, b1 = _tile([(1 + 2**-10) * 2**-10], [(1 + 2**-10) * 2**-10], k=4)
     c1 = np.array([[2**-20]], np.float16)
     kw = dict(c_format="f16", d_format="f32", instruction="mma_sync", instruction_k=4)
-    base = M.ARCHS["sm_70"].datapath("mma_sync_m8n8k4_f16")
+    base = ARCHS["sm_70"].datapath("mma_sync_m8n8k4_f16")
     assert base.c_sub_exp == "emin_c"
     d0 = _run(a1, b1, c1, base, **kw)
     d1 = _run(a1, b1, c1, base.replace(c_sub_exp="emin"), **kw)
@@ -446,7 +448,8 @@ def test_f64_native_chain_equals_integer_chain(special):
     if special is not None:
         a[4, 3, 2] = special
     with jax.enable_x64(True):
-        want = np.asarray(M._f64_chain_soft(jnp.asarray(a), jnp.asarray(b), jnp.asarray(c)))
+        want = np.asarray(datapath_f64._f64_chain_soft(jnp.asarray(a), jnp.asarray(b),
+                                                       jnp.asarray(c)))
         kw = dict(a_format="f64", c_format="f64", d_format="f64")
         for got in (M.mma(a, b, c, **kw),
                     jax.jit(lambda a, b, c: M.mma(a, b, c, **kw))(a, b, c),
@@ -472,8 +475,8 @@ def test_f64_native_chain_against_hardware(cfg):
     idx = _native_range_tiles(A, B, C)
     assert idx.size >= 5
     with jax.enable_x64(True):
-        acc, ok = jax.jit(M._f64_chain_native)(*(jnp.asarray(x[idx].view(np.float64))
-                                                for x in (A, B, C)))
+        acc, ok = jax.jit(datapath_f64._f64_chain_native)(
+            *(jnp.asarray(x[idx].view(np.float64)) for x in (A, B, C)))
         assert bool(ok)
         np.testing.assert_array_equal(np.asarray(acc).view(np.uint64), D[idx].view(np.uint64))
 

@@ -16,6 +16,7 @@ from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import (
     arch,
     datapath,
+    datapath_checks,
     isa,
     matmul,
     mma_sync_parse,
@@ -164,12 +165,13 @@ def test_wgmma_families_are_the_rows():
 def test_datapath_views():
     for ins in ("mma_sync", "wgmma"):
         for t in isa.a_formats(ins):
-            if t in datapath.A_TYPES:
-                assert set(datapath.PTX_CD[(ins, t)]) == {p for r in isa.rows(ins, t)
-                                                          for p in r.cd}
-    assert set(datapath.COMBOS) == {(t, c, d) for r in isa.rows("wmma") if r.datapath != "bmma"
-                                    for t in r.a_formats for c, d in r.cd}
-    for t, dt in datapath.STORAGE_DTYPE.items():
+            if t in datapath_checks.A_TYPES:
+                assert set(datapath_checks.PTX_CD[(ins, t)]) == {p for r in isa.rows(ins, t)
+                                                                 for p in r.cd}
+    assert set(datapath_checks.COMBOS) == {(t, c, d) for r in isa.rows("wmma")
+                                           if r.datapath != "bmma"
+                                           for t in r.a_formats for c, d in r.cd}
+    for t, dt in datapath_checks.STORAGE_DTYPE.items():
         assert dt == np.dtype(FORMATS[t].storage_dtype)
     for ins in isa.INSTRUCTIONS:
         for t in isa.a_formats(ins):
@@ -209,7 +211,9 @@ _TYPE_NAMES = {"f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "
 
 @pytest.mark.parametrize("module", ["arch", "wmma_table", "mma_sync", "mma_sync_parse",
                                     "mma_sync_registers", "wgmma", "wgmma_parse",
-                                    "wgmma_registers", "datapath", "matmul"])
+                                    "wgmma_registers", "datapath", "datapath_checks",
+                                    "datapath_blocks", "datapath_f64", "datapath_int",
+                                    "matmul"])
 def test_no_other_module_has_its_own_table(module):
     """No shape literal, and no dict literal keyed by operand types, outside isa.py."""
     tree = ast.parse((_TENSORCORE / f"{module}.py").read_text())
@@ -273,6 +277,7 @@ _PATCHED = textwrap.dedent('''
     from jaxwarp._src.tensorcore import (
         arch,
         datapath,
+        datapath_checks,
         matmul,
         mma_sync,
         mma_sync_parse,
@@ -282,8 +287,8 @@ _PATCHED = textwrap.dedent('''
         wgmma_registers,
         wmma_table,
     )
-    for mod in (arch, wmma_table, datapath, mma_sync_parse, mma_sync_registers, mma_sync,
-                wgmma_parse, wgmma_registers, wgmma, matmul):
+    for mod in (arch, wmma_table, datapath_checks, datapath, mma_sync_parse,
+                mma_sync_registers, mma_sync, wgmma_parse, wgmma_registers, wgmma, matmul):
         importlib.reload(mod)  # this interpreter only: rebuild the views of the rows
     out = {"table": isa.support_table(), "errors": {}}
     def err(name, fn):
@@ -307,7 +312,7 @@ _PATCHED = textwrap.dedent('''
         d_format="f32"))
     err("wgmma_k32", lambda: wgmma_parse.parse_wgmma("m64n8k32.f32.e4m3.e4m3"))
     err("wgmma_k64", lambda: wgmma_parse.parse_wgmma("m64n8k64.f32.e4m3.e4m3"))
-    out["combos"] = [list(c) for c in datapath.COMBOS]
+    out["combos"] = [list(c) for c in datapath_checks.COMBOS]
     out["tile_e4m3"] = list(matmul.TILES["wgmma"]["e4m3"][0])
     out["min_arch"] = mma_sync_parse.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch
     out["wmma_cd"] = [list(p) for p in wmma_table.entry("f16").cd_types]
@@ -368,7 +373,7 @@ def test_unpatched_catalogue():
     """The same facts on the real catalogue: what the patched run changed."""
     assert mma_sync_parse.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch == 80
     wmma_table.check_mma("f16", "f16", "f32", (16, 16, 16))
-    assert ("f16", "f16", "f32") in datapath.COMBOS
+    assert ("f16", "f16", "f32") in datapath_checks.COMBOS
     assert wgmma_parse.FAMILIES["fp8"].k == 32 and matmul.TILES["wgmma"]["e4m3"][0] == (64, 8, 32)
 
 

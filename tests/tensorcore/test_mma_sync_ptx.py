@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp._src.tensorcore import datapath, mma_sync_parse, mma_sync_registers
+from jaxwarp._src.tensorcore import mma_sync_parse, mma_sync_registers
 from jaxwarp._src.tensorcore import mma_sync as mp
+from jaxwarp._src.tensorcore.arch import ARCHS
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "capture"))
 import capture_ptx as cp  # noqa: E402
@@ -381,5 +382,5 @@ def test_arch_params_accepted():
     a = jnp.ones((16, 16), jnp.float16)
     b = jnp.ones((16, 8), jnp.float16)
     c = jnp.zeros((16, 8), jnp.float16)
-    d = mp.mma_sync_ptx_logical(Q.replace("f32", "f16"), a, b, c, arch=datapath.ARCHS["sm_90"])
+    d = mp.mma_sync_ptx_logical(Q.replace("f32", "f16"), a, b, c, arch=ARCHS["sm_90"])
     assert d.dtype == jnp.float16 and float(d[0, 0]) == 16.0

@@ -66,7 +66,7 @@ from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import isa
-from jaxwarp._src.tensorcore.datapath import (
+from jaxwarp._src.tensorcore.datapath_blocks import (
     _Block,
     _block_fast,
     _f32_bits,

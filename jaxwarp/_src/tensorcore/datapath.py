@@ -60,13 +60,17 @@ Integer mma (s8, u8, s4, u4, mixed signedness for ``mma_sync`` / ``wgmma``) adds
 products to C modulo 2**32, or with ``satf`` clamps each instruction's exact
 ``A @ B + C`` to the int32 range. ``bmma`` (b1) adds ``popc(a_row op b_col)`` to C
 modulo 2**32.
+
+This module has ``mma``, the chain of instructions over k and the rule for storing
+decoded operands. One instruction (operand decoding, block FMAs, rounding, ``c_mode``)
+is ``datapath_blocks.py``; the argument checks and valid types ``datapath_checks.py``;
+the f64 chain ``datapath_f64.py``; integer mma and ``bmma`` ``datapath_int.py``
+(``bmma`` and ``MODES`` are imported here, where the front-ends and ``matmul`` take them).
 """
 
 from __future__ import annotations
 
 import functools
-from types import MappingProxyType
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -74,513 +78,40 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bitops, fma, softfloat
+from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
-from jaxwarp._src.numerics.formats import FORMATS
 from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import isa
-from jaxwarp._src.tensorcore.arch import ARCHS, ArchModel, Datapath, Target
+from jaxwarp._src.tensorcore.arch import Datapath
+from jaxwarp._src.tensorcore.datapath_blocks import (
+    _FAST_FORMATS,
+    _INSTR,
+    _acc,
+    _as_f16,
+    _block_fast,
+    _block_general,
+    _fast_align,
+    _operand,
+    _order,
+)
+from jaxwarp._src.tensorcore.datapath_checks import (
+    _INT_TYPES,
+    A_TYPES,
+    ACC_TYPES,
+    STORAGE_DTYPE,
+    _Cfg,
+    _check_array,
+    _check_shapes,
+    _check_static,
+    _scale_input_d,
+)
+from jaxwarp._src.tensorcore.datapath_checks import MODES as MODES
+from jaxwarp._src.tensorcore.datapath_f64 import _mma_f64_exact
+from jaxwarp._src.tensorcore.datapath_int import _mma_int_chain
+from jaxwarp._src.tensorcore.datapath_int import bmma as bmma
 
 # --------------------------------------------------------------------------------------
-# Types and valid combinations: views of the instruction catalogue (``isa.ROWS``; b1
-# goes through ``bmma``).
-
-_MMA_ROWS = tuple(r for r in isa.ROWS if r.datapath != "bmma")
-A_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS for t in r.a_formats))
-ACC_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS for p in r.cd for t in p))
-#: Type name -> dtype of a logical matrix entry (from the format registry).
-STORAGE_DTYPE = MappingProxyType({t: isa.storage_dtype(t) for t in A_TYPES + ACC_TYPES})
-
-#: Valid WMMA (a_format, c_format, d_format) combinations.
-COMBOS = tuple(dict.fromkeys((t, c, d) for r in _MMA_ROWS if r.instruction == "wmma"
-                             for t in r.a_formats for c, d in r.cd))
-#: (instruction, a_format) -> valid (c_format, d_format) of ``mma.sync`` (at any shape) and
-#: ``wgmma``.
-PTX_CD = MappingProxyType({(r.instruction, t): isa.cd_pairs(r.instruction, t)
-                           for r in _MMA_ROWS if r.instruction != "wmma" for t in r.a_formats})
-# Operand types that may be paired (a_format, b_format) with a different one.
-_MIXABLE = isa.mixed_pairs()
-_INT_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS if r.datapath == "int"
-                                 for t in r.a_formats))
-
-MODES = ("exact", "fast")
-BMMA_OPS = ("xor", "and")
-
-
-# --------------------------------------------------------------------------------------
-# Argument checks.
-
-
-class _Cfg(NamedTuple):
-    """Static configuration of one exact float mma (hashable: a jit static arg)."""
-
-    a_format: str
-    b_format: str
-    c_format: str
-    d_format: str
-    dp: Datapath
-    ik: int
-    c_shift: int = 0  # tcgen05 scale-input-d: the first C enters as C * 2**-c_shift
-
-
-def _resolve_arch(arch) -> tuple[Target | None, ArchModel]:
-    if isinstance(arch, ArchModel):
-        target = _arch.parse_target(arch.name) if arch.name in _arch.TARGETS else None
-        return target, arch
-    target = _arch.supported_target(arch)
-    return target, ARCHS[target.name]
-
-
-def _check_static(a_format, b_format, c_format, d_format, arch, mode, satf, instruction,
-                  datapath):
-    checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    checks.static_choice(a_format, "a_format", A_TYPES)
-    checks.static_choice(b_format, "b_format", A_TYPES)
-    checks.static_choice(c_format, "c_format", ACC_TYPES)
-    checks.static_choice(d_format, "d_format", ACC_TYPES)
-    checks.static_choice(mode, "mode", MODES)
-    if not isinstance(satf, bool):
-        raise TypeError(f"satf must be a Python bool, got {type(satf).__name__} {satf!r}")
-    if datapath is not None and not isinstance(datapath, Datapath):
-        raise TypeError(f"datapath must be a Datapath or None, got {type(datapath).__name__}")
-    target, model = _resolve_arch(arch)
-    if b_format != a_format and not any({a_format, b_format} <= s for s in _MIXABLE):
-        raise ValueError(f"a_format={a_format!r} and b_format={b_format!r} cannot be mixed; mixed "
-                         f"pairs exist only within {[sorted(s) for s in _MIXABLE]}")
-    if instruction == "wmma":
-        if b_format != a_format:
-            raise ValueError(f"wmma needs b_format == a_format, got {a_format!r}, {b_format!r}")
-        if (a_format, c_format, d_format) not in COMBOS:
-            raise ValueError(
-                f"Unsupported wmma types {(a_format, c_format, d_format)=}; valid "
-                f"(a_format, c_format, "
-                f"d_format) combinations: {COMBOS}")
-    else:
-        valid = PTX_CD.get((instruction, a_format))
-        if valid is None or (c_format, d_format) not in valid:
-            raise ValueError(
-                f"Unsupported {instruction} types {(a_format, c_format, d_format)=}; valid "
-                f"(c_format, d_format) for a_format={a_format!r}: {valid}")
-    if target is not None:
-        _arch.check_target(target, instruction, a_format, b_format)
-    return target, model
-
-
-def _check_array(x, name: str, want: jnp.dtype) -> jax.Array:
-    x = jnp.asarray(x)
-    if x.dtype != want:
-        raise TypeError(f"{name} must have dtype {want} for this type, got {x.dtype}")
-    if x.ndim < 2:
-        raise ValueError(f"{name} must be at least 2-D (..., rows, cols), got shape {x.shape}")
-    return x
-
-
-def _check_shapes(a, b, c):
-    m, k = a.shape[-2:]
-    k2, n = b.shape[-2:]
-    if k2 != k:
-        raise ValueError(f"a is (..., m, k) = {a.shape} but b is (..., k, n) = {b.shape}: "
-                         f"k differs")
-    if c.shape[-2:] != (m, n):
-        raise ValueError(f"c must be (..., m, n) = (..., {m}, {n}), got {c.shape}")
-    try:
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
-    except ValueError as e:
-        raise ValueError(f"batch dims of a {a.shape}, b {b.shape}, c {c.shape} do not "
-                         f"broadcast") from e
-    return batch, m, n, k
-
-
-# --------------------------------------------------------------------------------------
-# Decoded terms (the soft-float helpers live in ``numerics/softfloat.py``).
-
-_NEG_BIG = softfloat.NEG_BIG  # "exponent" of a zero term: below any real one
-_Acc = softfloat.Term  # a decoded accumulator term
-
-
-def _acc(bits, fmt: str, dp: Datapath, out: str | None = None, shift: int = 0) -> _Acc:
-    """An accumulator term of ``fmt`` bits, as the block that sums into ``out`` (default
-    ``fmt``) sees it: with ``c_sub_exp="emin"`` its alignment exponent (``lead``) is at
-    least ``emin(out)`` (an f16 subnormal C of an fp32 D keeps its own), with
-    ``e_floor`` at least ``emin(out) - e_floor`` also for a zero, which then bounds E.
-    ``shift``: the term is C * 2**-shift exactly (tcgen05 scale-input-d: its exponents
-    lowered after the subnormal rule, before the floor)."""
-    t = softfloat.term(bits, fmt)
-    lo = softfloat.emin(out or fmt)
-    if dp.c_sub_exp != "lead":
-        sub = lo if dp.c_sub_exp == "emin" else softfloat.emin(fmt)
-        t = t._replace(lead=jnp.where(t.sig != 0, jnp.maximum(t.lead, sub), t.lead))
-    if shift:
-        t = t._replace(lead=jnp.where(t.sig != 0, t.lead - shift, t.lead), lsb=t.lsb - shift)
-    if dp.e_floor is not None:
-        t = t._replace(lead=jnp.maximum(t.lead, lo - dp.e_floor))
-    return t
-
-
-# "No accumulator" (the +0 that ``c_mode="end"`` starts from; no term, no sign).
-_NO_ACC = _Acc(np.bool_(False), np.int32(0), np.int32(0), np.int32(_NEG_BIG),
-               np.bool_(False), np.bool_(False), np.bool_(False), np.bool_(True))
-
-
-def _pow2(e):
-    """2.0**(e - 127) as float32 from an int32 biased exponent e in [1, 254]."""
-    return lax.bitcast_convert_type(e << 23, jnp.float32)
-
-
-def _col(x, i):  # operand i of the a side, (..., m, 1)
-    return x[..., :, i:i + 1]
-
-
-def _row(x, i):  # operand i of the b side, (..., 1, n)
-    return x[..., i:i + 1, :]
-
-
-# Products per int32 partial sum: every aligned term is below 2**(F + 2) <= 2**30.
-_GROUP = 8
-
-
-def _sum_terms(terms, acc: _Acc, E, F, trunc):
-    """Exact sum of the truncated product terms (int32, in units of 2**(E - F)) and the
-    accumulator (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g."""
-    g = E - F
-    sh = acc.lsb - g
-    cv = softfloat.shift(acc.sig, sh)
-    cv = jnp.where(acc.neg, -cv, cv)
-    if trunc == "floor":  # toward minus infinity: a negative C with lost bits goes down
-        lost = jnp.where(sh >= 0, False, jnp.where(
-            sh <= -31, acc.sig != 0, (acc.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0))
-        cv = cv - (lost & acc.neg).astype(jnp.int32)
-    groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
-    groups.append(cv)
-    hi = sum(x >> 1 for x in groups)
-    lo = sum(x & 1 for x in groups)
-    # sum = 2 * hi + lo exactly in int32 (|sum| may pass 2**31 but stays below 2**32).
-    neg = hi + (lo >> 1) < 0
-    u = (hi.astype(jnp.uint32) << 1) + lo.astype(jnp.uint32)
-    return neg, jnp.where(neg, jnp.uint32(0) - u, u), g
-
-
-def _acc_special(acc: _Acc):
-    """The accumulator's stand-in in the IEEE special sum: NaN, +-inf, -0 (a zero of
-    negative sign, or no accumulator) or +0."""
-    return jnp.where(acc.nan, jnp.float32(jnp.nan),
-                     jnp.where(acc.pinf, jnp.float32(jnp.inf),
-                               jnp.where(acc.ninf, jnp.float32(-jnp.inf),
-                                         jnp.where(acc.negzero, jnp.float32(-0.0),
-                                                   jnp.float32(0)))))
-
-
-def _specials(prods, acc: _Acc, dp: Datapath):
-    """(nan, +inf, -inf, negzero) of a block from the IEEE fp32 sum of its exact
-    products (or of stand-ins with their signs and specials) and the accumulator's
-    stand-in: that sum is NaN / +-inf exactly when the block result is, and -0 exactly
-    when every term is a zero of negative sign (a sum rounded to nearest is -0 only
-    then; the products here are never fp32 subnormals, so no flush can fake one)."""
-    sp = functools.reduce(jnp.add, prods, _acc_special(acc))
-    nan = jnp.isnan(sp)
-    negzero = (sp == 0) & jnp.signbit(sp) if dp.zero == "ieee" else jnp.bool_(False)
-    return nan, sp == jnp.inf, sp == -jnp.inf, negzero
-
-
-def _trunc(v, p, trunc: str):
-    """Aligned fp32 term v (of the product p) -> int32, toward zero or minus infinity."""
-    t = v.astype(jnp.int32)
-    if trunc == "floor":
-        inexact = (t.astype(jnp.float32) != v) | ((v == 0) & (p != 0))
-        t = t - (inexact & (p < 0)).astype(jnp.int32)
-    return t
-
-
-class _Block(NamedTuple):
-    """A block's exact truncated sum (-1)**neg * mag * 2**g and its specials."""
-
-    neg: jax.Array
-    mag: jax.Array
-    g: jax.Array
-    nan: jax.Array
-    pinf: jax.Array
-    ninf: jax.Array
-    negzero: jax.Array
-
-
-# How XLA sees a block: the k loop is unrolled into element-wise operations on
-# (..., m, n) arrays, so the whole block fuses into one loop over the outputs and no
-# (..., m, n, k) tensor is ever stored. The fast path (f16 and fp8 operands, whose
-# values and products fp32 holds exactly as normal numbers) is then fp32 arithmetic: the
-# product itself, the sum of the operands' alignment exponents whose maximum gives the
-# block exponent E, the product scaled onto the grid of 2**(E - F), one conversion to
-# int32 (the truncation) and one int32 addition. inf and NaN follow from the IEEE fp32
-# sum of the products, which is NaN / +-inf exactly when the block result is. bf16 and
-# tf32 take the general path (``_Operand``): their products may leave fp32's range.
-# (On the H100, jax 0.11, a 2**18-tile batch: XLA stores each k slice of the operands
-# once and fuses the rest; folding the slices into k reductions, or a cond choosing
-# this path for bf16 in range, measured slower.)
-# (XLA on CPU flushes fp32 subnormals: every fp32 value formed here is normal, zero,
-# or only ever truncated to zero.)
-
-
-def _ebits(x):
-    """Biased exponent of fp32 x: 0 for zero, 255 for inf and NaN."""
-    return (lax.bitcast_convert_type(x, jnp.int32) >> 23) & 0xFF
-
-
-#: Operand formats of the fast path: f16 holds every value, fp32 every product of two
-#: values exactly as a normal number (bf16 and tf32 products may leave fp32's range).
-_FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
-
-
-def _as_f16(x, fmt: str):
-    """Operand values of ``fmt`` as float16 (exact): fp8 by a conversion, the fp6 / fp4
-    codes (uint8, ``Format.code_storage``) from their decoded significand and exponent."""
-    if not FORMATS[fmt].code_storage:
-        return x.astype(jnp.float16)
-    neg, lsb, sig, _, _, _ = softfloat.decode(x.astype(jnp.uint32), fmt)
-    v = sig.astype(jnp.float32) * _pow2(lsb + 127)  # lsb >= -4: a normal fp32 scale
-    return jnp.where(neg, -v, v).astype(jnp.float16)
-
-
-def _fast_align(x, fmt: str, dp: Datapath):
-    """Alignment exponent + 127 of the fp32 operand x (an ``fmt`` value): its biased
-    exponent, a subnormal's raised to the format's smallest normal one
-    (``sub_exp="emin"``); -1000 for zero (its products count for nothing)."""
-    e = _ebits(x)
-    if dp.sub_exp == "emin":
-        e = jnp.maximum(e, softfloat.emin(fmt) + 127)
-    return jnp.where(x == 0, -1000, e)
-
-
-def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
-                emin: int) -> _Block:
-    """One block FMA over the k indices ``ks`` for f16 / fp8 operands (a (..., m, k),
-    b (..., k, n) as f16: fp8 is converted exactly), converted to fp32 slice by slice here
-    (so that XLA fuses the conversions instead of storing fp32 copies). ``emin``: the
-    lowest alignment exponent of a non-zero product."""
-    a, a_al = a if isinstance(a, tuple) else (a, None)  # (values, alignments) or values
-    b, b_al = b if isinstance(b, tuple) else (b, None)
-    av = [_col(a, i).astype(jnp.float32) for i in ks]
-    bv = [_row(b, i).astype(jnp.float32) for i in ks]
-    prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
-    if dp.align == "nominal":  # the sum of the operands' alignment exponents
-        if a_al is None:
-            ea = [_fast_align(x, fmts[0], dp) for x in av]
-            eb = [_fast_align(y, fmts[1], dp) for y in bv]
-        else:  # computed beforehand (``_store_decoded``)
-            ea = [_col(a_al, i).astype(jnp.int32) for i in ks]
-            eb = [_row(b_al, i).astype(jnp.int32) for i in ks]
-        top = functools.reduce(jnp.maximum, [x + y for x, y in zip(ea, eb, strict=True)])
-        top = top - 127  # biased once, as _ebits; <= 0 when every product is zero
-    else:  # the product's own leading bit
-        top = _ebits(functools.reduce(jnp.maximum, [jnp.abs(p) for p in prods]))
-    # top: 255 or more only with an inf / NaN operand (the result is then special).
-    E = jnp.maximum(jnp.where(top > 0, top - 127, _NEG_BIG), acc.lead)
-    # A non-zero product has E >= emin; otherwise the scale is never used.
-    scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
-    terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
-    neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    return _Block(neg, mag, g, *_specials(prods, acc, dp))
-
-
-class _Operand(NamedTuple):
-    """Operands of the general path, decoded once per element into 4 bytes.
-
-    sig: float16 signed significand (an integer below 2**11, exact in fp16), +-inf or
-      NaN for inf and NaN operands: the fp32 sum of the products ``sig_a * sig_b``
-      (below 2**26 when finite) is then NaN / +-inf exactly when the block result is.
-    exp: int16 ``16 * lsb + (align - lsb)``: the exponents of sig's last bit and the
-      operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
-      products get no exponent and scale to nothing).
-
-    On the CPU both are float32 (``_operand(..., stored=True)``), the same values.
-    """
-
-    sig: jax.Array
-    exp: jax.Array
-
-
-def _lead_only(dp: Datapath) -> bool:
-    """Whether the alignment exponent alone gives the lsb: with nominal alignment and a
-    subnormal at the minimum normal exponent, lsb = align - mbits for every non-zero
-    finite operand (a normal's exponent, a subnormal's emin, less the fraction bits)."""
-    return dp.align == "nominal" and dp.sub_exp == "emin"
-
-
-def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
-    """Decoded operands; ``stored``: as float32 divisions that XLA's CPU backend stores.
-
-    XLA's CPU fusion copies a cheap producer into every consumer that reads it through
-    at most 15 indexings (``kAllowedCodeDuplication``), and the loop over a block's
-    outputs then recomputes it for each output element: with fewer than 16 k elements
-    per instruction (tf32 k4 / k8, bf16 k8) it decoded every operand element, and read
-    ``matmul``'s dynamic slice of the k step, once per output (exact tf32 ``matmul`` ran
-    about 15x slower than bf16). A division counts as expensive there and is not copied
-    into a consumer that reuses its elements, so ``stored`` divides both arrays, by the
-    sign (+-1, exact; a NaN's sign is never read) and by ``sign * sign`` (1, which XLA
-    cannot fold away as it would a constant). The bits of every result are the same.
-    """
-    neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
-    sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
-    mag = jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32))
-    if _lead_only(dp):
-        exp = jnp.where(sig != 0, lead, -1000)
-    else:
-        exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
-    if stored:
-        s = jnp.where(nan, jnp.float32(jnp.nan), mag) / sign
-        return _Operand(s, exp.astype(jnp.float32) / (sign * sign))
-    s = jnp.where(nan, jnp.float32(jnp.nan), sign * mag)
-    return _Operand(s.astype(jnp.float16), exp.astype(jnp.int16))
-
-
-def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
-                   emin: int, mbits: int) -> _Block:
-    """One block FMA for any operand formats (bf16, tf32, fp8: products may leave
-    fp32's range): like ``_block_fast`` on decoded operands (``_operand``), each
-    product of significands scaled by its own power of two. ``mbits``: the fraction
-    bits of a's format plus b's."""
-    lead_only = _lead_only(dp)  # exp is the alignment exponent; lsb_a + lsb_b = pe - mbits
-
-    def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 alignment exponent)
-        e = e.astype(jnp.int32)
-        if lead_only:
-            return s.astype(jnp.float32), None, e
-        lsb = e >> 4
-        return s.astype(jnp.float32), lsb, lsb + (e & 15)
-
-    ops_a = [unpack(_col(a.sig, i), _col(a.exp, i)) for i in ks]
-    ops_b = [unpack(_row(b.sig, i), _row(b.exp, i)) for i in ks]
-    prods = [x[0] * y[0] for x, y in zip(ops_a, ops_b, strict=True)]  # exact: < 2**22
-    if dp.align == "nominal":
-        pe = [x[2] + y[2] for x, y in zip(ops_a, ops_b, strict=True)]
-    else:  # the product's own leading bit
-        pe = [x[1] + y[1] + _ebits(p) - 127 for x, y, p in zip(ops_a, ops_b, prods,
-                                                               strict=True)]
-    # Zero, inf and NaN operands give exponents far below any real one (lsb -1000); if
-    # neither a product nor C is non-zero, E does not matter.
-    E = functools.reduce(jnp.maximum, pe, acc.lead)
-    # Products only need a valid scale when one is non-zero (then E >= emin).
-    fe = dp.F - jnp.maximum(E, emin) + 127
-    if lead_only:
-        lsbs, fe = pe, fe - mbits
-    else:
-        lsbs = [x[1] + y[1] for x, y in zip(ops_a, ops_b, strict=True)]
-    terms = [_trunc(p * _pow2(jnp.maximum(lsb + fe, 1)), p, dp.trunc)
-             for p, lsb in zip(prods, lsbs, strict=True)]
-    neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    return _Block(neg, mag, g, *_specials(prods, acc, dp))
-
-
-# --------------------------------------------------------------------------------------
-# Rounding a block, IEEE additions.
-
-
-def _specials_to(bits, r, nan_bits: int, inf_bits: int, sign: int):
-    bits = jnp.where(r.nan, jnp.uint32(nan_bits), bits)
-    bits = jnp.where(r.pinf & ~r.nan, jnp.uint32(inf_bits), bits)
-    return jnp.where(r.ninf & ~r.nan, jnp.uint32(inf_bits | sign), bits)
-
-
-def _zero_rule(bits, r: _Block, dp: Datapath, sign: int):
-    if dp.zero == "ieee":
-        bits = jnp.where(r.mag == 0, jnp.where(r.negzero, jnp.uint32(sign), 0), bits)
-    return bits
-
-
-def _f32_bits(r: _Block, dp: Datapath):
-    """A block sum -> fp32 bits (``block_round``, ``sum_mbits``)."""
-    q, lsb = softfloat.round_sig(r.mag, r.g, -126, dp.sum_mbits, dp.block_round)
-    bits = _zero_rule(softfloat.encode(r.neg, q, lsb, "f32"), r, dp, 1 << 31)
-    if dp.f32_zero == "plus":
-        bits = jnp.where(bits == jnp.uint32(0x80000000), jnp.uint32(0), bits)
-    return _specials_to(bits, r, dp.nan_f32, 0x7F800000, 1 << 31)
-
-
-def _f16_bits(r: _Block, dp: Datapath):
-    """A block sum -> fp16 bits directly (``f16_round``, ``f16_zero``)."""
-    q, lsb = softfloat.round_sig(r.mag, r.g, -14, 10, dp.f16_round)
-    bits = _zero_rule(softfloat.encode(r.neg, q, lsb, "f16"), r, dp, 0x8000)
-    if dp.f16_zero == "plus":
-        bits = jnp.where(bits == 0x8000, jnp.uint32(0), bits)
-    return _specials_to(bits, r, dp.nan_f16, 0x7C00, 0x8000)
-
-
-def _f32_to_f16(bits, dp: Datapath):
-    """fp32 bits -> fp16 bits (``f16_round``; NaN -> ``nan_f16``)."""
-    neg, lsb, sig, _, inf, nan = softfloat.decode(bits, "f32")
-    q, l16 = softfloat.round_sig(sig.astype(jnp.uint32), lsb, -14, 10, dp.f16_round)
-    out = softfloat.encode(neg, q, l16, "f16")
-    out = jnp.where(inf, jnp.uint32(0x7C00) | (out & 0x8000), out)
-    return jnp.where(nan, jnp.uint32(dp.nan_f16), out)
-
-
-def _add_rn(x: _Acc, y: _Acc, out: str, dp: Datapath):
-    """IEEE ``x + y`` to nearest even into ``out`` ("f32"/"f16") bits; NaN -> dp's."""
-    return softfloat.add_rn(x, y, out, dp.nan_f32 if out == "f32" else dp.nan_f16)
-
-
-def _f32_acc(x) -> _Acc:
-    """An fp32 value (normal, zero, inf or NaN) as an accumulator term."""
-    return softfloat.term(bitops.to_u32(x), "f32")
-
-
-# --------------------------------------------------------------------------------------
-# Instructions.
-
-
-def _order(ks: list[int], dp: Datapath) -> list[int]:
-    if dp.k_split == "mod4":  # k % 4 in {0, 1} first (the low halves of fp8 registers)
-        return [k for j, k in enumerate(ks) if j % 4 < 2] + [k for j, k in enumerate(ks)
-                                                             if j % 4 >= 2]
-    return ks
-
-
-def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_format: str):
-    dp = cfg.dp
-    blocks = [ks[j:j + dp.block_k] for j in range(0, len(ks), dp.block_k)]
-    for j, kb in enumerate(blocks):
-        r = block(a, b, kb, acc, dp)
-        if j + 1 < len(blocks):  # the block result is the next block's accumulator
-            if dp.block_out == "d" and cfg.d_format == "f16":  # rounded as D
-                acc = _acc(_f16_bits(r, dp), "f16", dp)
-            else:
-                acc = _acc(_f32_bits(r, dp), "f32", dp)
-    if cfg.d_format == "f32":
-        return _f32_bits(r, dp)
-    if c_format == "f16" and dp.f16_out == "direct":
-        return _f16_bits(r, dp)
-    return _f32_to_f16(_f32_bits(r, dp), dp)
-
-
-def _instr_end(a, b, ks, acc_c, block, cfg: _Cfg, c_format: str):
-    dp = cfg.dp
-    acc = _NO_ACC
-    for j in range(0, len(ks), dp.block_k):
-        r = block(a, b, ks[j:j + dp.block_k], acc, dp)
-        if cfg.d_format == "f32":
-            acc = _acc(_f32_bits(r, dp), "f32", dp)
-        else:
-            acc = _acc(_f16_bits(r, dp), "f16", dp)
-    return _add_rn(acc_c, acc, cfg.d_format, dp)
-
-
-def _instr_ffma(a, b, ks, acc_c, block, cfg: _Cfg, c_format: str):
-    del block, c_format
-    dp = cfg.dp
-    prods = [_f32_acc(_col(a, i).astype(jnp.float32) * _row(b, i).astype(jnp.float32))
-             for i in ks]
-    if cfg.d_format == "f32":
-        acc = _NO_ACC._replace(negzero=np.bool_(False))  # fma(a0, b0, +0)
-        for p in prods:
-            acc = _acc(_add_rn(p, acc, "f32", dp), "f32", dp)
-        return _add_rn(acc_c, acc, "f32", dp)
-    if len(ks) != 4:
-        raise ValueError("the FFMA routine with an f16 D is modelled for k = 4 only")
-    p01 = _acc(_add_rn(prods[1], prods[0], "f32", dp), "f32", dp)
-    p23 = _acc(_add_rn(prods[3], prods[2], "f32", dp), "f32", dp)
-    s1 = _acc(_add_rn(acc_c, p01, "f32", dp), "f32", dp)
-    return _f32_to_f16(_add_rn(s1, p23, "f32", dp), dp)
-
-
-_INSTR = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
+# The chain of instructions over k.
 
 
 def _chain(a, b, c, cfg: _Cfg, block):
@@ -703,89 +234,6 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
 
 
 # --------------------------------------------------------------------------------------
-# fp64: IEEE fma chain. Native float64 operations (fma.fma64_native) where they are
-# exact for every element of the call, else the 128-bit integer emulation (fma.fma64).
-
-_U64 = jnp.uint64
-
-
-def _f64_chain_soft(a, b, c):
-    ab = lax.bitcast_convert_type(a, _U64)
-    bb = lax.bitcast_convert_type(b, _U64)
-    acc = lax.bitcast_convert_type(c, _U64)
-    for kk in range(a.shape[-1]):
-        acc = fma.fma64(ab[..., :, kk:kk + 1], bb[..., kk:kk + 1, :], acc)
-    return lax.bitcast_convert_type(acc, jnp.float64)
-
-
-def _f64_chain_native(a, b, c):
-    """The chain in native float64 operations, and whether every element was in the range
-    where they are exact (fma.native_*_ok): a result leaving it becomes NaN."""
-    ok = (jnp.all(fma.native_operand_ok(a)) & jnp.all(fma.native_operand_ok(b))
-          & jnp.all(fma.native_acc_ok(c)))
-    acc = c
-    for kk in range(a.shape[-1]):
-        d = fma.fma64_native(a[..., :, kk:kk + 1], b[..., kk:kk + 1, :], acc)
-        acc = jnp.where(fma.native_result_ok(d), d, jnp.nan)
-    # Stored once, so that the check reads it instead of recomputing the chain.
-    acc = lax.optimization_barrier(acc)
-    return acc, ok & ~jnp.any(jnp.isnan(acc))
-
-
-def _vmap_as_batch(fn):
-    """``fn`` over (..., rows, cols) operands whose leading dims broadcast, with a vmap
-    rule that makes the mapped axis one more leading batch dim of the same call: a
-    whole-call ``lax.cond`` inside stays one branch instead of becoming a select that
-    computes both branches."""
-    f = jax.custom_batching.custom_vmap(fn)
-
-    @f.def_vmap
-    def rule(axis_size, in_batched, *args):
-        del axis_size
-        nd = max(x.ndim - 2 - int(bt) for x, bt in zip(args, in_batched, strict=True))
-        lifted = []
-        for x, bt in zip(args, in_batched, strict=True):
-            lead, rest = (x.shape[:1], x.shape[1:]) if bt else ((1,), x.shape)
-            lifted.append(x.reshape(*lead, *(1,) * (nd - (len(rest) - 2)), *rest))
-        return f(*lifted), True
-
-    return f
-
-
-@_vmap_as_batch
-@jax.jit
-def _mma_f64_exact(a, b, c):
-    # One branch for the whole call (and, through _vmap_as_batch, for a vmapped call):
-    # where any element leaves the native range, every element takes the integer
-    # emulation.
-    acc, ok = _f64_chain_native(a, b, c)
-    return lax.cond(ok, lambda: acc, lambda: _f64_chain_soft(a, b, c))
-
-
-# --------------------------------------------------------------------------------------
-# Integer mma and bmma.
-
-
-def _sat_add_i32(x, y):
-    """Saturating int32 x + y without 64-bit types."""
-    s = (x.astype(jnp.uint32) + y.astype(jnp.uint32)).astype(jnp.int32)
-    ovf = ((x >= 0) == (y >= 0)) & ((s >= 0) != (x >= 0))
-    return jnp.where(ovf, jnp.where(x >= 0, jnp.int32(2**31 - 1), jnp.int32(-(2**31))), s)
-
-
-def _mma_int(a, b, c, satf):
-    # |sum of k products| <= k * 255 * 255 fits int32 for every WMMA shape (k <= 32).
-    prod = lax.dot_general(a.astype(jnp.int32), b.astype(jnp.int32),
-                           (((a.ndim - 1,), (b.ndim - 2,)), ((), ())),
-                           preferred_element_type=jnp.int32) if a.ndim == 2 else \
-        jnp.einsum("...mk,...kn->...mn", a.astype(jnp.int32), b.astype(jnp.int32),
-                   preferred_element_type=jnp.int32)
-    if satf:
-        return _sat_add_i32(prod, c)
-    return (prod.astype(jnp.uint32) + c.astype(jnp.uint32)).astype(jnp.int32)
-
-
-# --------------------------------------------------------------------------------------
 # Fast mode and the public functions.
 
 
@@ -871,8 +319,9 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
       b: (..., k, n) in b_format's storage dtype.
       c: (..., m, n) in c_format's dtype (float16, float32, float64 or int32). Leading
         batch dims of a, b and c broadcast: many tiles at once without vmap.
-      a_format, c_format, d_format: static type names. WMMA: see ``COMBOS``; ``mma_sync`` and
-        ``wgmma``: see ``PTX_CD`` (fp8: f32/f32 or f16/f16).
+      a_format, c_format, d_format: static type names. WMMA: see
+        ``datapath_checks.COMBOS``; ``mma_sync`` and ``wgmma``: see ``PTX_CD`` there (fp8:
+        f32/f32 or f16/f16).
       arch: a target name (``arch.TARGETS``: ``"sm_70"``, ``"sm_75"``, ``"sm_80"``,
         ``"sm_86"``, ``"sm_87"``, ``"sm_89"``, ``"sm_90"``, ``"sm_90a"``,
         ``"sm_100(a)"``, ``"sm_103(a)"``, ``"sm_120(a)"``, ``"sm_121(a)"``) or an
@@ -955,76 +404,10 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     if k > ik and c_format != d_format:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
-    if a_format in ("s4", "u4"):
-        # 4-bit elements: only the low 4 bits exist (the fragment path packs them so),
-        # s4 sign-extended from bit 3, as the tensor core reads them.
-        a = _low_nibble(a, a_format == "s4")
-    if b_format in ("s4", "u4"):
-        b = _low_nibble(b, b_format == "s4")
     if a_format in _INT_TYPES:
-        if not satf or k == ik:  # wrapping modulo 2**32 is associative
-            return _mma_int(a, b, c, satf)
-        d = c
-        for i0 in range(0, k, ik):  # each instruction saturates
-            d = _mma_int(a[..., i0:i0 + ik], b[..., i0:i0 + ik, :], d, satf)
-        return d
+        return _mma_int_chain(a, b, c, a_format, b_format, ik, satf)
     dp = datapath
     if dp is None and a_format != "f64":
         dp = _arch.datapath_for(model, instruction, a_format, ik, b_format)
     cfg = _Cfg(a_format, b_format, c_format, d_format, dp, ik, c_shift)
     return _mma_float(a, b, c, cfg, mode, satf)
-
-
-#: Operand types whose tcgen05 kind (f16, tf32) takes scale-input-d.
-SCALE_INPUT_D_TYPES = ("f16", "bf16", "tf32")
-
-
-def _scale_input_d(value, instruction: str, a_format: str) -> int:
-    v = checks.static_int(value, "scale_input_d")
-    if v == 0:
-        return 0
-    if instruction != "tcgen05" or a_format not in SCALE_INPUT_D_TYPES:
-        raise ValueError(f"scale_input_d={v} exists only for tcgen05 kind::f16 and "
-                         f"kind::tf32 (a_format in {SCALE_INPUT_D_TYPES}); got "
-                         f"instruction={instruction!r}, a_format={a_format!r}")
-    if not 0 <= v <= 15:
-        raise ValueError(f"scale_input_d={v} must be in 0..15")
-    return v
-
-
-def _low_nibble(x: jax.Array, signed: bool) -> jax.Array:
-    v = bitops.sext(x, 4) if signed else x.astype(jnp.int32) & 0xF
-    return v.astype(x.dtype)
-
-
-def bmma(a, b, c, *, op: str) -> jax.Array:
-    """Single-bit ``bmma_sync`` with POPC accumulation: ``d = c + popc(a_row op b_col)``.
-
-    Args:
-      a: (..., m, k) uint8 of 0/1 bits. b: (..., k, n) uint8 0/1. c: (..., m, n) int32.
-      op: ``"xor"`` (bmmaBitOpXOR) or ``"and"`` (bmmaBitOpAND).
-
-    Returns:
-      (..., m, n) int32, wrapping modulo 2**32.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> a = jnp.ones((8, 128), jnp.uint8); b = jnp.zeros((128, 8), jnp.uint8)
-      >>> int(bmma(a, b, jnp.zeros((8, 8), jnp.int32), op="xor")[0, 0])
-      128
-    """
-    a, b, c = checks.array_args(a=a, b=b, c=c)
-    checks.static_choice(op, "op", BMMA_OPS)
-    a = _check_array(a, "a", jnp.dtype(jnp.uint8))
-    b = _check_array(b, "b", jnp.dtype(jnp.uint8))
-    c = _check_array(c, "c", jnp.dtype(jnp.int32))
-    _check_shapes(a, b, c)
-    ai = (a & 1).astype(jnp.int32)
-    bi = (b & 1).astype(jnp.int32)
-    dot = functools.partial(jnp.einsum, "...mk,...kn->...mn", preferred_element_type=jnp.int32)
-    if op == "and":
-        cnt = dot(ai, bi)
-    else:  # a xor b = a + b - 2ab
-        cnt = (ai.sum(-1, dtype=jnp.int32)[..., :, None]
-               + bi.sum(-2, dtype=jnp.int32)[..., None, :] - 2 * dot(ai, bi))
-    return (cnt.astype(jnp.uint32) + c.astype(jnp.uint32)).astype(jnp.int32)

@@ -67,8 +67,8 @@ def mma_sync_ptx_logical(qualifier: str | MmaInstruction, a: Any, b: Any, c: Any
       b: (..., k, n) in the B type's logical dtype.
       c: (..., m, n) in the C type's logical dtype. Leading batch axes of a, b, c
         broadcast. Layouts (``.row``/``.col``) only matter for registers.
-      arch: a key of ``datapath.ARCHS`` (``"sm_70"`` ... ``"sm_90"``, ``"sm_100a"``,
-        ``"sm_120a"`` ...) or a ``datapath.ArchModel``; it must have the instruction
+      arch: a key of ``arch.ARCHS`` (``"sm_70"`` ... ``"sm_90"``, ``"sm_100a"``,
+        ``"sm_120a"`` ...) or an ``arch.ArchModel``; it must have the instruction
         (fp8 needs sm_89 or newer, ``.kind::f8f6f4`` sm_120a or sm_121a).
 
     Returns:
