@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp._src.tensorcore import mma_sync_parse, mma_sync_registers
 from jaxwarp._src.tensorcore import mma_sync as mp
+from jaxwarp._src.tensorcore import mma_sync_parse, mma_sync_registers
 from jaxwarp._src.tensorcore.arch import ARCHS
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "capture"))
