@@ -32,3 +32,6 @@ from jaxwarp._src.numerics.fp8 import fp8_to_halfraw as fp8_to_halfraw
 from jaxwarp._src.numerics.fp8 import fp8x2_to_halfraw2 as fp8x2_to_halfraw2
 from jaxwarp._src.numerics.fp8 import halfraw2_to_fp8x2 as halfraw2_to_fp8x2
 from jaxwarp._src.numerics.fp8 import halfraw_to_fp8 as halfraw_to_fp8
+
+# fp8 training recipes: DeepSeek-V3's blockwise scales (docs/fp8_recipes.md).
+from jaxwarp._src.numerics.blockwise import quantize_blockwise as quantize_blockwise
