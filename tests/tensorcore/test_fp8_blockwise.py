@@ -127,7 +127,7 @@ def test_block_scales_are_fused_into_the_promotion():
         p = _ref_chain(qa[:, kb * 128:kb * 128 + 128], qb[kb * 128:kb * 128 + 128])[0]
         s = _u32(sa[0, kb] * sb[kb, 0])
         acc = [R.fma_rn(R.decode(s, F32), R.decode(pj, F32), R.decode(aj, F32), F32, 0)
-               for pj, aj in zip(p.tolist(), acc)]
+               for pj, aj in zip(p.tolist(), acc, strict=True)]
     np.testing.assert_array_equal(got[0], acc)
     p0 = np.float32((1 + 2.0**-3) ** 2)
     assert np.float32(np.float32(p0 * sa[0, 0]) - 1) != np.float32(
@@ -151,7 +151,7 @@ def test_fma_rn_bits():
     X, Y, Z = (np.concatenate(v) for v in ((x, x2, x3, sx), (y, y2, y2, sy), (z, z2, z3, sz)))
     got = _u32(jax.jit(fma_rn)(X, Y, Z))
     want = [R.fma_rn(R.decode(u, F32), R.decode(v, F32), R.decode(w, F32), F32, 0x7FC00000)
-            for u, v, w in zip(_u32(X).tolist(), _u32(Y).tolist(), _u32(Z).tolist())]
+            for u, v, w in zip(_u32(X).tolist(), _u32(Y).tolist(), _u32(Z).tolist(), strict=True)]
     want = np.asarray(want, np.uint32)
     nan = (want & 0x7FFFFFFF) > 0x7F800000
     assert ((got[nan] & 0x7FFFFFFF) > 0x7F800000).all()
