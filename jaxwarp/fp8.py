@@ -4,7 +4,8 @@ of ``cuda_fp8.h`` and sm_100a PTX (``jaxwarp.fp8.cvt_f32_to_ue8m0x2`` ...), whic
 the PTX ISA text (not verified on hardware). Packed values are uint16/uint32 words laid out
 as in registers. Each function's docstring gives its semantics and an example."""
 
-# fp8 training recipes (docs/fp8_recipes.md): DeepSeek-V3's blockwise scales.
+# fp8 training recipes (docs/fp8_recipes.md): DeepSeek-V3's blockwise scales,
+# TransformerEngine's delayed scaling.
 from jaxwarp._src.numerics.blockwise import quantize_blockwise as quantize_blockwise
 from jaxwarp._src.numerics.fp8 import E8M0_PTX_FORMS as E8M0_PTX_FORMS
 from jaxwarp._src.numerics.fp8 import E8M0_ROUNDINGS as E8M0_ROUNDINGS
@@ -34,3 +35,6 @@ from jaxwarp._src.numerics.fp8 import fp8_to_halfraw as fp8_to_halfraw
 from jaxwarp._src.numerics.fp8 import fp8x2_to_halfraw2 as fp8x2_to_halfraw2
 from jaxwarp._src.numerics.fp8 import halfraw2_to_fp8x2 as halfraw2_to_fp8x2
 from jaxwarp._src.numerics.fp8 import halfraw_to_fp8 as halfraw_to_fp8
+from jaxwarp._src.tensorcore.delayed import DelayedScaling as DelayedScaling
+from jaxwarp._src.tensorcore.delayed import DelayedScalingState as DelayedScalingState
+from jaxwarp._src.tensorcore.delayed import delayed_matmul as delayed_matmul
