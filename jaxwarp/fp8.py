@@ -2,7 +2,12 @@
 PTX ``cvt`` (``jaxwarp.fp8.cvt_f32_to_e4m3x2`` ...); and the ue8m0 block-scale conversions
 of ``cuda_fp8.h`` and sm_100a PTX (``jaxwarp.fp8.cvt_f32_to_ue8m0x2`` ...), which follow
 the PTX ISA text (not verified on hardware). Packed values are uint16/uint32 words laid out
-as in registers. Each function's docstring gives its semantics and an example."""
+as in registers. Each function's docstring gives its semantics and an example.
+
+fp8 training recipes (``docs/fp8_recipes.md``): ``quantize_blockwise`` (DeepSeek-V3's
+1x128 / 128x128 block scales, TransformerEngine's ``Float8BlockScaling``) and
+``DelayedScaling``, ``DelayedScalingState``, ``delayed_matmul`` (TransformerEngine's delayed
+scaling as pure functions)."""
 
 # fp8 training recipes (docs/fp8_recipes.md): DeepSeek-V3's blockwise scales,
 # TransformerEngine's delayed scaling.

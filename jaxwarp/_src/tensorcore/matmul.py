@@ -47,6 +47,19 @@ rounded and its CPU backend flushes subnormal operands and results. A missing sc
 counts as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
 kernel (and D is the tensor core's own result).
 
+Block scales (DeepSeek-V3's fine-grained fp8, section 3.3.2; ``a_scale`` of shape
+``(M, K/128)`` -- 1x128 tiles -- or ``(M/128, K/128)``, ``b_scale`` of shape ``(K/128,
+N/128)`` -- 128x128 blocks -- or ``(K/128, N)``; sizes rounded up): each operand element is
+divided by its block's scale (``divide_rn``) and converted as above; the k loop is
+promoted every 128 k-elements, and each block's scales are applied on its promotion, as
+DeepGEMM's sm_90 kernel does (``acc += (scale_a * scale_b) * accum``, which ``nvcc``
+contracts into one ``FFMA``)::
+
+    acc = C (or 0)
+    for each 128-k block kb:  P = tensor-core chain of the block from a zero accumulator
+                              s = fl32(a_scale[m, kb] * b_scale[kb, n])
+                              acc = fma_rn(s, P, acc)     # one rounding (numerics.scaling)
+
 Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
 into intervals of N k-elements (a multiple of the instruction's k; the last
 interval is shorter when N does not divide K). Each interval's tensor-core chain
@@ -628,7 +641,12 @@ def matmul(
         a_scale, b_scale: fp8 only: per-tensor fp32 scale factors (scalars, may be
             traced): the operands are ``a / a_scale``, ``b / b_scale`` in fp8
             (saturating) and the tensor core's result is multiplied by
-            ``a_scale * b_scale`` in fp32 before C is added (module docstring).
+            ``a_scale * b_scale`` in fp32 before C is added (module docstring). Or block
+            scales (2-D, may be traced; ``jaxwarp.fp8.quantize_blockwise`` makes them):
+            ``a_scale`` (M, ceil(K/128)) or (ceil(M/128), ceil(K/128)), ``b_scale``
+            (ceil(K/128), ceil(N/128)) or (ceil(K/128), N), applied on each promotion
+            every 128 k-elements (DeepSeek-V3; module docstring); a missing one is 1.
+            Needs ``accumulator="f32"`` and ``promote_every`` None or 128.
 
     Returns:
         (M, N) array in the accumulator's dtype.
