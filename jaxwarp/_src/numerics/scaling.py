@@ -9,7 +9,8 @@ involved, so the results are the same on every backend (XLA's GPU division is
 float operations to zero, the GPU does not). Used by ``tensorcore.matmul`` (its own fp8
 backward pass) and by ``emulate``'s ``scaling="tensor"`` recipe. A scale that is not a
 power of two (``matmul``'s ``a_scale``, ``b_scale``) is applied by :func:`divide_rn` and
-:func:`multiply_rn`, fp32 division and multiplication rounded once on the bits.
+:func:`multiply_rn`, fp32 division and multiplication rounded once on the bits, and block
+scales on each promotion by :func:`fma_rn`, an fp32 fused multiply-add rounded once.
 """
 
 from __future__ import annotations
