@@ -2,8 +2,16 @@
 PTX ``cvt`` (``jaxwarp.fp8.cvt_f32_to_e4m3x2`` ...); and the ue8m0 block-scale conversions
 of ``cuda_fp8.h`` and sm_100a PTX (``jaxwarp.fp8.cvt_f32_to_ue8m0x2`` ...), which follow
 the PTX ISA text (not verified on hardware). Packed values are uint16/uint32 words laid out
-as in registers. Each function's docstring gives its semantics and an example."""
+as in registers. Each function's docstring gives its semantics and an example.
 
+fp8 training recipes (``docs/fp8_recipes.md``): ``quantize_blockwise`` (DeepSeek-V3's
+1x128 / 128x128 block scales, TransformerEngine's ``Float8BlockScaling``) and
+``DelayedScaling``, ``DelayedScalingState``, ``delayed_matmul`` (TransformerEngine's delayed
+scaling as pure functions)."""
+
+# fp8 training recipes (docs/fp8_recipes.md): DeepSeek-V3's blockwise scales,
+# TransformerEngine's delayed scaling.
+from jaxwarp._src.numerics.blockwise import quantize_blockwise as quantize_blockwise
 from jaxwarp._src.numerics.fp8 import FP8_FORMATS as FP8_FORMATS
 from jaxwarp._src.numerics.fp8 import PTX_FORMS as PTX_FORMS
 from jaxwarp._src.numerics.fp8 import cvt_f16x2_to_fp8x2 as cvt_f16x2_to_fp8x2
@@ -32,3 +40,6 @@ from jaxwarp._src.numerics.ue8m0 import e8m0_to_bf16raw as e8m0_to_bf16raw
 from jaxwarp._src.numerics.ue8m0 import e8m0x2_to_bf162raw as e8m0x2_to_bf162raw
 from jaxwarp._src.numerics.ue8m0 import float2_to_e8m0x2 as float2_to_e8m0x2
 from jaxwarp._src.numerics.ue8m0 import float_to_e8m0 as float_to_e8m0
+from jaxwarp._src.tensorcore.delayed import DelayedScaling as DelayedScaling
+from jaxwarp._src.tensorcore.delayed import DelayedScalingState as DelayedScalingState
+from jaxwarp._src.tensorcore.delayed import delayed_matmul as delayed_matmul

@@ -918,6 +918,34 @@ case(6, "matmul-int-operand", _matmul(), M32, np.ones((32, 32), np.int32), exc=V
 case(6, "matmul-inner-mismatch", _matmul(), M32, np.ones((16, 32), np.float32), exc=ValueError,
      must=("inner dimensions differ", "32x32", "16x32"))
 
+# fp8 recipes: DeepSeek-V3's block scales, delayed scaling.
+A8, B8 = np.ones((8, 256), np.float32), np.ones((256, 8), np.float32)
+case(6, "matmul-block-scale-shape",
+     lambda a, b, s: jaxwarp.matmul(a, b, operand_format="e4m3", a_scale=s), A8, B8,
+     np.ones((8, 3), np.float32), exc=ValueError,
+     must=("a_scale must be a scalar (one per-tensor scale) or block scales", "(8, 2) or (1, 2)",
+           "[8, 3]"))
+case(6, "matmul-block-scale-promote_every",
+     lambda a, b, s: jaxwarp.matmul(a, b, operand_format="e4m3", b_scale=s, promote_every=64),
+     A8, B8, np.ones((2, 1), np.float32), exc=ValueError,
+     must=("block scales", "promote_every=64", "None or 128"))
+case(6, "quantize_blockwise-block", lambda x: jaxwarp.fp8.quantize_blockwise(x, block=(64, 64)),
+     A8, exc=ValueError, must=("block=(64, 64)", "allowed", "(1, 128)", "(128, 128)"))
+case(6, "quantize_blockwise-format",
+     lambda x: jaxwarp.fp8.quantize_blockwise(x, operand_format="bf16"), A8, exc=ValueError,
+     must=("operand_format", "bf16", "e4m3"))
+case(6, "delayed-amax_compute_algo",
+     lambda: jaxwarp.fp8.DelayedScaling(amax_compute_algo="mean"), exc=ValueError,
+     must=("amax_compute_algo", "mean", "'max'", "'most_recent'"), modes=EAGER)
+case(6, "delayed-history-len", lambda: jaxwarp.fp8.DelayedScaling(amax_history_len=0),
+     exc=ValueError, must=("amax_history_len must be a positive int", "0"), modes=EAGER)
+case(6, "delayed_matmul-state-shape",
+     lambda a, b: jaxwarp.fp8.delayed_matmul(
+         a, b, jaxwarp.fp8.DelayedScaling(amax_history_len=4).init(3),
+         jaxwarp.fp8.DelayedScaling(amax_history_len=4)), A8, B8, exc=ValueError,
+     must=("state must hold an amax_history of shape (4, 2) and 2 scales", "(4, 3)",
+           "recipe.init()"))
+
 
 # --------------------------------------------------------------------------------------
 # Class 7: other classes: bool/empty arrays, lane axis in the wrong place.
@@ -997,6 +1025,11 @@ case(6, "emulate-format-dtype-f32", _emulate(operand_format=jnp.float32), F32_16
      exc=ValueError, must=("operand_format='f32'", "allowed", "'tf32'"))
 case(6, "emulate-unknown-instruction", _emulate(operand_format="bf16", instruction="hmma"),
      F32_16, F32_16, exc=ValueError, must=("instruction='hmma'", "'wmma'", "'wgmma'"))
+case(6, "emulate-blockwise-f16", _emulate(operand_format="f16", scaling="blockwise"), F32_16,
+     F32_16, exc=ValueError, must=("scaling='blockwise'", "fp8 formats", "operand_format='f16'"))
+case(6, "emulate-blockwise-promote_every",
+     _emulate(operand_format="e4m3", scaling="blockwise_pow2", promote_every=64), F32_16, F32_16,
+     exc=ValueError, must=("scaling='blockwise_pow2'", "every 128", "promote_every=64"))
 
 
 # --------------------------------------------------------------------------------------

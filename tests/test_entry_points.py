@@ -279,6 +279,13 @@ ENTRY_POINTS: dict[str, Entry] = {
                                         static_args=(False, "rp")),
     "fp8.e8m0_to_bf16raw": Entry(fp8.e8m0_to_bf16raw, {"x": U32.astype(np.uint8)}),
     "fp8.e8m0x2_to_bf162raw": Entry(fp8.e8m0x2_to_bf162raw, {"x": U32.astype(np.uint16)}),
+    # fp8 recipes (docs/fp8_recipes.md).
+    "fp8.quantize_blockwise": Entry(fp8.quantize_blockwise, {"x": F32.reshape(2, 16)},
+                                    static={"block": (1, 128)}),
+    "fp8.delayed_matmul": Entry(fp8.delayed_matmul, {"a": F32.reshape(1, 32),
+                                                     "b": F32[:8].reshape(1, 8) * F32[:32, None]},
+                                static_args=(fp8.DelayedScaling(amax_history_len=2).init(),
+                                             fp8.DelayedScaling(amax_history_len=2))),
     "fp6.cvt_f32_to_fp6x2": Entry(fp6.cvt_f32_to_fp6x2, {"a": F32, "b": F32},
                                   static_args=("e2m3",)),
     "fp6.cvt_f32_to_e2m3x2": Entry(fp6.cvt_f32_to_e2m3x2, {"a": F32, "b": F32}),
@@ -363,6 +370,8 @@ NO_ARRAY_DATA = frozenset({
     "emulate",
     # A format, and a datapath's parameters.
     "define_format", "FusedDot",
+    # fp8 recipe settings and its state (a pytree container of the scales).
+    "fp8.DelayedScaling", "fp8.DelayedScalingState",
 })
 
 WIDE = {"float64": np.float64, "int64": np.int64, "uint64": np.uint64}

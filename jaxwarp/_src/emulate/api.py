@@ -49,6 +49,12 @@ class _Key:
                         for a, b in zip(self.static, other.static)))
 
 
+_SCALING_TEXT = {None: "", "tensor": ", per-tensor scaled by powers of two",
+                 "blockwise": ", block-scaled (1x128 tiles, 128x128 weight blocks, fp32 scales)",
+                 "blockwise_pow2": ", block-scaled (1x128 tiles, 128x128 weight blocks, "
+                                   "power-of-two scales)"}
+
+
 def _check_64bit(leaves, args, kwargs) -> None:
     """The shared 64-bit policy (``checks.check_64bit``) on every array argument: with x64
     off, JAX would narrow a float64 / int64 array to 32 bits silently."""
@@ -139,8 +145,15 @@ def emulate(
             unemulated (``dot_general`` as written).
         on_unsupported: ``"error"`` or ``"skip"``.
         report: if True, the function returns ``(out, EmulationReport)``.
-        scaling: None or ``"tensor"`` (per-tensor current scaling from the amax, by
-            powers of two; f16, e4m3 and e5m2 operand and gradient formats only).
+        scaling: None, ``"tensor"`` (per-tensor current scaling from the amax, by
+            powers of two; f16, e4m3 and e5m2 operand and gradient formats only), or
+            ``"blockwise"`` / ``"blockwise_pow2"`` (DeepSeek-V3's fine-grained fp8
+            recipe, fp8 formats only: the left operand of each product in 1x128 tiles
+            along K, the right one in 128x128 blocks -- the weight of ``x @ W`` --, the
+            wgrad product's gradient in 128x1 tiles; each block's scale from its amax,
+            fp32 ``amax / max`` or TransformerEngine's power of two, applied by
+            ``matmul`` on each promotion every 128 k-elements; see
+            ``docs/fp8_recipes.md``).
         backward_format: None (gradients in ``operand_format``, as ``matmul``'s
             own vjp) or the operand format of the gradient in backward products.
         promote_every: None or N, passed to ``matmul`` (promotion of partial sums
@@ -179,7 +192,7 @@ def emulate(
     backward = ("matmul's custom_vjp: dA = dD @ B^T and dB = A^T @ dD on the same emulated "
                 "tensor core" if not cfg.custom_recipe else
                 f"emulate's recipe vjp: gradients in {cfg.backward_format or operand_format}"
-                f"{', per-tensor scaled by powers of two' if cfg.scaling else ''}, saved "
+                f"{_SCALING_TEXT[cfg.scaling]}, saved "
                 f"operands in {operand_format}")
 
     def run(key: _Key, *dyn):

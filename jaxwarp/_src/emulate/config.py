@@ -19,7 +19,9 @@ from jaxwarp._src.tensorcore import matmul as matmul_mod
 INSTRUCTIONS = matmul_mod.INSTRUCTIONS
 OPERAND_FORMATS = matmul_mod.OPERAND_FORMATS
 FP8_FORMATS = matmul_mod.FP8_FORMATS
-SCALINGS = (None, "tensor")
+SCALINGS = (None, "tensor", "blockwise", "blockwise_pow2")
+#: DeepSeek-V3's fine-grained scaling (fp32 scales; TransformerEngine's power-of-two ones).
+BLOCK_SCALINGS = ("blockwise", "blockwise_pow2")
 #: Operand formats per-tensor scaling is for: scaled to the format's largest value, two
 #: operands' products and their K-long sums stay finite in the fp32 accumulator.
 SCALED_FORMATS = ("f16", *FP8_FORMATS)
@@ -91,7 +93,16 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
                          f"{INSTRUCTIONS}, or None for matmul's default for the format")
     if scaling not in SCALINGS:
         raise ValueError(f"scaling={scaling!r} is not supported; allowed: {SCALINGS}")
-    if scaling is not None:
+    if scaling in BLOCK_SCALINGS:
+        for name, fmt in (("operand_format", operand_format),
+                          ("backward_format", backward_format)):
+            if fmt is not None and fmt not in FP8_FORMATS:
+                raise ValueError(f"scaling={scaling!r} is for the fp8 formats {FP8_FORMATS}; "
+                                 f"got {name}={fmt!r}")
+        if promote_every not in (None, 128):
+            raise ValueError(f"scaling={scaling!r} promotes (and scales) every 128 "
+                             f"k-elements; got promote_every={promote_every!r} (use None)")
+    elif scaling is not None:
         for name, fmt in (("operand_format", operand_format),
                           ("backward_format", backward_format)):
             if fmt is not None and fmt not in SCALED_FORMATS:

@@ -8,7 +8,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxwarp._src.emulate.config import FP8_FORMATS, MARKER, Config
+from jaxwarp._src.emulate.config import BLOCK_SCALINGS, FP8_FORMATS, MARKER, Config
+from jaxwarp._src.numerics.blockwise import BLOCK, block_scales
 from jaxwarp._src.numerics.scaling import tensor_scale_exponent, times_pow2
 from jaxwarp._src.tensorcore.matmul import matmul
 
@@ -20,13 +21,29 @@ def _pair(fa: str, fb: str):
     return fa if fa == fb else (fa, fb)
 
 
-def _raw_product(x, y, fx, fy, cfg: Config, batched: bool):
-    """x @ y (x: (B,)M,K, y: (B,)K,N) through matmul, with the recipe's per-tensor scales.
+#: y's blocks in each product of the blockwise recipe (x always has 1x128 tiles along K):
+#: DeepSeek-V3's Figure 7, with the right operand of the forward product as the weight.
+_Y_BLOCK = {"fprop": (BLOCK, BLOCK), "dgrad": (BLOCK, BLOCK), "wgrad": (BLOCK, 1)}
 
-    Scaled: ``D = rn(T * 2**-(kx + ky))`` in the accumulator's format, ``T`` the tensor
-    core's ``rn32(x * 2**kx) @ rn32(y * 2**ky)``: every scaling is :func:`times_pow2`,
-    exact or rounded once, on the bits (the same on every backend)."""
+
+def _raw_product(x, y, fx, fy, cfg: Config, batched: bool, which: str = "fprop"):
+    """x @ y (x: (B,)M,K, y: (B,)K,N) through matmul, with the recipe's scales.
+
+    Per-tensor: ``D = rn(T * 2**-(kx + ky))`` in the accumulator's format, ``T`` the
+    tensor core's ``rn32(x * 2**kx) @ rn32(y * 2**ky)``: every scaling is
+    :func:`times_pow2`, exact or rounded once, on the bits (the same on every backend).
+    Blockwise: x's 1x128 tiles and y's blocks (``_Y_BLOCK[which]``) get their scales
+    from their amax (``numerics.blockwise``), applied by matmul on each promotion."""
     kw = cfg.matmul_kwargs(_pair(fx, fy))
+    if cfg.scaling in BLOCK_SCALINGS:
+        pow2 = cfg.scaling == "blockwise_pow2"
+
+        def block_scaled(x, y):
+            sa = block_scales(x, fx, (1, BLOCK), pow2)  # (M, K/128)
+            sb = block_scales(y, fy, _Y_BLOCK[which], pow2)  # (K/128, N/128) or (K/128, N)
+            return matmul(x, y, a_scale=sa, b_scale=sb, **kw)
+
+        return jax.vmap(block_scaled)(x, y) if batched else block_scaled(x, y)
     if cfg.scaling == "tensor":
         kx, ky = tensor_scale_exponent(x, fx), tensor_scale_exponent(y, fy)
         x, y = times_pow2(x, kx, "f32"), times_pow2(y, ky, "f32")
@@ -54,8 +71,8 @@ def _recipe_bwd(cfg, batched, res, g):
     if not (f in FP8_FORMATS and gf in FP8_FORMATS):
         f = gf  # no tensor core mixes other formats: both operands in the gradient's format
     g = g.astype(jnp.float32 if g.dtype != jnp.float64 else g.dtype)
-    dx = _raw_product(g, jnp.swapaxes(y, -1, -2), gf, f, cfg, batched)
-    dy = _raw_product(jnp.swapaxes(x, -1, -2), g, f, gf, cfg, batched)
+    dx = _raw_product(g, jnp.swapaxes(y, -1, -2), gf, f, cfg, batched, "dgrad")
+    dy = _raw_product(jnp.swapaxes(x, -1, -2), g, f, gf, cfg, batched, "wgrad")
     return dx.astype(x.dtype), dy.astype(y.dtype)
 
 

@@ -9,7 +9,8 @@ involved, so the results are the same on every backend (XLA's GPU division is
 float operations to zero, the GPU does not). Used by ``tensorcore.matmul`` (its own fp8
 backward pass) and by ``emulate``'s ``scaling="tensor"`` recipe. A scale that is not a
 power of two (``matmul``'s ``a_scale``, ``b_scale``) is applied by :func:`divide_rn` and
-:func:`multiply_rn`, fp32 division and multiplication rounded once on the bits.
+:func:`multiply_rn`, fp32 division and multiplication rounded once on the bits, and block
+scales on each promotion by :func:`fma_rn`, an fp32 fused multiply-add rounded once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from jax import lax
 from jaxwarp._src.numerics import bitops, formats, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
-__all__ = ["SCALE_EXP_MAX", "divide_rn", "multiply_rn", "tensor_scale_exponent",
+__all__ = ["SCALE_EXP_MAX", "divide_rn", "fma_rn", "multiply_rn", "tensor_scale_exponent",
            "times_pow2"]
 
 #: Per-tensor scale exponents are clamped to [-SCALE_EXP_MAX, SCALE_EXP_MAX].
@@ -166,4 +167,112 @@ def multiply_rn(x: jax.Array, y: jax.Array) -> jax.Array:
     sign = neg.astype(jnp.uint32) << 31
     code = jnp.where(zx | zy, sign, jnp.where(ix | iy, sign | _F32_INF, code))
     code = jnp.where(qx | qy | (zx & iy) | (ix & zy), jnp.uint32(0x7FC00000), code)
+    return bitops.from_u32(code, jnp.float32)
+
+
+_M26 = (1 << 26) - 1
+
+
+def _limbs_shift(hi, lo, s):
+    """``floor((hi * 2**26 + lo) * 2**s)`` as (hi, lo) base-2**26 limbs (uint32, results
+    below 2**52), and whether bits were shifted out. ``s`` may be any int32."""
+    u = jnp.uint32
+    # Left (s >= 0; only s <= 31 occurs, and then the value stays below 2**52).
+    sl = jnp.clip(s, 0, 31).astype(u)
+    lo_l = (lo << sl) & _M26  # wraps mod 2**32: the low 26 bits stay right
+    hi_l = (hi << sl) | jnp.where(s <= 26, lo >> jnp.clip(26 - s, 0, 31).astype(u),
+                                  lo << jnp.clip(s - 26, 0, 31).astype(u))
+    # Right (s < 0) by r, with a sticky bit.
+    r = jnp.clip(-s, 0, 60)
+    r1 = jnp.clip(r, 0, 26).astype(u)  # r < 26
+    r2 = jnp.clip(r - 26, 0, 31).astype(u)  # 26 <= r < 52
+    lo_r1 = (lo >> r1) | ((hi & ((u(1) << r1) - 1)) << (26 - r1))
+    lost1 = (lo & ((u(1) << r1) - 1)) != 0
+    lo_r2 = hi >> r2
+    lost2 = (lo != 0) | ((hi & ((u(1) << r2) - 1)) != 0)
+    near = r < 26
+    lo_r = jnp.where(near, lo_r1, jnp.where(r < 52, lo_r2, 0))
+    hi_r = jnp.where(near, hi >> r1, 0)
+    lost_r = jnp.where(near, lost1, jnp.where(r < 52, lost2, (hi | lo) != 0))
+    left = s >= 0
+    return (jnp.where(left, hi_l, hi_r), jnp.where(left, lo_l, lo_r),
+            ~left & lost_r)
+
+
+def fma_rn(x: jax.Array, y: jax.Array, z: jax.Array) -> jax.Array:
+    """IEEE fp32 fused multiply-add ``x * y + z`` rounded once to nearest even (CUDA's
+    ``__fmaf_rn``, the ``FFMA`` instruction that ``nvcc`` contracts ``acc += s * p`` into
+    by default), computed on the bits with integer operations.
+
+    The exact product (48 bits) and ``z`` are aligned in a 52-bit window below the larger
+    one's leading bit, held as two base-2**26 limbs; at most one of them loses bits there
+    (then as a sticky bit, so the sum is rounded to odd), and the sum is rounded once to
+    24 bits (subnormals kept, beyond the largest finite value infinity). NaN operands,
+    ``0 * inf`` and ``inf - inf`` give NaN; an exact zero sum is +0 unless both the product
+    and ``z`` are negative (or -0).
+
+    Args:
+      x, y, z: float32 arrays (other floats are converted to float32 first); they
+        broadcast.
+
+    Example:
+      >>> x = jnp.float32(1 + 2**-12)
+      >>> fma_rn(x, x, jnp.float32(-1)) == jnp.float32(2**-11 + 2**-24)  # no product rounding
+      Array(True, dtype=bool)
+    """
+    u = jnp.uint32
+    x, y, z = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float32) for v in (x, y, z)))
+    (nx, mx, lx, ix, qx, zx), (ny, my, ly, iy, qy, zy) = _fp32_operands(x, y)
+    (nz, mz, lz, iz, qz, zz), _ = _fp32_operands(z, z)
+    # The exact product mx * my (in [2**46, 2**48)) as base-2**26 limbs.
+    xh, xl, yh, yl = mx >> 12, mx & 0xFFF, my >> 12, my & 0xFFF
+    mid = xh * yl + xl * yh
+    lo = xl * yl + ((mid & 0xFFF) << 12)
+    hi = xh * yh + (mid >> 12) + (lo >> 24)  # product = hi * 2**24 + lo
+    lo = lo & 0xFFFFFF
+    p_hi, p_lo = hi >> 2, ((hi & 3) << 24) | lo
+    pzero = zx | zy
+    p_hi, p_lo = jnp.where(pzero, u(0), p_hi), jnp.where(pzero, u(0), p_lo)
+    lp = lx + ly
+    lead_p = jnp.where(pzero, softfloat.NEG_BIG, lp + 24 + softfloat.bitlen(hi) - 1)
+    mz = jnp.where(zz, u(0), mz)
+    lead_z = jnp.where(zz, softfloat.NEG_BIG, lz + 23)
+    g = jnp.maximum(lead_p, lead_z) - 50  # the window's last bit
+    ph, pl, p_lost = _limbs_shift(p_hi, p_lo, lp - g)
+    zh, zl, z_lost = _limbs_shift(jnp.zeros_like(mz), mz, lz - g)
+    neg_p = nx ^ ny
+    # |p| and |z| both below 2**52; at most one lost bits, and then it is the smaller.
+    same = neg_p == nz
+    s_lo = pl + zl
+    s_hi = ph + zh + (s_lo >> 26)
+    s_lo = s_lo & _M26
+    p_big = (ph > zh) | ((ph == zh) & (pl >= zl))
+    bh, bl, sh_, sl_ = (jnp.where(p_big, ph, zh), jnp.where(p_big, pl, zl),
+                        jnp.where(p_big, zh, ph), jnp.where(p_big, zl, pl))
+    lost = p_lost | z_lost
+    # big - small - (1 if small lost bits: its floor was taken), with a borrow.
+    d_lo = bl.astype(jnp.int32) - sl_.astype(jnp.int32) - lost.astype(jnp.int32)
+    borrow = (d_lo < 0).astype(u)
+    d_lo = (d_lo + jnp.where(d_lo < 0, 1 << 26, 0)).astype(u)
+    d_hi = bh - sh_ - borrow
+    r_hi, r_lo = jnp.where(same, s_hi, d_hi), jnp.where(same, s_lo, d_lo)
+    neg = jnp.where(same, neg_p, jnp.where(p_big, neg_p, nz))
+    # Down to at most 30 bits, rounded to odd (a sticky last bit), then rounded once.
+    n = jnp.where(r_hi > 0, 26 + softfloat.bitlen(r_hi), softfloat.bitlen(r_lo))
+    t = jnp.clip(n - 30, 0, 26)
+    tu = t.astype(u)
+    mag = (r_hi << (26 - tu)) | (r_lo >> tu)
+    lost = lost | ((r_lo & ((u(1) << tu) - 1)) != 0)
+    mag = mag | lost.astype(u)
+    q, e = softfloat.round_sig(mag, g + t, softfloat.emin("f32"),
+                               FORMATS["f32"].mantissa_bits, "rn")
+    code = softfloat.encode_rounded(neg, q, e, "f32")
+    exact_zero = (r_hi == 0) & (r_lo == 0) & ~lost
+    code = jnp.where(exact_zero, (neg_p & nz).astype(u) << 31, code)
+    # Specials: a NaN operand, 0 * inf, inf - inf give NaN; otherwise an infinity wins.
+    pinf = (ix | iy) & ~pzero
+    nan = qx | qy | qz | ((ix | iy) & pzero) | (pinf & iz & (neg_p != nz))
+    code = jnp.where(iz, (nz.astype(u) << 31) | _F32_INF, code)
+    code = jnp.where(pinf, (neg_p.astype(u) << 31) | _F32_INF, code)
+    code = jnp.where(nan, u(0x7FC00000), code)
     return bitops.from_u32(code, jnp.float32)

@@ -47,6 +47,19 @@ rounded and its CPU backend flushes subnormal operands and results. A missing sc
 counts as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
 kernel (and D is the tensor core's own result).
 
+Block scales (DeepSeek-V3's fine-grained fp8, section 3.3.2; ``a_scale`` of shape
+``(M, K/128)`` -- 1x128 tiles -- or ``(M/128, K/128)``, ``b_scale`` of shape ``(K/128,
+N/128)`` -- 128x128 blocks -- or ``(K/128, N)``; sizes rounded up): each operand element is
+divided by its block's scale (``divide_rn``) and converted as above; the k loop is
+promoted every 128 k-elements, and each block's scales are applied on its promotion, as
+DeepGEMM's sm_90 kernel does (``acc += (scale_a * scale_b) * accum``, which ``nvcc``
+contracts into one ``FFMA``)::
+
+    acc = C (or 0)
+    for each 128-k block kb:  P = tensor-core chain of the block from a zero accumulator
+                              s = fl32(a_scale[m, kb] * b_scale[kb, n])
+                              acc = fma_rn(s, P, acc)     # one rounding (numerics.scaling)
+
 Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
 into intervals of N k-elements (a multiple of the instruction's k; the last
 interval is shorter when N does not divide K). Each interval's tensor-core chain
@@ -87,9 +100,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bitops, convert, formats, fp8_intrinsics, softfloat
+from jaxwarp._src.numerics import bitops, blockwise, convert, formats, fp8_intrinsics, softfloat
 from jaxwarp._src.numerics.scaling import (
     divide_rn,
+    fma_rn,
     multiply_rn,
     tensor_scale_exponent,
     times_pow2,
@@ -250,6 +264,7 @@ class _Cfg:
     mode: str
     promote_every: int | None
     scaled: bool
+    blockwise: bool = False  # a_scale / b_scale are block scales (DeepSeek-V3's recipe)
 
     @property
     def fp8(self) -> bool:
@@ -291,15 +306,24 @@ def _tiles_text(instruction: str, fmt: str) -> str:
     return str(list(TILES[instruction][fmt]))
 
 
-def _scale_arg(s: Any, name: str) -> jax.Array | None:
+def _scale_arg(s: Any, name: str, shapes: tuple) -> jax.Array | None:
+    """A per-tensor scale (a scalar) or block scales (one of the 2-D ``shapes``)."""
     if s is None:
         return None
     s = jnp.asarray(s)
-    if s.shape != () or not (jnp.issubdtype(s.dtype, jnp.floating)
-                             or jnp.issubdtype(s.dtype, jnp.integer)):
-        raise ValueError(f"{name} must be a scalar (one per-tensor scale), got "
-                         f"{s.dtype}{list(s.shape)}")
+    if s.shape not in ((), *shapes) or not (jnp.issubdtype(s.dtype, jnp.floating)
+                                            or jnp.issubdtype(s.dtype, jnp.integer)):
+        raise ValueError(f"{name} must be a scalar (one per-tensor scale) or block scales of "
+                         f"shape {' or '.join(str(t) for t in dict.fromkeys(shapes))} (per "
+                         f"{blockwise.BLOCK} k-elements), got {s.dtype}{list(s.shape)}")
     return s.astype(jnp.float32)
+
+
+def _block_shapes(M: int, K: int, N: int) -> tuple[tuple, tuple]:
+    """Allowed block-scale shapes of a and b: 1x128 tiles of a's rows ``(M, Kb)`` or 128x128
+    blocks ``(Mb, Kb)``; b: ``(Kb, N)`` (128x1 tiles of its columns) or ``(Kb, Nb)``."""
+    kb, mb, nb = (-(-d // blockwise.BLOCK) for d in (K, M, N))
+    return ((M, kb), (mb, kb)), ((kb, N), (kb, nb))
 
 
 def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
@@ -366,16 +390,39 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
         if accumulator != "f32":
             raise ValueError(f"promote_every promotes partial sums into fp32 and needs "
                              f"accumulator='f32'; got accumulator={accumulator!r}")
-    a_scale, b_scale = _scale_arg(a_scale, "a_scale"), _scale_arg(b_scale, "b_scale")
+    a_shapes, b_shapes = _block_shapes(M, K, N)
+    a_scale, b_scale = (_scale_arg(a_scale, "a_scale", a_shapes),
+                        _scale_arg(b_scale, "b_scale", b_shapes))
     scaled = a_scale is not None or b_scale is not None
     if scaled and fa not in FP8_FORMATS:
         raise ValueError(f"a_scale / b_scale are per-tensor scales of the fp8 formats "
                          f"{FP8_FORMATS}; got operand_format={operand_format!r}")
+    block = any(s is not None and s.ndim == 2 for s in (a_scale, b_scale))
+    if block:
+        # DeepSeek-V3's fine-grained scaling: the scales are applied on each promotion.
+        if promote_every not in (None, blockwise.BLOCK):
+            raise ValueError(
+                f"block scales (a_scale / b_scale of 2 dimensions) are applied on each "
+                f"promotion every {blockwise.BLOCK} k-elements; got promote_every="
+                f"{promote_every!r} (use None or {blockwise.BLOCK})")
+        if accumulator != "f32" or blockwise.BLOCK % k:
+            raise ValueError(f"block scales need accumulator='f32' and an instruction k "
+                             f"dividing {blockwise.BLOCK}; got accumulator={accumulator!r}, "
+                             f"tile={tile}")
+        promote_every = blockwise.BLOCK
+        one = jnp.ones((), jnp.float32)
+        a_scale = jnp.broadcast_to(one if a_scale is None else a_scale,
+                                   a_scale.shape if a_scale is not None and a_scale.ndim
+                                   else a_shapes[0])
+        b_scale = jnp.broadcast_to(one if b_scale is None else b_scale,
+                                   b_scale.shape if b_scale is not None and b_scale.ndim
+                                   else b_shapes[0])
     if c is not None:
         c = jnp.asarray(c)
         if c.shape != (M, N):
             raise ValueError(f"c must have shape {(M, N)}, got {tuple(c.shape)}")
-    cfg = _Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every, scaled)
+    cfg = _Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every,
+               scaled and not block, block)
     return a, b, c, a_scale, b_scale, cfg
 
 
@@ -429,11 +476,12 @@ def _fast(a_op, b_op, c_acc, cfg: _Cfg):
     return (prod + c_acc.astype(jnp.float32)).astype(_ACC_DTYPE[cfg.accumulator])
 
 
-def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
+def _tiled(a_op, b_op, c_acc, cfg: _Cfg, scales=None):
     """The k loop over the whole (M, N) output, on converted operands.
 
     M, N and K are padded with zeros to the tile (only where ``_check`` allows it, or in
-    the backward products, where a zero k-slice leaves the sum as it is)."""
+    the backward products, where a zero k-slice leaves the sum as it is). ``scales``: the
+    block scales ``(sa (M, Kb), sb (Kb, N))`` applied on each promotion (``_promote``)."""
     if cfg.mode == "fast":
         # Fast mode: one dot_general over the whole K (the backend's own accumulation);
         # tiling (and promotion) change nothing there but speed.
@@ -443,6 +491,9 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
     Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
     a_op, b_op, acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
     kt = Kp // k
+    if scales is not None:
+        scales = (_pad_to(scales[0], Mp, scales[0].shape[1]),
+                  _pad_to(scales[1], scales[1].shape[0], Np))
 
     def step(carry, _):
         # One k step of every output tile as a single (Mp, k) x (k, Np) instruction call:
@@ -471,17 +522,50 @@ def _tiled(a_op, b_op, c_acc, cfg: _Cfg):
 
         def interval(carry, _):
             acc, k0 = carry
-            return (acc + chain(zero, k0, s), k0 + s), None
+            return (_promote(acc, chain(zero, k0, s), k0 // s, scales), k0 + s), None
 
         if full:
             acc = lax.scan(interval, (acc, jnp.int32(0)), None, length=full)[0][0]
         if rem:
-            acc = acc + chain(zero, full * s, rem)
+            acc = _promote(acc, chain(zero, full * s, rem), full, scales)
     return acc[:M, :N]
+
+
+def _promote(acc, p, kb, scales):
+    """One promotion: ``acc + P`` (fp32, rn); with block scales DeepGEMM's
+    ``acc += (sa * sb) * P``: ``fma_rn(fl32(sa[m, kb] * sb[kb, n]), P, acc)``."""
+    if scales is None:
+        return acc + p
+    sa = lax.dynamic_index_in_dim(scales[0], kb, axis=1, keepdims=True)  # (Mp, 1)
+    sb = lax.dynamic_index_in_dim(scales[1], kb, axis=0, keepdims=True)  # (1, Np)
+    return fma_rn(multiply_rn(sa, sb), p, acc)
+
+
+def _block_forward(a, b, c, sa, sb, cfg: _Cfg):
+    """Block-scaled fp8 (DeepSeek-V3): operands divided by their block's scale and
+    converted; every 128 k-elements the chain's partial P is promoted with the scales."""
+    (M, K), N = a.shape, b.shape[1]
+    bm = (1 if sa.shape[0] == M else blockwise.BLOCK, blockwise.BLOCK)
+    bn = (blockwise.BLOCK, 1 if sb.shape[1] == N else blockwise.BLOCK)
+    qa = to_operand(a, cfg.a_format, blockwise.expand_scales(sa, (M, K), bm))
+    qb = to_operand(b, cfg.b_format, blockwise.expand_scales(sb, (K, N), bn))
+    sa_rows = jnp.repeat(sa, bm[0], axis=0)[:M]  # (M, Kb)
+    sb_cols = jnp.repeat(sb, bn[1], axis=1)[:, :N]  # (Kb, N)
+    acc = c.astype(jnp.float32)
+    if cfg.mode == "fast":  # native float operations, blocks summed in order
+        kb = sa.shape[1]
+        pad = kb * blockwise.BLOCK - K
+        qa3 = jnp.pad(qa.astype(jnp.float32), ((0, 0), (0, pad))).reshape(M, kb, -1)
+        qb3 = jnp.pad(qb.astype(jnp.float32), ((0, pad), (0, 0))).reshape(kb, -1, N)
+        p = jnp.einsum("mkc,kcn->kmn", qa3, qb3, precision=lax.Precision.HIGHEST)
+        return acc + jnp.sum(sa_rows.T[:, :, None] * sb_cols[:, None, :] * p, axis=0)
+    return _tiled(qa, qb, acc, cfg, (sa_rows, sb_cols))
 
 
 def _forward(a, b, c, sa, sb, cfg: _Cfg):
     acc_dt = _ACC_DTYPE[cfg.accumulator]
+    if cfg.blockwise:
+        return _block_forward(a, b, c, sa, sb, cfg)
     if not cfg.scaled:
         return _tiled(to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
                       c.astype(acc_dt), cfg)
@@ -517,7 +601,7 @@ def _bwd(cfg: _Cfg, res, g):
     # The backward products run on the emulated tensor core, like a GPU's backward.
     a, b, c, sa, sb = res
     acc_dt = _ACC_DTYPE[cfg.accumulator]
-    bcfg = dataclasses.replace(cfg, scaled=False)
+    bcfg = dataclasses.replace(cfg, scaled=False, blockwise=False)
 
     def product(x, y):  # x @ y through the tensor core
         M, K = x.shape
@@ -613,7 +697,12 @@ def matmul(
         a_scale, b_scale: fp8 only: per-tensor fp32 scale factors (scalars, may be
             traced): the operands are ``a / a_scale``, ``b / b_scale`` in fp8
             (saturating) and the tensor core's result is multiplied by
-            ``a_scale * b_scale`` in fp32 before C is added (module docstring).
+            ``a_scale * b_scale`` in fp32 before C is added (module docstring). Or block
+            scales (2-D, may be traced; ``jaxwarp.fp8.quantize_blockwise`` makes them):
+            ``a_scale`` (M, ceil(K/128)) or (ceil(M/128), ceil(K/128)), ``b_scale``
+            (ceil(K/128), ceil(N/128)) or (ceil(K/128), N), applied on each promotion
+            every 128 k-elements (DeepSeek-V3; module docstring); a missing one is 1.
+            Needs ``accumulator="f32"`` and ``promote_every`` None or 128.
 
     Returns:
         (M, N) array in the accumulator's dtype.
@@ -643,7 +732,7 @@ def matmul(
     one = jnp.float32(1)
     if a.shape[1] == 0:  # K = 0: no instruction runs, D is C (through the fp8 epilogue)
         acc_dt = _ACC_DTYPE[cfg.accumulator]
-        if not cfg.scaled:
+        if not cfg.scaled:  # (block scales too: no block is promoted)
             return c.astype(acc_dt)
         s = multiply_rn(one if a_scale is None else a_scale,
                         one if b_scale is None else b_scale)
