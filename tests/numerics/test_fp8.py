@@ -361,26 +361,39 @@ def test_matches_the_h100_capture_bit_for_bit():
 def test_double_to_fp8_rounds_once():
     # Just above an e4m3 / e5m2 tie: through float32 the value would land on the tie and
     # round to even (down); one rounding from the double goes up.
+    fmts = ("e4m3", "e5m2")
+
+    @jax.jit  # one program for every conversion below
+    def three_ways(x):
+        return {fmt: (fp8.float_to_fp8(x.astype(jnp.float32), fmt, True),
+                      fp8.double_to_fp8(x, fmt, True), jaxwarp.to_operand(x, fmt))
+                for fmt in fmts}
+
+    @jax.jit
+    def both_widths(x64, x32):
+        return {(fmt, sat): (fp8.double_to_fp8(x64, fmt, sat), fp8.float_to_fp8(x32, fmt, sat))
+                for fmt in fmts for sat in (True, False)}
+
     with jax.enable_x64(True):
-        for fmt, x, want in (("e4m3", 1 + 2.0**-4 + 2.0**-40, 1.125),
-                             ("e5m2", -(1 + 2.0**-3 + 2.0**-40), -1.25),
-                             ("e4m3", 2.0**-10 + 2.0**-50, 2.0**-9)):  # half the subnormal
+        cases = (("e4m3", 1 + 2.0**-4 + 2.0**-40, 1.125),
+                 ("e5m2", -(1 + 2.0**-3 + 2.0**-40), -1.25),
+                 ("e4m3", 2.0**-10 + 2.0**-50, 2.0**-9))  # half the subnormal
+        out = three_ways(jnp.asarray([x for _, x, _ in cases], jnp.float64))
+        for i, (fmt, x, want) in enumerate(cases):
+            via_f32, once, operand = (float(np.asarray(v[i], np.float32)) for v in out[fmt])
             assert float(np.float32(x)) != x
-            assert float(fp8.float_to_fp8(jnp.float32(x), fmt, True)) != want
-            assert float(fp8.double_to_fp8(jnp.float64(x), fmt, True)) == want
-            assert float(jaxwarp.to_operand(jnp.float64(x), fmt)) == want
+            assert via_f32 != want
+            assert once == want
+            assert operand == want
         # Elsewhere the same as the float32 conversion of the same value (every float32
         # that is a double exactly), saturating or not.
         rng = np.random.default_rng(5)
         u = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
         x32 = u.view(np.float32)
-        for fmt in ("e4m3", "e5m2"):
-            for sat in (True, False):
-                with np.errstate(invalid="ignore"):  # signalling NaNs: quiet, still NaN
-                    x64 = x32.astype(np.float64)
-                got = fp8.double_to_fp8(jnp.asarray(x64), fmt, sat)
-                want = fp8.float_to_fp8(jnp.asarray(x32), fmt, sat)
-                np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
-                                              np.asarray(want).view(np.uint8))
+        with np.errstate(invalid="ignore"):  # signalling NaNs: quiet, still NaN
+            x64 = x32.astype(np.float64)
+        for got, want in both_widths(jnp.asarray(x64), jnp.asarray(x32)).values():
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                          np.asarray(want).view(np.uint8))
         with pytest.raises(TypeError, match="float64"):
             fp8.double_to_fp8(jnp.float32(1.0), "e4m3", True)
