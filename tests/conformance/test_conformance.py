@@ -65,9 +65,19 @@ def test_capture_is_bit_exact(name, every, tmp_path):
     assert not [r for r in results if r.group.startswith("unhandled/")]
 
 
-def test_report_format_and_json(tmp_path, capsys):
+# By default on the file's first groups (every layout is checked bit for bit by
+# tests/tensorcore/test_fragments.py); on the whole file with -m slow.
+@pytest.mark.parametrize("groups", [pytest.param(8, id="part"),
+                                    pytest.param(None, marks=pytest.mark.slow, id="whole")])
+def test_report_format_and_json(tmp_path, capsys, groups):
     out = tmp_path / "report.json"
-    status = conformance.main([str(DATA / "h100_layout.npz"), "--json", str(out)])
+    path = DATA / "h100_layout.npz"
+    if groups is not None:
+        d = np.load(path)
+        path = tmp_path / "h100_layout_part.npz"
+        keys = ["device"] + [k for k in d.files if k != "device"][:groups]
+        np.savez(path, **{k: d[k] for k in keys})
+    status = conformance.main([str(path), "--json", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
     assert status == 0
     assert re.fullmatch(r"conformance: (\d+)/\1 bit-exact \(100\.000%\)", lines[-1])

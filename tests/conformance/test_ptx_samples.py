@@ -115,8 +115,12 @@ def test_chain_sample_has_a_k4096_fp8_chain():
         assert a and d[a[0]].shape[-1] == 4096, fam
 
 
-def test_not_recorded_forms_are_listed_not_passed():
-    results, _ = _run("h100_movcvt_sample.npz")
+# By default on the groups the rule names (and each family's first group); on the
+# default's spread of the file with -m slow.
+@pytest.mark.parametrize("every", [pytest.param(10**9, id="named"),
+                                   pytest.param(None, marks=pytest.mark.slow, id="spread")])
+def test_not_recorded_forms_are_listed_not_passed(every):
+    results, _ = _run("h100_movcvt_sample.npz", every)
     skipped = [r for r in results if r.skipped]
     assert {r.group for r in skipped} >= {"cvt/cvt.rn.e4m3x2.f32", "cvt/cvt.rn.bf16x2.e4m3x2",
                                           "ldmatrix/x4.misaligned2"}

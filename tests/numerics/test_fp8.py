@@ -158,17 +158,23 @@ def test_f32_ties_boundaries_and_random_bits(fmt, sat):
 def test_every_fp8_pattern_round_trips(fmt):
     codes = np.arange(256, dtype=np.uint8)
     nan = np.isnan([fp8_value(int(c), fmt) for c in codes])
-    h = fp8_to_halfraw(codes, fmt)
     inf = np.isinf([fp8_value(int(c), fmt) for c in codes])
-    for sat in (True, False):
+
+    @jax.jit  # one program for every conversion of the test
+    def round_trips(codes):
+        h = fp8_to_halfraw(codes, fmt)
+        return {sat: (halfraw_to_fp8(h, fmt, sat),
+                      float_to_fp8(jnp.asarray(h).astype(jnp.float32), fmt, sat))
+                for sat in (True, False)}
+
+    for sat, (back, back32) in round_trips(codes).items():
         want = codes.copy()
         if sat:  # satfinite turns +-inf (e5m2) into +-MAX_NORM
             want[inf] = (codes[inf] & 0x80) | SPEC[fmt][2]
-        back = u8(halfraw_to_fp8(h, fmt, sat))
+        back = u8(back)
         np.testing.assert_array_equal(back[~nan], want[~nan])
         assert set(back[nan].tolist()) == {0x7F}
-        back32 = u8(float_to_fp8(jnp.asarray(h).astype(jnp.float32), fmt, sat))
-        np.testing.assert_array_equal(back32[~nan], want[~nan])
+        np.testing.assert_array_equal(u8(back32)[~nan], want[~nan])
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -224,23 +230,35 @@ def test_x2_forms_are_two_independent_lanes(fmt):
     x = f32_samples(1, 4000)
     n = len(x) // 2
     a, b = x[:n], x[n:2 * n]
-    d = np.asarray(cvt_f32_to_fp8x2(a, b, fmt))
-    np.testing.assert_array_equal(d >> 8, u8(float_to_fp8(a, fmt, True)))
-    np.testing.assert_array_equal(d & 0xFF, u8(float_to_fp8(b, fmt, True)))
     w = ALL16.astype(np.uint32) << 16 | ALL16[::-1].astype(np.uint32)
-    d16 = np.asarray(cvt_f16x2_to_fp8x2(w, fmt))
-    np.testing.assert_array_equal(d16 >> 8, u8(halfraw_to_fp8(ALL16, fmt, True)))
-    np.testing.assert_array_equal(d16 & 0xFF, u8(halfraw_to_fp8(ALL16[::-1], fmt, True)))
+
+    @jax.jit  # one program for every conversion of the test
+    def lanes(a, b, w, h):
+        return (cvt_f32_to_fp8x2(a, b, fmt), float_to_fp8(a, fmt, True),
+                float_to_fp8(b, fmt, True), cvt_f16x2_to_fp8x2(w, fmt),
+                halfraw_to_fp8(h, fmt, True), halfraw_to_fp8(h[::-1], fmt, True))
+
+    d, da, db, d16, dh, dh_rev = (np.asarray(v) for v in lanes(a, b, w, ALL16))
+    np.testing.assert_array_equal(d >> 8, u8(da))
+    np.testing.assert_array_equal(d & 0xFF, u8(db))
+    np.testing.assert_array_equal(d16 >> 8, u8(dh))
+    np.testing.assert_array_equal(d16 & 0xFF, u8(dh_rev))
 
 
 @pytest.mark.parametrize("fmt", FMTS)
 def test_relu(fmt):
     x = f32_samples(2, 2000)
-    got = np.asarray(cvt_f32_to_fp8x2(x, x, fmt, relu=True)) & 0xFF
+
+    @jax.jit  # one program for every conversion of the test
+    def relu_and_plain(x, codes):
+        return (cvt_f32_to_fp8x2(x, x, fmt, relu=True), cvt_fp8x2_to_f16x2(codes, fmt, relu=True),
+                cvt_fp8x2_to_f16x2(codes, fmt))
+
+    got, h, plain = (np.asarray(v) for v in relu_and_plain(x, ALL16))
+    got = got & 0xFF
     np.testing.assert_array_equal(got, ref_many(x.view(np.float32), fmt, True, relu=True))
-    h = np.asarray(cvt_fp8x2_to_f16x2(ALL16, fmt, relu=True))
     lo = h & 0xFFFF
-    plain = np.asarray(cvt_fp8x2_to_f16x2(ALL16, fmt)) & 0xFFFF
+    plain = plain & 0xFFFF
     neg = (plain & 0x8000 != 0) & (plain != 0x7FFF)
     np.testing.assert_array_equal(lo[neg], 0)
     np.testing.assert_array_equal(lo[~neg], plain[~neg])
@@ -365,26 +383,39 @@ def test_matches_the_h100_capture_bit_for_bit():
 def test_double_to_fp8_rounds_once():
     # Just above an e4m3 / e5m2 tie: through float32 the value would land on the tie and
     # round to even (down); one rounding from the double goes up.
+    fmts = ("e4m3", "e5m2")
+
+    @jax.jit  # one program for every conversion below
+    def three_ways(x):
+        return {fmt: (fp8_intrinsics.float_to_fp8(x.astype(jnp.float32), fmt, True),
+                      fp8_intrinsics.double_to_fp8(x, fmt, True), jaxwarp.to_operand(x, fmt))
+                for fmt in fmts}
+
+    @jax.jit
+    def both_widths(x64, x32):
+        return {(fmt, sat): (fp8_intrinsics.double_to_fp8(x64, fmt, sat), fp8_intrinsics.float_to_fp8(x32, fmt, sat))
+                for fmt in fmts for sat in (True, False)}
+
     with jax.enable_x64(True):
-        for fmt, x, want in (("e4m3", 1 + 2.0**-4 + 2.0**-40, 1.125),
-                             ("e5m2", -(1 + 2.0**-3 + 2.0**-40), -1.25),
-                             ("e4m3", 2.0**-10 + 2.0**-50, 2.0**-9)):  # half the subnormal
+        cases = (("e4m3", 1 + 2.0**-4 + 2.0**-40, 1.125),
+                 ("e5m2", -(1 + 2.0**-3 + 2.0**-40), -1.25),
+                 ("e4m3", 2.0**-10 + 2.0**-50, 2.0**-9))  # half the subnormal
+        out = three_ways(jnp.asarray([x for _, x, _ in cases], jnp.float64))
+        for i, (fmt, x, want) in enumerate(cases):
+            via_f32, once, operand = (float(np.asarray(v[i], np.float32)) for v in out[fmt])
             assert float(np.float32(x)) != x
-            assert float(fp8_intrinsics.float_to_fp8(jnp.float32(x), fmt, True)) != want
-            assert float(fp8_intrinsics.double_to_fp8(jnp.float64(x), fmt, True)) == want
-            assert float(jaxwarp.to_operand(jnp.float64(x), fmt)) == want
+            assert via_f32 != want
+            assert once == want
+            assert operand == want
         # Elsewhere the same as the float32 conversion of the same value (every float32
         # that is a double exactly), saturating or not.
         rng = np.random.default_rng(5)
         u = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
         x32 = u.view(np.float32)
-        for fmt in ("e4m3", "e5m2"):
-            for sat in (True, False):
-                with np.errstate(invalid="ignore"):  # signalling NaNs: quiet, still NaN
-                    x64 = x32.astype(np.float64)
-                got = fp8_intrinsics.double_to_fp8(jnp.asarray(x64), fmt, sat)
-                want = fp8_intrinsics.float_to_fp8(jnp.asarray(x32), fmt, sat)
-                np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
-                                              np.asarray(want).view(np.uint8))
+        with np.errstate(invalid="ignore"):  # signalling NaNs: quiet, still NaN
+            x64 = x32.astype(np.float64)
+        for got, want in both_widths(jnp.asarray(x64), jnp.asarray(x32)).values():
+            np.testing.assert_array_equal(np.asarray(got).view(np.uint8),
+                                          np.asarray(want).view(np.uint8))
         with pytest.raises(TypeError, match="float64"):
             fp8_intrinsics.double_to_fp8(jnp.float32(1.0), "e4m3", True)

@@ -285,11 +285,12 @@ def _check(fmt, rule, u, mode="rn", key=None):
 # --------------------------------------------------------------------------------------
 # Bit-for-bit against the reference.
 
-DEFAULT_VALUES = 10**5  # compared in the default run (10**6 more under -m slow)
+DEFAULT_VALUES = 10**5  # over all (format, rule) cases (10**6 more under -m slow)
 
 
 def _default_blocks() -> int:
-    """Blocks of 32 per (format, rule) case: together the cases compare 10**5 values."""
+    """Blocks of 32 per (format, rule) case: together the cases compare 10**5 values (the
+    default run makes a spread of the cases: conftest.DEFAULT_CASES)."""
     return -(-DEFAULT_VALUES // (32 * len(MX_NAMES) * len(RULES)))
 
 

@@ -125,12 +125,17 @@ def test_decode_ignores_bits_above_the_code(name):
 def test_encode_inverts_decode(name):
     """encode and encode_rounded give back every non-NaN code (-0 included)."""
     c = jnp.arange(len(R.codes(name)), dtype=jnp.uint32)
-    neg, lsb, sig, _, _, nan = softfloat.decode(c, name)
-    keep = ~np.asarray(nan)
-    e1 = np.asarray(softfloat.encode(neg, sig.astype(jnp.uint32), lsb, name))
-    q, l2 = softfloat.round_sig(sig.astype(jnp.uint32), lsb, softfloat.emin(name),
-                                FORMATS[name].mantissa_bits, "rn")
-    e2 = np.asarray(softfloat.encode_rounded(neg, q, l2, name))
+
+    @jax.jit  # one program (eagerly each operation would compile on its own)
+    def decode_encode(c):
+        neg, lsb, sig, _, _, nan = softfloat.decode(c, name)
+        e1 = softfloat.encode(neg, sig.astype(jnp.uint32), lsb, name)
+        q, l2 = softfloat.round_sig(sig.astype(jnp.uint32), lsb, softfloat.emin(name),
+                                    FORMATS[name].mantissa_bits, "rn")
+        return nan, e1, softfloat.encode_rounded(neg, q, l2, name)
+
+    nan, e1, e2 = (np.asarray(v) for v in decode_encode(c))
+    keep = ~nan
     np.testing.assert_array_equal(e1[keep], np.asarray(c)[keep])
     np.testing.assert_array_equal(e2[keep], np.asarray(c)[keep])
 

@@ -1,5 +1,7 @@
 """The tiled WMMA GEMM: equal to the fragment program, errors, jit/vmap, gradients."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,13 +11,19 @@ from jax.test_util import check_grads
 
 import jaxwarp
 
+# One compiled program per call signature, shared by the tests (an eager matmul runs its
+# operations one by one, each compiled on its first use).
+_MATMUL = jax.jit(jaxwarp.matmul, static_argnames=(
+    "operand_format", "accumulator", "tile", "arch", "mode", "instruction", "promote_every"))
+
 
 def _rand(shape, seed, scale=1.0):
     return jnp.asarray(np.random.default_rng(seed).normal(size=shape) * scale, jnp.float32)
 
 
+@functools.partial(jax.jit, static_argnums=(3, 4))
 def _fragment_gemm(a, b, c, fmt, tile):
-    """The seed's WMMA kernel, warp by warp: load, mma_sync along k, store."""
+    """The seed's WMMA kernel, warp by warp: load, mma_sync along k, store (one program)."""
     m, n, k = tile
     M, K = a.shape
     N = b.shape[1]
@@ -23,8 +31,9 @@ def _fragment_gemm(a, b, c, fmt, tile):
            "tf32": jaxwarp.float_to_tf32}[fmt]
     a_mem = cvt(a).reshape(-1)
     b_mem = cvt(b).reshape(-1)
-    out = np.zeros((M, N), np.float32)
+    rows = []
     for i in range(0, M, m):
+        tiles = []
         for j in range(0, N, n):
             acc = jaxwarp.fragment("accumulator", m, n, k, "f32")
             acc = jaxwarp.load_matrix_sync(acc, c.reshape(-1), N, "mem_row_major",
@@ -39,24 +48,26 @@ def _fragment_gemm(a, b, c, fmt, tile):
                 acc = jaxwarp.mma_sync(fa, fb, acc)
             mem = jaxwarp.store_matrix_sync(jnp.zeros(m * n, jnp.float32), acc, n,
                                             "mem_row_major")
-            out[i:i + m, j:j + n] = np.asarray(mem).reshape(m, n)
-    return out
+            tiles.append(mem.reshape(m, n))
+        rows.append(jnp.concatenate(tiles, axis=1))
+    return jnp.concatenate(rows, axis=0)
 
 
 @pytest.mark.parametrize("fmt,tile", [("f16", (16, 16, 16)), ("bf16", (8, 32, 16)),
                                       ("tf32", (16, 16, 8))], ids=["f16", "bf16", "tf32"])
 def test_equals_the_fragment_program(fmt, tile):
-    a, b, c = _rand((32, 48), 0), _rand((48, 32), 1), _rand((32, 32), 2)
-    got = jax.jit(lambda a, b, c: jaxwarp.matmul(a, b, c, operand_format=fmt, tile=tile))(a, b, c)
-    want = _fragment_gemm(a, b, c, fmt, tile)
+    # Two or more tiles along M, N or K for every format: 8 mma_sync in the program.
+    a, b, c = _rand((32, 32), 0), _rand((32, 32), 1), _rand((32, 32), 2)
+    got = _MATMUL(a, b, c, operand_format=fmt, tile=tile)
+    want = np.asarray(_fragment_gemm(a, b, c, fmt, tile))
     np.testing.assert_array_equal(np.asarray(got).view(np.uint32), want.view(np.uint32))
 
 
 def test_fast_mode_is_a_rounded_dot():
     rounding = fast_dot_rounding()
     a, b = _rand((32, 64), 3), _rand((64, 32), 4)
-    got = jaxwarp.matmul(a, b, operand_format="bf16", mode="fast")
-    exact = jaxwarp.matmul(a, b, operand_format="bf16")
+    got = _MATMUL(a, b, operand_format="bf16", mode="fast")
+    exact = _MATMUL(a, b, operand_format="bf16")
     if rounding == "tensor_core":  # the GPU's own tensor cores: the exact model's bits
         np.testing.assert_array_equal(np.asarray(got).view(np.uint32),
                                       np.asarray(exact).view(np.uint32))
@@ -131,7 +142,6 @@ def test_bad_input():
 
 # --- instructions, fp8, promotion, scales (issue 10) ------------------------------------------
 
-import functools  # noqa: E402
 import os  # noqa: E402
 import pathlib  # noqa: E402
 
@@ -192,16 +202,17 @@ def test_defaults_and_tables():
     assert mm_mod.TILES["mma_sync"]["tf32"][0] == (16, 8, 8)
     assert mm_mod.TILES["wgmma"]["bf16"][0] == (64, 8, 16)
     a, b = _rand((16, 32), 0), _rand((32, 16), 1)
-    np.testing.assert_array_equal(jaxwarp.matmul(a, b, operand_format="fp16"),
-                                  jaxwarp.matmul(a, b))  # aliases keep working
+    np.testing.assert_array_equal(_MATMUL(a, b, operand_format="fp16"),
+                                  _MATMUL(a, b))  # aliases keep working
 
 
 def test_fp8_operand_conversion_saturates():
     x = jnp.asarray([500.0, -1e9, 1.0, 0.3, jnp.inf], jnp.float32)
-    q = mm_mod.to_operand(x, "e4m3")
+    to_operand = jax.jit(mm_mod.to_operand, static_argnums=1)
+    q = to_operand(x, "e4m3")
     assert q.dtype == ml_dtypes.float8_e4m3fn
     np.testing.assert_array_equal(np.asarray(q, np.float32), [448, -448, 1, 0.3125, 448])
-    q = mm_mod.to_operand(x, "e5m2", scale=jnp.float32(2.0))
+    q = to_operand(x, "e5m2", scale=jnp.float32(2.0))
     np.testing.assert_array_equal(np.asarray(q, np.float32)[:3], [256, -57344, 0.5])
 
 
@@ -223,7 +234,7 @@ def test_wgmma_k4096_equals_reference(datapath_mma):
     # One row, two columns (the matrix is padded to wgmma's 64 rows and n = 8).
     a, b = _fp8_values((1, 4096), 4, dist="positive"), _fp8_values((4096, 2), 5, dist="positive")
     c = np.zeros((1, 2), np.float32)
-    got = jaxwarp.matmul(a, b, c, operand_format="e4m3", instruction="wgmma")
+    got = _MATMUL(a, b, c, operand_format="e4m3", instruction="wgmma")
     want = _ref_chain(a, b, c, "e4m3", "e4m3", "wgmma", 32)
     np.testing.assert_array_equal(_bits(got), _bits(want))
     exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
@@ -233,11 +244,11 @@ def test_wgmma_k4096_equals_reference(datapath_mma):
 def test_promotion_equals_reference(datapath_mma):
     a, b = _fp8_values((1, 512), 6, dist="positive"), _fp8_values((512, 2), 7, dist="positive")
     c = np.full((1, 2), 3.0, np.float32)
-    got = jaxwarp.matmul(a, b, c, operand_format="e4m3", promote_every=128)
+    got = _MATMUL(a, b, c, operand_format="e4m3", promote_every=128)
     want = _ref_chain(a, b, c, "e4m3", "e4m3", "wgmma", 32, promote=128)
     np.testing.assert_array_equal(_bits(got), _bits(want))
     # A last interval shorter than promote_every (K = 512 = 3 * 160 + 32).
-    got = jaxwarp.matmul(a, b, c, operand_format="e4m3", promote_every=160)
+    got = _MATMUL(a, b, c, operand_format="e4m3", promote_every=160)
     p = [_ref_chain(a[:, i:i + 160], b[i:i + 160], np.zeros_like(c), "e4m3", "e4m3", "wgmma", 32)
          for i in range(0, 512, 160)]
     want = ((((c + p[0]) + p[1]) + p[2]) + p[3]).astype(np.float32)
@@ -291,8 +302,10 @@ def test_scale_division_is_correctly_rounded():
     v = x[:1000]
     with np.errstate(all="ignore"):
         q = (v.astype(np.float64) / np.float64(s)).astype(np.float32)
-    want = np.asarray(fp8_intrinsics.float_to_fp8(q, "e5m2", saturate=True))
-    np.testing.assert_array_equal(_bits(mm_mod.to_operand(v, "e5m2", scale=s)), _bits(want))
+    want = np.asarray(jax.jit(fp8_intrinsics.float_to_fp8, static_argnums=(1, 2))(
+        q, "e5m2", True))
+    got = jax.jit(mm_mod.to_operand, static_argnums=1)(v, "e5m2", s)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
 def test_scale_product_is_correctly_rounded():
@@ -334,8 +347,9 @@ def test_scaled_epilogue_keeps_subnormals(datapath_mma):
     f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
     qa = (f64(a) / f64(sa)).astype(np.float32)
     qb = (f64(b) / f64(sb)).astype(np.float32)
-    qa = np.asarray(fp8_intrinsics.float_to_fp8(qa, "e4m3", saturate=True), np.float32)
-    qb = np.asarray(fp8_intrinsics.float_to_fp8(qb, "e4m3", saturate=True), np.float32)
+    # cvt.rn.satfinite.e4m3 of these finite values: clamp to +-448, round to nearest even.
+    qa = np.clip(qa, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    qb = np.clip(qb, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
     t = _ref_chain(qa, qb, np.zeros((16, 8), np.float32), "e4m3", "e4m3", "mma_sync", 32)
     s = (f64(sa) * f64(sb)).astype(np.float32)
     assert 0 < s < np.finfo(np.float32).tiny  # a subnormal scale
@@ -430,9 +444,8 @@ def test_fp8_gradients_use_power_of_two_scales(datapath_mma, fa, fb, scale):
 def test_new_instruction_gradients_16bit(datapath_mma):
     a, b = _rand((16, 16), 15), _rand((16, 8), 16)
     g = _rand((16, 8), 17)
-    f = functools.partial(jaxwarp.matmul, operand_format="bf16", instruction="mma_sync")
-    _, vjp = jax.vjp(f, a, b)
-    da, db = vjp(g)
+    f = functools.partial(_MATMUL, operand_format="bf16", instruction="mma_sync")
+    da, db = jax.jit(lambda a, b, g: jax.vjp(f, a, b)[1](g))(a, b, g)
     np.testing.assert_array_equal(da, f(g, b.T, tile=(16, 8, 8)))
     np.testing.assert_array_equal(db, f(a.T, g, tile=(16, 8, 16)))
 
@@ -525,11 +538,11 @@ def test_fp8_arrays_are_used_as_they_are():
 
     inf8 = jnp.full((16, 32), jnp.inf, jnp.float8_e5m2)
     assert bool(jnp.isinf(to_operand(inf8, "e5m2")).all())
-    assert float(to_operand(jnp.float32(jnp.inf), "e5m2")) == 57344.0
+    assert float(jax.jit(to_operand, static_argnums=1)(jnp.float32(jnp.inf), "e5m2")) == 57344.0
     e4 = jax.lax.bitcast_convert_type(jnp.arange(256, dtype=jnp.uint8), jnp.float8_e4m3fn)
     assert to_operand(e4, "e4m3") is e4
     ones = jnp.ones((32, 16), jnp.float8_e5m2)
-    d = jaxwarp.matmul(inf8, ones, operand_format="e5m2", instruction="mma_sync")
+    d = _MATMUL(inf8, ones, operand_format="e5m2", instruction="mma_sync")
     assert bool(jnp.isinf(d).all())
 
 

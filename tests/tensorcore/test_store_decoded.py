@@ -4,6 +4,7 @@ with it on, off and automatic, on operands drawn from every bit pattern."""
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 import jax
@@ -34,34 +35,57 @@ def _random(rng, shape, t):
     return jax.lax.bitcast_convert_type(jnp.asarray(bits), dt)
 
 
+@pytest.fixture
+def store_mode(monkeypatch):
+    """Sets ``STORE_DECODED`` and drops the exact model's traces, which read it when
+    traced (``jax.clear_caches()`` would too, but it drops every compiled program of
+    the session); the setting and fresh traces are restored afterwards."""
+    def set_mode(mode):
+        monkeypatch.setattr(datapath, "STORE_DECODED", mode)
+        datapath._mma_float_exact.clear_cache()
+
+    yield set_mode
+    monkeypatch.undo()
+    datapath._mma_float_exact.clear_cache()
+
+
+def _barriers(f, *args) -> int:
+    """Optimization barriers in f's program (nested programs included)."""
+    return str(jax.make_jaxpr(f)(*args)).count("optimization_barrier")
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}")
-def test_same_bits_on_off_auto(case, monkeypatch):
+def test_same_bits_on_off_auto(case, store_mode):
     instr, at, bt, (m, n, k), arch = case
     rng = np.random.default_rng(zlib.crc32(repr(case).encode()))  # the same every run
     a, b = _random(rng, (6, m, k), at), _random(rng, (6, k, n), bt)
     c = jnp.asarray(rng.standard_normal((6, m, n)), jnp.float32)
-    out = {}
+    out, barriers = {}, {}
     for mode in ("off", "on", "auto"):
-        monkeypatch.setattr(datapath, "STORE_DECODED", mode)
-        jax.clear_caches()
-        out[mode] = np.asarray(datapath.mma(
-            a, b, c, a_format=at, b_format=bt, c_format="f32", d_format="f32", instruction=instr,
-            instruction_k=16 if (instr, at) == ("wgmma", "bf16") else k,
-            arch=arch)).view(np.uint32)
+        store_mode(mode)
+        f = functools.partial(
+            datapath.mma, a_format=at, b_format=bt, c_format="f32", d_format="f32",
+            instruction=instr, instruction_k=16 if (instr, at) == ("wgmma", "bf16") else k,
+            arch=arch)
+        barriers[mode] = _barriers(f, a, b, c)
+        out[mode] = np.asarray(f(a, b, c)).view(np.uint32)
+    assert barriers["on"] > barriers["off"]  # the setting took effect
     np.testing.assert_array_equal(out["on"], out["off"])
     np.testing.assert_array_equal(out["auto"], out["off"])
 
 
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
-def test_gemm_same_bits_on_off(fmt, monkeypatch):
+def test_gemm_same_bits_on_off(fmt, store_mode):
     rng = np.random.default_rng(5)
     a = jnp.asarray(rng.standard_normal((48, 64)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
-    out = {}
+    out, barriers = {}, {}
     for mode in ("off", "on"):
-        monkeypatch.setattr(datapath, "STORE_DECODED", mode)
-        jax.clear_caches()
-        out[mode] = np.asarray(mm.matmul(a, b, operand_format=fmt)).view(np.uint32)
+        store_mode(mode)
+        f = functools.partial(mm.matmul, operand_format=fmt)
+        barriers[mode] = _barriers(f, a, b)
+        out[mode] = np.asarray(jax.jit(f)(a, b)).view(np.uint32)
+    assert barriers["on"] > barriers["off"]  # the setting took effect
     np.testing.assert_array_equal(out["on"], out["off"])
 
 
