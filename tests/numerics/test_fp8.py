@@ -393,7 +393,8 @@ def test_double_to_fp8_rounds_once():
 
     @jax.jit
     def both_widths(x64, x32):
-        return {(fmt, sat): (fp8_intrinsics.double_to_fp8(x64, fmt, sat), fp8_intrinsics.float_to_fp8(x32, fmt, sat))
+        return {(fmt, sat): (fp8_intrinsics.double_to_fp8(x64, fmt, sat),
+                             fp8_intrinsics.float_to_fp8(x32, fmt, sat))
                 for fmt in fmts for sat in (True, False)}
 
     with jax.enable_x64(True):
