@@ -86,6 +86,7 @@ def _bool_arg(v: Any, name: str) -> bool:
 # Bit kernels (uint32 in, uint32 out).
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))  # one program, also when eager
 def to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) -> jax.Array:
     """Source bits (zero-extended to uint32; uint64 for f64) -> fp8 bits (uint32), one RNE
     rounding onto the fp8 grid, with the rules of the module docstring.
@@ -126,6 +127,7 @@ def to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) -
     return code
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def fp8_to_f16_bits(b: jax.Array, fmt: str, relu: bool) -> jax.Array:
     """fp8 bits (uint32, low byte) -> f16 bits (uint32), exact; NaN -> 0x7FFF.
 
