@@ -2,11 +2,11 @@
 quantizers, bit-exact (``jaxwarp.mx.quantize``, ``dequantize``, ``fake_quantize``). A
 quantized tensor is an :class:`MXTensor` pytree. See ``docs/microscaling.md``."""
 
-from jaxwarp._src.numerics.mx import MODES as MODES
-from jaxwarp._src.numerics.mx import MX_FORMATS as MX_FORMATS
-from jaxwarp._src.numerics.mx import SCALE_RULES as SCALE_RULES
-from jaxwarp._src.numerics.mx import MXFormat as MXFormat
 from jaxwarp._src.numerics.mx import MXTensor as MXTensor
 from jaxwarp._src.numerics.mx import dequantize as dequantize
 from jaxwarp._src.numerics.mx import fake_quantize as fake_quantize
 from jaxwarp._src.numerics.mx import quantize as quantize
+from jaxwarp._src.numerics.mx_formats import MODES as MODES
+from jaxwarp._src.numerics.mx_formats import MX_FORMATS as MX_FORMATS
+from jaxwarp._src.numerics.mx_formats import SCALE_RULES as SCALE_RULES
+from jaxwarp._src.numerics.mx_formats import MXFormat as MXFormat
