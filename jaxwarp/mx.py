@@ -10,3 +10,4 @@ from jaxwarp._src.numerics.mx_formats import MODES as MODES
 from jaxwarp._src.numerics.mx_formats import MX_FORMATS as MX_FORMATS
 from jaxwarp._src.numerics.mx_formats import SCALE_RULES as SCALE_RULES
 from jaxwarp._src.numerics.mx_formats import MXFormat as MXFormat
+from jaxwarp._src.tensorcore.block_scale_gemm import matmul as matmul

@@ -1965,6 +1965,42 @@ case(1, "mx-fake-quantize-x-float64", lambda x: jaxwarp.mx.fake_quantize(x), np.
      exc=TypeError, regex="x has " + X64, modes=CONST)
 
 
+# jaxwarp.mx.matmul: the block-scaled GEMM.
+_MA, _MB = np.ones((16, 64), np.float32), np.ones((64, 8), np.float32)
+
+
+def _mxm(**kw):
+    return lambda a, b: jaxwarp.mx.matmul(a, b, **kw)
+
+
+case(6, "mx-matmul-fmt-unknown", _mxm(fmt="e4m3"), _MA, _MB, exc=ValueError,
+     must=("fmt='e4m3' is not supported", "mxfp8_e4m3", "nvfp4"))
+case(6, "mx-matmul-fmt-mxint8", _mxm(fmt="mxint8"), _MA, _MB, exc=ValueError,
+     must=("fmt='mxint8' is not supported", "mxfp8_e4m3"))
+case(6, "mx-matmul-fmt-nvfp4-with-mx", _mxm(fmt=("nvfp4", "mxfp8_e4m3")), _MA, _MB,
+     exc=ValueError, must=("NVFP4 multiplies only NVFP4",))
+case(6, "mx-matmul-instruction", _mxm(instruction="wgmma"), _MA, _MB, exc=ValueError,
+     must=("instruction='wgmma' is not supported", "('mma_sync', 'tcgen05')"))
+case(6, "mx-matmul-arch", _mxm(arch="sm_90"), _MA, _MB, exc=ValueError,
+     must=("arch='sm_90'", "sm_100a"))
+case(6, "mx-matmul-mode", _mxm(mode="fastest"), _MA, _MB, exc=ValueError,
+     must=("mode='fastest' is not supported", "('exact', 'fast')"))
+case(6, "mx-matmul-scale-rule-nvfp4", _mxm(fmt="nvfp4", scale_rule="ocp"), _MA, _MB,
+     exc=ValueError, must=("scale_rule='ocp' is not supported", "('nvfp4',)"))
+case(6, "mx-matmul-a-int32", _mxm(), _MA.astype(np.int32), _MB, exc=TypeError,
+     must=("a must be a float32", "MXTensor", "int32"))
+case(6, "mx-matmul-b-1d", _mxm(), _MA, np.ones(64, np.float32), exc=ValueError,
+     must=("b must be at least 2-D", "(64,)"))
+case(6, "mx-matmul-k-differs", _mxm(), _MA, _MB[:32], exc=ValueError,
+     must=("their K differ", "(16, 64)", "(32, 8)"))
+case(6, "mx-matmul-mxtensor-wrong-axis",
+     lambda a, b: jaxwarp.mx.matmul(a, jaxwarp.mx.quantize(b, axis=-1)), _MA,
+     np.ones((64, 32), np.float32), exc=ValueError,
+     must=("b must be quantized along K (axis=-2)", "got axis=-1"))
+case(1, "mx-matmul-a-float64", _mxm(), np.ones((16, 64)), _MB, exc=TypeError,
+     regex="a has " + X64, modes=CONST)
+
+
 def _mx_params():
     new = {id(c) for c in CATALOGUE[_MX_N0:]}
     return [p for p in _params() if id(p.values[0]) in new]
