@@ -1,6 +1,8 @@
 """Block-scaled formats: OCP Microscaling (MXFP8, MXFP6, MXFP4, MXINT8) and NVFP4
 quantizers, bit-exact (``jaxwarp.mx.quantize``, ``dequantize``, ``fake_quantize``). A
-quantized tensor is an :class:`MXTensor` pytree. See ``docs/microscaling.md``."""
+quantized tensor is an :class:`MXTensor` pytree. ``jaxwarp.mx.matmul`` is the block-scaled
+GEMM; :class:`Recipe` and :data:`RECIPES` are the training recipes of
+``jaxwarp.emulate(fn, recipe=...)``. See ``docs/microscaling.md``."""
 
 from jaxwarp._src.emulate.recipes import RECIPES as RECIPES
 from jaxwarp._src.emulate.recipes import Recipe as Recipe
