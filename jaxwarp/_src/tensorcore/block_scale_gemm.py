@@ -257,12 +257,11 @@ def _product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
     kind, kblock, scale_format = kind_for(ta.fmt, tb.fmt)
     row, _ = _row_target(instruction, kind, arch)
     fa, fb = MX_FORMATS[ta.fmt], MX_FORMATS[tb.fmt]
-    if mode == "fast":
-        d = jnp.matmul(dequantize(ta), dequantize(tb), precision=lax.Precision.HIGHEST,
-                       preferred_element_type=jnp.float32)
-        return d
-    sa = _k_scales(ta, "a", kblock, names[0])
+    sa = _k_scales(ta, "a", kblock, names[0])  # checks both modes' operands
     sb = _k_scales(tb, "b", kblock, names[1])
+    if mode == "fast":
+        return jnp.matmul(dequantize(ta), dequantize(tb), precision=lax.Precision.HIGHEST,
+                          preferred_element_type=jnp.float32)
     if (kblock, scale_format) not in row.scales:
         raise ValueError(f"kind::{kind} has no block {kblock} with {scale_format} scales; "
                          f"allowed: {row.scales}")
