@@ -1017,6 +1017,22 @@ case(6, "emulate-scaling-tf32-gradients",
      _emulate(operand_format="f16", scaling="tensor", backward_format="tf32"), F32_16, F32_16,
      exc=ValueError, must=("scaling='tensor'", "('f16', 'e4m3', 'e5m2')",
                            "backward_format='tf32'"))
+case(6, "emulate-recipe-unknown", _emulate(recipe="fp4"), F32_16, F32_16, exc=ValueError,
+     must=("recipe='fp4' is not supported", "('mxfp8', 'nvfp4')", "jaxwarp.mx.Recipe"))
+case(6, "emulate-recipe-and-format", _emulate(recipe="mxfp8", operand_format="bf16"),
+     F32_16, F32_16, exc=ValueError, must=("operand_format='bf16' with recipe='mxfp8'",
+                                           "give one of them"))
+case(6, "emulate-no-format-no-recipe", _emulate(), F32_16, F32_16, exc=ValueError,
+     must=("emulate needs operand_format=", "recipe="))
+case(6, "emulate-recipe-with-scaling", _emulate(recipe="mxfp8", scaling="tensor"), F32_16,
+     F32_16, exc=ValueError, must=("scaling='tensor' with recipe='mxfp8'", "scaling=None"))
+case(6, "emulate-recipe-arch", _emulate(recipe="nvfp4", arch="sm_90"), F32_16, F32_16,
+     exc=ValueError, must=("arch='sm_90'", "sm_100a"))
+case(6, "emulate-recipe-needs-key", _emulate(recipe="nvfp4", mode="fast"), F32_16, F32_16,
+     exc=ValueError, must=("recipe 'nvfp4'", "rng_key=jax.random.key"))
+case(6, "emulate-recipe-bad-field",
+     lambda a, b: jaxwarp.mx.Recipe("x", "mxint8", "mxfp8_e4m3", "mxfp8_e4m3"), F32_16, F32_16,
+     exc=ValueError, must=("Recipe.activation='mxint8' is not supported", "mxfp8_e4m3"))
 case(6, "emulate-f64-format-x64-off", _emulate(operand_format="f64"), F32_16, F32_16,
      exc=RuntimeError, must=("operand_format='f64'", "jax_enable_x64"))
 case(6, "emulate-unknown-format", _emulate(operand_format="fp12"), F32_16, F32_16,
@@ -2085,6 +2101,42 @@ case(6, "mx-fake-quantize-fmt", lambda x: jaxwarp.mx.fake_quantize(x, "e4m3"), _
      exc=ValueError, must=("fmt='e4m3' is not supported", "mxfp8_e4m3"))
 case(1, "mx-fake-quantize-x-float64", lambda x: jaxwarp.mx.fake_quantize(x), np.ones(32),
      exc=TypeError, regex="x has " + X64, modes=CONST)
+
+
+# jaxwarp.mx.matmul: the block-scaled GEMM.
+_MA, _MB = np.ones((16, 64), np.float32), np.ones((64, 8), np.float32)
+
+
+def _mxm(**kw):
+    return lambda a, b: jaxwarp.mx.matmul(a, b, **kw)
+
+
+case(6, "mx-matmul-fmt-unknown", _mxm(fmt="e4m3"), _MA, _MB, exc=ValueError,
+     must=("fmt='e4m3' is not supported", "mxfp8_e4m3", "nvfp4"))
+case(6, "mx-matmul-fmt-mxint8", _mxm(fmt="mxint8"), _MA, _MB, exc=ValueError,
+     must=("fmt='mxint8' is not supported", "mxfp8_e4m3"))
+case(6, "mx-matmul-fmt-nvfp4-with-mx", _mxm(fmt=("nvfp4", "mxfp8_e4m3")), _MA, _MB,
+     exc=ValueError, must=("NVFP4 multiplies only NVFP4",))
+case(6, "mx-matmul-instruction", _mxm(instruction="wgmma"), _MA, _MB, exc=ValueError,
+     must=("instruction='wgmma' is not supported", "('mma_sync', 'tcgen05')"))
+case(6, "mx-matmul-arch", _mxm(arch="sm_90"), _MA, _MB, exc=ValueError,
+     must=("arch='sm_90'", "sm_100a"))
+case(6, "mx-matmul-mode", _mxm(mode="fastest"), _MA, _MB, exc=ValueError,
+     must=("mode='fastest' is not supported", "('exact', 'fast')"))
+case(6, "mx-matmul-scale-rule-nvfp4", _mxm(fmt="nvfp4", scale_rule="ocp"), _MA, _MB,
+     exc=ValueError, must=("scale_rule='ocp' is not supported", "('nvfp4',)"))
+case(6, "mx-matmul-a-int32", _mxm(), _MA.astype(np.int32), _MB, exc=TypeError,
+     must=("a must be a float32", "MXTensor", "int32"))
+case(6, "mx-matmul-b-1d", _mxm(), _MA, np.ones(64, np.float32), exc=ValueError,
+     must=("b must be at least 2-D", "(64,)"))
+case(6, "mx-matmul-k-differs", _mxm(), _MA, _MB[:32], exc=ValueError,
+     must=("their K differ", "(16, 64)", "(32, 8)"))
+case(6, "mx-matmul-mxtensor-wrong-axis",
+     lambda a, b: jaxwarp.mx.matmul(a, jaxwarp.mx.quantize(b, axis=-1)), _MA,
+     np.ones((64, 32), np.float32), exc=ValueError,
+     must=("b must be quantized along K (axis=-2)", "got axis=-1"))
+case(1, "mx-matmul-a-float64", _mxm(), np.ones((16, 64)), _MB, exc=TypeError,
+     regex="a has " + X64, modes=CONST)
 
 
 def _mx_params():
