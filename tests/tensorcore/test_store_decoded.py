@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.tensorcore import datapath
-from jaxwarp._src.tensorcore import matmul as mm
+from jaxwarp._src.tensorcore.matmul import matmul
 
 CASES = [  # (instruction, a_format, b_format, (m, n, k), arch)
     ("wmma", "f16", "f16", (16, 16, 16), "sm_90"),
@@ -61,7 +61,7 @@ def test_gemm_same_bits_on_off(fmt, monkeypatch):
     for mode in ("off", "on"):
         monkeypatch.setattr(datapath, "STORE_DECODED", mode)
         jax.clear_caches()
-        out[mode] = np.asarray(mm.matmul(a, b, operand_format=fmt)).view(np.uint32)
+        out[mode] = np.asarray(matmul(a, b, operand_format=fmt)).view(np.uint32)
     np.testing.assert_array_equal(out["on"], out["off"])
 
 
