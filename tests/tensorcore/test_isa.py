@@ -18,7 +18,7 @@ from jaxwarp._src.tensorcore import (
     datapath,
     datapath_checks,
     isa,
-    matmul,
+    matmul_tiles,
     mma_sync_parse,
     wgmma_parse,
     wmma_table,
@@ -192,13 +192,14 @@ def test_element_bits_is_the_register_width():
 
 
 def test_matmul_views():
-    for ins, per_format in matmul.TILES.items():
+    for ins, per_format in matmul_tiles.TILES.items():
         for f, tiles in per_format.items():
             assert set(tiles) <= set(isa.shapes(ins, f)), (ins, f)
-            assert set(matmul.ACCUMULATORS[ins][f]) == {
+            assert set(matmul_tiles.ACCUMULATORS[ins][f]) == {
                 c for r in isa.rows(ins, f) if set(r.shapes) & set(tiles)
                 for c, d in r.cd if c == d}
-    assert matmul.INSTRUCTIONS == isa.INSTRUCTIONS and matmul.FP8_FORMATS == isa.FP8_TYPES
+    assert matmul_tiles.INSTRUCTIONS == isa.INSTRUCTIONS
+    assert matmul_tiles.FP8_FORMATS == isa.FP8_TYPES
 
 
 _TENSORCORE = ROOT / "jaxwarp" / "_src" / "tensorcore"
@@ -213,7 +214,8 @@ _TYPE_NAMES = {"f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "
                                     "mma_sync_registers", "wgmma", "wgmma_parse",
                                     "wgmma_registers", "datapath", "datapath_checks",
                                     "datapath_blocks", "datapath_f64", "datapath_int",
-                                    "matmul"])
+                                    "matmul", "matmul_tiles", "matmul_scales",
+                                    "matmul_chain"])
 def test_no_other_module_has_its_own_table(module):
     """No shape literal, and no dict literal keyed by operand types, outside isa.py."""
     tree = ast.parse((_TENSORCORE / f"{module}.py").read_text())
@@ -279,6 +281,9 @@ _PATCHED = textwrap.dedent('''
         datapath,
         datapath_checks,
         matmul,
+        matmul_chain,
+        matmul_scales,
+        matmul_tiles,
         mma_sync,
         mma_sync_parse,
         mma_sync_registers,
@@ -288,7 +293,8 @@ _PATCHED = textwrap.dedent('''
         wmma_table,
     )
     for mod in (arch, wmma_table, datapath_checks, datapath, mma_sync_parse,
-                mma_sync_registers, mma_sync, wgmma_parse, wgmma_registers, wgmma, matmul):
+                mma_sync_registers, mma_sync, wgmma_parse, wgmma_registers, wgmma,
+                matmul_tiles, matmul_scales, matmul_chain, matmul):
         importlib.reload(mod)  # this interpreter only: rebuild the views of the rows
     out = {"table": isa.support_table(), "errors": {}}
     def err(name, fn):
@@ -313,7 +319,7 @@ _PATCHED = textwrap.dedent('''
     err("wgmma_k32", lambda: wgmma_parse.parse_wgmma("m64n8k32.f32.e4m3.e4m3"))
     err("wgmma_k64", lambda: wgmma_parse.parse_wgmma("m64n8k64.f32.e4m3.e4m3"))
     out["combos"] = [list(c) for c in datapath_checks.COMBOS]
-    out["tile_e4m3"] = list(matmul.TILES["wgmma"]["e4m3"][0])
+    out["tile_e4m3"] = list(matmul_tiles.TILES["wgmma"]["e4m3"][0])
     out["min_arch"] = mma_sync_parse.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch
     out["wmma_cd"] = [list(p) for p in wmma_table.entry("f16").cd_types]
     out["fp8_k"] = wgmma_parse.FAMILIES["fp8"].k
@@ -374,7 +380,8 @@ def test_unpatched_catalogue():
     assert mma_sync_parse.parse_mma("m16n8k16.row.col.f32.bf16.bf16.f32").min_arch == 80
     wmma_table.check_mma("f16", "f16", "f32", (16, 16, 16))
     assert ("f16", "f16", "f32") in datapath_checks.COMBOS
-    assert wgmma_parse.FAMILIES["fp8"].k == 32 and matmul.TILES["wgmma"]["e4m3"][0] == (64, 8, 32)
+    assert wgmma_parse.FAMILIES["fp8"].k == 32
+    assert matmul_tiles.TILES["wgmma"]["e4m3"][0] == (64, 8, 32)
 
 
 # --------------------------------------------------------------------------------------

@@ -149,8 +149,8 @@ import ml_dtypes  # noqa: E402
 import reference_tc as R  # noqa: E402
 
 from jaxwarp._src.numerics import fp8, fp8_intrinsics  # noqa: E402
-from jaxwarp._src.tensorcore import datapath  # noqa: E402
-from jaxwarp._src.tensorcore import matmul as mm_mod  # noqa: E402
+from jaxwarp._src.tensorcore import datapath, matmul_tiles  # noqa: E402
+from jaxwarp._src.tensorcore.matmul import to_operand  # noqa: E402
 
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _STORE = {"f32": np.float32, "f16": np.float16}
@@ -194,13 +194,13 @@ def _ref_chain(a, b, c, fa, fb, instruction, k, promote=None):
 
 
 def test_defaults_and_tables():
-    assert mm_mod.DEFAULT_TILE["f16"] == (16, 16, 16)
-    assert mm_mod.DEFAULT_TILE["tf32"] == (16, 16, 8)
-    assert mm_mod.DEFAULT_TILE["e4m3"] == (64, 8, 32)
-    assert mm_mod.DEFAULT_INSTRUCTION["e5m2"] == "wgmma"
-    assert mm_mod.TILES["mma_sync"]["e4m3"][0] == (16, 8, 32)
-    assert mm_mod.TILES["mma_sync"]["tf32"][0] == (16, 8, 8)
-    assert mm_mod.TILES["wgmma"]["bf16"][0] == (64, 8, 16)
+    assert matmul_tiles.DEFAULT_TILE["f16"] == (16, 16, 16)
+    assert matmul_tiles.DEFAULT_TILE["tf32"] == (16, 16, 8)
+    assert matmul_tiles.DEFAULT_TILE["e4m3"] == (64, 8, 32)
+    assert matmul_tiles.DEFAULT_INSTRUCTION["e5m2"] == "wgmma"
+    assert matmul_tiles.TILES["mma_sync"]["e4m3"][0] == (16, 8, 32)
+    assert matmul_tiles.TILES["mma_sync"]["tf32"][0] == (16, 8, 8)
+    assert matmul_tiles.TILES["wgmma"]["bf16"][0] == (64, 8, 16)
     a, b = _rand((16, 32), 0), _rand((32, 16), 1)
     np.testing.assert_array_equal(_MATMUL(a, b, operand_format="fp16"),
                                   _MATMUL(a, b))  # aliases keep working
@@ -266,15 +266,15 @@ def test_scales(datapath_mma):
     f = jax.jit(lambda a, b, c, sa, sb: jaxwarp.matmul(
         a, b, c, operand_format="e4m3", instruction="mma_sync", a_scale=sa, b_scale=sb))
     got = f(a, b, c, sa, sb)
-    qa = np.asarray(mm_mod.to_operand(a, "e4m3", sa), np.float32)
-    qb = np.asarray(mm_mod.to_operand(b, "e4m3", sb), np.float32)
+    qa = np.asarray(to_operand(a, "e4m3", sa), np.float32)
+    qb = np.asarray(to_operand(b, "e4m3", sb), np.float32)
     t = _ref_chain(qa, qb, np.zeros((16, 8), np.float32), "e4m3", "e4m3", "mma_sync", 32)
     want = t * (sa * sb) + np.asarray(c)
     np.testing.assert_array_equal(_bits(got), _bits(np.asarray(want, np.float32)))
     ref = np.asarray(a, np.float64) @ np.asarray(b, np.float64) + np.asarray(c)
     assert np.max(np.abs(np.asarray(got) - ref)) < 0.1 * np.max(np.abs(ref))
     # Saturation: without a scale the large b saturates at 448 (and a mostly flushes).
-    assert np.asarray(mm_mod.to_operand(b * 100, "e4m3"), np.float32).max() == 448
+    assert np.asarray(to_operand(b * 100, "e4m3"), np.float32).max() == 448
 
 
 def test_scale_division_is_correctly_rounded():
@@ -534,8 +534,6 @@ def test_fp8_arrays_are_used_as_they_are():
     # Data already in an fp8 dtype (no scale) goes to the tensor core unchanged, as in a
     # CUDA program: an e5m2 infinity stays infinite; a float32 infinity is converted by
     # cvt.rn.satfinite and saturates.
-    from jaxwarp._src.tensorcore.matmul import to_operand
-
     inf8 = jnp.full((16, 32), jnp.inf, jnp.float8_e5m2)
     assert bool(jnp.isinf(to_operand(inf8, "e5m2")).all())
     assert float(jax.jit(to_operand, static_argnums=1)(jnp.float32(jnp.inf), "e5m2")) == 57344.0
@@ -562,7 +560,7 @@ def _sm70_case():
 def test_sm70_mma_sync_chains_m8n8k4():
     # Volta's only mma.sync shape is m8n8k4: matmul's default tile there, bit for bit a
     # chain of m8n8k4 instructions along K; other shapes name the targets that have them.
-    assert [mm_mod.default_tile("mma_sync", "f16", t) for t in ("sm_70", "sm_75", "sm_80")] \
+    assert [matmul_tiles.default_tile("mma_sync", "f16", t) for t in ("sm_70", "sm_75", "sm_80")] \
         == [(8, 8, 4), (16, 8, 8), (16, 8, 16)]
     a, b, want, f = _sm70_case()
     np.testing.assert_array_equal(_bits(jax.jit(f)(a, b)), _bits(want))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.tensorcore import datapath
-from jaxwarp._src.tensorcore import matmul as mm
+from jaxwarp._src.tensorcore.matmul import matmul
 
 CASES = [  # (instruction, a_format, b_format, (m, n, k), arch)
     ("wmma", "f16", "f16", (16, 16, 16), "sm_90"),
@@ -82,7 +82,7 @@ def test_gemm_same_bits_on_off(fmt, store_mode):
     out, barriers = {}, {}
     for mode in ("off", "on"):
         store_mode(mode)
-        f = functools.partial(mm.matmul, operand_format=fmt)
+        f = functools.partial(matmul, operand_format=fmt)
         barriers[mode] = _barriers(f, a, b)
         out[mode] = np.asarray(jax.jit(f)(a, b)).view(np.uint32)
     assert barriers["on"] > barriers["off"]  # the setting took effect

@@ -15,11 +15,12 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.emulate import recipes
 from jaxwarp._src.numerics import formats
-from jaxwarp._src.tensorcore import matmul as matmul_mod
+from jaxwarp._src.tensorcore import matmul_tiles
+from jaxwarp._src.tensorcore.matmul import matmul
 
-INSTRUCTIONS = matmul_mod.INSTRUCTIONS
-OPERAND_FORMATS = matmul_mod.OPERAND_FORMATS
-FP8_FORMATS = matmul_mod.FP8_FORMATS
+INSTRUCTIONS = matmul_tiles.INSTRUCTIONS
+OPERAND_FORMATS = matmul_tiles.OPERAND_FORMATS
+FP8_FORMATS = matmul_tiles.FP8_FORMATS
 SCALINGS = (None, "tensor", "blockwise", "blockwise_pow2")
 #: DeepSeek-V3's fine-grained scaling (fp32 scales; TransformerEngine's power-of-two ones).
 BLOCK_SCALINGS = ("blockwise", "blockwise_pow2")
@@ -53,7 +54,7 @@ class Config:
 
     @property
     def pad_multiple(self) -> int:
-        return math.lcm(*(self.tile or matmul_mod.DEFAULT_TILE[self.operand_format]))
+        return math.lcm(*(self.tile or matmul_tiles.DEFAULT_TILE[self.operand_format]))
 
     @property
     def custom_recipe(self) -> bool:
@@ -172,6 +173,6 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
     p = cfg.pad_multiple
     dtype = jnp.float64 if operand_format == "f64" else jnp.float32
     for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):
-        jax.eval_shape(functools.partial(matmul_mod.matmul, **cfg.matmul_kwargs(fmt)),
+        jax.eval_shape(functools.partial(matmul, **cfg.matmul_kwargs(fmt)),
                        jax.ShapeDtypeStruct((p, p), dtype), jax.ShapeDtypeStruct((p, p), dtype))
     return cfg

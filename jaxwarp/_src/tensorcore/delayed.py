@@ -36,7 +36,7 @@ from jaxwarp._src.numerics.formats import ALIASES, FORMATS
 from jaxwarp._src.numerics.fp8 import FP8_FORMATS
 from jaxwarp._src.numerics.fp8_intrinsics import float_to_fp8
 from jaxwarp._src.numerics.scaling import divide_rn, multiply_rn, times_pow2
-from jaxwarp._src.tensorcore import matmul as matmul_mod
+from jaxwarp._src.tensorcore.matmul import matmul
 
 __all__ = ["AMAX_COMPUTE_ALGOS", "DelayedScaling", "DelayedScalingState", "delayed_matmul"]
 
@@ -136,7 +136,7 @@ def _cast(x, scale, fmt):
 def _product(a, b, scale, kw):
     kwd = dict(kw)
     fmt = kwd["operand_format"]
-    t = matmul_mod.matmul(_cast(a, scale[0], fmt), _cast(b, scale[1], fmt), **kwd)
+    t = matmul(_cast(a, scale[0], fmt), _cast(b, scale[1], fmt), **kwd)
     inv = divide_rn(jnp.float32(1), scale)  # TransformerEngine's scale_inv = 1 / scale
     return multiply_rn(t, multiply_rn(inv[0], inv[1]))
 
@@ -148,7 +148,7 @@ def _product_fwd(a, b, scale, kw):
 def _product_bwd(kw, res, g):
     # Straight-through: matmul's own backward products (current power-of-two scales).
     a, b, scale = res
-    _, vjp = jax.vjp(functools.partial(matmul_mod.matmul, **dict(kw)), a, b)
+    _, vjp = jax.vjp(functools.partial(matmul, **dict(kw)), a, b)
     return (*vjp(g), jnp.zeros_like(scale))
 
 

@@ -1,19 +1,11 @@
 """A tiled matrix product through the emulated tensor core.
 
-`matmul` is a GEMM kernel: every output tile starts from its C tile (or zero,
-``fill_fragment(acc, 0)``) and a loop over k chains the accumulator through one
-tensor-core instruction per step, one (m, n, k) tile at a time (the CUDA guide's
-WMMA kernel)::
-
-    for kIter in range(0, K, WMMA_K):
-        load_matrix_sync(aFrag, A + aRow * lda + kIter, lda)
-        load_matrix_sync(bFrag, B + kIter * ldb + bCol, ldb)
-        mma_sync(accFrag, aFrag, bFrag, accFrag)
-
-The fragments' lane layout does not change the arithmetic, so the loop runs on
-logical tiles (``tests/tensorcore/test_matmul.py`` checks it against the fragment path);
-all output tiles of a step go through the model at once, and ``jax.lax.scan``
-runs the k loop.
+`matmul` is a GEMM kernel: every output tile starts from its C tile (or zero) and a loop
+over k chains the accumulator through one tensor-core instruction per step, one (m, n, k)
+tile at a time (the CUDA guide's WMMA kernel; ``matmul_chain`` runs the loop, with
+DeepSeek-V3's promotion). This module holds the argument checks, the operand conversion,
+the gradients and the public ``matmul``; the instruction tables and the tile chosen per
+target are ``matmul_tiles``'s, the fp8 scales (per tensor and per block) ``matmul_scales``'s.
 
 Instructions (``instruction=``): ``"wmma"`` (``nvcuda::wmma::mma_sync``; f16,
 bf16, tf32, f64), ``"mma_sync"`` (PTX ``mma.sync.aligned.m16n8kK``; f16, bf16,
@@ -29,46 +21,7 @@ does: ``__float2half_rn`` for f16, ``__float2bfloat16_rn`` for bf16,
 ``cvt.rn.satfinite`` (``__nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...)``: round to
 nearest even, beyond the largest finite value -- 448 for e4m3, 57344 for e5m2,
 infinities included -- becomes that value, NaN stays NaN), after dividing by the
-per-tensor scale when one is given.
-
-fp8 scaling (``a_scale``, ``b_scale``; fp8 formats only), as fp8 GEMM recipes
-(cuBLASLt's ``A_SCALE``/``B_SCALE``, Transformer Engine, DeepSeek-V3) do it::
-
-    qa = fp8_satfinite_rn(fl32(a / a_scale))      # same for b with b_scale
-    T  = tensor-core chain of qa @ qb, from a zero accumulator
-    s  = fl32(a_scale * b_scale)
-    D  = fl(fl32(T * s) + C)                      # fp32 rn; rounded (rn) to the
-                                                  # accumulator type at the end
-
-where ``fl32`` is an IEEE fp32 operation rounded to nearest even, subnormals kept. All
-four are computed on the bits (``numerics.scaling.divide_rn``, ``multiply_rn``,
-``softfloat.add_rn``), the same on every backend: XLA's GPU division is not correctly
-rounded and its CPU backend flushes subnormal operands and results. A missing scale
-counts as 1. Without any scale, C is the chain's initial accumulator, as in the unscaled
-kernel (and D is the tensor core's own result).
-
-Block scales (DeepSeek-V3's fine-grained fp8, section 3.3.2; ``a_scale`` of shape
-``(M, K/128)`` -- 1x128 tiles -- or ``(M/128, K/128)``, ``b_scale`` of shape ``(K/128,
-N/128)`` -- 128x128 blocks -- or ``(K/128, N)``; sizes rounded up): each operand element is
-divided by its block's scale (``divide_rn``) and converted as above; the k loop is
-promoted every 128 k-elements, and each block's scales are applied on its promotion, as
-DeepGEMM's sm_90 kernel does (``acc += (scale_a * scale_b) * accum``, which ``nvcc``
-contracts into one ``FFMA``)::
-
-    acc = C (or 0)
-    for each 128-k block kb:  P = tensor-core chain of the block from a zero accumulator
-                              s = fl32(a_scale[m, kb] * b_scale[kb, n])
-                              acc = fma_rn(s, P, acc)     # one rounding (numerics.scaling)
-
-Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
-into intervals of N k-elements (a multiple of the instruction's k; the last
-interval is shorter when N does not divide K). Each interval's tensor-core chain
-starts from a zero accumulator, and its fp32 result ``P_i`` is added to an fp32
-accumulator in ordinary fp32 arithmetic (round to nearest even)::
-
-    acc = C (or 0 when scaled);  acc = fl32(acc + P_1);  acc = fl32(acc + P_2) ...
-
-Promotion needs ``accumulator="f32"``.
+per-tensor scale when one is given (``matmul_scales`` says how the scales are applied).
 
 Gradients: the conversions are treated as the identity (straight-through
 estimator) and the backward products ``dA = dD @ B^T`` and ``dB = A^T @ dD`` go
@@ -100,107 +53,31 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics import bitops, blockwise, convert, formats, fp8_intrinsics, softfloat
+from jaxwarp._src.numerics import blockwise, convert, formats, fp8_intrinsics
 from jaxwarp._src.numerics.scaling import (
     divide_rn,
-    fma_rn,
     multiply_rn,
     tensor_scale_exponent,
     times_pow2,
 )
 from jaxwarp._src.tensorcore import datapath as mma_arith
-from jaxwarp._src.tensorcore import isa, wmma_table
-from jaxwarp._src.tensorcore.arch import check_target, has, parse_target
-
-# The tables below are views of the instruction catalogue (``isa.ROWS``).
-INSTRUCTIONS = isa.INSTRUCTIONS
-FP8_FORMATS = isa.FP8_TYPES
-# matmul chains the float datapaths (and f64 through WMMA): a row's types are operand
-# formats where its datapath is a float family, or f64 on WMMA. (``.kind::`` rows, whose
-# fp6 / fp4 operands have no conversion here, are left to ``jaxwarp.mma``.)
-# Rows that ``datapath.mma`` takes only on request (``k_auto=False``: the m8n8k4 f16
-# quadpair unit, Volta's only ``mma.sync`` shape) are tiles too: matmul names its k.
-_TILE_ROWS = tuple(r for r in isa.ROWS if not r.kind and (
-    r.datapath not in isa.EXACT_DATAPATHS or (r.instruction, r.datapath) == ("wmma", "f64")))
-# (fp6 / fp4, held as codes, have no float dtype to convert a matrix to: not here.)
-OPERAND_FORMATS = tuple(dict.fromkeys(t for r in _TILE_ROWS for t in r.a_formats
-                                      if not formats.FORMATS[t].code_storage))
-
-
-def _tiles(instruction: str) -> dict[str, tuple[tuple[int, int, int], ...]]:
-    """Per operand format, the instruction's shapes: catalogue order for WMMA (the CUDA
-    guide's), largest k first for mma_sync (m16n8k16, m16n8k8, m8n8k4 for f16), every n
-    (smallest first) for wgmma."""
-    out: dict[str, list] = {}
-    for r in _TILE_ROWS:
-        if r.instruction == instruction:
-            for t in (t for t in r.a_formats if t in OPERAND_FORMATS):
-                out.setdefault(t, []).extend(r.shapes)
-    if instruction == "mma_sync":
-        return {t: tuple(sorted(s, key=lambda s: -s[2])) for t, s in out.items()}
-    return {t: tuple(s) for t, s in out.items()}
-
-
-#: Allowed (m, n, k) per instruction and (a's) operand format; the first is the default.
-TILES: dict[str, dict[str, tuple[tuple[int, int, int], ...]]] = {
-    i: _tiles(i) for i in INSTRUCTIONS}
-_WGMMA_K = {f: shapes[0][2] for f, shapes in TILES["wgmma"].items()}
-#: n of the wgmma shapes m64nNkK: multiples of 8 from 8 to 256.
-WGMMA_N = tuple(dict.fromkeys(s[1] for shapes in TILES["wgmma"].values() for s in shapes))
-#: Default wgmma n: every output element's arithmetic is the same for any n, so the
-#: smallest n (the least zero padding of N) is the default.
-WGMMA_DEFAULT_N = min(WGMMA_N)
-_WMMA_FORMATS = tuple(TILES["wmma"])
-
-#: The instruction used when ``instruction=None``: WMMA for the formats WMMA has, wgmma
-#: (the H100's own fp8 unit) for fp8.
-DEFAULT_INSTRUCTION = {f: "wmma" if f in TILES["wmma"] else "wgmma" for f in OPERAND_FORMATS}
-
-#: Default tile per operand format (of its default instruction, on sm_90): the WMMA
-#: shapes the CUDA guide lists first, and wgmma m64n8k32 for fp8. Other targets:
-#: :func:`default_tile`.
-DEFAULT_TILE = {f: TILES[DEFAULT_INSTRUCTION[f]][f][0] for f in OPERAND_FORMATS}
-
-
-def _target_has(instruction: str, fmt: str, k: int, arch: Any) -> bool:
-    """Whether ``arch`` (a target name or an ``ArchModel``) issues the instruction's
-    shapes of instruction k ``k`` on ``fmt`` operands."""
-    name = arch if isinstance(arch, str) else getattr(arch, "name", None)
-    try:
-        target = parse_target(_issue_arch(instruction, name))
-    except (ValueError, TypeError):
-        return False  # an unknown target: the checks that follow name it
-    return has(target, *isa.min_target(instruction, fmt, k))
-
-
-def default_tile(instruction: str, fmt: str, arch: Any = "sm_90") -> tuple[int, int, int]:
-    """The tile ``matmul`` uses when ``tile=None``: the first of ``TILES[instruction]
-    [fmt]`` that the target ``arch`` issues (the largest k it has for ``mma.sync``:
-    m8n8k4 on sm_70, m16n8k8 on sm_75, m16n8k16 from sm_80 for f16).
-
-    Where the target has none of them, the first: matmul's target check then names the
-    architectures that have it.
-
-    Example:
-        >>> default_tile("mma_sync", "f16", "sm_70"), default_tile("mma_sync", "f16", "sm_75")
-        ((8, 8, 4), (16, 8, 8))
-        >>> default_tile("mma_sync", "f16", "sm_80")
-        (16, 8, 16)
-    """
-    shapes = TILES[instruction][fmt]
-    if instruction != "wmma":  # WMMA's shapes share their targets (wmma_table checks)
-        for s in shapes:
-            if _target_has(instruction, fmt, s[2], arch):
-                return s
-    return shapes[0]
-
-#: Accumulators a GEMM can chain: C types whose D has the same type, at the tiles.
-ACCUMULATORS = {
-    i: {f: tuple(dict.fromkeys(c for r in _TILE_ROWS if r.instruction == i and f in r.a_formats
-                               for c, d in r.cd if c == d))
-        for f in TILES[i]}
-    for i in INSTRUCTIONS}
-_ACC_DTYPE = {t: isa.storage_dtype(t) for t in ("f16", "f32", "f64")}
+from jaxwarp._src.tensorcore import wmma_table
+from jaxwarp._src.tensorcore.arch import check_target, parse_target
+from jaxwarp._src.tensorcore.matmul_chain import Cfg, tiled
+from jaxwarp._src.tensorcore.matmul_scales import check_scales, epilogue
+from jaxwarp._src.tensorcore.matmul_tiles import (
+    ACC_DTYPE,
+    ACCUMULATORS,
+    DEFAULT_INSTRUCTION,
+    FP8_FORMATS,
+    INSTRUCTIONS,
+    OPERAND_FORMATS,
+    PADDED,
+    TILES,
+    default_tile,
+    issue_arch,
+    tiles_text,
+)
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
@@ -251,31 +128,6 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
     return x.astype(jnp.float64)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Cfg:
-    """Static configuration of one product (hashable: a custom_vjp nondiff argument)."""
-
-    a_format: str
-    b_format: str
-    accumulator: str
-    tile: tuple[int, int, int]
-    instruction: str
-    arch: Any
-    mode: str
-    promote_every: int | None
-    scaled: bool
-    blockwise: bool = False  # a_scale / b_scale are block scales (DeepSeek-V3's recipe)
-
-    @property
-    def fp8(self) -> bool:
-        return self.a_format in FP8_FORMATS
-
-    @property
-    def legacy(self) -> bool:
-        """The WMMA path exactly as before instructions and fp8 existed."""
-        return self.instruction == "wmma"
-
-
 def _one_format(f: Any) -> str:
     if isinstance(f, str) and formats.ALIASES.get(f) in OPERAND_FORMATS:
         f = formats.ALIASES[f]  # "fp16", "bfloat16", "float8_e4m3fn", ... keep working
@@ -295,35 +147,6 @@ def _parse_formats(operand_format: Any) -> tuple[str, str]:
         return fa, fb
     f = _one_format(operand_format)
     return f, f
-
-
-def _tiles_text(instruction: str, fmt: str) -> str:
-    if instruction == "wgmma":
-        return f"(64, n, {_WGMMA_K[fmt]}) with n a multiple of 8 from 8 to 256"
-    if instruction == "tcgen05":
-        k = TILES["tcgen05"][fmt][0][2]
-        return f"(64 or 128, n, {k}) with n a multiple of 8 from 8 to 256"
-    return str(list(TILES[instruction][fmt]))
-
-
-def _scale_arg(s: Any, name: str, shapes: tuple) -> jax.Array | None:
-    """A per-tensor scale (a scalar) or block scales (one of the 2-D ``shapes``)."""
-    if s is None:
-        return None
-    s = jnp.asarray(s)
-    if s.shape not in ((), *shapes) or not (jnp.issubdtype(s.dtype, jnp.floating)
-                                            or jnp.issubdtype(s.dtype, jnp.integer)):
-        raise ValueError(f"{name} must be a scalar (one per-tensor scale) or block scales of "
-                         f"shape {' or '.join(str(t) for t in dict.fromkeys(shapes))} (per "
-                         f"{blockwise.BLOCK} k-elements), got {s.dtype}{list(s.shape)}")
-    return s.astype(jnp.float32)
-
-
-def _block_shapes(M: int, K: int, N: int) -> tuple[tuple, tuple]:
-    """Allowed block-scale shapes of a and b: 1x128 tiles of a's rows ``(M, Kb)`` or 128x128
-    blocks ``(Mb, Kb)``; b: ``(Kb, N)`` (128x1 tiles of its columns) or ``(Kb, Nb)``."""
-    kb, mb, nb = (-(-d // blockwise.BLOCK) for d in (K, M, N))
-    return ((M, kb), (mb, kb)), ((kb, N), (kb, nb))
 
 
 def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
@@ -352,13 +175,13 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
     if instruction == "wmma":
         wmma_table.check_mma(fa, accumulator, accumulator, valid[0], arch)
     elif isinstance(arch, str):
-        target = parse_target(_issue_arch(instruction, arch))
+        target = parse_target(issue_arch(instruction, arch))
         check_target(target, instruction, fa, fb)
     if tile not in valid:
         what = "WMMA" if instruction == "wmma" else instruction
         raise ValueError(
             f"tile={tile} is not a {what} shape for operand_format={fa!r}; "
-            f"allowed: {_tiles_text(instruction, fa) if instruction in _PADDED else valid}"
+            f"allowed: {tiles_text(instruction, fa) if instruction in PADDED else valid}"
         )
     a, b = jnp.asarray(a), jnp.asarray(b)
     for name, x in (("a", a), ("b", b)):
@@ -372,13 +195,13 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
         check_target(target, instruction, fa, fb, k)
     # wgmma's m = 64 is larger than many matrices: rows / columns beyond M / N are a
     # kernel's zero padding (they do not change the other rows and columns).
-    padded = ("M", "N") if instruction in _PADDED else ()
+    padded = ("M", "N") if instruction in PADDED else ()
     for dim, size, t in (("M", M, m), ("N", N, n), ("K", K, k)):
         if size % t and dim not in padded:
             raise ValueError(
                 f"{dim}={size} is not a multiple of the tile's {t} (tile={tile}); "
                 f"pad the matrices or pick another tile from "
-                f"{_tiles_text(instruction, fa) if instruction in _PADDED else valid}"
+                f"{tiles_text(instruction, fa) if instruction in PADDED else valid}"
             )
     if promote_every is not None:
         promote_every = checks.static_int(promote_every, "promote_every")
@@ -390,158 +213,18 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
         if accumulator != "f32":
             raise ValueError(f"promote_every promotes partial sums into fp32 and needs "
                              f"accumulator='f32'; got accumulator={accumulator!r}")
-    a_shapes, b_shapes = _block_shapes(M, K, N)
-    a_scale, b_scale = (_scale_arg(a_scale, "a_scale", a_shapes),
-                        _scale_arg(b_scale, "b_scale", b_shapes))
-    scaled = a_scale is not None or b_scale is not None
-    if scaled and fa not in FP8_FORMATS:
-        raise ValueError(f"a_scale / b_scale are per-tensor scales of the fp8 formats "
-                         f"{FP8_FORMATS}; got operand_format={operand_format!r}")
-    block = any(s is not None and s.ndim == 2 for s in (a_scale, b_scale))
-    if block:
-        # DeepSeek-V3's fine-grained scaling: the scales are applied on each promotion.
-        if promote_every not in (None, blockwise.BLOCK):
-            raise ValueError(
-                f"block scales (a_scale / b_scale of 2 dimensions) are applied on each "
-                f"promotion every {blockwise.BLOCK} k-elements; got promote_every="
-                f"{promote_every!r} (use None or {blockwise.BLOCK})")
-        if accumulator != "f32" or blockwise.BLOCK % k:
-            raise ValueError(f"block scales need accumulator='f32' and an instruction k "
-                             f"dividing {blockwise.BLOCK}; got accumulator={accumulator!r}, "
-                             f"tile={tile}")
-        promote_every = blockwise.BLOCK
-        one = jnp.ones((), jnp.float32)
-        a_scale = jnp.broadcast_to(one if a_scale is None else a_scale,
-                                   a_scale.shape if a_scale is not None and a_scale.ndim
-                                   else a_shapes[0])
-        b_scale = jnp.broadcast_to(one if b_scale is None else b_scale,
-                                   b_scale.shape if b_scale is not None and b_scale.ndim
-                                   else b_shapes[0])
+    a_scale, b_scale, promote_every, scaled, block = check_scales(
+        a_scale, b_scale, (M, K, N), fa, operand_format, accumulator, tile, promote_every)
     if c is not None:
         c = jnp.asarray(c)
         if c.shape != (M, N):
             raise ValueError(f"c must have shape {(M, N)}, got {tuple(c.shape)}")
-    cfg = _Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every,
-               scaled and not block, block)
+    cfg = Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every,
+              scaled and not block, block)
     return a, b, c, a_scale, b_scale, cfg
 
 
-#: Instructions whose M (64 / 128) and N tiles may run past the matrices (zero padding).
-_PADDED = ("wgmma", "tcgen05")
-
-
-def _issue_arch(instruction: str, arch: Any) -> Any:
-    """wgmma is only in the architecture-specific target: sm_90 means sm_90a for it."""
-    return "sm_90a" if instruction == "wgmma" and arch == "sm_90" else arch
-
-
-def _mma(at, bt, acc, cfg: _Cfg):
-    """One instruction per output tile (k = the tile's k), exact mode."""
-    arch = _issue_arch(cfg.instruction, cfg.arch)
-    return mma_arith.mma(at, bt, acc, a_format=cfg.a_format, b_format=cfg.b_format,
-                         c_format=cfg.accumulator, d_format=cfg.accumulator, arch=arch,
-                         mode="exact", instruction=cfg.instruction,
-                         instruction_k=cfg.tile[2])
-
-
-def _stored(x):
-    """``x`` itself, as a k-step slice that XLA's CPU backend stores.
-
-    With an instruction k of 4 (m8n8k4, Volta's only ``mma.sync`` shape) XLA's CPU fusion
-    put the k step's dynamic slices of A and B inside the instruction's loop over the
-    outputs, which then ran about 10x slower per multiply-add than with k = 8 (exact
-    sm_70 ``matmul`` 89 against sm_75's 893 M MAC/s, CPU seconds, 128 x 512 x 128). A
-    division is not copied into its consumers, so dividing by ``s * s`` (``s`` = +-1 from
-    the sign bit: 1, which XLA cannot fold away; the trick of ``datapath._operand``)
-    makes the slice an array of its own: 475 M MAC/s, the same bits (f16 only: an f16
-    value, subnormal ones included, is a normal fp32 one, which XLA's CPU division does
-    not flush; a NaN stays a NaN, which the datapath reads as any NaN)."""
-    s = jnp.where(jnp.signbit(x), jnp.float16(-1), jnp.float16(1))
-    return x / (s * s)
-
-
-def _pad_to(x, rows, cols):
-    r, c = x.shape
-    if (r, c) == (rows, cols):
-        return x
-    return jnp.pad(x, ((0, rows - r), (0, cols - c)))
-
-
-def _fast(a_op, b_op, c_acc, cfg: _Cfg):
-    if cfg.legacy:
-        return mma_arith.mma(a_op, b_op, c_acc, a_format=cfg.a_format, c_format=cfg.accumulator,
-                             d_format=cfg.accumulator, arch=cfg.arch, mode="fast")
-    prod = jnp.matmul(a_op.astype(jnp.float32), b_op.astype(jnp.float32),
-                      precision=lax.Precision.HIGHEST)
-    return (prod + c_acc.astype(jnp.float32)).astype(_ACC_DTYPE[cfg.accumulator])
-
-
-def _tiled(a_op, b_op, c_acc, cfg: _Cfg, scales=None):
-    """The k loop over the whole (M, N) output, on converted operands.
-
-    M, N and K are padded with zeros to the tile (only where ``_check`` allows it, or in
-    the backward products, where a zero k-slice leaves the sum as it is). ``scales``: the
-    block scales ``(sa (M, Kb), sb (Kb, N))`` applied on each promotion (``_promote``)."""
-    if cfg.mode == "fast":
-        # Fast mode: one dot_general over the whole K (the backend's own accumulation);
-        # tiling (and promotion) change nothing there but speed.
-        return _fast(a_op, b_op, c_acc, cfg)
-    (M, K), N = a_op.shape, b_op.shape[1]
-    m, n, k = cfg.tile
-    Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
-    a_op, b_op, acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
-    kt = Kp // k
-    if scales is not None:
-        scales = (_pad_to(scales[0], Mp, scales[0].shape[1]),
-                  _pad_to(scales[1], scales[1].shape[0], Np))
-
-    def step(carry, _):
-        # One k step of every output tile as a single (Mp, k) x (k, Np) instruction call:
-        # an instruction's output element depends only on its row of A, its column of B
-        # and its C element, so the M / N tiling changes no bit, and the operands and the
-        # accumulator are read and written in their own layouts (no tile transposes,
-        # which XLA had made into a copy of B before the loop).
-        acc, kk = carry
-        at = lax.dynamic_slice_in_dim(a_op, kk * k, k, axis=1)  # (Mp, k)
-        bt = lax.dynamic_slice_in_dim(b_op, kk * k, k, axis=0)  # (k, Np)
-        if k < 8 and at.dtype == bt.dtype == jnp.float16 and jax.default_backend() == "cpu":
-            at, bt = _stored(at), _stored(bt)
-        return (_mma(at, bt, acc, cfg), kk + 1), None
-
-    def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
-        return lax.scan(step, (acc, jnp.asarray(k0, jnp.int32)), None, length=length)[0][0]
-
-    if cfg.promote_every is None:
-        acc = chain(acc, 0, kt)
-    else:
-        # Promotion: each interval's chain starts from +0; its fp32 result is added to
-        # the fp32 accumulator with an ordinary (round-to-nearest) fp32 addition.
-        s = cfg.promote_every // k
-        full, rem = divmod(kt, s)
-        zero = jnp.zeros_like(acc)
-
-        def interval(carry, _):
-            acc, k0 = carry
-            return (_promote(acc, chain(zero, k0, s), k0 // s, scales), k0 + s), None
-
-        if full:
-            acc = lax.scan(interval, (acc, jnp.int32(0)), None, length=full)[0][0]
-        if rem:
-            acc = _promote(acc, chain(zero, full * s, rem), full, scales)
-    return acc[:M, :N]
-
-
-def _promote(acc, p, kb, scales):
-    """One promotion: ``acc + P`` (fp32, rn); with block scales DeepGEMM's
-    ``acc += (sa * sb) * P``: ``fma_rn(fl32(sa[m, kb] * sb[kb, n]), P, acc)``."""
-    if scales is None:
-        return acc + p
-    sa = lax.dynamic_index_in_dim(scales[0], kb, axis=1, keepdims=True)  # (Mp, 1)
-    sb = lax.dynamic_index_in_dim(scales[1], kb, axis=0, keepdims=True)  # (1, Np)
-    return fma_rn(multiply_rn(sa, sb), p, acc)
-
-
-def _block_forward(a, b, c, sa, sb, cfg: _Cfg):
+def _block_forward(a, b, c, sa, sb, cfg: Cfg):
     """Block-scaled fp8 (DeepSeek-V3): operands divided by their block's scale and
     converted; every 128 k-elements the chain's partial P is promoted with the scales."""
     (M, K), N = a.shape, b.shape[1]
@@ -559,32 +242,19 @@ def _block_forward(a, b, c, sa, sb, cfg: _Cfg):
         qb3 = jnp.pad(qb.astype(jnp.float32), ((0, pad), (0, 0))).reshape(kb, -1, N)
         p = jnp.einsum("mkc,kcn->kmn", qa3, qb3, precision=lax.Precision.HIGHEST)
         return acc + jnp.sum(sa_rows.T[:, :, None] * sb_cols[:, None, :] * p, axis=0)
-    return _tiled(qa, qb, acc, cfg, (sa_rows, sb_cols))
+    return tiled(qa, qb, acc, cfg, (sa_rows, sb_cols))
 
 
-def _forward(a, b, c, sa, sb, cfg: _Cfg):
-    acc_dt = _ACC_DTYPE[cfg.accumulator]
+def _forward(a, b, c, sa, sb, cfg: Cfg):
+    acc_dt = ACC_DTYPE[cfg.accumulator]
     if cfg.blockwise:
         return _block_forward(a, b, c, sa, sb, cfg)
     if not cfg.scaled:
-        return _tiled(to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
-                      c.astype(acc_dt), cfg)
-    t = _tiled(to_operand(a, cfg.a_format, sa), to_operand(b, cfg.b_format, sb),
-               jnp.zeros(c.shape, acc_dt), cfg)
-    return _epilogue(t, multiply_rn(sa, sb), c).astype(acc_dt)
-
-
-def _epilogue(t, s, c):
-    """``fl32(fl32(t * s) + c)``: two roundings, never one fused multiply-add.
-
-    Both are IEEE operations on the bits (``multiply_rn``, ``softfloat.add_rn``): XLA's
-    CPU backend flushes subnormal operands and results (the GPU does not) and contracts
-    ``t * s + c`` into an FMA inside a fusion; integer operations do neither."""
-    f32 = functools.partial(times_pow2, k=jnp.int32(0), out_fmt="f32")  # exact widening
-    p = multiply_rn(f32(t), jnp.asarray(s, jnp.float32))
-    out = softfloat.add_rn(softfloat.term(bitops.to_u32(p), "f32"),
-                           softfloat.term(bitops.to_u32(f32(c)), "f32"), "f32", 0x7FC00000)
-    return bitops.from_u32(out, jnp.float32)
+        return tiled(to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
+                     c.astype(acc_dt), cfg)
+    t = tiled(to_operand(a, cfg.a_format, sa), to_operand(b, cfg.b_format, sb),
+              jnp.zeros(c.shape, acc_dt), cfg)
+    return epilogue(t, multiply_rn(sa, sb), c).astype(acc_dt)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -596,11 +266,11 @@ def _fwd(a, b, c, sa, sb, cfg):
     return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
 
 
-def _bwd(cfg: _Cfg, res, g):
+def _bwd(cfg: Cfg, res, g):
     # Straight-through estimator: the operand conversions pass gradients unchanged.
     # The backward products run on the emulated tensor core, like a GPU's backward.
     a, b, c, sa, sb = res
-    acc_dt = _ACC_DTYPE[cfg.accumulator]
+    acc_dt = ACC_DTYPE[cfg.accumulator]
     bcfg = dataclasses.replace(cfg, scaled=False, blockwise=False)
 
     def product(x, y):  # x @ y through the tensor core
@@ -613,13 +283,13 @@ def _bwd(cfg: _Cfg, res, g):
             # the bits (times_pow2): the same bits on every backend.
             kx = tensor_scale_exponent(x, cfg.a_format)
             ky = tensor_scale_exponent(y, cfg.b_format)
-            t = _tiled(to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
-                       to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
-                       jnp.zeros((M, N), acc_dt), bcfg)
+            t = tiled(to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
+                      to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
+                      jnp.zeros((M, N), acc_dt), bcfg)
             return times_pow2(t, -(kx + ky), cfg.accumulator)
         if not cfg.legacy:
-            return _tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
-                          jnp.zeros((M, N), acc_dt), bcfg)
+            return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+                         jnp.zeros((M, N), acc_dt), bcfg)
         # WMMA: the tile permuted to fit, as before.
         m, n, k = cfg.tile
         shapes = TILES["wmma"][cfg.a_format]
@@ -628,8 +298,8 @@ def _bwd(cfg: _Cfg, res, g):
                 promote = cfg.promote_every if cfg.promote_every and \
                     cfg.promote_every % t[2] == 0 else None
                 tcfg = dataclasses.replace(bcfg, tile=t, promote_every=promote)
-                return _tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
-                              jnp.zeros((M, N), acc_dt), tcfg)
+                return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+                             jnp.zeros((M, N), acc_dt), tcfg)
         raise ValueError(
             f"the backward product {M}x{K} @ {K}x{N} fits no {cfg.a_format} WMMA tile; "
             f"make M, N and K multiples of every dimension of tile={cfg.tile}"
@@ -693,15 +363,15 @@ def matmul(
         promote_every: None, or N (a multiple of the tile's k): the k loop restarts
             from zero every N k-elements and each partial result is added to an fp32
             accumulator with fp32 round-to-nearest (DeepSeek-V3's promotion; see the
-            module docstring). Needs ``accumulator="f32"``.
+            docstring of ``matmul_chain``). Needs ``accumulator="f32"``.
         a_scale, b_scale: fp8 only: per-tensor fp32 scale factors (scalars, may be
             traced): the operands are ``a / a_scale``, ``b / b_scale`` in fp8
             (saturating) and the tensor core's result is multiplied by
-            ``a_scale * b_scale`` in fp32 before C is added (module docstring). Or block
+            ``a_scale * b_scale`` in fp32 before C is added (``matmul_scales``). Or block
             scales (2-D, may be traced; ``jaxwarp.fp8.quantize_blockwise`` makes them):
             ``a_scale`` (M, ceil(K/128)) or (ceil(M/128), ceil(K/128)), ``b_scale``
             (ceil(K/128), ceil(N/128)) or (ceil(K/128), N), applied on each promotion
-            every 128 k-elements (DeepSeek-V3; module docstring); a missing one is 1.
+            every 128 k-elements (DeepSeek-V3; ``matmul_scales``); a missing one is 1.
             Needs ``accumulator="f32"`` and ``promote_every`` None or 128.
 
     Returns:
@@ -728,14 +398,14 @@ def matmul(
         a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
         a_scale, b_scale)
     if c is None:
-        c = jnp.zeros((a.shape[0], b.shape[1]), _ACC_DTYPE[cfg.accumulator])
+        c = jnp.zeros((a.shape[0], b.shape[1]), ACC_DTYPE[cfg.accumulator])
     one = jnp.float32(1)
     if a.shape[1] == 0:  # K = 0: no instruction runs, D is C (through the fp8 epilogue)
-        acc_dt = _ACC_DTYPE[cfg.accumulator]
+        acc_dt = ACC_DTYPE[cfg.accumulator]
         if not cfg.scaled:  # (block scales too: no block is promoted)
             return c.astype(acc_dt)
         s = multiply_rn(one if a_scale is None else a_scale,
                         one if b_scale is None else b_scale)
-        return _epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
+        return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     return _matmul(a, b, c, one if a_scale is None else a_scale,
                    one if b_scale is None else b_scale, cfg)

@@ -1,0 +1,163 @@
+"""matmul's k loop: the chain of tensor-core instructions over converted operands.
+
+Every output tile starts from its C tile (or zero, ``fill_fragment(acc, 0)``) and a loop
+over k chains the accumulator through one tensor-core instruction per step, one (m, n, k)
+tile at a time (the CUDA guide's WMMA kernel)::
+
+    for kIter in range(0, K, WMMA_K):
+        load_matrix_sync(aFrag, A + aRow * lda + kIter, lda)
+        load_matrix_sync(bFrag, B + kIter * ldb + bCol, ldb)
+        mma_sync(accFrag, aFrag, bFrag, accFrag)
+
+The fragments' lane layout does not change the arithmetic, so the loop runs on
+logical tiles (``tests/tensorcore/test_matmul.py`` checks it against the fragment path);
+all output tiles of a step go through the model at once, and ``jax.lax.scan``
+runs the k loop.
+
+Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
+into intervals of N k-elements (a multiple of the instruction's k; the last
+interval is shorter when N does not divide K). Each interval's tensor-core chain
+starts from a zero accumulator, and its fp32 result ``P_i`` is added to an fp32
+accumulator in ordinary fp32 arithmetic (round to nearest even)::
+
+    acc = C (or 0 when scaled);  acc = fl32(acc + P_1);  acc = fl32(acc + P_2) ...
+
+Promotion needs ``accumulator="f32"``.
+
+With block scales each promotion applies its block's scales (``matmul_scales.promote``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxwarp._src.tensorcore import datapath as mma_arith
+from jaxwarp._src.tensorcore.matmul_scales import promote
+from jaxwarp._src.tensorcore.matmul_tiles import ACC_DTYPE, FP8_FORMATS, issue_arch
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    """Static configuration of one product (hashable: a custom_vjp nondiff argument)."""
+
+    a_format: str
+    b_format: str
+    accumulator: str
+    tile: tuple[int, int, int]
+    instruction: str
+    arch: Any
+    mode: str
+    promote_every: int | None
+    scaled: bool
+    blockwise: bool = False  # a_scale / b_scale are block scales (DeepSeek-V3's recipe)
+
+    @property
+    def fp8(self) -> bool:
+        return self.a_format in FP8_FORMATS
+
+    @property
+    def legacy(self) -> bool:
+        """The WMMA path exactly as before instructions and fp8 existed."""
+        return self.instruction == "wmma"
+
+
+def _mma(at, bt, acc, cfg: Cfg):
+    """One instruction per output tile (k = the tile's k), exact mode."""
+    arch = issue_arch(cfg.instruction, cfg.arch)
+    return mma_arith.mma(at, bt, acc, a_format=cfg.a_format, b_format=cfg.b_format,
+                         c_format=cfg.accumulator, d_format=cfg.accumulator, arch=arch,
+                         mode="exact", instruction=cfg.instruction,
+                         instruction_k=cfg.tile[2])
+
+
+def stored(x):
+    """``x`` itself, as a k-step slice that XLA's CPU backend stores.
+
+    With an instruction k of 4 (m8n8k4, Volta's only ``mma.sync`` shape) XLA's CPU fusion
+    put the k step's dynamic slices of A and B inside the instruction's loop over the
+    outputs, which then ran about 10x slower per multiply-add than with k = 8 (exact
+    sm_70 ``matmul`` 89 against sm_75's 893 M MAC/s, CPU seconds, 128 x 512 x 128). A
+    division is not copied into its consumers, so dividing by ``s * s`` (``s`` = +-1 from
+    the sign bit: 1, which XLA cannot fold away; the trick of ``datapath._operand``)
+    makes the slice an array of its own: 475 M MAC/s, the same bits (f16 only: an f16
+    value, subnormal ones included, is a normal fp32 one, which XLA's CPU division does
+    not flush; a NaN stays a NaN, which the datapath reads as any NaN)."""
+    s = jnp.where(jnp.signbit(x), jnp.float16(-1), jnp.float16(1))
+    return x / (s * s)
+
+
+def _pad_to(x, rows, cols):
+    r, c = x.shape
+    if (r, c) == (rows, cols):
+        return x
+    return jnp.pad(x, ((0, rows - r), (0, cols - c)))
+
+
+def _fast(a_op, b_op, c_acc, cfg: Cfg):
+    if cfg.legacy:
+        return mma_arith.mma(a_op, b_op, c_acc, a_format=cfg.a_format, c_format=cfg.accumulator,
+                             d_format=cfg.accumulator, arch=cfg.arch, mode="fast")
+    prod = jnp.matmul(a_op.astype(jnp.float32), b_op.astype(jnp.float32),
+                      precision=lax.Precision.HIGHEST)
+    return (prod + c_acc.astype(jnp.float32)).astype(ACC_DTYPE[cfg.accumulator])
+
+
+def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
+    """The k loop over the whole (M, N) output, on converted operands.
+
+    M, N and K are padded with zeros to the tile (only where matmul's checks allow it, or
+    in the backward products, where a zero k-slice leaves the sum as it is). ``scales``:
+    the block scales ``(sa (M, Kb), sb (Kb, N))`` applied on each promotion
+    (``matmul_scales.promote``)."""
+    if cfg.mode == "fast":
+        # Fast mode: one dot_general over the whole K (the backend's own accumulation);
+        # tiling (and promotion) change nothing there but speed.
+        return _fast(a_op, b_op, c_acc, cfg)
+    (M, K), N = a_op.shape, b_op.shape[1]
+    m, n, k = cfg.tile
+    Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
+    a_op, b_op, acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
+    kt = Kp // k
+    if scales is not None:
+        scales = (_pad_to(scales[0], Mp, scales[0].shape[1]),
+                  _pad_to(scales[1], scales[1].shape[0], Np))
+
+    def step(carry, _):
+        # One k step of every output tile as a single (Mp, k) x (k, Np) instruction call:
+        # an instruction's output element depends only on its row of A, its column of B
+        # and its C element, so the M / N tiling changes no bit, and the operands and the
+        # accumulator are read and written in their own layouts (no tile transposes,
+        # which XLA had made into a copy of B before the loop).
+        acc, kk = carry
+        at = lax.dynamic_slice_in_dim(a_op, kk * k, k, axis=1)  # (Mp, k)
+        bt = lax.dynamic_slice_in_dim(b_op, kk * k, k, axis=0)  # (k, Np)
+        if k < 8 and at.dtype == bt.dtype == jnp.float16 and jax.default_backend() == "cpu":
+            at, bt = stored(at), stored(bt)
+        return (_mma(at, bt, acc, cfg), kk + 1), None
+
+    def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
+        return lax.scan(step, (acc, jnp.asarray(k0, jnp.int32)), None, length=length)[0][0]
+
+    if cfg.promote_every is None:
+        acc = chain(acc, 0, kt)
+    else:
+        # Promotion: each interval's chain starts from +0; its fp32 result is added to
+        # the fp32 accumulator with an ordinary (round-to-nearest) fp32 addition.
+        s = cfg.promote_every // k
+        full, rem = divmod(kt, s)
+        zero = jnp.zeros_like(acc)
+
+        def interval(carry, _):
+            acc, k0 = carry
+            return (promote(acc, chain(zero, k0, s), k0 // s, scales), k0 + s), None
+
+        if full:
+            acc = lax.scan(interval, (acc, jnp.int32(0)), None, length=full)[0][0]
+        if rem:
+            acc = promote(acc, chain(zero, full * s, rem), full, scales)
+    return acc[:M, :N]
