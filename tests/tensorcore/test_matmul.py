@@ -208,11 +208,11 @@ def test_defaults_and_tables():
 
 def test_fp8_operand_conversion_saturates():
     x = jnp.asarray([500.0, -1e9, 1.0, 0.3, jnp.inf], jnp.float32)
-    to_operand = jax.jit(mm_mod.to_operand, static_argnums=1)
-    q = to_operand(x, "e4m3")
+    to_jit = jax.jit(to_operand, static_argnums=1)
+    q = to_jit(x, "e4m3")
     assert q.dtype == ml_dtypes.float8_e4m3fn
     np.testing.assert_array_equal(np.asarray(q, np.float32), [448, -448, 1, 0.3125, 448])
-    q = to_operand(x, "e5m2", scale=jnp.float32(2.0))
+    q = to_jit(x, "e5m2", scale=jnp.float32(2.0))
     np.testing.assert_array_equal(np.asarray(q, np.float32)[:3], [256, -57344, 0.5])
 
 
@@ -304,7 +304,7 @@ def test_scale_division_is_correctly_rounded():
         q = (v.astype(np.float64) / np.float64(s)).astype(np.float32)
     want = np.asarray(jax.jit(fp8_intrinsics.float_to_fp8, static_argnums=(1, 2))(
         q, "e5m2", True))
-    got = jax.jit(mm_mod.to_operand, static_argnums=1)(v, "e5m2", s)
+    got = jax.jit(to_operand, static_argnums=1)(v, "e5m2", s)
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
