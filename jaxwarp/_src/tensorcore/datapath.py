@@ -121,10 +121,10 @@ def _stored(x):
     f16 operands inside the instruction's loop over the outputs (a slice is copied into
     every consumer that reads it through few indexings, ``_operand`` says more), which
     then sliced and converted them again for every output: ``mma`` of 128 x 512 @ 512 x
-    128 as a chain of sm_70 m8n8k4 instructions ran at 97 M MAC/s (CPU seconds). A
+    128 as a chain of sm_70 m8n8k4 instructions ran at 111 M MAC/s (CPU seconds). A
     division is not copied into its consumers, so dividing by ``s * s`` (``s`` = +-1 from
     the sign bit: 1, which XLA cannot fold away) makes each slice an array of its own:
-    625 M MAC/s, the same bits (an f16 value, subnormals included, is a normal fp32 one,
+    679 M MAC/s, the same bits (an f16 value, subnormals included, is a normal fp32 one,
     which XLA's CPU division does not flush; a NaN stays a NaN, and a NaN operand gives
     the canonical NaN whatever its payload)."""
     s = jnp.where(jnp.signbit(x), jnp.float16(-1), jnp.float16(1))

@@ -329,7 +329,7 @@ def _rounded_term(r: _Block, dp: Datapath, fmt: str) -> _Acc:
     """``softfloat.term`` of ``_f32_bits(r, dp)`` (``fmt`` "f32") or ``_f16_bits(r, dp)``
     ("f16"), built from the rounded significand without encoding the bits and decoding
     them again (the accumulator of a chain's next block: one instruction of 4 blocks,
-    sm_70 WMMA, ran 1.2x faster on the CPU). The same value, leading exponent, specials
+    sm_70 WMMA, ran 1.18x faster on the CPU). The same value, leading exponent, specials
     (an overflow is an infinity) and zero sign; ``sig`` and ``lsb`` may be another pair
     of the same value (``q`` keeps the rounding grid's bits), and ``neg`` is that of
     ``_block``'s sum where no value reads it (zeros, inf, NaN)."""
