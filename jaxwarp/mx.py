@@ -2,6 +2,8 @@
 quantizers, bit-exact (``jaxwarp.mx.quantize``, ``dequantize``, ``fake_quantize``). A
 quantized tensor is an :class:`MXTensor` pytree. See ``docs/microscaling.md``."""
 
+from jaxwarp._src.emulate.recipes import RECIPES as RECIPES
+from jaxwarp._src.emulate.recipes import Recipe as Recipe
 from jaxwarp._src.numerics.mx import MXTensor as MXTensor
 from jaxwarp._src.numerics.mx import dequantize as dequantize
 from jaxwarp._src.numerics.mx import fake_quantize as fake_quantize

@@ -900,6 +900,22 @@ case(6, "emulate-scaling-tf32-gradients",
      _emulate(operand_format="f16", scaling="tensor", backward_format="tf32"), F32_16, F32_16,
      exc=ValueError, must=("scaling='tensor'", "('f16', 'e4m3', 'e5m2')",
                            "backward_format='tf32'"))
+case(6, "emulate-recipe-unknown", _emulate(recipe="fp4"), F32_16, F32_16, exc=ValueError,
+     must=("recipe='fp4' is not supported", "('mxfp8', 'nvfp4')", "jaxwarp.mx.Recipe"))
+case(6, "emulate-recipe-and-format", _emulate(recipe="mxfp8", operand_format="bf16"),
+     F32_16, F32_16, exc=ValueError, must=("operand_format='bf16' with recipe='mxfp8'",
+                                           "give one of them"))
+case(6, "emulate-no-format-no-recipe", _emulate(), F32_16, F32_16, exc=ValueError,
+     must=("emulate needs operand_format=", "recipe="))
+case(6, "emulate-recipe-with-scaling", _emulate(recipe="mxfp8", scaling="tensor"), F32_16,
+     F32_16, exc=ValueError, must=("scaling='tensor' with recipe='mxfp8'", "scaling=None"))
+case(6, "emulate-recipe-arch", _emulate(recipe="nvfp4", arch="sm_90"), F32_16, F32_16,
+     exc=ValueError, must=("arch='sm_90'", "sm_100a"))
+case(6, "emulate-recipe-needs-key", _emulate(recipe="nvfp4", mode="fast"), F32_16, F32_16,
+     exc=ValueError, must=("recipe 'nvfp4'", "rng_key=jax.random.key"))
+case(6, "emulate-recipe-bad-field",
+     lambda a, b: jaxwarp.mx.Recipe("x", "mxint8", "mxfp8_e4m3", "mxfp8_e4m3"), F32_16, F32_16,
+     exc=ValueError, must=("Recipe.activation='mxint8' is not supported", "mxfp8_e4m3"))
 case(6, "emulate-f64-format-x64-off", _emulate(operand_format="f64"), F32_16, F32_16,
      exc=RuntimeError, must=("operand_format='f64'", "jax_enable_x64"))
 case(6, "emulate-unknown-format", _emulate(operand_format="fp12"), F32_16, F32_16,

@@ -37,7 +37,8 @@ _LONG_EXAMPLES = {
     "jaxwarp._src.numerics.fp8.bfloat16raw2_to_fp8x2",
     "jaxwarp._src.tensorcore.matmul.to_operand", "jaxwarp._src.numerics.fp8.cvt_f32_to_e5m2x2",
     "jaxwarp._src.numerics.mx.quantize", "jaxwarp._src.tensorcore.block_scale.from_golden",
-    "jaxwarp._src.tensorcore.ldmatrix.ldmatrix"}
+    "jaxwarp._src.tensorcore.ldmatrix.ldmatrix",
+    "jaxwarp._src.tensorcore.block_scale_gemm.matmul"}
 
 
 def _docstring_examples():

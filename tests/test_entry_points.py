@@ -563,8 +563,8 @@ MX_ENTRY_POINTS: dict[str, Entry] = {
     # Fast mode: the check is the argument policy, not the (slow to compile) datapath.
     "mx.matmul": Entry(jaxwarp.mx.matmul, {"a": X32, "b": X32.T}, static={"mode": "fast"}),
 }
-# Types: a format's description and the quantized tensor (a pytree container).
-MX_NO_ARRAY_DATA = frozenset({"mx.MXFormat", "mx.MXTensor"})
+# Types: a format's description, the quantized tensor (a pytree container), a recipe.
+MX_NO_ARRAY_DATA = frozenset({"mx.MXFormat", "mx.MXTensor", "mx.Recipe"})
 
 
 def test_mx_table_is_complete():

@@ -70,6 +70,20 @@ def test_exact_gemm_is_the_chain_of_its_instructions():
     _check_chain("mxfp8_e4m3", "tcgen05", (128, 64, 8), jit=True)
 
 
+def test_exact_gemm_row_blocks_change_no_bit():
+    # The exact GEMM computes blocks of rows one after another (lax.map) to bound its
+    # memory: the blocks are independent chains.
+    ta = mx.quantize(_data((64, 64), 1), "mxfp8_e5m2")
+    tb = mx.quantize(_data((64, 16), 2), "mxfp8_e5m2", axis=0)
+    cfg = jaxwarp._src.tensorcore.block_scale._Cfg(
+        "e5m2", "e5m2", "ue8m0", 32, 32, jaxwarp._src.tensorcore.block_scale.PRODUCT_TERMS)
+    args = (bsg._codes(ta), bsg._codes(tb), ta.scales, tb.scales, cfg)
+    whole, blocks = bsg._chain(*args, 64), bsg._chain(*args, 16)
+    np.testing.assert_array_equal(np.asarray(whole).view(np.uint32),
+                                  np.asarray(blocks).view(np.uint32))
+    assert bsg._rows((4096, 4096), (4096, 4096)) == 256
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt, instruction, shape, b_block", [
     ("mxfp8_e5m2", "mma_sync", (32, 96, 16), None),

@@ -10,8 +10,10 @@ import jax
 import jax.numpy as jnp  # noqa: F401  (the docstring example's namespace)
 
 from jaxwarp._src import checks
+from jaxwarp._src.emulate import recipes
 from jaxwarp._src.emulate.config import make_config
 from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
+from jaxwarp._src.emulate.recipes import Recipe
 from jaxwarp._src.emulate.report import EmulationReport, Product
 
 
@@ -68,10 +70,10 @@ def _check_64bit(leaves, args, kwargs) -> None:
 def emulate(
     fn: Callable,
     *,
-    operand_format: str,
+    operand_format: str | None = None,
     accumulator: str = "f32",
     instruction: str | None = None,
-    arch: str = "sm_90",
+    arch: str | None = None,
     mode: str = "exact",
     tile: tuple[int, int, int] | None = None,
     filter: Callable[[Product], bool] | None = None,
@@ -80,6 +82,7 @@ def emulate(
     scaling: str | None = None,
     backward_format: str | None = None,
     promote_every: int | None = None,
+    recipe: str | Recipe | None = None,
 ) -> Callable:
     """Returns ``fn`` with every matrix product run as the emulated tensor core runs it.
 
@@ -120,6 +123,17 @@ def emulate(
     amax scale); ``promote_every=128`` is passed to ``matmul`` (promotion of partial
     sums to fp32, DeepSeek-V3).
 
+    Block-scaled recipes (``recipe="mxfp8"``, ``"nvfp4"`` or a
+    :class:`jaxwarp.mx.Recipe`, instead of ``operand_format``): every product ``x @ w``
+    is ``jaxwarp.mx.matmul``'s block-scaled GEMM on the recipe's tensor core
+    (``tcgen05`` on sm_100a by default; ``instruction="mma_sync"`` for sm_120a), with
+    its backward products block-scaled too, each tensor in the recipe's format, block
+    and rounding (TransformerEngine's MXFP8BlockScaling and NVFP4BlockScaling; see
+    ``jaxwarp._src.emulate.recipes``); ``mode="fast"`` dequantizes and multiplies in
+    fp32 instead. A recipe with stochastic rounding or the random Hadamard transform
+    (``"nvfp4"``) needs a key when the function is called: ``f(x, w,
+    rng_key=jax.random.key(0))``.
+
     Args:
         fn: the function. Array leaves of its arguments (``jax.Array``,
             ``np.ndarray``, NumPy scalars) are traced; every other leaf (Python
@@ -127,11 +141,12 @@ def emulate(
             ``equinox.filter_jit``. Non-array output leaves are returned as they are.
         operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"`` (needs
             ``jax_enable_x64``), ``"e4m3"`` or ``"e5m2"``; an alias (``"fp16"``) or a
-            dtype (``jnp.bfloat16``) works too.
+            dtype (``jnp.bfloat16``) works too. Give it or ``recipe``.
         accumulator: ``"f32"``, ``"f16"`` (f16 operands) or ``"f64"`` (f64).
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"``, or None for matmul's
             default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8).
-        arch: ``matmul``'s architecture preset (``"sm_90"`` is the H100's).
+        arch: ``matmul``'s architecture preset (None: ``"sm_90"``, the H100's); with a
+            recipe its target (None: the recipe's).
         mode: ``"exact"`` (bit for bit) or ``"fast"`` (see ``matmul``).
         tile: ``matmul``'s WMMA tile; None for its default.
         filter: None (emulate every product) or a callable ``Product -> bool``;
@@ -145,6 +160,9 @@ def emulate(
             own vjp) or the operand format of the gradient in backward products.
         promote_every: None or N, passed to ``matmul`` (promotion of partial sums
             to fp32 every N k-elements).
+        recipe: None, ``"mxfp8"``, ``"nvfp4"`` or a :class:`jaxwarp.mx.Recipe` (a
+            block-scaled training recipe; then ``operand_format``, ``scaling``,
+            ``backward_format``, ``promote_every`` and ``tile`` stay unset).
 
     Returns:
         A function with ``fn``'s signature (returning ``(out, report)`` when
@@ -173,21 +191,26 @@ def emulate(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
     cfg = make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
-                      on_unsupported, scaling, backward_format, promote_every)
+                      on_unsupported, scaling, backward_format, promote_every, recipe)
+    needs_key = cfg.plan is not None and cfg.plan.needs_key
     config_items = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                          if f.name != "filter") + (("filter", filter),)
-    backward = ("matmul's custom_vjp: dA = dD @ B^T and dB = A^T @ dD on the same emulated "
+    backward = (f"block-scaled recipe {cfg.recipe.name!r}: dgrad and wgrad as block-scaled "
+                f"GEMMs, each operand quantized along its contraction axis"
+                if cfg.recipe is not None else
+                "matmul's custom_vjp: dA = dD @ B^T and dB = A^T @ dD on the same emulated "
                 "tensor core" if not cfg.custom_recipe else
                 f"emulate's recipe vjp: gradients in {cfg.backward_format or operand_format}"
                 f"{', per-tensor scaled by powers of two' if cfg.scaling else ''}, saved "
                 f"operands in {operand_format}")
 
-    def run(key: _Key, *dyn):
+    def run(key: _Key, rng, *dyn):
         interp = Interpreter(cfg)
         it = iter(dyn)
         leaves = [next(it) if s is _DYNAMIC else s for s in key.static]
         args, kwargs = jax.tree_util.tree_unflatten(key.treedef, leaves)
-        out = interp.call(fn, args, kwargs)
+        with recipes.call_key(rng):
+            out = interp.call(fn, args, kwargs)
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
         mask = [is_dynamic(x) for x in out_leaves]
         rep = EmulationReport(tuple(interp.entries), config_items, backward)
@@ -198,6 +221,16 @@ def emulate(
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
+        rng = kwargs.pop("rng_key", None)
+        if needs_key and rng is None:
+            raise ValueError(f"recipe {cfg.recipe.name!r} rounds stochastically or applies "
+                             f"the random Hadamard transform: call the emulated function "
+                             f"with rng_key=jax.random.key(...)")
+        if rng is not None:
+            if not needs_key:
+                raise ValueError("rng_key is only used by a recipe with stochastic rounding "
+                                 "or the random Hadamard transform (recipe='nvfp4')")
+            rng = recipes.key_arg(rng)
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         _check_64bit(leaves, args, kwargs)
         static = tuple(_DYNAMIC if is_dynamic(x) else x for x in leaves)
@@ -206,9 +239,9 @@ def emulate(
         try:
             hash(key)
         except TypeError:  # an unhashable static leaf: run without the outer jit
-            outs, aux = run(key, *dyn)
+            outs, aux = run(key, rng, *dyn)
         else:
-            outs, aux = jitted(key, *dyn)
+            outs, aux = jitted(key, rng, *dyn)
         out_tree, static_out, rep = aux.value
         it = iter(outs)
         # None is never a pytree leaf, so None marks the dynamic outputs.

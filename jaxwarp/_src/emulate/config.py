@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
+from jaxwarp._src.emulate import recipes
 from jaxwarp._src.numerics import formats
 from jaxwarp._src.tensorcore import matmul as matmul_mod
 
@@ -45,6 +46,8 @@ class Config:
     promote_every: int | None
     filter: Callable[..., bool] | None
     on_unsupported: str
+    recipe: Any = None  # a block-scaled recipe (recipes.Recipe) and its GEMM plan
+    plan: Any = None
 
     @property
     def pad_multiple(self) -> int:
@@ -80,9 +83,49 @@ def check_format(fmt: Any, name: str) -> str:
     return fmt
 
 
+def _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
+                   on_unsupported, scaling, backward_format, promote_every) -> Config:
+    """A block-scaled recipe: the recipe sets formats and blocks; ``instruction`` and
+    ``arch``, when given, replace the recipe's."""
+    for name, v in (("scaling", scaling), ("backward_format", backward_format),
+                    ("promote_every", promote_every), ("tile", tile)):
+        if v is not None:
+            raise ValueError(f"{name}={v!r} with recipe={recipe!r}: the recipe sets the "
+                             f"formats, blocks and scales; allowed: {name}=None")
+    if accumulator != "f32":
+        raise ValueError(f"accumulator={accumulator!r} with a block-scaled recipe: its "
+                         f"tensor cores accumulate in fp32; allowed: 'f32'")
+    checks.static_choice(mode, "mode", recipes.bsg.MODES)
+    r, _ = recipes.check_recipe(recipe, mode)
+    if instruction is not None:
+        r = r.replace(instruction=checks.static_choice(instruction, "instruction",
+                                                       recipes.bsg.INSTRUCTIONS))
+    if arch is not None:
+        r = r.replace(arch=arch)
+    r, plan = recipes.check_recipe(r, mode)
+    if on_unsupported not in ON_UNSUPPORTED:
+        raise ValueError(
+            f"on_unsupported={on_unsupported!r} is not supported; allowed: {ON_UNSUPPORTED}")
+    if filter is not None and not callable(filter):
+        raise TypeError(f"filter must be None or a callable Product -> bool, got {filter!r}")
+    return Config(r.name, "f32", r.instruction, r.arch, mode, None, None, None, None, filter,
+                  on_unsupported, r, plan)
+
+
 def make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
-                on_unsupported, scaling, backward_format, promote_every) -> Config:
+                on_unsupported, scaling, backward_format, promote_every,
+                recipe=None) -> Config:
     """Checks emulate's settings; matmul checks the rest with its own tables and messages."""
+    if recipe is not None:
+        if operand_format is not None:
+            raise ValueError(f"operand_format={operand_format!r} with recipe={recipe!r}: "
+                             f"give one of them (the recipe sets every format)")
+        return _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
+                              on_unsupported, scaling, backward_format, promote_every)
+    if operand_format is None:
+        raise ValueError("emulate needs operand_format= (e.g. 'bf16', 'e4m3') or recipe= "
+                         f"(one of {tuple(recipes.RECIPES)} or a jaxwarp.mx.Recipe)")
+    arch = "sm_90" if arch is None else arch
     operand_format = check_format(operand_format, "operand_format")
     if backward_format is not None:
         backward_format = check_format(backward_format, "backward_format")

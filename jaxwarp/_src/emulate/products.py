@@ -8,6 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxwarp._src.emulate import recipes
 from jaxwarp._src.emulate.config import FP8_FORMATS, MARKER, Config
 from jaxwarp._src.numerics.scaling import tensor_scale_exponent, times_pow2
 from jaxwarp._src.tensorcore.matmul import matmul
@@ -64,6 +65,9 @@ _recipe_product.defvjp(_recipe_fwd, _recipe_bwd)
 
 def gemm(x, y, cfg: Config, batched: bool):
     """(B,)M,K @ (B,)K,N -> (B,)M,N in the accumulator's dtype, zero-padded to the tile."""
+    if cfg.recipe is not None:  # a block-scaled recipe: its own GEMM (pads K itself)
+        with jax.named_scope(MARKER):
+            return recipes.gemm(x, y, cfg.plan)
     M, K = x.shape[-2:]
     N = y.shape[-1]
     p = cfg.pad_multiple

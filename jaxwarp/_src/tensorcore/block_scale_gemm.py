@@ -270,15 +270,66 @@ def _product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
     if k % row.k:
         raise ValueError(f"K = {k} must be a multiple of the instruction's k {row.k} "
                          f"(kind::{kind}); pad the operands with zeros")
-    batch = np.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
-    c = jnp.zeros((*batch, ta.shape[-2], tb.shape[-1]), jnp.float32)
     cfg = block_scale._Cfg(fa.element, fb.element, scale_format, kblock, row.k,
                            block_scale.DATAPATHS[kind])
-    acc = block_scale._compute(_codes(ta), _codes(tb), c, sa, sb, cfg)
+    acc = _chain(_codes(ta), _codes(tb), sa, sb, cfg, _rows(ta.shape, tb.shape))
     if fa.tensor_scale:  # the epilogue: alpha = s_A * s_B, D = alpha * acc (rounded once)
         alpha = scaling.multiply_rn(ta.tensor_scale, tb.tensor_scale)
         acc = scaling.multiply_rn(acc, alpha)
     return acc
+
+
+#: Outputs per block of rows that the exact GEMM computes at once (a bound on the
+#: size of one k step's temporaries).
+CHUNK_OUTPUTS = 1 << 20
+
+
+def _rows(a_shape, b_shape) -> int:
+    """Rows of A per block: the largest power of two with ``rows * N <= CHUNK_OUTPUTS``
+    that divides M (2-D operands; M otherwise)."""
+    m, n = a_shape[-2], b_shape[-1]
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        return m
+    rows = 1 << max(0, (CHUNK_OUTPUTS // max(n, 1)).bit_length() - 1)
+    while rows > 1 and m % rows:
+        rows //= 2
+    return m if rows >= m or rows < 16 else rows
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5))
+def _chain(a, b, sa, sb, cfg, rows: int):
+    """The instructions of the GEMM, K step by K step (``lax.scan``), each on every
+    output of a block of ``rows`` rows (``lax.map`` over the blocks): the uint8 codes
+    are sliced and decoded inside the step, so that no decoded or transposed copy of
+    the operands is stored (memory: the operands, the fp32 result and one step's
+    temporaries for ``rows`` x N outputs). The blocks change no bit: each output is its
+    own chain, from C = +0."""
+    ik, nb = cfg.ik, cfg.ik // cfg.block
+    n = a.shape[-1] // ik
+
+    def block(a, sa):
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        c = jnp.zeros((*batch, a.shape[-2], b.shape[-1]), jnp.uint32)
+
+        def step(bits, i):
+            ai = lax.dynamic_slice_in_dim(a, i * ik, ik, axis=-1)
+            bi = lax.dynamic_slice_in_dim(b, i * ik, ik, axis=-2)
+            sai = lax.dynamic_slice_in_dim(sa, i * nb, nb, axis=-1)
+            sbi = lax.dynamic_slice_in_dim(sb, i * nb, nb, axis=-2)
+            ops = (block_scale._operands(ai, cfg.a_format, cfg.dp),
+                   block_scale._operands(bi, cfg.b_format, cfg.dp))
+            return block_scale._instruction(*ops, sai, sbi, bits, cfg), None
+
+        bits, _ = lax.scan(step, c, jnp.arange(n))
+        return lax.bitcast_convert_type(bits, jnp.float32)
+
+    m = a.shape[-2]
+    if rows >= m:
+        return block(a, sa)
+    nblk = m // rows
+    out = lax.map(lambda x: block(*x), (a.reshape(nblk, rows, a.shape[-1]),
+                                         sa.reshape(nblk, rows, sa.shape[-1])))
+    return out.reshape(m, b.shape[-1])
 
 
 # --------------------------------------------------------------------------------------
@@ -451,8 +502,9 @@ def matmul(a: Any, b: Any, fmt: str | tuple[str, str] = "mxfp8_e4m3", *,
       >>> d = jaxwarp.mx.matmul(a, b, "mxfp8_e4m3")
       >>> float(d[0, 0])  # 64 * 1.5 * -2
       -192.0
+      >>> # NVFP4: 1.5 and -2 are e2m1 values times fp32 scales that are no powers of two
       >>> float(jaxwarp.mx.matmul(a, b, "nvfp4", instruction="mma_sync")[0, 0])
-      -192.0
+      -192.0000152...
     """
     pair = _fmt_pair(fmt)
     checks.static_choice(instruction, "instruction", INSTRUCTIONS)
