@@ -32,13 +32,23 @@ starts from C = +0 and adds zero products stays +0, so the result has the same b
 as the unpadded product (``tests/test_mx_study.py`` checks it), and each series
 compiles once.
 
-Writes ``mx_study.csv`` and ``mx_study.png`` to ``--out`` (default
-``experiments/results/``) and prints a Markdown table and the answer.
+Training part: the transformer of ``emulated_training.py`` (modular addition, full
+batch, Adam) trained with ``jaxwarp.emulate`` in bf16 and with the block-scaled
+recipes ``recipe="mxfp8"`` and ``recipe="nvfp4"`` (every product of the forward and
+backward pass; NVFP4 with stochastic rounding of gradients and the random Hadamard
+transform, a fresh key per step), plus plain fp32; ``mode="fast"`` by default (the
+same quantized operands, one fp32 dot per product), ``--exact-training`` for the
+tensor core's bits. The loss curves and each final loss's ratio to bf16's.
+
+Writes ``mx_study.csv`` / ``mx_study.png`` (GEMM) and ``mx_study_training.csv`` /
+``mx_study_training.png`` to ``--out`` (default ``experiments/results/``) and prints
+Markdown tables and the answer.
 
 Usage:
     python experiments/mx_study.py                  # CPU default: K 128..4096, 1 trial
     python experiments/mx_study.py --large          # K to 16384, 4 trials (a GPU)
-    python experiments/mx_study.py --ks 128,1024 --series "MXFP8 e4m3,bf16"
+    python experiments/mx_study.py --parts train --exact-training
+    python experiments/mx_study.py --parts gemm --ks 128,1024 --series "MXFP8 e4m3,bf16"
 """
 
 from __future__ import annotations
@@ -47,8 +57,10 @@ import argparse
 import dataclasses
 import pathlib
 import sys
+import time
 
 import _study_utils as su
+import emulated_training as et
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -293,6 +305,117 @@ def plot(rows: list[dict], series, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+# --------------------------------------------------------------------------------------
+# Training: the transformer of emulated_training.py through emulate's recipes.
+
+#: label -> emulate settings (None: plain fp32, no emulation); the mode is added.
+TRAIN_CONFIGS = {
+    "fp32": None,
+    "bf16": dict(operand_format="bf16"),
+    "mxfp8": dict(recipe="mxfp8"),
+    "nvfp4": dict(recipe="nvfp4"),
+}
+TRAIN_COLUMNS = ("config", "mode", "seed", "step", "train_loss", "ratio_to_bf16")
+TRAIN_DEFAULT = dict(p=13, width=32, layers=1, heads=4, steps=300, seeds=1, lr=3e-3,
+                     log_every=15)
+TRAIN_LARGE = dict(p=59, width=64, layers=2, heads=4, steps=3000, seeds=3, lr=3e-3,
+                   log_every=50)
+
+
+def train_step_fn(name: str, mode: str, heads: int, lr: float):
+    """``(init, step)``: Adam on the study transformer's loss, every product of the
+    forward and backward pass emulated with ``TRAIN_CONFIGS[name]`` in ``mode``;
+    ``step(params, opt, tokens, labels, key)`` (the key feeds NVFP4's stochastic
+    rounding and Hadamard signs; the other configurations ignore it)."""
+    settings = TRAIN_CONFIGS[name]
+
+    def loss(prm, t, y):
+        return et.loss_fn(prm, t, y, heads)
+
+    if settings is not None:
+        loss = jaxwarp.emulate(loss, **settings, mode=mode)
+    init, update = et.adam(lr)
+    needs_key = settings is not None and "recipe" in settings and \
+        jaxwarp.mx.RECIPES[settings["recipe"]].plan(mode).needs_key
+
+    @jax.jit
+    def step(params, opt, tokens, labels, key):
+        kw = dict(rng_key=key) if needs_key else {}
+        value, grads = jax.value_and_grad(lambda q: loss(q, tokens, labels, **kw))(params)
+        params, opt = update(params, grads, opt)
+        return params, opt, value
+
+    return init, step
+
+
+def train_rows(cfg: dict, mode: str, seed: int, progress: bool,
+               configs=tuple(TRAIN_CONFIGS)) -> list[dict]:
+    tokens, labels = et.dataset(cfg["p"])
+    rows = []
+    todo = [(n, s) for n in configs for s in range(seed, seed + cfg["seeds"])]
+    for name, sd in tqdm(todo, desc="mx study training", disable=not progress,
+                         file=sys.stderr):
+        init, step = train_step_fn(name, mode, cfg["heads"], cfg["lr"])
+        params = et.init_params(jax.random.key(sd), cfg["p"], cfg["width"], cfg["layers"],
+                                cfg["heads"])
+        opt = init(params)
+        key = jax.random.key(10_000 + sd)
+        t0 = time.perf_counter()
+        for i in range(1, cfg["steps"] + 1):
+            params, opt, value = step(params, opt, tokens, labels, jax.random.fold_in(key, i))
+            if i == 1:
+                t1 = time.perf_counter()
+            if i % cfg["log_every"] == 0 or i == cfg["steps"]:
+                rows.append(dict(config=name, mode=mode if TRAIN_CONFIGS[name] else "",
+                                 seed=sd, step=i, train_loss=float(value)))
+        t2 = time.perf_counter()
+        tqdm.write(f"{name} seed {sd}: final loss {float(value):.4g}; first step (with the "
+                   f"compile) {t1 - t0:.1f} s, then "
+                   f"{(t2 - t1) / max(cfg['steps'] - 1, 1) * 1e3:.0f} ms/step", file=sys.stderr)
+    ref = {(r["seed"], r["step"]): r["train_loss"] for r in rows if r["config"] == "bf16"}
+    for r in rows:
+        b = ref.get((r["seed"], r["step"]))
+        r["ratio_to_bf16"] = r["train_loss"] / b if b else ""
+    return rows
+
+
+def final_losses(rows: list[dict]) -> dict[str, float]:
+    """Mean over seeds of each configuration's loss at its last step."""
+    last = max(r["step"] for r in rows)
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r["step"] == last:
+            out.setdefault(r["config"], []).append(r["train_loss"])
+    return {n: float(np.mean(v)) for n, v in out.items()}
+
+
+def plot_training(rows: list[dict], title: str, path: pathlib.Path) -> None:
+    plt = su.pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    names = list(dict.fromkeys(r["config"] for r in rows))
+    for i, name in enumerate(names):
+        rs = [r for r in rows if r["config"] == name]
+        steps = sorted({r["step"] for r in rs})
+        mean = [np.mean([r["train_loss"] for r in rs if r["step"] == st]) for st in steps]
+        ax1.plot(steps, mean, color=f"C{i}", label=name)
+        if name != "bf16" and any(r["ratio_to_bf16"] != "" for r in rs):
+            ratio = [np.mean([r["ratio_to_bf16"] for r in rs if r["step"] == st])
+                     for st in steps]
+            ax2.plot(steps, ratio, color=f"C{i}", label=f"{name} / bf16")
+    ax2.axhline(1.0, color="k", lw=0.8, ls="--", label="= bf16")
+    ax1.set_yscale("log")
+    ax2.set_yscale("log")
+    ax1.set(xlabel="step", ylabel="training loss (cross-entropy)",
+            title=f"(a) loss curves, {title}")
+    ax2.set(xlabel="step", ylabel="loss / bf16 loss", title="(b) loss ratio to bf16")
+    for ax in (ax1, ax2):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    su.save_png(fig, path)
+    plt.close(fig)
+
+
 def _parse_ks(p, text: str):
     try:
         ks = tuple(int(k) for k in text.split(","))
@@ -303,22 +426,39 @@ def _parse_ks(p, text: str):
     return tuple(sorted(set(ks)))
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--large", action="store_true",
-                   help="K up to 16384, 4 trials of 128 x K x 16 (default: K 128..4096, "
-                        "1 trial of 64 x K x 16)")
+                   help="GEMM: K up to 16384, 4 trials of 128 x K x 16 (default: K "
+                        "128..4096, 1 trial of 64 x K x 16); training: p=59, width 64, 2 "
+                        "layers, 3000 steps, 3 seeds (default p=13, width 32, 1 layer, "
+                        "300 steps, 1 seed)")
+    p.add_argument("--parts", default="gemm,train", metavar="PART,...",
+                   help="comma-separated parts to run: gemm, train (default: both)")
     p.add_argument("--trials", type=su.int_at_least(1),
-                   help="random products per distribution (overrides the preset)")
+                   help="GEMM: random products per distribution (overrides the preset)")
     p.add_argument("--ks", metavar="K,K,...",
-                   help="comma-separated K values (multiples of 128; overrides the preset)")
+                   help="GEMM: comma-separated K values (multiples of 128; overrides the "
+                        "preset)")
     p.add_argument("--series", metavar="NAME,...",
-                   help=f"comma-separated subset of {[s.label for s in SERIES]} "
+                   help=f"GEMM: comma-separated subset of {[s.label for s in SERIES]} "
                         f"(default: all)")
+    p.add_argument("--exact-training", action="store_true",
+                   help="training: every product bit-exact (mode='exact'; slow on a CPU) "
+                        "instead of mode='fast' (the same quantized operands, one fp32 dot)")
+    p.add_argument("--train-steps", type=su.int_at_least(1),
+                   help="training: Adam steps (overrides the preset)")
+    p.add_argument("--train-configs", metavar="NAME,...",
+                   help=f"training: comma-separated subset of {list(TRAIN_CONFIGS)} "
+                        f"(default: all; bf16 is needed for the ratios)")
     su.add_common_options(p)
     p.set_defaults(out=str(su.ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
+    parts = [x.strip() for x in args.parts.split(",")]
+    if not parts or any(x not in ("gemm", "train") for x in parts):
+        p.error(f"--parts: expected a comma-separated subset of gemm,train, got "
+                f"{args.parts!r}")
     cfg = dict(LARGE if args.large else DEFAULT)
     if args.trials:
         cfg["trials"] = args.trials
@@ -331,21 +471,51 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if bad:
             p.error(f"--series: unknown {bad}; allowed: {[s.label for s in SERIES]}")
         series = tuple(s for s in SERIES if s.label in names)
+    tcfg = dict(TRAIN_LARGE if args.large else TRAIN_DEFAULT)
+    if args.train_steps:
+        tcfg["steps"] = args.train_steps
+        tcfg["log_every"] = min(tcfg["log_every"], args.train_steps)
+    tconfigs = tuple(TRAIN_CONFIGS)
+    if args.train_configs:
+        tconfigs = tuple(n.strip() for n in args.train_configs.split(","))
+        bad = [n for n in tconfigs if n not in TRAIN_CONFIGS]
+        if bad:
+            p.error(f"--train-configs: unknown {bad}; allowed: {list(TRAIN_CONFIGS)}")
     print(su.run_header(argv))
-    with su.Timer() as t:
-        rows = gemm_rows(cfg, args.seed, not args.no_progress, series)
     out = su.out_dir(args.out)
-    su.write_csv(out / "mx_study.csv", rows, COLUMNS)
-    plot(rows, series, out / "mx_study.png")
-    print(su.markdown_table(
-        ["measure", "dist", "series", "K", "elements", "median", "max"],
-        [[r["measure"], r["dist"], r["series"], r["K"], r["elements"],
-          f"{r['median_rel_err']:.2e}", f"{r['max_rel_err']:.2e}"] for r in rows]))
-    print()
-    print(answer(rows))
-    print(f"\nGEMM part: {t.seconds:.0f} s; wrote {out / 'mx_study.csv'} and "
-          f"{out / 'mx_study.png'}")
-    return rows
+    result: dict[str, list[dict]] = {}
+    if "gemm" in parts:
+        with su.Timer() as t:
+            rows = gemm_rows(cfg, args.seed, not args.no_progress, series)
+        su.write_csv(out / "mx_study.csv", rows, COLUMNS)
+        plot(rows, series, out / "mx_study.png")
+        print(su.markdown_table(
+            ["measure", "dist", "series", "K", "elements", "median", "max"],
+            [[r["measure"], r["dist"], r["series"], r["K"], r["elements"],
+              f"{r['median_rel_err']:.2e}", f"{r['max_rel_err']:.2e}"] for r in rows]))
+        print()
+        print(answer(rows))
+        print(f"\nGEMM part: {t.seconds:.0f} s; wrote {out / 'mx_study.csv'} and "
+              f"{out / 'mx_study.png'}\n")
+        result["gemm"] = rows
+    if "train" in parts:
+        mode = "exact" if args.exact_training else "fast"
+        with su.Timer() as t:
+            trows = train_rows(tcfg, mode, args.seed, not args.no_progress, tconfigs)
+        su.write_csv(out / "mx_study_training.csv", trows, TRAIN_COLUMNS)
+        title = (f"p={tcfg['p']}, width {tcfg['width']}, {tcfg['layers']} layer(s), "
+                 f"mode={mode}")
+        plot_training(trows, title, out / "mx_study_training.png")
+        finals = final_losses(trows)
+        print(f"training ({title}, {tcfg['steps']} steps, {tcfg['seeds']} seed(s)):")
+        print(su.markdown_table(
+            ["config", "final loss", "ratio to bf16"],
+            [[n, f"{v:.4g}", f"{v / finals['bf16']:.3f}" if "bf16" in finals else ""]
+             for n, v in finals.items()]))
+        print(f"\ntraining part: {t.seconds:.0f} s; wrote {out / 'mx_study_training.csv'} "
+              f"and {out / 'mx_study_training.png'}")
+        result["train"] = trows
+    return result
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The microscaling study runs (tiny): CSV columns and plot, exact sums give zero
-accumulation error, and zero-padding K in front leaves the GEMM's bits unchanged."""
+"""The microscaling study runs (tiny): CSV columns and plots of both parts, exact sums
+give zero accumulation error, and zero-padding K in front leaves the GEMM's bits
+unchanged."""
 
 import csv
 import pathlib
@@ -18,8 +19,9 @@ SERIES = {s.label: s for s in mx_study.SERIES}
 
 @pytest.mark.slow
 def test_mx_study_tiny(tmp_path):
-    rows = mx_study.main(["--ks", "128,256", "--series", "MXFP8 e4m3,Hopper e4m3",
-                          "--no-progress", "--out", str(tmp_path)])
+    rows = mx_study.main(["--parts", "gemm", "--ks", "128,256", "--series",
+                          "MXFP8 e4m3,Hopper e4m3", "--no-progress", "--out",
+                          str(tmp_path)])["gemm"]
     with open(tmp_path / "mx_study.csv") as f:
         table = list(csv.DictReader(f))
     assert tuple(table[0]) == mx_study.COLUMNS
@@ -67,3 +69,17 @@ def test_zero_padding_in_front_keeps_the_bits(label):
     fn = mx_study.gemm_fn(SERIES[label])
     d, dp = np.asarray(fn(a, b)[0]), np.asarray(fn(ap, bp)[0])
     np.testing.assert_array_equal(dp.view(np.uint32), d.view(np.uint32))
+
+
+@pytest.mark.slow
+def test_mx_study_training_tiny(tmp_path):
+    rows = mx_study.main(["--parts", "train", "--train-steps", "3", "--train-configs",
+                          "bf16,nvfp4", "--no-progress", "--out", str(tmp_path)])["train"]
+    with open(tmp_path / "mx_study_training.csv") as f:
+        table = list(csv.DictReader(f))
+    assert tuple(table[0]) == mx_study.TRAIN_COLUMNS
+    assert (tmp_path / "mx_study_training.png").stat().st_size > 1000
+    assert [(r["config"], r["step"]) for r in rows] == [("bf16", 3), ("nvfp4", 3)]
+    bf16, nvfp4 = rows
+    assert bf16["ratio_to_bf16"] == 1.0
+    assert nvfp4["ratio_to_bf16"] == nvfp4["train_loss"] / bf16["train_loss"] != 1.0
