@@ -252,7 +252,7 @@ def answer(rows: list[dict]) -> str:
     lines.append("Answer: " + (
         "yes: without promotion, the block-scaled sm_100a accumulation error stays at "
         "fp32 level (below K*2^-24 at every K) while Hopper's grows with K; promotion "
-        "is not needed for accuracy on sm_100a (the quantization error dominates, panel b)."
+        "is not needed for accuracy on sm_100a (the quantization error dominates: panels c, d)."
         if verdict else
         "no: some block-scaled series exceed K*2^-24 (see the table)."))
     return "\n".join(lines)
@@ -397,11 +397,11 @@ def plot_training(rows: list[dict], title: str, path: pathlib.Path) -> None:
         rs = [r for r in rows if r["config"] == name]
         steps = sorted({r["step"] for r in rs})
         mean = [np.mean([r["train_loss"] for r in rs if r["step"] == st]) for st in steps]
-        ax1.plot(steps, mean, color=f"C{i}", label=name)
+        ax1.plot(steps, mean, "o-", ms=2, color=f"C{i}", label=name)
         if name != "bf16" and any(r["ratio_to_bf16"] != "" for r in rs):
             ratio = [np.mean([r["ratio_to_bf16"] for r in rs if r["step"] == st])
                      for st in steps]
-            ax2.plot(steps, ratio, color=f"C{i}", label=f"{name} / bf16")
+            ax2.plot(steps, ratio, "o-", ms=2, color=f"C{i}", label=f"{name} / bf16")
     ax2.axhline(1.0, color="k", lw=0.8, ls="--", label="= bf16")
     ax1.set_yscale("log")
     ax2.set_yscale("log")

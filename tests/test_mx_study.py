@@ -74,12 +74,12 @@ def test_zero_padding_in_front_keeps_the_bits(label):
 @pytest.mark.slow
 def test_mx_study_training_tiny(tmp_path):
     rows = mx_study.main(["--parts", "train", "--train-steps", "3", "--train-configs",
-                          "bf16,nvfp4", "--no-progress", "--out", str(tmp_path)])["train"]
+                          "bf16,mxfp8", "--no-progress", "--out", str(tmp_path)])["train"]
     with open(tmp_path / "mx_study_training.csv") as f:
         table = list(csv.DictReader(f))
     assert tuple(table[0]) == mx_study.TRAIN_COLUMNS
     assert (tmp_path / "mx_study_training.png").stat().st_size > 1000
-    assert [(r["config"], r["step"]) for r in rows] == [("bf16", 3), ("nvfp4", 3)]
-    bf16, nvfp4 = rows
+    assert [(r["config"], r["step"]) for r in rows] == [("bf16", 3), ("mxfp8", 3)]
+    bf16, mxfp8 = rows
     assert bf16["ratio_to_bf16"] == 1.0
-    assert nvfp4["ratio_to_bf16"] == nvfp4["train_loss"] / bf16["train_loss"] != 1.0
+    assert mxfp8["ratio_to_bf16"] == mxfp8["train_loss"] / bf16["train_loss"] != 1.0
