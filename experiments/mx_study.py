@@ -1,4 +1,4 @@
-"""Study: block-scaled (microscaling) GEMMs on Blackwell against Hopper fp8 and bf16.
+"""Study: block-scaled (microscaling) GEMMs and training, Blackwell vs Hopper fp8 and bf16.
 
 Question: Blackwell's block-scaled tensor core (sm_100a ``tcgen05.mma ... block_scale``)
 accumulates with a wider datapath than Hopper's fp8 ``wgmma``, whose sum is cut to
@@ -45,8 +45,8 @@ Writes ``mx_study.csv`` / ``mx_study.png`` (GEMM) and ``mx_study_training.csv`` 
 Markdown tables and the answer.
 
 Usage:
-    python experiments/mx_study.py                  # CPU default: K 128..4096, 1 trial
-    python experiments/mx_study.py --large          # K to 16384, 4 trials (a GPU)
+    python experiments/mx_study.py                  # CPU default: both parts (13 min, busy 2 cores)
+    python experiments/mx_study.py --large          # K to 16384, 4 trials; 3000 steps (GPU)
     python experiments/mx_study.py --parts train --exact-training
     python experiments/mx_study.py --parts gemm --ks 128,1024 --series "MXFP8 e4m3,bf16"
 """
