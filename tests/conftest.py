@@ -10,7 +10,9 @@ long property runs, more parametrizations of a rule the default run covers) carr
 (``path::test``); ``python -m pytest -n auto -m slow`` runs them, and
 ``-m "slow or not slow"`` runs everything. ``DEFAULT_CASES`` below names the long
 parametrizations whose default run is a spread of their cases: the others of each are
-marked slow here, at collection.
+marked slow here, at collection. ``slow_by_cost.txt`` lists the default tests that took
+longer than a threshold in a measured run (``tools/slow_by_cost.py`` writes it): they
+are marked slow too, so that the default run stays within minutes on 2 cores.
 """
 
 import pathlib
@@ -182,11 +184,32 @@ SLOW_TESTS: dict[str, str] = {
 }
 
 
+# Node ids of default tests measured over the cost threshold (tools/slow_by_cost.py).
+SLOW_BY_COST = frozenset(
+    line.strip() for line in (pathlib.Path(__file__).parent / "slow_by_cost.txt").read_text()
+    .splitlines() if line.strip() and not line.startswith("#"))
+
+
+def _mark_costly(items) -> None:
+    """Marks the tests of ``SLOW_BY_COST`` slow; an id whose test function is gone (its file
+    collected, no test of that name) is an error, so the list cannot go stale silently."""
+    functions = {item.nodeid.split("[", 1)[0] for item in items}
+    files = {item.nodeid.split("::", 1)[0] for item in items}
+    for item in items:
+        if item.nodeid in SLOW_BY_COST:
+            item.add_marker(pytest.mark.slow)
+    stale = {n for n in SLOW_BY_COST
+             if n.split("::", 1)[0] in files and n.split("[", 1)[0] not in functions}
+    if stale:
+        raise pytest.UsageError(f"tests/slow_by_cost.txt names no such test: {sorted(stale)}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Marks the cases of ``DEFAULT_CASES`` beyond the default's slow, and leaves the tests
     marked slow out of the default run (see the module doc)."""
     _mark_default_cases(items)
+    _mark_costly(items)
     known = set()
     for item in items:
         key = item.nodeid.split("[", 1)[0]
