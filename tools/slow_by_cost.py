@@ -32,8 +32,10 @@ def costly(lines, threshold: float) -> list[tuple[float, str]]:
     """(seconds, node id) of every ``call`` line over ``threshold`` seconds, not in KEEP.
 
     Example:
-      >>> costly(["1.20s call     tests/a.py::t[x]", "0.10s call     tests/a.py::u"], 0.8)
-      [(1.2, 'tests/a.py::t[x]')]
+      >>> lines = ["1.20s call     tests/test_docs.py::t[x]",
+      ...          "0.10s call     tests/test_docs.py::u"]
+      >>> costly(lines, 0.8)
+      [(1.2, 'tests/test_docs.py::t[x]')]
     """
     out = []
     for line in lines:
