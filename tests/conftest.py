@@ -191,15 +191,23 @@ SLOW_BY_COST = frozenset(
 
 
 def _mark_costly(items) -> None:
-    """Marks the tests of ``SLOW_BY_COST`` slow; an id whose test function is gone (its file
-    collected, no test of that name) is an error, so the list cannot go stale silently."""
-    functions = {item.nodeid.split("[", 1)[0] for item in items}
-    files = {item.nodeid.split("::", 1)[0] for item in items}
+    """Marks the tests of ``SLOW_BY_COST`` slow; an id whose test is gone (its file collected,
+    no test of that name in the file's module) is an error, so the list cannot go stale
+    silently."""
+    names: dict[str, set[str]] = {}
     for item in items:
         if item.nodeid in SLOW_BY_COST:
             item.add_marker(pytest.mark.slow)
-    stale = {n for n in SLOW_BY_COST
-             if n.split("::", 1)[0] in files and n.split("[", 1)[0] not in functions}
+        file = item.nodeid.split("::", 1)[0]
+        if file not in names:
+            module = getattr(item, "module", None)
+            names[file] = set(vars(module)) if module is not None else set()
+    stale = set()
+    for node in SLOW_BY_COST:
+        file, _, rest = node.partition("::")
+        name = rest.split("[", 1)[0].split("::")[0]
+        if names.get(file) and name not in names[file]:
+            stale.add(node)
     if stale:
         raise pytest.UsageError(f"tests/slow_by_cost.txt names no such test: {sorted(stale)}")
 
