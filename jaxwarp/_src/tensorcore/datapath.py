@@ -114,19 +114,20 @@ from jaxwarp._src.tensorcore.datapath_int import bmma as bmma
 # The chain of instructions over k.
 
 
-def _stored(x):
+def stored_f16(x):
     """``x`` itself (float16), as an array that XLA's CPU backend stores.
 
-    With an instruction k below 8, XLA's CPU fusion put an instruction's k slices of the
-    f16 operands inside the instruction's loop over the outputs (a slice is copied into
-    every consumer that reads it through few indexings, ``_operand`` says more), which
-    then sliced and converted them again for every output: ``mma`` of 128 x 512 @ 512 x
-    128 as a chain of sm_70 m8n8k4 instructions ran at 111 M MAC/s (CPU seconds). A
-    division is not copied into its consumers, so dividing by ``s * s`` (``s`` = +-1 from
-    the sign bit: 1, which XLA cannot fold away) makes each slice an array of its own:
-    679 M MAC/s, the same bits (an f16 value, subnormals included, is a normal fp32 one,
-    which XLA's CPU division does not flush; a NaN stays a NaN, and a NaN operand gives
-    the canonical NaN whatever its payload)."""
+    With an instruction k below 8, XLA's CPU fusion put the k slices of the f16 operands
+    inside the instruction's loop over the outputs (a slice is copied into every consumer
+    that reads it through few indexings, ``_operand`` says more), which then sliced and
+    converted them again for every output: ``mma`` of 128 x 512 @ 512 x 128 as a chain of
+    sm_70 m8n8k4 instructions ran at 111 M MAC/s, exact sm_70 ``matmul`` at 89 against
+    sm_75's 893 (CPU seconds). A division is not copied into its consumers, so dividing by
+    ``s * s`` (``s`` = +-1 from the sign bit: 1, which XLA cannot fold away) makes each
+    slice an array of its own: 679 and 475 M MAC/s, the same bits (an f16 value, subnormals
+    included, is a normal fp32 one, which XLA's CPU division does not flush; a NaN stays a
+    NaN, and a NaN operand gives the canonical NaN whatever its payload). Used by ``_chain``
+    and by ``matmul``'s k loop."""
     s = jnp.where(jnp.signbit(x), jnp.float16(-1), jnp.float16(1))
     return x / (s * s)
 
@@ -139,10 +140,10 @@ def _chain(a, b, c, cfg: _Cfg, block):
     instr = _INSTR[dp.c_mode]
     ks = _order(list(range(cfg.ik)), dp)
     n = k // cfg.ik
-    # Slices of a chain with k < 8 stored (see _stored): f16 leaves on the CPU only.
+    # Slices of a chain with k < 8 stored (see stored_f16): f16 leaves on the CPU only.
     store = (n > 1 and cfg.ik < 8 and jax.default_backend() == "cpu"
              and all(x.dtype == jnp.float16 for x in jax.tree.leaves((a, b))))
-    keep = (lambda t: jax.tree.map(_stored, t)) if store else (lambda t: t)
+    keep = (lambda t: jax.tree.map(stored_f16, t)) if store else (lambda t: t)
     acc = _acc(bitops.to_u32(c), cfg.c_format, dp, cfg.d_format, cfg.c_shift)
     first = keep(jax.tree.map(lambda x: x[..., :cfg.ik], a)), keep(jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b))

@@ -75,22 +75,6 @@ def _mma(at, bt, acc, cfg: Cfg):
                          instruction_k=cfg.tile[2])
 
 
-def stored(x):
-    """``x`` itself, as a k-step slice that XLA's CPU backend stores.
-
-    With an instruction k of 4 (m8n8k4, Volta's only ``mma.sync`` shape) XLA's CPU fusion
-    put the k step's dynamic slices of A and B inside the instruction's loop over the
-    outputs, which then ran about 10x slower per multiply-add than with k = 8 (exact
-    sm_70 ``matmul`` 89 against sm_75's 893 M MAC/s, CPU seconds, 128 x 512 x 128). A
-    division is not copied into its consumers, so dividing by ``s * s`` (``s`` = +-1 from
-    the sign bit: 1, which XLA cannot fold away; the trick of ``datapath._operand``)
-    makes the slice an array of its own: 475 M MAC/s, the same bits (f16 only: an f16
-    value, subnormal ones included, is a normal fp32 one, which XLA's CPU division does
-    not flush; a NaN stays a NaN, which the datapath reads as any NaN)."""
-    s = jnp.where(jnp.signbit(x), jnp.float16(-1), jnp.float16(1))
-    return x / (s * s)
-
-
 def _pad_to(x, rows, cols):
     r, c = x.shape
     if (r, c) == (rows, cols):
@@ -137,7 +121,7 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         at = lax.dynamic_slice_in_dim(a_op, kk * k, k, axis=1)  # (Mp, k)
         bt = lax.dynamic_slice_in_dim(b_op, kk * k, k, axis=0)  # (k, Np)
         if k < 8 and at.dtype == bt.dtype == jnp.float16 and jax.default_backend() == "cpu":
-            at, bt = stored(at), stored(bt)
+            at, bt = mma_arith.stored_f16(at), mma_arith.stored_f16(bt)
         return (_mma(at, bt, acc, cfg), kk + 1), None
 
     def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
