@@ -1,0 +1,37 @@
+"""Which lanes of the warp are executing: the one home of divergence state.
+
+On a GPU, the lanes of a warp that took a branch execute it while the others wait;
+``__activemask()``, a coalesced group and the lanes a shuffle or vote may name are those
+lanes. jaxwarp runs every path as array code over all 32 lanes, so the set of lanes
+that are executing the current path is carried here, while that path is traced, as a
+``bool[32]`` array (traced, and batched under ``jax.vmap`` like any other lane value).
+``None`` means all 32 lanes execute, which is the state outside any branch.
+
+Divergent control flow sets it with :func:`running`; warp primitives and cooperative
+groups read it with :func:`active_lanes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import jax
+
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("jaxwarp_active_lanes", default=None)
+
+
+def active_lanes() -> jax.Array | None:
+    """The lanes executing the path being traced: ``bool[32]``, or ``None`` for all 32."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def running(active: jax.Array | None) -> Iterator[None]:
+    """Traces the body with ``active`` (``bool[32]`` or ``None``) as the executing lanes."""
+    token = _ACTIVE.set(active)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
