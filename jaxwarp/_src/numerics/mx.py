@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxwarp._src import checks
-from jaxwarp._src.numerics.mx_formats import MODES, MX_FORMATS, SCALE_RULES, MXFormat
+from jaxwarp._src.numerics.formats import Format
+from jaxwarp._src.numerics.mx_formats import MODES, MX_FORMATS, SCALE_RULES, MXFormat, mx_format
 from jaxwarp._src.numerics.mx_kernels import (
     _dequantize_kernel,
     _quantize_mx,
@@ -51,13 +52,15 @@ class MXTensor:
     Attributes:
       elements: the elements, in the input's shape, in the element format's storage
         (registry ``storage_dtype``): float8 values for e4m3 / e5m2, uint8 *codes* for the
-        fp6 / fp4 formats (their low 6 / 4 bits), int8 for MXINT8 (value ``code * 2**-6``).
+        fp6 / fp4 formats (their low 6 / 4 bits), int8 for MXINT8 (value ``code * 2**-6``),
+        the codes (uint8; uint16 above 8 bits) of a user-defined element format.
       scales: one uint8 code per block: ue8m0 (``2**(code - 127)``, 0xFF is NaN) or ue4m3
         (NVFP4). 1D blocks: the input's shape with ``axis`` divided by the block size;
         2D blocks: the last two axes divided by the block's sizes.
       tensor_scale: NVFP4's float32 per-tensor scale (shape ``()``, per example under
         ``vmap``); None for the MX formats.
-      fmt: the format's name (a key of :data:`MX_FORMATS`).
+      fmt: the format's name: a key of :data:`MX_FORMATS`, or the name of the
+        user-defined element format (``jaxwarp.define_format``).
       block: the block size: an int (1D blocks along ``axis``) or a pair (2D blocks over
         the last two axes).
       axis: the blocked axis, counted from the end (``-1`` is the last), so that leading
@@ -96,9 +99,12 @@ class MXTensor:
 
 
 def _fmt_arg(fmt: Any) -> MXFormat:
-    if not isinstance(fmt, (str, jax.core.Tracer)):
-        raise ValueError(f"fmt={fmt!r} is not supported; allowed: {tuple(MX_FORMATS)}")
-    return MX_FORMATS[checks.static_choice(fmt, "fmt", tuple(MX_FORMATS))]
+    if isinstance(fmt, jax.core.Tracer):
+        checks.static_choice(fmt, "fmt", tuple(MX_FORMATS))
+    if not isinstance(fmt, (str, Format)):
+        raise ValueError(f"fmt={fmt!r} is not supported; allowed: {tuple(MX_FORMATS)} "
+                         f"or a format made by jaxwarp.define_format")
+    return mx_format(fmt, "fmt")
 
 
 def _block_arg(block: Any, f: MXFormat) -> int | tuple[int, int]:
@@ -189,19 +195,26 @@ def _checked(x, fmt, block, axis, scale_rule, mode, key, saturate):
     rule = f.scale_rules[0] if scale_rule is None else checks.static_choice(
         scale_rule, "scale_rule", f.scale_rules)
     mode = checks.static_choice(mode, "mode", MODES)
-    saturate = checks.static_choice(saturate, "saturate", (True, False))
+    lay = f.user_layout
+    if saturate is None:  # the spec's clamp; a user-defined format's own overflow rule
+        saturate = lay is None or lay.saturate or (lay.inf_code is None
+                                                   and lay.nan_code is None)
+    else:
+        saturate = checks.static_choice(saturate, "saturate", (True, False))
     if not saturate and (f.tensor_scale or f.int_lsb is not None
                          or not (f.element_format.has_inf or f.element_format.has_nan)):
         raise ValueError(f"saturate=False with fmt={f.name!r}: its elements have no "
                          f"infinity or NaN to overflow to; allowed: saturate=True "
-                         f"(saturate=False is for mxfp8_e4m3 and mxfp8_e5m2)")
+                         f"(saturate=False is for mxfp8_e4m3, mxfp8_e5m2 and user-defined "
+                         f"formats with an infinity or a NaN)")
     _check_divisible(arr.shape, ax, blk)
     return f, arr, blk, ax, rule, mode, _key_data(key, mode), saturate
 
 
-def quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | None = None,
-             axis: int = -1, scale_rule: str | None = None, mode: str = "rn",
-             key: Any = None, saturate: bool = True) -> MXTensor:
+def quantize(x: Any, fmt: str | Format = "mxfp8_e4m3",
+             block: int | tuple[int, int] | None = None, axis: int = -1,
+             scale_rule: str | None = None, mode: str = "rn", key: Any = None,
+             saturate: bool | None = None) -> MXTensor:
     """Quantizes ``x`` to a block-scaled format (OCP MX or NVFP4).
 
     MX formats: each block of ``block`` elements gets the shared exponent ``e`` of
@@ -209,9 +222,19 @@ def quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | Non
     ``docs/microscaling.md``) stored as a ue8m0 code, and each element is ``x / 2**e``
     rounded once onto the element format (OCP MX v1.0 section 6.3), saturating: a
     result beyond the element's largest magnitude becomes ±max (``saturate=True``, the
-    specification's clamping of normal numbers; ``saturate=False``, for e4m3 / e5m2 only,
-    gives NaN / ±inf instead, as a conversion without ``.satfinite`` does). MXINT8
+    specification's clamping of normal numbers; ``saturate=False``, for e4m3 / e5m2 and
+    user-defined formats, gives NaN / ±inf instead, as a conversion without
+    ``.satfinite`` does). MXINT8
     elements are ``round(x / 2**e * 64)`` clamped to ``[-127, 127]`` (no -0).
+
+    User-defined element formats (``fmt`` a format made by ``jaxwarp.define_format``, or
+    its name; it must be signed): ue8m0 scales by the same rules, ``emax`` and ``max``
+    those of the format (``mx_formats.mx_format``), each element ``x / 2**e`` rounded
+    once onto the format's grid by ``jaxwarp.to_format``'s rounder (``"rn"``: ties to
+    even; ``"rs"`` as below), subnormals included. A result beyond the format's largest
+    value becomes ±max with ``saturate`` (default: the format's own ``saturate`` flag),
+    else the format's overflow value (±inf, else its NaN). A format without -0 (P3109,
+    FNUZ) writes +0 for a negative value that rounds to zero. The elements are the codes.
 
     NVFP4 (TransformerEngine's two-level recipe, in torchao's float32 order of operations,
     each step rounded to nearest even on the bits): per-tensor scale ``s_t = amax(x) /
@@ -233,19 +256,22 @@ def quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | Non
 
     Args:
       x: float32 array (float16 / bfloat16 are widened exactly).
-      fmt: static, a key of :data:`MX_FORMATS`.
+      fmt: static, a key of :data:`MX_FORMATS`, or a signed user-defined format (the
+        :class:`~jaxwarp._src.numerics.formats.Format` ``jaxwarp.define_format``
+        returned, or its name).
       block: static block size: an int (1D blocks along ``axis``) or a pair ``(rows,
         cols)`` (2D blocks over the last two axes, e.g. ``(16, 16)`` for weights);
         default the format's (32, NVFP4 16). The blocked axes' lengths must be multiples.
       axis: static, the axis 1D blocks run along (the contraction axis); for 2D blocks
         ``-1``.
-      scale_rule: static, one of the format's ``scale_rules`` (MX: ``"ocp"``,
-        ``"floor"``, ``"ceil"``, ``"even"``, ``"rceil"``; NVFP4: ``"nvfp4"``); default the
-        first (``"ocp"``, ``"nvfp4"``).
+      scale_rule: static, one of the format's ``scale_rules`` (MX and user-defined
+        formats: ``"ocp"``, ``"floor"``, ``"ceil"``, ``"even"``, ``"rceil"``; NVFP4:
+        ``"nvfp4"``); default the first (``"ocp"``, ``"nvfp4"``).
       mode: static, ``"rn"`` or ``"rs"``.
       key: a PRNG key for ``mode="rs"`` (``jax.random.key(0)`` or a raw uint32 (2,) key);
         None for ``"rn"``.
-      saturate: static bool, see above.
+      saturate: static bool, or None (default): True for the OCP and NVFP4 formats, a
+        user-defined element format's own ``saturate`` flag; see above.
 
     Returns:
       An :class:`MXTensor`.
@@ -332,9 +358,10 @@ def _fake_jvp(static, primals, tangents):
     return _fake(x, key_data, static), dx
 
 
-def fake_quantize(x: Any, fmt: str = "mxfp8_e4m3", block: int | tuple[int, int] | None = None,
-                  axis: int = -1, scale_rule: str | None = None, mode: str = "rn",
-                  key: Any = None, saturate: bool = True) -> jax.Array:
+def fake_quantize(x: Any, fmt: str | Format = "mxfp8_e4m3",
+                  block: int | tuple[int, int] | None = None, axis: int = -1,
+                  scale_rule: str | None = None, mode: str = "rn", key: Any = None,
+                  saturate: bool | None = None) -> jax.Array:
     """``dequantize(quantize(x, ...))`` with a straight-through gradient.
 
     The values are those of :func:`quantize` then :func:`dequantize` (same arguments).

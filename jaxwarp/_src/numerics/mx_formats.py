@@ -45,6 +45,12 @@ largest normal value, ``max`` that value):
 
 ``e`` is clamped to ue8m0's range ``[-127, 127]`` (an all-zero block gets ``2**-127``). A
 block holding a NaN or an infinity gets the NaN scale 0xFF, and dequantizes to NaN.
+
+User-defined element formats (``jaxwarp.define_format``): :func:`mx_format` makes an MX
+format of one (ue8m0 scales, blocks of 32, the five rules above, ``emax`` and ``max``
+read from the format), so that a proposed format such as IEEE P3109's binary8pP is
+block-scaled as the OCP formats are; its elements are rounded by
+``user_formats.encode_rounded``, the rounder of ``jaxwarp.to_format``.
 """
 
 from __future__ import annotations
@@ -58,8 +64,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxwarp._src.numerics import scaling, softfloat
-from jaxwarp._src.numerics.formats import FORMATS, Format
+from jaxwarp._src.numerics import formats, scaling, softfloat, user_formats
+from jaxwarp._src.numerics.formats import FORMATS, Format, get_format
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,10 +100,20 @@ class MXFormat:
     @property
     def element_format(self) -> Format:
         """The element's :class:`~jaxwarp._src.numerics.formats.Format`."""
+        if self.element in formats.user_formats():
+            return get_format(self.element, "fmt", (), user=True)
         if self.element not in FORMATS:  # pragma: no cover - registry without fp6/fp4
             raise NotImplementedError(f"fmt={self.name!r} needs element format "
                                       f"{self.element!r}, which the format registry lacks")
         return FORMATS[self.element]
+
+    @property
+    def user_layout(self) -> user_formats.Layout | None:
+        """The code layout of a user-defined element format (None for the built-in MX
+        formats, whose elements the registry's rounder stores)."""
+        if self.int_lsb is not None or not self.element_format.user_defined:
+            return None
+        return user_formats.layout(self.element_format)
 
     @property
     def mantissa_bits(self) -> int:
@@ -132,6 +148,43 @@ MX_FORMATS: dict[str, MXFormat] = {f.name: f for f in (
     MXFormat("mxint8", "s8", "ue8m0", 32, int_lsb=-6),
     MXFormat("nvfp4", "e2m1", "ue4m3", 16, tensor_scale=True, scale_rules=("nvfp4",)),
 )}
+
+@functools.cache
+def _user_mx_format(fmt: Format) -> MXFormat:
+    return MXFormat(fmt.name, fmt.name, "ue8m0", 32)
+
+
+def mx_format(fmt: str | Format, argname: str = "fmt") -> MXFormat:
+    """The :class:`MXFormat` of a name :func:`quantize` takes: a key of
+    :data:`MX_FORMATS`, or a user-defined element format (``jaxwarp.define_format``; the
+    :class:`~jaxwarp._src.numerics.formats.Format` or its name), which gets ue8m0 scales,
+    blocks of 32 and the five MX scale rules, as OCP's MXFP8.
+
+    Raises:
+      ValueError: ``fmt`` is neither (the message lists the MX formats), or a user
+        format without a sign bit (MX elements are signed).
+
+    Example:
+      >>> p3 = jaxwarp.define_format("binary8p3", exponent_bits=5, mantissa_bits=2,
+      ...                            specials="p3109")
+      >>> f = mx_format(p3)
+      >>> f.name, f.scale, f.block, f.emax, f.max_value  # 49152 = 1.5 * 2**15
+      ('binary8p3', 'ue8m0', 32, 15, Fraction(49152, 1))
+    """
+    if isinstance(fmt, str) and fmt in MX_FORMATS:
+        return MX_FORMATS[fmt]
+    key = fmt.name if isinstance(fmt, Format) else fmt
+    if isinstance(key, str) and key in formats.user_formats():
+        ef = get_format(fmt, argname, (), user=True)
+        if not ef.signed:
+            raise ValueError(f"{argname}={ef.name!r}: MX elements are signed and "
+                             f"{ef.name!r} has no sign bit; allowed: a signed format "
+                             f"(define_format(..., signed=True))")
+        return _user_mx_format(ef)
+    shown = fmt.name if isinstance(fmt, Format) else fmt
+    raise ValueError(f"{argname}={shown!r} is not supported; allowed: {tuple(MX_FORMATS)} "
+                     f"or a format made by jaxwarp.define_format")
+
 
 #: Every scale rule (see the module docstring; ``"nvfp4"`` is NVFP4's own).
 SCALE_RULES = ("ocp", "floor", "ceil", "even", "rceil", "nvfp4")

@@ -20,10 +20,11 @@ from jaxwarp._src.numerics.mx_formats import (
     _E8M0_NAN,
     _F32_INF,
     _F32_QNAN,
-    MX_FORMATS,
     MXFormat,
     _e8m0_codes,
+    mx_format,
 )
+from jaxwarp._src.numerics.user_formats import decode_codes, encode_rounded
 
 # --------------------------------------------------------------------------------------
 # Blocks: x -> (..., nblocks, block) views and back.
@@ -68,6 +69,13 @@ def _scales_blocks(s: jax.Array, axis: int, block: int | tuple[int, int]) -> jax
 def _round_element(neg, sig, g, f: MXFormat, mode: str, rbits, saturate: bool):
     """``(-1)**neg * sig * 2**g`` (uint32 ``sig``) rounded onto the element grid: codes
     (uint32 for floats, int32 for MXINT8)."""
+    lay = f.user_layout
+    if lay is not None:  # a user-defined format: user_formats' grid and overflow rule
+        q, lsb = softfloat.round_sig(sig, g, lay.emin, lay.mb, "rn" if mode == "rn" else "rz")
+        if mode == "rs":
+            q, lsb = _stochastic_carry(q, lsb, sig, g, lay.mb, rbits)
+        # "rn" names the overflow rule only: ±max if saturate, else the format's inf / NaN
+        return encode_rounded(neg, q, lsb, lay._replace(saturate=saturate), "rn")
     if f.int_lsb is not None:  # a fixed-point grid: every value sits on 2**int_lsb
         emin, mbits = f.int_lsb + 24, 24  # values below 2**18 sit on 2**int_lsb
     else:
@@ -140,6 +148,8 @@ def _store_elements(codes: jax.Array, f: MXFormat) -> jax.Array:
     if f.int_lsb is not None:
         return codes.astype(jnp.int8)
     ef = f.element_format
+    if f.user_layout is not None:  # codes: uint8, uint16 above 8 bits
+        return codes.astype(ef.storage_dtype)
     u8 = codes.astype(jnp.uint8)
     if ef.storage_dtype == np.dtype(np.uint8):  # a code-stored format (fp6, fp4)
         return u8
@@ -152,6 +162,10 @@ def _element_terms(elements: jax.Array, f: MXFormat):
         v = elements.astype(jnp.int32)
         return (v < 0, jnp.full(v.shape, f.int_lsb, jnp.int32), jnp.abs(v).astype(jnp.uint32),
                 jnp.zeros(v.shape, bool), jnp.zeros(v.shape, bool))
+    lay = f.user_layout
+    if lay is not None:
+        neg, sig, lsb, _, inf, nan = decode_codes(elements.astype(jnp.uint32), lay)
+        return neg, lsb, sig.astype(jnp.uint32), inf, nan
     ef = f.element_format
     u = elements if elements.dtype == jnp.uint8 else lax.bitcast_convert_type(
         elements, jnp.uint8)
@@ -190,6 +204,8 @@ def _quantize_mx(x, key_data, *, f: MXFormat, block, axis, rule, mode, saturate)
     nan_block = (codes == _E8M0_NAN)[..., None]
     if f.int_lsb is not None:
         el = jnp.where(nan_block, 0, el)
+    elif f.user_layout is not None:
+        el = jnp.where(nan_block, jnp.uint32(f.user_layout.nan_code or 0), el)
     else:
         ef = f.element_format
         el = jnp.where(nan_block, jnp.uint32(_nan_code(ef) if ef.has_nan else 0), el)
@@ -240,7 +256,7 @@ def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
 @jax.jit
 def _dequantize_kernel(t) -> jax.Array:
     """float32 values of an ``MXTensor`` ``t`` (see ``mx.dequantize``)."""
-    f = MX_FORMATS[t.fmt]
+    f = mx_format(t.fmt)
     eb = _to_blocks(t.elements, t.axis, t.block)
     sb = _scales_blocks(t.scales, t.axis, t.block).astype(jnp.uint32)
     neg, lsb, sig, inf, nan = _element_terms(eb, f)
