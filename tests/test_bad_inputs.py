@@ -2138,6 +2138,26 @@ case(6, "mx-matmul-mxtensor-wrong-axis",
 case(1, "mx-matmul-a-float64", _mxm(), np.ones((16, 64)), _MB, exc=TypeError,
      regex="a has " + X64, modes=CONST)
 
+# User-defined element formats (jaxwarp.define_format) in the MX quantizers.
+_P3 = jaxwarp.define_format("bad_binary8p3", exponent_bits=5, mantissa_bits=2,
+                            specials="p3109")
+_U44 = jaxwarp.define_format("bad_ue4m4", exponent_bits=4, mantissa_bits=4, specials="fn",
+                             signed=False)
+_E3M2N = jaxwarp.define_format("bad_e3m2_none", exponent_bits=3, mantissa_bits=2,
+                               specials="none")
+case(6, "mx-user-fmt-unsigned", _mxq(fmt=_U44), _MX, exc=ValueError,
+     must=("fmt='bad_ue4m4'", "no sign bit", "allowed: a signed format"))
+case(6, "mx-user-scale-rule-nvfp4", _mxq(fmt=_P3, scale_rule="nvfp4"), _MX, exc=ValueError,
+     must=("scale_rule='nvfp4' is not supported", "'ocp'", "'rceil'"))
+case(6, "mx-user-saturate-false-no-specials", _mxq(fmt=_E3M2N, saturate=False), _MX,
+     exc=ValueError, must=("saturate=False with fmt='bad_e3m2_none'", "allowed: saturate=True"))
+case(6, "mx-user-fmt-name-unknown", _mxq(fmt="binary8p9"), _MX, exc=ValueError,
+     must=("fmt='binary8p9' is not supported", "mxfp8_e4m3", "jaxwarp.define_format"))
+case(6, "mx-matmul-user-format",
+     lambda a, b: jaxwarp.mx.matmul(jaxwarp.mx.quantize(a, _P3), b), _MA, _MB,
+     exc=ValueError, must=("a is an MXTensor of the user-defined format 'bad_binary8p3'",
+                           "allowed", "mxfp8_e4m3", "jaxwarp.fused_dot"))
+
 
 def _mx_params():
     new = {id(c) for c in CATALOGUE[_MX_N0:]}

@@ -430,6 +430,10 @@ def _fmt_pair(fmt: Any) -> tuple[str, str]:
 
 def _operand_arg(x: Any, name: str) -> jax.Array | MXTensor:
     if isinstance(x, MXTensor):
+        if x.fmt not in MX_FORMATS:  # a user-defined element format (define_format)
+            raise ValueError(f"{name} is an MXTensor of the user-defined format {x.fmt!r}, "
+                             f"which no tensor core multiplies; allowed: {_GEMM_FORMATS} "
+                             f"(multiply its elements with jaxwarp.fused_dot)")
         if MX_FORMATS[x.fmt].int_lsb is not None:
             raise ValueError(f"{name} is an MXINT8 tensor: MXINT8 has no block-scaled "
                              f"tensor-core instruction; allowed: {_GEMM_FORMATS}")
