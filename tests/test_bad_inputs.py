@@ -2167,3 +2167,44 @@ def _mx_params():
 @pytest.mark.parametrize("c, mode", _mx_params())
 def test_bad_input_mx(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# emulate with delayed scaling (scaling=jaxwarp.fp8.DelayedScaling): settings and the
+# scaling_state argument.
+_DS_N0 = len(CATALOGUE)
+_DS = jaxwarp.fp8.DelayedScaling(amax_history_len=2)
+_F32_32 = np.ones((32, 32), np.float32)
+
+
+def _ds_emulate(state=None, **kw):
+    return lambda a, b: jaxwarp.emulate(lambda x, y: x @ y, mode="fast", **kw)(
+        a, b, scaling_state=state)
+
+
+case(6, "emulate-delayed-format", _ds_emulate(scaling=_DS, operand_format="e5m2"), _F32_32,
+     _F32_32, exc=ValueError, must=("operand_format='e5m2'", "fp8_format='e4m3'",
+                                    "allowed: operand_format='e4m3' or None"))
+case(6, "emulate-delayed-accumulator", _ds_emulate(scaling=_DS, accumulator="f16"), _F32_32,
+     _F32_32, exc=ValueError, must=("accumulator='f16'", "allowed: 'f32'"))
+case(6, "emulate-delayed-backward-format", _ds_emulate(scaling=_DS, backward_format="e5m2"),
+     _F32_32, _F32_32, exc=ValueError, must=("backward_format='e5m2'",
+                                              "allowed: backward_format=None"))
+case(6, "emulate-delayed-recipe", _ds_emulate(scaling=_DS, recipe="mxfp8"), _F32_32, _F32_32,
+     exc=ValueError, must=("recipe='mxfp8'", "allowed: recipe=None"))
+case(6, "emulate-delayed-state-not-states", _ds_emulate(state=(1.0, 2.0), scaling=_DS),
+     _F32_32, _F32_32, exc=TypeError, must=("scaling_state must be None or the tuple",
+                                             "DelayedScalingState"))
+case(6, "emulate-delayed-state-history", _ds_emulate(
+    state=(jaxwarp.fp8.DelayedScaling(amax_history_len=3).init(),), scaling=_DS), _F32_32,
+     _F32_32, exc=ValueError, must=("scaling_state[0] holds an amax_history of shape (3, 2)",
+                                    "amax_history_len=2"))
+case(6, "emulate-delayed-state-too-long", _ds_emulate(state=(_DS.init(),) * 2, scaling=_DS),
+     _F32_32, _F32_32, exc=ValueError, must=("scaling_state has 2 entries",
+                                             "1 emulated products"))
+
+
+@pytest.mark.parametrize("c, mode", [p for p in _params()
+                                     if id(p.values[0]) in {id(c) for c in
+                                                            CATALOGUE[_DS_N0:]}])
+def test_bad_input_emulate_delayed(c: Case, mode: str):
+    test_bad_input(c, mode)

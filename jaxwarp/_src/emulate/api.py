@@ -10,11 +10,12 @@ import jax
 import jax.numpy as jnp  # noqa: F401  (the docstring example's namespace)
 
 from jaxwarp._src import checks
-from jaxwarp._src.emulate import recipes
+from jaxwarp._src.emulate import delayed, recipes
 from jaxwarp._src.emulate.config import make_config
 from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
 from jaxwarp._src.emulate.recipes import Recipe
 from jaxwarp._src.emulate.report import EmulationReport, Product
+from jaxwarp._src.tensorcore.delayed import DelayedScaling
 
 
 class _Static:
@@ -85,7 +86,7 @@ def emulate(
     filter: Callable[[Product], bool] | None = None,
     on_unsupported: str = "error",
     report: bool = False,
-    scaling: str | None = None,
+    scaling: str | DelayedScaling | None = None,
     backward_format: str | None = None,
     promote_every: int | None = None,
     recipe: str | Recipe | None = None,
@@ -168,7 +169,14 @@ def emulate(
             wgrad product's gradient in 128x1 tiles; each block's scale from its amax,
             fp32 ``amax / max`` or TransformerEngine's power of two, applied by
             ``matmul`` on each promotion every 128 k-elements; see
-            ``docs/fp8_recipes.md``).
+            ``docs/fp8_recipes.md``), or a :class:`jaxwarp.fp8.DelayedScaling`:
+            TransformerEngine's delayed scaling, each product as
+            ``jaxwarp.fp8.delayed_matmul`` with its own amax history (``operand_format``
+            None or the recipe's ``fp8_format``). The function then takes
+            ``scaling_state=`` (None, the default: TransformerEngine's initial buffers)
+            and returns ``(out, new_state)``: a tuple of
+            :class:`jaxwarp.fp8.DelayedScalingState`, one per emulated product in
+            program order (``jaxwarp._src.emulate.delayed``).
         backward_format: None (gradients in ``operand_format``, as ``matmul``'s
             own vjp) or the operand format of the gradient in backward products.
         promote_every: None or N, passed to ``matmul`` (promotion of partial sums
@@ -203,12 +211,20 @@ def emulate(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {fn!r}")
+    ds = scaling if isinstance(scaling, DelayedScaling) else None
+    if ds is not None:  # delayed scaling: emulate/delayed.py; the config is plain fp8's
+        operand_format = delayed.check_scaling(ds, operand_format, accumulator,
+                                               backward_format, recipe)
+        scaling = None
     cfg = make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
                       on_unsupported, scaling, backward_format, promote_every, recipe)
     needs_key = cfg.plan is not None and cfg.plan.needs_key
     config_items = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
-                         if f.name != "filter") + (("filter", filter),)
-    backward = (f"block-scaled recipe {cfg.recipe.name!r}: dgrad and wgrad as block-scaled "
+                         if f.name != "filter") + (("filter", filter),) + (
+                             (("delayed_scaling", ds),) if ds is not None else ())
+    backward = ("delayed scaling: straight through the casts, the backward products "
+                "jaxwarp.matmul's own (no delayed scales)" if ds is not None else
+                f"block-scaled recipe {cfg.recipe.name!r}: dgrad and wgrad as block-scaled "
                 f"GEMMs, each operand quantized along its contraction axis"
                 if cfg.recipe is not None else
                 "matmul's custom_vjp: dA = dD @ B^T and dB = A^T @ dD on the same emulated "
@@ -217,13 +233,15 @@ def emulate(
                 f"{_SCALING_TEXT[cfg.scaling]}, saved "
                 f"operands in {operand_format}")
 
-    def run(key: _Key, rng, *dyn):
-        interp = Interpreter(cfg)
+    def run(key: _Key, rng, state, *dyn):
+        interp = Interpreter(cfg) if ds is None else delayed.DelayedInterpreter(cfg, ds, state)
         it = iter(dyn)
         leaves = [next(it) if s is _DYNAMIC else s for s in key.static]
         args, kwargs = jax.tree_util.tree_unflatten(key.treedef, leaves)
         with recipes.call_key(rng):
             out = interp.call(fn, args, kwargs)
+        if ds is not None:
+            out = (out, interp.result_state())
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
         mask = [is_dynamic(x) for x in out_leaves]
         rep = EmulationReport(tuple(interp.entries), config_items, backward)
@@ -235,6 +253,8 @@ def emulate(
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         rng = kwargs.pop("rng_key", None)
+        state = None if ds is None else delayed.check_state(kwargs.pop("scaling_state", None),
+                                                            ds)
         if needs_key and rng is None:
             raise ValueError(f"recipe {cfg.recipe.name!r} rounds stochastically or applies "
                              f"the random Hadamard transform: call the emulated function "
@@ -252,9 +272,9 @@ def emulate(
         try:
             hash(key)
         except TypeError:  # an unhashable static leaf: run without the outer jit
-            outs, aux = run(key, rng, *dyn)
+            outs, aux = run(key, rng, state, *dyn)
         else:
-            outs, aux = jitted(key, rng, *dyn)
+            outs, aux = jitted(key, rng, state, *dyn)
         out_tree, static_out, rep = aux.value
         it = iter(outs)
         # None is never a pytree leaf, so None marks the dynamic outputs.

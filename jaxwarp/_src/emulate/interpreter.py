@@ -170,6 +170,10 @@ class Interpreter:
         self.entries.append(ReportEntry(info, False, None, reason))
         return self.bind(eqn, invals)
 
+    def gemm(self, x, y, batched: bool):
+        """One emulated product, (B,)M,K @ (B,)K,N (emulate/delayed.py replaces it)."""
+        return gemm(x, y, self.cfg, batched)
+
     def _info(self, eqn, prim, invals, batch, m, n, k, where) -> Product:
         shp = [tuple(getattr(x, "shape", ())) for x in invals[:2]] + [(), ()]
         dts = [str(getattr(x, "dtype", type(x).__name__)) for x in invals[:2]] + ["", ""]
@@ -228,7 +232,7 @@ class Interpreter:
             batched = bool(lb)
             x = x.reshape((B, M, K) if batched else (M, K))
             y = y.reshape((B, K, N) if batched else (K, N))
-            d = gemm(x, y, self.cfg, batched)
+            d = self.gemm(x, y, batched)
             shape = bshape + tuple(lhs.shape[i] for i in lfree) + tuple(
                 rhs.shape[i] for i in rfree)
             return d.reshape(shape).astype(out_aval.dtype)
@@ -276,9 +280,9 @@ class Interpreter:
             pt = pt.reshape(Mrows, Rt, G, Cg).transpose(2, 0, 1, 3).reshape(G, Mrows, Rt * Cg)
             wt = w.reshape(G, O // G, Cg, Rt).transpose(0, 3, 2, 1).reshape(G, Rt * Cg, O // G)
             if G == 1:
-                d = gemm(pt[0], wt[0], self.cfg, False)[None]
+                d = self.gemm(pt[0], wt[0], False)[None]
             else:
-                d = gemm(pt, wt, self.cfg, True)
+                d = self.gemm(pt, wt, True)
             d = d.transpose(1, 0, 2).reshape((Nb, *S_out, O))  # features group-major
             canon = jnp.moveaxis(d, nsp + 1, 1)  # (N, O, *S_out)
             return jnp.transpose(canon, np.argsort(out_spec)).astype(out_aval.dtype)

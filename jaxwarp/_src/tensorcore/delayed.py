@@ -120,10 +120,11 @@ class DelayedScaling:
         return DelayedScalingState(lax.stop_gradient(hist), lax.stop_gradient(scale))
 
 
-def _amax(x):
-    """max(|x|) on the fp32 bits (exact; NaN above inf)."""
+def tensor_amax(x):
+    """max(|x|) on the fp32 bits (exact; NaN above inf); no gradient."""
     bits = lax.bitcast_convert_type(times_pow2(x, jnp.int32(0), "f32"), jnp.int32)
-    return lax.bitcast_convert_type(jnp.max(bits & 0x7FFFFFFF), jnp.float32)
+    return lax.stop_gradient(
+        lax.bitcast_convert_type(jnp.max(bits & 0x7FFFFFFF), jnp.float32))
 
 
 def _cast(x, scale, fmt):
@@ -133,7 +134,10 @@ def _cast(x, scale, fmt):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _product(a, b, scale, kw):
+def scaled_product(a, b, scale, kw):
+    """``fl32(T * fl32(fl32(1 / sa) * fl32(1 / sb)))``, T the tensor core's product of
+    the casts of a and b with ``scale = (sa, sb)``; ``kw``: matmul's keyword arguments as
+    a tuple of pairs (static). Gradients: see :func:`delayed_matmul`."""
     kwd = dict(kw)
     fmt = kwd["operand_format"]
     t = matmul(_cast(a, scale[0], fmt), _cast(b, scale[1], fmt), **kwd)
@@ -142,7 +146,7 @@ def _product(a, b, scale, kw):
 
 
 def _product_fwd(a, b, scale, kw):
-    return _product(a, b, scale, kw), (a, b, scale)
+    return scaled_product(a, b, scale, kw), (a, b, scale)
 
 
 def _product_bwd(kw, res, g):
@@ -152,7 +156,7 @@ def _product_bwd(kw, res, g):
     return (*vjp(g), jnp.zeros_like(scale))
 
 
-_product.defvjp(_product_fwd, _product_bwd)
+scaled_product.defvjp(_product_fwd, _product_bwd)
 
 
 def delayed_matmul(a: Any, b: Any, state: DelayedScalingState, recipe: DelayedScaling, *,
@@ -208,6 +212,6 @@ def delayed_matmul(a: Any, b: Any, state: DelayedScalingState, recipe: DelayedSc
     kw = (("operand_format", recipe.fp8_format), ("instruction", instruction), ("arch", arch),
           ("promote_every", promote_every), ("mode", mode))
     scale = jnp.asarray(state.scale, jnp.float32)
-    d = _product(a, b, scale, kw)
-    amax = lax.stop_gradient(jnp.stack([_amax(a), _amax(b)]))
+    d = scaled_product(a, b, scale, kw)
+    amax = jnp.stack([tensor_amax(a), tensor_amax(b)])
     return d, recipe.update(state, amax)
