@@ -1,5 +1,6 @@
 """Block-scaled formats: OCP Microscaling (MXFP8, MXFP6, MXFP4, MXINT8) and NVFP4
-quantizers, bit-exact (``jaxwarp.mx.quantize``, ``dequantize``, ``fake_quantize``). A
+quantizers, bit-exact (``jaxwarp.mx.quantize``, ``dequantize``, ``fake_quantize``), whose
+element format may also be one made by ``jaxwarp.define_format`` (``docs/formats.md``). A
 quantized tensor is an :class:`MXTensor` pytree. ``jaxwarp.mx.matmul`` is the block-scaled
 GEMM; :class:`Recipe` and :data:`RECIPES` are the training recipes of
 ``jaxwarp.emulate(fn, recipe=...)``. See ``docs/microscaling.md``."""
