@@ -5,8 +5,10 @@ separate venv) holds, per quantizer, a seed for ``mx_golden_inputs`` (2**20 inpu
 SHA-256 digest of the reference's outputs per chunk of 4,096 inputs, the outputs of the
 first chunks in full, and the blocks where the reference departs from the rule it
 implements (``dev_blocks``, with the reference's outputs there). The default run compares
-the sample; ``-m slow`` every chunk against its digest. Jaxwarp's outputs on a listed
-block are replaced by the reference's before digesting, and each such block must be
+one chunk of three quantizers with its digest; ``-m slow`` the sample value by value and
+every chunk of every quantizer with its digest. Jaxwarp's outputs on a listed
+block are replaced by the reference's before digesting; jaxwarp's own outputs there
+must equal the rule from its definition (``rule_model``), and the reference's must be
 explained by a cause stated in ``_explain`` (checked on the inputs, without the
 reference): torchao 0.18's RCEIL and microxcaling take ``log2`` of a float32 in float32,
 which rounds a value within a few ulps of a power of two onto it; microxcaling rounds
@@ -22,6 +24,7 @@ import hashlib
 import pathlib
 
 import jax
+import ml_dtypes
 import mx_golden_inputs as gi
 import numpy as np
 import pytest
@@ -48,7 +51,11 @@ def _names() -> list[str]:
 
 
 def _names_or_empty() -> list[str]:
-    return _names() if GOLDEN.exists() else []
+    """The quantizers, read at collection without loading the rest of the file."""
+    if not GOLDEN.exists():
+        return []
+    with np.load(GOLDEN) as g:
+        return [str(n) for n in g["names"]]
 
 
 def _elem(name: str) -> str:
@@ -108,6 +115,39 @@ def _near_pow2(v: np.ndarray, above: bool) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         m, _ = np.frexp(np.abs(v.astype(np.float64)))
     return (m > 0.5) & (m - 0.5 <= 2.0 ** -17) if above else (m < 1) & (1 - m <= 2.0 ** -17)
+
+
+ELEM_DTYPE = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+              "e2m3": ml_dtypes.float6_e2m3fn, "e3m2": ml_dtypes.float6_e3m2fn,
+              "e2m1": ml_dtypes.float4_e2m1fn}
+
+
+def rule_model(name: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    """The rule the reference implements, in float64 from its definition (independent of
+    jaxwarp), for finite blocks x (bits, (nb, 32)): torchao RCEIL's exact ceiling of
+    ``log2(amax / max)``, or OCP's ``floor(log2(amax)) - emax`` with elements rounded to
+    nearest even (microxcaling "even"); elements saturate at the largest value."""
+    elem = _elem(name)
+    top = gi.grid(elem)[-1]
+    v = x.view(np.float32).astype(np.float64)
+    amax = np.abs(v).max(-1, keepdims=True)
+    if name.startswith("torchao/"):
+        m, ex = np.frexp(amax / top)
+        e = np.where(m == 0.5, ex - 1, ex)
+    else:
+        e = np.frexp(amax)[1] - 1 - int(np.floor(np.log2(top)))
+    e = np.clip(np.where(amax > 0, e, -127), -127, 127)
+    y = np.clip(v / np.exp2(e), -top, top)
+    if elem == "s8":
+        q = np.rint(y * 64) / 64
+    else:
+        q = y.astype(ELEM_DTYPE[elem])
+    if name.startswith("torchao/"):
+        codes = q.view(np.uint8).copy()
+        codes[(e == -127)[:, 0]] = 0
+        return {"scales": (e + 127).astype(np.uint8).reshape(-1), "codes": codes.reshape(-1)}
+    return {"values": canonical((q.astype(np.float64) * np.exp2(e)).astype(np.float32))
+            .reshape(-1)}
 
 
 ALT_RULE = "ceil"  # microxcaling's blocks off the rule: floor(log2) rounded up
@@ -191,6 +231,13 @@ def _check(name: str, x: np.ndarray, first_block: int):
             b[local] = _blocks(listed[k], local.size)
             got[k] = b.reshape(-1)
         causes["outputs differing"] = int(sum((listed[k] != plain[k]).sum() for k in got))
+        # jaxwarp's own outputs there: the rule, from its definition (finite blocks)
+        fin = np.isfinite(x[local].view(np.float32)).all(-1)
+        want = rule_model(name, x[local][fin])
+        for k in got:
+            np.testing.assert_array_equal(_blocks(plain[k], local.size)[fin].reshape(-1),
+                                          want[k], err_msg=f"{name}: jaxwarp's {k} on a "
+                                          "block off the reference's rule")
         rule = ALT_RULE_RCEIL if name.startswith("torchao/") else ALT_RULE
         alt = {k: _blocks(v, nb)[local].reshape(-1)
                for k, v in ours(name, x, rule=rule).items()}
