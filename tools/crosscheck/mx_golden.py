@@ -16,17 +16,25 @@ Quantizers (``names`` in the file), and the outputs digested per chunk, in this 
 
 * ``torchao/{elem}/{mode}``, elem e4m3 e5m2 e2m3 e3m2 e2m1, mode floor ceil even rceil
   (``to_mx``, block 32): ``scales`` (ue8m0 codes) then ``codes`` (element codes, one
-  per byte), the codes of blocks whose scale code is 0 (``2**-127``) set to 0: torchao
-  0.18 divides those blocks by ``2**-126`` (it clamps its float32 scale to the smallest
-  normal), a difference its source states;
+  per byte), the codes of blocks whose scale code is 0 (``2**-127``) or 0xFF (NaN) set
+  to 0: torchao 0.18 divides the former by ``2**-126`` (it clamps its float32 scale to
+  the smallest normal), a difference its source states, and the latter read as NaN
+  (torchao's inputs hold NaNs but no infinities, which it calls "N/A");
 * ``torchao/nvfp4`` (``nvfp4_quantize`` with ``per_tensor_amax_to_scale``, tensors of
   16 x 64, blocks of 16): ``tensor_scale`` (float32 bits), ``scales`` (e4m3 bits),
   ``codes``;
-* ``microxcaling/{elem}/{round}``, elem fp8_e4m3 fp8_e5m2 fp6_e2m3 fp6_e3m2 fp4_e2m1
-  int8, round nearest (its default: ties away from zero) and even (``_quantize_mx`` with
-  8 scale bits, block 32 along the last axis, ``shared_exp_method="max"``, no fp32
-  subnormal flush, its PyTorch code): ``values``, the dequantized float32 bits, every
-  NaN written as 0x7FC00000.
+* ``microxcaling/{elem}/even``, elem fp8_e4m3 fp8_e5m2 fp6_e2m3 fp6_e3m2 fp4_e2m1 int8
+  (``_quantize_mx`` with 8 scale bits, block 32 along the last axis,
+  ``shared_exp_method="max"``, no fp32 subnormal flush, its PyTorch code, rounding
+  "even"): ``values``, the dequantized float32 bits, every NaN as 0x7FC00000 and -0 as
+  +0; ``microxcaling/{elem}/nearest/sample/values``: its default rounding ("nearest",
+  ties away from zero) on the sample only (jaxwarp has no such mode).
+
+``{name}/dev_blocks`` lists the blocks where the reference departs from the rule it
+implements, with the reference's outputs there (``{name}/dev/{field}``): for torchao's
+RCEIL the blocks whose float32 ``ceil(log2(amax / max))`` is not the exact ceiling; for
+microxcaling the blocks whose output is not OCP's Algorithm 1 with nearest-even
+elements, computed here in float64 (``ocp_model``).
 """
 
 from __future__ import annotations
@@ -75,7 +83,8 @@ def grid_max(elem):
 def ocp_model(x, elem):
     """OCP MX v1.0 Algorithm 1 in float64 (exact here), elements rounded to nearest
     even: used only to find the blocks where the reference departs from the rule."""
-    v = x.view(np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):  # NaN payloads
+        v = x.view(np.float32).astype(np.float64)
     amax = np.abs(v).max(-1, keepdims=True)
     g = gi.grid(elem)
     top = g[-1]
