@@ -147,9 +147,9 @@ def e8m0(amax, fmt: str, rule: str) -> int:
     elif rule == "even":
         mbits = 6 if elem == "int8" else ELEM[elem][1]
         e = floor_log2(round_float(amax, 10**6, mbits, "rna")) - EMAX[elem]
-    else:  # rceil: the smallest power of two >= fl32(amax * fl32(1 / max))
+    else:  # rceil: the smallest power of two >= fl32(amax / max)
         top = Fraction(127, 64) if elem == "int8" else ELEM[elem][2]
-        d = fl32(amax * fl32(1 / top))
+        d = fl32(amax / top)
         if d == 0:
             e = -127
         else:

@@ -39,9 +39,10 @@ largest normal value, ``max`` that value):
 * ``"even"``: torchao's ``EVEN``: amax rounded to the element's fraction bits (to
   nearest, ties away from zero) before ``floor(log2(.)) - emax``.
 * ``"rceil"``: cuBLAS / cuDNN (``scale = quantize_round_up(amax / max)``), torchao's
-  ``RCEIL``: the smallest power of two at least ``amax * (1/max)``, the reciprocal and
-  the product each a float32 rounded to nearest even, as torchao's RCEIL computes it
-  before the PTX ``cvt.rp.satfinite.ue8m0x2.f32`` (or its software form).
+  ``RCEIL``: the smallest power of two at least ``amax / max``, the quotient a float32
+  rounded to nearest even, as torchao's RCEIL computes it (``max_abs / max_pos``)
+  before the PTX ``cvt.rp.satfinite.ue8m0x2.f32`` (or its software form). For every
+  element format that is the exact quotient's ceiling (clamped to ue8m0).
 
 ``e`` is clamped to ue8m0's range ``[-127, 127]`` (an all-zero block gets ``2**-127``). A
 block holding a NaN or an infinity gets the NaN scale 0xFF, and dequantizes to NaN.
@@ -218,9 +219,9 @@ def _is_pow2(m: jax.Array) -> jax.Array:
 
 
 @functools.cache
-def _recip_max(f: MXFormat) -> int:
-    """Bits of the float32 ``1 / max`` (rounded to nearest even), as libraries hold it."""
-    return int(np.array(np.float32(1) / np.float32(float(f.max_value))).view(np.uint32))
+def _max_bits(f: MXFormat) -> int:
+    """Bits of the float32 ``max`` (exact for every element format)."""
+    return int(np.array(np.float32(float(f.max_value))).view(np.uint32))
 
 
 def _shared_exponent(amax: jax.Array, f: MXFormat, rule: str) -> jax.Array:
@@ -244,9 +245,9 @@ def _shared_exponent(amax: jax.Array, f: MXFormat, rule: str) -> jax.Array:
         carry = top == (1 << k) - 1
         return _floor_log2(m) + carry.astype(jnp.int32) - f.emax
     if rule == "rceil":
-        d = scaling.multiply_rn(lax.bitcast_convert_type(m, jnp.float32),
-                                lax.bitcast_convert_type(jnp.uint32(_recip_max(f)),
-                                                         jnp.float32))
+        d = scaling.divide_rn(lax.bitcast_convert_type(m, jnp.float32),
+                              lax.bitcast_convert_type(jnp.uint32(_max_bits(f)),
+                                                       jnp.float32))
         dm = lax.bitcast_convert_type(d, jnp.uint32)
         e = _floor_log2(dm) + (~_is_pow2(dm)).astype(jnp.int32)
         return jnp.where(dm == 0, -_E8M0_BIAS, e)
