@@ -201,6 +201,9 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-cpu-check", action="store_true",
                     help="skip the comparison with the CPU backend")
+    ap.add_argument("--cpu-check-only", action="store_true",
+                    help="only the comparison with the CPU backend (on the largest count of "
+                         "--devices), no timing")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     n_all = jax.device_count()
@@ -214,6 +217,9 @@ def main(argv=None) -> None:
     cfg = LARGE if args.large else DEFAULT
     results = []
     for name in names:
+        if args.cpu_check_only:
+            results.append(dict(workload=name, cpu_identical=cpu_identical(name, max(counts))))
+            continue
         print(f"[scale_out] {name} on {counts} devices", file=sys.stderr, flush=True)
         r = measure(name, cfg, counts, args.repeats)
         if not args.no_cpu_check:
