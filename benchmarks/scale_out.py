@@ -184,6 +184,7 @@ def measure(name: str, cfg: dict, counts: list[int], repeats: int) -> dict:
         row["efficiency"] = first[0] / (d * seconds)
         row["bit_identical"] = got == first[1]
         rows.append(row)
+        print(f"[scale_out] {name} {row}", file=sys.stderr, flush=True)  # kept on a timeout
         del out, call
     return dict(workload=name, runs=rows)
 
