@@ -124,7 +124,11 @@ def devices_count(text: str) -> int | str:
     """An argparse ``type`` for ``--devices``: ``"all"`` or an int >= 1."""
     if text.strip().lower() == "all":
         return "all"
-    return int_at_least(1)(text)
+    try:
+        return int_at_least(1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'all' or an integer >= 1, got {text!r}") \
+            from None
 
 
 devices_count.__name__ = "device count"  # argparse names the type in its messages

@@ -224,3 +224,20 @@ def test_grouped_batch_not_a_multiple():
         f(jnp.float32(1), jnp.ones(6, jnp.float32))
     with pytest.raises(ValueError, match="no batch argument"):
         f(jnp.float32(1))
+
+
+def test_devices_option_names_what_is_allowed(capsys):
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import _study_utils as su
+
+    assert su.devices_count("all") == "all" and su.devices_count("2") == 2
+    assert su.pick_devices(1) == jax.devices()[:1]
+    with pytest.raises(SystemExit, match=r"--devices 999: this machine has \d+ .* up to \d+ "
+                                         r"or 'all'"):
+        su.pick_devices(999)
+    import warp_programs
+
+    with pytest.raises(SystemExit):
+        warp_programs.main(["--devices", "0"])
+    assert "argument --devices: expected 'all' or an integer >= 1, got '0'" in \
+        capsys.readouterr().err
