@@ -13,7 +13,8 @@ OUT=${OUT:-out_scale}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0  # NVLink multicast off on these machines
-PY=${PYTHON:-python}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+PY=${PYTHON:-python3}
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
