@@ -28,7 +28,7 @@ def run_header(argv: Sequence[str] | None = None,
     script = os.path.relpath(sys.argv[0], ROOT) if argv is None else "<in-process>"
     cmd = " ".join(["python", script, *(sys.argv[1:] if argv is None else argv)])
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    return (f"command: {cmd}\ndevice:  {device_summary()}\nhost:    {platform.node() or '?'}"
+    return (f"command: {cmd}\ndevice:  {device_summary(devices)}\nhost:    {platform.node() or '?'}"
             f" ({os.cpu_count()} CPU cores)\ndate:    {now}")
 
 
