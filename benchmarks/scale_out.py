@@ -14,7 +14,9 @@ timed apart):
   ``--groups`` groups (the same bits on any device count dividing it) and an
   Adam update;
 * ``tp``: one exact emulated product ``a @ b`` (bf16 operands, fp32 result) with
-  ``a`` sharded along M (tensor parallel; ``emulate`` keeps the sharding).
+  ``a`` sharded along M (tensor parallel; ``emulate`` keeps the sharding);
+* ``dp_fast``, ``tp_fast``: the same in ``mode="fast"`` (operands rounded, one
+  ``dot_general``), not part of the default list.
 
 Prints JSON: devices, jax version, and per workload and device count the best
 seconds of one call, the first call's seconds (compile + run), the efficiency
@@ -54,6 +56,7 @@ import warp_programs as wp  # noqa: E402
 import jaxwarp  # noqa: E402
 
 WORKLOADS = ("warp", "mma", "dp", "tp")
+EXTRA = ("dp_fast", "tp_fast")
 TARGET = 0.8  # issue 26: at least 0.8 on 2 GPUs for the warp study and the dp exact step
 #: Sizes: the CPU default (seconds on a laptop) and --large (keeps an H100 busy).
 DEFAULT = dict(warps=2**16, tiles=2**12, dp_batch=64, dp_seq=8, dp_width=32, dp_layers=1,
@@ -112,10 +115,10 @@ def _model(cfg):
     return jax.tree_util.tree_map(np.asarray, params), tokens, labels
 
 
-def dp_workload(cfg):
+def dp_workload(cfg, mode="exact"):
     params, tokens, labels = _model(cfg)
     loss = jaxwarp.emulate(lambda prm, t, y: et.loss_fn(prm, t, y, HEADS),
-                           operand_format="bf16", mode="exact")
+                           operand_format="bf16", mode=mode)
     init, update = et.adam(1e-3)
 
     def make(mesh):
@@ -136,11 +139,11 @@ def dp_workload(cfg):
     return make, None
 
 
-def tp_workload(cfg):
+def tp_workload(cfg, mode="exact"):
     rng = np.random.default_rng(3)
     a = rng.standard_normal((cfg["tp_m"], cfg["tp_k"]), np.float32)
     b = rng.standard_normal((cfg["tp_k"], cfg["tp_n"]), np.float32)
-    f = jax.jit(jaxwarp.emulate(lambda a, b: a @ b, operand_format="bf16", mode="exact"))
+    f = jax.jit(jaxwarp.emulate(lambda a, b: a @ b, operand_format="bf16", mode=mode))
 
     def make(mesh):
         aa = jax.device_put(a, NamedSharding(mesh, P(mesh.axis_names[0], None)))
@@ -150,7 +153,9 @@ def tp_workload(cfg):
     return make, None
 
 
-BUILD = {"warp": warp_workload, "mma": mma_workload, "dp": dp_workload, "tp": tp_workload}
+BUILD = {"warp": warp_workload, "mma": mma_workload, "dp": dp_workload, "tp": tp_workload,
+         "dp_fast": lambda cfg: dp_workload(cfg, "fast"),
+         "tp_fast": lambda cfg: tp_workload(cfg, "fast")}
 
 
 def cpu_identical(name: str, n_dev: int) -> bool | None:
@@ -197,7 +202,8 @@ def main(argv=None) -> None:
                     help="device counts to run, e.g. 1,2,4 (default: 1 and all); the first "
                          "is the baseline of the efficiency and the bit comparison")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
-                    help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
+                    help=f"comma-separated subset of {','.join(WORKLOADS + EXTRA)} "
+                         f"(default: {','.join(WORKLOADS)})")
     ap.add_argument("--large", action="store_true", help=f"the GPU sizes {LARGE}")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-cpu-check", action="store_true",
@@ -213,8 +219,8 @@ def main(argv=None) -> None:
     if any(d < 1 or d > n_all for d in counts):
         raise SystemExit(f"--devices: counts between 1 and {n_all}, got {args.devices!r}")
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    if any(w not in WORKLOADS for w in names):
-        raise SystemExit(f"--workloads: any of {WORKLOADS}, got {args.workloads!r}")
+    if any(w not in BUILD for w in names):
+        raise SystemExit(f"--workloads: any of {tuple(BUILD)}, got {args.workloads!r}")
     cfg = LARGE if args.large else DEFAULT
     results = []
     for name in names:

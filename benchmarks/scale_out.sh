@@ -2,7 +2,8 @@
 # Scale-out on every GPU of one machine (issue 26), one command, < 8 minutes:
 #   OUT=/some/dir bash benchmarks/scale_out.sh
 # 1. benchmarks/scale_out.py --large on 1, 2, 4 GPUs (fewer if fewer GPUs), one
-#    workload per process: times, efficiency t1 / (d * td), bits against 1 GPU;
+#    workload per process (exact, then dp and tp in fast mode): times, efficiency
+#    t1 / (d * td), bits against 1 GPU;
 # 2. its small instances on the CPU backend against all GPUs (bits);
 # 3. the sharded studies, briefly, on 1 GPU and on all GPUs, their CSVs compared byte
 #    for byte (the warp study also checks every warp against NumPy).
@@ -19,15 +20,17 @@ SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
-NGPU=$($PY -c "import jax; print(jax.device_count())" 2>/dev/null || echo 1)
+INFO=$($PY -c "import jax; print(jax.device_count(), jax.devices()[0].device_kind, 'jax', jax.__version__)" 2>&1 | tail -1)
+NGPU=${INFO%% *}
+case $NGPU in ''|*[!0-9]*) NGPU=1 ;; esac
 COUNTS=1
 for d in 2 4 8; do [ "$d" -le "$NGPU" ] && COUNTS="$COUNTS,$d"; done
-say "devices: $NGPU ($($PY -c "import jax; print(jax.devices()[0].device_kind, 'jax', jax.__version__)" 2>&1)); counts $COUNTS"
+say "devices: $INFO; counts $COUNTS"
 nvidia-smi -L > "$OUT/nvidia_smi.txt" 2>&1
 nvidia-smi topo -m >> "$OUT/nvidia_smi.txt" 2>&1
 
 # 1. The benchmark, one workload per process (each compiles its programs once per count).
-for w in warp:45 mma:50 dp:90 tp:45; do
+for w in warp:40 mma:45 dp:85 tp:40 dp_fast:35 tp_fast:30; do
   name=${w%%:*}; limit=${w##*:}
   timeout "$limit" $PY benchmarks/scale_out.py ${BENCH_SIZE:---large} --devices "$COUNTS" \
     --workloads "$name" --no-cpu-check > "$OUT/bench_$name.json" 2> "$OUT/bench_$name.log"
@@ -35,7 +38,7 @@ for w in warp:45 mma:50 dp:90 tp:45; do
 done
 
 # 2. Small instances: all GPUs against the CPU backend.
-timeout 90 $PY benchmarks/scale_out.py --devices "$NGPU" --cpu-check-only \
+timeout 80 $PY benchmarks/scale_out.py --devices "$NGPU" --workloads warp,mma,dp,tp --cpu-check-only \
   > "$OUT/cpu_check.json" 2> "$OUT/cpu_check.log"
 say "cpu check: rc $? $(tr -d ' \n' < "$OUT/cpu_check.json" | grep -o '"workload":"[a-z]*","cpu_identical":[a-z]*' | tr '\n' ' ')"
 
@@ -46,7 +49,7 @@ mkdir -p "$OUT/exp"
 study() {  # name csv args...
   local name=$1 csv=$2; shift 2
   for d in 1 all; do
-    timeout 120 $PY "experiments/$name.py" "$@" --devices "$d" --out "$OUT/exp/${name}_$d" \
+    timeout 110 $PY "experiments/$name.py" "$@" --devices "$d" --out "$OUT/exp/${name}_$d" \
       > "$OUT/exp_${name}_$d.txt" 2> "$OUT/exp_${name}_$d.log" &
   done
 }
