@@ -22,19 +22,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "experiments" / "out"
 
 
-def device_summary() -> str:
-    """``"4 x cpu (...)"`` or ``"1 x NVIDIA H100 80GB HBM3"``: what the batch is sharded over."""
-    devs = jax.devices()
-    kinds = sorted({d.device_kind for d in devs})
-    return f"{len(devs)} x {', '.join(kinds)} ({jax.default_backend()}, jax {jax.__version__})"
-
-
-def run_header(argv: Sequence[str] | None = None) -> str:
+def run_header(argv: Sequence[str] | None = None,
+               devices: Sequence[jax.Device] | None = None) -> str:
     """The command, device and date lines printed at the top of every study."""
     script = os.path.relpath(sys.argv[0], ROOT) if argv is None else "<in-process>"
     cmd = " ".join(["python", script, *(sys.argv[1:] if argv is None else argv)])
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    return (f"command: {cmd}\ndevice:  {device_summary()}\nhost:    {platform.node() or '?'}"
+    return (f"command: {cmd}\ndevice:  {device_summary(devices)}\nhost:    {platform.node() or '?'}"
             f" ({os.cpu_count()} CPU cores)\ndate:    {now}")
 
 
@@ -124,6 +118,51 @@ def int_at_least(lo: int, multiple_of: int = 1):
 
     parse.__name__ = "int"  # argparse names the type in its messages
     return parse
+
+
+def devices_count(text: str) -> int | str:
+    """An argparse ``type`` for ``--devices``: ``"all"`` or an int >= 1."""
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        return int_at_least(1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'all' or an integer >= 1, got {text!r}") \
+            from None
+
+
+devices_count.__name__ = "device count"  # argparse names the type in its messages
+
+
+def add_devices_option(p: argparse.ArgumentParser) -> None:
+    """``--devices N|all``: how many devices of the default backend the study shards over."""
+    p.add_argument("--devices", type=devices_count, default=1, metavar="N|all",
+                   help="shard the work over the first N devices of the default backend, or "
+                        "over all of them (default 1); every device count gives the same "
+                        "numbers")
+
+
+def pick_devices(count: int | str) -> list[jax.Device]:
+    """The first ``count`` devices of the default backend (``"all"``: every one).
+
+    Raises:
+        SystemExit: more devices asked for than there are.
+    """
+    devs = jax.devices()
+    if count == "all":
+        return devs
+    if count > len(devs):
+        raise SystemExit(f"--devices {count}: this machine has {len(devs)} "
+                         f"{jax.default_backend()} device(s) ({devs[0].device_kind}); "
+                         f"use a number up to {len(devs)} or 'all'")
+    return devs[:count]
+
+
+def device_summary(devices: Sequence[jax.Device] | None = None) -> str:
+    """``"4 x cpu (...)"`` or ``"1 x NVIDIA H100 80GB HBM3"``: what the work is sharded over."""
+    devs = jax.devices() if devices is None else list(devices)
+    kinds = sorted({d.device_kind for d in devs})
+    return f"{len(devs)} x {', '.join(kinds)} ({jax.default_backend()}, jax {jax.__version__})"
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:

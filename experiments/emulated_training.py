@@ -19,6 +19,14 @@ MLP, width ``--width``) is plain JAX; the same loss function is run
   partial sums to fp32 every 128 k-elements (``wgmma`` tiles).
 
 LayerNorm, softmax, the loss and the optimiser (a hand-written Adam) stay in fp32.
+
+Data parallel: ``--devices N|all`` (default 1) shards the batch over N devices with
+``jaxwarp.grouped_value_and_grad``: the examples (padded with examples of weight 0
+to a multiple of ``--groups``) are cut into ``--groups`` groups (default 8, or the
+device count if 8 is not a multiple of it), each group's loss and gradient computed
+on one device and the groups added in order, so the numbers are the same on any
+device count dividing ``--groups``. ``--groups`` alone runs that step on one device;
+without both, the step is the plain full-batch one.
 Writes ``emulated_training.csv`` (loss and accuracy every ``--log-every`` steps,
 per configuration and seed) and ``emulated_training.png`` (loss curves; final
 accuracy) to ``--out`` (default ``experiments/out/``).
@@ -27,6 +35,7 @@ Usage:
     python experiments/emulated_training.py            # CPU default (a few minutes)
     python experiments/emulated_training.py --large    # GPU: p=59, 2 layers, width 64
     python experiments/emulated_training.py --configs fp32 bf16 --steps 100
+    python experiments/emulated_training.py --large --devices all   # data parallel
 """
 
 from __future__ import annotations
@@ -38,12 +47,17 @@ import pathlib
 import sys
 import time
 
+import _study_utils as su
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jaxwarp  # noqa: E402
 from jaxwarp import emulate  # noqa: E402
 
 #: label -> emulate settings (None: no emulation).
@@ -143,6 +157,47 @@ def dataset(p: int):
     return jnp.asarray(tokens), jnp.asarray(((a + b) % p).astype(np.int32))
 
 
+def make_grouped_step(settings, heads, lr, groups: int, mesh, n_real: int):
+    """The data-parallel step: ``(init, step, accuracy)`` as ``make_step``'s, on a batch
+    padded to a multiple of ``groups`` whose examples carry ``weights`` (1 real, 0
+    padding). Each group's loss is ``groups * sum(w * nll) / n_real``, so the mean over
+    the groups (``jaxwarp.grouped_value_and_grad``) is the mean over the real examples."""
+
+    def group_loss(prm, t, y, w):
+        logp = jax.nn.log_softmax(forward(prm, t, heads))
+        nll = -jnp.take_along_axis(logp, y[:, None], axis=1)[:, 0]
+        return groups * jnp.sum(w * nll) / n_real
+
+    loss = group_loss if settings is None else emulate(group_loss, **settings)
+    value_and_grad = jaxwarp.grouped_value_and_grad(loss, groups, mesh=mesh)
+    init, update = adam(lr)
+
+    @jax.jit
+    def step(params, opt, tokens, labels, weights):
+        value, grads = value_and_grad(params, tokens, labels, weights)
+        params, opt = update(params, grads, opt)
+        return params, opt, value
+
+    @jax.jit
+    def accuracy(params, tokens, labels, weights):
+        logits = (emulate(forward, **settings) if settings else forward)(params, tokens, heads)
+        return jnp.sum(weights * (jnp.argmax(logits, -1) == labels)) / n_real
+
+    return init, step, accuracy
+
+
+def shard_dataset(tokens, labels, groups: int, mesh):
+    """``(tokens, labels, weights)`` padded to a multiple of ``groups`` (the last example
+    repeated, weight 0) and sharded over ``mesh``'s batch axis."""
+    n = len(labels)
+    pad = -n % groups
+    weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
+    tokens = np.concatenate([np.asarray(tokens), np.repeat(np.asarray(tokens)[-1:], pad, 0)])
+    labels = np.concatenate([np.asarray(labels), np.repeat(np.asarray(labels)[-1:], pad, 0)])
+    batch = NamedSharding(mesh, P(mesh.axis_names[0]))
+    return tuple(jax.device_put(x, batch) for x in (tokens, labels, weights))
+
+
 def make_step(settings, heads, lr):
     loss = lambda prm, t, y: loss_fn(prm, t, y, heads)  # noqa: E731
     if settings is not None:
@@ -176,7 +231,19 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "out"))
+    su.add_devices_option(ap)
+    ap.add_argument("--groups", type=su.int_at_least(1), default=None, metavar="G",
+                    help="data-parallel groups (a multiple of the device count; default 8, "
+                         "or the device count if 8 is not a multiple of it, when --devices "
+                         "is more than 1; unset with one device: the plain full-batch step)")
     args = ap.parse_args(argv)
+    devices = su.pick_devices(args.devices)
+    groups = args.groups
+    if groups is None and len(devices) > 1:
+        groups = 8 if 8 % len(devices) == 0 else len(devices)
+    if groups is not None and groups % len(devices):
+        ap.error(f"--groups {groups} must be a multiple of the device count {len(devices)}")
+    mesh = jaxwarp.batch_mesh(devices)
     big = args.large
     p = args.p or (59 if big else 13)
     width = args.width or (64 if big else 32)
@@ -188,24 +255,34 @@ def main(argv=None):
     tokens, labels = dataset(p)
     print(f"modular addition p={p}: {len(labels)} examples, width {width}, {layers} layer(s), "
           f"{args.heads} heads, {steps} steps, {seeds} seed(s), device "
-          f"{jax.devices()[0].device_kind}")
+          f"{su.device_summary(devices)}"
+          + (f", data parallel over {groups} groups" if groups else ""))
+    n_real = len(labels)
+    if groups:
+        batch = shard_dataset(tokens, labels, groups, mesh)
+    else:
+        batch = (tokens, labels)
 
     rows, finals = [], {}
     for name in args.configs:
         settings = CONFIGS[name]
         try:
-            init, step, accuracy = make_step(settings, args.heads, args.lr)
+            init, step, accuracy = (
+                make_grouped_step(settings, args.heads, args.lr, groups, mesh, n_real)
+                if groups else make_step(settings, args.heads, args.lr))
         except NotImplementedError as e:
             print(f"{name}: skipped ({e})")
             continue
         for seed in range(seeds):
             params = init_params(jax.random.key(seed), p, width, layers, args.heads)
             opt = init(params)
+            if groups:  # replicated on every device of the mesh
+                params, opt = jax.device_put((params, opt), NamedSharding(mesh, P()))
             t0 = time.perf_counter()
             for i in tqdm(range(1, steps + 1), desc=f"{name} seed {seed}", leave=False):
-                params, opt, loss = step(params, opt, tokens, labels)
+                params, opt, loss = step(params, opt, *batch)
                 if i % args.log_every == 0 or i == steps:
-                    acc = float(accuracy(params, tokens, labels))
+                    acc = float(accuracy(params, *batch))
                     rows.append((name, seed, i, float(loss), acc))
             dt = time.perf_counter() - t0
             finals.setdefault(name, []).append((float(loss), acc, dt))

@@ -31,6 +31,11 @@ Usage:
     python experiments/fp8_study.py                  # CPU default: K 128..4096, 1 trial
     python experiments/fp8_study.py --large          # K to 16384, 8 trials
     python experiments/fp8_study.py --captures CAPTURES_DIR --out OUT_DIR
+    python experiments/fp8_study.py --large --devices all   # the trials over every GPU
+
+The trials of a point are one batch (``jaxwarp.sharded_vmap``), sharded over
+``--devices`` devices (default 1; ``all``: every device; the same numbers on any
+count).
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ import pathlib
 import sys
 
 import _study_utils as su
-import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
@@ -90,18 +94,23 @@ def _row(source, dist, label, instr, promote, K, M, N, errs):
                 mean_rel_err=float(np.mean(errs)))
 
 
-def model_rows(cfg: dict, seed: int, progress: bool, series=SERIES, dists=DISTS) -> list[dict]:
+def model_rows(cfg: dict, seed: int, progress: bool, series=SERIES, dists=DISTS,
+               devices=None) -> list[dict]:
+    """The model's series: per point, the trials sharded over ``devices`` (default:
+    every device)."""
     rng = np.random.default_rng(seed)
-    fns = {(ins, p): jax.jit(lambda a, b, ins=ins, p=p: jaxwarp.matmul(
-        a, b, operand_format="e4m3", instruction=ins, promote_every=p))
+    fns = {(ins, p): jaxwarp.sharded_vmap(lambda a, b, ins=ins, p=p: jaxwarp.matmul(
+        a, b, operand_format="e4m3", instruction=ins, promote_every=p), devices=devices)
         for _, ins, p in series}
     rows = []
     todo = [(d, K) for d in dists for K in cfg["ks"]]
     for dist, K in tqdm(todo, desc="fp8 study", disable=not progress, file=sys.stderr):
         pairs = [sample(rng, dist, cfg["m"], K, cfg["n"]) for _ in range(cfg["trials"])]
+        a_all, b_all = np.stack([a for a, _ in pairs]), np.stack([b for _, b in pairs])
         for label, ins, p in series:
-            errs = np.concatenate([rel_errors(np.asarray(fns[ins, p](a, b)), a, b)
-                                   for a, b in pairs])
+            d_all = np.asarray(fns[ins, p](a_all, b_all))
+            errs = np.concatenate([rel_errors(d, a, b)
+                                   for d, (a, b) in zip(d_all, pairs, strict=True)])
             rows.append(_row("model", dist, label, ins, p, K, cfg["m"], cfg["n"], errs))
     return rows
 
@@ -184,8 +193,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "tools/capture/capture_all.sh writes it: adds the H100's own chains "
                         "as hardware series (default: none, model series only)")
     su.add_common_options(p)
+    su.add_devices_option(p)
     p.set_defaults(out=str(su.ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
+    devices = su.pick_devices(args.devices)
     cfg = dict(LARGE if args.large else DEFAULT)
     if args.trials:
         cfg["trials"] = args.trials
@@ -208,8 +219,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if bad:
             p.error(f"--series: unknown {bad}; allowed: {[s[0] for s in SERIES]}")
         series = tuple(s for s in SERIES if s[0] in names)
-    print(su.run_header(argv))
-    rows = model_rows(cfg, args.seed, not args.no_progress, series)
+    print(su.run_header(argv, devices))
+    rows = model_rows(cfg, args.seed, not args.no_progress, series, devices=devices)
     if args.captures is None:
         print("no --captures folder: the hardware series are left out "
               "(record them with tools/capture/capture_all.sh on an sm_90 GPU)")

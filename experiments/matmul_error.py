@@ -20,7 +20,8 @@ plus the signed bias ``sum(D - R) / sum(|R|)`` (the accumulation's), which shows
 truncation toward zero when all products are positive.
 
 Many random matrices per point are vmapped, and that batch axis is sharded over
-every device (``jaxwarp`` ``sharded_vmap``). Inputs: ``normal`` (N(0, 1)) and
+``--devices`` devices (``jaxwarp`` ``sharded_vmap``; default 1, ``all``: every
+device; the numbers are the same on any count). Inputs: ``normal`` (N(0, 1)) and
 ``uniform`` (U[0, 1), all positive: truncation errors add up instead of cancelling).
 
 Writes ``matmul_error.csv`` and ``matmul_error.png`` to ``--out`` (default
@@ -30,6 +31,7 @@ Usage:
     python experiments/matmul_error.py                 # CPU default: 512 matrices, K to 4096
     python experiments/matmul_error.py --large         # GPU: K to 16384, 1024 matrices of 32x32
     python experiments/matmul_error.py --out experiments/results
+    python experiments/matmul_error.py --large --devices all  # over every GPU
 """
 
 from __future__ import annotations
@@ -96,25 +98,28 @@ def rel_errors(a_ref, b_ref, d) -> jax.Array:
 
 
 @functools.cache
-def _sharded(name: str, *static):
-    """The sharded, vmapped kernels (built once so jit caches by shape)."""
+def _sharded(name: str, devices: tuple | None, *static):
+    """The vmapped kernels sharded over ``devices`` (None: every device), built once so
+    that jit caches by shape."""
+    sv = functools.partial(jaxwarp.sharded_vmap, devices=devices)
     if name == "sample":
         dist, m, k, n = static
-        return jaxwarp.sharded_vmap(lambda key: sample(key, dist, m, k, n))
+        return sv(lambda key: sample(key, dist, m, k, n))
     if name == "product":
         fmt, mode = static
-        return jaxwarp.sharded_vmap(lambda a, b: product(a, b, fmt, mode))
+        return sv(lambda a, b: product(a, b, fmt, mode))
     if name == "operand":
         (fmt,) = static
-        return jaxwarp.sharded_vmap(lambda a, b: (operand(a, fmt), operand(b, fmt)))
+        return sv(lambda a, b: (operand(a, fmt), operand(b, fmt)))
     if name == "errors":
-        return jaxwarp.sharded_vmap(rel_errors)
+        return sv(rel_errors)
     raise KeyError(name)
 
 
 def measure_point(seed: int, dist: str, k: int, *, batch: int, mn: int, series=SERIES,
-                  progress=None) -> dict[tuple[str, str], np.ndarray]:
-    """Per-matrix errors of every series at one (dist, K).
+                  progress=None, devices=None) -> dict[tuple[str, str], np.ndarray]:
+    """Per-matrix errors of every series at one (dist, K), the matrices sharded over
+    ``devices`` (default: every device).
 
     Returns:
         ``{(label, kind): float64[batch, 2]}`` with columns (relative Frobenius
@@ -122,14 +127,15 @@ def measure_point(seed: int, dist: str, k: int, *, batch: int, mn: int, series=S
     """
     key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), DISTS.index(dist)), k)
     keys = jax.random.split(key, batch)
-    a, b = _sharded("sample", dist, mn, k, mn)(keys)
+    devs = None if devices is None else tuple(devices)
+    a, b = _sharded("sample", devs, dist, mn, k, mn)(keys)
     out = {}
     for label, fmt, mode in series:
-        d = _sharded("product", fmt, mode)(a, b)
-        a_op, b_op = _sharded("operand", fmt)(a, b) if fmt != "fp32" else (a, b)
+        d = _sharded("product", devs, fmt, mode)(a, b)
+        a_op, b_op = _sharded("operand", devs, fmt)(a, b) if fmt != "fp32" else (a, b)
         with jax.enable_x64(True):
-            out[label, "total"] = np.asarray(_sharded("errors")(a, b, d))
-            out[label, "accumulation"] = np.asarray(_sharded("errors")(a_op, b_op, d))
+            out[label, "total"] = np.asarray(_sharded("errors", devs)(a, b, d))
+            out[label, "accumulation"] = np.asarray(_sharded("errors", devs)(a_op, b_op, d))
         if progress is not None:
             progress.update(1)
     return out
@@ -162,8 +168,9 @@ def k_values(kmin: int, kmax: int, factor: int = 2) -> list[int]:
 
 
 def run(ks, *, batch: int, mn: int, dists=DISTS, seed: int = 0, series=SERIES,
-        progress: bool = True) -> list[dict]:
-    """Every (dist, K, series) point; returns the CSV rows."""
+        progress: bool = True, devices=None) -> list[dict]:
+    """Every (dist, K, series) point, sharded over ``devices`` (default: every device);
+    returns the CSV rows."""
     rows = []
     with tqdm(total=len(dists) * len(ks) * len(series), desc="matmul error", unit="pt",
               disable=not progress, file=sys.stderr) as bar:
@@ -171,7 +178,7 @@ def run(ks, *, batch: int, mn: int, dists=DISTS, seed: int = 0, series=SERIES,
             for k in ks:
                 bar.set_postfix(dist=dist, K=k)
                 errs = measure_point(seed, dist, k, batch=batch, mn=mn, series=series,
-                                     progress=bar)
+                                     progress=bar, devices=devices)
                 rows += summarize(dist, k, mn, errs, series)
     return rows
 
@@ -338,7 +345,9 @@ def main(argv=None) -> list[dict]:
                    help=f"input distributions, one or more of: {' '.join(DISTS)} "
                         "(normal: N(0, 1); uniform: U[0, 1), all positive) (default: both)")
     su.add_common_options(p)
+    su.add_devices_option(p)
     args = p.parse_args(argv)
+    devices = su.pick_devices(args.devices)
     cfg = dict(LARGE if args.large else DEFAULT)
     for name in cfg:
         if getattr(args, name) is not None:
@@ -348,18 +357,18 @@ def main(argv=None) -> list[dict]:
     except ValueError as e:
         p.error(str(e))
     out = su.out_dir(args.out)
-    print(su.run_header(argv))
+    print(su.run_header(argv, devices))
     print(f"matrices per point: {cfg['batch']} of {cfg['mn']}x K @ K x{cfg['mn']}, K = {ks}, "
           f"seed {args.seed}\n", flush=True)
     with su.Timer() as t:
         rows = run(ks, batch=cfg["batch"], mn=cfg["mn"], dists=args.dists, seed=args.seed,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, devices=devices)
     print(tables(rows))
     su.write_csv(out / "matmul_error.csv", rows, COLUMNS)
     plot(rows, out / "matmul_error.png",
          title=f"WMMA GEMM relative error vs float64 ({cfg['mn']}xK @ Kx{cfg['mn']}, "
                f"{cfg['batch']} matrices per point: median, 10-90% band)  "
-               f"[{su.device_summary()}]")
+               f"[{su.device_summary(devices)}]")
     print(f"\nwrote {out / 'matmul_error.csv'} and {out / 'matmul_error.png'}; "
           f"{t.seconds:.0f} s")
     return rows

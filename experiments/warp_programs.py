@@ -10,7 +10,8 @@ reduction), ``__reduce_add_sync``, and two classic warp algorithms:
 Every program is one warp's code on a (32,) lane axis, written with jaxwarp's
 intrinsics; ``jaxwarp`` ``sharded_vmap`` runs it on many warps of random int32
 data (full 32-bit range: sums wrap modulo 2**32 like the GPU's), the warp axis
-sharded over every device. Results are compared with a NumPy reference for all
+sharded over ``--devices`` devices (default 1; ``all``: every device, the same
+numbers on any count). Results are compared with a NumPy reference for all
 warps; the time is the best of ``--repeat`` runs after compilation, data already
 on the devices.
 
@@ -19,6 +20,7 @@ Writes ``warp_programs.csv`` to ``--out`` (default ``experiments/out/``).
 Usage:
     python experiments/warp_programs.py             # 2**18 warps (CPU default)
     python experiments/warp_programs.py --large     # 2**22 warps (>= 10**6; GPU)
+    python experiments/warp_programs.py --large --devices all   # over every GPU
     python experiments/warp_programs.py --programs bitonic_sort inclusive_scan
 """
 
@@ -163,7 +165,8 @@ def random_warps(n: int, seed: int = 0) -> np.ndarray:
     return rng.integers(-(2**31), 2**31, size=(n, 32), dtype=np.int64).astype(np.int32)
 
 
-def run_program(name: str, data: np.ndarray, *, repeat: int = 3, sharded=None) -> dict:
+def run_program(name: str, data: np.ndarray, *, repeat: int = 3, sharded=None,
+                devices=None) -> dict:
     """Runs one program on every warp of ``data``, checks it, times it.
 
     Returns:
@@ -171,8 +174,8 @@ def run_program(name: str, data: np.ndarray, *, repeat: int = 3, sharded=None) -
         compile_s (first call), check ("ok" or the number of wrong warps).
     """
     fn, ref = PROGRAMS[name]
-    mesh = jaxwarp.batch_mesh()
-    f = jaxwarp.sharded_vmap(fn)
+    mesh = jaxwarp.batch_mesh(devices)
+    f = jaxwarp.sharded_vmap(fn, devices=devices)
     x, n = jaxwarp.shard_batch(data, mesh) if sharded is None else (sharded, len(data))
     with su.Timer() as t0:
         out = su.block(f(x))
@@ -191,13 +194,15 @@ def run_program(name: str, data: np.ndarray, *, repeat: int = 3, sharded=None) -
 
 
 def run(n: int, *, programs=tuple(PROGRAMS), seed: int = 0, repeat: int = 3,
-        progress: bool = True) -> list[dict]:
+        progress: bool = True, devices=None) -> list[dict]:
+    """Every program of ``programs`` on ``n`` random warps, sharded over ``devices``
+    (default: every device)."""
     data = random_warps(n, seed)
-    sharded, _ = jaxwarp.shard_batch(data)
+    sharded, _ = jaxwarp.shard_batch(data, jaxwarp.batch_mesh(devices))
     rows = []
     for name in tqdm(programs, desc="warp programs", unit="prog", disable=not progress,
                      file=sys.stderr):
-        rows.append(run_program(name, data, repeat=repeat, sharded=sharded))
+        rows.append(run_program(name, data, repeat=repeat, sharded=sharded, devices=devices))
     return rows
 
 
@@ -219,13 +224,15 @@ def main(argv=None) -> list[dict]:
                    help="timed runs per program after the first (compiling) one, the best "
                         "kept; >= 0, 0 times the first run (default 3)")
     su.add_common_options(p)
+    su.add_devices_option(p)
     args = p.parse_args(argv)
     n = args.warps or (LARGE_WARPS if args.large else DEFAULT_WARPS)
+    devices = su.pick_devices(args.devices)
     out = su.out_dir(args.out)
-    print(su.run_header(argv))
+    print(su.run_header(argv, devices))
     print(f"{n} warps of random int32 per program, seed {args.seed}\n", flush=True)
     rows = run(n, programs=args.programs, seed=args.seed, repeat=args.repeat,
-               progress=not args.no_progress)
+               progress=not args.no_progress, devices=devices)
     print(su.markdown_table(
         ["program", "what", "warps", "devices", "best s", "warps/s", "compile s", "vs NumPy"],
         [[r["program"], DESCRIPTIONS[r["program"]], *(r[c] for c in COLUMNS[1:])]

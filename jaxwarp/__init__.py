@@ -135,6 +135,7 @@ from jaxwarp._src.emulate import UnsupportedProductError as UnsupportedProductEr
 
 # Many warps over many devices: vmap with the batch axis sharded over a device mesh.
 from jaxwarp._src.sharding import batch_mesh as batch_mesh
+from jaxwarp._src.sharding import grouped_value_and_grad as grouped_value_and_grad
 from jaxwarp._src.sharding import shard_batch as shard_batch
 from jaxwarp._src.sharding import sharded_vmap as sharded_vmap
 

@@ -93,6 +93,11 @@ def _shard_batch(tree):
     return jaxwarp.shard_batch(tree, jaxwarp.batch_mesh(jax.devices()[:1]))[0]
 
 
+def _grouped(w, x):
+    return jaxwarp.grouped_value_and_grad(lambda w, x: jnp.mean(x * w), 2,
+                                          mesh=jaxwarp.batch_mesh(jax.devices()[:1]))(w, x)
+
+
 def _warp_kernel(v):
     return jaxwarp.warp_kernel(lambda x: jaxwarp.reduce_add_sync(FULL, x))(v)
 
@@ -233,6 +238,8 @@ ENTRY_POINTS: dict[str, Entry] = {
     # Many devices.
     "sharded_vmap": Entry(_sharded_sum, {"x": np.ones((3, 32), np.uint32)}, jit=False),
     "shard_batch": Entry(_shard_batch, {"tree": np.ones((3, 32), np.uint32)}, jit=False),
+    "grouped_value_and_grad": Entry(_grouped, {"w": np.ones(3, np.float32),
+                                               "x": np.ones((4, 3), np.float32)}, wide=()),
     # fp8.
     "fp8.cvt_f32_to_fp8x2": Entry(fp8.cvt_f32_to_fp8x2, {"a": F32, "b": F32},
                                   static_args=("e4m3",)),

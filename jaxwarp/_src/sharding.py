@@ -14,6 +14,24 @@ results are the single-device ``jax.vmap(fn)`` results bit for bit (the
 integer tensor-core model trivially; float programs too on the backends tested,
 ``tests/test_sharding.py`` checks it on 4 CPU devices). On one device it is
 ``jax.jit(jax.vmap(fn))`` with a trivial mesh, so scripts need no branch.
+
+``grouped_value_and_grad(loss, groups)`` is data-parallel training that keeps
+the bits: XLA's own data parallelism (the batch sharded, the loss's batch mean
+and the weight gradients' sums split into per-device partial sums and an
+all-reduce) adds in an order that depends on the device count, so a step on 4
+devices differs from one device in the last bits. Here the batch is cut into a
+fixed number of groups; each group's loss and gradient is computed on one
+device (the groups sharded like ``sharded_vmap``'s batch), and the group
+results are gathered and added in group order on every device::
+
+    batch of n ──► groups g0 g1 ... g(G-1)   (G fixed, n / G examples each)
+                   [dev 0: g0 g1 | dev 1: g2 g3 | ...]   value_and_grad per group
+    ((g0 + g1) + g2) + ... + g(G-1), / G     (gathered, the same order on every device)
+
+so the step is the same for every device count that divides G. Tensor
+parallelism needs nothing of jaxwarp: a product whose operand is sharded along
+M (rows of ``a``) or N (columns of ``b``) computes every output element on one
+device, and ``emulate`` keeps sharded inputs and ``with_sharding_constraint``.
 """
 
 from __future__ import annotations
@@ -26,6 +44,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -235,3 +254,102 @@ def sharded_vmap(
 
     wrapped.mesh = mesh  # type: ignore[attr-defined]
     return wrapped
+
+
+def _fixed_order_mean(x: jax.Array) -> jax.Array:
+    """``(x[0] + x[1] + ... + x[G-1]) / G`` added left to right, whatever the devices."""
+    acc = x[0]
+    for i in range(1, x.shape[0]):
+        acc = acc + x[i]
+    return acc / jnp.asarray(x.shape[0], acc.dtype)
+
+
+def grouped_value_and_grad(
+    loss: Callable[..., jax.Array],
+    groups: int,
+    *,
+    mesh: Mesh | None = None,
+) -> Callable[..., tuple[jax.Array, Any]]:
+    """``jax.value_and_grad`` of a batch-mean loss, data-parallel and the same bits on any mesh.
+
+    The batch (the leading axis of every argument after the first) is cut into
+    ``groups`` equal groups of consecutive examples; ``loss(params, *group)`` and its
+    gradient are computed per group, the groups sharded over ``mesh``'s ``"batch"``
+    axis (each group on one device), and the ``groups`` values and gradients are
+    gathered and averaged in group order, the same additions on every device. The
+    result therefore does not depend on the number of devices (any divisor of
+    ``groups``): 1, 2 or 4 devices give the same bits, as long as each device computes
+    a group as one device does (tested on CPU devices and on H100s). It is the
+    mean of the groups' means, which for equal groups is the batch mean up to
+    rounding, but not bit for bit ``jax.value_and_grad(loss)`` of the whole batch.
+
+    Use it inside a jitted training step (it works eagerly too); wrap ``loss`` in
+    ``jaxwarp.emulate`` first to run every product of the forward and backward
+    pass on the emulated tensor core.
+
+    Args:
+        loss: ``loss(params, *batch) -> scalar``, the mean over the examples of
+            ``batch`` (pytrees of arrays sharing the leading batch size).
+        groups: the number of groups G, an int >= 1; the batch size must be a
+            multiple of G, and G a multiple of the mesh size.
+        mesh: the mesh from ``batch_mesh`` (default: all devices).
+
+    Returns:
+        ``f(params, *batch) -> (value, grads)``, grads shaped like ``params``,
+        replicated over the mesh.
+
+    Raises:
+        ValueError: ``groups`` is not an int >= 1 or not a multiple of the mesh size;
+            (when called) no batch argument, or a batch size that is not a
+            multiple of ``groups``.
+
+    Example:
+        >>> loss = lambda w, x, y: jnp.mean((x @ w - y) ** 2)
+        >>> f = jaxwarp.grouped_value_and_grad(loss, 4,
+        ...                                    mesh=jaxwarp.batch_mesh(jax.devices()[:1]))
+        >>> x = jnp.ones((8, 3), jnp.float32); y = jnp.zeros((8,), jnp.float32)
+        >>> value, grad = jax.jit(f)(jnp.ones(3, jnp.float32), x, y)
+        >>> float(value), grad.tolist()
+        (9.0, [6.0, 6.0, 6.0])
+    """
+    if isinstance(groups, (bool, np.bool_)) or not isinstance(groups, (int, np.integer)) \
+            or groups < 1:
+        raise ValueError(f"groups must be an int >= 1, got {groups!r}")
+    groups = int(groups)
+    mesh = batch_mesh() if mesh is None else mesh
+    if groups % mesh.size:
+        raise ValueError(f"groups must be a multiple of the mesh size {mesh.size} (each "
+                         f"device computes whole groups), got groups={groups}")
+    if not callable(loss):
+        raise TypeError(f"loss must be callable, got {type(loss).__name__} {loss!r}")
+    replicated = NamedSharding(mesh, P())
+    value_and_grad = jax.value_and_grad(loss)
+
+    def split(x, where):
+        n = np.shape(x)[0] if np.ndim(x) else None
+        if n is None or n % groups:
+            raise ValueError(f"grouped_value_and_grad: {where} has leading (batch) size "
+                             f"{n}; it must be a multiple of groups={groups}")
+        return jnp.reshape(x, (groups, n // groups, *np.shape(x)[1:]))
+
+    def on_one_device(params, batch):
+        # This device's groups one after the other (lax.map, not vmap): each group runs
+        # the same compiled program whatever the number of groups per device, so even
+        # XLA's choice of dot kernel (which can depend on a vmapped batch size) is fixed.
+        return lax.map(lambda b: value_and_grad(params, *b), batch)
+
+    def f(params, *batch):
+        if not batch:
+            raise ValueError("grouped_value_and_grad: no batch argument after params")
+        batch = jax.tree_util.tree_map_with_path(
+            lambda path, x: split(x, "batch" + jax.tree_util.keystr(path)), batch)
+        values, grads = jax.shard_map(
+            on_one_device, mesh=mesh, in_specs=(P(), P(BATCH_AXIS)),
+            out_specs=P(BATCH_AXIS),
+            # emulate's matmul starts from zero accumulators that are not marked as
+            # varying over the mesh; the values are unaffected.
+            check_vma=False)(params, batch)
+        values, grads = lax.with_sharding_constraint((values, grads), replicated)
+        return _fixed_order_mean(values), jax.tree_util.tree_map(_fixed_order_mean, grads)
+
+    return f

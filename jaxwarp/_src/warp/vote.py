@@ -12,12 +12,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.warp.lanes import WARP_SIZE, members
 
-_BITS = jnp.uint32(1) << jnp.arange(WARP_SIZE, dtype=jnp.uint32)
+# NumPy, not jnp: a module-level jnp array would start the backend at import, before
+# a multi-host program can call jax.distributed.initialize.
+_BITS = np.uint32(1) << np.arange(WARP_SIZE, dtype=np.uint32)
 
 
 def _predicate(pred: Any) -> jax.Array:

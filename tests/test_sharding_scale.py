@@ -1,0 +1,243 @@
+"""Scale-out keeps the bits: data parallel, tensor parallel, several processes.
+
+On 4 forced CPU devices (``--xla_force_host_platform_device_count=4``, set before
+jax starts, hence subprocesses):
+
+* ``grouped_value_and_grad`` of an emulated loss gives the same value and
+  gradients on meshes of 1, 2 and 4 devices (exact mode);
+* an emulated product with ``a`` sharded along M or ``b`` along N, or with a
+  ``with_sharding_constraint`` inside the function, keeps the sharding through
+  ``emulate`` and equals the 1-device product (exact and fast);
+* ``experiments/multihost.py`` on 2 processes of 2 devices (``jax.distributed``,
+  gloo) prints the same digests as one process on one device.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, devices: int = 4, timeout: int = 300) -> str:
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+_COMMON = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import jaxwarp
+
+    assert len(jax.devices()) == 4, jax.devices()
+    rng = np.random.default_rng(0)
+
+    def same(x, y):
+        lx, ly = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)
+        return len(lx) == len(ly) and all(
+            np.asarray(a).dtype == np.asarray(b).dtype
+            and np.asarray(a).tobytes() == np.asarray(b).tobytes() for a, b in zip(lx, ly))
+
+    def mlp_loss(params, x, y):
+        h = jax.nn.relu(x @ params["w1"] + params["b1"])
+        return jnp.mean((h @ params["w2"] - y) ** 2)
+
+    params = {"w1": rng.standard_normal((16, 32), np.float32),
+              "b1": rng.standard_normal(32, np.float32),
+              "w2": rng.standard_normal((32, 16), np.float32)}
+    x = rng.standard_normal((64, 16), np.float32)
+    y = rng.standard_normal((64, 16), np.float32)
+
+    def grouped(loss, d):
+        mesh = jaxwarp.batch_mesh(jax.devices()[:d])
+        step = jax.jit(jaxwarp.grouped_value_and_grad(loss, 4, mesh=mesh))
+        batch = NamedSharding(mesh, P("batch"))
+        out = step(params, jax.device_put(x, batch), jax.device_put(y, batch))
+        assert len(out[1]["w1"].sharding.device_set) == d  # replicated over the mesh
+        return out
+    """
+)
+
+_DATA_PARALLEL = _COMMON + textwrap.dedent(
+    """
+    loss = jaxwarp.emulate(mlp_loss, operand_format="bf16", mode="exact")
+    one = grouped(loss, 1)
+    for d in (2, 4):
+        assert same(one, grouped(loss, d)), d
+    # It is the mean of the groups' means: close to the whole batch's gradient.
+    value, grads = jax.value_and_grad(loss)(params, x, y)
+    np.testing.assert_allclose(one[0], value, rtol=1e-6)
+    np.testing.assert_allclose(one[1]["w1"], grads["w1"], rtol=1e-5, atol=1e-6)
+    print("ok")
+    """
+)
+
+_TENSOR_PARALLEL = _COMMON + textwrap.dedent(
+    """
+    mesh = jaxwarp.batch_mesh()
+    a = rng.standard_normal((64, 48), np.float32)
+    b = rng.standard_normal((48, 32), np.float32)
+    rows, cols = NamedSharding(mesh, P("batch", None)), NamedSharding(mesh, P(None, "batch"))
+    for mode in ("exact", "fast"):
+        f = jax.jit(jaxwarp.emulate(lambda a, b: a @ b, operand_format="bf16", mode=mode))
+        one = f(a, b)
+        assert len(one.sharding.device_set) == 1
+        by_m = f(jax.device_put(a, rows), b)
+        by_n = f(a, jax.device_put(b, cols))
+        assert by_m.sharding.spec == P("batch", None) and len(by_m.sharding.device_set) == 4
+        assert by_n.sharding.spec == P(None, "batch") and len(by_n.sharding.device_set) == 4
+        assert same(one, by_m) and same(one, by_n), mode
+        # A constraint inside the emulated function survives emulate's interpreter.
+        g = jax.jit(jaxwarp.emulate(
+            lambda a, b: jax.lax.with_sharding_constraint(a, rows) @ b,
+            operand_format="bf16", mode=mode))
+        assert "sharding_constraint" in str(jax.make_jaxpr(g)(a, b))
+        inside = g(a, b)
+        assert len(inside.sharding.device_set) == 4, inside.sharding
+        assert same(one, inside), mode
+    print("ok")
+    """
+)
+
+
+# The quick default check: data parallel (plain fp32 loss) and tensor parallel (fast mode,
+# sharded input and a constraint inside emulate), 1 vs 4 devices. The exact-mode
+# variants below compile the tensor-core datapath several times (minutes on 2 cores).
+_QUICK = _COMMON + textwrap.dedent(
+    """
+    one = grouped(mlp_loss, 1)
+    assert same(one, grouped(mlp_loss, 4))
+    mesh = jaxwarp.batch_mesh()
+    rows = NamedSharding(mesh, P("batch", None))
+    a = rng.standard_normal((64, 48), np.float32)
+    b = rng.standard_normal((48, 32), np.float32)
+    f = jax.jit(jaxwarp.emulate(lambda a, b: jax.lax.with_sharding_constraint(a, rows) @ b,
+                                operand_format="bf16", mode="fast"))
+    want = jax.jit(jaxwarp.emulate(lambda a, b: a @ b, operand_format="bf16", mode="fast"))(a, b)
+    got = f(a, b)
+    assert len(got.sharding.device_set) == 4 and len(want.sharding.device_set) == 1
+    assert same(want, got)
+    print("ok")
+    """
+)
+
+
+def test_quick_data_and_tensor_parallel_same_bits_on_4_devices():
+    assert _run(_QUICK).strip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_data_parallel_exact_same_bits_on_1_2_4_devices():
+    assert _run(_DATA_PARALLEL).strip().endswith("ok")
+
+
+@pytest.mark.slow
+def test_tensor_parallel_product_same_bits_exact_and_fast():
+    assert _run(_TENSOR_PARALLEL).strip().endswith("ok")
+
+
+# Fast mode's backward dot_general is compiled differently by XLA's CPU backend in a
+# module of several partitions, so its gradients differ in the last bits between 1 and
+# 2+ CPU devices (the same per-group program; exact mode's integer datapath does not
+# depend on it). Kept as a strict xfail so that a change in XLA shows up.
+_FAST_DATA_PARALLEL = _COMMON + textwrap.dedent(
+    """
+    loss = jaxwarp.emulate(mlp_loss, operand_format="bf16", mode="fast")
+    one = grouped(loss, 1)
+    assert same(one[0], grouped(loss, 4)[0])  # the loss value is the same
+    print("same" if same(one, grouped(loss, 4)) else "differ")
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="XLA CPU: fast-mode backward dot differs across "
+                                       "partition counts (see comment)")
+def test_data_parallel_fast_same_bits_on_cpu_devices():
+    assert _run(_FAST_DATA_PARALLEL).strip().endswith("same")
+
+
+@pytest.mark.slow
+def test_multihost_two_processes_same_digests_as_one_device():
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    script = [sys.executable, "experiments/multihost.py"]
+    port = 20000 + os.getpid() % 20000
+    procs = [subprocess.Popen([*script, "--coordinator", f"localhost:{port}",
+                               "--num-processes", "2", "--process-id", str(i)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:] + outs[1][1][-2000:]
+    import json
+
+    many = json.loads(outs[0][0].strip().splitlines()[-1])
+    assert (many["processes"], many["devices"], many["local_devices"]) == (2, 4, 2)
+    single = json.loads(_run("import runpy, sys; sys.argv = ['multihost.py', '--devices', '1'];"
+                             "runpy.run_path('experiments/multihost.py', run_name='__main__')",
+                             devices=1).strip().splitlines()[-1])
+    assert single["devices"] == 1
+    for w in ("warp", "dp", "tp"):
+        assert many[w] == single[w], w
+
+
+def test_grouped_value_and_grad_one_device():
+    """On one device: the mean of the groups' losses and gradients, added in order."""
+    loss = lambda w, x: jnp.mean((x @ w) ** 2)  # noqa: E731
+    w = jnp.asarray([1.0, -2.0], jnp.float32)
+    x = jnp.asarray(np.arange(12, dtype=np.float32).reshape(6, 2))
+    value, grad = jaxwarp.grouped_value_and_grad(loss, 3, mesh=jaxwarp.batch_mesh(
+        jax.devices()[:1]))(w, x)
+    per = [jax.value_and_grad(loss)(w, x[2 * i:2 * i + 2]) for i in range(3)]
+    np.testing.assert_array_equal(value, (per[0][0] + per[1][0] + per[2][0]) / 3)
+    np.testing.assert_array_equal(grad, (per[0][1] + per[1][1] + per[2][1]) / 3)
+
+
+@pytest.mark.parametrize("groups, match", [(0, "groups must be an int >= 1"),
+                                           (2.0, "groups must be an int >= 1"),
+                                           (True, "groups must be an int >= 1")],
+                         ids=["zero", "float", "bool"])
+def test_grouped_bad_groups(groups, match):
+    with pytest.raises(ValueError, match=match):
+        jaxwarp.grouped_value_and_grad(lambda w, x: w, groups)
+
+
+def test_grouped_batch_not_a_multiple():
+    f = jaxwarp.grouped_value_and_grad(lambda w, x: jnp.mean(x * w), 4,
+                                       mesh=jaxwarp.batch_mesh(jax.devices()[:1]))
+    with pytest.raises(ValueError, match=r"batch\[0\] has leading \(batch\) size 6; it must "
+                                         r"be a multiple of groups=4"):
+        f(jnp.float32(1), jnp.ones(6, jnp.float32))
+    with pytest.raises(ValueError, match="no batch argument"):
+        f(jnp.float32(1))
+
+
+def test_devices_option_names_what_is_allowed(capsys):
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import _study_utils as su
+
+    assert su.devices_count("all") == "all" and su.devices_count("2") == 2
+    assert su.pick_devices(1) == jax.devices()[:1]
+    with pytest.raises(SystemExit, match=r"--devices 999: this machine has \d+ .* up to \d+ "
+                                         r"or 'all'"):
+        su.pick_devices(999)
+    import warp_programs
+
+    with pytest.raises(SystemExit):
+        warp_programs.main(["--devices", "0"])
+    assert "argument --devices: expected 'all' or an integer >= 1, got '0'" in \
+        capsys.readouterr().err
