@@ -735,7 +735,7 @@ def main(argv=None):
             import capture_wgsp
 
             capture_wgsp.main_capture(args.out, args.seed, args.scale, args.quick, arch, args.nvcc,
-                                      deadline + 60, args.config_limit, dry_run=args.dry_run)
+                                      deadline, args.config_limit, dry_run=args.dry_run)
         except Exception as e:  # noqa: BLE001
             log(f"FAILED wgsp: {type(e).__name__}: {e}")
     log(f"done in {time.time() - t0:.1f} s")

@@ -284,14 +284,23 @@ def images(cfg: WgCfg, A, B):
     return img, da, db
 
 
+BIG_N_KINDS = {False: ("normal", "undefined_meta", "special", "cancel"),
+               True: ("int", "int_extreme", "undefined_meta", "unordered_meta")}
+
+
 def trials(cfg: WgCfg, scale, quick):
-    base = {8: 32, 64: 12, 256: 4}[cfg.n]
-    return max(1, int(round((2 if quick else base) * scale)))
+    """(trials per kind, kinds): N = 8 4 per kind, N = 64 one, N = 256 one of four kinds
+    (the accumulators dominate the file size)."""
+    kinds = csp.kinds_of(cfg.sp)
+    if cfg.n >= 256:
+        kinds = BIG_N_KINDS[cfg.is_int]
+    base = 4 if cfg.n <= 8 else 1
+    return max(1, int(round((1 if quick else base) * scale))), kinds
 
 
-def make_trials(rng, cfg: WgCfg, per):
+def make_trials(rng, cfg: WgCfg, per, kinds=None):
     sp = cfg.sp
-    kinds = csp.kinds_of(sp)
+    kinds = kinds or csp.kinds_of(sp)
     parts = [csp.gen_kind(rng, sp, kd, per, m=M, n=cfg.n) for kd in kinds]
     A, E, nib, B, C = (np.concatenate([p[i] for p in parts]) for i in range(5))
     return A, E, nib, B, C, np.repeat(np.array(kinds), per)
@@ -336,7 +345,7 @@ def main_capture(out_dir, seed, scale, quick, arch, nvcc, deadline, limit, dry_r
             continue
         t = time.time()
         try:
-            A, E, nib, B, C, kinds = make_trials(rng, cfg, trials(cfg, scale, quick))
+            A, E, nib, B, C, kinds = make_trials(rng, cfg, *trials(cfg, scale, quick))
             D, meta, (da, db) = run_one(lib, cfg, rng, A, nib, B, C)
         except Exception as e:  # noqa: BLE001  (the worker restarts after a CUDA error)
             log(f"  FAILED wgsp/{cfg.name}: {type(e).__name__}: {e}")
