@@ -118,12 +118,13 @@ _BY_PTX = {i.ptx: i for i in ALLOWED}
 
 
 def mma_sp_instructions() -> tuple[str, ...]:
-    """Every ``mma.sp`` opcode the model accepts (ptxas 13.0, sm_90a: 76 per selector set).
+    """Every ``mma.sp`` opcode the model accepts: what ptxas 13.0 accepts for sm_90a (44
+    shapes and types, each ordered and legacy; the selector is an operand).
 
     Example:
       >>> ops = mma_sp_instructions()
       >>> len(ops), ops[0]
-      (76, 'mma.sp::ordered_metadata.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16')
+      (88, 'mma.sp::ordered_metadata.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16')
     """
     return tuple(_BY_PTX)
 

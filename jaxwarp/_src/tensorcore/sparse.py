@@ -181,10 +181,11 @@ def compress_2_4(x: Any, *, group: int = 4) -> tuple[jax.Array, jax.Array]:
     """A dense matrix that is 2:4 (at most half of every ``group`` non-zero) -> its stored
     elements and their columns inside their groups, as ``mma.sp`` wants them.
 
-    The stored elements of a group are its non-zeros in column order, padded with the
-    next zero columns (a group with fewer non-zeros stores zeros). A group with more
-    non-zeros is not 2:4: concrete input raises; traced input is reported in checked
-    mode (``jaxwarp.checked``) and otherwise keeps its first ``group // 2`` non-zeros.
+    The stored elements of a group are its non-zeros and, where it has fewer, its first
+    zero columns, in column order (indices increase, as ``::ordered_metadata`` needs).
+    A group with more non-zeros is not 2:4: concrete input raises; traced input is
+    reported in checked mode (``jaxwarp.checked``) and otherwise keeps its first
+    ``group // 2`` non-zeros.
 
     Args:
       x: (..., K) array.
@@ -200,7 +201,7 @@ def compress_2_4(x: Any, *, group: int = 4) -> tuple[jax.Array, jax.Array]:
       >>> import jax.numpy as jnp
       >>> v, i = compress_2_4(jnp.array([[0.0, 3.0, 0.0, 0.0]]))
       >>> v.tolist(), i.tolist()
-      ([[3.0, 0.0]], [[1, 2]])
+      ([[0.0, 3.0]], [[0, 1]])
     """
     x = checks.array_arg(x, "x")
     checks.static_choice(group, "group", (2, 4, 8))
