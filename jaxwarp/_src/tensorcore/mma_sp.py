@@ -321,8 +321,14 @@ def mma_sp(qualifier: str | SpInstruction, a_regs: Any, b_regs: Any, c_regs: Any
     selector = _selector(instr, selector)
     a_regs, b_regs, c_regs, e = checks.array_args(a_regs=a_regs, b_regs=b_regs,
                                                   c_regs=c_regs, e=e)
-    regs = [regs_arg(instr.dense(u), u, r, f"{u}_regs")
-            for u, r in (("a", a_regs), ("b", b_regs), ("c", c_regs))]
+    regs = []
+    for u, r in (("a", a_regs), ("b", b_regs), ("c", c_regs)):
+        dense = instr.dense(u)
+        try:
+            regs.append(regs_arg(dense, u, r, f"{u}_regs"))
+        except TypeError as err:  # name the sparse instruction, not its dense layout
+            raise TypeError(str(err).replace(dense.qualifier, f"{instr.ptx} (the layout of "
+                                             f"dense {dense.qualifier})")) from None
     e = jnp.asarray(e)
     if e.dtype != jnp.uint32 or e.ndim < 1 or e.shape[-1] != 32:
         raise ValueError(f"e must be uint32 of shape (..., 32) (one metadata register per "
