@@ -2227,3 +2227,26 @@ def _sparse_params():
 @pytest.mark.parametrize("c, mode", _sparse_params())
 def test_bad_input_sparse(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+_SP1 = len(CATALOGUE)
+case(6, "matmul-sparsity", lambda a, b: jaxwarp.matmul(a, b, sparsity="1:2"),
+     np.ones((16, 32), np.float32), np.ones((32, 8), np.float32), exc=ValueError,
+     must=("sparsity='1:2'", "('2:4',)"), modes=EAGER)
+case(6, "matmul-sparsity-k", lambda a, b: jaxwarp.matmul(a, b, sparsity="2:4"),
+     np.ones((16, 40), np.float32), np.ones((40, 8), np.float32), exc=ValueError,
+     must=("K = 40", "[16, 32]"), modes=EAGER)
+case(6, "matmul-sparsity-tile", lambda a, b: jaxwarp.matmul(a, b, sparsity="2:4",
+                                                            tile=(16, 8, 16)),
+     np.ones((16, 32), np.float32), np.ones((32, 8), np.float32), exc=ValueError,
+     must=("sparsity='2:4' takes no tile",), modes=EAGER)
+
+
+def _sparse_matmul_params():
+    new = {id(c) for c in CATALOGUE[_SP1:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _sparse_matmul_params())
+def test_bad_input_sparse_matmul(c: Case, mode: str):
+    test_bad_input(c, mode)

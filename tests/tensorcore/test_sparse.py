@@ -198,3 +198,19 @@ def test_mma_sp_instructions_parse():
     ops = jaxwarp.mma_sp_instructions()
     assert len(ops) == 88 and all(jaxwarp.parse_mma_sp(o).ptx == o for o in ops)
     assert isinstance(jaxwarp.parse_mma_sp(ops[0]), mma_sp.SpInstruction)
+
+
+@pytest.mark.slow
+def test_matmul_2_4_is_a_chain_of_mma_sp():
+    """matmul(..., sparsity="2:4") = prune_2_4, then mma.sp m16n8k32 tiles chained along K."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((16, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 8)).astype(np.float32)
+    d = jaxwarp.matmul(a, b, operand_format="f16", sparsity="2:4")
+    ap = jaxwarp.sparse.prune_2_4(jnp.asarray(a, jnp.float16))
+    bh = jnp.asarray(b, jnp.float16)
+    c = jnp.zeros((16, 8), jnp.float32)
+    for k0 in (0, 32):
+        c = jaxwarp.mma_sp_logical("m16n8k32.row.col.f32.f16.f16.f32", ap[:, k0:k0 + 32],
+                                   bh[k0:k0 + 32], c)
+    np.testing.assert_array_equal(np.asarray(d).view(np.uint32), np.asarray(c).view(np.uint32))
