@@ -73,14 +73,18 @@ def parse_name(family: str, name: str):
 def _run(instr, sel, steps, instruction, a, meta, b, c):
     geo = sparse.geometry("mma_sp" if instruction == "mma_sync" else "wgmma_sp",
                           instr.a_format, instr.k)
-    kh = instr.k // 2
-    acc = c
-    for s in range(steps):  # D of step s is C of step s + 1
-        nib = sparse.nibbles_from_words(geo, meta[:, s] if steps > 1 else meta, sel)
-        acc = mma_sp.compute(instr, a[..., s * kh:(s + 1) * kh], nib,
-                             b[..., s * instr.k:(s + 1) * instr.k, :], acc, "sm_90a",
-                             instruction=instruction)
-    return acc
+    def step(acc, xs):  # D of step s is C of step s + 1
+        a_s, m_s, b_s = xs
+        nib = sparse.nibbles_from_words(geo, m_s, sel)
+        return mma_sp.compute(instr, a_s, nib, b_s, acc, "sm_90a",
+                              instruction=instruction), None
+
+    if steps == 1:
+        return step(c, (a, meta, b))[0]
+    t, m, _ = a.shape
+    a_steps = jnp.moveaxis(a.reshape(t, m, steps, instr.k // 2), 2, 0)
+    b_steps = jnp.moveaxis(b.reshape(t, steps, instr.k, b.shape[-1]), 1, 0)
+    return jax.lax.scan(step, c, (a_steps, jnp.moveaxis(meta, 1, 0), b_steps))[0]
 
 
 def configs(cap: Any, keys: set) -> Iterator[GroupResult]:
