@@ -2208,3 +2208,106 @@ case(6, "emulate-delayed-state-too-long", _ds_emulate(state=(_DS.init(),) * 2, s
                                                             CATALOGUE[_DS_N0:]}])
 def test_bad_input_emulate_delayed(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# Sparse MMA (mma.sp, wgmma.mma_async.sp) and jaxwarp.sparse: every argument checked with a
+# message naming it and what is allowed; their own test below.
+
+_SP0 = len(CATALOGUE)
+_QSP = "m16n8k16.row.col.f32.f16.f16.f32"
+_SPB, _SPC = np.ones((16, 8), np.float16), np.zeros((16, 8), np.float32)
+_SPV, _SPI = np.ones((16, 8), np.float16), np.tile(np.array([0, 2], np.int32), (16, 4))
+_SPR = (np.ones((32, 2), np.uint32), np.ones((32, 2), np.uint32), np.zeros((32, 4), np.uint32))
+_SPE = np.full(32, 0x44444444, np.uint32)
+
+
+def _spl(q=_QSP, **kw):
+    return lambda a, b, c: jaxwarp.mma_sp_logical(q, a, b, c, **kw)
+
+
+case(6, "mma_sp-qualifier", _spl("m16n8k16.row.col.f32.e4m3.e4m3.f32"), _SPV, _SPB, _SPC,
+     exc=ValueError, must=("qualifier=", "not an mma.sp instruction", "m16n8k64 e4m3/e5m2"),
+     modes=EAGER)
+case(6, "mma_sp-a-dtype", _spl(indices=_SPI), _SPV.astype(np.float32), _SPB, _SPC,
+     exc=TypeError, must=("a of mma.sp", "float16", "float32"))
+case(6, "mma_sp-a-shape", _spl(indices=_SPI), np.ones((16, 12), np.float16), _SPB, _SPC,
+     exc=ValueError, must=("a of mma.sp", "(..., 16, 8) or (..., 16, 16)"))
+case(6, "mma_sp-indices-missing", _spl(), _SPV, _SPB, _SPC, exc=ValueError,
+     must=("indices are needed", "compress_2_4"))
+case(6, "mma_sp-indices-range", _spl(indices=_SPI + 3), _SPV, _SPB, _SPC, exc=ValueError,
+     must=("indices must be in [0, 4)",), modes=EAGER)
+case(6, "mma_sp-indices-with-dense-a", _spl(indices=_SPI), np.zeros((16, 16), np.float16),
+     _SPB, _SPC, exc=ValueError, must=("indices must be None when a is dense",))
+case(5, "mma_sp-dense-a-not-2-4", _spl(), np.ones((16, 16), np.float16), _SPB, _SPC,
+     exc=ValueError, must=("x is not 2:4 sparse", "at most 2", "prune_2_4"), modes=EAGER)
+case(6, "mma_sp-arch", _spl("m16n8k64.row.col.f32.e4m3.e4m3.f32", arch="sm_80"),
+     np.ones((16, 32), jnp.float8_e4m3fn), np.ones((64, 8), jnp.float8_e4m3fn), _SPC,
+     exc=ValueError, must=("sm_89", "arch='sm_80'"), modes=EAGER)
+case(6, "mma_sp-selector", lambda a, b, c, e: jaxwarp.mma_sp(
+    "m16n8k32.row.col.f32.f16.f16.f32", a, b, c, e, selector=2),
+    np.ones((32, 4), np.uint32), np.ones((32, 4), np.uint32), np.zeros((32, 4), np.uint32),
+    _SPE, exc=ValueError, must=("selector=2", "allowed: (0, 1)"), modes=EAGER)
+case(6, "mma_sp-e-shape", lambda a, b, c, e: jaxwarp.mma_sp(_QSP, a, b, c, e), *_SPR,
+     np.zeros(16, np.uint32), exc=ValueError, must=("e must be uint32 of shape (..., 32)",))
+case(6, "mma_sp-a_regs-shape", lambda a, b, c, e: jaxwarp.mma_sp(_QSP, a, b, c, e),
+     np.ones((32, 4), np.uint32), *_SPR[1:], _SPE, exc=TypeError,
+     must=("a_regs of mma.sp::ordered_metadata", "(..., 32, 2) uint32"))
+case(1, "mma_sp-e-uint64", lambda a, b, c, e: jaxwarp.mma_sp(_QSP, a, b, c, e), *_SPR,
+     _SPE.astype(np.uint64), exc=TypeError, regex="e has " + X64, modes=CONST)
+case(6, "wgmma_sp-qualifier", lambda a, b, c: jaxwarp.wgmma_sp_logical(
+    "m64n8k16.f32.f16.f16", a, b, c), np.ones((64, 8), np.float16),
+    np.ones((16, 8), np.float16), np.zeros((64, 8), np.float32), exc=ValueError,
+    must=("qualifier=", "not a wgmma.mma_async.sp", "f16 k32"), modes=EAGER)
+case(6, "wgmma_sp-e-and-indices", lambda a, b, c: jaxwarp.wgmma_sp_logical(
+    "m64n8k32.f32.f16.f16", a, b, c, indices=np.zeros((64, 16), np.int32),
+    e=np.zeros(128, np.uint32)), np.ones((64, 16), np.float16),
+    np.ones((32, 8), np.float16), np.zeros((64, 8), np.float32), exc=ValueError,
+    must=("give indices or e, not both",), modes=EAGER)
+case(6, "sparse-prune-group", lambda x: jaxwarp.sparse.prune_2_4(x, group=3),
+     np.ones((4, 12), np.float32), exc=ValueError, must=("group=3", "(2, 4, 8)"), modes=EAGER)
+case(6, "sparse-prune-shape", lambda x: jaxwarp.sparse.prune_2_4(x),
+     np.ones((4, 6), np.float32), exc=ValueError, must=("multiple of group=4", "(4, 6)"))
+case(6, "sparse-metadata-k", lambda i: jaxwarp.sparse.metadata_words(i, a_format="f16", k=64),
+     np.zeros((16, 32), np.int32), exc=ValueError, must=("k=64", "(16, 32)"), modes=EAGER)
+case(6, "sparse-metadata-selector", lambda i: jaxwarp.sparse.metadata_words(
+    i, a_format="s8", k=64, selector=1), np.zeros((16, 32), np.int32), exc=ValueError,
+    must=("selector=1", "(0,)"), modes=EAGER)
+case(6, "sparse-metadata-shape", lambda i: jaxwarp.sparse.metadata_words(
+    i, a_format="f16", k=32), np.zeros((16, 8), np.int32), exc=ValueError,
+    must=("indices must have shape (..., 16, 16)",))
+case(6, "sparse-metadata-float", lambda i: jaxwarp.sparse.metadata_words(
+    i, a_format="f16", k=16), np.zeros((16, 8), np.float32), exc=TypeError,
+    must=("indices must be integers",))
+
+
+def _sparse_params():
+    new = {id(c) for c in CATALOGUE[_SP0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _sparse_params())
+def test_bad_input_sparse(c: Case, mode: str):
+    test_bad_input(c, mode)
+
+
+_SP1 = len(CATALOGUE)
+case(6, "matmul-sparsity", lambda a, b: jaxwarp.matmul(a, b, sparsity="1:2"),
+     np.ones((16, 32), np.float32), np.ones((32, 8), np.float32), exc=ValueError,
+     must=("sparsity='1:2'", "('2:4',)"), modes=EAGER)
+case(6, "matmul-sparsity-k", lambda a, b: jaxwarp.matmul(a, b, sparsity="2:4"),
+     np.ones((16, 40), np.float32), np.ones((40, 8), np.float32), exc=ValueError,
+     must=("K = 40", "[16, 32]"), modes=EAGER)
+case(6, "matmul-sparsity-tile", lambda a, b: jaxwarp.matmul(a, b, sparsity="2:4",
+                                                            tile=(16, 8, 16)),
+     np.ones((16, 32), np.float32), np.ones((32, 8), np.float32), exc=ValueError,
+     must=("sparsity='2:4' takes no tile",), modes=EAGER)
+
+
+def _sparse_matmul_params():
+    new = {id(c) for c in CATALOGUE[_SP1:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _sparse_matmul_params())
+def test_bad_input_sparse_matmul(c: Case, mode: str):
+    test_bad_input(c, mode)

@@ -204,6 +204,28 @@ ENTRY_POINTS: dict[str, Entry] = {
     "wgmma_logical": Entry(jaxwarp.wgmma_logical, {"a": np.ones((64, 16), np.float16),
                                                    "b": np.ones((16, 8), np.float16),
                                                    "c": np.zeros((64, 8), np.float32)}),
+    # Sparse MMA and jaxwarp.sparse.
+    "mma_sp_logical": Entry(jaxwarp.mma_sp_logical, {"a": np.tile(np.array([1, 0, 0, 2],
+                                                                          np.float16), (16, 4)),
+                                                     "b": np.ones((16, 8), np.float16),
+                                                     "c": np.zeros((16, 8), np.float32)}),
+    "mma_sp": Entry(jaxwarp.mma_sp, {"a_regs": np.ones((32, 2), np.uint32),
+                                     "b_regs": np.ones((32, 2), np.uint32),
+                                     "c_regs": np.zeros((32, 4), np.uint32),
+                                     "e": np.full(32, 0x44444444, np.uint32)}),
+    "wgmma_sp_logical": Entry(jaxwarp.wgmma_sp_logical,
+                              {"a": np.tile(np.array([1, 0, 0, 2], np.float16), (64, 8)),
+                               "b": np.ones((32, 8), np.float16),
+                               "c": np.zeros((64, 8), np.float32)}),
+    "sparse.prune_2_4": Entry(jaxwarp.sparse.prune_2_4, {"x": F32.reshape(4, 8)}),
+    "sparse.compress_2_4": Entry(jaxwarp.sparse.compress_2_4,
+                                 {"x": np.tile(np.array([1, 0, 0, 2], np.float32), (4, 2))}),
+    "sparse.decompress_2_4": Entry(jaxwarp.sparse.decompress_2_4,
+                                   {"values": F32.reshape(4, 8),
+                                    "indices": np.tile(np.array([0, 3], np.int32), (4, 4))}),
+    "sparse.metadata_words": Entry(jaxwarp.sparse.metadata_words,
+                                   {"indices": np.tile(np.array([0, 3], np.int32), (16, 4))},
+                                   static={"a_format": "f16", "k": 16}),
     # tcgen05.
     "decode_smem_descriptor": Entry(jaxwarp.decode_smem_descriptor, {"desc": TDESC_A},
                                     wide=(), jit=False),
@@ -348,6 +370,9 @@ for _name, _lead in (("to_registers", (QF16, "a")), ("from_registers", (QF16, "a
                      ("mma_sync_ptx_logical", (QS8,)), ("mma_sync_ptx", (QF16,)), ("wgmma",
                                                                                    (QWS8,)),
                      ("wgmma_logical", (QW,)), ("reduce_sync", ("add",)),
+                     ("mma_sp_logical", ("m16n8k16.row.col.f32.f16.f16.f32",)),
+                     ("mma_sp", ("m16n8k16.row.col.f32.f16.f16.f32",)),
+                     ("wgmma_sp_logical", ("m64n8k32.f32.f16.f16",)),
                      ("tcgen05_mma", ("kind::i8",)), ("tcgen05_mma_logical", (QT,)),
                      ("mma_block_scale", ("m16n8k32.row.col.kind::mxf8f6f4.block_scale.f32.e4m3"
                                           ".e4m3.f32.ue8m0",)),
@@ -371,6 +396,7 @@ NO_ARRAY_DATA = frozenset({
     "activemask", "lane_id", "batch_mesh", "checked", "datapath_for", "fragment",
     "fragment_type", "get_format", "lane_map", "lane_map_text", "make_descriptor",
     "mma_instructions", "parse_mma", "parse_target", "parse_wgmma",
+    "mma_sp_instructions", "parse_mma_sp", "parse_wgmma_sp",
     "make_smem_descriptor", "make_instr_descriptor", "parse_tcgen05",
     "make_block_scale_instr_descriptor",
     # Takes a function; the wrapper's arguments are that function's own.
@@ -387,7 +413,7 @@ WIDE = {"float64": np.float64, "int64": np.int64, "uint64": np.uint64}
 def _public_callables() -> set[str]:
     names = set()
     for prefix, mod in (("", jaxwarp), ("dpx.", dpx), ("fp8.", fp8), ("fp6.", fp6),
-                        ("fp4.", fp4)):
+                        ("fp4.", fp4), ("sparse.", jaxwarp.sparse)):
         for n in dir(mod):
             obj = getattr(mod, n)
             if n.startswith("_") or inspect.ismodule(obj) or not callable(obj):

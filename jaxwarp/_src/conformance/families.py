@@ -11,6 +11,7 @@ from jaxwarp._src.conformance import golden_keys
 from jaxwarp._src.conformance import handlers_golden as golden
 from jaxwarp._src.conformance import handlers_movcvt as movcvt
 from jaxwarp._src.conformance import handlers_ptx as ptx
+from jaxwarp._src.conformance import handlers_sparse as sparse
 from jaxwarp._src.conformance import handlers_warp as warp
 from jaxwarp._src.conformance import handlers_wmma as wmma
 from jaxwarp._src.conformance.registry import Handler, keys_where, needs_all
@@ -31,6 +32,8 @@ HANDLERS: tuple[Handler, ...] = (
     Handler("store", keys_where(lambda key: key.startswith("st/")), wmma.stores),
     # ptx_mma*.npz, wgmma*.npz, *_chain.npz
     Handler("ptx/wgmma/chain", keys_where(ptx.is_mma_key), ptx.mma_configs),
+    # sp_mma*.npz, sp_chain*.npz, wgsp*.npz (tools/capture/FORMAT_SP.md)
+    Handler("sp/wgsp/chain", keys_where(sparse.is_sparse_key), sparse.configs),
     # cvt_fp8.npz, ldmatrix.npz
     Handler("fp8 cvt", keys_where(movcvt.is_cvt_key), movcvt.conversions),
     Handler("ldmatrix/stmatrix/movmatrix", keys_where(movcvt.is_matrix_move_key),

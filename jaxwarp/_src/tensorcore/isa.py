@@ -412,6 +412,131 @@ def support_table() -> str:
 
 
 # --------------------------------------------------------------------------------------
+# Sparse MMA (2:4 structured sparsity): ``mma.sp`` / ``mma.sp::ordered_metadata`` and
+# ``wgmma.mma_async.sp``. Their own rows: A holds K/2 stored elements per row and a
+# metadata register says where each sits. Sources: the PTX ISA ("mma.sp" and "Sparse
+# matrix storage"; "wgmma.mma_async.sp"), narrowed to what ptxas of CUDA 13.0 accepts for
+# sm_90a (``tools/capture/FORMAT_SP.md``: 152 mma.sp configurations; e4m3/e5m2 with an f16
+# accumulator rejected). The arithmetic is the dense datapath of k = K/2 of the dense
+# family (``dense``), over the stored products only: H100 captures.
+
+SPARSE_INSTRUCTIONS = ("mma_sp", "wgmma_sp")
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseRow:
+    """One sparse MMA shape on some operand types.
+
+    Attributes:
+      instruction: ``"mma_sp"`` (``mma.sp{::ordered_metadata}.sync.aligned``) or
+        ``"wgmma_sp"`` (``wgmma.mma_async.sp.sync.aligned``).
+      a_formats, pairing, shapes, cd, min_sm, arch_specific, satfinite,
+        a_in_registers: as :class:`Row`; ``shapes`` give the logical (dense) K.
+      selectors: sparsity selectors allowed: 0 .. selectors - 1.
+      unit_bits: what one 2-bit metadata index selects: a 16-bit unit (f16, bf16; for
+        tf32 one half of a 32-bit element, two indices per element) or an 8-bit one (s8,
+        u8, fp8; for s4/u4 a pair of elements). A metadata nibble covers 4 units; 2 of
+        them are stored.
+      legacy: the legacy ``mma.sp`` (without ``::ordered_metadata``) exists too.
+    """
+
+    instruction: str
+    a_formats: tuple[str, ...]
+    shapes: tuple[Shape, ...]
+    cd: tuple[tuple[str, str], ...]
+    min_sm: int
+    selectors: int
+    unit_bits: int
+    pairing: str = "same"
+    arch_specific: bool = False
+    satfinite: bool = False
+    a_in_registers: bool = False
+    legacy: bool = False
+
+    @property
+    def k(self) -> int:
+        return self.shapes[0][2]
+
+    @property
+    def dense(self) -> str:
+        """The dense instruction family whose datapath (at k = K/2) does the arithmetic."""
+        return "mma_sync" if self.instruction == "mma_sp" else "wgmma"
+
+    def b_formats(self, a_format: str) -> tuple[str, ...]:
+        return self.a_formats if self.pairing == "mixed" else (a_format,)
+
+    @property
+    def target(self) -> str:
+        return f"sm_{self.min_sm}" + ("a" if self.arch_specific else "")
+
+
+def _sp(k: int) -> tuple[Shape, ...]:
+    return ((16, 8, k),)
+
+
+_SPF16 = (("f16", "f16"), ("f32", "f32"))
+_WG_SP = dict(arch_specific=True, a_in_registers=True)
+SPARSE_ROWS: tuple[SparseRow, ...] = (
+    SparseRow("mma_sp", ("f16",), _sp(16), _SPF16, 80, 4, 16, legacy=True),
+    SparseRow("mma_sp", ("f16",), _sp(32), _SPF16, 80, 2, 16, legacy=True),
+    SparseRow("mma_sp", ("bf16",), _sp(16), _F32, 80, 4, 16, legacy=True),
+    SparseRow("mma_sp", ("bf16",), _sp(32), _F32, 80, 2, 16, legacy=True),
+    SparseRow("mma_sp", ("tf32",), _sp(8), _F32, 80, 4, 16, legacy=True),
+    SparseRow("mma_sp", ("tf32",), _sp(16), _F32, 80, 2, 16, legacy=True),
+    SparseRow("mma_sp", FP8_TYPES, _sp(64), _F32, 89, 1, 8, pairing="mixed", legacy=True),
+    SparseRow("mma_sp", ("s8", "u8"), _sp(32), _S32, 80, 2, 8, pairing="mixed",
+              satfinite=True, legacy=True),
+    SparseRow("mma_sp", ("s8", "u8"), _sp(64), _S32, 80, 1, 8, pairing="mixed",
+              satfinite=True, legacy=True),
+    SparseRow("mma_sp", ("s4", "u4"), _sp(64), _S32, 80, 2, 8, pairing="mixed",
+              satfinite=True, legacy=True),
+    SparseRow("mma_sp", ("s4", "u4"), _sp(128), _S32, 80, 1, 8, pairing="mixed",
+              satfinite=True, legacy=True),
+    SparseRow("wgmma_sp", ("f16",), _m64(32, WGMMA_N_FLOAT), _F32_F16, 90, 2, 16, **_WG_SP),
+    SparseRow("wgmma_sp", ("bf16",), _m64(32, WGMMA_N_FLOAT), _F32, 90, 2, 16, **_WG_SP),
+    SparseRow("wgmma_sp", ("tf32",), _m64(16, WGMMA_N_FLOAT), _F32, 90, 2, 16, **_WG_SP),
+    SparseRow("wgmma_sp", FP8_TYPES, _m64(64, WGMMA_N_FLOAT), _F32_F16, 90, 1, 8,
+              pairing="mixed", **_WG_SP),
+    SparseRow("wgmma_sp", ("s8", "u8"), _m64(64, WGMMA_N_INT), _S32, 90, 1, 8,
+              pairing="mixed", satfinite=True, **_WG_SP),
+)
+
+
+def sparse_rows(instruction: str | None = None, a_format: str | None = None
+                ) -> tuple[SparseRow, ...]:
+    """The sparse rows (of one instruction family, with A type ``a_format``).
+
+    Example:
+        >>> [(r.k, r.selectors) for r in sparse_rows("mma_sp", "f16")]
+        [(16, 4), (32, 2)]
+    """
+    return tuple(r for r in SPARSE_ROWS if instruction in (None, r.instruction)
+                 and (a_format is None or a_format in r.a_formats))
+
+
+def sparse_row_of(instruction: str, a_format: str, shape: Shape) -> SparseRow | None:
+    """The sparse row with this A type and (m, n, K), or None."""
+    for r in sparse_rows(instruction, a_format):
+        if tuple(shape) in r.shapes:
+            return r
+    return None
+
+
+def sparse_support_table() -> str:
+    """The sparse rows as a Markdown table (README, docs/sparse.md)."""
+    lines = ["| instruction | A / B types | shapes | C / D types | selectors | min target |",
+             "|---|---|---|---|---|---|"]
+    for r in SPARSE_ROWS:
+        ab = ", ".join(r.a_formats) + (" (mixed)" if r.pairing == "mixed" else "")
+        cd = ", ".join(f"{c}/{d}" for c, d in r.cd)
+        name = "mma.sp" if r.instruction == "mma_sp" else "wgmma.sp"
+        sat = " .satfinite" if r.satfinite else ""
+        lines.append(f"| {name} | {ab} | {_shapes_text(r.shapes)}{sat} | {cd} | "
+                     f"0..{r.selectors - 1} | {r.target} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
 # Block-scaled MMA (microscaling): ``mma.sync ... .block_scale`` and ``tcgen05.mma ...
 # .block_scale``. Their own rows: A / B element types, the (block, scale type) pairs of
 # each kind, and the exact targets (arch-specific features are not inherited by later

@@ -61,7 +61,7 @@ from jaxwarp._src.numerics.scaling import (
     times_pow2,
 )
 from jaxwarp._src.tensorcore import datapath as mma_arith
-from jaxwarp._src.tensorcore import wmma_table
+from jaxwarp._src.tensorcore import matmul_sparse, wmma_table
 from jaxwarp._src.tensorcore.arch import check_target, parse_target
 from jaxwarp._src.tensorcore.matmul_chain import Cfg, tiled
 from jaxwarp._src.tensorcore.matmul_scales import check_scales, epilogue
@@ -328,6 +328,7 @@ def matmul(
     promote_every: int | None = None,
     a_scale: Any = None,
     b_scale: Any = None,
+    sparsity: str | None = None,
 ) -> jax.Array:
     """``D = A @ B + C`` the way a tensor-core GEMM kernel computes it.
 
@@ -373,6 +374,11 @@ def matmul(
             (ceil(K/128), ceil(N/128)) or (ceil(K/128), N), applied on each promotion
             every 128 k-elements (DeepSeek-V3; ``matmul_scales``); a missing one is 1.
             Needs ``accumulator="f32"`` and ``promote_every`` None or 128.
+        sparsity: None, or ``"2:4"``: A is pruned to 2:4 by magnitude (1:2 for tf32) in
+            its operand format and every row runs a chain of sparse instructions
+            (``mma.sp`` for ``instruction="mma_sync"``, the default then;
+            ``wgmma.mma_async.sp`` for ``"wgmma"``) of the largest K dividing K
+            (``matmul_sparse``; docs/sparse.md). Exact mode, no scales, promotion or tile.
 
     Returns:
         (M, N) array in the accumulator's dtype.
@@ -394,6 +400,9 @@ def matmul(
     c = None if c is None else checks.array_arg(c, "c")
     a_scale = None if a_scale is None else checks.array_arg(a_scale, "a_scale")
     b_scale = None if b_scale is None else checks.array_arg(b_scale, "b_scale")
+    if sparsity is not None:
+        return _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode,
+                              instruction, promote_every, a_scale, b_scale, sparsity)
     a, b, c, a_scale, b_scale, cfg = _check(
         a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
         a_scale, b_scale)
@@ -409,3 +418,32 @@ def matmul(
         return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     return _matmul(a, b, c, one if a_scale is None else a_scale,
                    one if b_scale is None else b_scale, cfg)
+
+
+def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
+                   promote_every, a_scale, b_scale, sparsity):
+    """``matmul(..., sparsity="2:4")``: checks, operand conversion, ``matmul_2_4``."""
+    checks.static_choice(sparsity, "sparsity", matmul_sparse.SPARSITIES)
+    for name, v in (("tile", tile), ("promote_every", promote_every), ("a_scale", a_scale),
+                    ("b_scale", b_scale)):
+        if v is not None:
+            raise ValueError(f"sparsity='2:4' takes no {name} (got {name}={v!r}); the "
+                             f"instruction's K is chosen from K")
+    if mode != "exact":
+        raise ValueError(f"sparsity='2:4' runs mode='exact' only; got mode={mode!r}")
+    instruction = "mma_sync" if instruction is None else instruction
+    fa, fb = (operand_format if isinstance(operand_format, tuple)
+              else (operand_format, operand_format))
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"a (M, K) and b (K, N) must be 2-D with one K; got a "
+                         f"{tuple(a.shape)}, b {tuple(b.shape)}")
+    matmul_sparse.sparse_row(instruction, fa, fb, accumulator, a.shape[1])
+    if arch == "sm_90" and instruction == "wgmma":
+        arch = "sm_90a"
+    acc_dt = ACC_DTYPE[accumulator]
+    c = jnp.zeros((a.shape[0], b.shape[1]), acc_dt) if c is None else c
+    if c.shape != (a.shape[0], b.shape[1]):
+        raise ValueError(f"c must have shape {(a.shape[0], b.shape[1])}, got {tuple(c.shape)}")
+    return matmul_sparse.matmul_2_4(to_operand(a, fa), to_operand(b, fb), c.astype(acc_dt),
+                                    a_format=fa, b_format=fb, accumulator=accumulator,
+                                    instruction=instruction, arch=arch)

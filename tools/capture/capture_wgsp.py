@@ -1,0 +1,416 @@
+"""Records what Hopper's sparse `wgmma.mma_async.sp.sync.aligned` returns (sm_90a, CUDA 13).
+
+Run through capture_sp.py (`--only wgsp`), or alone:
+
+    python tools/capture/capture_wgsp.py --out DIR [--quick] [--seed N] [--scale X]
+    python tools/capture/capture_wgsp.py --selftest       # no GPU: images, metadata round trip
+    python tools/capture/capture_wgsp.py --probe-ptxas    # which configurations ptxas accepts
+
+Writes DIR/wgsp*.npz (schema: FORMAT_SP.md). One CTA of one warpgroup (128 threads) per trial.
+The compressed A (64 x K/2) comes from shared memory through a matrix descriptor (K-major, no
+swizzle, as capture_wgmma.py lays out dense A of K/2) or, for the `.areg` configurations, from
+registers (the dense wgmma A fragment of K/2); dense B (K x N) from shared memory, K-major, no
+swizzle, core matrices 128 bytes apart along K (LBO) and 8-row groups K*bytes*8 apart (SBO).
+The metadata register of every thread follows the mma.sp layout of m16n8kK per warp: warp w
+holds rows 16w..16w+15 (PTX ISA 9.7.15.6 "sparse wgmma": metadata). Needs nvcc and numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import hashlib
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import capture_ptx as cp  # noqa: E402
+import capture_sp as csp  # noqa: E402
+import capture_wgmma as cw  # noqa: E402
+
+BUILD = HERE / "build"
+FLAGS = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90a,code=sm_90a"]
+M = 64
+KSP = {"f16": 32, "bf16": 32, "tf32": 16, "e4m3": 64, "e5m2": 64, "s8": 64, "u8": 64}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class WgCfg:
+    atype: str
+    btype: str
+    ctype: str
+    n: int
+    satfinite: bool = False
+    areg: bool = False
+    sel: int = 0
+
+    @property
+    def k(self):
+        return KSP[self.atype]
+
+    @property
+    def sp(self) -> csp.SpCfg:
+        """The per-warp mma.sp configuration whose metadata layout a warp uses."""
+        return csp.SpCfg(self.atype, self.btype, self.ctype, self.ctype, self.k, self.satfinite, True, self.sel)
+
+    @property
+    def name(self):
+        s = f"{self.atype}.{self.btype}.{self.ctype}{self.ctype}.m64n{self.n}k{self.k}"
+        s += ".satfinite" * self.satfinite + ".areg" * self.areg
+        return s + (f".sel{self.sel}" if self.sp.nsel > 1 else "")
+
+    @property
+    def is_int(self):
+        return self.ctype == "s32"
+
+    @property
+    def nr(self):
+        return self.n // 4 if self.ctype == "f16" else self.n // 2
+
+    def ptx(self) -> str:
+        sat = ".satfinite" if self.satfinite else ""
+        return f"wgmma.mma_async.sp.sync.aligned.m64n{self.n}k{self.k}{sat}.{self.ctype}.{self.atype}.{self.btype}"
+
+    def imm(self):
+        if self.atype in ("f16", "bf16"):
+            return [1, 1, 0] if self.areg else [1, 1, 0, 0]
+        if self.atype in ("tf32", "e4m3", "e5m2"):
+            return [1, 1]
+        return []
+
+
+def candidate_configs():
+    out = []
+    for n in (8, 64, 256):
+        for at, ct in (("f16", "f32"), ("f16", "f16"), ("bf16", "f32"), ("tf32", "f32")):
+            for sel in range(csp.SpCfg(at, at, ct, ct, KSP[at]).nsel):
+                out.append(WgCfg(at, at, ct, n, sel=sel))
+        for a in ("e4m3", "e5m2"):
+            for b in ("e4m3", "e5m2"):
+                for ct in ("f32", "f16"):
+                    out.append(WgCfg(a, b, ct, n))
+        for a in ("s8", "u8"):
+            for b in ("s8", "u8"):
+                for sat in (False, True):
+                    out.append(WgCfg(a, b, "s32", n, sat))
+    for at, ct in (("f16", "f32"), ("bf16", "f32"), ("tf32", "f32"), ("e4m3", "f32"), ("s8", "s32")):
+        out.append(WgCfg(at, at, ct, 64, areg=True))
+    return out
+
+
+REJECTED: dict[str, str] = {}
+
+
+def gen_op(i, cfg: WgCfg):
+    nr = cfg.nr
+    T = "float" if cfg.ctype == "f32" else "uint32_t"
+    con = "+f" if cfg.ctype == "f32" else "+r"
+    dl = ",".join(f"%{j}" for j in range(nr))
+    if cfg.areg:
+        ain = "{" + ",".join(f"%{nr + j}" for j in range(4)) + "}"
+        nxt = nr + 4
+        ins = [f'"r"(a[{j}])' for j in range(4)]
+    else:
+        ain = f"%{nr}"
+        nxt = nr + 1
+        ins = ['"l"(da)']
+    bdesc, meta, psd = f"%{nxt}", f"%{nxt + 1}", f"%{nxt + 2}"
+    ins += ['"l"(db)', '"r"(e)', '"r"(sd)']
+    args = ", ".join([f"{{{dl}}}", ain, bdesc, meta, str(cfg.sel), "p"] + [str(v) for v in cfg.imm()])
+    outs = ", ".join(f'"{con}"(d[{j}])' for j in range(nr))
+    return (
+        f"// {cfg.name}\n"
+        f"struct Op{i} {{\n  using T = {T};\n  static constexpr int NR = {nr};\n"
+        f"  static constexpr bool AREG = {'true' if cfg.areg else 'false'};\n"
+        f"  __device__ __forceinline__ static void run(T* d, const uint32_t* a, "
+        f"unsigned long long da, unsigned long long db, uint32_t e, int sd) {{\n"
+        f"    (void)a; (void)da;\n#ifdef WG_SM90A\n"
+        f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, {psd}, 0;\\n"\n'
+        f'        "wgmma.fence.sync.aligned;\\n"\n'
+        f'        "{cfg.ptx()} {args};\\n"\n'
+        f'        "wgmma.commit_group.sync.aligned;\\n"\n'
+        f'        "wgmma.wait_group.sync.aligned 0;\\n}}\\n"\n'
+        f"        : {outs}\n        : {', '.join(ins)}\n        : \"memory\");\n"
+        f"#else\n    (void)d; (void)db; (void)e; (void)sd;\n#endif\n  }}\n}};\n"
+    )
+
+
+def gen_cu(cfgs):
+    head = cw.CU_HEAD.replace("wgmma.cu: records what Hopper's wgmma.mma_async returns. GENERATED by\n"
+                              "// `python tools/capture/capture_wgmma.py --write-cu`",
+                              "wgsp (generated by capture_wgsp.py, never committed): sparse wgmma.mma_async.sp,\n"
+                              "// the kernel of wgmma.cu with a metadata word per thread; generated")
+    head = head.replace("const unsigned long long* __restrict__ desc,",
+                        "const unsigned long long* __restrict__ desc,\n"
+                        "                                            const uint32_t* __restrict__ meta,")
+    head = head.replace("Op::run(acc, a, da, db, s == 0 ? scale_d_first : 1);",
+                        "Op::run(acc, a, da, db, meta[ts * 128 + tid], s == 0 ? scale_d_first : 1);")
+    head = head.replace("const void* desc, int scale_d_first, const void* c, void* d) {\n  if (img_bytes",
+                        "const void* desc, const void* meta, int scale_d_first, const void* c, void* d) {\n  if (img_bytes")
+    head = head.replace("DevBuf di, da, dd, dc, dout;", "DevBuf di, da, dd, dm, dc, dout;")
+    head = head.replace("dd.up(desc, n * 16) ||", "dd.up(desc, n * 16) || dm.up(meta, n * 128 * 4) ||")
+    head = head.replace("(const unsigned long long*)dd.p, scale_d_first,",
+                        "(const unsigned long long*)dd.p, (const uint32_t*)dm.p, scale_d_first,")
+    assert head.count("meta") >= 5, "CU_HEAD of capture_wgmma.py changed: update gen_cu"
+    parts = [head]
+    parts += [gen_op(i, c) for i, c in enumerate(cfgs)]
+    parts.append(f"\nEXPORT int wg_count() {{ return {len(cfgs)}; }}\n")
+    parts.append("static const char* OP_NAMES[] = {\n")
+    parts += [f'    "{c.name}",\n' for c in cfgs]
+    parts.append("};\nEXPORT const char* wg_op_name(int i) { return OP_NAMES[i]; }\n\n")
+    parts.append(
+        "EXPORT int wg_run(int op, int T, int steps, const void* img, long long img_bytes,\n"
+        "                  const void* areg, const void* desc, const void* meta, int scale_d_first,\n"
+        "                  const void* c, void* d) {\n  switch (op) {\n")
+    for i in range(len(cfgs)):
+        parts.append(f"    case {i}: return launch<Op{i}>(T, steps, img, img_bytes, areg, desc, meta, "
+                     "scale_d_first, c, d);\n")
+    parts.append('  }\n  snprintf(g_err, sizeof g_err, "wg_run: unknown op %d", op);\n  return -1;\n}\n')
+    return "".join(parts)
+
+
+def _compile(cfgs, out, nvcc="nvcc", cubin=False):
+    BUILD.mkdir(exist_ok=True)
+    src = out.with_suffix(".cu")
+    src.write_text(gen_cu(cfgs))
+    fl = [f for f in FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")] + ["-cubin"] if cubin else FLAGS
+    r = subprocess.run([nvcc, *fl, "-o", str(out), str(src)], capture_output=True, text=True)
+    src.unlink(missing_ok=True)
+    return r.returncode, (r.stderr + r.stdout).strip()
+
+
+def probe_ptxas(cfgs, nvcc="nvcc", jobs=8):
+    def one(c):
+        out = BUILD / f"probe_wgsp_{hashlib.sha1(c.name.encode()).hexdigest()[:10]}.cubin"
+        rc, msg = _compile([c], out, nvcc, cubin=True)
+        out.unlink(missing_ok=True)
+        lines = [ln for ln in msg.splitlines() if "error" in ln.lower()]
+        return c.name, (None if rc == 0 else (lines[0] if lines else msg[:300]))
+
+    BUILD.mkdir(exist_ok=True)
+    with ThreadPoolExecutor(jobs) as ex:
+        res = list(ex.map(one, cfgs))
+    return {n: e for n, e in res if e is not None}
+
+
+def build(nvcc="nvcc"):
+    cfgs = [c for c in candidate_configs() if c.name not in REJECTED]
+    key = hashlib.sha256(gen_cu(cfgs).encode() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    lib = BUILD / f"libwgsp_sm90a_{key}.so"
+    if not lib.exists():
+        if shutil.which(nvcc) is None:
+            sys.exit(f"nvcc not found (looked for {nvcc!r})")
+        t = time.time()
+        log(f"building wgsp for sm_90a ({len(cfgs)} configurations)")
+        rc, msg = _compile(cfgs, lib, nvcc)
+        if rc != 0:
+            log(f"full build failed ({msg[:400]}); probing every configuration alone")
+            bad = probe_ptxas(cfgs, nvcc)
+            for nm, e in bad.items():
+                log(f"  rejected {nm}: {e}")
+            cfgs = [c for c in cfgs if c.name not in bad]
+            rc, msg = _compile(cfgs, lib, nvcc)
+            if rc != 0:
+                raise RuntimeError(f"wgsp build failed: {msg[:2000]}")
+        log(f"built in {time.time() - t:.0f} s")
+    return lib, cfgs
+
+
+class Lib:
+    def __init__(self, path, cfgs):
+        self.L = L = ctypes.CDLL(str(path))
+        L.wg_last_error.restype = ctypes.c_char_p
+        L.wg_op_name.restype = ctypes.c_char_p
+        name = ctypes.create_string_buffer(256)
+        ints = [ctypes.c_int() for _ in range(4)]
+        if L.wg_device(name, 256, *[ctypes.byref(i) for i in ints]) != 0:
+            raise RuntimeError(L.wg_last_error().decode())
+        self.device = f"{name.value.decode()} sm_{ints[0].value}{ints[1].value}"
+        self.index = {L.wg_op_name(i).decode(): i for i in range(L.wg_count())}
+
+    def run(self, name, img, desc, areg, meta, cwords, steps=1, scale_d=1):
+        T = cwords.shape[0]
+        img = np.ascontiguousarray(img, np.uint8)
+        desc = np.ascontiguousarray(desc, np.uint64)
+        areg = np.ascontiguousarray(areg if areg is not None else np.zeros(4, np.uint32), np.uint32)
+        meta = np.ascontiguousarray(meta, np.uint32)
+        cwords = np.ascontiguousarray(cwords, np.uint32)
+        d = np.zeros_like(cwords)
+        p = lambda a: a.ctypes.data_as(ctypes.c_void_p)
+        rc = self.L.wg_run(self.index[name], T, steps, p(img), ctypes.c_longlong(img.shape[1]), p(areg),
+                           p(desc), p(meta), scale_d, p(cwords), p(d))
+        if rc != 0:
+            raise RuntimeError(self.L.wg_last_error().decode())
+        return d
+
+
+# ----------------------------------------------------------------------------------------
+# Shared-memory images: A (64 x K/2, compressed) at 0, B (N x K, K-major) at the next 1 KiB.
+
+
+def b_layout(cfg: WgCfg):
+    kbytes = cfg.k * cw.ATYPES[cfg.btype][0] // 8
+    lbo, sbo = 128, 128 * (kbytes // 16)
+    return lbo, sbo, -(-cfg.n // 8) * sbo
+
+
+def images(cfg: WgCfg, A, B):
+    """Stored A (T, 64, K/2), B (T, K, N) -> images (T, bytes), desc_a, desc_b."""
+    T = A.shape[0]
+    size_a, da = 0, 0
+    if not cfg.areg:
+        kb = (cfg.k // 2) * cw.ATYPES[cfg.atype][0] // 8
+        alb, asb, size_a = cw.operand_layout(M, kb, "K", 0, cw.elem_bytes_of(cfg.atype))
+        da = cw.encode_desc(0, alb, asb, 0)
+    start_b = -(-size_a // 1024) * 1024
+    lbo, sbo, size_b = b_layout(cfg)
+    db = cw.encode_desc(start_b, lbo, sbo, 0)
+    img = np.full((T, -(-(start_b + size_b) // 1024) * 1024), cw.FILL, np.uint8)
+    if not cfg.areg:
+        cw.scatter(img, 0, A, cfg.atype, "K", 0, alb, asb)
+    cw.scatter(img, start_b, np.swapaxes(B, 1, 2), cfg.btype, "K", 0, lbo, sbo)
+    return img, da, db
+
+
+BIG_N_KINDS = {False: ("normal", "undefined_meta", "special", "cancel"),
+               True: ("int", "int_extreme", "undefined_meta", "unordered_meta")}
+
+
+def trials(cfg: WgCfg, scale, quick):
+    """(trials per kind, kinds): N = 8 4 per kind, N = 64 one, N = 256 one of four kinds
+    (the accumulators dominate the file size)."""
+    kinds = csp.kinds_of(cfg.sp)
+    if cfg.n >= 256:
+        kinds = BIG_N_KINDS[cfg.is_int]
+    base = 4 if cfg.n <= 8 else 1
+    return max(1, int(round((1 if quick else base) * scale))), kinds
+
+
+def make_trials(rng, cfg: WgCfg, per, kinds=None):
+    sp = cfg.sp
+    kinds = kinds or csp.kinds_of(sp)
+    parts = [csp.gen_kind(rng, sp, kd, per, m=M, n=cfg.n) for kd in kinds]
+    A, E, nib, B, C = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    return A, E, nib, B, C, np.repeat(np.array(kinds), per)
+
+
+def run_one(lib, cfg: WgCfg, rng, A, nib, B, C):
+    img, da, db = images(cfg, A, B)
+    T = A.shape[0]
+    meta = csp.meta_words(cfg.sp, nib, rng)  # (T, 128)
+    areg = cw.pack_a(A, cfg.atype) if cfg.areg else None
+    desc = np.tile(np.array([da, db], np.uint64), (T, 1))
+    words = lib.run(cfg.name, img, desc, areg, meta, cw.pack_c(C, cfg.ctype))
+    return cw.unpack_d(words, cfg.n, cfg.ctype), meta, (da, db)
+
+
+def sanity(cfg, A, E, B, C, D, kinds):
+    return csp.sanity(dataclasses.replace(cfg.sp), A, E, B, C, D, kinds)
+
+
+class DryLib:
+    device = "dry run (no GPU)"
+
+    def close(self):
+        pass
+
+    def run(self, name, img, desc, areg, meta, cwords, steps=1, scale_d=1):
+        return np.zeros_like(cwords)
+
+
+def main_capture(out_dir, seed, scale, quick, arch, nvcc, deadline, limit, dry_run=False):
+    if dry_run:
+        cfgs, lib = candidate_configs(), DryLib()
+    else:
+        path, cfgs = build(nvcc)
+        lib = csp.Runner(Lib, (path, cfgs), limit)
+    log(f"wgsp: {len(cfgs)} configurations")
+    rng = np.random.default_rng(seed + 1000)
+    out = {"device": np.array("")}
+    for cfg in cfgs:
+        if time.time() > deadline:
+            log(f"  SKIPPED wgsp/{cfg.name}: time limit of the run reached")
+            continue
+        t = time.time()
+        try:
+            A, E, nib, B, C, kinds = make_trials(rng, cfg, *trials(cfg, scale, quick))
+            D, meta, (da, db) = run_one(lib, cfg, rng, A, nib, B, C)
+        except Exception as e:  # noqa: BLE001  (the worker restarts after a CUDA error)
+            log(f"  FAILED wgsp/{cfg.name}: {type(e).__name__}: {e}")
+            continue
+        out["device"] = np.array(lib.device)
+        key = f"wgsp/{cfg.name}"
+        for part, v in (("A", A), ("E", E), ("meta", meta), ("B", B), ("C", C), ("D", D), ("kind", kinds)):
+            out[f"{key}/{part}"] = v
+        out[f"{key}/desc_a"] = np.array(da, np.uint64)
+        out[f"{key}/desc_b"] = np.array(db, np.uint64)
+        log(f"  {key}: {len(kinds)} trials ({time.time() - t:.1f} s); {sanity(cfg, A, E, B, C, D, kinds)}")
+    lib.close()
+    cp.save_split(pathlib.Path(out_dir), "wgsp", out)
+
+
+def selftest(seed=0):
+    rng = np.random.default_rng(seed)
+    bad = 0
+    for cfg in candidate_configs():
+        A, E, nib, B, C, kinds = make_trials(rng, cfg, 1)
+        img, da, db = images(cfg, A, B)
+        lbo, sbo, _ = b_layout(cfg)
+        start_b = cw.decode_desc(db)["start"]
+        Bt = cw.gather(img, start_b, cfg.n, cfg.k, cfg.btype, "K", 0, lbo, sbo)
+        if not np.array_equal(np.swapaxes(Bt, 1, 2), B):
+            log(f"{cfg.name}: B image round trip differs")
+            bad += 1
+        meta = csp.meta_words(cfg.sp, nib, rng)
+        got = np.concatenate([csp.nibbles_of_words(cfg.sp, meta[:, 32 * w:32 * (w + 1)]) for w in range(4)], 1)
+        if not np.array_equal(got, nib):
+            log(f"{cfg.name}: metadata round trip differs")
+            bad += 1
+        assert gen_op(0, cfg)
+    log(f"selftest: {len(candidate_configs())} configurations, {bad} problems")
+    return 1 if bad else 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=pathlib.Path)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--nvcc", default="nvcc")
+    ap.add_argument("--time-limit", type=float, default=300.0)
+    ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--probe-ptxas", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="no GPU, no nvcc: D = 0 (host side only)")
+    args = ap.parse_args(argv)
+    if args.selftest:
+        return selftest(args.seed)
+    if args.probe_ptxas:
+        bad = probe_ptxas(candidate_configs(), args.nvcc)
+        for c in candidate_configs():
+            log(f"{c.name:44s} {'REJECTED: ' + bad[c.name] if c.name in bad else 'ok'}   [{c.ptx()}]")
+        log(f"{len(candidate_configs()) - len(bad)} accepted, {len(bad)} rejected")
+        return 0
+    if not args.out:
+        ap.error("give --out DIR (or --selftest / --probe-ptxas)")
+    t0 = time.time()
+    main_capture(args.out, args.seed, args.scale, args.quick, "sm_90a", args.nvcc, t0 + args.time_limit, 60,
+                 dry_run=args.dry_run)
+    log(f"done in {time.time() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
