@@ -55,6 +55,20 @@ def _per_lane(tree: Any, what: str) -> Any:
     return jax.tree.map(one, tree)
 
 
+def _operands(tree: Any) -> Any:
+    """Checks that every leaf is a per-lane (32, ...) or 0-d array; passes them as given."""
+
+    def one(x):
+        arr = checks.array_arg(x, "operands", complex_ok=True)
+        if arr.ndim and arr.shape[0] != WARP_SIZE:
+            raise ValueError(f"operands must be per-lane values with a leading lane axis of "
+                             f"{WARP_SIZE} (or 0-d); got shape {tuple(arr.shape)}")
+        return x
+
+    jax.tree.map(one, tree)
+    return tree
+
+
 def _select(lanes: jax.Array, on: Any, off: Any) -> Any:
     """Per lane: ``on`` where ``lanes``, else ``off`` (pytrees of (32, ...) arrays)."""
 
@@ -136,6 +150,7 @@ def branch(pred: Any, then_fn: Callable[..., Any], else_fn: Callable[..., Any],
     p = lane_predicate(pred)
     _callable(then_fn, "then_fn")
     _callable(else_fn, "else_fn")
+    operands = _operands(operands)
     with running(_within(p)):
         on = _per_lane(then_fn(*operands), "then_fn's result")
     with running(_within(~p)):
@@ -185,8 +200,10 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
         ...     alive = jax.lax.population_count(jaxwarp.activemask()).astype(jnp.int32)
         ...     return v // 2, n + alive
         >>> v, n = jaxwarp.lane_while(lambda s: s[0] % 2 == 0, body, (x, jnp.int32(0)))
-        >>> v[:8], n[:8]
-        (Array([1, 1, 3, 1, 5, 3, 7, 1], dtype=int32), Array([ 0, 16,  0, 24,  0, 16,  0, 28], dtype=int32))
+        >>> v[:8]
+        Array([1, 1, 3, 1, 5, 3, 7, 1], dtype=int32)
+        >>> n[:8]
+        Array([ 0, 16,  0, 24,  0, 16,  0, 28], dtype=int32)
     """
     _callable(cond_fn, "cond_fn")
     _callable(body_fn, "body_fn")
@@ -194,7 +211,7 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
         max_trips = checks.static_int(max_trips, "max_trips")
         if max_trips < 0:
             raise ValueError(f"max_trips={max_trips}; allowed: None or an int >= 0")
-    state = _per_lane(init, "lane_while's state")
+    state = _per_lane(init, "init")
     outer = active_lanes()
     everyone = jnp.ones((WARP_SIZE,), jnp.bool_) if outer is None else outer
 
