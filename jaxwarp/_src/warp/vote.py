@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.warp.lanes import WARP_SIZE, members
+from jaxwarp._src.warp.active import lanes_mask
+from jaxwarp._src.warp.lanes import WARP_SIZE, members, participating
 
 _BITS = jnp.uint32(1) << jnp.arange(WARP_SIZE, dtype=jnp.uint32)
 
@@ -51,6 +52,10 @@ def ballot_sync(mask: Any, pred: Any) -> jax.Array:
         '0xaaaaaaaa'
     """
     p = lane_predicate(pred)
+    m = checks.mask_array(mask)
+    if m.ndim == 0:  # one mask for the warp: every caller gets the same bits
+        calls = participating(m, "__ballot_sync")
+        return jnp.where(calls, lanes_mask(calls & p), jnp.uint32(0))
     calls, member = members(mask, "__ballot_sync")
     return jnp.where(calls, _lane_bits(member & p[None, :]), jnp.uint32(0))
 
