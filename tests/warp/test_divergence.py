@@ -245,3 +245,19 @@ def test_checked_reports_lane_while_past_max_trips():
 def test_bad_inputs(call, exc, regex):
     with pytest.raises(exc, match=regex):
         call()
+
+
+@pytest.mark.slow
+def test_example_programs_equal_numpy(capsys):
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "experiments"))
+    import warp_divergence
+
+    warp_divergence.main(["--seed", "3"])
+    out = capsys.readouterr().out
+    assert out.count(": True") == 3 and ": False" not in out
+    x = RNG.integers(0, 2**32, (4, 32), dtype=np.uint32)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(warp_divergence.radix_sort)(x)),
+                                  np.sort(x, axis=1))

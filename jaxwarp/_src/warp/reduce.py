@@ -86,9 +86,9 @@ def reduce_sync(op: str, mask: Any, value: Any) -> jax.Array:
     extra = (1,) * (value.ndim - 1)
     ident = jnp.asarray(_identity(op, value.dtype), value.dtype)
     mask_int = checks.mask_value(mask)  # validates Python/NumPy int masks (None: an array)
-    if mask_int is not None:
+    if mask_int is not None or checks.mask_array(mask).ndim == 0:
         # One mask for the whole warp: reduce once, give every caller the result.
-        calls = participating(mask_int, f"__reduce_{op}_sync")
+        calls = participating(mask, f"__reduce_{op}_sync")
         r = _combine(op, jnp.where(calls.reshape((WARP_SIZE, *extra)), value, ident), 0)
         if mask_int == FULL_MASK and active_lanes() is None:
             return jnp.broadcast_to(r, value.shape)

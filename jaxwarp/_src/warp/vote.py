@@ -93,6 +93,9 @@ def all_sync(mask: Any, pred: Any) -> jax.Array:
         Array([1, 0], dtype=int32)
     """
     p = lane_predicate(pred)
+    if checks.mask_array(mask).ndim == 0:  # one mask for the warp
+        calls = participating(mask, "__all_sync")
+        return (calls & ~jnp.any(calls & ~p)).astype(jnp.int32)
     calls, member = members(mask, "__all_sync")
     ok = jnp.all(~member | p[None, :], axis=1)
     return (calls & ok).astype(jnp.int32)
