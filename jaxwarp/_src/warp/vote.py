@@ -193,8 +193,12 @@ def elect_sync(mask: Any) -> tuple[jax.Array, jax.Array]:
         >>> int(d[8]), int(jnp.argmax(p)), int(p.sum())
         (8, 8, 1)
     """
-    calls, member = members(mask, "elect.sync")
     lane = jnp.arange(WARP_SIZE, dtype=jnp.int32)
-    leader = jnp.min(jnp.where(member, lane[None, :], WARP_SIZE), axis=1)
+    if checks.mask_array(mask).ndim == 0:  # one mask for the warp: one leader
+        calls = participating(mask, "elect.sync")
+        leader = jnp.min(jnp.where(calls, lane, WARP_SIZE))
+    else:
+        calls, member = members(mask, "elect.sync")
+        leader = jnp.min(jnp.where(member, lane[None, :], WARP_SIZE), axis=1)
     d = jnp.where(calls, leader, 0).astype(jnp.int32)
     return d, calls & (leader == lane)
