@@ -3,8 +3,10 @@
 Each CUDA program of ``tools/capture/cg.cu`` (``div/*``) is written again with
 ``jaxwarp.branch`` / ``jaxwarp.lane_while`` in ``handlers_diverge.program``; every word of
 every probe a lane reached is compared (word 20, a cooperative-groups float reduction,
-is the cg model's). The default run checks one program; ``-m slow`` all of them and the
-undefined uses (``undef/*``).
+is the cg model's). Each program compiles for several seconds, so they run with
+``-m slow`` (with the undefined uses, ``undef/*``); the default run checks what the
+captured words say about the model's rules (path order, elect.sync's leader, the warp
+left split by an undefined call), and test_divergence.py the model itself.
 """
 
 import numpy as np
@@ -28,8 +30,7 @@ def _program_results(programs):
     return {r.group: r for r in hd.divergent_programs(_subset(d, programs), set())}
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=() if n == "early_exit" else SLOW) for n in hd.PROGRAMS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) for n in hd.PROGRAMS])
 def test_divergent_program_is_bit_exact(name):
     results = _program_results([hd.PROGRAMS.index(name)])
     r = results[f"div/{name}"]
