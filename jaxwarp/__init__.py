@@ -10,6 +10,7 @@ from jaxwarp._src.warp.lanes import WARP_SIZE as WARP_SIZE
 from jaxwarp._src.warp.lanes import activemask as activemask
 from jaxwarp._src.warp.lanes import lane_id as lane_id
 from jaxwarp._src.warp.lanes import nanosleep as nanosleep
+from jaxwarp._src.warp.lanes import syncwarp as syncwarp
 from jaxwarp._src.warp.lanes import shfl_sync as shfl_sync
 from jaxwarp._src.warp.lanes import shfl_up_sync as shfl_up_sync
 from jaxwarp._src.warp.lanes import shfl_down_sync as shfl_down_sync
@@ -24,6 +25,7 @@ from jaxwarp._src.warp.reduce import reduce_max_sync as reduce_max_sync
 from jaxwarp._src.warp.reduce import reduce_and_sync as reduce_and_sync
 from jaxwarp._src.warp.reduce import reduce_or_sync as reduce_or_sync
 from jaxwarp._src.warp.reduce import reduce_xor_sync as reduce_xor_sync
+from jaxwarp._src.warp.reduce import redux_sync as redux_sync
 
 # Votes and matches.
 from jaxwarp._src.warp.vote import ballot_sync as ballot_sync
@@ -31,6 +33,11 @@ from jaxwarp._src.warp.vote import any_sync as any_sync
 from jaxwarp._src.warp.vote import all_sync as all_sync
 from jaxwarp._src.warp.vote import match_any_sync as match_any_sync
 from jaxwarp._src.warp.vote import match_all_sync as match_all_sync
+from jaxwarp._src.warp.vote import elect_sync as elect_sync
+
+# Divergence: branches and per-lane loops, each path run by the lanes that took it.
+from jaxwarp._src.warp.divergence import branch as branch
+from jaxwarp._src.warp.divergence import lane_while as lane_while
 
 # Number formats and the CUDA conversions.
 from jaxwarp._src.numerics.formats import Format as Format

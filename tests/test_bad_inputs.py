@@ -182,7 +182,8 @@ case(1, "mma-f64-without-x64",
 for _fn_id, _fn in (
         ("shfl", lambda m: jaxwarp.shfl_sync(m, u32, 0)),
         ("reduce", lambda m: jaxwarp.reduce_add_sync(m, u32)),
-        ("ballot", lambda m: jaxwarp.ballot_sync(m, u32 % 2 == 0))):
+        ("ballot", lambda m: jaxwarp.ballot_sync(m, u32 % 2 == 0)),
+        ("elect", jaxwarp.elect_sync), ("syncwarp", jaxwarp.syncwarp)):
     case(2, f"{_fn_id}-mask-2**33-1", lambda f=_fn: f(2**33 - 1), exc=ValueError,
          regex=r"mask=0x1ffffffff does not fit in 32 bits.*0 \.\. 0xFFFFFFFF", modes=BOTH)
     case(2, f"{_fn_id}-mask-uint64-max", lambda f=_fn: f(np.uint64(2**64 - 1)),
@@ -493,6 +494,31 @@ case(6, "ballot-pred-float32-array", lambda p: jaxwarp.ballot_sync(FULL, p), zf3
      must=("pred must be bool or an integer", "float32"))
 case(6, "match_any-int16", lambda v: jaxwarp.match_any_sync(FULL, v), np.zeros(32, np.int16),
      exc=TypeError, must=("value must be a 32- or 64-bit int or float", "int16"))
+case(6, "redux-f32-int-value", lambda v: jaxwarp.redux_sync("min.NaN.f32", FULL, v), zu32,
+     exc=TypeError, must=("value has dtype uint32", "allowed: float32"))
+case(6, "redux-add-f32", lambda v: jaxwarp.redux_sync("add.f32", FULL, v), zf32,
+     exc=ValueError, must=("redux.sync.add.f32 is not a PTX redux.sync form", "allowed",
+                           "{min,max}{.abs}{.NaN}.f32"))
+case(6, "redux-instr-not-str", lambda v: jaxwarp.redux_sync(3, FULL, v), zf32, exc=TypeError,
+     must=("instr must be a str",), modes=EAGER)
+
+# Class 6, continued: divergence.
+
+case(6, "branch-pred-float", lambda p: jaxwarp.branch(p, lambda: 0, lambda: 0), zf32,
+     exc=TypeError, must=("pred must be bool or an integer", "float32"))
+case(6, "branch-pred-lanes-16", lambda p: jaxwarp.branch(p, lambda: 0, lambda: 0),
+     np.zeros(16, bool), exc=ValueError, must=("pred", "32"))
+case(6, "branch-paths-differ", lambda v: jaxwarp.branch(v > 3, lambda: v, lambda: (v, v)), zu32,
+     exc=TypeError, must=("branch", "different structures"))
+case(6, "branch-operand-not-per-lane",
+     lambda v: jaxwarp.branch(u32 > 3, lambda x: x, lambda x: x, v), np.zeros(8, np.uint32),
+     exc=ValueError, must=("operands must be per-lane", "(8,)"))
+case(6, "lane_while-init-not-per-lane", lambda v: jaxwarp.lane_while(
+    lambda x: x < 3, lambda x: x + 1, v), np.zeros((4, 32), np.int32), exc=ValueError,
+     must=("init must be per-lane", "(4, 32)"))
+case(6, "lane_while-max_trips-float", lambda v: jaxwarp.lane_while(
+    lambda x: x < 3, lambda x: x + 1, v, max_trips=2.5), zi32, exc=TypeError,
+     must=("max_trips",))
 # --------------------------------------------------------------------------------------
 # Class 6, continued: number formats and DPX.
 

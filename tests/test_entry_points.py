@@ -102,6 +102,18 @@ def _warp_kernel(v):
     return jaxwarp.warp_kernel(lambda x: jaxwarp.reduce_add_sync(FULL, x))(v)
 
 
+def _branch(pred, operands):
+    return jaxwarp.branch(pred, lambda v: v, lambda v: v + 1, operands)
+
+
+def _lane_while(init):
+    return jaxwarp.lane_while(lambda v: v < 3, lambda v: v + 1, init)
+
+
+def _redux_f32(mask, value):
+    return jaxwarp.redux_sync("max.abs.NaN.f32", mask, value)
+
+
 def _lanes(dtype=np.uint32):
     return np.arange(32).astype(dtype)
 
@@ -127,6 +139,11 @@ ENTRY_POINTS: dict[str, Entry] = {
     "all_sync": Entry(jaxwarp.all_sync, {"mask": FULL, "pred": I32 % 2}),
     "match_any_sync": Entry(jaxwarp.match_any_sync, {"mask": FULL, "value": U32 % 3}),
     "match_all_sync": Entry(jaxwarp.match_all_sync, {"mask": FULL, "value": U32 % 3}),
+    "redux_sync": Entry(_redux_f32, {"mask": FULL, "value": F32}),
+    "elect_sync": Entry(jaxwarp.elect_sync, {"mask": FULL}),
+    "syncwarp": Entry(jaxwarp.syncwarp, {"mask": FULL}),
+    "branch": Entry(_branch, {"pred": I32 % 2, "operands": U32}),
+    "lane_while": Entry(_lane_while, {"init": I32}),
     "warp_kernel": Entry(_warp_kernel, {"v": np.ones((2, 32), np.uint32)},
                          wide=()),  # named "argument 0": see test_warp_kernel_64bit
     # Number formats.

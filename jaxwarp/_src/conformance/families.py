@@ -8,6 +8,7 @@ read by more than one family: ``dpx_a`` feeds both DPX tables).
 from __future__ import annotations
 
 from jaxwarp._src.conformance import golden_keys
+from jaxwarp._src.conformance import handlers_diverge as diverge
 from jaxwarp._src.conformance import handlers_golden as golden
 from jaxwarp._src.conformance import handlers_movcvt as movcvt
 from jaxwarp._src.conformance import handlers_ptx as ptx
@@ -25,6 +26,10 @@ HANDLERS: tuple[Handler, ...] = (
     Handler("dpx", needs_all("dpx_a", "dpx_b", "dpx_c", "dpx_out"), warp.dpx_functions),
     Handler("dpx predicates", needs_all("dpx_a", "dpx_b", "dpx_pred"), warp.dpx_predicates),
     Handler("cvt", needs_all("cvt_x", "cvt_out"), warp.conversions),
+    # cg_div.npz (tools/capture/capture_cg.py): divergent one-warp programs
+    Handler("div", needs_all("div/cfg", "div/x", "div/out"), diverge.divergent_programs),
+    Handler("undef", needs_all("undef/cfg", "undef/x", "undef/out", "undef/status"),
+            diverge.undefined_uses),
     # layout.npz, mma_*.npz, capture_extra_{mma,ldst}.npz
     Handler("layout", keys_where(wmma.is_layout_key), wmma.layouts),
     Handler("mma", keys_where(wmma.is_mma_key), wmma.mma_configs),

@@ -7,8 +7,9 @@ that are executing the current path is carried here, while that path is traced, 
 ``bool[32]`` array (traced, and batched under ``jax.vmap`` like any other lane value).
 ``None`` means all 32 lanes execute, which is the state outside any branch.
 
-Divergent control flow sets it with :func:`running`; warp primitives and cooperative
-groups read it with :func:`active_lanes`.
+Divergent control flow (``jaxwarp.branch``, ``jaxwarp.lane_while``) sets it with
+:func:`running`; warp primitives and cooperative groups read it with
+:func:`active_lanes`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import contextvars
 from collections.abc import Iterator
 
 import jax
+import jax.numpy as jnp
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("jaxwarp_active_lanes", default=None)
+_LANE_BITS = tuple(1 << l for l in range(32))
 
 
 def active_lanes() -> jax.Array | None:
@@ -35,3 +38,9 @@ def running(active: jax.Array | None) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
+
+
+def lanes_mask(lanes: jax.Array) -> jax.Array:
+    """``bool[32]`` -> ``uint32`` scalar with bit ``l`` set where ``lanes[l]``."""
+    bits = jnp.asarray(_LANE_BITS, jnp.uint32)
+    return jnp.sum(jnp.where(lanes, bits, jnp.uint32(0)), dtype=jnp.uint32)

@@ -29,6 +29,10 @@ bits (``_static_plan``), which XLA fuses with the surrounding arithmetic; a trac
 Lanes outside ``mask`` do not take part: their result is their own input. A lane
 whose source lane is not in its ``mask`` (or did not call) reads 0, which is what
 the H100 did (CUDA: undefined). ``jaxwarp.checked`` reports both situations.
+
+Inside a divergent path (``jaxwarp.branch``, ``jaxwarp.lane_while``) only the lanes
+executing it call (``active.active_lanes``): a lane that is not executing keeps its
+input, and a source lane that is not executing counts as one that did not call.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.warp import checked
+from jaxwarp._src.warp.active import active_lanes, lanes_mask
 
 WARP_SIZE = checks.WARP_SIZE
 FULL_MASK = 0xFFFFFFFF
@@ -63,19 +68,56 @@ def lane_id() -> jax.Array:
 
 
 def activemask() -> jax.Array:
-    """Returns ``__activemask()`` of a fully converged warp: ``uint32(0xFFFFFFFF)``.
+    """``__activemask()``: a ``uint32`` scalar with bit ``l`` set for every executing lane.
 
-    The functional model has no divergence: every lane of the (32,) axis executes
-    every call, so all 32 lanes are active. Restricting work to some lanes is done
-    with the ``mask`` argument of each intrinsic.
+    Outside any branch every lane of the (32,) axis executes, so this is
+    ``0xFFFFFFFF``. Inside a path of ``jaxwarp.branch`` or an iteration of
+    ``jaxwarp.lane_while`` it is the lanes executing that path (the same value in
+    every lane, as on the GPU, where all of them read the same mask).
 
     Example:
         >>> hex(int(jaxwarp.activemask()))
         '0xffffffff'
         >>> jaxwarp.reduce_add_sync(jaxwarp.activemask(), jnp.ones(32, jnp.uint32))[0]
         Array(32, dtype=uint32)
+        >>> odd = jaxwarp.lane_id() % 2 == 1
+        >>> m = jaxwarp.branch(odd, lambda: jaxwarp.activemask(), lambda: jnp.uint32(0))
+        >>> hex(int(m[1]))
+        '0xaaaaaaaa'
     """
-    return jnp.uint32(FULL_MASK)
+    act = active_lanes()
+    if act is None:
+        return jnp.uint32(FULL_MASK)
+    return lanes_mask(act)
+
+
+def syncwarp(mask: Any = FULL_MASK) -> None:
+    """``__syncwarp(mask)``: validated, then a no-op in the functional model.
+
+    On the GPU the calling lanes wait until every lane of ``mask`` has reached a
+    ``__syncwarp`` with the same mask; jaxwarp runs the lanes of a path in lock
+    step, so there is nothing to wait for. ``jaxwarp.checked`` reports what CUDA
+    leaves undefined: a calling lane missing from its own (per-lane) mask, calling
+    lanes passing different masks, and (inside ``jaxwarp.branch`` or
+    ``jaxwarp.lane_while``) a mask naming lanes that are not executing.
+
+    Args:
+        mask: lanes taking part: a 32-bit int, or a uint32/int32 scalar or (32,)
+            array (each lane passes its own mask). May be traced.
+
+    Raises:
+        TypeError, ValueError: ``mask`` is not a 32-bit lane mask.
+
+    Example:
+        >>> jaxwarp.syncwarp() is None
+        True
+        >>> inside = lambda: jaxwarp.syncwarp(0xFFFFFFFF) or jnp.int32(0)
+        >>> err, _ = jaxwarp.checked(jaxwarp.branch)(jaxwarp.lane_id() < 8, inside, inside)
+        >>> "names lane 8, which is not executing" in err.get()
+        True
+    """
+    participating(mask, "__syncwarp")
+    return None
 
 
 def nanosleep(ns: Any) -> None:
@@ -188,19 +230,26 @@ _CUDA_NAME = {
 
 
 def participating(mask: Any, what: str = "") -> jax.Array:
-    """Returns bool[32]: lane l calls the intrinsic iff bit l of its own mask is set.
+    """Returns bool[32]: lane l calls the intrinsic iff bit l of its own mask is set
+    and lane l is executing (``active_lanes``; all lanes outside a branch).
 
     In checked mode (``what`` names the intrinsic) it also reports calling lanes
     with different masks and, where masks are given per lane, a lane with a
     non-zero mask that lacks its own bit (a lane that does not call passes 0).
-    A single mask for the whole warp just says which lanes call.
+    A single mask for the whole warp just says which lanes call. Inside a
+    divergent path it reports a calling lane whose mask names a lane that is not
+    executing (CUDA: undefined).
     """
     m = checks.mask_array(mask)
     per_lane = m.ndim == 1
     m = jnp.broadcast_to(m, (WARP_SIZE,))
-    calls = ((m >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)) & 1) == 1
+    own = ((m >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)) & 1) == 1
+    act = active_lanes()
+    calls = own if act is None else own & act
     if what and checked.enabled() and per_lane:
-        missing = (m != 0) & ~calls
+        missing = (m != 0) & ~own
+        if act is not None:
+            missing = missing & act
         l = checked.first_lane(missing)
         checked.check(
             ~jnp.any(missing),
@@ -220,6 +269,20 @@ def participating(mask: Any, what: str = "") -> jax.Array:
             b=l,
             ma=m[lead],
             mb=m[l],
+        )
+    if what and checked.enabled() and act is not None:
+        outside = m & ~lanes_mask(act)
+        bad = calls & (outside != 0)
+        l = checked.first_lane(bad)
+        named = checked.first_lane(((outside[l] >> _LANES.astype(np.uint32)) & 1) == 1)
+        checked.check(
+            ~jnp.any(bad),
+            "lane {lane} calls " + what + " with mask {mask}, which names lane {other}, "
+            "which is not executing (active mask {active}; CUDA: undefined)",
+            lane=l,
+            mask=m[l],
+            other=named,
+            active=lanes_mask(act),
         )
     return calls
 
@@ -251,7 +314,7 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
             "of two in [1, 32] (the H100 follows the PTX formula)",
         )
     j = source_lanes(mode, b, width)  # a NumPy array when b is a Python/NumPy int
-    if mask_int == FULL_MASK:
+    if mask_int == FULL_MASK and active_lanes() is None:
         # Every lane calls and every source is a member: a pure permutation.
         return _move(var, j, None, None)
     m0 = checks.mask_array(mask)

@@ -16,14 +16,15 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.warp.lanes import WARP_SIZE, members
+from jaxwarp._src.warp.active import lanes_mask
+from jaxwarp._src.warp.lanes import WARP_SIZE, members, participating
 
 # NumPy, not jnp: a module-level jnp array would start the backend at import, before
 # a multi-host program can call jax.distributed.initialize.
 _BITS = np.uint32(1) << np.arange(WARP_SIZE, dtype=np.uint32)
 
 
-def _predicate(pred: Any) -> jax.Array:
+def lane_predicate(pred: Any) -> jax.Array:
     pred = checks.lane_array(pred, "pred")
     if pred.ndim != 1:
         raise ValueError(f"pred must have shape (32,) (one predicate per lane), got {pred.shape}")
@@ -53,7 +54,11 @@ def ballot_sync(mask: Any, pred: Any) -> jax.Array:
         >>> hex(int(jaxwarp.ballot_sync(0xFFFFFFFF, jaxwarp.lane_id() % 2 == 1)[0]))
         '0xaaaaaaaa'
     """
-    p = _predicate(pred)
+    p = lane_predicate(pred)
+    m = checks.mask_array(mask)
+    if m.ndim == 0:  # one mask for the warp: every caller gets the same bits
+        calls = participating(m, "__ballot_sync")
+        return jnp.where(calls, lanes_mask(calls & p), jnp.uint32(0))
     calls, member = members(mask, "__ballot_sync")
     return jnp.where(calls, _lane_bits(member & p[None, :]), jnp.uint32(0))
 
@@ -90,7 +95,10 @@ def all_sync(mask: Any, pred: Any) -> jax.Array:
         >>> jaxwarp.all_sync(0x0000FFFF, lane < 16)[jnp.array([0, 16])]
         Array([1, 0], dtype=int32)
     """
-    p = _predicate(pred)
+    p = lane_predicate(pred)
+    if checks.mask_array(mask).ndim == 0:  # one mask for the warp
+        calls = participating(mask, "__all_sync")
+        return (calls & ~jnp.any(calls & ~p)).astype(jnp.int32)
     calls, member = members(mask, "__all_sync")
     ok = jnp.all(~member | p[None, :], axis=1)
     return (calls & ok).astype(jnp.int32)
@@ -163,3 +171,37 @@ def match_all_sync(mask: Any, value: Any) -> tuple[jax.Array, jax.Array]:
     differs = member & (key[:, None] != key[None, :])
     ok = calls & ~jnp.any(differs, axis=1)
     return jnp.where(ok, _lane_bits(member), jnp.uint32(0)), ok.astype(jnp.int32)
+
+
+def elect_sync(mask: Any) -> tuple[jax.Array, jax.Array]:
+    """PTX ``elect.sync d|p, membermask`` (sm_90): elect one leader lane of ``mask``.
+
+    The leader is the lowest-numbered calling lane of ``mask``. The PTX ISA promises
+    only a deterministic choice among the active lanes of ``membermask``; CUDA's
+    ``cg::invoke_one`` uses ``elect.sync`` where the target has it and otherwise
+    calls the lane of ``thread_rank() == 0``, the lowest. Inside ``jaxwarp.branch``
+    or ``jaxwarp.lane_while`` only executing lanes call, so the leader is the
+    lowest executing lane of ``mask``.
+
+    Args:
+        mask: 32-bit lane mask (int, or uint32/int32 scalar or (32,) array); may be
+            traced.
+
+    Returns:
+        (int32[32], bool[32]): ``d``, the leader's lane id, and ``p``, true in the
+        leader only. Lanes that do not call get (0, False).
+
+    Example:
+        >>> d, p = jaxwarp.elect_sync(0xFFFFFF00)
+        >>> int(d[8]), int(jnp.argmax(p)), int(p.sum())
+        (8, 8, 1)
+    """
+    lane = jnp.arange(WARP_SIZE, dtype=jnp.int32)
+    if checks.mask_array(mask).ndim == 0:  # one mask for the warp: one leader
+        calls = participating(mask, "elect.sync")
+        leader = jnp.min(jnp.where(calls, lane, WARP_SIZE))
+    else:
+        calls, member = members(mask, "elect.sync")
+        leader = jnp.min(jnp.where(member, lane[None, :], WARP_SIZE), axis=1)
+    d = jnp.where(calls, leader, 0).astype(jnp.int32)
+    return d, calls & (leader == lane)

@@ -1,0 +1,240 @@
+"""Divergent control flow inside a one-warp program: ``branch`` and ``lane_while``.
+
+On a GPU, the lanes of a warp that disagree on a branch condition run the two paths
+one after the other, each with only its own lanes executing, and meet again after
+the branch (reconvergence). A loop whose trip count differs per lane keeps running
+while any lane still loops; lanes that left wait with their values untouched.
+
+jaxwarp computes every path as array code over all 32 lanes and keeps, while a path
+is traced, the set of lanes executing it (``active.running``). Everything that reads
+that set sees exactly the lanes that took the path, as on the GPU:
+``jaxwarp.activemask()``, the shuffles, votes, matches and reductions (a lane that is
+not executing does not call: its result is its own input, and a lane reading from it
+reads what a lane outside ``mask`` gives, 0), ``jaxwarp.syncwarp`` and
+``jaxwarp.elect_sync``. After the branch, each lane keeps the result of the path it
+took (``jnp.where`` on the predicate), which is what reconvergence does to registers.
+
+Order of the paths: the GPU's order is visible only through side effects (printf,
+stores that both paths make to one address); the values of a pure program do not
+depend on it. jaxwarp traces (and so runs side effects of, e.g. ``jax.debug.print``)
+the ``then`` path first, then the ``else`` path. Both paths are computed even when no
+lane takes one of them (its results are then discarded); both must return values of
+the same structure, shapes and dtypes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxwarp._src import checks
+from jaxwarp._src.warp import checked
+from jaxwarp._src.warp.active import active_lanes, lanes_mask, running
+from jaxwarp._src.warp.vote import lane_predicate
+
+WARP_SIZE = checks.WARP_SIZE
+
+
+def _per_lane(tree: Any, what: str) -> Any:
+    """Every leaf as a (32, ...) array; a 0-d leaf stands for every lane's value."""
+
+    def one(x):
+        x = checks.array_arg(x, what, complex_ok=True)
+        if x.ndim == 0:
+            return jnp.broadcast_to(x, (WARP_SIZE,))
+        if x.shape[0] != WARP_SIZE:
+            raise ValueError(
+                f"{what} must be per-lane values with a leading lane axis of {WARP_SIZE} "
+                f"(or 0-d, the same in every lane); got shape {tuple(x.shape)}")
+        return x
+
+    return jax.tree.map(one, tree)
+
+
+def _operands(tree: Any) -> Any:
+    """Checks that every leaf is a per-lane (32, ...) or 0-d array; passes them as given."""
+
+    def one(x):
+        arr = checks.array_arg(x, "operands", complex_ok=True)
+        if arr.ndim and arr.shape[0] != WARP_SIZE:
+            raise ValueError(f"operands must be per-lane values with a leading lane axis of "
+                             f"{WARP_SIZE} (or 0-d); got shape {tuple(arr.shape)}")
+        return x
+
+    jax.tree.map(one, tree)
+    return tree
+
+
+def _select(lanes: jax.Array, on: Any, off: Any) -> Any:
+    """Per lane: ``on`` where ``lanes``, else ``off`` (pytrees of (32, ...) arrays)."""
+
+    def one(a, b):
+        return jnp.where(lanes.reshape((WARP_SIZE,) + (1,) * (a.ndim - 1)), a, b)
+
+    return jax.tree.map(one, on, off)
+
+
+def _same_structure(a: Any, b: Any, what: str) -> None:
+    ta, tb = jax.tree.structure(a), jax.tree.structure(b)
+    if ta != tb:
+        raise TypeError(f"{what}: the results have different structures: {ta} and {tb}; "
+                        f"allowed: the same pytree of per-lane arrays")
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            raise TypeError(f"{what}: results {x.dtype}{list(x.shape)} and "
+                            f"{y.dtype}{list(y.shape)} differ; allowed: the same shape "
+                            f"and dtype on both sides")
+
+
+def _within(lanes: jax.Array) -> jax.Array:
+    """``lanes`` restricted to the lanes executing now."""
+    outer = active_lanes()
+    return lanes if outer is None else outer & lanes
+
+
+def _callable(fn: Any, name: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name} must be callable (a function of the operands), got "
+                        f"{type(fn).__name__} {fn!r}")
+
+
+def branch(pred: Any, then_fn: Callable[..., Any], else_fn: Callable[..., Any],
+           *operands: Any) -> Any:
+    """``if (pred) then_fn(...) else else_fn(...)`` in a one-warp program, per lane.
+
+    Each path runs with the lanes that took it executing (those of the enclosing
+    path whose ``pred`` holds, or does not): inside it, ``jaxwarp.activemask()``
+    is their mask, and shuffles, votes, matches and reductions see only them.
+    After the branch each lane holds the result of its own path, as after
+    reconvergence on the GPU. Branches nest, and work under ``jax.jit``,
+    ``jax.vmap`` (many warps, each with its own lanes) and ``jax.grad`` (the
+    derivative of each lane is that of its own path).
+
+    ``then_fn`` is traced (and its side effects run) before ``else_fn``; both
+    are computed over all lanes and the lanes of the other path are discarded, so
+    a path must not fail on values it does not take (as with ``jnp.where``).
+
+    Args:
+        pred: (32,) bool or integer (non-zero = true), one condition per lane.
+        then_fn: function of ``*operands`` run by the lanes where ``pred`` holds.
+        else_fn: the same for the other lanes; its results must have the same
+            structure, shapes and dtypes as ``then_fn``'s.
+        *operands: pytrees of per-lane (32, ...) arrays passed to both paths.
+
+    Returns:
+        The pytree the paths return, every leaf (32, ...): lane ``l`` holds
+        ``then_fn``'s value if ``pred[l]`` else ``else_fn``'s. A 0-d leaf counts
+        as the same value in every lane and comes back as (32,).
+
+    Raises:
+        TypeError: a function is not callable; the two paths return different
+            structures, shapes or dtypes; ``pred`` is not bool or integer.
+        ValueError: ``pred`` or a result has no leading lane axis of 32.
+
+    Example:
+        The even lanes add their neighbour's value, the odd lanes count the lanes
+        executing with them (16: ``__popc(__activemask())``):
+
+        >>> x = jnp.arange(32, dtype=jnp.int32)
+        >>> def even(x):
+        ...     return x + jaxwarp.shfl_xor_sync(jaxwarp.activemask(), x, 2)
+        >>> def odd(x):
+        ...     return jnp.full(32, jax.lax.population_count(jaxwarp.activemask()), jnp.int32)
+        >>> jaxwarp.branch(x % 2 == 0, even, odd, x)[:6]
+        Array([ 2, 16,  2, 16, 10, 16], dtype=int32)
+    """
+    p = lane_predicate(pred)
+    _callable(then_fn, "then_fn")
+    _callable(else_fn, "else_fn")
+    operands = _operands(operands)
+    with running(_within(p)):
+        on = _per_lane(then_fn(*operands), "then_fn's result")
+    with running(_within(~p)):
+        off = _per_lane(else_fn(*operands), "else_fn's result")
+    _same_structure(on, off, "branch")
+    return _select(p, on, off)
+
+
+def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], init: Any, *,
+               max_trips: int | None = None) -> Any:
+    """``while (cond(v)) v = body(v);`` in a one-warp program, with per-lane trip counts.
+
+    Every lane of the enclosing path evaluates ``cond_fn``; the lanes where it holds
+    run ``body_fn`` and evaluate ``cond_fn`` again, until no lane loops. In each
+    iteration only the lanes still looping execute (``jaxwarp.activemask()`` is
+    theirs, and intrinsics see only them); a lane that left keeps its values.
+
+    With ``max_trips=None`` the loop is a ``lax.while_loop`` (``jax.jit``,
+    ``jax.vmap`` and forward-mode derivatives; JAX has no reverse mode for it).
+    With an int, it is a ``lax.scan`` of ``max_trips`` iterations, which
+    ``jax.grad`` differentiates; lanes still looping after them stop there, and
+    ``jaxwarp.checked`` reports it.
+
+    Args:
+        cond_fn: function of the state returning (32,) bool or integer, per lane.
+        body_fn: function of the state returning the next state (same structure,
+            shapes and dtypes).
+        init: the state: a pytree of per-lane (32, ...) arrays (a 0-d leaf counts
+            as the same value in every lane and is carried as (32,)).
+        max_trips: static; None (no limit) or the number of iterations to run.
+
+    Returns:
+        The state after every lane has left the loop.
+
+    Raises:
+        TypeError: a function is not callable; ``body_fn`` changes the structure,
+            a shape or a dtype of the state; ``max_trips`` is not an int.
+        ValueError: a state leaf has no leading lane axis of 32; ``max_trips`` < 0.
+
+    Example:
+        Lane ``l`` halves its value until it is odd: trip counts differ per lane.
+        The count of lanes still looping is summed in each iteration:
+
+        >>> x = jnp.arange(1, 33, dtype=jnp.int32)
+        >>> def body(s):
+        ...     v, n = s
+        ...     alive = jax.lax.population_count(jaxwarp.activemask()).astype(jnp.int32)
+        ...     return v // 2, n + alive
+        >>> v, n = jaxwarp.lane_while(lambda s: s[0] % 2 == 0, body, (x, jnp.int32(0)))
+        >>> v[:8]
+        Array([1, 1, 3, 1, 5, 3, 7, 1], dtype=int32)
+        >>> n[:8]
+        Array([ 0, 16,  0, 24,  0, 16,  0, 28], dtype=int32)
+    """
+    _callable(cond_fn, "cond_fn")
+    _callable(body_fn, "body_fn")
+    if max_trips is not None:
+        max_trips = checks.static_int(max_trips, "max_trips")
+        if max_trips < 0:
+            raise ValueError(f"max_trips={max_trips}; allowed: None or an int >= 0")
+    state = _per_lane(init, "init")
+    outer = active_lanes()
+    everyone = jnp.ones((WARP_SIZE,), jnp.bool_) if outer is None else outer
+
+    def test(lanes, s):
+        with running(lanes):
+            return lanes & lane_predicate(cond_fn(s))
+
+    def step(carry):
+        s, looping = carry
+        with running(looping):
+            new = _per_lane(body_fn(s), "body_fn's result")
+        _same_structure(s, new, "lane_while body_fn")
+        s = _select(looping, new, s)
+        return s, test(looping, s)
+
+    carry = (state, test(everyone, state))
+    if max_trips is None:
+        state, _ = lax.while_loop(lambda c: jnp.any(c[1]), step, carry)
+        return state
+    (state, looping), _ = lax.scan(lambda c, _: (step(c), None), carry, None,
+                                   length=max_trips)
+    checked.check(~jnp.any(looping),
+                  "lane_while(max_trips={n}): lanes {lanes} still loop after max_trips "
+                  "iterations (they stop there)", n=jnp.int32(max_trips),
+                  lanes=lanes_mask(looping))
+    return state
