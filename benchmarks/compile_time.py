@@ -84,7 +84,7 @@ def _vit_jax(large: bool, mult: int):
 
     width, heads, patch, size, batch, blocks = _vit_sizes(large)
     hi = jax.lax.Precision.HIGHEST
-    ks = iter(jax.random.split(jax.random.key(0), 4 + 4 * blocks * mult))
+    ks = iter(jax.random.split(jax.random.key(0), 4 + 7 * blocks * mult))
     dense = lambda i, o: jax.random.normal(next(ks), (i, o)) / math.sqrt(i)  # noqa: E731
     ln = lambda: {"g": jnp.ones(width), "b": jnp.zeros(width)}  # noqa: E731
     params = {"patch": jax.random.normal(next(ks), (patch, patch, 3, width)) / patch,
@@ -222,6 +222,9 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     return out
 
 
+CHILD_TIMEOUT = [None]  # seconds per measurement (--child-timeout)
+
+
 def _child(args, block_form=None) -> dict:
     cmd = [sys.executable, __file__, "--child", args[0], args[1], "--format", args[2]]
     if args[3]:
@@ -230,7 +233,11 @@ def _child(args, block_form=None) -> dict:
         cmd += ["--cache-dir", args[4]]
     if block_form:
         cmd += ["--block-form", block_form]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                             timeout=CHILD_TIMEOUT[0])
+    except subprocess.TimeoutExpired:
+        return {"error": f"over --child-timeout {CHILD_TIMEOUT[0]} s"}
     if res.returncode:
         return {"error": res.stderr.strip().splitlines()[-1:] or ["failed"]}
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -247,6 +254,8 @@ def main() -> None:
     ap.add_argument("--block-form", default=None, choices=("reduce", "unrolled"),
                     help="the exact datapath's block form (datapath_blocks.BLOCK_FORM; "
                          "default: the package's)")
+    ap.add_argument("--child-timeout", type=float, default=None,
+                    help="seconds allowed to one (model, mode) measurement")
     ap.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -255,6 +264,8 @@ def main() -> None:
                                   args.block_form)))
         return
     from _common import device_info, emit, host_info, versions
+
+    CHILD_TIMEOUT[0] = args.child_timeout
 
     t_start = time.perf_counter()
     models = [m for m in args.models.split(",") if m]
