@@ -12,7 +12,10 @@ persistent compilation cache is off unless ``--cache-dir`` is given):
 Models: ``study`` (the transformer of ``experiments/emulated_training.py``: 1 layer,
 width 32, modular addition p = 13), ``vit`` (a Flax linen ViT: a Conv patch embedding,
 2 blocks of ``MultiHeadDotProductAttention``, LayerNorm and a gelu MLP; skipped when Flax
-is missing) and each with 4x the layers (``study_x4``, ``vit_x4``). ``--large``: GPU sizes
+is missing), each with 4x the layers (``study_x4``, ``vit_x4``), and the study transformer
+with its layers as one ``lax.scan`` over stacked parameters (``study_scan``,
+``study_scan_x4``: emulate rebuilds the scan, so a layer's products compile once).
+``--large``: GPU sizes
 (the study transformer of ``emulate_step.py --large``: width 512, 4 layers, batch 64 x
 seq 128; a ViT of width 256 on 64 images of 64 x 64).
 
@@ -43,12 +46,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import best_time  # noqa: E402
 
 MODES = ("plain", "fast", "exact")
-MODELS = ("study", "study_x4", "vit", "vit_x4")
+MODELS = ("study", "study_x4", "study_scan", "study_scan_x4", "vit", "vit_x4")
 
 
 # --- the models (built inside the child process) ---------------------------------------
 
-def _study(large: bool, mult: int):
+def _study(large: bool, mult: int, scan: bool = False):
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -67,7 +70,35 @@ def _study(large: bool, mult: int):
     params = et.init_params(jax.random.key(0), p, width, layers * mult, heads)
     if large:
         params["pos"] = 0.1 * jax.random.normal(jax.random.key(1), (seq, width), jnp.float32)
-    return (lambda prm, x, y: et.loss_fn(prm, x, y, heads)), params, (tokens, labels)
+    if not scan:
+        return (lambda prm, x, y: et.loss_fn(prm, x, y, heads)), params, (tokens, labels)
+    # The same layers as one lax.scan over stacked parameters (as flax's nn.scan does):
+    # emulate rebuilds the scan, so a layer's products are compiled once.
+    params["blocks"] = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params["blocks"])
+
+    hi = jax.lax.Precision.HIGHEST
+
+    def layer(x, blk):  # the body of et.forward's loop over blocks
+        B, S, d = x.shape
+        h = et.layer_norm(x, blk["ln1"])
+        q, k, v = jnp.split(jnp.matmul(h, blk["qkv"], precision=hi), 3, axis=-1)
+        split = lambda t: t.reshape(B, S, heads, d // heads)  # noqa: E731
+        s = jnp.einsum("bqhd,bkhd->bhqk", split(q), split(k), precision=hi)
+        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s / (d // heads) ** 0.5, -1e9)
+        a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), split(v),
+                       precision=hi).reshape(B, S, d)
+        x = x + jnp.matmul(a, blk["o"], precision=hi)
+        h = jax.nn.gelu(jnp.matmul(et.layer_norm(x, blk["ln2"]), blk["w1"], precision=hi)
+                        + blk["b1"])
+        return x + jnp.matmul(h, blk["w2"], precision=hi) + blk["b2"], None
+
+    def loss(prm, x, y):
+        h, _ = jax.lax.scan(layer, prm["embed"][x] + prm["pos"], prm["blocks"])
+        logits = jnp.matmul(et.layer_norm(h[:, -1], prm["ln_f"]), prm["out"], precision=hi)
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    return loss, params, (tokens, labels)
 
 
 def _vit_sizes(large: bool):
@@ -184,8 +215,11 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
 
     if block_form:
         datapath_blocks.BLOCK_FORM = block_form
-    base, _, x4 = model.partition("_")
-    loss, params, data = (_study if base == "study" else _vit)(large, 4 if x4 else 1)
+    mult = 4 if model.endswith("_x4") else 1
+    if model.startswith("study"):
+        loss, params, data = _study(large, mult, scan="_scan" in model)
+    else:
+        loss, params, data = _vit(large, mult)
     settings = {"plain": None, "exact": dict(operand_format=fmt),
                 "fast": dict(operand_format=fmt, mode="fast")}[mode]
     fn = loss if settings is None else jaxwarp.emulate(loss, **settings)
