@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.tensorcore import datapath
-from jaxwarp._src.tensorcore.matmul import matmul
+from jaxwarp._src.tensorcore.matmul import _bwd_product, _forward_once, matmul
 
 CASES = [  # (instruction, a_format, b_format, (m, n, k), arch)
     ("wmma", "f16", "f16", (16, 16, 16), "sm_90"),
@@ -42,11 +42,16 @@ def store_mode(monkeypatch):
     the session); the setting and fresh traces are restored afterwards."""
     def set_mode(mode):
         monkeypatch.setattr(datapath, "STORE_DECODED", mode)
-        datapath._mma_float_exact.clear_cache()
+        _clear_traces()
 
     yield set_mode
     monkeypatch.undo()
-    datapath._mma_float_exact.clear_cache()
+    _clear_traces()
+
+
+def _clear_traces():  # the exact model's and matmul's jitted products (per signature)
+    for f in (datapath._mma_float_exact, _forward_once, _bwd_product):
+        f.clear_cache()
 
 
 def _barriers(f, *args) -> int:

@@ -75,13 +75,41 @@ def _row(x, i):  # operand i of the b side, (..., 1, n)
     return x[..., i:i + 1, :]
 
 
+#: How a block's k products are built: ``"unrolled"``, one (..., m, n) array per k index,
+#: or ``"reduce"``, arrays with a trailing k axis whose maximum and sums are reductions
+#: (a program of one size for any k). The bits are the same: the sums are of int32
+#: (wrapping, associative) and maxima, and the fp32 sum that finds the specials is NaN,
+#: +-inf or -0 in any order. On the 2-core CPU (jax 0.10.2, 2026-11-26) "reduce" cut the
+#: HLO of the study transformer's exact step by 26% but its compile time by under 10%,
+#: and ran that step 2.7x slower (a 256^3 bf16 GEMM ran 2x faster): "unrolled" stays
+#: the default (``benchmarks/compile_time.py --block-form`` measures both).
+BLOCK_FORM = "unrolled"
+
+
+def _take(x, ks, axis: int):
+    """The k indices ``ks`` (static, in this order) of axis ``axis`` of x."""
+    lo = ks[0]
+    if list(ks) == list(range(lo, lo + len(ks))):
+        return lax.slice_in_dim(x, lo, lo + len(ks), axis=axis)
+    return jnp.take(x, np.asarray(ks), axis=axis)
+
+
+def _cols(x, ks):  # operands ks of the a side, (..., m, 1, k)
+    return _take(x, ks, x.ndim - 1)[..., :, None, :]
+
+
+def _rows(x, ks):  # operands ks of the b side, (..., 1, n, k)
+    return jnp.swapaxes(_take(x, ks, x.ndim - 2), -1, -2)[..., None, :, :]
+
+
 # Products per int32 partial sum: every aligned term is below 2**(F + 2) <= 2**30.
 _GROUP = 8
 
 
 def _sum_terms(terms, acc: _Acc, E, F, trunc):
-    """Exact sum of the truncated product terms (int32, in units of 2**(E - F)) and the
-    accumulator (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g."""
+    """Exact sum of the truncated product terms (int32, in units of 2**(E - F); a list of
+    (..., m, n) arrays, or one (..., m, n, k) array in k order) and the accumulator
+    (truncated here) -> (neg, mag (uint32), g): value (-1)**neg * mag * 2**g."""
     g = E - F
     sh = acc.lsb - g
     cv = softfloat.shift(acc.sig, sh)
@@ -90,10 +118,22 @@ def _sum_terms(terms, acc: _Acc, E, F, trunc):
         lost = jnp.where(sh >= 0, False, jnp.where(
             sh <= -31, acc.sig != 0, (acc.sig & ((1 << jnp.clip(-sh, 0, 30)) - 1)) != 0))
         cv = cv - (lost & acc.neg).astype(jnp.int32)
-    groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
-    groups.append(cv)
-    hi = sum(x >> 1 for x in groups)
-    lo = sum(x & 1 for x in groups)
+    if isinstance(terms, list):
+        groups = [sum(terms[i:i + _GROUP]) for i in range(0, len(terms), _GROUP)]
+        groups.append(cv)
+        hi = sum(x >> 1 for x in groups)
+        lo = sum(x & 1 for x in groups)
+    else:  # the same int32 sums (associative, also where they wrap) as reductions
+        k = terms.shape[-1]
+        ng = -(-k // _GROUP)
+        if ng > 1:
+            if k % _GROUP:
+                terms = jnp.pad(terms, [(0, 0)] * (terms.ndim - 1) + [(0, ng * _GROUP - k)])
+            groups = terms.reshape(*terms.shape[:-1], ng, _GROUP).sum(-1, dtype=jnp.int32)
+        else:
+            groups = terms.sum(-1, keepdims=True, dtype=jnp.int32)
+        hi = (groups >> 1).sum(-1, dtype=jnp.int32) + (cv >> 1)
+        lo = (groups & 1).sum(-1, dtype=jnp.int32) + (cv & 1)
     # sum = 2 * hi + lo exactly in int32 (|sum| may pass 2**31 but stays below 2**32).
     neg = hi + (lo >> 1) < 0
     u = (hi.astype(jnp.uint32) << 1) + lo.astype(jnp.uint32)
@@ -116,7 +156,10 @@ def _specials(prods, acc: _Acc, dp: Datapath):
     stand-in: that sum is NaN / +-inf exactly when the block result is, and -0 exactly
     when every term is a zero of negative sign (a sum rounded to nearest is -0 only
     then; the products here are never fp32 subnormals, so no flush can fake one)."""
-    sp = functools.reduce(jnp.add, prods, _acc_special(acc))
+    if isinstance(prods, list):
+        sp = functools.reduce(jnp.add, prods, _acc_special(acc))
+    else:  # (..., m, n, k): any order of the sum gives the same NaN, inf and -0
+        sp = _acc_special(acc) + prods.sum(-1)
     nan = jnp.isnan(sp)
     negzero = (sp == 0) & jnp.signbit(sp) if dp.zero == "ieee" else jnp.bool_(False)
     return nan, sp == jnp.inf, sp == -jnp.inf, negzero
@@ -197,6 +240,8 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     lowest alignment exponent of a non-zero product."""
     a, a_al = a if isinstance(a, tuple) else (a, None)  # (values, alignments) or values
     b, b_al = b if isinstance(b, tuple) else (b, None)
+    if BLOCK_FORM == "reduce":
+        return _block_fast_k(a, a_al, b, b_al, ks, acc, dp, fmts, emin)
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
@@ -216,6 +261,25 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     # A non-zero product has E >= emin; otherwise the scale is never used.
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
     terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
+    neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
+    return _Block(neg, mag, g, *_specials(prods, acc, dp))
+
+
+def _block_fast_k(a, a_al, b, b_al, ks, acc: _Acc, dp: Datapath, fmts, emin: int) -> _Block:
+    """``_block_fast`` on (..., m, n, k) arrays (``BLOCK_FORM="reduce"``)."""
+    av, bv = _cols(a, ks).astype(jnp.float32), _rows(b, ks).astype(jnp.float32)
+    prods = av * bv  # exact, normal or zero
+    if dp.align == "nominal":
+        if a_al is None:
+            ea, eb = _fast_align(av, fmts[0], dp), _fast_align(bv, fmts[1], dp)
+        else:
+            ea, eb = _cols(a_al, ks).astype(jnp.int32), _rows(b_al, ks).astype(jnp.int32)
+        top = (ea + eb).max(-1) - 127
+    else:
+        top = _ebits(jnp.abs(prods).max(-1))
+    E = jnp.maximum(jnp.where(top > 0, top - 127, _NEG_BIG), acc.lead)
+    scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
+    terms = _trunc(prods * scale[..., None], prods, dp.trunc)
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
     return _Block(neg, mag, g, *_specials(prods, acc, dp))
 
@@ -286,6 +350,17 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
         lsb = e >> 4
         return s.astype(jnp.float32), lsb, lsb + (e & 15)
 
+    if BLOCK_FORM == "reduce":  # (..., m, n, k) arrays
+        x, y = unpack(_cols(a.sig, ks), _cols(a.exp, ks)), unpack(_rows(b.sig, ks),
+                                                                   _rows(b.exp, ks))
+        prods = x[0] * y[0]
+        pe = x[2] + y[2] if dp.align == "nominal" else x[1] + y[1] + _ebits(prods) - 127
+        E = jnp.maximum(pe.max(-1), acc.lead)
+        fe = dp.F - jnp.maximum(E, emin) + 127
+        lsbs, fe = (pe, fe - mbits) if lead_only else (x[1] + y[1], fe)
+        terms = _trunc(prods * _pow2(jnp.maximum(lsbs + fe[..., None], 1)), prods, dp.trunc)
+        neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
+        return _Block(neg, mag, g, *_specials(prods, acc, dp))
     ops_a = [unpack(_col(a.sig, i), _col(a.exp, i)) for i in ks]
     ops_b = [unpack(_row(b.sig, i), _row(b.exp, i)) for i in ks]
     prods = [x[0] * y[0] for x, y in zip(ops_a, ops_b, strict=True)]  # exact: < 2**22

@@ -257,57 +257,67 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
     return epilogue(t, multiply_rn(sa, sb), c).astype(acc_dt)
 
 
+# One jitted function per product signature (shapes, dtypes and the static Cfg): JAX
+# traces a product's k loop once per signature and lowers it to one shared function,
+# however often a model calls it (XLA inlines the calls: its own compile still sees
+# each one; benchmarks/compile_time.py and docs/compile_time.md measure it).
+_forward_once = jax.jit(_forward, static_argnums=5)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def _matmul(a, b, c, sa, sb, cfg):
-    return _forward(a, b, c, sa, sb, cfg)
+    return _forward_once(a, b, c, sa, sb, cfg)
 
 
 def _fwd(a, b, c, sa, sb, cfg):
     return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def _bwd_product(x, y, cfg: Cfg):
+    """x @ y through the tensor core, a backward product of a forward with ``cfg`` (jitted
+    per signature, as ``_forward_once``)."""
+    acc_dt = ACC_DTYPE[cfg.accumulator]
+    bcfg = dataclasses.replace(cfg, scaled=False, blockwise=False)
+    M, K = x.shape
+    N = y.shape[1]
+    if cfg.fp8:
+        # Current per-tensor power-of-two scaling of both operands, the forward's
+        # format pairing: x * 2**kx rounded once to fp32, then to fp8; the product
+        # times 2**-(kx + ky) rounded once to the accumulator. Integer operations on
+        # the bits (times_pow2): the same bits on every backend.
+        kx = tensor_scale_exponent(x, cfg.a_format)
+        ky = tensor_scale_exponent(y, cfg.b_format)
+        t = tiled(to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
+                  to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
+                  jnp.zeros((M, N), acc_dt), bcfg)
+        return times_pow2(t, -(kx + ky), cfg.accumulator)
+    if not cfg.legacy:
+        return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+                     jnp.zeros((M, N), acc_dt), bcfg)
+    # WMMA: the tile permuted to fit, as before.
+    m, n, k = cfg.tile
+    shapes = TILES["wmma"][cfg.a_format]
+    for t in ((m, n, k), (m, k, n), (k, n, m), (n, m, k), (n, k, m), (k, m, n)):
+        if t in shapes and M % t[0] == 0 and N % t[1] == 0 and K % t[2] == 0:
+            promote = cfg.promote_every if cfg.promote_every and \
+                cfg.promote_every % t[2] == 0 else None
+            tcfg = dataclasses.replace(bcfg, tile=t, promote_every=promote)
+            return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+                         jnp.zeros((M, N), acc_dt), tcfg)
+    raise ValueError(
+        f"the backward product {M}x{K} @ {K}x{N} fits no {cfg.a_format} WMMA tile; "
+        f"make M, N and K multiples of every dimension of tile={cfg.tile}"
+    )
+
+
 def _bwd(cfg: Cfg, res, g):
     # Straight-through estimator: the operand conversions pass gradients unchanged.
     # The backward products run on the emulated tensor core, like a GPU's backward.
     a, b, c, sa, sb = res
-    acc_dt = ACC_DTYPE[cfg.accumulator]
-    bcfg = dataclasses.replace(cfg, scaled=False, blockwise=False)
-
-    def product(x, y):  # x @ y through the tensor core
-        M, K = x.shape
-        N = y.shape[1]
-        if cfg.fp8:
-            # Current per-tensor power-of-two scaling of both operands, the forward's
-            # format pairing: x * 2**kx rounded once to fp32, then to fp8; the product
-            # times 2**-(kx + ky) rounded once to the accumulator. Integer operations on
-            # the bits (times_pow2): the same bits on every backend.
-            kx = tensor_scale_exponent(x, cfg.a_format)
-            ky = tensor_scale_exponent(y, cfg.b_format)
-            t = tiled(to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
-                      to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
-                      jnp.zeros((M, N), acc_dt), bcfg)
-            return times_pow2(t, -(kx + ky), cfg.accumulator)
-        if not cfg.legacy:
-            return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
-                         jnp.zeros((M, N), acc_dt), bcfg)
-        # WMMA: the tile permuted to fit, as before.
-        m, n, k = cfg.tile
-        shapes = TILES["wmma"][cfg.a_format]
-        for t in ((m, n, k), (m, k, n), (k, n, m), (n, m, k), (n, k, m), (k, m, n)):
-            if t in shapes and M % t[0] == 0 and N % t[1] == 0 and K % t[2] == 0:
-                promote = cfg.promote_every if cfg.promote_every and \
-                    cfg.promote_every % t[2] == 0 else None
-                tcfg = dataclasses.replace(bcfg, tile=t, promote_every=promote)
-                return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
-                             jnp.zeros((M, N), acc_dt), tcfg)
-        raise ValueError(
-            f"the backward product {M}x{K} @ {K}x{N} fits no {cfg.a_format} WMMA tile; "
-            f"make M, N and K multiples of every dimension of tile={cfg.tile}"
-        )
-
-    g = g.astype(acc_dt)
-    da = product(g, b.T).astype(a.dtype)
-    db = product(a.T, g).astype(b.dtype)
+    g = g.astype(ACC_DTYPE[cfg.accumulator])
+    da = _bwd_product(g, b.T, cfg).astype(a.dtype)
+    db = _bwd_product(a.T, g, cfg).astype(b.dtype)
     return da, db, g.astype(c.dtype), jnp.zeros_like(sa), jnp.zeros_like(sb)
 
 
