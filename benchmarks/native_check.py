@@ -17,11 +17,13 @@ prints the traceback):
 * ``step``: the emulate training step (``benchmarks/emulate_step.py``'s model, ``--large``
   size) plain vs ``mode="native"`` (and ``"fast"``) (target: native >= 0.5 of plain), and on
   the small task the native step's loss and gradients against exact mode's, bit for bit;
-* ``ptx``: the PTX of two native kernels (XLA dump): wgmma instructions and fp32 adds.
+* ``ptx``: the PTX of two native kernels (XLA dump): wgmma instructions and fp32 adds;
+  a tf32 probe at K = 8 and 24 (a k-8 dot, which native mode refuses for now);
+* ``tune``: other kernel blocks (bm, bn, bk, warps, stages) at 4096^3, TFLOP/s.
 
 Writes ``OUT/native_<part>.json`` and prints each part's output.
 
-Usage: python benchmarks/native_check.py [--out DIR] [--parts caps,random,timing,step,ptx]
+Usage: python benchmarks/native_check.py [--out DIR] [--parts caps,random,timing,step,ptx,tune]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-PARTS = {"caps": 50, "random": 130, "timing": 60, "step": 80, "ptx": 30}
+PARTS = {"caps": 50, "random": 120, "timing": 60, "step": 80, "ptx": 30, "tune": 40}
 
 
 def _bits(x):
@@ -410,6 +412,46 @@ def part_ptx(dump: pathlib.Path) -> dict:
 
 
 # --------------------------------------------------------------------------------------
+TUNE = {  # (bm, bn, bk, warps, stages) tried at 4096^3 beside native.plan's choice
+    "f16": [(128, 256, 64, 8, 4), (128, 128, 64, 4, 4), (128, 256, 32, 8, 4),
+            (256, 128, 64, 8, 3)],
+    "e4m3": [(128, 256, 128, 8, 4), (128, 128, 128, 4, 4), (128, 256, 64, 8, 4)],
+}
+
+
+def part_tune() -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from _common import best_time
+
+    from jaxwarp._src.tensorcore import native, native_kernels
+    from jaxwarp._src.tensorcore.matmul import to_operand
+
+    n = 4096
+    out = {}
+    rng = np.random.default_rng(0)
+    a32 = jnp.asarray(rng.standard_normal((n, n), np.float32))
+    for fmt, configs in TUNE.items():
+        a = to_operand(a32, fmt)
+        c = jnp.zeros((n, n), jnp.float32)
+        spec = native_kernels.DotSpec(fmt, fmt, "f32", native.NATIVE_K[fmt])
+        for bm, bn, bk, warps, stages in configs:
+            name = f"{fmt} {bm}x{bn}x{bk} w{warps} s{stages}"
+            try:
+                plan = native_kernels.Plan(spec, n, (bm, bn, bk), None, warps, stages)
+                fn = jax.jit(lambda a, b, c, plan=plan: native_kernels.gemm(a, b, c, plan))
+                t = best_time(lambda fn=fn, a=a, c=c: jax.block_until_ready(fn(a, a, c)), 2,
+                              0.2)
+                out[name] = 2 * n**3 / t / 1e12
+                print(f"{name}: {out[name]:.1f} TFLOP/s", flush=True)
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                out[name] = repr(e)[:300]
+    return out
+
+
+# --------------------------------------------------------------------------------------
 def run_part(part: str, out_dir: pathlib.Path) -> dict:
     import jax
 
@@ -426,7 +468,7 @@ def run_part(part: str, out_dir: pathlib.Path) -> dict:
     print(json.dumps(head), flush=True)
     t = time.perf_counter()
     fn = {"caps": part_caps, "random": part_random, "timing": part_timing,
-          "step": part_step}.get(part)
+          "step": part_step, "tune": part_tune}.get(part)
     result = fn() if fn else part_ptx(out_dir / "xla_dump")
     result = {**head, "seconds": time.perf_counter() - t, "result": result}
     (out_dir / f"native_{part}.json").write_text(json.dumps(result, indent=1))
