@@ -15,10 +15,12 @@ prints the traceback):
 * ``timing``: 4096^3 for f16, bf16, e4m3: native, ``jnp.matmul`` (XLA) and exact, TFLOP/s
   and native / XLA (target: >= 0.5);
 * ``step``: the emulate training step (``benchmarks/emulate_step.py``'s model, ``--large``
-  size) plain vs ``mode="native"`` (and ``"fast"``) (target: native >= 0.5 of plain), and on
-  the small task the native step's loss and gradients against exact mode's, bit for bit;
-* ``ptx``: the PTX of two native kernels (XLA dump): wgmma instructions and fp32 adds;
-  a tf32 probe at K = 8 and 24 (a k-8 dot, which native mode refuses for now);
+  size) plain vs ``mode="native"`` (and ``"fast"``) (target: native >= 0.5 of plain);
+* ``stepbits``: on the small task the native step's loss and gradients against exact
+  mode's, bit for bit, per parameter, with XLA's deterministic ops (the embeddings'
+  gradients are scatter-adds, atomic and unordered on a GPU without them), and exact
+  mode's against itself run twice;
+* ``ptx``: the kernels of two native matmuls in XLA's dump: wgmma instructions, fp32 adds;
 * ``tune``: other kernel blocks (bm, bn, bk, warps, stages) at 4096^3, TFLOP/s.
 
 Writes ``OUT/native_<part>.json`` and prints each part's output.
@@ -42,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-PARTS = {"caps": 50, "random": 120, "timing": 60, "step": 80, "ptx": 30, "tune": 40}
+PARTS = {"caps": 65, "random": 80, "timing": 45, "step": 55, "stepbits": 50, "ptx": 20,
+         "tune": 45}
 
 
 def _bits(x):
@@ -105,12 +108,11 @@ def part_caps() -> dict:
                 out[key] = {"skipped": "negated / scale-d / satfinite form: not matmul's"}
                 continue
             A, B, C, D = (z[f"{g}/{x}"] for x in "ABCD")
-            K = A.shape[-1]
             tile = (n.m, n.n, n.k)
             cfg = Cfg(n.a_format, n.b_format, n.c_format, tile, n.instruction, "sm_90",
                       "native", None, False)
             try:
-                native.check_chain(cfg, K)
+                native.check_chain(cfg)
             except ValueError as e:
                 out[key] = {"not_native": str(e)}
                 continue
@@ -165,6 +167,8 @@ RANDOM_CONFIGS = [
     ("tf32", "f32", "wgmma", None, None, (64, 64, 64), 8),
     ("tf32", "f32", "mma_sync", (16, 8, 8), None, (144, 1040, 72), 8),
     ("tf32", "f32", "wgmma", None, 32, (64, 528, 64), 4),
+    ("tf32", "f32", "wgmma", None, None, (64, 8, 64), 8),
+    ("tf32", "f32", "mma_sync", (16, 8, 8), 24, (64, 520, 64), 4),
     ("e4m3", "f32", None, None, None, (64, 64, 64), 2),
     ("e4m3", "f32", None, None, None, (16, 96, 8), 2),
     ("e4m3", "f32", None, None, None, (200, 4128, 136), 2),
@@ -329,26 +333,43 @@ def part_step() -> dict:
         traceback.print_exc()
         out["large"] = {"error": repr(e)[:500]}
 
-    # (2) Bits: the small task's loss and gradients, native vs exact.
-    try:
-        p, width, layers, heads = 13, 32, 1, 4
-        params = et.init_params(jax.random.key(0), p, width, layers, heads)
-        tokens, labels = et.dataset(p)
-        res = {}
-        for mode in ("native", "exact"):
-            loss = emulate(lambda prm: et.loss_fn(prm, tokens, labels, heads),
-                           operand_format=fmt, mode=mode)
-            res[mode] = jax.jit(jax.value_and_grad(loss))(params)
-        (ln, gn), (le, ge) = res["native"], res["exact"]
-        leaves_n, leaves_e = jax.tree.leaves(gn), jax.tree.leaves(ge)
-        eq = sum(int((_bits(x) == _bits(y)).sum()) for x, y in zip(leaves_n, leaves_e, strict=True))
-        tot = sum(int(np.asarray(x).size) for x in leaves_n)
-        out["small_bits"] = {"loss_equal": bool(_bits(ln) == _bits(le)),
-                             "grad_elements_equal": eq, "grad_elements": tot}
-        print("step small bits", json.dumps(out["small_bits"]), flush=True)
-    except Exception as e:  # noqa: BLE001
-        traceback.print_exc()
-        out["small_bits"] = {"error": repr(e)[:500]}
+    return out
+
+
+# --------------------------------------------------------------------------------------
+def part_stepbits() -> dict:
+    import emulated_training as et
+    import jax
+    import numpy as np
+
+    from jaxwarp import emulate
+
+    p, width, layers, heads = 13, 32, 1, 4
+    params = et.init_params(jax.random.key(0), p, width, layers, heads)
+    tokens, labels = et.dataset(p)
+    out = {"xla_flags": os.environ.get("XLA_FLAGS", "")}
+    res, fns = {}, {}
+    for run, mode in (("native", "native"), ("exact", "exact"), ("exact_again", "exact")):
+        try:  # exact_again: the same compiled step run a second time
+            if mode not in fns:
+                loss = emulate(lambda prm: et.loss_fn(prm, tokens, labels, heads),
+                               operand_format="bf16", mode=mode)
+                fns[mode] = jax.jit(jax.value_and_grad(loss))
+            res[run] = jax.block_until_ready(fns[mode](params))
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            out[run] = {"error": repr(e)[:500]}
+    for x, y in (("native", "exact"), ("exact_again", "exact")):
+        if x not in res or y not in res:
+            continue
+        (lx, gx), (ly, gy) = res[x], res[y]
+        per = {}
+        for (path, u), v in zip(jax.tree_util.tree_leaves_with_path(gx), jax.tree.leaves(gy),
+                                strict=True):
+            eq = int((_bits(u) == _bits(v)).sum())
+            per[jax.tree_util.keystr(path)] = f"{eq}/{np.asarray(u).size}"
+        out[f"{x}_vs_{y}"] = {"loss_equal": bool(_bits(lx) == _bits(ly)), "grads": per}
+        print(f"stepbits {x} vs {y}", json.dumps(out[f"{x}_vs_{y}"]), flush=True)
     return out
 
 
@@ -360,11 +381,6 @@ def part_ptx(dump: pathlib.Path) -> dict:
     import jax.numpy as jnp
 
     import jaxwarp
-    from jaxwarp._src.tensorcore.matmul import to_operand
-
-    def to_tf32(x):
-        return to_operand(jnp.asarray(x), "tf32")
-
     out = {}
     for fmt, promote in (("f16", None), ("e4m3", 128)):
         try:
@@ -374,32 +390,11 @@ def part_ptx(dump: pathlib.Path) -> dict:
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             out[fmt] = {"error": repr(e)[:500]}
-    # Probe: a tf32 dot of k = 8 (one wgmma m64nNk8), below Triton's usual smallest k of 16,
-    # which native mode refuses for now (check_chain): does the kernel compile and match?
-    try:
-        import numpy as np
-
-        from jaxwarp._src.tensorcore import native_kernels
-        from jaxwarp._src.tensorcore.matmul_chain import Cfg, tiled
-
-        rng = np.random.default_rng(3)
-        for K in (8, 24):
-            a = to_tf32(rng.standard_normal((64, K)).astype(np.float32))
-            b = to_tf32(rng.standard_normal((K, 16)).astype(np.float32))
-            c = jnp.asarray(rng.standard_normal((64, 16)).astype(np.float32))
-            spec = native_kernels.DotSpec("tf32", "tf32", "f32", 8)
-            plan = native_kernels.Plan(spec, K, (64, 16, 32), None, 4, 3)
-            got = native_kernels.gemm(a, b, c, plan)
-            want = tiled(a, b, c, Cfg("tf32", "tf32", "f32", (64, 8, 8), "wgmma", "sm_90",
-                                      "exact", None, False))
-            out[f"tf32_k{K}"] = _compare(got, want)
-            print(_line(f"tf32 K={K} probe", out[f"tf32_k{K}"]), flush=True)
-    except Exception as e:  # noqa: BLE001
-        traceback.print_exc()
-        out["tf32_k8"] = {"error": repr(e)[:500]}
-    for f in sorted(dump.rglob("*.ptx")):
+    for f in sorted(dump.rglob("*")):
+        if not f.is_file():
+            continue
         text = f.read_text(errors="replace")
-        if "wgmma" not in text and "mma" not in text:
+        if "wgmma" not in text and "mma.sync" not in text:
             continue
         ops = re.findall(r"(wgmma\.mma_async[\w.]*|mma\.sync[\w.]*|add\.(?:rn\.)?f32|"
                          r"cvt\.rna\.tf32\.f32)", text)
@@ -412,10 +407,12 @@ def part_ptx(dump: pathlib.Path) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-TUNE = {  # (bm, bn, bk, warps, stages) tried at 4096^3 beside native.plan's choice
-    "f16": [(128, 256, 64, 8, 4), (128, 128, 64, 4, 4), (128, 256, 32, 8, 4),
-            (256, 128, 64, 8, 3)],
-    "e4m3": [(128, 256, 128, 8, 4), (128, 128, 128, 4, 4), (128, 256, 64, 8, 4)],
+TUNE = {  # (bm, bn, bk, warps, stages, B K-major) tried at 4096^3 beside native.plan's
+    "f16": [(128, 256, 64, 8, 4, False), (128, 128, 64, 4, 4, False),
+            (128, 256, 64, 8, 3, True), (256, 128, 64, 8, 3, False)],
+    "e4m3": [(128, 256, 128, 8, 3, True), (128, 256, 128, 8, 4, True),
+             (128, 128, 128, 4, 4, True), (128, 256, 128, 8, 3, False),
+             (256, 128, 128, 8, 3, True)],
 }
 
 
@@ -435,10 +432,10 @@ def part_tune() -> dict:
     for fmt, configs in TUNE.items():
         a = to_operand(a32, fmt)
         c = jnp.zeros((n, n), jnp.float32)
-        spec = native_kernels.DotSpec(fmt, fmt, "f32", native.NATIVE_K[fmt])
-        for bm, bn, bk, warps, stages in configs:
-            name = f"{fmt} {bm}x{bn}x{bk} w{warps} s{stages}"
+        for bm, bn, bk, warps, stages, kmajor in configs:
+            name = f"{fmt} {bm}x{bn}x{bk} w{warps} s{stages}" + (" B K-major" if kmajor else "")
             try:
+                spec = native_kernels.DotSpec(fmt, fmt, "f32", native.NATIVE_K[fmt], kmajor)
                 plan = native_kernels.Plan(spec, n, (bm, bn, bk), None, warps, stages)
                 fn = jax.jit(lambda a, b, c, plan=plan: native_kernels.gemm(a, b, c, plan))
                 t = best_time(lambda fn=fn, a=a, c=c: jax.block_until_ready(fn(a, a, c)), 2,
@@ -468,7 +465,7 @@ def run_part(part: str, out_dir: pathlib.Path) -> dict:
     print(json.dumps(head), flush=True)
     t = time.perf_counter()
     fn = {"caps": part_caps, "random": part_random, "timing": part_timing,
-          "step": part_step, "tune": part_tune}.get(part)
+          "step": part_step, "stepbits": part_stepbits, "tune": part_tune}.get(part)
     result = fn() if fn else part_ptx(out_dir / "xla_dump")
     result = {**head, "seconds": time.perf_counter() - t, "result": result}
     (out_dir / f"native_{part}.json").write_text(json.dumps(result, indent=1))
@@ -492,6 +489,9 @@ def main() -> None:
         if part == "ptx":
             penv["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                                  f" --xla_dump_to={out_dir / 'xla_dump'}").strip()
+        if part == "stepbits":
+            penv["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                                 " --xla_gpu_deterministic_ops=true").strip()
         t = time.perf_counter()
         print(f"===== part {part} (limit {PARTS[part]} s)", flush=True)
         try:
@@ -509,7 +509,8 @@ def main() -> None:
             print(f"===== part {part}: TIMEOUT after {PARTS[part]} s", flush=True)
     if (out_dir / "xla_dump").exists():  # keep the kernels' PTX only
         for f in (out_dir / "xla_dump").rglob("*"):
-            if f.is_file() and not (f.suffix == ".ptx" and "mma" in f.read_text(errors="replace")):
+            if f.is_file() and not ("wgmma" in f.read_text(errors="replace")
+                                    and f.stat().st_size < 4_000_000):
                 f.unlink()
 
 

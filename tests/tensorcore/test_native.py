@@ -73,11 +73,13 @@ def test_chains_the_gpu_does_not_issue_are_refused(kw, must):
         assert s in str(e.value)
 
 
-def test_tf32_k_must_be_a_multiple_of_16():
-    cfg = Cfg("tf32", "tf32", "f32", (64, 8, 8), "wgmma", "sm_90", "native", None, False)
-    native.check_chain(cfg, 64)
-    with pytest.raises(ValueError, match="K to be a multiple of 16"):
-        native.check_chain(cfg, 72)
+def test_b_is_k_major_for_fp8_only():
+    def spec(fmt):
+        cfg = Cfg(fmt, fmt, "f32", (64, 8, native.NATIVE_K[fmt]), "wgmma", "sm_90", "native",
+                  None, False)
+        return native.plan(cfg, 256, 256, 256).spec
+
+    assert spec("e4m3").b_kmajor and spec("e5m2").b_kmajor and not spec("f16").b_kmajor
 
 
 def test_pieces_cover_k_in_order_with_whole_instructions():
@@ -94,7 +96,7 @@ def test_pieces_cover_k_in_order_with_whole_instructions():
     ("f16", "f32", 32, (8, 80, 24)),  # promotion intervals of two instructions; a tail
     ("e4m3", "f32", None, (16, 96, 8)),  # the 13-bit C of wgmma fp8 through a tail
     ("e5m2", "f32", 64, (16, 160, 8)),  # promotion with a shorter last interval
-    ("tf32", "f32", None, (16, 48, 8)),
+    ("tf32", "f32", 16, (16, 56, 8)),  # a k-8 block; promotion from an opaque zero
     ("e4m3", "f16", None, (16, 64, 8)),
     ("bf16", "f32", None, (70, 80, 16)),
 ], ids=["f16-promote32", "e4m3", "e5m2-promote64", "tf32", "e4m3-f16acc", "bf16"])
@@ -117,7 +119,8 @@ def test_kernel_structure_in_the_interpreter(fmt, acc, promote, shape):
     ("f16", "f32", None, None, (128, 1040, 72)),
     ("f16", "f16", "wgmma", None, (64, 528, 64)),
     ("bf16", "f32", "mma_sync", None, (256, 2064, 136)),
-    ("tf32", "f32", "wgmma", 32, (64, 528, 64)),
+    ("tf32", "f32", "wgmma", 32, (64, 528, 64)),  # was folded into one chain by Triton
+    ("tf32", "f32", "mma_sync", None, (64, 520, 64)),
     ("e4m3", "f32", None, None, (200, 4128, 136)),
     ("e4m3", "f32", None, 128, (200, 4128, 136)),
     ("e5m2", "f16", None, None, (64, 512, 64)),

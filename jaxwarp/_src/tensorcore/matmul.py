@@ -225,7 +225,7 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
     cfg = Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every,
               scaled and not block, block)
     if mode == "native":  # the chain must be one the GPU issues, on a GPU that has it
-        native.check(cfg, K)
+        native.check(cfg)
     return a, b, c, a_scale, b_scale, cfg
 
 

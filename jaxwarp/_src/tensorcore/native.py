@@ -39,8 +39,10 @@ NATIVE_ARCHS = ("sm_90", "sm_90a")
 NATIVE_K = {f: shapes[0][2] for f, shapes in TILES["wgmma"].items()}
 #: The kernel's k block per operand format (bytes: 128 per row of A), a power of two.
 BLOCK_K = {"f16": 64, "bf16": 64, "tf32": 32, "e4m3": 128, "e5m2": 128}
-#: Triton's smallest k of a tf32 dot: a K of 8 modulo 16 has no native chain.
-_MIN_DOT_K = 16
+#: Whether the kernel takes B transposed (K-major), per operand format: fp8 wgmma reads
+#: both operands K-major (an fp8 kernel with (K, N) blocks of B ran at 0.24 of XLA's GEMM
+#: at 4096^3 on an H100).
+B_KMAJOR = {"f16": False, "bf16": False, "tf32": False, "e4m3": True, "e5m2": True}
 
 
 def device_error() -> str | None:
@@ -67,30 +69,28 @@ def _family(instruction: str, a_format: str, k: int, b_format: str) -> str:
     return isa.datapath_family(instruction, a_format, k, b_format)
 
 
-def check(cfg: Any, K: int) -> None:
+def check(cfg: Any) -> None:
     """Raises ValueError unless ``matmul``'s configuration ``cfg`` (a ``matmul_chain.Cfg``)
-    with inner dimension ``K`` is a chain the native kernel issues (:func:`check_chain`),
+    is a chain the native kernel issues (:func:`check_chain`),
     on a device that has it (:func:`device_error`).
 
     Example:
         >>> from jaxwarp._src.tensorcore.matmul_chain import Cfg
         >>> cfg = Cfg("f16", "f16", "f32", (16, 8, 8), "mma_sync", "sm_90", "native",
         ...           None, False)
-        >>> check(cfg, 64)  # doctest: +ELLIPSIS
+        >>> check(cfg)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ValueError: mode='native' issues wgmma m64nNk16 ... tile=(16, 8, 8) ...
     """
-    check_chain(cfg, K)
+    check_chain(cfg)
     err = device_error()
     if err is not None:
         raise ValueError(err)
 
 
-def check_chain(cfg: Any, K: int) -> None:
+def check_chain(cfg: Any) -> None:
     """Raises ValueError unless ``cfg``'s chain over ``K`` is one the native kernel issues:
-    arch sm_90, the instruction and tile k of wgmma's datapath, no block scales, and for
-    tf32 (k = 8) a K and promotion interval that are multiples of Triton's smallest dot k
-    (16)."""
+    arch sm_90, the instruction and tile k of wgmma's datapath, no block scales."""
     fa, fb = cfg.a_format, cfg.b_format
     if not isinstance(cfg.arch, str) or cfg.arch not in NATIVE_ARCHS:
         raise ValueError(f"mode='native' runs an H100's own instructions, whose model is "
@@ -117,15 +117,6 @@ def check_chain(cfg: Any, K: int) -> None:
     if cfg.blockwise:
         raise ValueError("mode='native' does not take block scales (2-D a_scale / b_scale); "
                          "use per-tensor scales or mode='exact'")
-    if k < _MIN_DOT_K:
-        for n, what in ((K, "K"), (cfg.promote_every, "promote_every"),
-                        (None if cfg.promote_every is None else K % cfg.promote_every,
-                         "K modulo promote_every")):
-            if n and n % _MIN_DOT_K:
-                raise ValueError(
-                    f"mode='native' with {fa} operands needs {what} to be a multiple of "
-                    f"{_MIN_DOT_K} (Triton's smallest dot k), got {n}; pad K or use "
-                    f"mode='exact'")
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -146,7 +137,7 @@ def plan(cfg: Any, M: int, K: int, N: int) -> native_kernels.Plan:
         (128, 256, 64)
     """
     spec = native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.accumulator,
-                                  NATIVE_K[cfg.a_format])
+                                  NATIVE_K[cfg.a_format], B_KMAJOR[cfg.a_format])
     bm = 128 if M > 64 else 64
     bn = min(128 if cfg.promote_every else 256, _pow2_at_least(N, 16))
     warps = 8 if bm * bn >= 128 * 128 else 4
@@ -180,7 +171,7 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
         ShapeDtypeStruct(shape=(8, 8), dtype=float32)
     """
     (M, K), N = a_op.shape, b_op.shape[1]
-    check_chain(cfg, K)
+    check_chain(cfg)
     p = plan(cfg, M, K, N)
     bm, bn, _ = p.block
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
@@ -188,6 +179,8 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
         a_op = jnp.pad(a_op, ((0, Mp - M), (0, 0)))
     if Np != N:
         b_op = jnp.pad(b_op, ((0, 0), (0, Np - N)))
+    if p.spec.b_kmajor:
+        b_op = b_op.T
     if (Mp, Np) != (M, N):
         c_acc = jnp.pad(c_acc, ((0, Mp - M), (0, Np - N)))
     d = native_kernels.gemm(a_op, b_op, c_acc, p, interpret=interpret)

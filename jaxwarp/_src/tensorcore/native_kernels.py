@@ -12,12 +12,19 @@ settings make that chain the model's:
   builds (0) makes Triton add every fp8 instruction's result to a separate fp32
   accumulator (promotion every 32 k-elements); with it large the fp8 chain keeps C in
   the instruction (the model's un-promoted chain), and promotion is written out below.
-* Triton folds ``acc + dot(a, b, 0)`` into ``dot(a, b, acc)`` only when
-  ``max_num_imprecise_acc`` is 0: with it nonzero the promotion's fp32 addition stays an
-  addition (``arith.addf``, round to nearest even), as the model's promotion is.
+* each promotion interval's chain starts from a zero that Triton cannot see as a
+  constant (read from memory): Triton folds ``acc + dot(a, b, 0)`` into
+  ``dot(a, b, acc)`` -- the chain without promotion. ``max_num_imprecise_acc`` nonzero
+  stops that fold for f16 / bf16 / fp8 dots, but it was measured on an H100 (jax 0.11.2)
+  to happen for tf32 dots; with an opaque zero the fp32 addition (``arith.addf``, round
+  to nearest even) stays the model's promotion, and the first instruction adds a +0 C,
+  as in the model.
 
 tf32 operands go in as fp32 words already rounded by ``__float_to_tf32`` (``matmul``'s
-conversion), so the tensor core's dropping of the low 13 bits changes nothing.
+conversion), so the tensor core's dropping of the low 13 bits changes nothing. fp8
+``wgmma`` reads both operands K-major from shared memory: with ``DotSpec.b_kmajor`` the
+kernel takes B transposed, (N, K), and transposes each block back in the dot (Triton's
+fp8 GEMMs on Hopper do the same), so Triton need not transpose B's tiles itself.
 
 The kernel (:func:`gemm`): a grid of (bm, bn) output tiles; each starts from its C tile and
 walks k in blocks of bk (a power of two, a multiple of the instruction's k). K is never
@@ -63,10 +70,12 @@ class DotSpec:
     b_format: str
     accumulator: str
     k: int  # the instruction's k
+    b_kmajor: bool = False  # B's blocks come as (n, k): the product is a @ b.T
 
 
 def _abstract_eval(a, b, c, *, spec: DotSpec):
-    if a.shape[1] != b.shape[0] or c.shape != (a.shape[0], b.shape[1]):
+    bk, bn = b.shape[::-1] if spec.b_kmajor else b.shape
+    if a.shape[1] != bk or c.shape != (a.shape[0], bn):
         raise ValueError(f"chain_dot: shapes {a.shape} @ {b.shape} + {c.shape} disagree")
     if a.shape[1] % spec.k:
         raise ValueError(f"chain_dot: block k {a.shape[1]} is not a multiple of the "
@@ -76,6 +85,8 @@ def _abstract_eval(a, b, c, *, spec: DotSpec):
 
 def _model(a, b, c, *, spec: DotSpec):
     """The exact model of the same chain (interpret mode, CPU)."""
+    if spec.b_kmajor:
+        b = b.T
     return datapath.mma(a, b, c, a_format=spec.a_format, b_format=spec.b_format,
                         c_format=spec.accumulator, d_format=spec.accumulator, arch="sm_90a",
                         instruction="wgmma", instruction_k=spec.k)
@@ -93,6 +104,8 @@ def _triton_rule(ctx, a, b, c, *, spec: DotSpec):
 
     del ctx
     precision = tt_dialect.InputPrecision.TF32 if spec.a_format == "tf32" else None
+    if spec.b_kmajor:
+        b = tt_dialect.trans(b, (1, 0))
     return tt_dialect.dot(a, b, c, input_precision=precision,
                           max_num_imprecise_acc=MAX_IMPRECISE_ACC)
 
@@ -146,7 +159,7 @@ class Plan:
     num_stages: int
 
 
-def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
+def _kernel(a_ref, b_ref, c_ref, z_ref, o_ref, *, plan: Plan):
     spec, (bm, bn, _) = plan.spec, plan.block
 
     def chain(acc, k0, length):  # the instruction chain over k0 .. k0 + length, in order
@@ -157,7 +170,7 @@ def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
                 if not isinstance(s, int):
                     s = pl.multiple_of(s, size)
                 at = a_ref[:, pl.ds(s, size)]
-                bt = b_ref[pl.ds(s, size), :]
+                bt = b_ref[:, pl.ds(s, size)] if spec.b_kmajor else b_ref[pl.ds(s, size), :]
                 return chain_dot_p.bind(at, bt, acc, spec=spec)
 
             acc = step(0, acc) if count == 1 else lax.fori_loop(0, count, step, acc)
@@ -170,7 +183,7 @@ def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
     else:
         p = plan.promote_every
         full, rem = divmod(plan.K, p)
-        zero = jnp.zeros((bm, bn), acc.dtype)
+        zero = jnp.broadcast_to(z_ref[...], (bm, bn))  # +0 from memory: not foldable
         if full:
             acc = lax.fori_loop(0, full, lambda j, acc: acc + chain(zero, j * p, p), acc)
         if rem:
@@ -180,10 +193,11 @@ def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
 
 def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     """``D = A @ B + C`` through the native kernel: (M, K) @ (K, N) + (M, N), with M and N
-    multiples of the plan's bm and bn and K the plan's K."""
+    multiples of the plan's bm and bn and K the plan's K; B given as (N, K) where
+    ``plan.spec.b_kmajor``."""
     from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415
 
-    (M, K), N = a.shape, b.shape[1]
+    (M, K), N = a.shape, b.shape[0 if plan.spec.b_kmajor else 1]
     bm, bn, _ = plan.block
     if K != plan.K or M % bm or N % bn:
         raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
@@ -193,12 +207,14 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         functools.partial(_kernel, plan=plan),
         grid=(M // bm, N // bn),
         in_specs=[pl.BlockSpec((bm, K), lambda i, j: (i, 0)),
+                  pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.spec.b_kmajor else
                   pl.BlockSpec((K, bn), lambda i, j: (0, j)),
-                  pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
+                  pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+                  pl.BlockSpec((1, bn), lambda i, j: (0, 0))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((M, N), c.dtype),
         compiler_params=pltriton.CompilerParams(num_warps=plan.num_warps,
                                                 num_stages=plan.num_stages),
         interpret=interpret,
         name="jaxwarp_native_gemm",
-    )(a, b, c)
+    )(a, b, c, jnp.zeros((1, bn), c.dtype))
