@@ -89,8 +89,14 @@ def check(cfg: Any) -> None:
 
 
 def check_chain(cfg: Any) -> None:
-    """Raises ValueError unless ``cfg``'s chain over ``K`` is one the native kernel issues:
-    arch sm_90, the instruction and tile k of wgmma's datapath, no block scales."""
+    """Raises ValueError unless ``cfg``'s chain is one the native kernel issues: arch
+    sm_90, the instruction and tile k of wgmma's datapath, no block scales.
+
+    Example:
+        >>> from jaxwarp._src.tensorcore.matmul_chain import Cfg
+        >>> check_chain(Cfg("f16", "f16", "f32", (16, 16, 16), "wmma", "sm_90", "native",
+        ...                 None, False))  # WMMA f16 k16: wgmma's 16-product blocks
+    """
     fa, fb = cfg.a_format, cfg.b_format
     if not isinstance(cfg.arch, str) or cfg.arch not in NATIVE_ARCHS:
         raise ValueError(f"mode='native' runs an H100's own instructions, whose model is "
