@@ -57,6 +57,7 @@ import pytest
 
 import jaxwarp
 from jaxwarp import conformance, dpx, fragment
+from jaxwarp._src.tensorcore.native import device_error as native_device_error
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -943,6 +944,11 @@ case(6, "matmul-int-operand", _matmul(), M32, np.ones((32, 32), np.int32), exc=V
      must=("b must be a 2-D float matrix", "int32"))
 case(6, "matmul-inner-mismatch", _matmul(), M32, np.ones((16, 32), np.float32), exc=ValueError,
      must=("inner dimensions differ", "32x32", "16x32"))
+case(6, "matmul-native-chain", _matmul(mode="native", instruction="mma_sync", tile=(16, 8, 8)),
+     M32, M32, exc=ValueError, must=("mode='native'", "wgmma m64nNk16", "tile=(16, 8, 8)"))
+if native_device_error() is not None:  # off an H100 / H200 native mode is an error
+    case(6, "matmul-native-device", _matmul(operand_format="bf16", mode="native"), M32, M32,
+         exc=ValueError, must=("mode='native'", "Hopper GPU", "compute capability 9.0"))
 
 # fp8 recipes: DeepSeek-V3's block scales, delayed scaling.
 A8, B8 = np.ones((8, 256), np.float32), np.ones((256, 8), np.float32)

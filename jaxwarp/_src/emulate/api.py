@@ -154,7 +154,9 @@ def emulate(
             default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8).
         arch: ``matmul``'s architecture preset (None: ``"sm_90"``, the H100's); with a
             recipe its target (None: the recipe's).
-        mode: ``"exact"`` (bit for bit) or ``"fast"`` (see ``matmul``).
+        mode: ``"exact"`` (bit for bit), ``"fast"`` or, on an H100 / H200,
+            ``"native"`` (exact mode's bits from the tensor cores themselves; not with a
+            recipe) (see ``matmul``).
         tile: ``matmul``'s WMMA tile; None for its default.
         filter: None (emulate every product) or a callable ``Product -> bool``;
             see :class:`ProductFilter` for ready-made ones. False leaves the product

@@ -61,7 +61,7 @@ from jaxwarp._src.numerics.scaling import (
     times_pow2,
 )
 from jaxwarp._src.tensorcore import datapath as mma_arith
-from jaxwarp._src.tensorcore import matmul_sparse, wmma_table
+from jaxwarp._src.tensorcore import matmul_sparse, native, wmma_table
 from jaxwarp._src.tensorcore.arch import check_target, parse_target
 from jaxwarp._src.tensorcore.matmul_chain import Cfg, tiled
 from jaxwarp._src.tensorcore.matmul_scales import check_scales, epilogue
@@ -78,6 +78,9 @@ from jaxwarp._src.tensorcore.matmul_tiles import (
     issue_arch,
     tiles_text,
 )
+
+#: matmul's modes: the model's (exact, fast) and the GPU's own instructions (``native``).
+MODES = (*mma_arith.MODES, "native")
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
@@ -162,7 +165,7 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
             f"operand formats: {tuple(TILES[instruction])}{hint}")
     accumulator = checks.static_choice(accumulator, "accumulator",
                                        ACCUMULATORS[instruction][fa])
-    checks.static_choice(mode, "mode", mma_arith.MODES)
+    checks.static_choice(mode, "mode", MODES)
     if fa == "f64" or accumulator == "f64":
         checks.require_x64("matmul with f64 operands")
     if tile is None:
@@ -221,6 +224,8 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
             raise ValueError(f"c must have shape {(M, N)}, got {tuple(c.shape)}")
     cfg = Cfg(fa, fb, accumulator, tile, instruction, arch, mode, promote_every,
               scaled and not block, block)
+    if mode == "native":  # the chain must be one the GPU issues, on a GPU that has it
+        native.check(cfg)
     return a, b, c, a_scale, b_scale, cfg
 
 
@@ -365,9 +370,13 @@ def matmul(
         arch: architecture preset of the arithmetic model (``"sm_90"`` is
             verified against an H100; with ``instruction="wgmma"`` it stands for
             ``"sm_90a"``, the only target that has wgmma).
-        mode: ``"exact"`` (the tensor core's own arithmetic, bit for bit) or
+        mode: ``"exact"`` (the tensor core's own arithmetic, bit for bit),
             ``"fast"`` (operands rounded, one ``dot_general`` over all of K with fp32
-            accumulation: round-to-nearest on a CPU; promotion changes nothing there).
+            accumulation: round-to-nearest on a CPU; promotion changes nothing there) or
+            ``"native"`` (on an H100 / H200 only: exact mode's chain of instructions run
+            on the tensor cores by a GPU kernel, the same bits at GPU speed; for the
+            chains wgmma issues: f16 / bf16 at k = 16, tf32 at k = 8, fp8 wgmma; see
+            ``jaxwarp._src.tensorcore.native``).
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"`` or ``"tcgen05"`` (with
             ``arch="sm_100a"`` or ``"sm_103a"``); None: ``"wmma"`` for f16/bf16/tf32/f64,
             ``"wgmma"`` for fp8 (:data:`DEFAULT_INSTRUCTION`).

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src.tensorcore import datapath as mma_arith
+from jaxwarp._src.tensorcore import native
 from jaxwarp._src.tensorcore.matmul_scales import promote
 from jaxwarp._src.tensorcore.matmul_tiles import ACC_DTYPE, FP8_FORMATS, issue_arch
 
@@ -102,6 +103,8 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         # Fast mode: one dot_general over the whole K (the backend's own accumulation);
         # tiling (and promotion) change nothing there but speed.
         return _fast(a_op, b_op, c_acc, cfg)
+    if cfg.mode == "native":  # the same chain, issued on the GPU's tensor cores
+        return native.chain(a_op, b_op, c_acc, cfg)
     (M, K), N = a_op.shape, b_op.shape[1]
     m, n, k = cfg.tile
     Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
