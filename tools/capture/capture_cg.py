@@ -543,6 +543,7 @@ def main(argv=None):
     for fname, res in (("h100_cg.npz", main_res), ("cg_div.npz", div_res)):
         if res:
             res["meta"] = np.array(json.dumps(meta))
+            res["device"] = np.array(lib.device)
             np.savez_compressed(out / fname, **res)
             log(f"wrote {out / fname} ({(out / fname).stat().st_size / 1e6:.2f} MB, {len(res)} keys)")
     log(f"done in {time.time() - t0:.0f} s")
