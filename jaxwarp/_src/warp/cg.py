@@ -85,6 +85,33 @@ def _pack(bits: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(shifted, axis=1, dtype=jnp.uint32)
 
 
+def _bits(x: jax.Array) -> jax.Array:
+    u = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
+    return lax.bitcast_convert_type(x, u)
+
+
+def _from_bits(b: jax.Array, dtype) -> jax.Array:
+    return lax.bitcast_convert_type(b, dtype)
+
+
+@jax.custom_jvp
+def select(p: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """``where(p, a, b)`` that keeps every bit of a float (XLA's select on the CPU may
+    quiet a bfloat16 or float16 NaN); ``p`` broadcasts over trailing axes of a lane array."""
+    p = p.reshape(p.shape + (1,) * (a.ndim - p.ndim)) if p.ndim < a.ndim else p
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        return _from_bits(jnp.where(p, _bits(a), _bits(b)), a.dtype)
+    return jnp.where(p, a, b)
+
+
+@select.defjvp
+def _select_jvp(primals, tangents):
+    p, a, b = primals
+    _, ta, tb = tangents
+    pp = p.reshape(p.shape + (1,) * (a.ndim - p.ndim)) if p.ndim < a.ndim else p
+    return select(p, a, b), jnp.where(pp, ta, tb)
+
+
 def _active_mask() -> jax.Array:
     """uint32 scalar: bits of the lanes executing the traced path."""
     act = active_state.active_lanes()
@@ -278,8 +305,7 @@ class Group:
         # A whole-warp group shuffles by lanes; the other lanes do not make that call.
         full = fn(jnp.where(self._is_full(), self.mask, jnp.uint32(0)), var, d, WARP_SIZE)
         part = lanes.shfl_sync(self.mask, var, src, WARP_SIZE)
-        keep = self._is_full().reshape((WARP_SIZE,) + (1,) * (var.ndim - 1))
-        return jnp.where(keep, full, part)
+        return select(self._is_full(), full, part)
 
     def shfl_up(self, var: Any, delta: Any) -> jax.Array:
         """``group.shfl_up(var, delta)``: the value of the lane ``delta`` ranks lower (a
@@ -298,7 +324,10 @@ class Group:
             raise TypeError("shfl_xor is a method of thread_block_tile only (CUDA's "
                             "coalesced_group has shfl, shfl_up and shfl_down)")
         var = checks.lane_array(var, "var", complex_ok=True)
-        return lanes.shfl_xor_sync(self._call_mask(), var, lane_mask, self.tile)
+        # lane ^ laneMask can fall below the tile (PTX bounds it above only): that lane is
+        # outside the tile's mask and reads 0, so the mask is the tile's, not the warp's.
+        mask = self._call_mask() if self.tile == WARP_SIZE else jnp.asarray(self.mask)
+        return lanes.shfl_xor_sync(mask, var, lane_mask, self.tile)
 
     # -- votes and matches ---------------------------------------------------------------
 

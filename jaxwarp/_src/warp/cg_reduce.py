@@ -35,7 +35,7 @@ from jax import lax
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import fma, softfloat
 from jaxwarp._src.warp import lanes
-from jaxwarp._src.warp.cg import WARP_SIZE, Group, _fns, _lane
+from jaxwarp._src.warp.cg import WARP_SIZE, Group, _bits, _fns, _from_bits, _lane, select
 
 OPS = ("plus", "less", "greater", "bit_and", "bit_or", "bit_xor")
 _INT_ONLY = ("bit_and", "bit_or", "bit_xor")
@@ -68,15 +68,6 @@ bit_xor = Op("bit_xor")
 
 # ----------------------------------------------------------------------------------------
 # The binary operations on values.
-
-
-def _bits(x: jax.Array) -> jax.Array:
-    u = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
-    return lax.bitcast_convert_type(x, u)
-
-
-def _from_bits(b: jax.Array, dtype) -> jax.Array:
-    return lax.bitcast_convert_type(b, dtype)
 
 
 @jax.custom_jvp
@@ -129,9 +120,9 @@ def _apply(name: str, a: jax.Array, b: jax.Array) -> jax.Array:
     if name == "plus":
         return _fadd(a, b) if jnp.issubdtype(a.dtype, jnp.floating) else a + b
     if name == "less":
-        return jnp.where(_lt(b, a), b, a)
+        return select(_lt(b, a), b, a)
     if name == "greater":
-        return jnp.where(_lt(a, b), b, a)
+        return select(_lt(a, b), b, a)
     fn = {"bit_and": jnp.bitwise_and, "bit_or": jnp.bitwise_or, "bit_xor": jnp.bitwise_xor}
     return fn[name](a, b)
 
@@ -192,7 +183,7 @@ def _scan(group: Group, v: jax.Array, op) -> jax.Array:
         else:
             src = _rank_lane(group, jnp.maximum(rank - i, 0))
             tmp = lanes.shfl_sync(group.mask, out, src, WARP_SIZE)
-        out = jnp.where(_lanes_shape(take, v), op(out, tmp), out)
+        out = select(take, op(out, tmp), out)
         i *= 2
     return out
 
@@ -249,7 +240,7 @@ def reduce(group: Any, value: Any, op: Any) -> jax.Array:
     scanned = _scan(g, v, op)
     last = 31 - lax.clz(g.mask.astype(jnp.uint32)).astype(jnp.int32)
     part = lanes.shfl_sync(g.mask, scanned, jnp.clip(last, 0, 31), WARP_SIZE)
-    return jnp.where(_lanes_shape(is_full, v), full, part)
+    return select(is_full, full, part)
 
 
 def inclusive_scan(group: Any, value: Any, op: Any = "plus") -> jax.Array:
@@ -298,7 +289,7 @@ def exclusive_scan(group: Any, value: Any, op: Any = "plus") -> jax.Array:
     if opf == plus and jnp.issubdtype(v.dtype, jnp.integer):
         return inc - v
     prev = g.shfl_up(inc, 1)
-    return jnp.where(_lanes_shape(g.thread_rank() == 0, v), jnp.zeros_like(v), prev)
+    return select(g.thread_rank() == 0, jnp.zeros_like(v), prev)
 
 
 # ----------------------------------------------------------------------------------------
