@@ -17,6 +17,9 @@ header (``cooperative_groups/details/coalesced_reduce.h``, ``coalesced_scan.h``)
 
 Float ``plus`` is IEEE addition rounded to nearest even on the bits (``softfloat.add_rn``;
 binary64 through ``fma.fma64``), never XLA's float add, which flushes subnormals on the CPU.
+A NaN sum is the canonical NaN for float32 (``0x7FFFFFFF``), float16 and bfloat16 (``0x7FFF``)
+and, for float64, the NaN operand quieted: a signalling one before a quiet one, else the
+first operand's (the lane's own partial), as the H100 returns them.
 ``less``/``greater`` are the header's ``(b < a) ? b : a`` / ``(a < b) ? b : a``, compared on
 the bits (so -0 and +0 tie and a NaN never compares less).
 """
@@ -70,12 +73,29 @@ bit_xor = Op("bit_xor")
 # The binary operations on values.
 
 
+_QUIET64 = 1 << 51
+_EXP64 = 0x7FF0000000000000
+
+
+def _dadd(ua: jax.Array, ub: jax.Array) -> jax.Array:
+    """binary64 ``a + b`` on bits: the sum of ``fma64(a, 1, b)``; a NaN result is a NaN
+    operand quieted, a signalling NaN before a quiet one, else ``a``'s before ``b``'s."""
+    one = jnp.full(ua.shape, 0x3FF0000000000000, jnp.uint64)
+    r = fma.fma64(ua, one, ub)
+    mag = jnp.uint64(0x7FFFFFFFFFFFFFFF)
+    na, nb = (ua & mag) > jnp.uint64(_EXP64), (ub & mag) > jnp.uint64(_EXP64)
+    q = jnp.uint64(_QUIET64)
+    sa, sb = na & ((ua & q) == 0), nb & ((ub & q) == 0)
+    pick_a = na & ~(sb & ~sa)  # as the H100's DADD: a signalling NaN first, then a's
+    nan = jnp.where(pick_a, ua, ub) | q
+    return jnp.where(na | nb, nan, r)
+
+
 @jax.custom_jvp
 def _fadd(a: jax.Array, b: jax.Array) -> jax.Array:
     fmt = _FLOATS[a.dtype.name]
     if fmt == "f64":
-        one = jnp.full(a.shape, 0x3FF0000000000000, jnp.uint64)
-        return _from_bits(fma.fma64(_bits(a), one, _bits(b)), a.dtype)
+        return _from_bits(_dadd(_bits(a), _bits(b)), a.dtype)
     ua, ub = _bits(a).astype(jnp.uint32), _bits(b).astype(jnp.uint32)
     r = softfloat.add_rn(softfloat.term(ua, fmt), softfloat.term(ub, fmt), fmt, NAN_BITS[fmt])
     return _from_bits(r.astype(_bits(a).dtype), a.dtype)
