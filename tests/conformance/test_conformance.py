@@ -27,7 +27,8 @@ CAPTURES = sorted(p.name for p in DATA.glob("*.npz")
 # tests/tensorcore/test_wmma.py (a sample) and test_reference.py (the reference against it).
 # h100_layout.npz is checked whole by default by test_report_format_and_json; the warp
 # captures by default in tests/warp and tests/numerics/test_formats.py (the same data).
-_SLOW = {"h100_mma_fp.npz", "h100_layout.npz", "capture_extra_warp.npz", "h100_warp.npz"}
+_SLOW = {"h100_mma_fp.npz", "h100_layout.npz", "capture_extra_warp.npz", "h100_warp.npz",
+         "h100_cg.npz"}  # cooperative groups: a sample by default in tests/warp/test_cg.py
 # By default these files are checked on a spread of their configurations (every n-th group
 # of keys, a group being a key without its last "/" part), the whole file with -m slow.
 _SPREAD = {"capture_extra_ldst.npz": 6, "capture_extra_mma.npz": 3,
