@@ -290,7 +290,11 @@ class Group:
         first = _fns(self.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
         nth = _fns(self.mask, jnp.zeros(WARP_SIZE, jnp.int32), r + 1)
         src = jnp.where(r == 0, first, jnp.where(self._is_full(), r, nth))
-        return lanes.shfl_sync(self.mask, var, src, WARP_SIZE)
+        # A rank past the group reads lane 31 (fns finds no lane: 0xFFFFFFFF & 31). On the
+        # H100 that lane's value comes back whenever lane 31 is executing the shuffle, even
+        # from another partition; 0 when it is not: the executing lanes act as the mask.
+        calls = jnp.where(self.mask != 0, _active_mask(), jnp.uint32(0))
+        return lanes.shfl_sync(calls, var, src, WARP_SIZE)
 
     def _shfl_rel(self, var, delta, sign: int, mode: str):
         var = checks.lane_array(var, "var", complex_ok=True)
