@@ -159,6 +159,9 @@ from jaxwarp._src.sharding import sharded_vmap as sharded_vmap
 # DPX integer functions, in their own namespace: jaxwarp.dpx.vimax3_s32, ...
 from jaxwarp import dpx as dpx
 
+# Cooperative groups over a warp (tiles, coalesced groups, reduce/scan): jaxwarp.cg.reduce, ...
+from jaxwarp import cg as cg
+
 # fp8, fp6 and fp4 conversions, in their own namespaces (cuda_fp8.h, cuda_fp6.h,
 # cuda_fp4.h): jaxwarp.fp8.cvt_f32_to_e4m3x2, jaxwarp.fp6.cvt_f32_to_e2m3x2, ...
 from jaxwarp import fp8 as fp8

@@ -2343,3 +2343,59 @@ def _sparse_matmul_params():
 @pytest.mark.parametrize("c, mode", _sparse_matmul_params())
 def test_bad_input_sparse_matmul(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# jaxwarp.cg: cooperative groups over one warp. Static sizes are checked at trace time,
+# groups and ops are checked by type, values by the reduce/scan dtype rule.
+
+_CG_N0 = len(CATALOGUE)
+
+
+def _cg_tile4():
+    return jaxwarp.cg.thread_block_tile(4)
+
+
+for _n in (0, 3, 64):
+    case(6, f"cg-tile-size-{_n}", lambda n=_n: jaxwarp.cg.thread_block_tile(n), exc=ValueError,
+         must=(f"tile size {_n} is not supported", "allowed: (1, 2, 4, 8, 16, 32)"), modes=EAGER)
+case(6, "cg-tile-size-traced", lambda n: jaxwarp.cg.thread_block_tile(n), np.int32(4),
+     exc=TypeError, must=("size is a static argument",), modes=JIT)
+case(6, "cg-subtile-not-smaller",
+     lambda: jaxwarp.cg.tiled_partition(jaxwarp.cg.thread_block_tile(8), 8), exc=ValueError,
+     must=("tile size 8 must be smaller", "parent tile's 8"), modes=EAGER)
+case(6, "cg-tiled-partition-parent", lambda: jaxwarp.cg.tiled_partition("block", 4),
+     exc=TypeError, must=("parent must be a jaxwarp.cg group", "str"), modes=EAGER)
+case(6, "cg-block-threads-48", lambda: jaxwarp.cg.this_thread_block(48), exc=ValueError,
+     must=("threads=48", "multiples of 32 in 32 .. 1024"), modes=EAGER)
+case(6, "cg-block-warp-2-of-2", lambda: jaxwarp.cg.this_thread_block(64, warp=2),
+     exc=ValueError, must=("warp=2", "allowed: 0 .. 1"), modes=EAGER)
+case(6, "cg-reduce-op-unknown", lambda v: jaxwarp.cg.reduce(_cg_tile4(), v, "mul"), i32,
+     exc=ValueError, must=("op='mul' is not supported", "'plus'", "'bit_xor'"))
+case(6, "cg-reduce-op-object", lambda v: jaxwarp.cg.reduce(_cg_tile4(), v, 3), i32,
+     exc=TypeError, must=("op must be one of", "int"))
+case(6, "cg-reduce-bitop-float", lambda v: jaxwarp.cg.reduce(_cg_tile4(), v, "bit_and"), zf32,
+     exc=TypeError, must=("op='bit_and' needs an integer value", "float32"))
+case(6, "cg-scan-dtype-int8", lambda v: jaxwarp.cg.inclusive_scan(_cg_tile4(), v),
+     i32.astype(np.int8), exc=TypeError, must=("value has dtype int8", "allowed", "float16"))
+case(6, "cg-reduce-not-a-group", lambda v: jaxwarp.cg.reduce("tile", v, "plus"), i32,
+     exc=TypeError, must=("reduce: group must be a jaxwarp.cg group", "str"))
+case(7, "cg-reduce-lane-axis", lambda v: jaxwarp.cg.exclusive_scan(_cg_tile4(), v),
+     np.zeros(16, np.int32), exc=ValueError, must=("value must have a leading lane axis",))
+case(1, "cg-reduce-int64", lambda v: jaxwarp.cg.reduce(_cg_tile4(), v, "plus"), i64,
+     exc=TypeError, regex="value has " + X64, modes=CONST)
+case(6, "cg-labeled-float-label", lambda lab: jaxwarp.cg.labeled_partition(_cg_tile4(), lab),
+     zf32, exc=TypeError, must=("label must be a (32,) integer array", "float32"))
+case(6, "cg-binary-pred-float", lambda p: jaxwarp.cg.binary_partition(_cg_tile4(), p), zf32,
+     exc=TypeError, must=("pred must be a (32,) bool or integer array", "float32"))
+case(6, "cg-shfl-xor-coalesced", lambda v: jaxwarp.cg.coalesced_threads().shfl_xor(v, 1), i32,
+     exc=TypeError, must=("shfl_xor is a method of thread_block_tile only",))
+
+
+def _cg_params():
+    new = {id(c) for c in CATALOGUE[_CG_N0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _cg_params())
+def test_bad_input_cg(c: Case, mode: str):
+    test_bad_input(c, mode)

@@ -672,3 +672,55 @@ def test_mx_64bit_refused(name, arg, dt, mode):
     call = (lambda: e.call(data)) if mode == "eager" else jax.jit(lambda: e.call(data))
     with pytest.raises(TypeError, match=rf"\b{re.escape(arg)} has 64-bit dtype {dt}"):
         call()
+
+
+# --------------------------------------------------------------------------------------
+# jaxwarp.cg (cooperative groups): the same table, policy and completeness check. A group
+# is a pytree of per-lane masks (it traces under jit like any data); the 64-bit refusal is
+# that of the values, labels and predicates.
+
+_TILE = jaxwarp.cg.thread_block_tile(8)
+CG_ENTRY_POINTS: dict[str, Entry] = {
+    **{f"cg.{n}": Entry(getattr(jaxwarp.cg, n), {"group": _TILE, "value": F32},
+                        static_args=("plus",), wide=("value",))
+       for n in ("reduce", "inclusive_scan", "exclusive_scan")},
+    "cg.labeled_partition": Entry(jaxwarp.cg.labeled_partition,
+                                  {"group": _TILE, "label": I32 % 3}, wide=("label",),
+                                  wide_dtypes=("int64", "uint64")),
+    "cg.binary_partition": Entry(jaxwarp.cg.binary_partition, {"group": _TILE, "pred": I32 % 2},
+                                 wide=("pred",), wide_dtypes=("int64", "uint64")),
+    "cg.elected": Entry(jaxwarp.cg.elected, {"group": _TILE}, wide=()),
+    # It takes a function: the call here passes one; the data are that function's own.
+    "cg.invoke_one_broadcast": Entry(
+        lambda group, x: jaxwarp.cg.invoke_one_broadcast(group, lambda v: v + 1, x),
+        {"group": _TILE, "x": I32}, wide=()),
+}
+# Groups are made from static sizes (tiles), the executing lanes (coalesced_threads), a
+# block's shape; the operators and the group types are values, not calls on data.
+CG_NO_ARRAY_DATA = frozenset({
+    "cg.thread_block_tile", "cg.tiled_partition", "cg.this_thread_block",
+    "cg.coalesced_threads", "cg.Group", "cg.ThreadBlock", "cg.Op", "cg.plus", "cg.less",
+    "cg.greater", "cg.bit_and", "cg.bit_or", "cg.bit_xor",
+})
+
+
+def test_cg_table_is_complete():
+    public = {"cg." + n for n in dir(jaxwarp.cg) if not n.startswith("_")
+              and callable(getattr(jaxwarp.cg, n))
+              and not inspect.ismodule(getattr(jaxwarp.cg, n))}
+    assert public == set(CG_ENTRY_POINTS) | CG_NO_ARRAY_DATA
+
+
+@pytest.mark.parametrize("name", sorted(CG_ENTRY_POINTS))
+def test_cg_valid_call(name):
+    _valid_call(CG_ENTRY_POINTS[name])
+
+
+@pytest.mark.parametrize("name, arg, dt", [
+    (name, arg, e.wide_dtypes[0]) for name, e in sorted(CG_ENTRY_POINTS.items())
+    for arg in e.wide_names()])
+def test_cg_64bit_refused(name, arg, dt):
+    e = CG_ENTRY_POINTS[name]
+    data = {**e.data, arg: _widened(e.data[arg], WIDE[dt])}
+    with pytest.raises(TypeError, match=rf"\b{re.escape(arg)} has 64-bit dtype {dt}"):
+        e.call(data)

@@ -30,7 +30,8 @@ CAPTURES = sorted(p.name for p in DATA.glob("*.npz")
 # sparse captures by default in tests/tensorcore/test_sparse.py (a configuration of it);
 # h100_diverge.npz: by default one program in tests/warp/test_divergence_capture.py.
 _SLOW = {"h100_mma_fp.npz", "h100_layout.npz", "capture_extra_warp.npz", "h100_warp.npz",
-         "h100_sparse.npz", "h100_diverge.npz"}
+         "h100_sparse.npz", "h100_diverge.npz",
+         "h100_cg.npz"}  # cooperative groups: a sample by default in tests/warp/test_cg.py
 # By default these files are checked on a spread of their configurations (every n-th group
 # of keys, a group being a key without its last "/" part), the whole file with -m slow.
 _SPREAD = {"capture_extra_ldst.npz": 6, "capture_extra_mma.npz": 3,

@@ -8,6 +8,7 @@ read by more than one family: ``dpx_a`` feeds both DPX tables).
 from __future__ import annotations
 
 from jaxwarp._src.conformance import golden_keys
+from jaxwarp._src.conformance import handlers_cg as cg
 from jaxwarp._src.conformance import handlers_diverge as diverge
 from jaxwarp._src.conformance import handlers_golden as golden
 from jaxwarp._src.conformance import handlers_movcvt as movcvt
@@ -30,6 +31,10 @@ HANDLERS: tuple[Handler, ...] = (
     Handler("div", needs_all("div/cfg", "div/x", "div/out"), diverge.divergent_programs),
     Handler("undef", needs_all("undef/cfg", "undef/x", "undef/out", "undef/status"),
             diverge.undefined_uses),
+    # h100_cg.npz: cooperative groups (tools/capture/FORMAT_CG.md)
+    Handler("cg tiles", keys_where(cg.is_tile_key), cg.tiles),
+    Handler("cg reduce/scan", keys_where(cg.is_red_key), cg.reductions),
+    Handler("cg partitions", keys_where(cg.is_part_key), cg.partitions),
     # layout.npz, mma_*.npz, capture_extra_{mma,ldst}.npz
     Handler("layout", keys_where(wmma.is_layout_key), wmma.layouts),
     Handler("mma", keys_where(wmma.is_mma_key), wmma.mma_configs),

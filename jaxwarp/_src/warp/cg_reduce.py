@@ -1,0 +1,350 @@
+"""``cg::reduce``, ``cg::inclusive_scan``, ``cg::exclusive_scan`` and ``cg::invoke_one``.
+
+The float results depend on the order of the operations, which is that of the CUDA 13
+header (``cooperative_groups/details/coalesced_reduce.h``, ``coalesced_scan.h``):
+
+* reduce over a thread_block_tile of N lanes, or a coalesced group of all 32 lanes: a
+  butterfly, ``out = op(out, shfl_xor(out, m))`` for m = N/2, ..., 1 (each lane combines
+  its own partial first, so with NaN or signed zeros under ``less``/``greater`` lanes can
+  end with different values); for int32/uint32 with the built-in ops the hardware
+  ``redux.sync`` gives the same (order-free) result;
+* reduce over a smaller coalesced group: the inclusive scan below, then every lane reads the
+  result of the group's highest lane;
+* inclusive scan (every group): for i = 1, 2, 4, ...: ``out = op(out, out of rank - i)``
+  where ``i <= rank`` (Hillis-Steele over ranks, own partial first);
+* exclusive scan: ``inclusive - x`` for ``plus`` on integers; else the inclusive result of
+  rank - 1, and ``T{}`` (0, +0.0) on rank 0.
+
+Float ``plus`` is IEEE addition rounded to nearest even on the bits (``softfloat.add_rn``;
+binary64 through ``fma.fma64``), never XLA's float add, which flushes subnormals on the CPU.
+A NaN sum is the canonical NaN for float32 (``0x7FFFFFFF``), float16 and bfloat16 (``0x7FFF``)
+and, for float64, the NaN operand quieted: a signalling one before a quiet one, else the
+first operand's (the lane's own partial), as the H100 returns them.
+``less``/``greater`` are the header's ``(b < a) ? b : a`` / ``(a < b) ? b : a``, compared on
+the bits (so -0 and +0 tie and a NaN never compares less).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxwarp._src import checks
+from jaxwarp._src.numerics import fma, softfloat
+from jaxwarp._src.warp import lanes
+from jaxwarp._src.warp.cg import WARP_SIZE, Group, _bits, _fns, _from_bits, _lane, select
+
+OPS = ("plus", "less", "greater", "bit_and", "bit_or", "bit_xor")
+_INT_ONLY = ("bit_and", "bit_or", "bit_xor")
+_FLOATS = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+_INTS = ("int32", "uint32", "int64", "uint64")
+#: The NaN a float ``plus`` returns, per format (the H100's canonical NaN).
+NAN_BITS = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """A ``cooperative_groups`` function object (``cg::plus<T>()`` ...), by name."""
+
+    name: str
+
+    def __call__(self, a: jax.Array, b: jax.Array) -> jax.Array:
+        return _apply(self.name, a, b)
+
+    def __repr__(self) -> str:
+        return f"jaxwarp.cg.{self.name}"
+
+
+plus = Op("plus")
+less = Op("less")
+greater = Op("greater")
+bit_and = Op("bit_and")
+bit_or = Op("bit_or")
+bit_xor = Op("bit_xor")
+
+
+# ----------------------------------------------------------------------------------------
+# The binary operations on values.
+
+
+_QUIET64 = 1 << 51
+_EXP64 = 0x7FF0000000000000
+
+
+def _dadd(ua: jax.Array, ub: jax.Array) -> jax.Array:
+    """binary64 ``a + b`` on bits: the sum of ``fma64(a, 1, b)``; a NaN result is a NaN
+    operand quieted, a signalling NaN before a quiet one, else ``a``'s before ``b``'s."""
+    one = jnp.full(ua.shape, 0x3FF0000000000000, jnp.uint64)
+    r = fma.fma64(ua, one, ub)
+    mag = jnp.uint64(0x7FFFFFFFFFFFFFFF)
+    na, nb = (ua & mag) > jnp.uint64(_EXP64), (ub & mag) > jnp.uint64(_EXP64)
+    q = jnp.uint64(_QUIET64)
+    sa, sb = na & ((ua & q) == 0), nb & ((ub & q) == 0)
+    pick_a = na & ~(sb & ~sa)  # as the H100's DADD: a signalling NaN first, then a's
+    nan = jnp.where(pick_a, ua, ub) | q
+    return jnp.where(na | nb, nan, r)
+
+
+@jax.custom_jvp
+def _fadd(a: jax.Array, b: jax.Array) -> jax.Array:
+    fmt = _FLOATS[a.dtype.name]
+    if fmt == "f64":
+        return _from_bits(_dadd(_bits(a), _bits(b)), a.dtype)
+    ua, ub = _bits(a).astype(jnp.uint32), _bits(b).astype(jnp.uint32)
+    r = softfloat.add_rn(softfloat.term(ua, fmt), softfloat.term(ub, fmt), fmt, NAN_BITS[fmt])
+    return _from_bits(r.astype(_bits(a).dtype), a.dtype)
+
+
+@_fadd.defjvp
+def _fadd_jvp(primals, tangents):
+    # The value is the rounded sum; its derivative is that of a + b.
+    a, b = primals
+    ta, tb = tangents
+    return _fadd(a, b), ta + tb
+
+
+def _key(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(ordered integer key, is NaN) of a float: -0 and +0 share key 0."""
+    u = _bits(x)
+    nb = 8 * x.dtype.itemsize
+    sign = jnp.asarray(1 << (nb - 1), u.dtype)
+    mag = u & ~sign
+    fmt = _float_fields(x.dtype.name)
+    exp_mask = ((1 << fmt[0]) - 1) << fmt[1]
+    nan = (mag > exp_mask) if nb <= 32 else (mag > jnp.uint64(exp_mask))
+    si = jnp.int64 if nb == 64 else jnp.int32
+    m = mag.astype(si)
+    return jnp.where((u & sign) != 0, -m, m), nan
+
+
+def _float_fields(name: str) -> tuple[int, int]:
+    """(exponent bits, fraction bits) of a float dtype name."""
+    return {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}[name]
+
+
+def _lt(a: jax.Array, b: jax.Array) -> jax.Array:
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        ka, na = _key(a)
+        kb, nb = _key(b)
+        return (ka < kb) & ~na & ~nb
+    return a < b
+
+
+def _apply(name: str, a: jax.Array, b: jax.Array) -> jax.Array:
+    if name == "plus":
+        return _fadd(a, b) if jnp.issubdtype(a.dtype, jnp.floating) else a + b
+    if name == "less":
+        return select(_lt(b, a), b, a)
+    if name == "greater":
+        return select(_lt(a, b), b, a)
+    fn = {"bit_and": jnp.bitwise_and, "bit_or": jnp.bitwise_or, "bit_xor": jnp.bitwise_xor}
+    return fn[name](a, b)
+
+
+def _op_arg(op: Any, value: jax.Array, fn: str) -> Callable | Op:
+    if isinstance(op, str):
+        op = Op(checks.static_choice(op, "op", OPS))
+    if isinstance(op, Op):
+        if op.name not in OPS:
+            raise ValueError(f"{fn}: op={op.name!r} is not a cooperative-groups operator; "
+                             f"allowed: {OPS}")
+        if op.name in _INT_ONLY and not jnp.issubdtype(value.dtype, jnp.integer):
+            raise TypeError(f"{fn}: op={op.name!r} needs an integer value, got dtype "
+                            f"{value.dtype} (allowed: {_INTS})")
+        return op
+    if callable(op):
+        return op
+    raise TypeError(f"{fn}: op must be one of {OPS}, a jaxwarp.cg operator or a callable "
+                    f"op(a, b), got {type(op).__name__}")
+
+
+def _value_arg(value: Any, fn: str) -> jax.Array:
+    v = checks.lane_array(value, "value")
+    if v.dtype.name not in _INTS + tuple(_FLOATS):
+        raise TypeError(f"{fn}: value has dtype {v.dtype}; allowed: "
+                        f"{_INTS + tuple(_FLOATS)}")
+    return v
+
+
+def _group_arg(group: Any, fn: str) -> Group:
+    if not isinstance(group, Group):
+        raise TypeError(f"{fn}: group must be a jaxwarp.cg group (a tile or a coalesced "
+                        f"group), got {type(group).__name__}")
+    return group
+
+
+# ----------------------------------------------------------------------------------------
+# The trees.
+
+
+def _rank_lane(group: Group, rank: jax.Array) -> jax.Array:
+    """The lane of each lane's group that has rank ``rank`` (own lane if none)."""
+    if group.tile is not None:
+        return _lane() - (group.thread_rank() - rank)
+    src = _fns(group.mask, jnp.zeros(WARP_SIZE, jnp.int32), rank + 1)
+    return jnp.where(src < 0, _lane(), src)
+
+
+def _scan(group: Group, v: jax.Array, op) -> jax.Array:
+    rank = group.thread_rank()
+    size = WARP_SIZE if group.tile is None else group.tile
+    out = v
+    i = 1
+    while i < size:
+        take = i <= rank
+        if group.tile is not None:
+            tmp = lanes.shfl_up_sync(group._call_mask(), out, i, group.tile)
+        else:
+            src = _rank_lane(group, jnp.maximum(rank - i, 0))
+            tmp = lanes.shfl_sync(group.mask, out, src, WARP_SIZE)
+        out = select(take, op(out, tmp), out)
+        i *= 2
+    return out
+
+
+def _lanes_shape(p: jax.Array, v: jax.Array) -> jax.Array:
+    return p.reshape((WARP_SIZE,) + (1,) * (v.ndim - 1))
+
+
+def _butterfly(mask, v: jax.Array, op, n: int) -> jax.Array:
+    """``out = op(out, shfl_xor(out, m))`` for m = n/2 .. 1 with width n."""
+    out = v
+    m = n // 2
+    while m > 0:
+        out = op(out, lanes.shfl_xor_sync(mask, out, m, n))
+        m //= 2
+    return out
+
+
+def reduce(group: Any, value: Any, op: Any) -> jax.Array:
+    """``cg::reduce(group, value, op)``: each lane gets the reduction over its group.
+
+    Args:
+        group: a thread_block_tile or coalesced group (`jaxwarp.cg.thread_block_tile`,
+            `coalesced_threads`, `labeled_partition` ...).
+        value: (32,) int32, uint32, int64, uint64 (x64), float16, bfloat16, float32 or
+            float64 (x64).
+        op: ``"plus"``, ``"less"``, ``"greater"``, ``"bit_and"``, ``"bit_or"``,
+            ``"bit_xor"`` (or `jaxwarp.cg.plus` ...), or any ``op(a, b)`` on arrays (the
+            header's generic path).
+
+    Returns:
+        (32,) of ``value``'s dtype: per lane, the reduction in the CUDA 13 order (see the
+        module docstring); lanes outside any group get an unspecified value.
+
+    Raises:
+        TypeError: an unsupported dtype, a bitwise op on floats, or not a group.
+
+    Example:
+        A float sum over tiles of 4 lanes: the butterfly adds (x0 + x2) + (x1 + x3):
+
+        >>> x = jnp.array([1e8, 1.0, -1e8, 1.0] * 8, jnp.float32)
+        >>> jaxwarp.cg.reduce(jaxwarp.cg.thread_block_tile(4), x, "plus")[:4]
+        Array([2., 2., 2., 2.], dtype=float32)
+    """
+    g = _group_arg(group, "reduce")
+    v = _value_arg(value, "reduce")
+    op = _op_arg(op, v, "reduce")
+    if g.tile is not None:
+        return _butterfly(g.mask if not isinstance(g.mask, np.ndarray) else 0xFFFFFFFF,
+                          v, op, g.tile)
+    is_full = g.mask == jnp.uint32(0xFFFFFFFF)
+    # Only a whole-warp group takes the butterfly: the other lanes do not call it.
+    full = _butterfly(jnp.where(is_full, g.mask, jnp.uint32(0)), v, op, WARP_SIZE)
+    scanned = _scan(g, v, op)
+    last = 31 - lax.clz(g.mask.astype(jnp.uint32)).astype(jnp.int32)
+    part = lanes.shfl_sync(g.mask, scanned, jnp.clip(last, 0, 31), WARP_SIZE)
+    return select(is_full, full, part)
+
+
+def inclusive_scan(group: Any, value: Any, op: Any = "plus") -> jax.Array:
+    """``cg::inclusive_scan(group, value, op)``: lane of rank r gets op over ranks 0..r.
+
+    Args:
+        group, value, op: as in `reduce` (``op`` defaults to ``plus``).
+
+    Returns:
+        (32,) of ``value``'s dtype, combined as ``op(own partial, lower partial)`` in
+        steps of 1, 2, 4, ... ranks.
+
+    Example:
+        >>> tile = jaxwarp.cg.thread_block_tile(8)
+        >>> jaxwarp.cg.inclusive_scan(tile, jnp.ones(32, jnp.int32))[:10]
+        Array([1, 2, 3, 4, 5, 6, 7, 8, 1, 2], dtype=int32)
+    """
+    g = _group_arg(group, "inclusive_scan")
+    v = _value_arg(value, "inclusive_scan")
+    return _scan(g, v, _op_arg(op, v, "inclusive_scan"))
+
+
+def exclusive_scan(group: Any, value: Any, op: Any = "plus") -> jax.Array:
+    """``cg::exclusive_scan(group, value, op)``: lane of rank r gets op over ranks 0..r-1.
+
+    Rank 0 gets ``T{}`` (0, or +0.0) for every op except integer ``plus``, which the header
+    computes as ``inclusive - value`` (also 0 on rank 0).
+
+    Args:
+        group, value, op: as in `reduce` (``op`` defaults to ``plus``).
+
+    Returns:
+        (32,) of ``value``'s dtype.
+
+    Example:
+        Stream compaction: the output slot of each kept lane.
+
+        >>> keep = (jaxwarp.lane_id() % 3 != 0).astype(jnp.int32)
+        >>> jaxwarp.cg.exclusive_scan(jaxwarp.cg.thread_block_tile(32), keep)[:6]
+        Array([0, 0, 1, 2, 2, 3], dtype=int32)
+    """
+    g = _group_arg(group, "exclusive_scan")
+    v = _value_arg(value, "exclusive_scan")
+    opf = _op_arg(op, v, "exclusive_scan")
+    inc = _scan(g, v, opf)
+    if opf == plus and jnp.issubdtype(v.dtype, jnp.integer):
+        return inc - v
+    prev = g.shfl_up(inc, 1)
+    return select(g.thread_rank() == 0, jnp.zeros_like(v), prev)
+
+
+# ----------------------------------------------------------------------------------------
+# invoke_one (elect.sync).
+
+
+def elected(group: Any) -> jax.Array:
+    """bool[32]: the lane ``elect.sync`` picks in each group (its lowest lane).
+
+    Example:
+        >>> part = jaxwarp.cg.labeled_partition(jaxwarp.cg.coalesced_threads(),
+        ...                                     jaxwarp.lane_id() % 4)
+        >>> jnp.nonzero(jaxwarp.cg.elected(part))[0]
+        Array([0, 1, 2, 3], dtype=int32)
+    """
+    g = _group_arg(group, "elected")
+    first = _fns(g.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
+    return (first == _lane()) & (g.mask != 0)
+
+
+def invoke_one_broadcast(group: Any, fn: Callable, *args: Any) -> Any:
+    """``cg::invoke_one_broadcast(group, fn, args...)``: ``fn`` on the elected lane, its
+    result given to every lane of the group.
+
+    ``fn`` is called once on the per-lane ``args`` (arrays with a leading lane axis), and
+    each lane gets the elected lane's result (a pytree of (32, ...) arrays).
+
+    Example:
+        >>> x = jaxwarp.lane_id() + 100
+        >>> jaxwarp.cg.invoke_one_broadcast(jaxwarp.cg.thread_block_tile(8),
+        ...                                 lambda v: v * 2, x)[6:10]
+        Array([200, 200, 216, 216], dtype=int32)
+    """
+    g = _group_arg(group, "invoke_one_broadcast")
+    out = fn(*args)
+    first = _fns(g.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
+    src = jnp.where(first < 0, _lane(), first)
+    return jax.tree_util.tree_map(lambda r: lanes.shfl_sync(g.mask, r, src, WARP_SIZE), out)

@@ -1,0 +1,109 @@
+"""jaxwarp.cg against the H100 capture (tests/data/h100_cg.npz, tools/capture/FORMAT_CG.md).
+
+By default: float32 cg::reduce / scans over a tile of 32 and over coalesced groups (the
+butterfly and the rank scan, on NaN, signed zeros, ties and wide values), and the tile
+shuffles of one size; the whole file with -m slow (conformance). The guide's examples
+(experiments/cg_examples.py) against the H100's printed text: slow.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+import jaxwarp.cg as cg
+from jaxwarp import conformance
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
+CAPTURE = DATA / "h100_cg.npz"
+
+
+def _lanes(mask) -> np.ndarray:
+    return ((np.uint32(mask) >> np.arange(32, dtype=np.uint32)) & 1) == 1
+
+
+def test_float32_tile_sum_matches_h100():
+    d = np.load(CAPTURE)
+    cfg, x, want = d["red/float32/cfg"], d["red/float32/x"], d["red/float32/out"]
+    rows = np.flatnonzero(cfg[:, 0] == 32)
+    run = jax.jit(jax.vmap(lambda v: cg.reduce(cg.thread_block_tile(32), v, "plus")))
+    got = np.asarray(run(jnp.asarray(x[rows].view(np.float32)))).view(np.uint32)
+    np.testing.assert_array_equal(got, want[rows, :, 0])
+
+
+@pytest.mark.slow
+def test_float32_reduce_and_scans_match_h100():
+    d = np.load(CAPTURE)
+    cfg, x, want = d["red/float32/cfg"], d["red/float32/x"], d["red/float32/out"]
+    rows = np.flatnonzero((cfg[:, 0] == 32) | (cfg[:, 0] == 0))[::3]
+
+    @jax.jit
+    @jax.vmap
+    def run(v, active):
+        tile = cg.thread_block_tile(32)
+        from jaxwarp._src.warp.active import running
+        with running(active):
+            g = cg.coalesced_threads()
+        out = []
+        for op in ("plus", "less", "greater"):
+            for grp in (tile, g):
+                out.append([cg.reduce(grp, v, op), cg.inclusive_scan(grp, v, op),
+                            cg.exclusive_scan(grp, v, op)])
+        return jax.lax.bitcast_convert_type(jnp.asarray(out), jnp.uint32)
+
+    act = np.stack([_lanes(cfg[r, 1]) for r in rows])
+    got = np.asarray(run(jnp.asarray(x[rows].view(np.float32)), jnp.asarray(act)))
+    for i, r in enumerate(rows):
+        which = 0 if cfg[r, 0] == 32 else 1
+        for k in range(3):
+            for j in range(3):
+                g = got[i, 2 * k + which, j]
+                w = want[r, :, 3 * k + j]
+                np.testing.assert_array_equal(g[act[i]], w[act[i]], err_msg=f"trial {r} op {k}")
+
+
+def test_tile_shuffles_match_h100():
+    d = np.load(CAPTURE)
+    offs = [int(v) for v in d["tile/offs"]]
+    xi = d["tile4/xi"][:1].reshape(2, 32)
+    want = d["tile4/shfl_i32"][:1].reshape(2, 32, 4, len(offs))
+
+    @jax.jit
+    def run(v):
+        tile = cg.thread_block_tile(4)
+        return jnp.stack([jnp.stack([f(v, b) for b in offs], -1) for f in
+                          (tile.shfl, tile.shfl_up, tile.shfl_down, tile.shfl_xor)], -2)
+
+    np.testing.assert_array_equal(np.asarray(jax.vmap(run)(jnp.asarray(xi))), want)
+
+
+@pytest.mark.slow
+def test_reduce_grad_and_vmap():
+    x = jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32).reshape(2, 32)
+    g = jax.grad(lambda v: cg.reduce(cg.thread_block_tile(8), v, "plus")[0])(x[0])
+    np.testing.assert_array_equal(np.asarray(g), np.r_[np.ones(8), np.zeros(24)])
+    r = jax.vmap(lambda v: cg.reduce(cg.thread_block_tile(32), v, cg.greater))(x)
+    np.testing.assert_array_equal(np.asarray(r[:, 0]), np.asarray(x.max(axis=1)))
+
+
+@pytest.mark.slow
+def test_whole_capture():
+    results, _ = conformance.check_file(str(CAPTURE))
+    bad = [r.group for r in results if not r.ok]
+    assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(jaxwarp, "branch"), reason="needs jaxwarp.branch (divergence)")
+def test_guide_examples_print_what_the_h100_printed(capsys):
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parents[2] / "experiments" / "cg_examples.py"
+    spec = importlib.util.spec_from_file_location("cg_examples", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([]) == (DATA / "h100_cg_examples.txt").read_text()
