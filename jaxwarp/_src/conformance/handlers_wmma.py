@@ -170,7 +170,8 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 # Key families with a '/' that other handlers own.
 _OTHER_FAMILIES = ("ld/", "st/", "ptx/", "wgmma/", "chain/", "cvt/", "ldmatrix/",
-                   "stmatrix/", "movmatrix/", "golden/", "sp/", "wgsp/", "div/", "undef/")
+                   "stmatrix/", "movmatrix/", "golden/", "sp/", "wgsp/", "div/", "undef/",
+                   "tile", "red/", "part/", "ex")
 
 
 def is_mma_key(key: str) -> bool:
