@@ -7,6 +7,8 @@ read by more than one family: ``dpx_a`` feeds both DPX tables).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from jaxwarp._src.conformance import golden_keys
 from jaxwarp._src.conformance import handlers_cg as cg
 from jaxwarp._src.conformance import handlers_diverge as diverge
@@ -18,6 +20,16 @@ from jaxwarp._src.conformance import handlers_warp as warp
 from jaxwarp._src.conformance import handlers_wmma as wmma
 from jaxwarp._src.conformance.registry import Handler, keys_where, needs_all
 
+
+def with_meta(match: Callable[[set], set]) -> Callable[[set], set]:
+    """``match``, claiming also the capture tool's ``meta`` JSON where the family is there
+    (``tools/capture/capture_cg.py`` writes one into its tile and divergence files)."""
+    def claim(files: set) -> set:
+        keys = match(files)
+        return keys | ({"meta"} & files) if keys else keys
+    return claim
+
+
 HANDLERS: tuple[Handler, ...] = (
     # warp.npz, capture_extra_warp.npz
     *(Handler(prefix, needs_all(f"{prefix}_cfg", f"{prefix}_x", f"{prefix}_out"),
@@ -28,11 +40,12 @@ HANDLERS: tuple[Handler, ...] = (
     Handler("dpx predicates", needs_all("dpx_a", "dpx_b", "dpx_pred"), warp.dpx_predicates),
     Handler("cvt", needs_all("cvt_x", "cvt_out"), warp.conversions),
     # cg_div.npz (tools/capture/capture_cg.py): divergent one-warp programs
-    Handler("div", needs_all("div/cfg", "div/x", "div/out"), diverge.divergent_programs),
+    Handler("div", with_meta(needs_all("div/cfg", "div/x", "div/out")),
+            diverge.divergent_programs),
     Handler("undef", needs_all("undef/cfg", "undef/x", "undef/out", "undef/status"),
             diverge.undefined_uses),
     # h100_cg.npz: cooperative groups (tools/capture/FORMAT_CG.md)
-    Handler("cg tiles", keys_where(cg.is_tile_key), cg.tiles),
+    Handler("cg tiles", with_meta(keys_where(cg.is_tile_key)), cg.tiles),
     Handler("cg reduce/scan", keys_where(cg.is_red_key), cg.reductions),
     Handler("cg partitions", keys_where(cg.is_part_key), cg.partitions),
     # layout.npz, mma_*.npz, capture_extra_{mma,ldst}.npz

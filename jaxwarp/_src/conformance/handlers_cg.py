@@ -45,8 +45,9 @@ def _lane_set(mask) -> jax.Array:
 
 
 def is_tile_key(key: str) -> bool:
-    """``tile{N}/...`` and ``tile/offs`` keys (and the capture's ``meta``)."""
-    return key.startswith("tile") or key == "meta"
+    """``tile{N}/...`` and ``tile/offs`` keys (the capture's ``meta`` goes with them:
+    ``families.with_meta``)."""
+    return key.startswith("tile")
 
 
 def tiles(d, keys) -> Iterator[GroupResult]:
