@@ -369,8 +369,8 @@ def gather_b(geo: Geometry, b: jax.Array, nib: jax.Array) -> jax.Array:
     every nibble, the undefined ones included.
     """
     G, per = geo.group, geo.stored
-    i0, i1 = nib & 3, nib >> 2
-    base = (jnp.arange(geo.chunks) * G)[:, None]
+    i0, i1 = (nib & 3).astype(jnp.int32), (nib >> 2).astype(jnp.int32)
+    base = (jnp.arange(geo.chunks, dtype=jnp.int32) * G)[:, None]
 
     def take(x, r):  # x (..., K, N), r (..., m, K/2) -> (..., m, K/2, N)
         batch = jnp.broadcast_shapes(x.shape[:-2], r.shape[:-2])
@@ -382,13 +382,13 @@ def gather_b(geo: Geometry, b: jax.Array, nib: jax.Array) -> jax.Array:
         bits = jax.lax.bitcast_convert_type(b, jnp.uint32)
 
         def half(i):  # (..., m, chunks) -> the 16-bit unit i of each pair, (..., m, K/2, N)
-            w = take(bits, jnp.arange(geo.chunks) * 2 + (i >> 1))
+            w = take(bits, jnp.arange(geo.chunks, dtype=jnp.int32) * 2 + (i >> 1))
             return (w >> (16 * (i & 1)).astype(jnp.uint32)[..., None]) & 0xFFFF
 
         word = (half(i1) << 16) | half(i0)
         return jax.lax.bitcast_convert_type(word, jnp.float32)
     if G == 8:  # s4 / u4: pairs
-        j = jnp.arange(per)
+        j = jnp.arange(per, dtype=jnp.int32)
         pair = jnp.where(j < 2, i0[..., None], i1[..., None])
         r = base + 2 * pair + (j & 1)
     else:

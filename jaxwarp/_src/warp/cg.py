@@ -67,8 +67,9 @@ def _fns(mask: jax.Array, base: jax.Array, offset: jax.Array) -> jax.Array:
     base = base[:, None]
     up = bits & (p >= base)
     down = bits & (p <= base)
-    n_up = jnp.cumsum(up, axis=1)  # set bits in [base, p]
-    n_down = jnp.flip(jnp.cumsum(jnp.flip(down, 1), axis=1), 1)  # set bits in [p, base]
+    n_up = jnp.cumsum(up, axis=1, dtype=jnp.int32)  # set bits in [base, p]
+    # set bits in [p, base]
+    n_down = jnp.flip(jnp.cumsum(jnp.flip(down, 1), axis=1, dtype=jnp.int32), 1)
     off = offset[:, None]
     hit = jnp.where(off > 0, up & (n_up == off), down & (n_down == -off))
     hit = jnp.where(off == 0, bits & (p == base), hit)
@@ -79,7 +80,7 @@ def _fns(mask: jax.Array, base: jax.Array, offset: jax.Array) -> jax.Array:
 def _pack(bits: jax.Array, mask: jax.Array) -> jax.Array:
     """Packs ``bits`` (uint32[32]) by the rank of each lane in ``mask`` (``_packLanes``)."""
     member = _mask_bits(mask)
-    rank = jnp.cumsum(member, axis=1) - 1
+    rank = jnp.cumsum(member, axis=1, dtype=jnp.int32) - 1
     sel = member & _mask_bits(bits)
     shifted = jnp.where(sel, jnp.uint32(1) << jnp.clip(rank, 0, 31).astype(jnp.uint32), 0)
     return jnp.sum(shifted, axis=1, dtype=jnp.uint32)
@@ -442,7 +443,7 @@ def _tile_coalesced(g: Group, n: int) -> Group:
         meta = (rank // n, size // n)
     else:
         member = _mask_bits(g.mask)
-        r = jnp.cumsum(member, axis=1) - 1  # rank of each member lane
+        r = jnp.cumsum(member, axis=1, dtype=jnp.int32) - 1  # rank of each member lane
         first = (rank // n) * n
         take = member & (r >= first[:, None]) & (r < first[:, None] + n)
         m = jnp.sum(jnp.where(take, jnp.asarray(_BIT)[None, :], 0), axis=1, dtype=jnp.uint32)
