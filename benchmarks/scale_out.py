@@ -10,13 +10,17 @@ timed apart):
   with an fp32 accumulator (``sharded_vmap``);
 * ``dp``: a data-parallel training step of the study's transformer
   (``experiments/emulated_training.py``, random tokens) under
-  ``jaxwarp.emulate(..., mode="exact")``: ``jaxwarp.grouped_value_and_grad`` over
-  ``--groups`` groups (the same bits on any device count dividing it) and an
-  Adam update;
+  ``jaxwarp.emulate(..., mode="exact")``:
+  ``jaxwarp.grouped_value_and_grad(..., dispatch="per_device")`` over ``--groups``
+  groups (the same bits on any device count dividing it) and an Adam update;
 * ``tp``: one exact emulated product ``a @ b`` (bf16 operands, fp32 result) with
   ``a`` sharded along M (tensor parallel; ``emulate`` keeps the sharding);
 * ``dp_fast``, ``tp_fast``: the same in ``mode="fast"`` (operands rounded, one
-  ``dot_general``), not part of the default list.
+  ``dot_general``), not part of the default list;
+* ``dp_spmd``: ``dp`` with ``dispatch="spmd"`` (one program over the mesh, inside
+  ``jit``) instead of ``"per_device"`` (one single-device program per group,
+  dispatched from Python: the same program on every device count); on 2 H100s the
+  SPMD step's bits differed from one GPU's even with ``deterministic_xla``.
 
 Prints JSON: devices, jax version, and per workload and device count the best
 seconds of one call, the first call's seconds (compile + run), the efficiency
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import os
 import pathlib
 import sys
 import time
@@ -57,7 +62,7 @@ import warp_programs as wp  # noqa: E402
 import jaxwarp  # noqa: E402
 
 WORKLOADS = ("warp", "mma", "dp", "tp")
-EXTRA = ("dp_fast", "tp_fast")
+EXTRA = ("dp_fast", "tp_fast", "dp_spmd")
 TARGET = 0.8  # issue 26: at least 0.8 on 2 GPUs for the warp study and the dp exact step
 #: Sizes: the CPU default (seconds on a laptop) and --large (keeps an H100 busy).
 DEFAULT = dict(warps=2**16, tiles=2**12, dp_batch=64, dp_seq=8, dp_width=32, dp_layers=1,
@@ -117,14 +122,27 @@ def _model(cfg):
     return jax.tree_util.tree_map(np.asarray, params), tokens, labels
 
 
-def dp_workload(cfg, mode="exact"):
+def dp_workload(cfg, mode="exact", dispatch="per_device"):
     params, tokens, labels = _model(cfg)
     loss = jaxwarp.emulate(lambda prm, t, y: et.loss_fn(prm, t, y, HEADS),
                            operand_format="bf16", mode=mode)
     init, update = et.adam(1e-3)
 
     def make(mesh):
-        vg = jaxwarp.grouped_value_and_grad(loss, cfg["groups"], mesh=mesh)
+        vg = jaxwarp.grouped_value_and_grad(loss, cfg["groups"], mesh=mesh, dispatch=dispatch)
+        if dispatch == "per_device":
+            # One single-device program per group, run on device i mod d; parameters and
+            # the update on the first device; the batch starts on the host.
+            first = mesh.devices.flat[0]
+            update_jit = jax.jit(update)
+
+            def step(params, opt, tokens, labels):
+                value, grads = vg(params, tokens, labels)
+                return update_jit(params, grads, opt) + (value,)
+
+            p = jax.device_put(params, first)
+            o = jax.device_put(init(params), first)
+            return step, (p, o, tokens, labels)
 
         @jax.jit
         def step(params, opt, tokens, labels):
@@ -157,6 +175,7 @@ def tp_workload(cfg, mode="exact"):
 
 BUILD = {"warp": warp_workload, "mma": mma_workload, "dp": dp_workload, "tp": tp_workload,
          "dp_fast": lambda cfg: dp_workload(cfg, "fast"),
+         "dp_spmd": lambda cfg: dp_workload(cfg, "exact", "spmd"),
          "tp_fast": lambda cfg: tp_workload(cfg, "fast")}
 
 
@@ -239,7 +258,12 @@ def main(argv=None) -> None:
     ap.add_argument("--cpu-check-only", action="store_true",
                     help="only the comparison with the CPU backend (on the largest count of "
                          "--devices), no timing")
+    ap.add_argument("--nondeterministic", action="store_true",
+                    help="leave XLA's GPU settings as they are (default: "
+                         "jaxwarp.deterministic_xla(), so that reruns and device counts agree)")
     args = ap.parse_args(argv)
+    if not args.nondeterministic:
+        jaxwarp.deterministic_xla()
     t_start = time.perf_counter()
     n_all = jax.device_count()
     counts = ([1, n_all] if n_all > 1 else [1]) if args.devices is None else \
@@ -268,6 +292,7 @@ def main(argv=None) -> None:
         "benchmark": "scale_out",
         **device_info(),
         "devices": [d.device_kind for d in jax.devices()],
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "versions": versions(),
         **host_info(),
         "sizes": {k: cfg[k] for k in cfg},

@@ -145,9 +145,19 @@ def add_devices_option(p: argparse.ArgumentParser) -> None:
 def pick_devices(count: int | str) -> list[jax.Device]:
     """The first ``count`` devices of the default backend (``"all"``: every one).
 
+    On a GPU, XLA's deterministic settings (``jaxwarp.deterministic_xla``) are
+    switched on first, when no backend has started yet, so that every device count
+    and every rerun give the same numbers.
+
     Raises:
         SystemExit: more devices asked for than there are.
     """
+    from jax._src import xla_bridge
+
+    import jaxwarp
+
+    if not xla_bridge.backends_are_initialized():
+        jaxwarp.deterministic_xla()
     devs = jax.devices()
     if count == "all":
         return devs

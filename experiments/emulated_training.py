@@ -157,11 +157,15 @@ def dataset(p: int):
     return jnp.asarray(tokens), jnp.asarray(((a + b) % p).astype(np.int32))
 
 
-def make_grouped_step(settings, heads, lr, groups: int, mesh, n_real: int):
+def make_grouped_step(settings, heads, lr, groups: int, mesh, n_real: int,
+                      dispatch: str = "per_device"):
     """The data-parallel step: ``(init, step, accuracy)`` as ``make_step``'s, on a batch
     padded to a multiple of ``groups`` whose examples carry ``weights`` (1 real, 0
     padding). Each group's loss is ``groups * sum(w * nll) / n_real``, so the mean over
-    the groups (``jaxwarp.grouped_value_and_grad``) is the mean over the real examples."""
+    the groups (``jaxwarp.grouped_value_and_grad``) is the mean over the real examples.
+    ``dispatch="per_device"`` runs one single-device program per group (the same bits on
+    any device count, GPUs included; parameters on the mesh's first device);
+    ``"spmd"`` one jitted program over the mesh."""
 
     def group_loss(prm, t, y, w):
         logp = jax.nn.log_softmax(forward(prm, t, heads))
@@ -169,14 +173,22 @@ def make_grouped_step(settings, heads, lr, groups: int, mesh, n_real: int):
         return groups * jnp.sum(w * nll) / n_real
 
     loss = group_loss if settings is None else emulate(group_loss, **settings)
-    value_and_grad = jaxwarp.grouped_value_and_grad(loss, groups, mesh=mesh)
+    value_and_grad = jaxwarp.grouped_value_and_grad(loss, groups, mesh=mesh, dispatch=dispatch)
     init, update = adam(lr)
 
-    @jax.jit
-    def step(params, opt, tokens, labels, weights):
-        value, grads = value_and_grad(params, tokens, labels, weights)
-        params, opt = update(params, grads, opt)
-        return params, opt, value
+    if dispatch == "per_device":
+        update_jit = jax.jit(update)
+
+        def step(params, opt, tokens, labels, weights):
+            value, grads = value_and_grad(params, tokens, labels, weights)
+            params, opt = update_jit(params, grads, opt)
+            return params, opt, value
+    else:
+        @jax.jit
+        def step(params, opt, tokens, labels, weights):
+            value, grads = value_and_grad(params, tokens, labels, weights)
+            params, opt = update(params, grads, opt)
+            return params, opt, value
 
     @jax.jit
     def accuracy(params, tokens, labels, weights):
@@ -186,14 +198,17 @@ def make_grouped_step(settings, heads, lr, groups: int, mesh, n_real: int):
     return init, step, accuracy
 
 
-def shard_dataset(tokens, labels, groups: int, mesh):
+def shard_dataset(tokens, labels, groups: int, mesh, dispatch: str = "spmd"):
     """``(tokens, labels, weights)`` padded to a multiple of ``groups`` (the last example
-    repeated, weight 0) and sharded over ``mesh``'s batch axis."""
+    repeated, weight 0) and sharded over ``mesh``'s batch axis (``dispatch="spmd"``) or
+    left on the host (``"per_device"``: each group is sent to its device)."""
     n = len(labels)
     pad = -n % groups
     weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
     tokens = np.concatenate([np.asarray(tokens), np.repeat(np.asarray(tokens)[-1:], pad, 0)])
     labels = np.concatenate([np.asarray(labels), np.repeat(np.asarray(labels)[-1:], pad, 0)])
+    if dispatch == "per_device":
+        return tokens, labels, weights
     batch = NamedSharding(mesh, P(mesh.axis_names[0]))
     return tuple(jax.device_put(x, batch) for x in (tokens, labels, weights))
 
@@ -236,6 +251,11 @@ def main(argv=None):
                     help="data-parallel groups (a multiple of the device count; default 8, "
                          "or the device count if 8 is not a multiple of it, when --devices "
                          "is more than 1; unset with one device: the plain full-batch step)")
+    ap.add_argument("--dispatch", choices=("per_device", "spmd"), default="per_device",
+                    help="with --groups: 'per_device' (default) runs one single-device "
+                         "program per group, the same bits on any device count, GPUs "
+                         "included; 'spmd' one program over all devices "
+                         "(jaxwarp.grouped_value_and_grad's dispatch)")
     args = ap.parse_args(argv)
     devices = su.pick_devices(args.devices)
     groups = args.groups
@@ -259,7 +279,7 @@ def main(argv=None):
           + (f", data parallel over {groups} groups" if groups else ""))
     n_real = len(labels)
     if groups:
-        batch = shard_dataset(tokens, labels, groups, mesh)
+        batch = shard_dataset(tokens, labels, groups, mesh, args.dispatch)
     else:
         batch = (tokens, labels)
 
@@ -268,7 +288,8 @@ def main(argv=None):
         settings = CONFIGS[name]
         try:
             init, step, accuracy = (
-                make_grouped_step(settings, args.heads, args.lr, groups, mesh, n_real)
+                make_grouped_step(settings, args.heads, args.lr, groups, mesh, n_real,
+                                  args.dispatch)
                 if groups else make_step(settings, args.heads, args.lr))
         except NotImplementedError as e:
             print(f"{name}: skipped ({e})")
@@ -276,8 +297,10 @@ def main(argv=None):
         for seed in range(seeds):
             params = init_params(jax.random.key(seed), p, width, layers, args.heads)
             opt = init(params)
-            if groups:  # replicated on every device of the mesh
+            if groups and args.dispatch == "spmd":  # replicated on every device of the mesh
                 params, opt = jax.device_put((params, opt), NamedSharding(mesh, P()))
+            elif groups:  # per_device: kept on the mesh's first device
+                params, opt = jax.device_put((params, opt), devices[0])
             t0 = time.perf_counter()
             for i in tqdm(range(1, steps + 1), desc=f"{name} seed {seed}", leave=False):
                 params, opt, loss = step(params, opt, *batch)

@@ -151,7 +151,9 @@ from jaxwarp._src.emulate import ProductFilter as ProductFilter
 from jaxwarp._src.emulate import UnsupportedProductError as UnsupportedProductError
 
 # Many warps over many devices: vmap with the batch axis sharded over a device mesh.
+from jaxwarp._src.sharding import DETERMINISTIC_XLA_FLAGS as DETERMINISTIC_XLA_FLAGS
 from jaxwarp._src.sharding import batch_mesh as batch_mesh
+from jaxwarp._src.sharding import deterministic_xla as deterministic_xla
 from jaxwarp._src.sharding import grouped_value_and_grad as grouped_value_and_grad
 from jaxwarp._src.sharding import shard_batch as shard_batch
 from jaxwarp._src.sharding import sharded_vmap as sharded_vmap

@@ -62,7 +62,13 @@ _FOUR_DEVICES = textwrap.dedent(
     import warp_programs as wp
     from jaxwarp._src.tensorcore.matmul import matmul
     from jaxwarp._src.sharding import sharded_vmap
+    import jaxwarp
 
+    # Before the backend starts: the deterministic flags join the device-count flag, once.
+    flags = jaxwarp.deterministic_xla()
+    assert "--xla_force_host_platform_device_count=4" in flags.split(), flags
+    assert all(f in flags.split() for f in jaxwarp.DETERMINISTIC_XLA_FLAGS), flags
+    assert jaxwarp.deterministic_xla() == flags
     assert len(jax.devices()) == 4, jax.devices()
     rng = np.random.default_rng(0)
 
@@ -103,6 +109,16 @@ _FOUR_DEVICES = textwrap.dedent(
     print("ok")
     """
 )
+
+
+def test_deterministic_xla_too_late(monkeypatch):
+    # This process has a backend already: a missing flag can no longer take effect.
+    jax.devices()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=0")
+    with pytest.raises(RuntimeError, match="already started a backend.*xla_gpu_deterministic_ops"):
+        jaxwarp.deterministic_xla()
+    monkeypatch.setenv("XLA_FLAGS", " ".join(jaxwarp.DETERMINISTIC_XLA_FLAGS))
+    assert jaxwarp.deterministic_xla() == " ".join(jaxwarp.DETERMINISTIC_XLA_FLAGS)
 
 
 @pytest.mark.slow

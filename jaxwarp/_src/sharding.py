@@ -28,7 +28,10 @@ results are gathered and added in group order on every device::
                    [dev 0: g0 g1 | dev 1: g2 g3 | ...]   value_and_grad per group
     ((g0 + g1) + g2) + ... + g(G-1), / G     (gathered, the same order on every device)
 
-so the step is the same for every device count that divides G. Tensor
+so the step is the same for every device count that divides G. On GPUs that
+holds with XLA's deterministic settings (``deterministic_xla``): without them an
+embedding's gradient (a scatter-add) is summed with atomics in a different order
+on every run, and the autotuner may give each compile another GEMM kernel. Tensor
 parallelism needs nothing of jaxwarp: a product whose operand is sharded along
 M (rows of ``a``) or N (columns of ``b``) computes every output element on one
 device, and ``emulate`` keeps sharded inputs and ``with_sharding_constraint``.
@@ -51,6 +54,59 @@ from jax.sharding import PartitionSpec as P
 from jaxwarp._src import checks
 
 BATCH_AXIS = "batch"
+
+#: XLA flags that make a GPU program give the same bits on every run and every
+#: compile: scatter-adds without atomics (and XLA's other deterministic kernels),
+#: and no autotuning (each GEMM keeps XLA's default kernel). Harmless on a CPU.
+DETERMINISTIC_XLA_FLAGS = ("--xla_gpu_deterministic_ops=true", "--xla_gpu_autotune_level=0")
+
+
+def deterministic_xla() -> str:
+    """Adds XLA's deterministic-GPU flags to ``XLA_FLAGS``; call it before JAX starts a backend.
+
+    On a GPU, two runs of the same jitted training step can differ in the last
+    bits: the gradient of an embedding lookup is a scatter-add that XLA sums with
+    atomics (in whatever order the threads arrive), and XLA's autotuner times
+    several GEMM kernels per compile and keeps the fastest, so the 1-device and the
+    4-device programs may get different kernels for a plain (not emulated)
+    ``dot``. ``DETERMINISTIC_XLA_FLAGS`` turns both off. jaxwarp's own arithmetic
+    (exact mode) needs neither; the rest of a model (embedding gradients, fast
+    mode's ``dot``) does, for ``grouped_value_and_grad`` to give the same bits on
+    any device count and for a rerun to repeat a run. XLA reads ``XLA_FLAGS`` once,
+    when the first backend starts (the first ``jax.devices()`` or computation), so
+    this must come before that; the studies' ``--devices`` option calls it. From a
+    shell: ``XLA_FLAGS="--xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"``.
+
+    Returns:
+        The new ``XLA_FLAGS`` value (flags already there are not repeated).
+
+    Raises:
+        RuntimeError: a backend has already started and ``XLA_FLAGS`` lacks a flag
+            (too late for it to take effect).
+
+    Example:
+        >>> import os
+        >>> os.environ.get("XLA_FLAGS", "").count("--xla_gpu_autotune_level=0") <= 1
+        True
+        >>> "--xla_gpu_deterministic_ops=true" in jaxwarp.DETERMINISTIC_XLA_FLAGS
+        True
+    """
+    import os
+
+    from jax._src import xla_bridge
+
+    have = os.environ.get("XLA_FLAGS", "").split()
+    missing = [f for f in DETERMINISTIC_XLA_FLAGS if f not in have]
+    if not missing:
+        return " ".join(have)
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(
+            f"deterministic_xla(): JAX has already started a backend, so XLA_FLAGS can no "
+            f"longer change; call it before the first jax.devices() or computation, or "
+            f"set XLA_FLAGS={' '.join(have + missing)!r} in the environment (missing: "
+            f"{' '.join(missing)})")
+    os.environ["XLA_FLAGS"] = " ".join(have + missing)
+    return os.environ["XLA_FLAGS"]
 
 
 def batch_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -140,6 +196,17 @@ def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
     Args:
         tree: a pytree of arrays (NumPy or JAX) sharing the leading batch size n.
         mesh: the mesh from ``batch_mesh`` (default: all devices).
+        dispatch: ``"spmd"`` (default): one program over the mesh (``shard_map``),
+            usable inside ``jax.jit``; its bits equal across device counts where XLA
+            compiles the per-group work of a 1-device and a d-device module alike
+            (the CPU backend). ``"per_device"``: one single-device program (jitted
+            ``value_and_grad`` of one group), compiled once per device and run for
+            group i on device i mod d, dispatched from Python (asynchronously), then
+            the results moved to the mesh's first device and averaged there in group
+            order. Every device count runs the very same program, so the bits are
+            equal on GPUs too (with ``deterministic_xla``); it cannot be traced (call
+            it outside ``jit`` and jit the update), and its results live on the
+            first device.
 
     Returns:
         ``(sharded_tree, n)``: leaves of leading size ``ceil(n / d) * d`` placed
@@ -264,11 +331,52 @@ def _fixed_order_mean(x: jax.Array) -> jax.Array:
     return acc / jnp.asarray(x.shape[0], acc.dtype)
 
 
+def _per_device_value_and_grad(loss: Callable[..., jax.Array], groups: int,
+                               mesh: Mesh) -> Callable[..., tuple[jax.Array, Any]]:
+    """``grouped_value_and_grad(..., dispatch="per_device")``: see there."""
+    devices = list(mesh.devices.flat)
+    one_group = jax.jit(jax.value_and_grad(loss))
+    average = jax.jit(lambda outs: jax.tree_util.tree_map(
+        lambda *xs: _fixed_order_mean(jnp.stack(xs)), *outs))
+
+    def f(params, *batch):
+        if not batch:
+            raise ValueError("grouped_value_and_grad: no batch argument after params")
+        if any(isinstance(x, jax.core.Tracer)
+               for x in jax.tree_util.tree_leaves((params, batch))):
+            raise TypeError("grouped_value_and_grad(..., dispatch='per_device') runs compiled "
+                            "programs from Python and cannot be traced (jit, grad, vmap): "
+                            "call it outside jax.jit and jit the update, or use "
+                            "dispatch='spmd'")
+
+        def size(path, x):
+            n = np.shape(x)[0] if np.ndim(x) else None
+            if n is None or n % groups:
+                raise ValueError(f"grouped_value_and_grad: batch{jax.tree_util.keystr(path)} "
+                                 f"has leading (batch) size {n}; it must be a multiple of "
+                                 f"groups={groups}")
+            return n // groups
+
+        per = jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(size, batch))
+        n = per[0]
+        on = [jax.device_put(params, d) for d in devices]
+        outs = []
+        for i in range(groups):
+            k = i % len(devices)
+            group = jax.tree_util.tree_map(
+                lambda x, lo=i * n, dev=devices[k]: jax.device_put(x[lo:lo + n], dev), batch)
+            outs.append(one_group(on[k], *group))
+        return average(jax.device_put(outs, devices[0]))
+
+    return f
+
+
 def grouped_value_and_grad(
     loss: Callable[..., jax.Array],
     groups: int,
     *,
     mesh: Mesh | None = None,
+    dispatch: str = "spmd",
 ) -> Callable[..., tuple[jax.Array, Any]]:
     """``jax.value_and_grad`` of a batch-mean loss, data-parallel and the same bits on any mesh.
 
@@ -282,6 +390,9 @@ def grouped_value_and_grad(
     a group as one device does (tested on CPU devices and on H100s). It is the
     mean of the groups' means, which for equal groups is the batch mean up to
     rounding, but not bit for bit ``jax.value_and_grad(loss)`` of the whole batch.
+    On GPUs, call ``deterministic_xla()`` before JAX starts (or set its flags):
+    a model's embedding gradients and fast mode's plain ``dot`` are otherwise not
+    repeatable from one compile or run to the next.
 
     Use it inside a jitted training step (it works eagerly too); wrap ``loss`` in
     ``jaxwarp.emulate`` first to run every product of the forward and backward
@@ -293,6 +404,17 @@ def grouped_value_and_grad(
         groups: the number of groups G, an int >= 1; the batch size must be a
             multiple of G, and G a multiple of the mesh size.
         mesh: the mesh from ``batch_mesh`` (default: all devices).
+        dispatch: ``"spmd"`` (default): one program over the mesh (``shard_map``),
+            usable inside ``jax.jit``; its bits equal across device counts where XLA
+            compiles the per-group work of a 1-device and a d-device module alike
+            (the CPU backend). ``"per_device"``: one single-device program (jitted
+            ``value_and_grad`` of one group), compiled once per device and run for
+            group i on device i mod d, dispatched from Python (asynchronously), then
+            the results moved to the mesh's first device and averaged there in group
+            order. Every device count runs the very same program, so the bits are
+            equal on GPUs too (with ``deterministic_xla``); it cannot be traced (call
+            it outside ``jit`` and jit the update), and its results live on the
+            first device.
 
     Returns:
         ``f(params, *batch) -> (value, grads)``, grads shaped like ``params``,
@@ -322,6 +444,10 @@ def grouped_value_and_grad(
                          f"device computes whole groups), got groups={groups}")
     if not callable(loss):
         raise TypeError(f"loss must be callable, got {type(loss).__name__} {loss!r}")
+    if dispatch not in ("spmd", "per_device"):
+        raise ValueError(f"dispatch must be 'spmd' or 'per_device', got {dispatch!r}")
+    if dispatch == "per_device":
+        return _per_device_value_and_grad(loss, groups, mesh)
     replicated = NamedSharding(mesh, P())
     value_and_grad = jax.value_and_grad(loss)
 
