@@ -39,6 +39,7 @@ device, and ``emulate`` keeps sharded inputs and ``with_sharding_constraint``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -360,12 +361,23 @@ def _per_device_value_and_grad(loss: Callable[..., jax.Array], groups: int,
         per = jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(size, batch))
         n = per[0]
         on = [jax.device_put(params, d) for d in devices]
-        outs = []
-        for i in range(groups):
-            k = i % len(devices)
-            group = jax.tree_util.tree_map(
-                lambda x, lo=i * n, dev=devices[k]: jax.device_put(x[lo:lo + n], dev), batch)
-            outs.append(one_group(on[k], *group))
+
+        def run(k):
+            # Device k's groups k, k + d, ...; one thread per device, so that the first
+            # call compiles the program for every device at once.
+            res = []
+            for i in range(k, groups, len(devices)):
+                group = jax.tree_util.tree_map(
+                    lambda x, lo=i * n: jax.device_put(x[lo:lo + n], devices[k]), batch)
+                res.append(one_group(on[k], *group))
+            return res
+
+        if len(devices) == 1:
+            per_device = [run(0)]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
+                per_device = list(pool.map(run, range(len(devices))))
+        outs = [per_device[i % len(devices)][i // len(devices)] for i in range(groups)]
         return average(jax.device_put(outs, devices[0]))
 
     return f
