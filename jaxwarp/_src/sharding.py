@@ -202,7 +202,8 @@ def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
             compiles the per-group work of a 1-device and a d-device module alike
             (the CPU backend). ``"per_device"``: one single-device program (jitted
             ``value_and_grad`` of one group), compiled once per device and run for
-            group i on device i mod d, dispatched from Python (asynchronously), then
+            group i on device i mod d, dispatched from Python (one thread per
+            device), then
             the results moved to the mesh's first device and averaged there in group
             order. Every device count runs the very same program, so the bits are
             equal on GPUs too (with ``deterministic_xla``); it cannot be traced (call
@@ -421,7 +422,8 @@ def grouped_value_and_grad(
             compiles the per-group work of a 1-device and a d-device module alike
             (the CPU backend). ``"per_device"``: one single-device program (jitted
             ``value_and_grad`` of one group), compiled once per device and run for
-            group i on device i mod d, dispatched from Python (asynchronously), then
+            group i on device i mod d, dispatched from Python (one thread per
+            device), then
             the results moved to the mesh's first device and averaged there in group
             order. Every device count runs the very same program, so the bits are
             equal on GPUs too (with ``deterministic_xla``); it cannot be traced (call
