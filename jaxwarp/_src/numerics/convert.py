@@ -267,9 +267,22 @@ _FP32, _FP16, _BF16, _TF32 = (FORMATS[n] for n in ("f32", "f16", "bf16", "tf32")
 _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 
+def _f32_to_bf16_rn_bits(u: jax.Array) -> jax.Array:
+    """float32 bits -> bfloat16 bits (uint32), nearest even, NaN -> 0x7FFF: the same bits as
+    ``_narrow_bits`` in a few integer operations (bfloat16 is float32's top half: adding
+    ``0x7FFF`` plus the kept lsb carries exactly the halves that round up, subnormals and
+    the overflow to inf included), so that every bf16 operand of an emulated product
+    costs the compiler a handful of instructions instead of a soft-float rounding."""
+    nan = (u & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
+    up = (u + jnp.uint32(0x7FFF) + ((u >> 16) & jnp.uint32(1))) >> 16
+    return jnp.where(nan, jnp.uint32(_CANONICAL_NAN["bf16"]), up)
+
+
 def _to_16(dst: Format, mode: str):
     """The conversion to ``dst`` under ``mode``: a jitted kernel of (bits, source format)."""
     def kernel(u: jax.Array, src: str) -> jax.Array:
+        if (src, dst.name, mode) == ("f32", "bf16", "rn"):
+            return _f32_to_bf16_rn_bits(u)
         return _narrow_bits(u, src, dst, mode, _CANONICAL_NAN[dst.name])
 
     kernel.__name__ = f"_bits_to_{dst.name}_{mode}"
@@ -303,8 +316,13 @@ def _to_tf32(u: jax.Array, src: str) -> jax.Array:
         return jnp.where(nan, jnp.uint32(_CANONICAL_NAN["f32"] & bitops.TF32_MASK), out)
     # A NaN is truncated, not rounded: its low 13 bits are cleared, so a NaN whose payload
     # lies only there becomes inf (0x7F800001 -> 0x7F800000 on the H100).
+    # Ties away from zero on the magnitude bits: adding half of the kept lsb (0x1000) and
+    # cutting the low 13 bits rounds |x| half up, subnormals and the overflow to inf
+    # included (the same bits as ``_round_bits(u, "f32", _TF32, "rna")`` in two integer
+    # operations); an infinity has nothing below its lsb and stays.
     nan = (u & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
-    return jnp.where(nan, u & jnp.uint32(bitops.TF32_MASK), _round_bits(u, "f32", _TF32, "rna"))
+    rna = (u + jnp.uint32(0x1000)) & jnp.uint32(bitops.TF32_MASK)
+    return jnp.where(nan, u & jnp.uint32(bitops.TF32_MASK), rna)
 
 
 _float2half_rn_bits = _f32_bits_kernel(_to_f16_rn)
