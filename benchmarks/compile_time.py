@@ -12,9 +12,10 @@ persistent compilation cache is off unless ``--cache-dir`` is given):
 Models: ``study`` (the transformer of ``experiments/emulated_training.py``: 1 layer,
 width 32, modular addition p = 13), ``vit`` (a Flax linen ViT: a Conv patch embedding,
 2 blocks of ``MultiHeadDotProductAttention``, LayerNorm and a gelu MLP; the same layers
-in plain JAX where Flax is missing), each with 4x the layers (``study_x4``, ``vit_x4``), and the study transformer
-with its layers as one ``lax.scan`` over stacked parameters (``study_scan``,
-``study_scan_x4``: emulate rebuilds the scan, so a layer's products compile once).
+in plain JAX where Flax is missing), each with 4x the layers (``study_x4``, ``vit_x4``),
+and the study transformer with its layers as one ``lax.scan`` over stacked parameters
+(``study_scan``, ``study_scan_x4``: ``emulated_training.stack_blocks``; emulate rebuilds
+the scan, so a layer's products compile once).
 ``--large``: GPU sizes
 (the study transformer of ``emulate_step.py --large``: width 512, 4 layers, batch 64 x
 seq 128; a ViT of width 256 on 64 images of 64 x 64).
@@ -74,31 +75,8 @@ def _study(large: bool, mult: int, scan: bool = False):
         return (lambda prm, x, y: et.loss_fn(prm, x, y, heads)), params, (tokens, labels)
     # The same layers as one lax.scan over stacked parameters (as flax's nn.scan does):
     # emulate rebuilds the scan, so a layer's products are compiled once.
-    params["blocks"] = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params["blocks"])
-
-    hi = jax.lax.Precision.HIGHEST
-
-    def layer(x, blk):  # the body of et.forward's loop over blocks
-        B, S, d = x.shape
-        h = et.layer_norm(x, blk["ln1"])
-        q, k, v = jnp.split(jnp.matmul(h, blk["qkv"], precision=hi), 3, axis=-1)
-        split = lambda t: t.reshape(B, S, heads, d // heads)  # noqa: E731
-        s = jnp.einsum("bqhd,bkhd->bhqk", split(q), split(k), precision=hi)
-        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s / (d // heads) ** 0.5, -1e9)
-        a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), split(v),
-                       precision=hi).reshape(B, S, d)
-        x = x + jnp.matmul(a, blk["o"], precision=hi)
-        h = jax.nn.gelu(jnp.matmul(et.layer_norm(x, blk["ln2"]), blk["w1"], precision=hi)
-                        + blk["b1"])
-        return x + jnp.matmul(h, blk["w2"], precision=hi) + blk["b2"], None
-
-    def loss(prm, x, y):
-        h, _ = jax.lax.scan(layer, prm["embed"][x] + prm["pos"], prm["blocks"])
-        logits = jnp.matmul(et.layer_norm(h[:, -1], prm["ln_f"]), prm["out"], precision=hi)
-        logp = jax.nn.log_softmax(logits)
-        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-
-    return loss, params, (tokens, labels)
+    return ((lambda prm, x, y: et.loss_fn(prm, x, y, heads)), et.stack_blocks(params),
+            (tokens, labels))
 
 
 def _vit_sizes(large: bool):
@@ -290,6 +268,12 @@ def main() -> None:
                          "default: the package's)")
     ap.add_argument("--child-timeout", type=float, default=None,
                     help="seconds allowed to one (model, mode) measurement")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds: start no further measurement after this many (the "
+                         "rest are recorded as skipped)")
+    ap.add_argument("--out", default=None,
+                    help="also write the JSON here, rewritten after every measurement "
+                         "(a run cut short keeps what it measured)")
     ap.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -312,12 +296,38 @@ def main() -> None:
     except ImportError:
         vit = "plain JAX (Flax is not installed)"
     results: dict = {}
+
+    def record(final: bool = False) -> dict:
+        rec = {
+            "benchmark": "compile_time",
+            "operand_format": args.format,
+            "large": args.large,
+            "block_form": args.block_form or "package default",
+            "vit": vit,
+            "models": results,
+            "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},
+            **device_info(),
+            "versions": versions(),
+            **host_info(),
+            "wall_seconds": time.perf_counter() - t_start,
+            "complete": final,
+            "note": "seconds of jax.jit(step).trace / .lower / .compile, each (model, mode) "
+                    "in a fresh process; step = value_and_grad of the loss and an SGD update",
+        }
+        if args.out:
+            pathlib.Path(args.out).write_text(json.dumps(rec, indent=1))
+        return rec
+
     for model in models:
         results[model] = {}
         for mode in modes:
-            results[model][mode] = _child((model, mode, args.format, args.large, None),
-                                          args.block_form)
+            if args.budget is not None and time.perf_counter() - t_start > args.budget:
+                results[model][mode] = {"error": f"skipped: over --budget {args.budget} s"}
+            else:
+                results[model][mode] = _child((model, mode, args.format, args.large, None),
+                                              args.block_form)
             print(model, mode, json.dumps(results[model][mode]), file=sys.stderr, flush=True)
+            record()
         r = results[model]
         if "exact" in r and "fast" in r and "total_s" in r["exact"] and "total_s" in r["fast"]:
             r["exact_over_fast"] = r["exact"]["total_s"] / r["fast"]["total_s"]
@@ -334,22 +344,11 @@ def main() -> None:
             cold = _child((models[0], "exact", args.format, args.large, d), args.block_form)
             warm = _child((models[0], "exact", args.format, args.large, d), args.block_form)
         cache = {"model": models[0], "cold": cold, "warm": warm}
-    emit({
-        "benchmark": "compile_time",
-        "operand_format": args.format,
-        "large": args.large,
-        "block_form": args.block_form or "package default",
-        "vit": vit,
-        "models": results,
-        "persistent_cache": cache,
-        "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},
-        **device_info(),
-        "versions": versions(),
-        **host_info(),
-        "wall_seconds": time.perf_counter() - t_start,
-        "note": "seconds of jax.jit(step).trace / .lower / .compile, each (model, mode) in a "
-                "fresh process; step = value_and_grad of the loss and an SGD update",
-    })
+    rec = record(final=True)
+    rec["persistent_cache"] = cache
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(rec, indent=1))
+    emit(rec)
 
 
 if __name__ == "__main__":
