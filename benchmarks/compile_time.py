@@ -178,7 +178,7 @@ def _vit(large: bool, mult: int):
 
 
 def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None,
-             block_form: str | None) -> dict:
+             block_form: str | None, separate: bool = False) -> dict:
     """One (model, mode) measurement; runs in its own process."""
     import jax
 
@@ -193,6 +193,10 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
 
     if block_form:
         datapath_blocks.BLOCK_FORM = block_form
+    if separate:
+        from jaxwarp._src.tensorcore import matmul as matmul_module
+
+        matmul_module.SEPARATE = True
     mult = 4 if model.endswith("_x4") else 1
     if model.startswith("study"):
         loss, params, data = _study(large, mult, scan="_scan" in model)
@@ -216,7 +220,7 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     jax.block_until_ready(compiled(params, *data))
     t4 = time.perf_counter()
     out = {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,
-           "total_s": t3 - t0, "first_run_s": t4 - t3,
+           "total_s": t3 - t0, "first_run_s": t4 - t3, "to_first_step_s": t4 - t0,
            "step_s": best_time(lambda: jax.block_until_ready(compiled(params, *data)), 3,
                                0.1)}
     try:
@@ -237,7 +241,7 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
 CHILD_TIMEOUT = [None]  # seconds per measurement (--child-timeout)
 
 
-def _child(args, block_form=None) -> dict:
+def _child(args, block_form=None, separate=False) -> dict:
     cmd = [sys.executable, __file__, "--child", args[0], args[1], "--format", args[2]]
     if args[3]:
         cmd.append("--large")
@@ -245,6 +249,8 @@ def _child(args, block_form=None) -> dict:
         cmd += ["--cache-dir", args[4]]
     if block_form:
         cmd += ["--block-form", block_form]
+    if separate:
+        cmd.append("--separate")
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                              timeout=CHILD_TIMEOUT[0])
@@ -266,6 +272,10 @@ def main() -> None:
     ap.add_argument("--block-form", default=None, choices=("reduce", "unrolled"),
                     help="the exact datapath's block form (datapath_blocks.BLOCK_FORM; "
                          "default: the package's)")
+    ap.add_argument("--separate", action="store_true",
+                    help="exact products as executables of their own, called back from the "
+                         "step (matmul.SEPARATE; the CPU only): they compile during the "
+                         "first run, once per signature (to_first_step_s counts them)")
     ap.add_argument("--child-timeout", type=float, default=None,
                     help="seconds allowed to one (model, mode) measurement")
     ap.add_argument("--budget", type=float, default=None,
@@ -279,7 +289,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_measure(*args.child, args.format, args.large, args.cache_dir,
-                                  args.block_form)))
+                                  args.block_form, args.separate)))
         return
     from _common import device_info, emit, host_info, versions
 
@@ -303,6 +313,7 @@ def main() -> None:
             "operand_format": args.format,
             "large": args.large,
             "block_form": args.block_form or "package default",
+            "separate": args.separate,
             "vit": vit,
             "models": results,
             "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},
@@ -325,7 +336,7 @@ def main() -> None:
                 results[model][mode] = {"error": f"skipped: over --budget {args.budget} s"}
             else:
                 results[model][mode] = _child((model, mode, args.format, args.large, None),
-                                              args.block_form)
+                                              args.block_form, args.separate)
             print(model, mode, json.dumps(results[model][mode]), file=sys.stderr, flush=True)
             record()
         r = results[model]
