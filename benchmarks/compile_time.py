@@ -28,8 +28,16 @@ step (forward and backward, from the report of a forward pass: 3 per forward pro
 ``--cache`` adds a cold and a warm run of the exact step with JAX's persistent
 compilation cache in a temporary directory.
 
+``--separate``: the exact products as executables of their own (``matmul.SEPARATE``, the
+CPU only; they compile during the first run: ``to_first_step_s`` counts them).
+``--parts SIZE``: one exact SIZE^3 product and its gradient taken apart instead (HLO
+instructions and seconds of the operand conversion, the k loop, the forward product, the
+gradient, fast mode; the gradient's instructions by source). ``--budget`` / ``--out`` for
+runs with a time limit (the GPU's).
+
 Usage: python benchmarks/compile_time.py [--large] [--format bf16] [--models study,vit]
-       [--modes plain,fast,exact] [--cache]
+       [--modes plain,fast,exact] [--cache] [--separate] [--parts 64] [--budget S]
+       [--out FILE]
 """
 
 from __future__ import annotations
@@ -238,6 +246,74 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     return out
 
 
+def _parts(fmt: str, size: int) -> dict:
+    """One exact product (size^3, ``fmt``) and its gradient taken apart: HLO instructions
+    of the compiled module (all computations, fusion bodies included), lower and compile
+    seconds per part, and the step's instructions by where they come from (the source
+    function in each instruction's op_name)."""
+    import collections
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(ROOT))
+    import jaxwarp
+    from jaxwarp._src.tensorcore import matmul as matmul_module
+    from jaxwarp._src.tensorcore import matmul_chain
+
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
+    cfg = matmul_module._check(a, b, None, fmt, "f32", None, "sm_90", "exact", None, None,
+                               None, None)[-1]
+    qa, qb = matmul_module.to_operand(a, fmt), matmul_module.to_operand(b, fmt)
+
+    def grad(mode):
+        return jax.value_and_grad(lambda a, b: jaxwarp.matmul(
+            a, b, operand_format=fmt, mode=mode).sum(), (0, 1))
+
+    cases = {
+        "operand conversion (one operand)": (lambda x: matmul_module.to_operand(x, fmt), (a,)),
+        "k loop on converted operands (matmul_chain.tiled)": (
+            lambda x, y: matmul_chain.tiled(x, y, jnp.zeros((size, size)), cfg), (qa, qb)),
+        "forward product (matmul)": (lambda x, y: jaxwarp.matmul(x, y, operand_format=fmt),
+                                     (a, b)),
+        "forward + 2 backward products (value_and_grad)": (grad("exact"), (a, b)),
+        "fast mode: forward + 2 backward": (grad("fast"), (a, b)),
+    }
+    out: dict = {"operand_format": fmt, "size": size, "tile": list(cfg.tile),
+                 "instruction": cfg.instruction, "parts": {}}
+    for name, (fn, args) in cases.items():
+        t0 = time.perf_counter()
+        lowered = jax.jit(fn).lower(*args)
+        t1 = time.perf_counter()
+        text = lowered.compile().as_text()
+        t2 = time.perf_counter()
+        lines = [ln for ln in text.splitlines() if " = " in ln]
+        out["parts"][name] = {"hlo_instructions": len(lines), "lower_s": t1 - t0,
+                              "compile_s": t2 - t1}
+    by_source: collections.Counter = collections.Counter()
+    text = jax.jit(grad("exact")).lower(a, b).compile().as_text()
+    for ln in text.splitlines():
+        if " = " not in ln:
+            continue
+        m = re.search(r'op_name="([^"]*)"', ln)
+        name = m.group(1) if m else ""
+        where = "backward product" if "_bwd_product" in name else (
+            "forward product" if "_forward" in name else "the step around them")
+        if "_mma_float_exact" in name:
+            part = "the instruction model (datapath: operand decoding, block FMAs)"
+        elif "while/" in name or "/while" in name:
+            part = "the k loop's own (slices, counter)"
+        elif "_bits_to_" in name or "to_operand" in name:
+            part = "operand conversion"
+        else:
+            part = "other (parameters, tuples, conversion to the accumulator)"
+        by_source[f"{where}: {part}"] += 1
+    out["value_and_grad_by_source"] = dict(by_source.most_common())
+    return out
+
+
 CHILD_TIMEOUT = [None]  # seconds per measurement (--child-timeout)
 
 
@@ -284,6 +360,9 @@ def main() -> None:
     ap.add_argument("--out", default=None,
                     help="also write the JSON here, rewritten after every measurement "
                          "(a run cut short keeps what it measured)")
+    ap.add_argument("--parts", type=int, default=None, metavar="SIZE",
+                    help="instead: one exact SIZE^3 product and its gradient taken apart "
+                         "(HLO instructions and seconds per part)")
     ap.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -292,6 +371,11 @@ def main() -> None:
                                   args.block_form, args.separate)))
         return
     from _common import device_info, emit, host_info, versions
+
+    if args.parts:
+        emit({"benchmark": "compile_time --parts", **_parts(args.format, args.parts),
+              **device_info(), "versions": versions(), **host_info()})
+        return
 
     CHILD_TIMEOUT[0] = args.child_timeout
 
