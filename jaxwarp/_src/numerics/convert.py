@@ -267,46 +267,12 @@ _FP32, _FP16, _BF16, _TF32 = (FORMATS[n] for n in ("f32", "f16", "bf16", "tf32")
 _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 
-def _f32_to_bf16_rn_bits(u: jax.Array) -> jax.Array:
-    """float32 bits -> bfloat16 bits (uint32), nearest even, NaN -> 0x7FFF: the same bits as
-    ``_narrow_bits`` in a few integer operations (bfloat16 is float32's top half: adding
-    ``0x7FFF`` plus the kept lsb carries exactly the halves that round up, subnormals and
-    the overflow to inf included), so that every bf16 operand of an emulated product
-    costs the compiler a handful of instructions instead of a soft-float rounding."""
-    nan = (u & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
-    up = (u + jnp.uint32(0x7FFF) + ((u >> 16) & jnp.uint32(1))) >> 16
-    return jnp.where(nan, jnp.uint32(_CANONICAL_NAN["bf16"]), up)
-
-
-def _f32_to_f16_rn_bits(u: jax.Array) -> jax.Array:
-    """float32 bits -> float16 bits (uint32), nearest even, NaN -> 0x7FFF, in integer
-    operations on the magnitude: the same bits as ``_narrow_bits`` (rebias and round the
-    13 dropped bits of a normal result; shift the significand with its leading bit for a
-    subnormal one; from 65520, half an ulp above the largest f16, inf)."""
-    sign = (u >> 16) & jnp.uint32(0x8000)
-    a = u & jnp.uint32(0x7FFFFFFF)
-    normal = ((a + jnp.uint32(0xFFF) + ((a >> 13) & jnp.uint32(1))) >> 13) - jnp.uint32(0x1C000)
-    e = jnp.maximum(a >> 23, jnp.uint32(1))  # an f32 subnormal counts at exponent 1
-    m = (a & jnp.uint32(0x7FFFFF)) | jnp.where(a >= jnp.uint32(0x800000), jnp.uint32(0x800000),
-                                               jnp.uint32(0))
-    sh = jnp.minimum(jnp.uint32(126) - jnp.minimum(e, jnp.uint32(112)), jnp.uint32(31))
-    q = m >> sh
-    rem = m & ((jnp.uint32(1) << sh) - jnp.uint32(1))
-    half = jnp.uint32(1) << (sh - jnp.uint32(1))
-    sub = q + ((rem > half) | ((rem == half) & ((q & jnp.uint32(1)) == 1))).astype(jnp.uint32)
-    mag = jnp.where(a >= jnp.uint32(0x477FF000), jnp.uint32(0x7C00),
-                    jnp.where(a >= jnp.uint32(0x38800000), normal, sub))
-    nan = a > jnp.uint32(0x7F800000)
-    return jnp.where(nan, jnp.uint32(_CANONICAL_NAN["f16"]), sign | mag)
-
-
 def _to_16(dst: Format, mode: str):
     """The conversion to ``dst`` under ``mode``: a jitted kernel of (bits, source format)."""
     def kernel(u: jax.Array, src: str) -> jax.Array:
-        if (src, dst.name, mode) == ("f32", "bf16", "rn"):
-            return _f32_to_bf16_rn_bits(u)
-        if (src, dst.name, mode) == ("f32", "f16", "rn"):
-            return _f32_to_f16_rn_bits(u)
+        if (src, mode) == ("f32", "rn"):  # the same bits in a few integer operations
+            inf = ((1 << dst.exponent_bits) - 1) << dst.mantissa_bits
+            return softfloat.f32_to_rn_bits(u, dst.name, inf, _CANONICAL_NAN[dst.name])
         return _narrow_bits(u, src, dst, mode, _CANONICAL_NAN[dst.name])
 
     kernel.__name__ = f"_bits_to_{dst.name}_{mode}"
