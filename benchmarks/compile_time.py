@@ -12,9 +12,10 @@ persistent compilation cache is off unless ``--cache-dir`` is given):
 Models: ``study`` (the transformer of ``experiments/emulated_training.py``: 1 layer,
 width 32, modular addition p = 13), ``vit`` (a Flax linen ViT: a Conv patch embedding,
 2 blocks of ``MultiHeadDotProductAttention``, LayerNorm and a gelu MLP; the same layers
-in plain JAX where Flax is missing), each with 4x the layers (``study_x4``, ``vit_x4``), and the study transformer
-with its layers as one ``lax.scan`` over stacked parameters (``study_scan``,
-``study_scan_x4``: emulate rebuilds the scan, so a layer's products compile once).
+in plain JAX where Flax is missing), each with 4x the layers (``study_x4``, ``vit_x4``),
+and the study transformer with its layers as one ``lax.scan`` over stacked parameters
+(``study_scan``, ``study_scan_x4``: ``emulated_training.stack_blocks``; emulate rebuilds
+the scan, so a layer's products compile once).
 ``--large``: GPU sizes
 (the study transformer of ``emulate_step.py --large``: width 512, 4 layers, batch 64 x
 seq 128; a ViT of width 256 on 64 images of 64 x 64).
@@ -27,8 +28,16 @@ step (forward and backward, from the report of a forward pass: 3 per forward pro
 ``--cache`` adds a cold and a warm run of the exact step with JAX's persistent
 compilation cache in a temporary directory.
 
+``--separate``: the exact products as executables of their own (``matmul.SEPARATE``, the
+CPU only; they compile during the first run: ``to_first_step_s`` counts them).
+``--parts SIZE``: one exact SIZE^3 product and its gradient taken apart instead (HLO
+instructions and seconds of the operand conversion, the k loop, the forward product, the
+gradient, fast mode; the gradient's instructions by source). ``--budget`` / ``--out`` for
+runs with a time limit (the GPU's).
+
 Usage: python benchmarks/compile_time.py [--large] [--format bf16] [--models study,vit]
-       [--modes plain,fast,exact] [--cache]
+       [--modes plain,fast,exact] [--cache] [--separate] [--parts 64] [--budget S]
+       [--out FILE]
 """
 
 from __future__ import annotations
@@ -74,31 +83,8 @@ def _study(large: bool, mult: int, scan: bool = False):
         return (lambda prm, x, y: et.loss_fn(prm, x, y, heads)), params, (tokens, labels)
     # The same layers as one lax.scan over stacked parameters (as flax's nn.scan does):
     # emulate rebuilds the scan, so a layer's products are compiled once.
-    params["blocks"] = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params["blocks"])
-
-    hi = jax.lax.Precision.HIGHEST
-
-    def layer(x, blk):  # the body of et.forward's loop over blocks
-        B, S, d = x.shape
-        h = et.layer_norm(x, blk["ln1"])
-        q, k, v = jnp.split(jnp.matmul(h, blk["qkv"], precision=hi), 3, axis=-1)
-        split = lambda t: t.reshape(B, S, heads, d // heads)  # noqa: E731
-        s = jnp.einsum("bqhd,bkhd->bhqk", split(q), split(k), precision=hi)
-        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s / (d // heads) ** 0.5, -1e9)
-        a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), split(v),
-                       precision=hi).reshape(B, S, d)
-        x = x + jnp.matmul(a, blk["o"], precision=hi)
-        h = jax.nn.gelu(jnp.matmul(et.layer_norm(x, blk["ln2"]), blk["w1"], precision=hi)
-                        + blk["b1"])
-        return x + jnp.matmul(h, blk["w2"], precision=hi) + blk["b2"], None
-
-    def loss(prm, x, y):
-        h, _ = jax.lax.scan(layer, prm["embed"][x] + prm["pos"], prm["blocks"])
-        logits = jnp.matmul(et.layer_norm(h[:, -1], prm["ln_f"]), prm["out"], precision=hi)
-        logp = jax.nn.log_softmax(logits)
-        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-
-    return loss, params, (tokens, labels)
+    return ((lambda prm, x, y: et.loss_fn(prm, x, y, heads)), et.stack_blocks(params),
+            (tokens, labels))
 
 
 def _vit_sizes(large: bool):
@@ -200,7 +186,7 @@ def _vit(large: bool, mult: int):
 
 
 def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None,
-             block_form: str | None) -> dict:
+             block_form: str | None, separate: bool = False) -> dict:
     """One (model, mode) measurement; runs in its own process."""
     import jax
 
@@ -215,6 +201,10 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
 
     if block_form:
         datapath_blocks.BLOCK_FORM = block_form
+    if separate:
+        from jaxwarp._src.tensorcore import matmul as matmul_module
+
+        matmul_module.SEPARATE = True
     mult = 4 if model.endswith("_x4") else 1
     if model.startswith("study"):
         loss, params, data = _study(large, mult, scan="_scan" in model)
@@ -238,7 +228,7 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     jax.block_until_ready(compiled(params, *data))
     t4 = time.perf_counter()
     out = {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,
-           "total_s": t3 - t0, "first_run_s": t4 - t3,
+           "total_s": t3 - t0, "first_run_s": t4 - t3, "to_first_step_s": t4 - t0,
            "step_s": best_time(lambda: jax.block_until_ready(compiled(params, *data)), 3,
                                0.1)}
     try:
@@ -256,10 +246,78 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     return out
 
 
+def _parts(fmt: str, size: int) -> dict:
+    """One exact product (size^3, ``fmt``) and its gradient taken apart: HLO instructions
+    of the compiled module (all computations, fusion bodies included), lower and compile
+    seconds per part, and the step's instructions by where they come from (the source
+    function in each instruction's op_name)."""
+    import collections
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(ROOT))
+    import jaxwarp
+    from jaxwarp._src.tensorcore import matmul as matmul_module
+    from jaxwarp._src.tensorcore import matmul_chain
+
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
+    cfg = matmul_module._check(a, b, None, fmt, "f32", None, "sm_90", "exact", None, None,
+                               None, None)[-1]
+    qa, qb = matmul_module.to_operand(a, fmt), matmul_module.to_operand(b, fmt)
+
+    def grad(mode):
+        return jax.value_and_grad(lambda a, b: jaxwarp.matmul(
+            a, b, operand_format=fmt, mode=mode).sum(), (0, 1))
+
+    cases = {
+        "operand conversion (one operand)": (lambda x: matmul_module.to_operand(x, fmt), (a,)),
+        "k loop on converted operands (matmul_chain.tiled)": (
+            lambda x, y: matmul_chain.tiled(x, y, jnp.zeros((size, size)), cfg), (qa, qb)),
+        "forward product (matmul)": (lambda x, y: jaxwarp.matmul(x, y, operand_format=fmt),
+                                     (a, b)),
+        "forward + 2 backward products (value_and_grad)": (grad("exact"), (a, b)),
+        "fast mode: forward + 2 backward": (grad("fast"), (a, b)),
+    }
+    out: dict = {"operand_format": fmt, "size": size, "tile": list(cfg.tile),
+                 "instruction": cfg.instruction, "parts": {}}
+    for name, (fn, args) in cases.items():
+        t0 = time.perf_counter()
+        lowered = jax.jit(fn).lower(*args)
+        t1 = time.perf_counter()
+        text = lowered.compile().as_text()
+        t2 = time.perf_counter()
+        lines = [ln for ln in text.splitlines() if " = " in ln]
+        out["parts"][name] = {"hlo_instructions": len(lines), "lower_s": t1 - t0,
+                              "compile_s": t2 - t1}
+    by_source: collections.Counter = collections.Counter()
+    text = jax.jit(grad("exact")).lower(a, b).compile().as_text()
+    for ln in text.splitlines():
+        if " = " not in ln:
+            continue
+        m = re.search(r'op_name="([^"]*)"', ln)
+        name = m.group(1) if m else ""
+        where = "backward product" if "_bwd_product" in name else (
+            "forward product" if "_forward" in name else "the step around them")
+        if "_mma_float_exact" in name:
+            part = "the instruction model (datapath: operand decoding, block FMAs)"
+        elif "while/" in name or "/while" in name:
+            part = "the k loop's own (slices, counter)"
+        elif "_bits_to_" in name or "to_operand" in name:
+            part = "operand conversion"
+        else:
+            part = "other (parameters, tuples, conversion to the accumulator)"
+        by_source[f"{where}: {part}"] += 1
+    out["value_and_grad_by_source"] = dict(by_source.most_common())
+    return out
+
+
 CHILD_TIMEOUT = [None]  # seconds per measurement (--child-timeout)
 
 
-def _child(args, block_form=None) -> dict:
+def _child(args, block_form=None, separate=False) -> dict:
     cmd = [sys.executable, __file__, "--child", args[0], args[1], "--format", args[2]]
     if args[3]:
         cmd.append("--large")
@@ -267,6 +325,8 @@ def _child(args, block_form=None) -> dict:
         cmd += ["--cache-dir", args[4]]
     if block_form:
         cmd += ["--block-form", block_form]
+    if separate:
+        cmd.append("--separate")
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                              timeout=CHILD_TIMEOUT[0])
@@ -288,16 +348,34 @@ def main() -> None:
     ap.add_argument("--block-form", default=None, choices=("reduce", "unrolled"),
                     help="the exact datapath's block form (datapath_blocks.BLOCK_FORM; "
                          "default: the package's)")
+    ap.add_argument("--separate", action="store_true",
+                    help="exact products as executables of their own, called back from the "
+                         "step (matmul.SEPARATE; the CPU only): they compile during the "
+                         "first run, once per signature (to_first_step_s counts them)")
     ap.add_argument("--child-timeout", type=float, default=None,
                     help="seconds allowed to one (model, mode) measurement")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds: start no further measurement after this many (the "
+                         "rest are recorded as skipped)")
+    ap.add_argument("--out", default=None,
+                    help="also write the JSON here, rewritten after every measurement "
+                         "(a run cut short keeps what it measured)")
+    ap.add_argument("--parts", type=int, default=None, metavar="SIZE",
+                    help="instead: one exact SIZE^3 product and its gradient taken apart "
+                         "(HLO instructions and seconds per part)")
     ap.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_measure(*args.child, args.format, args.large, args.cache_dir,
-                                  args.block_form)))
+                                  args.block_form, args.separate)))
         return
     from _common import device_info, emit, host_info, versions
+
+    if args.parts:
+        emit({"benchmark": "compile_time --parts", **_parts(args.format, args.parts),
+              **device_info(), "versions": versions(), **host_info()})
+        return
 
     CHILD_TIMEOUT[0] = args.child_timeout
 
@@ -312,12 +390,39 @@ def main() -> None:
     except ImportError:
         vit = "plain JAX (Flax is not installed)"
     results: dict = {}
+
+    def record(final: bool = False) -> dict:
+        rec = {
+            "benchmark": "compile_time",
+            "operand_format": args.format,
+            "large": args.large,
+            "block_form": args.block_form or "package default",
+            "separate": args.separate,
+            "vit": vit,
+            "models": results,
+            "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},
+            **device_info(),
+            "versions": versions(),
+            **host_info(),
+            "wall_seconds": time.perf_counter() - t_start,
+            "complete": final,
+            "note": "seconds of jax.jit(step).trace / .lower / .compile, each (model, mode) "
+                    "in a fresh process; step = value_and_grad of the loss and an SGD update",
+        }
+        if args.out:
+            pathlib.Path(args.out).write_text(json.dumps(rec, indent=1))
+        return rec
+
     for model in models:
         results[model] = {}
         for mode in modes:
-            results[model][mode] = _child((model, mode, args.format, args.large, None),
-                                          args.block_form)
+            if args.budget is not None and time.perf_counter() - t_start > args.budget:
+                results[model][mode] = {"error": f"skipped: over --budget {args.budget} s"}
+            else:
+                results[model][mode] = _child((model, mode, args.format, args.large, None),
+                                              args.block_form, args.separate)
             print(model, mode, json.dumps(results[model][mode]), file=sys.stderr, flush=True)
+            record()
         r = results[model]
         if "exact" in r and "fast" in r and "total_s" in r["exact"] and "total_s" in r["fast"]:
             r["exact_over_fast"] = r["exact"]["total_s"] / r["fast"]["total_s"]
@@ -334,22 +439,11 @@ def main() -> None:
             cold = _child((models[0], "exact", args.format, args.large, d), args.block_form)
             warm = _child((models[0], "exact", args.format, args.large, d), args.block_form)
         cache = {"model": models[0], "cold": cold, "warm": warm}
-    emit({
-        "benchmark": "compile_time",
-        "operand_format": args.format,
-        "large": args.large,
-        "block_form": args.block_form or "package default",
-        "vit": vit,
-        "models": results,
-        "persistent_cache": cache,
-        "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},
-        **device_info(),
-        "versions": versions(),
-        **host_info(),
-        "wall_seconds": time.perf_counter() - t_start,
-        "note": "seconds of jax.jit(step).trace / .lower / .compile, each (model, mode) in a "
-                "fresh process; step = value_and_grad of the loss and an SGD update",
-    })
+    rec = record(final=True)
+    rec["persistent_cache"] = cache
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(rec, indent=1))
+    emit(rec)
 
 
 if __name__ == "__main__":

@@ -103,23 +103,42 @@ def layer_norm(x, ln):
     return (x - mu) * jax.lax.rsqrt(var + 1e-5) * ln["g"] + ln["b"]
 
 
-def forward(params, tokens, heads: int):
-    """Logits at the last position. Products: qkv, scores, weights@v, o, w1, w2, out."""
-    x = params["embed"][tokens] + params["pos"]  # (B, 3, d): gathers, not products
+def block(x, blk, heads: int):
+    """One pre-LayerNorm block (attention and MLP) on x (B, S, d)."""
     B, S, d = x.shape
     mask = jnp.tril(jnp.ones((S, S), bool))
-    for blk in params["blocks"]:
-        h = layer_norm(x, blk["ln1"])
-        q, k, v = jnp.split(jnp.matmul(h, blk["qkv"], precision=HIGHEST), 3, axis=-1)
-        split = lambda t: t.reshape(B, S, heads, d // heads)  # noqa: E731
-        s = jnp.einsum("bqhd,bkhd->bhqk", split(q), split(k), precision=HIGHEST)
-        s = jnp.where(mask, s / math.sqrt(d // heads), -1e9)
-        a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), split(v),
-                       precision=HIGHEST).reshape(B, S, d)
-        x = x + jnp.matmul(a, blk["o"], precision=HIGHEST)
-        h = jax.nn.gelu(jnp.matmul(layer_norm(x, blk["ln2"]), blk["w1"], precision=HIGHEST)
-                        + blk["b1"])
-        x = x + jnp.matmul(h, blk["w2"], precision=HIGHEST) + blk["b2"]
+    h = layer_norm(x, blk["ln1"])
+    q, k, v = jnp.split(jnp.matmul(h, blk["qkv"], precision=HIGHEST), 3, axis=-1)
+    split = lambda t: t.reshape(B, S, heads, d // heads)  # noqa: E731
+    s = jnp.einsum("bqhd,bkhd->bhqk", split(q), split(k), precision=HIGHEST)
+    s = jnp.where(mask, s / math.sqrt(d // heads), -1e9)
+    a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), split(v),
+                   precision=HIGHEST).reshape(B, S, d)
+    x = x + jnp.matmul(a, blk["o"], precision=HIGHEST)
+    h = jax.nn.gelu(jnp.matmul(layer_norm(x, blk["ln2"]), blk["w1"], precision=HIGHEST)
+                    + blk["b1"])
+    return x + jnp.matmul(h, blk["w2"], precision=HIGHEST) + blk["b2"]
+
+
+def stack_blocks(params):
+    """The same parameters with the blocks stacked along a leading layer axis: ``forward``
+    then runs them as one ``lax.scan`` (as flax's ``nn.scan`` does), whose body
+    ``jaxwarp.emulate`` compiles once however many layers there are."""
+    return {**params, "blocks": jax.tree_util.tree_map(lambda *xs: jnp.stack(xs),
+                                                       *params["blocks"])}
+
+
+def forward(params, tokens, heads: int):
+    """Logits at the last position. Products: qkv, scores, weights@v, o, w1, w2, out.
+    ``params["blocks"]``: a list of blocks, or one stacked block (``stack_blocks``: a
+    ``lax.scan`` over the layers)."""
+    x = params["embed"][tokens] + params["pos"]  # (B, 3, d): gathers, not products
+    if isinstance(params["blocks"], dict):
+        x, _ = jax.lax.scan(lambda x, blk: (block(x, blk, heads), None), x,
+                            params["blocks"])
+    else:
+        for blk in params["blocks"]:
+            x = block(x, blk, heads)
     return jnp.matmul(layer_norm(x[:, -1], params["ln_f"]), params["out"], precision=HIGHEST)
 
 

@@ -121,6 +121,28 @@ def test_gradients_go_through_the_tensor_core():
                     (a64, b64), order=1, modes=("rev",))
 
 
+# Slow: a measuring switch (benchmarks/compile_time.py --separate); two compiles.
+@pytest.mark.slow
+def test_separate_products_give_the_same_bits(monkeypatch):
+    from jaxwarp._src.tensorcore import matmul as matmul_module
+
+    a, b = _rand((16, 32), 14), _rand((2, 32, 16), 15)
+
+    def loss(a, b):  # a product, its two backward products, and vmapped ones
+        d = jaxwarp.matmul(a, b[0], operand_format="bf16")
+        e = jax.vmap(lambda x, y: jaxwarp.matmul(x, y, operand_format="bf16"))(
+            jnp.stack([a, 2 * a]), b)
+        return jnp.sum(jnp.tanh(d)) + jnp.sum(e * e)
+
+    got = {}
+    for separate in (False, True):
+        monkeypatch.setattr(matmul_module, "SEPARATE", separate)
+        got[separate] = jax.jit(jax.value_and_grad(loss, (0, 1)))(a, b)
+    for x, y in zip(jax.tree.leaves(got[True]), jax.tree.leaves(got[False]), strict=True):
+        np.testing.assert_array_equal(np.asarray(x).view(np.uint32),
+                                      np.asarray(y).view(np.uint32))
+
+
 def test_bad_input():
     a, b = _rand((16, 16), 0), _rand((16, 16), 1)
     with pytest.raises(ValueError, match="K=24 is not a multiple of the tile's 16"):

@@ -270,6 +270,9 @@ _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 def _to_16(dst: Format, mode: str):
     """The conversion to ``dst`` under ``mode``: a jitted kernel of (bits, source format)."""
     def kernel(u: jax.Array, src: str) -> jax.Array:
+        if (src, mode) == ("f32", "rn"):  # the same bits in a few integer operations
+            inf = ((1 << dst.exponent_bits) - 1) << dst.mantissa_bits
+            return softfloat.f32_to_rn_bits(u, dst.name, inf, _CANONICAL_NAN[dst.name])
         return _narrow_bits(u, src, dst, mode, _CANONICAL_NAN[dst.name])
 
     kernel.__name__ = f"_bits_to_{dst.name}_{mode}"
@@ -303,8 +306,13 @@ def _to_tf32(u: jax.Array, src: str) -> jax.Array:
         return jnp.where(nan, jnp.uint32(_CANONICAL_NAN["f32"] & bitops.TF32_MASK), out)
     # A NaN is truncated, not rounded: its low 13 bits are cleared, so a NaN whose payload
     # lies only there becomes inf (0x7F800001 -> 0x7F800000 on the H100).
+    # Ties away from zero on the magnitude bits: adding half of the kept lsb (0x1000) and
+    # cutting the low 13 bits rounds |x| half up, subnormals and the overflow to inf
+    # included (the same bits as ``_round_bits(u, "f32", _TF32, "rna")`` in two integer
+    # operations); an infinity has nothing below its lsb and stays.
     nan = (u & jnp.uint32(0x7FFFFFFF)) > jnp.uint32(0x7F800000)
-    return jnp.where(nan, u & jnp.uint32(bitops.TF32_MASK), _round_bits(u, "f32", _TF32, "rna"))
+    rna = (u + jnp.uint32(0x1000)) & jnp.uint32(bitops.TF32_MASK)
+    return jnp.where(nan, u & jnp.uint32(bitops.TF32_MASK), rna)
 
 
 _float2half_rn_bits = _f32_bits_kernel(_to_f16_rn)

@@ -109,8 +109,15 @@ def to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) -
       ['0x7e', '0x7f']
     """
     u = u if src == "f64" else u.astype(jnp.uint32)
-    neg, lsb, sig, _, inf, nan = softfloat.decode(u, src)
     D = FORMATS[fmt]
+    max_bits = int(np.array(D.max_value, D.storage_dtype).view(np.uint8))
+    if src == "f32":  # the same rounding in a few integer operations on the magnitude
+        big = max_bits if satfinite else (max_bits + 1 if D.has_inf else _NAN8)
+        code = softfloat.f32_to_rn_bits(u, fmt, big, _NAN8)
+        if relu:
+            code = jnp.where((code & jnp.uint32(0x80)) != 0, jnp.uint32(0), code)
+        return code
+    neg, lsb, sig, _, inf, nan = softfloat.decode(u, src)
     q, lsb = softfloat.round_sig(sig.astype(u.dtype), lsb, softfloat.emin(fmt),
                                  D.mantissa_bits, "rn")
     code = softfloat.encode_rounded(neg, q.astype(jnp.uint32), lsb, fmt)
@@ -118,7 +125,6 @@ def to_fp8_bits(u: jax.Array, src: str, fmt: str, satfinite: bool, relu: bool) -
     # is NaN; with satfinite, MAX_NORM.
     max_lsb, max_q = _overflow_limit(fmt)
     over = (lsb > max_lsb) | ((lsb == max_lsb) & (q > max_q)) | inf
-    max_bits = int(np.array(D.max_value, D.storage_dtype).view(np.uint8))
     big = max_bits if satfinite else (max_bits + 1 if D.has_inf else _NAN8)
     code = jnp.where(over, jnp.uint32(big) | (neg.astype(jnp.uint32) << 7), code)
     code = jnp.where(nan, jnp.uint32(_NAN8), code)

@@ -258,6 +258,49 @@ def round_sig(mag: jax.Array, g: jax.Array, emin: int, mbits: int, mode: str):
     return q, lsb
 
 
+def f32_to_rn_bits(u: jax.Array, fmt: str, limit: int, nan_bits: int) -> jax.Array:
+    """float32 bits (uint32) -> ``fmt`` bits (uint32), one rounding to nearest even, in a
+    few integer operations on the magnitude: the same bits as ``decode`` + ``round_sig``
+    + ``encode_rounded`` of a float32, for the formats whose conversions every emulated
+    product runs (an operand's conversion is then tens of compiled instructions, not a
+    hundred and more). A normal result drops the low ``23 - m`` bits of the rebiased word
+    (adding half an lsb less one, plus the kept lsb: ties to even); a subnormal one shifts
+    the significand with its leading bit right. A magnitude code above ``limit`` (the
+    infinity's code, or the largest finite one for a saturating conversion) becomes
+    ``limit``; an infinity too. NaN gives ``nan_bits`` (no sign).
+
+    Args:
+      u: uint32 float32 bit patterns.
+      fmt: static name of a format with a sign bit and IEEE-style subnormals (``"f16"``,
+        ``"bf16"``, ``"e4m3"``, ``"e5m2"``).
+      limit: static, the largest magnitude code returned.
+      nan_bits: static, the code of every NaN.
+    """
+    f = _facts(fmt)
+    ebits, mbits = f.eb, f.mb
+    bias = (1 << (ebits - 1)) - 1
+    d = 23 - mbits
+    one = jnp.uint32(1)
+    a = u & jnp.uint32(0x7FFFFFFF)
+    sign = (u >> (31 - ebits - mbits)) & jnp.uint32(1 << (ebits + mbits))
+    enorm = 128 - bias  # float32 biased exponent of fmt's smallest normal
+    normal = ((a + jnp.uint32((1 << (d - 1)) - 1) + ((a >> d) & one)) >> d) \
+        - jnp.uint32((127 - bias) << mbits)
+    if enorm > 1:  # fmt's subnormals are float32 normals: shift with the leading bit
+        e = jnp.maximum(a >> 23, one)  # a float32 subnormal counts at exponent 1
+        m = (a & jnp.uint32(0x7FFFFF)) | jnp.where(a >= jnp.uint32(0x800000),
+                                                   jnp.uint32(0x800000), jnp.uint32(0))
+        sh = jnp.minimum(jnp.uint32(151 - bias - mbits) - jnp.minimum(e, jnp.uint32(enorm - 1)),
+                         jnp.uint32(31))
+        q = m >> sh
+        rem = m & ((one << sh) - one)
+        half = one << (sh - one)
+        sub = q + ((rem > half) | ((rem == half) & ((q & one) == one))).astype(jnp.uint32)
+        normal = jnp.where(a >= jnp.uint32(enorm << 23), normal, sub)
+    mag = jnp.minimum(normal, jnp.uint32(limit))
+    return jnp.where(a > jnp.uint32(0x7F800000), jnp.uint32(nan_bits), sign | mag)
+
+
 def encode(neg: jax.Array, q: jax.Array, lsb: jax.Array, fmt: str) -> jax.Array:
     """Bits of ``(-1)**neg * q * 2**lsb`` in a format (uint32; uint64 for f64).
 

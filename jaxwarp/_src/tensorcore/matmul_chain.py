@@ -83,12 +83,24 @@ def _pad_to(x, rows, cols):
     return jnp.pad(x, ((0, rows - r), (0, cols - c)))
 
 
+def _as_f32(x):
+    """x as float32 values. bfloat16 is widened on the bits (its 16 bits above 16 zero
+    bits): XLA's CPU backend folds a ``convert`` of bfloat16 operands and a transpose
+    into its dot and then has no kernel for that bf16 x bf16 -> f32 dot (``UNIMPLEMENTED:
+    Unsupported element type for DotThunk::Execute``, jax 0.10.2, the backward products
+    of a bf16 product whose operand conversion is a few integer operations)."""
+    if x.dtype == jnp.bfloat16:
+        wide = lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32) << 16
+        return lax.bitcast_convert_type(wide, jnp.float32)
+    return x.astype(jnp.float32)
+
+
 def _fast(a_op, b_op, c_acc, cfg: Cfg):
-    if cfg.legacy:
+    bf16_on_cpu = a_op.dtype == jnp.bfloat16 and jax.default_backend() == "cpu"
+    if cfg.legacy and not bf16_on_cpu:  # (a GPU's own bf16 dot; the CPU's: _as_f32)
         return mma_arith.mma(a_op, b_op, c_acc, a_format=cfg.a_format, c_format=cfg.accumulator,
                              d_format=cfg.accumulator, arch=cfg.arch, mode="fast")
-    prod = jnp.matmul(a_op.astype(jnp.float32), b_op.astype(jnp.float32),
-                      precision=lax.Precision.HIGHEST)
+    prod = jnp.matmul(_as_f32(a_op), _as_f32(b_op), precision=lax.Precision.HIGHEST)
     return (prod + c_acc.astype(jnp.float32)).astype(ACC_DTYPE[cfg.accumulator])
 
 
