@@ -86,6 +86,7 @@ from jaxwarp._src.tensorcore.arch import Datapath
 from jaxwarp._src.tensorcore.datapath_blocks import (
     _FAST_FORMATS,
     _INSTR,
+    _RANGE_LO,
     _acc,
     _as_f16,
     _block_fast,
@@ -93,6 +94,7 @@ from jaxwarp._src.tensorcore.datapath_blocks import (
     _fast_align,
     _operand,
     _order,
+    in_fp32_range,
 )
 from jaxwarp._src.tensorcore.datapath_checks import (
     _INT_TYPES,
@@ -242,17 +244,68 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
             bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
         else:
             bits = _chain(a16, b16, c, cfg, block)
+    elif _in_range_path(cfg, a, b, c):  # bf16 / tf32, big calls on the CPU: see the rule
+        bits = lax.cond(in_fp32_range(*_range_values(a, b, cfg)),
+                        lambda a, b, c: _chain(*_range_values(a, b, cfg), c, cfg,
+                                               _range_block(cfg)),
+                        lambda a, b, c: _general_chain(a, b, c, cfg), a, b, c)
     else:
-        mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_format, b_format))
-        block = functools.partial(_block_general, mbits=mbits,
-                                  emin=softfloat.lsb_min(a_format) + softfloat.lsb_min(b_format))
-        stored = jax.default_backend() == "cpu"  # see _operand
-        ops = (_operand(bitops.to_u32(a), a_format, dp, stored),
-               _operand(bitops.to_u32(b), b_format, dp, stored))
-        if _store_decoded(a, b, c, general=True):
-            ops = lax.optimization_barrier(ops)
-        bits = _chain(*ops, c, cfg, block)
+        bits = _general_chain(a, b, c, cfg)
     return bitops.from_u32(bits, jnp.float32 if cfg.d_format == "f32" else jnp.float16)
+
+
+#: Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic
+#: (``datapath_blocks.in_fp32_range``, chosen by a ``lax.cond``): "auto" (the rule in
+#: ``_in_range_path``), "on" or "off" (for measuring and tests; the bits are the same).
+IN_RANGE_PATH = "auto"
+#: Outputs times k of one call from which "auto" takes the in-range path on the CPU.
+_IN_RANGE_MIN_MACS = 1 << 22
+
+
+def _in_range_path(cfg: _Cfg, a, b, c) -> bool:
+    """Whether this call has a ``lax.cond`` between the in-range arithmetic and the general
+    path. On the CPU (2 cores, jax 0.10.2, 2026-11-26) the in-range branch ran an exact
+    bf16 512^3 ``matmul`` 1.5x faster (the cond itself cost about 15% of it), but the
+    cond compiles both branches: 1.1 s -> 2.3 s of XLA compile for one such ``matmul``.
+    "auto" takes it on the CPU for calls of at least ``_IN_RANGE_MIN_MACS`` products
+    (a 1024^2 output with k 16 is 2**24; the test suite's and the study model's products
+    stay below), where the run time outweighs the compile time; not on a GPU, where a
+    cond in the k loop measured slower."""
+    dp = cfg.dp
+    if not ({cfg.a_format, cfg.b_format} <= {"bf16", "tf32"} and dp.c_mode == "fused"
+            and dp.zero == "plus" and dp.sub_exp == "emin"):
+        return False
+    if IN_RANGE_PATH != "auto":
+        return IN_RANGE_PATH == "on"
+    out = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+    macs = int(np.prod(out, dtype=np.int64)) * c.shape[-2] * c.shape[-1] * a.shape[-1]
+    return jax.default_backend() == "cpu" and macs >= _IN_RANGE_MIN_MACS
+
+
+def _range_values(a, b, cfg: _Cfg):
+    """bf16 / tf32 operands as the fp32 values the tensor core reads."""
+    def val(x, fmt):
+        return bitops.tf32_keep(x) if fmt == "tf32" else x
+    return val(a, cfg.a_format), val(b, cfg.b_format)
+
+
+def _range_block(cfg: _Cfg):
+    return functools.partial(_block_fast, fmts=(cfg.a_format, cfg.b_format),
+                             emin=_RANGE_LO, finite=True)
+
+
+def _general_chain(a, b, c, cfg: _Cfg):
+    """The chain on decoded operands (``_operand``, ``_block_general``): any formats."""
+    dp, a_format, b_format = cfg.dp, cfg.a_format, cfg.b_format
+    mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_format, b_format))
+    block = functools.partial(_block_general, mbits=mbits,
+                              emin=softfloat.lsb_min(a_format) + softfloat.lsb_min(b_format))
+    stored = jax.default_backend() == "cpu"  # see _operand
+    ops = (_operand(bitops.to_u32(a), a_format, dp, stored),
+           _operand(bitops.to_u32(b), b_format, dp, stored))
+    if _store_decoded(a, b, c, general=True):
+        ops = lax.optimization_barrier(ops)
+    return _chain(*ops, c, cfg, block)
 
 
 # --------------------------------------------------------------------------------------
