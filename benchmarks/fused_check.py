@@ -1,8 +1,9 @@
 """The in-range fast path of exact bf16 / tf32 arithmetic (issue 25 part 2): bits and speed.
 
 ``datapath.IN_RANGE_PATH`` lets exact bf16 / tf32 products whose every product is a normal
-fp32 number (``datapath_blocks.in_fp32_range``) run the fast path's arithmetic, chosen by a
-``lax.cond`` per instruction call ("auto": on the CPU only). For each format this times
+fp32 number (``datapath_blocks.in_fp32_range``) run the fast path's arithmetic, chosen by
+one ``lax.cond`` around ``matmul``'s whole k loop ("auto": from 2**22 multiply-adds on a
+CPU, 2**30 on an accelerator; "on": always). For each format this times
 ``jaxwarp.matmul(a, b, operand_format=F, mode="exact")`` on M = N = K = size with the
 switch "off" (the decoded general path) and "on" (the cond), and the arithmetic of the
 in-range path alone without the cond ("nocond": valid here only because the inputs are in
@@ -74,7 +75,7 @@ def main(argv=None) -> dict:
     import jaxwarp
     from benchmarks._common import device_info, versions
     from jaxwarp._src.numerics import bitops
-    from jaxwarp._src.tensorcore import datapath
+    from jaxwarp._src.tensorcore import datapath, matmul_chain
     from jaxwarp._src.tensorcore.datapath_blocks import in_fp32_range
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -93,7 +94,7 @@ def main(argv=None) -> dict:
 
     def variant(name: str):
         datapath.IN_RANGE_PATH = "off" if name == "off" else "on"
-        datapath.lax = nocond_lax if name == "nocond" else real_lax
+        datapath.lax = matmul_chain.lax = nocond_lax if name == "nocond" else real_lax
         jax.clear_caches()
 
     record = {"benchmark": "fused_check", "size": n, **device_info(), "versions": versions(),

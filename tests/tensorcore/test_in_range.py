@@ -104,3 +104,28 @@ def test_in_range_same_bits(config, monkeypatch):
         c = _c(rng, (batch, m, n), 2.0 ** -100 if kind == "lo" else 2.0 ** 20)
         cases.append((a, b, c))
     _same_bits(monkeypatch, cases, fmt, arch, instruction, k)
+
+
+@pytest.mark.slow  # two exact matmuls traced and compiled twice
+@pytest.mark.parametrize("fmt", ["bf16", "tf32"])
+def test_matmul_one_cond_same_bits(fmt, monkeypatch):
+    # matmul's k loop under one cond (in range: the fast arithmetic; out of range: the
+    # general path), also vmapped (the cond keeps one branch) and with promotion.
+    import jaxwarp
+
+    rng = np.random.default_rng(7)
+    a = _draw(rng, "spread", (2, 48, 64), fmt)
+    b = _draw(rng, "spread", (2, 64, 32), fmt)
+    big = a.at[1, 0, 0].set(2.0 ** 90)
+    out = {}
+    for mode in ("off", "on"):
+        monkeypatch.setattr(datapath, "IN_RANGE_PATH", mode)
+        jax.clear_caches()
+        f = jax.jit(jax.vmap(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt,
+                                                         mode="exact")))
+        g = jax.jit(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt, mode="exact",
+                                                promote_every=32))
+        out[mode] = [np.asarray(x).view(np.uint32)
+                     for x in (f(a, b), f(big, b), g(a[0], b[0]), g(big[1], b[1]))]
+    for x, y in zip(out["off"], out["on"], strict=True):
+        np.testing.assert_array_equal(y, x)
