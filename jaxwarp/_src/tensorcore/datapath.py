@@ -70,6 +70,8 @@ the f64 chain ``datapath_f64.py``; integer mma and ``bmma`` ``datapath_int.py``
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 
 import jax
@@ -86,6 +88,7 @@ from jaxwarp._src.tensorcore.arch import Datapath
 from jaxwarp._src.tensorcore.datapath_blocks import (
     _FAST_FORMATS,
     _INSTR,
+    _RANGE_LO,
     _acc,
     _as_f16,
     _block_fast,
@@ -93,6 +96,7 @@ from jaxwarp._src.tensorcore.datapath_blocks import (
     _fast_align,
     _operand,
     _order,
+    in_fp32_range,
 )
 from jaxwarp._src.tensorcore.datapath_checks import (
     _INT_TYPES,
@@ -216,8 +220,8 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
 
 # The exact models are many small element-wise operations: jitted here, so that an
 # eager call compiles them once per shape instead of dispatching each operation.
-@functools.partial(jax.jit, static_argnums=(3,))
-def _mma_float_exact(a, b, c, cfg: _Cfg):
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _mma_float_exact(a, b, c, cfg: _Cfg, path: str = "general"):
     dp = cfg.dp
     a_format, b_format = cfg.a_format, cfg.b_format
     if dp.operand_via == "f16":  # exact: every fp8 value is an f16 value
@@ -242,17 +246,129 @@ def _mma_float_exact(a, b, c, cfg: _Cfg):
             bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
         else:
             bits = _chain(a16, b16, c, cfg, block)
+    elif path == "in_range":  # known in range (a cond around the whole k loop)
+        bits = _chain(*_range_values(a, b, cfg), c, cfg, _range_block(cfg))
+    elif path == "cond":  # bf16 / tf32, big calls on the CPU: see _in_range_path
+        bits = lax.cond(in_fp32_range(*_range_values(a, b, cfg)),
+                        lambda a, b, c: _chain(*_range_values(a, b, cfg), c, cfg,
+                                               _range_block(cfg)),
+                        lambda a, b, c: _general_chain(a, b, c, cfg), a, b, c)
     else:
-        mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_format, b_format))
-        block = functools.partial(_block_general, mbits=mbits,
-                                  emin=softfloat.lsb_min(a_format) + softfloat.lsb_min(b_format))
-        stored = jax.default_backend() == "cpu"  # see _operand
-        ops = (_operand(bitops.to_u32(a), a_format, dp, stored),
-               _operand(bitops.to_u32(b), b_format, dp, stored))
-        if _store_decoded(a, b, c, general=True):
-            ops = lax.optimization_barrier(ops)
-        bits = _chain(*ops, c, cfg, block)
+        bits = _general_chain(a, b, c, cfg)
     return bitops.from_u32(bits, jnp.float32 if cfg.d_format == "f32" else jnp.float16)
+
+
+#: Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic
+#: (``datapath_blocks.in_fp32_range``, chosen by a ``lax.cond``): "auto" (the rule in
+#: ``_in_range_path``), "on" or "off" (for measuring and tests; the bits are the same).
+IN_RANGE_PATH = "auto"
+#: Outputs times k of one call from which "auto" takes the in-range path on the CPU.
+_IN_RANGE_MIN_MACS = 1 << 22
+#: The same for ``matmul``'s one cond per product on an accelerator.
+_IN_RANGE_MIN_MACS_ACCELERATOR = 1 << 30
+
+
+#: Set while a caller traces code that it runs only on operands in range ("in_range")
+#: or only on operands out of range ("general"): ``matmul``'s k loop, under one cond
+#: for the whole product (``in_range_matmul``).
+_KNOWN_RANGE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "jaxwarp_known_range", default=None)
+
+
+@contextlib.contextmanager
+def known_range(path: str):
+    """Trace the exact bf16 / tf32 calls inside as ``path`` ("in_range" or "general")."""
+    token = _KNOWN_RANGE.set(path)
+    try:
+        yield
+    finally:
+        _KNOWN_RANGE.reset(token)
+
+
+def in_range_eligible(dp: Datapath, a_format: str, b_format: str) -> bool:
+    """Whether the in-range arithmetic models this datapath and these operand types."""
+    return ({a_format, b_format} <= {"bf16", "tf32"} and dp.c_mode == "fused"
+            and dp.zero == "plus" and dp.sub_exp == "emin")
+
+
+def in_range_matmul(arch, instruction: str, a_format: str, b_format: str, acc_format: str,
+                    ik: int, macs: int) -> bool:
+    """Whether ``matmul``'s exact k loop of ``macs`` multiply-adds (instructions of k
+    ``ik``) is traced twice, in range and not, under one ``lax.cond`` on
+    ``in_fp32_range`` of the whole operands.
+    "auto": from 2**22 multiply-adds on the CPU and 2**30 on an accelerator (where one
+    cond per product costs one read of its predicate; on the H100 the in-range branch
+    ran an exact bf16 4096^3 ``matmul`` 1.27x faster, the cond in every k step 0.43x)."""
+    if not {a_format, b_format} <= {"bf16", "tf32"} or _KNOWN_RANGE.get() is not None:
+        return False
+    try:
+        _, model = _check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
+                                 False, instruction, None)
+        dp = _arch.datapath_for(model, instruction, a_format, ik, b_format)
+    except (ValueError, TypeError):
+        return False  # not a valid call: mma's own checks name it
+    if not in_range_eligible(dp, a_format, b_format):
+        return False
+    if IN_RANGE_PATH != "auto":
+        return IN_RANGE_PATH == "on"
+    cpu = jax.default_backend() == "cpu"
+    return macs >= (_IN_RANGE_MIN_MACS if cpu else _IN_RANGE_MIN_MACS_ACCELERATOR)
+
+
+def range_values(a, b, a_format: str, b_format: str):
+    """bf16 / tf32 operands as the values the tensor core reads (tf32: low bits cleared)."""
+    def val(x, fmt):
+        return bitops.tf32_keep(x) if fmt == "tf32" else x
+    return val(a, a_format), val(b, b_format)
+
+
+def _float_path(cfg: _Cfg, a, b, c) -> str:
+    """How ``_mma_float_exact`` computes this call: "in_range", "cond" or "general"."""
+    known = _KNOWN_RANGE.get()
+    if known is not None and in_range_eligible(cfg.dp, cfg.a_format, cfg.b_format):
+        return known
+    return "cond" if _in_range_path(cfg, a, b, c) else "general"
+
+
+def _in_range_path(cfg: _Cfg, a, b, c) -> bool:
+    """Whether this call has a ``lax.cond`` between the in-range arithmetic and the general
+    path. On the CPU (2 cores, jax 0.10.2, 2026-11-26) the in-range branch ran an exact
+    bf16 512^3 ``matmul`` 1.5x faster (the cond itself cost about 15% of it), but the
+    cond compiles both branches: 1.1 s -> 2.3 s of XLA compile for one such ``matmul``.
+    "auto" takes it on the CPU for calls of at least ``_IN_RANGE_MIN_MACS`` products
+    (a 1024^2 output with k 16 is 2**24; the test suite's and the study model's products
+    stay below), where the run time outweighs the compile time; not on a GPU, where a
+    cond in the k loop measured slower."""
+    if not in_range_eligible(cfg.dp, cfg.a_format, cfg.b_format):
+        return False
+    if IN_RANGE_PATH != "auto":
+        return IN_RANGE_PATH == "on"
+    out = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+    macs = int(np.prod(out, dtype=np.int64)) * c.shape[-2] * c.shape[-1] * a.shape[-1]
+    return jax.default_backend() == "cpu" and macs >= _IN_RANGE_MIN_MACS
+
+
+def _range_values(a, b, cfg: _Cfg):
+    return range_values(a, b, cfg.a_format, cfg.b_format)
+
+
+def _range_block(cfg: _Cfg):
+    return functools.partial(_block_fast, fmts=(cfg.a_format, cfg.b_format),
+                             emin=_RANGE_LO, finite=True)
+
+
+def _general_chain(a, b, c, cfg: _Cfg):
+    """The chain on decoded operands (``_operand``, ``_block_general``): any formats."""
+    dp, a_format, b_format = cfg.dp, cfg.a_format, cfg.b_format
+    mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_format, b_format))
+    block = functools.partial(_block_general, mbits=mbits,
+                              emin=softfloat.lsb_min(a_format) + softfloat.lsb_min(b_format))
+    stored = jax.default_backend() == "cpu"  # see _operand
+    ops = (_operand(bitops.to_u32(a), a_format, dp, stored),
+           _operand(bitops.to_u32(b), b_format, dp, stored))
+    if _store_decoded(a, b, c, general=True):
+        ops = lax.optimization_barrier(ops)
+    return _chain(*ops, c, cfg, block)
 
 
 # --------------------------------------------------------------------------------------
@@ -291,7 +407,7 @@ def _mma_float(a, b, c, cfg: _Cfg, mode, satf):
     elif cfg.a_format == "f64":
         d = _mma_f64_exact(a, b, c)
     else:
-        d = _mma_float_exact(a, b, c, cfg)
+        d = _mma_float_exact(a, b, c, cfg, _float_path(cfg, a, b, c))
     return _float_satf(d, cfg.d_format) if satf else d
 
 

@@ -233,15 +233,18 @@ def _fast_align(x, fmt: str, dp: Datapath):
 
 
 def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
-                emin: int) -> _Block:
+                emin: int, finite: bool = False) -> _Block:
     """One block FMA over the k indices ``ks`` for f16 / fp8 operands (a (..., m, k),
     b (..., k, n) as f16: fp8 is converted exactly), converted to fp32 slice by slice here
     (so that XLA fuses the conversions instead of storing fp32 copies). ``emin``: the
-    lowest alignment exponent of a non-zero product."""
+    lowest alignment exponent of a non-zero product. ``finite``: every operand is known
+    to be finite and every product a normal fp32 number or zero (bf16 / tf32 operands in
+    range, ``in_fp32_range``): the block is special only where C is, and no IEEE sum
+    of the products is formed (with ``zero="plus"`` only)."""
     a, a_al = a if isinstance(a, tuple) else (a, None)  # (values, alignments) or values
     b, b_al = b if isinstance(b, tuple) else (b, None)
     if BLOCK_FORM == "reduce":
-        return _block_fast_k(a, a_al, b, b_al, ks, acc, dp, fmts, emin)
+        return _block_fast_k(a, a_al, b, b_al, ks, acc, dp, fmts, emin, finite)
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
@@ -262,10 +265,21 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
     terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    return _Block(neg, mag, g, *_specials(prods, acc, dp))
+    return _Block(neg, mag, g, *(_acc_specials(acc, dp) if finite
+                                 else _specials(prods, acc, dp)))
 
 
-def _block_fast_k(a, a_al, b, b_al, ks, acc: _Acc, dp: Datapath, fmts, emin: int) -> _Block:
+def _acc_specials(acc: _Acc, dp: Datapath):
+    """``_specials`` of a block whose products are all finite, and whose IEEE sum of
+    them could overflow (bf16 products up to 2**128): the accumulator's own NaN and
+    infinities (``zero="plus"`` only: no sign of a zero sum is needed)."""
+    if dp.zero != "plus":
+        raise ValueError("finite blocks are modelled for zero='plus' only")
+    return acc.nan, acc.pinf & ~acc.nan, acc.ninf & ~acc.nan, jnp.bool_(False)
+
+
+def _block_fast_k(a, a_al, b, b_al, ks, acc: _Acc, dp: Datapath, fmts, emin: int,
+                  finite: bool = False) -> _Block:
     """``_block_fast`` on (..., m, n, k) arrays (``BLOCK_FORM="reduce"``)."""
     av, bv = _cols(a, ks).astype(jnp.float32), _rows(b, ks).astype(jnp.float32)
     prods = av * bv  # exact, normal or zero
@@ -281,7 +295,53 @@ def _block_fast_k(a, a_al, b, b_al, ks, acc: _Acc, dp: Datapath, fmts, emin: int
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
     terms = _trunc(prods * scale[..., None], prods, dp.trunc)
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    return _Block(neg, mag, g, *_specials(prods, acc, dp))
+    return _Block(neg, mag, g, *(_acc_specials(acc, dp) if finite
+                                 else _specials(prods, acc, dp)))
+
+
+# bf16 and tf32 operands in range. A product of two bf16 / tf32 values is exact in fp32
+# unless it leaves fp32's normal range, which takes operands beyond about 2**+-63: in
+# trained networks they almost never are. Where every product of a step is a normal fp32
+# number (and no operand is inf or NaN) the fast path's arithmetic gives the general
+# path's bits at its cost (fewer operations per product, and no IEEE sum of products); a
+# ``lax.cond`` on ``in_fp32_range`` of the step's operands chooses it, on the CPU only
+# (on the H100 a cond in the k loop measured slower; see ``_block_fast``'s note).
+
+#: Exponent bounds (unbiased) of the fast path for bf16 / tf32: every non-zero product
+#: at least 2**_RANGE_LO (so that the scale 2**(F - E) of the block, E >= _RANGE_LO, is a
+#: normal fp32 number for F <= 25) and below 2**128.
+_RANGE_LO = -100
+_RANGE_HI = 126
+
+
+def _exp_range(x):
+    """(largest biased exponent, smallest biased exponent of a non-zero element) of the
+    values x (255 if x holds no non-zero element; inf and NaN give 255)."""
+    u = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32) & 0x7FFFFFFF
+    e = u >> 23  # on the bits: XLA's CPU comparisons see a subnormal as zero
+    return e.max(initial=0), jnp.where(u == 0, 255, e).min(initial=255)
+
+
+def _in_range_all(a, b):
+    amax, amin = _exp_range(a)
+    bmax, bmin = _exp_range(b)
+    return ((amax < 255) & (bmax < 255) & (amin > 0) & (bmin > 0)  # finite, no subnormal
+            & (amax + bmax - 254 <= _RANGE_HI) & (amin + bmin - 254 >= _RANGE_LO))
+
+
+@jax.custom_batching.custom_vmap
+def in_fp32_range(a, b):
+    """Whether every product of an element of a and one of b (bf16 / fp32 values) is
+    exact as a normal fp32 number of at least 2**_RANGE_LO (or zero), and no element is
+    inf, NaN or subnormal: a scalar bool. Under ``vmap`` it is one scalar for the whole batch (so
+    that a ``lax.cond`` on it stays a cond and runs one branch)."""
+    return _in_range_all(a, b)
+
+
+@in_fp32_range.def_vmap
+def _in_fp32_range_vmap(axis_size, in_batched, a, b):
+    del axis_size, in_batched  # a mapped axis is one more axis of the same arrays
+    return _in_range_all(a, b), False
 
 
 class _Operand(NamedTuple):

@@ -38,6 +38,7 @@ from jax import lax
 
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import native
+from jaxwarp._src.tensorcore.datapath_blocks import in_fp32_range
 from jaxwarp._src.tensorcore.matmul_scales import promote
 from jaxwarp._src.tensorcore.matmul_tiles import ACC_DTYPE, FP8_FORMATS, issue_arch
 
@@ -142,6 +143,30 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
     def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
         return lax.scan(step, (acc, jnp.asarray(k0, jnp.int32)), None, length=length)[0][0]
 
+    def k_loop(acc):
+        return _k_loop(acc, cfg, kt, chain, scales)
+
+    if mma_arith.in_range_matmul(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+                                 cfg.a_format, cfg.b_format, cfg.accumulator, k,
+                                 Mp * Np * Kp):
+        # One cond for the whole product: bf16 / tf32 operands whose every product is a
+        # normal fp32 number take the fast path's arithmetic (datapath.IN_RANGE_PATH).
+        def known(path):
+            def run(acc):
+                with mma_arith.known_range(path):
+                    return k_loop(acc)
+            return run
+
+        vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
+        acc = lax.cond(in_fp32_range(*vals), known("in_range"), known("general"), acc)
+    else:
+        acc = k_loop(acc)
+    return acc[:M, :N]
+
+
+def _k_loop(acc, cfg: Cfg, kt: int, chain, scales):
+    """The chain over the kt k tiles, with promotion (``tiled``'s loop)."""
+    k = cfg.tile[2]
     if cfg.promote_every is None:
         acc = chain(acc, 0, kt)
     else:
@@ -159,4 +184,4 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
             acc = lax.scan(interval, (acc, jnp.int32(0)), None, length=full)[0][0]
         if rem:
             acc = promote(acc, chain(zero, full * s, rem), full, scales)
-    return acc[:M, :N]
+    return acc
