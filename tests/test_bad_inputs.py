@@ -1348,6 +1348,16 @@ FILE_CASES = [
         2, ("reduce_x",)),
     FileCase(
         "corrupt-compressed-member", _corrupt_compressed(), 2, ("not a readable",)),
+    # The capture tool's meta JSON is a file-wide key, read once: it must be a JSON
+    # object, and it is not a group of outputs.
+    FileCase("meta-not-json", _npz(device=np.array("X"), meta=np.array("{tool: cg"),
+                                   foo=np.zeros(3)), 2,
+             ("key 'meta' is not the capture tool's JSON",)),
+    FileCase("meta-not-an-object", _npz(device=np.array("X"), meta=np.array("[1, 2]"),
+                                        foo=np.zeros(3)), 2,
+             ("key 'meta' must be a JSON object, got list",)),
+    FileCase("meta-only", _npz(device=np.array("X"), meta=np.array('{"tool": "cg"}')), 2,
+             ("nothing to compare",), must_not=("unhandled/meta",)),
 ]
 
 
