@@ -445,7 +445,7 @@ def unique_regs(rng, T: int, nregs: int) -> np.ndarray:
 
 def jobs(quick: bool) -> list[dict]:
     js = []
-    for op, (name, kind, _) in enumerate(CVT_OPS):
+    for op, (name, _kind, _) in enumerate(CVT_OPS):
         js.append(dict(part="cvt", name=f"cvt/{name}", op=op))
     T = 8 if quick else 64
     for num, trans in LDM_VARIANTS:

@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import hashlib
-import os
 import pathlib
 import shutil
 import subprocess
 import sys
 import time
-import zlib
 
 import numpy as np
 
