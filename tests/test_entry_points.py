@@ -712,11 +712,11 @@ def test_cg_table_is_complete():
 
 
 def _cg_valid_params():
-    """Every cg entry point under jax.jit; eagerly by default only cg.reduce (the eager
+    """Every cg entry point under jax.jit; eagerly by default only cg.elected (the eager
     calls of the others, which compile each operation on its own, go to -m slow)."""
     for name in sorted(CG_ENTRY_POINTS):
         yield pytest.param(name, "eager", id=name,
-                           marks=() if name == "cg.reduce" else (pytest.mark.slow,))
+                           marks=() if name == "cg.elected" else (pytest.mark.slow,))
         yield pytest.param(name, "jit", id=f"{name}-jit")
 
 
