@@ -162,7 +162,10 @@ def _keep(n: int, count: int) -> set[int]:
     return {round(i * (n - 1) / (count - 1)) for i in range(count)}
 
 
-def _mark_default_cases(items) -> None:
+def _mark_default_cases(items, check: bool = True) -> None:
+    """Marks the cases of ``DEFAULT_CASES`` beyond the default's slow; with ``check``, a
+    named case that was not collected is an error (not checked when the command line names
+    cases by id: then only those are collected)."""
     groups: dict[str, list] = {}
     for item in items:
         key = item.nodeid.split("[", 1)[0]
@@ -175,7 +178,7 @@ def _mark_default_cases(items) -> None:
         else:
             ids = [item.callspec.id for item in group]
             unknown = set(rule) - set(ids)
-            if unknown:
+            if unknown and check:
                 raise pytest.UsageError(f"DEFAULT_CASES[{key!r}] names no such case: {unknown}")
             kept = {i for i, case_id in enumerate(ids) if case_id in rule}
         for i, item in enumerate(group):
@@ -235,7 +238,7 @@ def _mark_costly(items) -> None:
 def pytest_collection_modifyitems(config, items):
     """Marks the cases of ``DEFAULT_CASES`` beyond the default's slow, and leaves the tests
     marked slow out of the default run (see the module doc)."""
-    _mark_default_cases(items)
+    _mark_default_cases(items, check=not any("[" in arg for arg in config.args))
     _mark_costly(items)
     known = set()
     for item in items:
