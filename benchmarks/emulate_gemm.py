@@ -33,8 +33,17 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import (aot_compile, best_time, device_info, emit, host_info, memory_of,
-                     peak_bytes, timed_first_call, versions)
+from _common import (
+    aot_compile,
+    best_time,
+    device_info,
+    emit,
+    host_info,
+    memory_of,
+    peak_bytes,
+    timed_first_call,
+    versions,
+)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout
 import jaxwarp  # noqa: E402

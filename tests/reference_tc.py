@@ -445,7 +445,7 @@ def _ffma_elem(arow, bcol, c: Num, c_fmt: Fmt, d_fmt: Fmt, P: Datapath) -> int:
     zero = Num(FIN, False)
     if d_fmt is F32:
         acc = zero
-        for a, b in zip(arow, bcol):
+        for a, b in zip(arow, bcol, strict=True):
             acc = decode(fma_rn(a, b, acc, F32, nan), F32)
         return _add_rn(c, acc, F32, nan)
     assert len(arow) == 4, "f16 D of the FFMA routine is only modelled for k = 4"
@@ -476,7 +476,7 @@ def mma_elem(arow, bcol, c: Num, c_fmt: Fmt, d_fmt: Fmt, P: Datapath) -> int:
     if P.c_mode == "fused":
         acc, out = c, d_fmt  # C joins the first block as D's format sees it
         for k0 in range(0, k, bk):
-            r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk]), acc, P, out)
+            r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk], strict=True), acc, P, out)
             out = None
             last = k0 + bk >= k
             if not last:
@@ -503,7 +503,7 @@ def mma_elem(arow, bcol, c: Num, c_fmt: Fmt, d_fmt: Fmt, P: Datapath) -> int:
         # type's block FMA does), then an IEEE addition of C rounded to nearest.
         acc = None
         for k0 in range(0, k, bk):
-            r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk]), acc, P)
+            r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk], strict=True), acc, P)
             if d_fmt is F32:
                 acc = decode(_f32(r, P), F32)
             else:
@@ -516,7 +516,7 @@ def mma_elem(arow, bcol, c: Num, c_fmt: Fmt, d_fmt: Fmt, P: Datapath) -> int:
     acc = c
     acc_fmt = c_fmt
     for k0 in range(0, k, bk):
-        r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk]), None, P)
+        r = _block(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk], strict=True), None, P)
         last = k0 + bk >= k
         out_fmt = d_fmt if last else F32
         out_nan = nan_d if last else P.nan_f32

@@ -1081,6 +1081,46 @@ case(6, "emulate-blockwise-promote_every",
 
 
 # --------------------------------------------------------------------------------------
+# Class 6, continued: grouped_value_and_grad (its arguments when made; the batch when
+# called, eagerly and traced).
+
+_MESH1 = jaxwarp.batch_mesh(jax.devices()[:1])
+
+
+def _mse(w, x):
+    return jnp.mean((x @ w) ** 2)
+
+
+def _grouped(groups, loss=_mse, mesh=_MESH1):
+    return lambda: jaxwarp.grouped_value_and_grad(loss, groups, mesh=mesh)
+
+
+case(6, "grouped_value_and_grad-groups-float", _grouped(2.0), exc=ValueError,
+     regex=r"groups must be an int >= 1, got 2\.0", modes=EAGER)
+case(6, "grouped_value_and_grad-groups-bool", _grouped(True), exc=ValueError,
+     regex=r"groups must be an int >= 1, got True", modes=EAGER)
+case(6, "grouped_value_and_grad-groups-zero", _grouped(0), exc=ValueError,
+     regex=r"groups must be an int >= 1, got 0", modes=EAGER)
+case(6, "grouped_value_and_grad-groups-not-multiple-of-mesh",
+     _grouped(3, mesh=jax.sharding.AbstractMesh((2,), ("batch",))), exc=ValueError,
+     regex=r"groups must be a multiple of the mesh size 2 .*got groups=3", modes=EAGER)
+case(6, "grouped_value_and_grad-loss-not-callable", _grouped(2, loss=None), exc=TypeError,
+     regex=r"loss must be callable, got NoneType None", modes=EAGER)
+case(6, "grouped_value_and_grad-no-batch",
+     lambda w: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1)(w),
+     np.ones(3, np.float32), exc=ValueError,
+     regex=r"grouped_value_and_grad: no batch argument after params")
+case(6, "grouped_value_and_grad-batch-not-multiple",
+     lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1)(w, x),
+     np.ones(3, np.float32), np.ones((5, 3), np.float32), exc=ValueError,
+     regex=r"batch\[0\] has leading \(batch\) size 5; it must be a multiple of groups=2")
+case(6, "grouped_value_and_grad-batch-scalar",
+     lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1)(w, x),
+     np.ones(3, np.float32), np.float32(1), exc=ValueError,
+     regex=r"batch\[0\] has leading \(batch\) size None; it must be a multiple of groups=2")
+
+
+# --------------------------------------------------------------------------------------
 # The catalogue test.
 
 
@@ -1308,6 +1348,16 @@ FILE_CASES = [
         2, ("reduce_x",)),
     FileCase(
         "corrupt-compressed-member", _corrupt_compressed(), 2, ("not a readable",)),
+    # The capture tool's meta JSON is a file-wide key, read once: it must be a JSON
+    # object, and it is not a group of outputs.
+    FileCase("meta-not-json", _npz(device=np.array("X"), meta=np.array("{tool: cg"),
+                                   foo=np.zeros(3)), 2,
+             ("key 'meta' is not the capture tool's JSON",)),
+    FileCase("meta-not-an-object", _npz(device=np.array("X"), meta=np.array("[1, 2]"),
+                                        foo=np.zeros(3)), 2,
+             ("key 'meta' must be a JSON object, got list",)),
+    FileCase("meta-only", _npz(device=np.array("X"), meta=np.array('{"tool": "cg"}')), 2,
+             ("nothing to compare",), must_not=("unhandled/meta",)),
 ]
 
 

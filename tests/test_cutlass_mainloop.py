@@ -1,4 +1,5 @@
-"""experiments/cutlass_mainloop.py: ldmatrix -> mma.sync main loop == the logical GEMM, bit for bit."""
+"""experiments/cutlass_mainloop.py: ldmatrix -> mma.sync main loop == the logical GEMM,
+bit for bit."""
 
 import pathlib
 import subprocess
@@ -13,7 +14,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import cutlass_mainloop as cm  # noqa: E402
-
 
 
 def _bits(x):

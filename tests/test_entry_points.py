@@ -456,7 +456,7 @@ def _widened(value: Any, dtype) -> np.ndarray:
 # The default run makes every entry point's valid call under jax.jit (eagerly where its
 # data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name); -m slow
 # makes the other eager calls (an eager call compiles each operation on its own: slow).
-EAGER_EVERY = 10
+EAGER_EVERY = 20
 
 
 def _valid_params():
@@ -711,9 +711,18 @@ def test_cg_table_is_complete():
     assert public == set(CG_ENTRY_POINTS) | CG_NO_ARRAY_DATA
 
 
-@pytest.mark.parametrize("name", sorted(CG_ENTRY_POINTS))
-def test_cg_valid_call(name):
-    _valid_call(CG_ENTRY_POINTS[name])
+def _cg_valid_params():
+    """Every cg entry point under jax.jit; eagerly by default only cg.elected (the eager
+    calls of the others, which compile each operation on its own, go to -m slow)."""
+    for name in sorted(CG_ENTRY_POINTS):
+        yield pytest.param(name, "eager", id=name,
+                           marks=() if name == "cg.elected" else (pytest.mark.slow,))
+        yield pytest.param(name, "jit", id=f"{name}-jit")
+
+
+@pytest.mark.parametrize("name,mode", list(_cg_valid_params()))
+def test_cg_valid_call(name, mode):
+    _valid_call(CG_ENTRY_POINTS[name], mode)
 
 
 @pytest.mark.parametrize("name, arg, dt", [

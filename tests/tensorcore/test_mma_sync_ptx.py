@@ -220,7 +220,7 @@ def _check_capture(z, cfg, registers):
                                       err_msg=f"{cfg.name} logical entry")
         if registers:  # the register entry on the same data, in warps
             regs = [mma_sync_registers.to_registers(instr, u, warp_shape(cfg, x))
-                    for u, x in zip("abc", (a, b, c))]
+                    for u, x in zip("abc", (a, b, c), strict=True)]
             dr = mp.mma_sync_ptx(instr, *regs)
             np.testing.assert_array_equal(np.asarray(dr), cp.pack(D, cfg, "d"),
                                           err_msg=f"{cfg.name} register entry")
@@ -275,9 +275,11 @@ def test_register_entry_equals_logical_entry(cfg):
     with jax.enable_x64(cfg.atype == "f64"):
         # Three warps' worth, with a batch axis of 3 on A only (B and C broadcast).
         xs = [warp_shape(cfg, logical(random_logical(rng, cfg, u, n * cfg.per_warp),
-                                      cfg.elem_type(u))) for u, n in zip("abc", (3, 1, 1))]
+                                      cfg.elem_type(u)))
+              for u, n in zip("abc", (3, 1, 1), strict=True)]
         d = mp.mma_sync_ptx_logical(instr, *xs)
-        regs = [mma_sync_registers.to_registers(instr, u, x) for u, x in zip("abc", xs)]
+        regs = [mma_sync_registers.to_registers(instr, u, x)
+                for u, x in zip("abc", xs, strict=True)]
         regs[1], regs[2] = regs[1][0], regs[2][0]
         dr = mp.mma_sync_ptx(instr, *regs)
         assert dr.shape == (3, 32, instr.nregs("d"))
@@ -309,7 +311,8 @@ def test_quadpair_runs_four_independent_mmas():
     b = jnp.ones((4, 4, 8), jnp.float16)
     c = jnp.zeros((4, 8, 8), jnp.float16)
     d = mma_sync_registers.from_registers(instr, "d", mp.mma_sync_ptx(
-        q, *(mma_sync_registers.to_registers(instr, u, x) for u, x in zip("abc", (a, b, c)))))
+        q, *(mma_sync_registers.to_registers(instr, u, x)
+             for u, x in zip("abc", (a, b, c), strict=True))))
     assert d.shape == (4, 8, 8) and d.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(d), np.asarray(
         jnp.broadcast_to(a.astype(jnp.float32).sum(-1)[..., None], (4, 8, 8))))

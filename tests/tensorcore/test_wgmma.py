@@ -207,7 +207,8 @@ def test_addresses_match_harness(t, major, sw, mn):
     off, hbit = cw.element_offsets(mn, k, bits, major, mode, lbo, sbo)
     np.testing.assert_array_equal(addr[..., 0], cw.swizzle_addr(start + off, mode))
     np.testing.assert_array_equal(bit[..., 0], hbit)
-    assert len({int(a) * 8 + int(b) for a, b in zip(addr.ravel(), bit.ravel())}) == addr.size
+    bits = {int(a) * 8 + int(b) for a, b in zip(addr.ravel(), bit.ravel(), strict=True)}
+    assert len(bits) == addr.size
 
 
 @pytest.mark.parametrize("t,major,sw", _layout_cases(["f16", "e5m2", "b1"]))

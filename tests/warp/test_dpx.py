@@ -1,4 +1,5 @@
-"""Tests of jaxwarp._src.warp.dpx: the DPX min/max functions against the H100 and first principles."""
+"""Tests of jaxwarp._src.warp.dpx: the DPX min/max functions against the H100 and first
+principles."""
 
 import doctest
 

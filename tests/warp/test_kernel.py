@@ -52,7 +52,8 @@ def test_kernel_lowering_of_every_static_plan_matches(shfl):
     covered = 0
     for b in range(0, 34):
         for width in (1, 2, 4, 8, 16, 32, 3, 12, 64):
-            f = lambda v, b=b, width=width: fn(FULL, v, b, width)
+            def f(v, b=b, width=width):
+                return fn(FULL, v, b, width)
             plan = lanes._static_plan(np.asarray(lanes.source_lanes(
                 "bfly" if shfl == "xor" else "idx", b, width)))
             if plan[0] not in lanes.KERNEL_PLANS:
@@ -90,7 +91,8 @@ def test_several_inputs_and_outputs_interpreted():
 def test_gradient_through_the_kernel_is_vmaps():
     x = jnp.asarray(np.random.default_rng(4).standard_normal((8, 32)), jnp.float32)
     k = jaxwarp.warp_kernel(butterfly, warps_per_block=4, force="pallas", interpret=True)
-    loss = lambda f: lambda v: jnp.sum(f(v) * jnp.arange(32.0))
+    def loss(f):
+        return lambda v: jnp.sum(f(v) * jnp.arange(32.0))
     g = jax.grad(loss(k))(x)
     np.testing.assert_array_equal(_bits(g), _bits(jax.grad(loss(jax.vmap(butterfly)))(x)))
     _, t = jax.jvp(k, (x,), (jnp.ones_like(x),))
@@ -180,7 +182,8 @@ def test_triton_kernel_matches_vmap_on_gpu(width):
 def test_triton_kernel_gradient_on_gpu():
     x = jnp.asarray(np.random.default_rng(6).standard_normal((300, 32)), jnp.float32)
     k = jaxwarp.warp_kernel(butterfly, warps_per_block=64, force="pallas")
-    loss = lambda f: lambda v: jnp.sum(f(v) * jnp.arange(32.0))
+    def loss(f):
+        return lambda v: jnp.sum(f(v) * jnp.arange(32.0))
     np.testing.assert_array_equal(_bits(jax.jit(jax.grad(loss(k)))(x)),
                                   _bits(jax.jit(jax.grad(loss(jax.vmap(butterfly))))(x)))
     np.testing.assert_array_equal(_bits(jax.jit(k)(x)), _bits(jax.vmap(butterfly)(x)))

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import math
 import pathlib
-import shutil
-import subprocess
 import sys
 import time
 
@@ -28,6 +25,9 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE / "warpcap.cu"
+sys.path.insert(0, str(HERE))
+import driver  # noqa: E402  (nvcc, the library's device)
+from driver import gpu_arch, log  # noqa: E402, F401  (gpu_arch: the other tools' too)
 
 # Element tags and ops, as enum Tag / enum Op in warpcap.cu.
 F16, BF16, TF32, F64, S8, U8, S4, U4, B1, F32, S32 = range(11)
@@ -93,65 +93,21 @@ FIXED_MASKS = (
 )
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-# ----------------------------------------------------------------------------------------
-# Building and loading the library.
-
-
-def gpu_arch(override: str | None) -> str:
-    """The -arch flag: --arch if given, else the first GPU's compute capability, else native."""
-    if override:
-        return override if override.startswith(("sm_", "native", "compute_")) else f"sm_{override}"
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        cap = out.split()[0].strip()
-        return "sm_" + cap.replace(".", "")
-    except Exception:  # no nvidia-smi: let nvcc ask the driver
-        return "native"
-
-
 def build(arch: str, nvcc: str = "nvcc") -> pathlib.Path:
     """Compiles warpcap.cu for `arch` unless an up-to-date build exists (keyed by a hash)."""
-    flags = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", f"-arch={arch}", "-lineinfo"]
-    key = hashlib.sha256(SRC.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
-    bdir = HERE / "build"
-    bdir.mkdir(exist_ok=True)
-    lib = bdir / f"libwarpcap_{arch}_{key}.so"
-    if lib.exists():
-        return lib
-    if shutil.which(nvcc) is None:
-        sys.exit(f"nvcc not found (looked for {nvcc!r}); install the CUDA toolkit")
-    cmd = [nvcc, *flags, "-o", str(lib), str(SRC)]
-    log("building:", " ".join(cmd))
-    t = time.time()
-    subprocess.run(cmd, check=True)
-    log(f"built in {time.time() - t:.0f} s")
-    return lib
+    return driver.build_lib(SRC, "warpcap", arch, nvcc)
 
 
 class Lib:
     """ctypes front of warpcap.cu. Every call raises on a CUDA error."""
 
     def __init__(self, path: pathlib.Path):
-        self.L = L = ctypes.CDLL(str(path))
-        L.wc_last_error.restype = ctypes.c_char_p
+        L, device = driver.load(path, "wc")
+        self.L = L
         L.wc_mma_info.restype = ctypes.c_char_p
         L.wc_layout_info.restype = ctypes.c_char_p
-        name = ctypes.create_string_buffer(256)
-        ints = [ctypes.c_int() for _ in range(4)]
-        self._check(L.wc_device(name, 256, *[ctypes.byref(i) for i in ints]))
-        self.name = name.value.decode()
-        self.cc = ints[0].value * 10 + ints[1].value
-        self.runtime, self.driver = ints[2].value, ints[3].value
+        self.name, self.cc = device.name, device.cc
+        self.runtime, self.driver = device.runtime, device.driver
         arch = ctypes.c_int()
         self._check(L.wc_compiled_arch(ctypes.byref(arch)))
         self.compiled_arch = arch.value

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import json
 import pathlib
 import shutil
@@ -36,6 +35,9 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE / "cg.cu"
+sys.path.insert(0, str(HERE))
+import driver  # noqa: E402  (nvcc, the library's device, the common options)
+from driver import log  # noqa: E402
 
 TILE_SIZES = (1, 2, 4, 8, 16, 32)
 TILE_BLOCK = 64
@@ -69,46 +71,9 @@ MASKS = (0xFFFFFFFF, 0x0000FFFF, 0xFFFF0000, 0x00000001, 0x80000001, 0x0F0F0F0F,
 FILL32 = 0xDEADBEEF
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-# ----------------------------------------------------------------------------------------
-# Building and loading the library.
-
-
-def gpu_arch(override: str | None) -> str:
-    """The -arch flag: --arch if given, else the first GPU's compute capability (+a), else native."""
-    if override:
-        return override if override.startswith(("sm_", "native", "compute_")) else f"sm_{override}"
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=60, check=True,
-        ).stdout
-        cap = out.split()[0].strip().replace(".", "")
-        return f"sm_{cap}a" if cap in ("90", "100", "103") else f"sm_{cap}"
-    except Exception:  # no nvidia-smi: let nvcc ask the driver
-        return "native"
-
-
 def build(arch: str, nvcc: str = "nvcc") -> pathlib.Path:
     """Compiles cg.cu for `arch` unless an up-to-date build exists (keyed by a hash)."""
-    flags = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", f"-arch={arch}", "-lineinfo"]
-    key = hashlib.sha256(SRC.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
-    bdir = HERE / "build"
-    bdir.mkdir(exist_ok=True)
-    lib = bdir / f"libcg_{arch}_{key}.so"
-    if lib.exists():
-        return lib
-    if shutil.which(nvcc) is None:
-        sys.exit(f"nvcc not found (looked for {nvcc!r}); install the CUDA toolkit")
-    cmd = [nvcc, *flags, "-o", str(lib), str(SRC)]
-    log("building:", " ".join(cmd))
-    t = time.time()
-    subprocess.run(cmd, check=True)
-    log(f"built in {time.time() - t:.0f} s")
-    return lib
+    return driver.build_lib(SRC, "cg", arch, nvcc)
 
 
 def _p(a: np.ndarray):
@@ -120,17 +85,9 @@ class Lib:
     """ctypes front of cg.cu. Every call raises on a CUDA error."""
 
     def __init__(self, path: pathlib.Path):
-        self.L = L = ctypes.CDLL(str(path))
-        L.cg_last_error.restype = ctypes.c_char_p
-        name = ctypes.create_string_buffer(256)
-        ints = [ctypes.c_int() for _ in range(4)]
-        self._check(L.cg_device(name, 256, *[ctypes.byref(i) for i in ints]))
-        self.device = f"{name.value.decode()} sm_{ints[0].value}{ints[1].value}"
-        self.runtime, self.driver = ints[2].value, ints[3].value
-
-    def _check(self, rc):
-        if rc != 0:
-            raise RuntimeError(self.L.cg_last_error().decode())
+        self.L, device = driver.load(path, "cg")
+        self._check = driver.checker(self.L, "cg")
+        self.device, self.runtime, self.driver = str(device), device.runtime, device.driver
 
     def tile(self, n, offs, xi, xd, pred):
         t = xi.shape[0]
@@ -496,11 +453,9 @@ def undef_child(tmp: str, lib_path: str) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="out/cg")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=int, default=1, help="multiplies the number of trials")
-    ap.add_argument("--arch", default=None, help="e.g. 90a; default: the GPU's")
-    ap.add_argument("--nvcc", default="nvcc")
+    driver.add_common_args(ap, out_default="out/cg", out_type=str, scale_type=int, scale_default=1,
+                           scale_help="multiplies the number of trials", arch=None,
+                           arch_help="e.g. 90a; default: the GPU's")
     ap.add_argument("--only", default="tile,reduce,part,examples,div,undef")
     ap.add_argument("--undef-timeout", type=float, default=10.0)
     ap.add_argument("--undef-child", default=None, help=argparse.SUPPRESS)
@@ -510,7 +465,7 @@ def main(argv=None):
         undef_child(args.undef_child, args.lib)
         return
     t0 = time.time()
-    lib_path = build(gpu_arch(args.arch), args.nvcc)
+    lib_path = build(driver.gpu_arch(args.arch, arch_specific=True), args.nvcc)
     lib = Lib(lib_path)
     log(f"device: {lib.device}, runtime {lib.runtime}, driver {lib.driver}")
     out = pathlib.Path(args.out)

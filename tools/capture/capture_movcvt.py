@@ -39,6 +39,10 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE / "movcvt.cu"
+sys.path.insert(0, str(HERE))
+import driver  # noqa: E402  (the build cache's key, the library's device)
+from driver import log  # noqa: E402
+
 BUILD = HERE / "build"
 ARCH = "sm_90a"
 FLAGS = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
@@ -48,10 +52,6 @@ MAX_NPZ = 8 * 2**20
 FILES = {"cvt": "cvt_fp8.npz", "ldm": "ldmatrix.npz"}
 FILL = 0xDEAD  # stmatrix: shared memory is filled with this before the store
 NELEM = 2048  # ldmatrix/stmatrix shared image: 2048 uint16 = 256 rows of 16 bytes
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 # ----------------------------------------------------------------------------------------
@@ -154,8 +154,7 @@ def probe_all(ptxas: str = "ptxas") -> dict[int, str]:
 
 
 def _key(part: str) -> str:
-    data = SRC.read_bytes() + " ".join(FLAGS).encode() + part.encode()
-    return hashlib.sha256(data).hexdigest()[:16]
+    return driver.source_key(SRC.read_bytes(), " ".join(FLAGS), part)
 
 
 def build(part: str, nvcc: str = "nvcc") -> tuple[pathlib.Path, dict[int, str]]:
@@ -200,14 +199,10 @@ class Lib:
     """ctypes front of one part's library. Calls raise RuntimeError on a CUDA error."""
 
     def __init__(self, path: pathlib.Path, part: str):
-        self.L = L = ctypes.CDLL(str(path))
-        L.mc_last_error.restype = ctypes.c_char_p
-        name = ctypes.create_string_buffer(256)
-        ints = [ctypes.c_int() for _ in range(4)]
-        self._check(L.mc_device(name, 256, *[ctypes.byref(i) for i in ints]))
-        self.cc = ints[0].value * 10 + ints[1].value
-        self.device = f"{name.value.decode()} sm_{self.cc}"
-        self.versions = (ints[2].value, ints[3].value)
+        L, device = driver.load(path, "mc")
+        self.L = L
+        self.cc, self.device = device.cc, str(device)
+        self.versions = (device.runtime, device.driver)
         arch = ctypes.c_int()
         self._check(L.mc_compiled_arch(ctypes.byref(arch)))
         self.compiled_arch = arch.value
@@ -445,7 +440,7 @@ def unique_regs(rng, T: int, nregs: int) -> np.ndarray:
 
 def jobs(quick: bool) -> list[dict]:
     js = []
-    for op, (name, kind, _) in enumerate(CVT_OPS):
+    for op, (name, _kind, _) in enumerate(CVT_OPS):
         js.append(dict(part="cvt", name=f"cvt/{name}", op=op))
     T = 8 if quick else 64
     for num, trans in LDM_VARIANTS:

@@ -16,16 +16,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
-import hashlib
 import io
 import math
 import pathlib
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -33,12 +28,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE / "ptxmma.cu"
 sys.path.insert(0, str(HERE))
 import capture as wc  # noqa: E402  (the WMMA harness: formats, Lib, run_mma)
+import driver  # noqa: E402  (nvcc, ptxas probes, the library's device)
+from driver import log  # noqa: E402
 
 MAX_FILE_BYTES = 11_500_000
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 # ----------------------------------------------------------------------------------------
@@ -404,75 +397,34 @@ def gen_inc(cfgs: list[PtxCfg]) -> str:
 
 
 def _compile(cfgs, arch, out: pathlib.Path, nvcc="nvcc", cubin=False):
-    d = pathlib.Path(tempfile.mkdtemp(prefix="ptxmma_", dir=HERE / "build"))
-    (d / "ptxmma_ops.inc").write_text(gen_inc(cfgs))
-    flags = ["-O2", "-std=c++17", f"-arch={arch}", "-I", str(d)]
-    if cubin:
-        cmd = [nvcc, *flags, "-cubin", "-o", str(out), str(SRC)]
-    else:
-        cmd = [nvcc, *flags, "-shared", "-Xcompiler", "-fPIC", "-o", str(out), str(SRC)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    shutil.rmtree(d, ignore_errors=True)
-    return r.returncode, (r.stderr + r.stdout).strip()
+    return driver.nvcc_table(SRC, "ptxmma_ops.inc", gen_inc(cfgs), out, [f"-arch={arch}"], nvcc,
+                             cubin)
 
 
 def probe_ptxas(cfgs, arch, nvcc="nvcc", jobs=8):
     """{name: error message} for the configurations that do not compile alone."""
-    (HERE / "build").mkdir(exist_ok=True)
-
-    def one(c):
-        out = HERE / "build" / f"probe_{hashlib.sha1(c.name.encode()).hexdigest()[:10]}.cubin"
-        rc, msg = _compile([c], arch, out, nvcc, cubin=True)
-        out.unlink(missing_ok=True)
-        lines = [ln for ln in msg.splitlines() if "error" in ln.lower()]
-        return c.name, (None if rc == 0 else (lines[0] if lines else msg[:300]))
-
-    with ThreadPoolExecutor(jobs) as ex:
-        res = list(ex.map(one, cfgs))
-    return {n: e for n, e in res if e is not None}
+    return driver.probe_ptxas(cfgs, lambda c, out: _compile([c], arch, out, nvcc, cubin=True),
+                              "", jobs)
 
 
 def build(arch: str, nvcc="nvcc"):
     """Builds libptxmma for `arch`; returns (path, configs in the library, rejected)."""
-    cands = candidate_configs()
-    cfgs = [c for c in cands if c.name not in REJECTED]
-    key = hashlib.sha256(SRC.read_bytes() + gen_inc(cfgs).encode() + arch.encode()).hexdigest()[:16]
-    bdir = HERE / "build"
-    bdir.mkdir(exist_ok=True)
-    lib = bdir / f"libptxmma_{arch}_{key}.so"
-    rejected = dict(REJECTED)
-    if not lib.exists():
-        if shutil.which(nvcc) is None:
-            sys.exit(f"nvcc not found (looked for {nvcc!r}); install the CUDA toolkit")
-        t = time.time()
-        log(f"building ptxmma.cu for {arch} ({len(cfgs)} configurations)")
-        rc, msg = _compile(cfgs, arch, lib, nvcc)
-        if rc != 0:
-            log(f"full build failed ({msg[:400]}); probing every configuration alone")
-            bad = probe_ptxas(cfgs, arch, nvcc)
-            for n, e in bad.items():
-                log(f"  rejected {n}: {e}")
-            rejected.update(bad)
-            cfgs = [c for c in cfgs if c.name not in bad]
-            rc, msg = _compile(cfgs, arch, lib, nvcc)
-            if rc != 0:
-                raise RuntimeError(f"ptxmma build failed: {msg[:2000]}")
-        log(f"built in {time.time() - t:.0f} s")
-    return lib, cfgs, rejected
+    cfgs = [c for c in candidate_configs() if c.name not in REJECTED]
+    driver.BUILD.mkdir(exist_ok=True)
+    key = driver.source_key(SRC.read_bytes(), gen_inc(cfgs), arch)
+    lib = driver.BUILD / f"libptxmma_{arch}_{key}.so"
+    cfgs, bad = driver.build_table(f"ptxmma.cu for {arch}", lib, cfgs,
+                                   lambda cs, out, cubin: _compile(cs, arch, out, nvcc, cubin),
+                                   nvcc, "")
+    return lib, cfgs, {**REJECTED, **bad}
 
 
 class PtxLib:
     def __init__(self, path, cfgs):
-        self.L = L = ctypes.CDLL(str(path))
-        L.pm_last_error.restype = ctypes.c_char_p
+        L, device = driver.load(path, "pm")
+        self.L, self.check = L, driver.checker(L, "pm")
         L.pm_info.restype = ctypes.c_char_p
-        name = ctypes.create_string_buffer(256)
-        ints = [ctypes.c_int() for _ in range(4)]
-        if L.pm_device(name, 256, *[ctypes.byref(i) for i in ints]) != 0:
-            raise RuntimeError(L.pm_last_error().decode())
-        self.name = name.value.decode()
-        self.cc = ints[0].value * 10 + ints[1].value
-        self.device = f"{self.name} sm_{self.cc}"
+        self.name, self.cc, self.device = device.name, device.cc, str(device)
         self.index = {}
         info = (ctypes.c_int * 5)()
         by_name = {c.name: c for c in cfgs}
@@ -491,9 +443,8 @@ class PtxLib:
         W = C.shape[0]
         D = np.zeros((W, 32, cfg.nregs("d")), wd)
         p = lambda a: a.ctypes.data_as(ctypes.c_void_p)
-        rc = self.L.pm_run(self.index[cfg.name], ctypes.c_longlong(W), steps, p(A), p(B), p(C), p(D))
-        if rc != 0:
-            raise RuntimeError(self.L.pm_last_error().decode())
+        self.check(self.L.pm_run(self.index[cfg.name], ctypes.c_longlong(W), steps, p(A), p(B),
+                                 p(C), p(D)))
         return D
 
 
@@ -1061,24 +1012,18 @@ def selftest(seed=0) -> int:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=pathlib.Path)
+    driver.add_common_args(ap, arch="90a", arch_help="nvcc -arch (default 90a -> sm_90a)")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every trial count")
-    ap.add_argument("--arch", default="90a", help="nvcc -arch (default 90a -> sm_90a)")
     ap.add_argument("--only", default="ptx,chain,edges")
-    ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--probe-ptxas", action="store_true")
     args = ap.parse_args(argv)
     if args.selftest:
         return selftest(args.seed)
-    arch = wc.gpu_arch(args.arch)
+    arch = driver.gpu_arch(args.arch)
     if args.probe_ptxas:
-        bad = probe_ptxas(candidate_configs(), arch, args.nvcc)
-        for c in candidate_configs():
-            log(f"{c.name:40s} {'REJECTED: ' + bad[c.name] if c.name in bad else 'ok'}   [{c.ptx()}]")
-        return 0
+        return driver.print_probe(candidate_configs(),
+                                  probe_ptxas(candidate_configs(), arch, args.nvcc), width=40)
     if not args.out:
         ap.error("give --out DIR (or --selftest / --probe-ptxas)")
     only = set(args.only.split(","))

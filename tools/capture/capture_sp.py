@@ -20,29 +20,20 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
-import hashlib
-import multiprocessing as mp
 import pathlib
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE / "sp.cu"
 sys.path.insert(0, str(HERE))
-import capture as wc  # noqa: E402  (gpu_arch)
 import capture_ptx as cp  # noqa: E402  (formats, dense fragment layouts, input generators)
+import driver  # noqa: E402  (nvcc, ptxas probes, the library's device, worker processes)
+from driver import Runner, log  # noqa: E402
 
 M, N = 16, 8
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 # ----------------------------------------------------------------------------------------
@@ -358,73 +349,34 @@ def gen_inc(cfgs) -> str:
 
 
 def _compile(cfgs, arch, out: pathlib.Path, nvcc="nvcc", cubin=False):
-    (HERE / "build").mkdir(exist_ok=True)
-    d = pathlib.Path(tempfile.mkdtemp(prefix="sp_", dir=HERE / "build"))
-    (d / "sp_ops.inc").write_text(gen_inc(cfgs))
-    flags = ["-O2", "-std=c++17", f"-arch={arch}", "-I", str(d)]
-    if cubin:
-        cmd = [nvcc, *flags, "-cubin", "-o", str(out), str(SRC)]
-    else:
-        cmd = [nvcc, *flags, "-shared", "-Xcompiler", "-fPIC", "-o", str(out), str(SRC)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    shutil.rmtree(d, ignore_errors=True)
-    return r.returncode, (r.stderr + r.stdout).strip()
+    return driver.nvcc_table(SRC, "sp_ops.inc", gen_inc(cfgs), out, [f"-arch={arch}"], nvcc,
+                             cubin)
 
 
 def probe_ptxas(cfgs, arch, nvcc="nvcc", jobs=8):
     """{name: error message} for the configurations that do not compile alone."""
-    (HERE / "build").mkdir(exist_ok=True)
-
-    def one(c):
-        out = HERE / "build" / f"probe_sp_{hashlib.sha1(c.name.encode()).hexdigest()[:10]}.cubin"
-        rc, msg = _compile([c], arch, out, nvcc, cubin=True)
-        out.unlink(missing_ok=True)
-        lines = [ln for ln in msg.splitlines() if "error" in ln.lower()]
-        return c.name, (None if rc == 0 else (lines[0] if lines else msg[:300]))
-
-    with ThreadPoolExecutor(jobs) as ex:
-        res = list(ex.map(one, cfgs))
-    return {n: e for n, e in res if e is not None}
+    return driver.probe_ptxas(cfgs, lambda c, out: _compile([c], arch, out, nvcc, cubin=True),
+                              "sp_", jobs)
 
 
 def build(arch: str, nvcc="nvcc"):
     """Builds libsp for `arch`; returns (path, configs in the library, rejected)."""
     cfgs = [c for c in candidate_configs() if c.name not in REJECTED]
-    key = hashlib.sha256(SRC.read_bytes() + gen_inc(cfgs).encode() + arch.encode()).hexdigest()[:16]
-    bdir = HERE / "build"
-    bdir.mkdir(exist_ok=True)
-    lib = bdir / f"libsp_{arch}_{key}.so"
-    rejected = dict(REJECTED)
-    if not lib.exists():
-        if shutil.which(nvcc) is None:
-            sys.exit(f"nvcc not found (looked for {nvcc!r}); install the CUDA toolkit")
-        t = time.time()
-        log(f"building sp.cu for {arch} ({len(cfgs)} configurations)")
-        rc, msg = _compile(cfgs, arch, lib, nvcc)
-        if rc != 0:
-            log(f"full build failed ({msg[:400]}); probing every configuration alone")
-            bad = probe_ptxas(cfgs, arch, nvcc)
-            for n, e in bad.items():
-                log(f"  rejected {n}: {e}")
-            rejected.update(bad)
-            cfgs = [c for c in cfgs if c.name not in bad]
-            rc, msg = _compile(cfgs, arch, lib, nvcc)
-            if rc != 0:
-                raise RuntimeError(f"sp build failed: {msg[:2000]}")
-        log(f"built in {time.time() - t:.0f} s")
-    return lib, cfgs, rejected
+    driver.BUILD.mkdir(exist_ok=True)
+    lib = driver.BUILD / f"libsp_{arch}_{driver.source_key(SRC.read_bytes(), gen_inc(cfgs), arch)}.so"
+    cfgs, bad = driver.build_table(f"sp.cu for {arch}", lib, cfgs,
+                                   lambda cs, out, cubin: _compile(cs, arch, out, nvcc, cubin),
+                                   nvcc, "sp_")
+    return lib, cfgs, {**REJECTED, **bad}
 
 
 class SpLib:
     def __init__(self, path, cfgs):
-        self.L = L = ctypes.CDLL(str(path))
-        L.sp_last_error.restype = ctypes.c_char_p
+        L, device = driver.load(path, "sp")
+        self.L = L
+        self.check = driver.checker(L, "sp")
         L.sp_info.restype = ctypes.c_char_p
-        name = ctypes.create_string_buffer(256)
-        ints = [ctypes.c_int() for _ in range(4)]
-        if L.sp_device(name, 256, *[ctypes.byref(i) for i in ints]) != 0:
-            raise RuntimeError(L.sp_last_error().decode())
-        self.device = f"{name.value.decode()} sm_{ints[0].value * 10 + ints[1].value}"
+        self.device = str(device)
         self.index, self.nd = {}, {}
         info = (ctypes.c_int * 5)()
         by_name = {c.name: c for c in cfgs}
@@ -443,86 +395,9 @@ class SpLib:
         W = C.shape[0]
         D = np.zeros((W, 32, self.nd[name]), np.uint32)
         p = lambda a: a.ctypes.data_as(ctypes.c_void_p)
-        rc = self.L.sp_run(self.index[name], ctypes.c_longlong(W), steps, p(A), p(B), p(E), p(C), p(D))
-        if rc != 0:
-            raise RuntimeError(self.L.sp_last_error().decode())
+        self.check(self.L.sp_run(self.index[name], ctypes.c_longlong(W), steps, p(A), p(B), p(E),
+                                 p(C), p(D)))
         return D
-
-
-# ----------------------------------------------------------------------------------------
-# The worker process (a configuration that hangs or faults is killed, the rest go on).
-
-
-def _worker(conn, factory, fargs):
-    try:
-        lib = factory(*fargs)
-        conn.send(("ok", lib.device))
-    except Exception as e:  # noqa: BLE001
-        conn.send(("err", f"{type(e).__name__}: {e}"))
-        return
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        try:
-            conn.send(("ok", lib.run(*job)))
-        except Exception as e:  # noqa: BLE001
-            conn.send(("err", f"{type(e).__name__}: {e}"))
-
-
-class Runner:
-    """Runs `factory(*fargs).run(*job)` in a worker process, each job with a time limit; a
-    job that times out or fails with a CUDA error kills the worker (the next job starts a
-    fresh one)."""
-
-    def __init__(self, factory, fargs, limit):
-        self.factory, self.fargs, self.limit = factory, fargs, limit
-        self.proc = None
-        self.device = None
-
-    def _start(self):
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, self.factory, self.fargs), daemon=True)
-        self.proc.start()
-        st, v = ("err", "worker did not start in 120 s")
-        try:
-            if self.conn.poll(120):
-                st, v = self.conn.recv()
-        except EOFError:
-            st, v = "err", "worker died while starting"
-        if st != "ok":
-            self._kill()
-            raise RuntimeError(v)
-        self.device = v
-
-    def _kill(self):
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.join()
-        self.proc = None
-
-    def run(self, *job):
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
-        try:
-            self.conn.send(job)
-            if not self.conn.poll(self.limit):
-                self._kill()
-                raise TimeoutError(f"no answer in {self.limit} s (worker killed)")
-            st, v = self.conn.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            self._kill()
-            raise RuntimeError("worker died") from None
-        if st != "ok":
-            self._kill()  # a CUDA error poisons the context: start afresh
-            raise RuntimeError(v)
-        return v
-
-    def close(self):
-        if self.proc is not None and self.proc.is_alive():
-            self.conn.send(None)
-            self.proc.join(10)
 
 
 class DryRunner:
@@ -684,13 +559,9 @@ def selftest(seed=0) -> int:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=pathlib.Path)
+    driver.add_common_args(ap, arch="90a", arch_help="nvcc -arch (default 90a -> sm_90a)")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every trial count")
-    ap.add_argument("--arch", default="90a", help="nvcc -arch (default 90a -> sm_90a)")
     ap.add_argument("--only", default="sp,chain,wgsp")
-    ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds for the whole run")
     ap.add_argument("--config-limit", type=float, default=60.0, help="seconds per configuration")
     ap.add_argument("--selftest", action="store_true")
@@ -699,13 +570,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.selftest:
         return selftest(args.seed)
-    arch = wc.gpu_arch(args.arch)
+    arch = driver.gpu_arch(args.arch)
     if args.probe_ptxas:
-        bad = probe_ptxas(candidate_configs(), arch, args.nvcc)
-        for c in candidate_configs():
-            log(f"{c.name:48s} {'REJECTED: ' + bad[c.name] if c.name in bad else 'ok'}   [{c.ptx()}]")
-        log(f"{len(candidate_configs()) - len(bad)} accepted, {len(bad)} rejected")
-        return 0
+        return driver.print_probe(candidate_configs(),
+                                  probe_ptxas(candidate_configs(), arch, args.nvcc))
     if not args.out:
         ap.error("give --out DIR (or --selftest / --probe-ptxas)")
     only = set(args.only.split(","))

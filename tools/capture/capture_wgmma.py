@@ -19,27 +19,25 @@ from __future__ import annotations
 import argparse
 import ctypes
 import hashlib
-import os
 import pathlib
 import shutil
 import subprocess
 import sys
 import time
-import zlib
 
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE / "wgmma.cu"
+sys.path.insert(0, str(HERE))
+import driver  # noqa: E402  (the library's device)
+from driver import log  # noqa: E402
+
 BUILD = HERE / "build"
 FLAGS = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
          "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo"]
 MAX_NPZ = 12 * 2**20
 M = 64
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 # ----------------------------------------------------------------------------------------
@@ -857,15 +855,11 @@ def build(nvcc="nvcc"):
 
 class Lib:
     def __init__(self, path):
-        self.L = L = ctypes.CDLL(str(path))
-        L.wg_last_error.restype = ctypes.c_char_p
+        L, device = driver.load(path, "wg")
+        self.L = L
         L.wg_op_name.restype = ctypes.c_char_p
-        name = ctypes.create_string_buffer(256)
-        ints = [ctypes.c_int() for _ in range(4)]
-        self._check(L.wg_device(name, 256, *[ctypes.byref(i) for i in ints]))
-        self.device = f"{name.value.decode()} sm_{ints[0].value}{ints[1].value}"
-        self.cc = ints[0].value * 10 + ints[1].value
-        self.versions = (ints[2].value, ints[3].value)
+        self.device, self.cc = str(device), device.cc
+        self.versions = (device.runtime, device.driver)
         want = [op_name(k) for k in all_ops()]
         got = [L.wg_op_name(i).decode() for i in range(L.wg_count())]
         if got != want:

@@ -20,13 +20,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
-import hashlib
 import pathlib
-import shutil
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -35,15 +31,12 @@ sys.path.insert(0, str(HERE))
 import capture_ptx as cp  # noqa: E402
 import capture_sp as csp  # noqa: E402
 import capture_wgmma as cw  # noqa: E402
+import driver  # noqa: E402  (nvcc, ptxas probes, the library's device, worker processes)
+from driver import BUILD, log  # noqa: E402
 
-BUILD = HERE / "build"
-FLAGS = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90a,code=sm_90a"]
+ARCH = ["-gencode=arch=compute_90a,code=sm_90a"]
 M = 64
 KSP = {"f16": 32, "bf16": 32, "tf32": 16, "e4m3": 64, "e5m2": 64, "s8": 64, "u8": 64}
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,59 +178,31 @@ def _compile(cfgs, out, nvcc="nvcc", cubin=False):
     BUILD.mkdir(exist_ok=True)
     src = out.with_suffix(".cu")
     src.write_text(gen_cu(cfgs))
-    fl = [f for f in FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")] + ["-cubin"] if cubin else FLAGS
-    r = subprocess.run([nvcc, *fl, "-o", str(out), str(src)], capture_output=True, text=True)
-    src.unlink(missing_ok=True)
-    return r.returncode, (r.stderr + r.stdout).strip()
+    try:
+        return driver.nvcc(src, out, ARCH, nvcc, cubin)
+    finally:
+        src.unlink(missing_ok=True)
 
 
 def probe_ptxas(cfgs, nvcc="nvcc", jobs=8):
-    def one(c):
-        out = BUILD / f"probe_wgsp_{hashlib.sha1(c.name.encode()).hexdigest()[:10]}.cubin"
-        rc, msg = _compile([c], out, nvcc, cubin=True)
-        out.unlink(missing_ok=True)
-        lines = [ln for ln in msg.splitlines() if "error" in ln.lower()]
-        return c.name, (None if rc == 0 else (lines[0] if lines else msg[:300]))
-
-    BUILD.mkdir(exist_ok=True)
-    with ThreadPoolExecutor(jobs) as ex:
-        res = list(ex.map(one, cfgs))
-    return {n: e for n, e in res if e is not None}
+    return driver.probe_ptxas(cfgs, lambda c, out: _compile([c], out, nvcc, cubin=True), "wgsp_",
+                              jobs)
 
 
 def build(nvcc="nvcc"):
     cfgs = [c for c in candidate_configs() if c.name not in REJECTED]
-    key = hashlib.sha256(gen_cu(cfgs).encode() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    lib = BUILD / f"libwgsp_sm90a_{key}.so"
-    if not lib.exists():
-        if shutil.which(nvcc) is None:
-            sys.exit(f"nvcc not found (looked for {nvcc!r})")
-        t = time.time()
-        log(f"building wgsp for sm_90a ({len(cfgs)} configurations)")
-        rc, msg = _compile(cfgs, lib, nvcc)
-        if rc != 0:
-            log(f"full build failed ({msg[:400]}); probing every configuration alone")
-            bad = probe_ptxas(cfgs, nvcc)
-            for nm, e in bad.items():
-                log(f"  rejected {nm}: {e}")
-            cfgs = [c for c in cfgs if c.name not in bad]
-            rc, msg = _compile(cfgs, lib, nvcc)
-            if rc != 0:
-                raise RuntimeError(f"wgsp build failed: {msg[:2000]}")
-        log(f"built in {time.time() - t:.0f} s")
+    BUILD.mkdir(exist_ok=True)
+    lib = BUILD / f"libwgsp_sm90a_{driver.source_key(gen_cu(cfgs), ' '.join(ARCH))}.so"
+    cfgs, _ = driver.build_table("wgsp for sm_90a", lib, cfgs,
+                                 lambda cs, out, cubin: _compile(cs, out, nvcc, cubin), nvcc, "wgsp_")
     return lib, cfgs
 
 
 class Lib:
     def __init__(self, path, cfgs):
-        self.L = L = ctypes.CDLL(str(path))
-        L.wg_last_error.restype = ctypes.c_char_p
+        L, device = driver.load(path, "wg")
+        self.L, self.check, self.device = L, driver.checker(L, "wg"), str(device)
         L.wg_op_name.restype = ctypes.c_char_p
-        name = ctypes.create_string_buffer(256)
-        ints = [ctypes.c_int() for _ in range(4)]
-        if L.wg_device(name, 256, *[ctypes.byref(i) for i in ints]) != 0:
-            raise RuntimeError(L.wg_last_error().decode())
-        self.device = f"{name.value.decode()} sm_{ints[0].value}{ints[1].value}"
         self.index = {L.wg_op_name(i).decode(): i for i in range(L.wg_count())}
 
     def run(self, name, img, desc, areg, meta, cwords, steps=1, scale_d=1):
@@ -249,10 +214,8 @@ class Lib:
         cwords = np.ascontiguousarray(cwords, np.uint32)
         d = np.zeros_like(cwords)
         p = lambda a: a.ctypes.data_as(ctypes.c_void_p)
-        rc = self.L.wg_run(self.index[name], T, steps, p(img), ctypes.c_longlong(img.shape[1]), p(areg),
-                           p(desc), p(meta), scale_d, p(cwords), p(d))
-        if rc != 0:
-            raise RuntimeError(self.L.wg_last_error().decode())
+        self.check(self.L.wg_run(self.index[name], T, steps, p(img), ctypes.c_longlong(img.shape[1]),
+                                 p(areg), p(desc), p(meta), scale_d, p(cwords), p(d)))
         return d
 
 
@@ -335,7 +298,7 @@ def main_capture(out_dir, seed, scale, quick, arch, nvcc, deadline, limit, dry_r
         cfgs, lib = candidate_configs(), DryLib()
     else:
         path, cfgs = build(nvcc)
-        lib = csp.Runner(Lib, (path, cfgs), limit)
+        lib = driver.Runner(Lib, (path, cfgs), limit)
     log(f"wgsp: {len(cfgs)} configurations")
     rng = np.random.default_rng(seed + 1000)
     out = {"device": np.array("")}
@@ -385,11 +348,8 @@ def selftest(seed=0):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=pathlib.Path)
+    driver.add_common_args(ap, scale_help=None)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--time-limit", type=float, default=300.0)
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--probe-ptxas", action="store_true")
@@ -398,11 +358,8 @@ def main(argv=None):
     if args.selftest:
         return selftest(args.seed)
     if args.probe_ptxas:
-        bad = probe_ptxas(candidate_configs(), args.nvcc)
-        for c in candidate_configs():
-            log(f"{c.name:44s} {'REJECTED: ' + bad[c.name] if c.name in bad else 'ok'}   [{c.ptx()}]")
-        log(f"{len(candidate_configs()) - len(bad)} accepted, {len(bad)} rejected")
-        return 0
+        return driver.print_probe(candidate_configs(), probe_ptxas(candidate_configs(), args.nvcc),
+                                  width=44)
     if not args.out:
         ap.error("give --out DIR (or --selftest / --probe-ptxas)")
     t0 = time.time()

@@ -24,61 +24,11 @@
 
 namespace cg = cooperative_groups;
 
-#define EXPORT extern "C" __attribute__((visibility("default")))
+#include "common.cuh"
 
-static char g_err[512] = "";
-EXPORT const char* cg_last_error() { return g_err; }
+CAPTURE_LAST_ERROR(cg)
 
-#define CK(call)                                                                         \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      snprintf(g_err, sizeof g_err, "%s:%d %s: %s", __FILE__, __LINE__, #call,           \
-               cudaGetErrorString(e_));                                                  \
-      return -1;                                                                         \
-    }                                                                                    \
-  } while (0)
-
-// A device buffer that frees itself.
-struct Dev {
-  void* p = nullptr;
-  ~Dev() {
-    if (p) cudaFree(p);
-  }
-  int alloc(size_t bytes) {
-    CK(cudaMalloc(&p, bytes ? bytes : 1));
-    CK(cudaMemset(p, 0, bytes ? bytes : 1));
-    return 0;
-  }
-  int up(const void* h, size_t bytes) {
-    if (alloc(bytes)) return -1;
-    if (bytes) CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-    return 0;
-  }
-  int down(void* h, size_t bytes) {
-    if (bytes) CK(cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost));
-    return 0;
-  }
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-static int finish() {
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  return 0;
-}
-
-EXPORT int cg_device(char* name, int len, int* major, int* minor, int* runtime, int* driver) {
-  cudaDeviceProp p;
-  CK(cudaGetDeviceProperties(&p, 0));
-  snprintf(name, len, "%s", p.name);
-  *major = p.major;
-  *minor = p.minor;
-  CK(cudaRuntimeGetVersion(runtime));
-  CK(cudaDriverGetVersion(driver));
-  return 0;
-}
+CAPTURE_DEVICE(cg)
 
 __device__ __forceinline__ unsigned lane_id() {
   unsigned r;
@@ -195,8 +145,8 @@ EXPORT int cg_tile(int n, int T, int nofF, const int* offs, const uint32_t* xi, 
   const size_t th = (size_t)T * TILE_BLOCK;
   Dev doffs, dxi, dxd, dp, dinfo, dsi, dsf, dsd;
   if (doffs.up(offs, 4 * (size_t)nofF) || dxi.up(xi, 4 * th) || dxd.up(xd, 8 * th) ||
-      dp.up(pred, 4 * th) || dinfo.alloc(4 * th * TILE_INFO) || dsi.alloc(16 * th * nofF) ||
-      dsf.alloc(16 * th * nofF) || dsd.alloc(32 * th * nofF))
+      dp.up(pred, 4 * th) || dinfo.zeros(4 * th * TILE_INFO) || dsi.zeros(16 * th * nofF) ||
+      dsf.zeros(16 * th * nofF) || dsd.zeros(32 * th * nofF))
     return -1;
 #define CG_TILE_LAUNCH(N)                                                                  \
   k_tile<N><<<T, TILE_BLOCK>>>(nofF, doffs.as<int>(), dxi.as<uint32_t>(), dxd.as<uint64_t>(), \

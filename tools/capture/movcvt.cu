@@ -23,60 +23,11 @@
 #include <cstdio>
 #include <cstring>
 
-#define EXPORT extern "C" __attribute__((visibility("default")))
+#include "common.cuh"
 
-static char g_err[512] = "";
-EXPORT const char* mc_last_error() { return g_err; }
+CAPTURE_LAST_ERROR(mc)
 
-#define CK(call)                                                                         \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      snprintf(g_err, sizeof g_err, "%s:%d %s: %s", __FILE__, __LINE__, #call,           \
-               cudaGetErrorString(e_));                                                  \
-      return -1;                                                                         \
-    }                                                                                    \
-  } while (0)
-
-// A device buffer that frees itself.
-struct Dev {
-  void* p = nullptr;
-  ~Dev() {
-    if (p) cudaFree(p);
-  }
-  int alloc(size_t bytes) {
-    CK(cudaMalloc(&p, bytes ? bytes : 1));
-    return 0;
-  }
-  int up(const void* h, size_t bytes) {
-    if (alloc(bytes)) return -1;
-    if (bytes) CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-    return 0;
-  }
-  int down(void* h, size_t bytes) {
-    if (bytes) CK(cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost));
-    return 0;
-  }
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-static int finish() {
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  return 0;
-}
-
-EXPORT int mc_device(char* name, int len, int* major, int* minor, int* runtime, int* driver) {
-  cudaDeviceProp p;
-  CK(cudaGetDeviceProperties(&p, 0));
-  snprintf(name, len, "%s", p.name);
-  *major = p.major;
-  *minor = p.minor;
-  CK(cudaRuntimeGetVersion(runtime));
-  CK(cudaDriverGetVersion(driver));
-  return 0;
-}
+CAPTURE_DEVICE(mc)
 
 // The __CUDA_ARCH__ the kernels were compiled for.
 __global__ void k_arch(int* out) {

@@ -22,39 +22,9 @@
 #include <cstdio>
 #include <cstring>
 
-#define EXPORT extern "C" __attribute__((visibility("default")))
+#include "common.cuh"
 
-static char g_err[512] = "";
-EXPORT const char* pm_last_error() { return g_err; }
-
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      snprintf(g_err, sizeof g_err, "%s:%d %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      return -1;                                                                                  \
-    }                                                                                             \
-  } while (0)
-
-struct Dev {
-  void* p = nullptr;
-  ~Dev() {
-    if (p) cudaFree(p);
-  }
-  int alloc(size_t bytes) {
-    CK(cudaMalloc(&p, bytes ? bytes : 1));
-    return 0;
-  }
-  int up(const void* h, size_t bytes) {
-    if (alloc(bytes)) return -1;
-    if (bytes) CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-    return 0;
-  }
-  int down(void* h, size_t bytes) {
-    if (bytes) CK(cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost));
-    return 0;
-  }
-};
+CAPTURE_LAST_ERROR(pm)
 
 // One warp per fragment set (W warps). A: (W, steps, 32, NA) words, B: (W, steps, 32, NB),
 // C: (W, 32, NC), D: (W, 32, ND). Step s multiplies A[w, s] by B[w, s]; when steps > 1 the D
@@ -121,16 +91,7 @@ EXPORT const char* pm_info(int i, int* info) {
   return c.name;
 }
 
-EXPORT int pm_device(char* name, int len, int* major, int* minor, int* runtime, int* driver) {
-  cudaDeviceProp p;
-  CK(cudaGetDeviceProperties(&p, 0));
-  snprintf(name, len, "%s", p.name);
-  *major = p.major;
-  *minor = p.minor;
-  CK(cudaRuntimeGetVersion(runtime));
-  CK(cudaDriverGetVersion(driver));
-  return 0;
-}
+CAPTURE_DEVICE(pm)
 
 // Runs configuration i on W warps of `steps` steps each. A, B, C, D are host arrays of register
 // words laid out as described at k_run.

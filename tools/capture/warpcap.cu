@@ -32,65 +32,13 @@ using namespace nvcuda;
 #define WC_AMPERE 1
 #endif
 
-#define EXPORT extern "C" __attribute__((visibility("default")))
+#include "common.cuh"
 
-static char g_err[512] = "";
-EXPORT const char* wc_last_error() { return g_err; }
-
-#define CK(call)                                                                         \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      snprintf(g_err, sizeof g_err, "%s:%d %s: %s", __FILE__, __LINE__, #call,           \
-               cudaGetErrorString(e_));                                                  \
-      return -1;                                                                         \
-    }                                                                                    \
-  } while (0)
-
-// A device buffer that frees itself.
-struct Dev {
-  void* p = nullptr;
-  size_t n = 0;
-  ~Dev() {
-    if (p) cudaFree(p);
-  }
-  int alloc(size_t bytes) {
-    n = bytes ? bytes : 1;
-    CK(cudaMalloc(&p, n));
-    return 0;
-  }
-  int up(const void* h, size_t bytes) {
-    if (alloc(bytes)) return -1;
-    if (bytes) CK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
-    return 0;
-  }
-  int down(void* h, size_t bytes) {
-    if (bytes) CK(cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost));
-    return 0;
-  }
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-static int finish() {
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  return 0;
-}
+CAPTURE_LAST_ERROR(wc)
 
 static int g_cc = -1;  // compute capability * 10 of device 0
 
-EXPORT int wc_device(char* name, int len, int* major, int* minor, int* runtime, int* driver) {
-  cudaDeviceProp p;
-  CK(cudaGetDeviceProperties(&p, 0));
-  snprintf(name, len, "%s", p.name);
-  *major = p.major;
-  *minor = p.minor;
-  g_cc = p.major * 10 + p.minor;
-  CK(cudaRuntimeGetVersion(runtime));
-  CK(cudaDriverGetVersion(driver));
-  return 0;
-}
+CAPTURE_DEVICE(wc)
 
 // The architecture this library was compiled for (the __CUDA_ARCH__ the kernels saw).
 __global__ void k_arch(int* out) {

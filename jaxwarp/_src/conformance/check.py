@@ -8,8 +8,8 @@ from collections.abc import Callable
 import jax
 
 from jaxwarp._src.conformance.families import HANDLERS
-from jaxwarp._src.conformance.reading import element_count, open_capture, read_device
-from jaxwarp._src.conformance.registry import READ_ERRORS, CaptureError, GroupResult
+from jaxwarp._src.conformance.reading import element_count, open_capture, read_device, read_meta
+from jaxwarp._src.conformance.registry import FILE_KEYS, READ_ERRORS, CaptureError, GroupResult
 
 
 def _nothing_compared(r: GroupResult) -> GroupResult:
@@ -26,23 +26,26 @@ def check_file(path: str, progress: Callable[[GroupResult], None] | None = None
     Every key must be understood by a handler: a key none understands becomes an error
     result (``GroupResult.error``), as do a configuration the model cannot run yet, a
     group with nothing to compare (zero trials) and a configuration the capture's
-    ``device`` cannot have run (``targets.refusal``).
+    ``device`` cannot have run (``targets.refusal``). The file-wide keys
+    (``registry.FILE_KEYS``: ``device``, the capture tool's ``meta`` JSON) are read here.
 
     Args:
       path: the ``.npz`` capture file.
       progress: called with each result as soon as it is known.
 
     Raises:
-      CaptureError: the file is missing, not an npz, breaks the schema, or has nothing
-        to compare (no key besides ``device``).
+      CaptureError: the file is missing, not an npz, breaks the schema (``meta`` that is
+        not a JSON object included), or has nothing to compare (no key besides
+        ``device`` and ``meta``).
     """
     d, files = open_capture(path)
     device = read_device(path, d, files)
-    if not files - {"device"}:
+    read_meta(path, d, files)  # the file-wide keys are read here, once
+    if not files - FILE_KEYS:
         raise CaptureError(f"{path}: nothing to compare (keys: {sorted(files)}); a capture "
                            f"needs at least one group of outputs")
     results: list[GroupResult] = []
-    used = {"device"}
+    used = set(FILE_KEYS)
 
     def emit(r: GroupResult) -> None:
         results.append(r)

@@ -1,13 +1,16 @@
 """Every handler family of the conformance command, in one list.
 
 `HANDLERS` is the only registration: a handler module defines functions and this table
-says which keys each one claims. The order is the order of the report (and a key may be
-read by more than one family: ``dpx_a`` feeds both DPX tables).
+says which keys each one claims. A family whose keys sit under a path prefix (``ld/``,
+``ptx/``, ``red/``, ...) owns it (``registry.under``); the WMMA configurations,
+``{config}/{A,B,C,D,kind}``, are the ``/`` keys under no family's prefix, so a new family
+adds its prefixes here and nothing else changes. The file-wide keys (``device``, the
+capture tool's ``meta``) are read once by ``check.check_file``. The order is the order
+of the report (and a key may be read by more than one family: ``dpx_a`` feeds both DPX
+tables).
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from jaxwarp._src.conformance import golden_keys
 from jaxwarp._src.conformance import handlers_cg as cg
@@ -18,16 +21,12 @@ from jaxwarp._src.conformance import handlers_ptx as ptx
 from jaxwarp._src.conformance import handlers_sparse as sparse
 from jaxwarp._src.conformance import handlers_warp as warp
 from jaxwarp._src.conformance import handlers_wmma as wmma
-from jaxwarp._src.conformance.registry import Handler, keys_where, needs_all
+from jaxwarp._src.conformance.registry import Handler, keys_where, needs_all, under, unowned_paths
 
 
-def with_meta(match: Callable[[set], set]) -> Callable[[set], set]:
-    """``match``, claiming also the capture tool's ``meta`` JSON where the family is there
-    (``tools/capture/capture_cg.py`` writes one into its tile and divergence files)."""
-    def claim(files: set) -> set:
-        keys = match(files)
-        return keys | ({"meta"} & files) if keys else keys
-    return claim
+def _wmma_configs(files: set) -> set:
+    """The WMMA configuration keys: every ``/`` key under no family's prefix."""
+    return unowned_paths(files, OWNED)
 
 
 HANDLERS: tuple[Handler, ...] = (
@@ -40,28 +39,34 @@ HANDLERS: tuple[Handler, ...] = (
     Handler("dpx predicates", needs_all("dpx_a", "dpx_b", "dpx_pred"), warp.dpx_predicates),
     Handler("cvt", needs_all("cvt_x", "cvt_out"), warp.conversions),
     # cg_div.npz (tools/capture/capture_cg.py): divergent one-warp programs
-    Handler("div", with_meta(needs_all("div/cfg", "div/x", "div/out")),
-            diverge.divergent_programs),
-    Handler("undef", needs_all("undef/cfg", "undef/x", "undef/out", "undef/status"),
-            diverge.undefined_uses),
-    # h100_cg.npz: cooperative groups (tools/capture/FORMAT_CG.md)
-    Handler("cg tiles", with_meta(keys_where(cg.is_tile_key)), cg.tiles),
-    Handler("cg reduce/scan", keys_where(cg.is_red_key), cg.reductions),
-    Handler("cg partitions", keys_where(cg.is_part_key), cg.partitions),
+    under("div", ("div/",), diverge.divergent_programs,
+          needs_all("div/cfg", "div/x", "div/out")),
+    under("undef", ("undef/",), diverge.undefined_uses,
+          needs_all("undef/cfg", "undef/x", "undef/out", "undef/status")),
+    # h100_cg.npz: cooperative groups (tools/capture/FORMAT_CG.md). ``ex/text``, the
+    # programming guide's examples as printed, is the family's too: nothing compares it.
+    under("cg tiles", ("tile", "ex"), cg.tiles, keys_where(cg.is_tile_key)),
+    under("cg reduce/scan", ("red/",), cg.reductions),
+    under("cg partitions", ("part/",), cg.partitions),
     # layout.npz, mma_*.npz, capture_extra_{mma,ldst}.npz
     Handler("layout", keys_where(wmma.is_layout_key), wmma.layouts),
-    Handler("mma", keys_where(wmma.is_mma_key), wmma.mma_configs),
-    Handler("load", keys_where(lambda key: key.startswith("ld/")), wmma.loads),
-    Handler("store", keys_where(lambda key: key.startswith("st/")), wmma.stores),
-    # ptx_mma*.npz, wgmma*.npz, *_chain.npz
-    Handler("ptx/wgmma/chain", keys_where(ptx.is_mma_key), ptx.mma_configs),
+    Handler("mma", _wmma_configs, wmma.mma_configs),
+    under("load", ("ld/",), wmma.loads),
+    under("store", ("st/",), wmma.stores),
+    # ptx_mma*.npz, wgmma*.npz, *_chain.npz (chain/ptx, chain/wgmma; chain/sp is sparse's)
+    under("ptx/wgmma/chain", ("ptx/", "wgmma/", "chain/"), ptx.mma_configs,
+          keys_where(ptx.is_mma_key)),
     # sp_mma*.npz, sp_chain*.npz, wgsp*.npz (tools/capture/FORMAT_SP.md)
-    Handler("sp/wgsp/chain", keys_where(sparse.is_sparse_key), sparse.configs),
+    under("sp/wgsp/chain", ("sp/", "wgsp/", "chain/sp/"), sparse.configs,
+          keys_where(sparse.is_sparse_key)),
     # cvt_fp8.npz, ldmatrix.npz
-    Handler("fp8 cvt", keys_where(movcvt.is_cvt_key), movcvt.conversions),
-    Handler("ldmatrix/stmatrix/movmatrix", keys_where(movcvt.is_matrix_move_key),
-            movcvt.matrix_moves),
+    under("fp8 cvt", ("cvt/",), movcvt.conversions),
+    under("ldmatrix/stmatrix/movmatrix", ("ldmatrix/", "stmatrix/", "movmatrix/"),
+          movcvt.matrix_moves, keys_where(movcvt.is_matrix_move_key)),
     # reference-model files (tools/crosscheck: MMA-Sim), golden/{family}/{arch}/...
-    Handler("golden (reference model)", keys_where(golden_keys.is_golden_key),
-            golden.configs),
+    under("golden (reference model)", ("golden/",), golden.configs,
+          keys_where(golden_keys.is_golden_key)),
 )
+
+#: Every family's key prefixes (the ``/`` keys under none are WMMA configurations).
+OWNED: tuple[str, ...] = tuple(p for h in HANDLERS for p in h.prefixes)

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import jax
@@ -45,16 +44,14 @@ def _lane_set(mask) -> jax.Array:
 
 
 def is_tile_key(key: str) -> bool:
-    """``tile{N}/...`` and ``tile/offs`` keys (the capture's ``meta`` goes with them:
-    ``families.with_meta``)."""
+    """``tile{N}/...`` and ``tile/offs`` keys (the capture's ``meta`` JSON is read by
+    ``check.check_file``)."""
     return key.startswith("tile")
 
 
 def tiles(d, keys) -> Iterator[GroupResult]:
     """thread_block_tile of every size: ``tile{N}/info`` and the shuffles."""
     offs = [int(v) for v in d["tile/offs"]]
-    if "meta" in keys:
-        json.loads(str(d["meta"]))  # must be the JSON the tool writes
     sizes = sorted({int(k.split("/")[0][4:]) for k in keys if k.split("/")[0][4:].isdigit()})
     for n in sizes:
         xi, xd, pred = d[f"tile{n}/xi"], d[f"tile{n}/xd"], d[f"tile{n}/pred"]

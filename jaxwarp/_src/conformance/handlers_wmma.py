@@ -168,17 +168,6 @@ def run_mma_config(cap: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     return got.view(dt.bits_dtype), want.view(dt.bits_dtype)
 
 
-# Key families with a '/' that other handlers own.
-_OTHER_FAMILIES = ("ld/", "st/", "ptx/", "wgmma/", "chain/", "cvt/", "ldmatrix/",
-                   "stmatrix/", "movmatrix/", "golden/", "sp/", "wgsp/", "div/", "undef/",
-                   "tile", "red/", "part/", "ex")
-
-
-def is_mma_key(key: str) -> bool:
-    """``{config}/{A,B,C,D,kind}`` keys (a ``/`` and no other family's prefix)."""
-    return "/" in key and not key.startswith(_OTHER_FAMILIES)
-
-
 def mma_configs(d, keys) -> Iterator[GroupResult]:
     """Every WMMA configuration of the file through the whole warp program."""
     for name in sorted({k.split("/")[0] for k in keys}):

@@ -7,6 +7,7 @@ of any size before it finds the data missing.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import zipfile
@@ -79,6 +80,25 @@ def read_device(path: str, d: Any, files: set[str]) -> str:
         return str(d["device"]) if "device" in files else "unknown device"
     except (*READ_ERRORS, ValueError) as e:  # e.g. an object array (pickles are refused)
         raise CaptureError(f"{path}: key 'device' cannot be read ({e})") from e
+
+
+def read_meta(path: str, d: Any, files: set[str]) -> dict | None:
+    """The capture tool's ``meta`` JSON as a dict (None when the key is absent).
+
+    Raises:
+      CaptureError: ``meta`` is not a JSON object (``tools/capture/capture_cg.py``
+        writes one: the tool, the GPU, the options it ran with).
+    """
+    if "meta" not in files:
+        return None
+    try:
+        meta = json.loads(str(d["meta"]))
+    except (*READ_ERRORS, ValueError) as e:
+        raise CaptureError(f"{path}: key 'meta' is not the capture tool's JSON ({e})") from e
+    if not isinstance(meta, dict):
+        raise CaptureError(f"{path}: key 'meta' must be a JSON object, got "
+                           f"{type(meta).__name__}")
+    return meta
 
 
 def element_count(path: str, d: Any, key: str) -> int:

@@ -72,6 +72,11 @@ class GroupResult:
         return parts[0]
 
 
+#: Keys of a whole capture file, not of a family: the GPU's name and the capture tool's
+#: ``meta`` JSON. ``check.check_file`` reads them once; no handler claims them.
+FILE_KEYS = frozenset({"device", "meta"})
+
+
 @dataclasses.dataclass(frozen=True)
 class Handler:
     """One handler family: which keys of a file it claims, and how it checks them.
@@ -80,6 +85,8 @@ class Handler:
       name: the family, for messages (``"shfl"``, ``"ptx/wgmma/chain"``, ...).
       match: file keys -> the keys it will consume (empty: not for this file).
       run: (capture, its keys) -> one result per group it compared.
+      prefixes: the key prefixes the family owns (``"ld/"``, ``"chain/"``, ...): a key
+        with a ``/`` under none of them is a WMMA configuration (``unowned_paths``).
 
     Every handler is listed in ``families.HANDLERS``, in the order results are reported.
     """
@@ -87,6 +94,32 @@ class Handler:
     name: str
     match: Callable[[set], set]
     run: Callable[[Any, set], Iterator[GroupResult]]
+    prefixes: tuple[str, ...] = ()
+
+
+def under(name: str, prefixes: tuple[str, ...], run: Callable[[Any, set], Iterator[GroupResult]],
+          match: Callable[[set], set] | None = None) -> Handler:
+    """The `Handler` of a family that owns ``prefixes``; it claims every key under them,
+    or those that ``match`` claims where the family's key schema is narrower.
+
+    Example:
+      >>> h = under("load", ("ld/",), run=None)
+      >>> sorted(h.match({"ld/a", "st/b", "device"})), h.prefixes
+      (['ld/a'], ('ld/',))
+    """
+    if match is None:
+        match = keys_where(lambda key: key.startswith(prefixes))
+    return Handler(name, match, run, prefixes)
+
+
+def unowned_paths(files: set, owned: tuple[str, ...]) -> set:
+    """The keys with a ``/`` under none of the ``owned`` prefixes.
+
+    Example:
+      >>> sorted(unowned_paths({"f16.f32f32.m16n16k16.rc/A", "ld/x", "cvt_x"}, ("ld/",)))
+      ['f16.f32f32.m16n16k16.rc/A']
+    """
+    return {k for k in files if "/" in k and not k.startswith(owned)}
 
 
 def needs_all(*keys: str) -> Callable[[set], set]:
