@@ -17,6 +17,9 @@ are the same 16-product blocks, so they run natively too; ``mma.sync`` m16n8k8, 
 m16n16k8 (two k4 blocks) and fp8 ``mma.sync`` (two f16 HMMAs and an FADD) are other
 arithmetic and raise. Operand conversion, per-tensor fp8 scales and the gradients are
 ``matmul``'s own (only the chain runs natively); block scales are not supported.
+``jaxwarp.mma(mode="native")`` runs one chain on logical matrices through
+:func:`check_mma` and :func:`run_mma`, which this module registers in ``datapath.NATIVE``
+(``datapath`` cannot import this module, which imports it).
 
 Needs: an NVIDIA GPU of compute capability 9.0 as JAX's default device and JAX's Pallas
 Triton backend (``jax[cuda]``); anywhere else ``matmul(mode="native")`` raises a
@@ -256,8 +259,9 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
         >>> from jaxwarp._src.tensorcore import datapath
         >>> a = jnp.ones((2, 16, 32), jnp.float16); b = jnp.ones((32, 8), jnp.float16)
         >>> cfg = datapath._Cfg("f16", "f16", "f32", "f32", None, 16)
-        >>> run_mma(a, b, jnp.zeros((16, 8), jnp.float32), cfg, interpret=True).shape
-        (2, 16, 8)
+        >>> c = jnp.zeros((16, 8), jnp.float32)
+        >>> jax.eval_shape(lambda: run_mma(a, b, c, cfg, interpret=True))
+        ShapeDtypeStruct(shape=(2, 16, 8), dtype=float32)
     """
     if cfg.a_format == "tf32":
         a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
