@@ -556,6 +556,28 @@ def part_stepbits() -> dict:
         out["ln_f.b_equals_sum_of_ct_in_order"] = which
         print("stepbits ln_f.b against sums of the exact cotangent in fixed orders",
               json.dumps(which), flush=True)
+        try:  # the same sum in XLA programs that differ around it (no jaxwarp at all)
+            xhat = jnp.asarray(np.random.default_rng(0).standard_normal(cte.shape, np.float32))
+            progs = {
+                "sum": lambda c, x: c.sum(0),
+                "sum_and_sum_cx": lambda c, x: (c.sum(0), (c * x).sum(0)),  # as ln's b and g
+                "sum_of_c_plus_0": lambda c, x: (c + 0 * x).sum(0),
+                "sum_of_padded_slice": lambda c, x: jnp.pad(c, ((0, 7), (0, 0)))[:-7].sum(0),
+            }
+            base = None
+            xla = {}
+            for k, f in progs.items():
+                r = jax.jit(f)(cte, xhat)
+                r = np.asarray(r[0] if isinstance(r, tuple) else r)
+                base = r if base is None else base
+                xla[k] = {o: f"{int((_bits(r) == _bits(v)).sum())}/{r.size}"
+                          for o, v in (("xla_sum", base), *orders.items())}
+            out["xla_programs_summing_ct"] = xla
+            print("stepbits one cotangent summed over axis 0 by XLA programs that differ "
+                  "around the sum", json.dumps(xla), flush=True)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            out["xla_programs_summing_ct"] = {"error": repr(e)[:500]}
     return out
 
 
