@@ -40,6 +40,7 @@ Usage: python benchmarks/native_check.py [--out DIR] [--parts stepbits,caps,rand
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -53,12 +54,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-PARTS = {"stepbits": 90, "stepprod": 45, "caps": 60, "mma": 25, "random": 55, "timing": 35,
-         "step": 55, "ptx": 20, "tune": 45}
+PARTS = {"stepbits": 60, "stepct": 70, "stepprod": 80, "stepextra": 35, "caps": 45,
+         "mma": 25, "random": 55, "timing": 35, "step": 55, "ptx": 20, "tune": 45}
 #: ``NATIVE_CHECK_DRY=1``: a CPU dry run of the script's own machinery -- the kernel in
 #: Pallas' interpreter (caps) and ``mode="fast"`` standing for ``"native"`` (random, the
 #: steps), so that the comparisons must report differences; it says nothing of the GPU.
 DRY = os.environ.get("NATIVE_CHECK_DRY") == "1"
+OUT_DIR: list = [pathlib.Path(".")]  # set by run_part
 NATIVE = "fast" if DRY else "native"
 
 
@@ -96,8 +98,10 @@ def _line(name, r):
 # --------------------------------------------------------------------------------------
 #: The capture files whose chains (``chain/...``) and single instructions the native
 #: kernel is run on (every ``tests/data`` file with ``ptx`` / ``wgmma`` / chain keys).
-CAPTURE_FILES = ("h100_chain_sample", "h100_tc_edges", "h100_sparse", "h100_wgmma",
-                 "h100_ptx_float")
+CAPTURE_FILES = tuple(os.environ.get("NATIVE_CHECK_CAPS", "").split(",") if
+                      os.environ.get("NATIVE_CHECK_CAPS") else
+                      ("h100_chain_sample", "h100_tc_edges", "h100_sparse", "h100_wgmma",
+                       "h100_ptx_float"))  # NATIVE_CHECK_CAPS=a,b: these files only
 
 
 def _capture_groups(z):
@@ -480,12 +484,55 @@ def _reductions(ct) -> dict:
             "float64_rounded": ct.astype(np.float64).sum(0).astype(np.float32)}
 
 
-def part_stepbits() -> dict:
-    """(1) the native step's loss and gradients against exact mode's, bit for bit, and
-    exact's against itself; (2) the cotangent flowing into ``ln_f`` (a zero probe) in both
-    modes; (3) exact programs that differ trivially (``jax.grad`` only; one extra output;
-    the probe) against the exact step, ``ln_f.b`` in particular; (4) which summation
-    order each program's ``ln_f.b`` is, from the probed cotangent."""
+#: The step's programs (each one compile, ~15 s on an H100), per part, in order: each part
+#: runs in its own process and adds its results to ``OUT/stepbits_results.npz``, so that
+#: one that runs out of time keeps the others'.
+STEP_PARTS = {
+    "stepbits": ("native", "exact", "exact_again"),
+    "stepct": ("native_probe", "exact_probe"),
+    "stepextra": ("exact_extra_output",),
+}
+STEP_VARIANTS = {  # name: (mode, program)
+    "native": (NATIVE, "step"), "exact": ("exact", "step"),
+    "exact_again": ("exact", "step"),  # the same compiled program, run again
+    "exact_extra_output": ("exact", "extra"),  # the step and loss * 2 as a third output
+    "native_probe": (NATIVE, "probe"), "exact_probe": ("exact", "probe"),
+}
+STEP_PAIRS = (("native", "exact"), ("exact_again", "exact"), ("exact_extra_output", "exact"),
+              ("exact_probe", "exact"), ("native_probe", "exact_probe"),
+              ("native_probe", "native"))
+LN_F_B = "['ln_f']['b']"
+
+
+def _flat(tree) -> dict:
+    import jax
+    import numpy as np
+
+    return {jax.tree_util.keystr(p): np.asarray(x)
+            for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def _step_results(path) -> dict:
+    """run -> {"loss": ..., "<leaf path>": grad, ("ct": cotangent)} saved by earlier parts."""
+    import numpy as np
+
+    res: dict = {}
+    if path.exists():
+        with np.load(path) as z:
+            for k in z.files:
+                run, leaf = k.split("|", 1)
+                res.setdefault(run, {})[leaf] = z[k]
+    return res
+
+
+def part_stepbits(part: str = "stepbits") -> dict:
+    """The study's step in the programs of ``STEP_PARTS[part]``, compared bit for bit with
+    every program run so far (``STEP_PAIRS``): (1) the native step's loss and gradients
+    against exact mode's, and exact's against itself; (2) the cotangent flowing into
+    ``ln_f`` (a zero probe's gradient) in both modes; (3) exact programs that differ
+    trivially (one extra output; the probe) against the exact step, ``ln_f.b`` in
+    particular; (4) which summation order of the cotangent each program's ``ln_f.b`` is,
+    and the same sum in XLA programs that differ around it (no jaxwarp)."""
     import emulated_training as et
     import jax
     import jax.numpy as jnp
@@ -496,16 +543,30 @@ def part_stepbits() -> dict:
     B = et.dataset(m["p"])[0].shape[0]
     z = jnp.zeros((B, m["width"]), jnp.float32)
     out = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "model": m}
-    res = {}
-    variants = {  # name: (mode, program)
-        "native": (NATIVE, "step"), "exact": ("exact", "step"),
-        "exact_again": ("exact", "step"),  # the same compiled program, run again
-        "exact_extra_output": ("exact", "extra"),  # the step and sum(loss * 2) too
-        "native_probe": (NATIVE, "probe"), "exact_probe": ("exact", "probe"),
-    }
+    store = OUT_DIR[0] / "stepbits_results.npz"
+    res = _step_results(store)
+    print(f"{part}: earlier results: {sorted(res)}", flush=True)
+    done: set = set()
+
+    def compare_all():
+        for x, y in STEP_PAIRS:
+            if x not in res or y not in res or (x, y) in done or not ({x, y} & new):
+                continue
+            done.add((x, y))
+            rx, ry = res[x], res[y]
+            grads = {k: f"{int((_bits(v) == _bits(ry[k])).sum())}/{v.size}"
+                     for k, v in rx.items() if k not in ("loss", "ct")}
+            r = {"loss_equal": bool(_bits(rx["loss"]) == _bits(ry["loss"])),
+                 "ln_f.b": grads[LN_F_B], "grads": grads}
+            out[f"{x}_vs_{y}"] = r
+            print(f"{part} {x} vs {y}", json.dumps(r), flush=True)
+
+    new: set = set()
     fns = {}
-    for run, (mode, prog) in variants.items():
+    for run in STEP_PARTS[part]:
+        mode, prog = STEP_VARIANTS[run]
         try:
+            t = time.perf_counter()
             if (mode, prog) not in fns:
                 if prog == "probe":
                     g = jax.value_and_grad(_study_loss(mode, probe=True), argnums=(0, 1))
@@ -519,42 +580,32 @@ def part_stepbits() -> dict:
                     }[prog])
             r = jax.block_until_ready(fns[mode, prog](params))
             if prog == "probe":
-                (lv, (gp, gz)) = r
-                res[run] = (lv, gp)
-                res[run + ":ct"] = gz
+                lv, (gp, gz) = r
+                res[run] = {"loss": np.asarray(lv), **_flat(gp), "ct": np.asarray(gz)}
             else:
-                res[run] = r[:2]
+                res[run] = {"loss": np.asarray(r[0]), **_flat(r[1])}
+            new.add(run)
+            print(f"{part}: {run} ran in {time.perf_counter() - t:.1f} s", flush=True)
+            np.savez(store, **{f"{k}|{leaf}": v for k, d in res.items() for leaf, v in d.items()})
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             out[run] = {"error": repr(e)[:500]}
-            print(f"stepbits {run}: ERROR {e!r}"[:400], flush=True)
-    for x, y in (("native", "exact"), ("exact_again", "exact"), ("exact_extra_output", "exact"),
-                 ("exact_probe", "exact"), ("native_probe", "exact_probe"),
-                 ("native_probe", "native")):
-        if x not in res or y not in res:
-            continue
-        (lx, gx), (ly, gy) = res[x], res[y]
-        r = {"grads": _leaf_counts(gx, gy)}
-        r["loss_equal"] = bool(_bits(lx) == _bits(ly))
-        r["ln_f.b"] = r["grads"]["['ln_f']['b']"]
-        out[f"{x}_vs_{y}"] = r
-        print(f"stepbits {x} vs {y}", json.dumps(r), flush=True)
-    if "native_probe:ct" in res and "exact_probe:ct" in res:
-        ctn, cte = res["native_probe:ct"], res["exact_probe:ct"]
+            print(f"{part} {run}: ERROR {e!r}"[:400], flush=True)
+        compare_all()
+    if "ct" in res.get("native_probe", {}) and "ct" in res.get("exact_probe", {}) and \
+            ({"native_probe", "exact_probe"} & new):
+        ctn, cte = res["native_probe"]["ct"], res["exact_probe"]["ct"]
         out["ct_into_ln_f"] = _compare(ctn, cte)
-        print(_line("stepbits cotangent into ln_f, native vs exact", out["ct_into_ln_f"]),
+        print(_line(f"{part} cotangent into ln_f, native vs exact", out["ct_into_ln_f"]),
               flush=True)
         orders = _reductions(cte)
         orders["xla_standalone_jit"] = np.asarray(jax.jit(lambda c: c.sum(0))(cte))
         which = {}
-        for run in ("native", "exact", "exact_extra_output",
-                    "native_probe", "exact_probe"):
-            if run in res:
-                b = _bits(res[run][1]["ln_f"]["b"])
-                which[run] = {k: f"{int((b == _bits(v)).sum())}/{b.size}"
-                              for k, v in orders.items()}
+        for run, d in res.items():
+            b = _bits(d[LN_F_B])
+            which[run] = {k: f"{int((b == _bits(v)).sum())}/{b.size}" for k, v in orders.items()}
         out["ln_f.b_equals_sum_of_ct_in_order"] = which
-        print("stepbits ln_f.b against sums of the exact cotangent in fixed orders",
+        print(f"{part} ln_f.b against sums of the exact cotangent in fixed orders",
               json.dumps(which), flush=True)
         try:  # the same sum in XLA programs that differ around it (no jaxwarp at all)
             xhat = jnp.asarray(np.random.default_rng(0).standard_normal(cte.shape, np.float32))
@@ -573,7 +624,7 @@ def part_stepbits() -> dict:
                 xla[k] = {o: f"{int((_bits(r) == _bits(v)).sum())}/{r.size}"
                           for o, v in (("xla_sum", base), *orders.items())}
             out["xla_programs_summing_ct"] = xla
-            print("stepbits one cotangent summed over axis 0 by XLA programs that differ "
+            print(f"{part} one cotangent summed over axis 0 by XLA programs that differ "
                   "around the sum", json.dumps(xla), flush=True)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
@@ -620,10 +671,13 @@ def part_stepprod() -> dict:
     grads = {}
     for mode in (NATIVE, "exact"):
         try:
+            t = time.perf_counter()
             current[0] = mode
             fn = jax.jit(jax.value_and_grad(_study_loss(mode)))
             grads[mode] = jax.block_until_ready(fn(params))
             jax.effects_barrier()
+            print(f"stepprod {mode}: {len(rec[mode])} products recorded in "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             out[mode] = {"error": repr(e)[:500]}
@@ -800,9 +854,11 @@ def run_part(part: str, out_dir: pathlib.Path) -> dict:
         pass
     print(json.dumps(head), flush=True)
     t = time.perf_counter()
+    OUT_DIR[0] = out_dir
     fn = {"caps": part_caps, "random": part_random, "timing": part_timing,
-          "step": part_step, "stepbits": part_stepbits, "stepprod": part_stepprod,
-          "mma": part_mma, "tune": part_tune}.get(part)
+          "step": part_step, "stepprod": part_stepprod, "mma": part_mma,
+          "tune": part_tune, **{p: functools.partial(part_stepbits, p) for p in STEP_PARTS}
+          }.get(part)
     result = fn() if fn else part_ptx(out_dir / "xla_dump")
     result = {**head, "seconds": time.perf_counter() - t, "result": result}
     (out_dir / f"native_{part}.json").write_text(json.dumps(result, indent=1))
@@ -826,7 +882,7 @@ def main() -> None:
         if part == "ptx":
             penv["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                                  f" --xla_dump_to={out_dir / 'xla_dump'}").strip()
-        if part in ("stepbits", "stepprod"):
+        if part in ("stepprod", *STEP_PARTS):
             penv["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                                  " --xla_gpu_deterministic_ops=true").strip()
         t = time.perf_counter()
