@@ -21,6 +21,16 @@ arithmetic and raise. Operand conversion, per-tensor fp8 scales and the gradient
 :func:`check_mma` and :func:`run_mma`, which this module registers in ``datapath.NATIVE``
 (``datapath`` cannot import this module, which imports it).
 
+What it guarantees: every product that ``matmul`` / ``mma`` / ``emulate`` sends to the tensor
+core (forward and backward) has exact mode's bits. Nothing else in a program changes: the
+operations that are XLA's own (elementwise ops, normalizations, the sums that make a bias's
+gradient) are compiled by XLA as parts of the whole program, and a float reduction's order
+is XLA's choice, which can differ between the native program (products as Pallas custom
+calls) and the exact one (products as XLA loops). On an H100 the study's training step
+(``benchmarks/native_check.py``, part ``stepbits``) matched exact mode in the loss and every
+parameter's gradient but a bias's (``ln_f.b``: a sum over the batch of a cotangent that is a
+product's output); ``docs/native.md`` has the measurements.
+
 Needs: an NVIDIA GPU of compute capability 9.0 as JAX's default device and JAX's Pallas
 Triton backend (``jax[cuda]``); anywhere else ``matmul(mode="native")`` raises a
 ValueError that says so, eagerly and under ``jax.jit``.
