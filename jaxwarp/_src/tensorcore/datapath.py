@@ -441,6 +441,8 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
     if native:
+        if not NATIVE:  # pragma: no cover (importing jaxwarp imports native.py)
+            raise ValueError("mode='native' needs jaxwarp._src.tensorcore.native imported")
         NATIVE[0](a_format, b_format, c_format, d_format, instruction, ik, arch, satf,
                   datapath, c_shift)
     if a_format in _INT_TYPES:
