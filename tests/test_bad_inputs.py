@@ -949,6 +949,10 @@ case(6, "matmul-native-chain", _matmul(mode="native", instruction="mma_sync", ti
 if native_device_error() is not None:  # off an H100 / H200 native mode is an error
     case(6, "matmul-native-device", _matmul(operand_format="bf16", mode="native"), M32, M32,
          exc=ValueError, must=("mode='native'", "Hopper GPU", "compute capability 9.0"))
+    case(6, "mma-native-device", _mma(mode="native"), H16, H16, S32, exc=ValueError,
+         must=("mode='native'", "Hopper GPU", "compute capability 9.0"))
+case(6, "mma-native-c-d", _mma(mode="native", c_format="f16"), H16, H16, H16, exc=ValueError,
+     must=("mode='native'", "c_format='f16'", "d_format='f32'"))
 
 # fp8 recipes: DeepSeek-V3's block scales, delayed scaling.
 A8, B8 = np.ones((8, 256), np.float32), np.ones((256, 8), np.float32)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp._src.tensorcore import native
+from jaxwarp._src.tensorcore import datapath, native
 from jaxwarp._src.tensorcore.matmul import to_operand
 from jaxwarp._src.tensorcore.matmul_chain import Cfg, tiled
 from jaxwarp._src.tensorcore.native_kernels import pieces
@@ -46,11 +46,17 @@ def _operands(fmt, acc, M, K, N, seed=0, spread=4):
 
 @off_hopper
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_off_hopper_is_an_error_naming_what_is_needed(jit):
-    a = jnp.ones((64, 32), jnp.float32)
-    f = functools.partial(jaxwarp.matmul, operand_format="bf16", mode="native")
+@pytest.mark.parametrize("api", ["matmul", "mma"])
+def test_off_hopper_is_an_error_naming_what_is_needed(api, jit):
+    if api == "matmul":
+        a = b = jnp.ones((64, 32), jnp.float32)
+        f = functools.partial(jaxwarp.matmul, operand_format="bf16", mode="native")
+    else:
+        a, b = jnp.ones((64, 32), jnp.bfloat16), jnp.ones((32, 64), jnp.bfloat16)
+        f = functools.partial(jaxwarp.mma, c=jnp.zeros((64, 64), jnp.float32),
+                              a_format="bf16", c_format="f32", d_format="f32", mode="native")
     with pytest.raises(ValueError, match=r"mode='native'.*Hopper GPU.*compute capability 9\.0"):
-        (jax.jit(f) if jit else f)(a, a.T)
+        (jax.jit(f) if jit else f)(a, b.T if api == "matmul" else b)
 
 
 @off_hopper
@@ -69,6 +75,28 @@ def test_chains_the_gpu_does_not_issue_are_refused(kw, must):
     a = jnp.ones((64, 64), jnp.float32)
     with pytest.raises(ValueError) as e:
         jaxwarp.matmul(a, a, mode="native", **kw)
+    for s in ("mode='native'", *must):
+        assert s in str(e.value)
+
+
+@pytest.mark.parametrize("kw, must", [
+    (dict(satf=True), ("no satf",)),
+    (dict(c_format="f16", d_format="f32"), ("c_format='f16'", "d_format='f32'")),
+    (dict(a_format="tf32"), ("wgmma m64nNk8", "hmma_tf32_k4")),  # WMMA m16n16k8
+    (dict(a_format="e4m3", instruction="mma_sync", arch="sm_90"), ("mma_sync_fp8",)),
+    (dict(instruction="mma_sync", instruction_k=8), ("tile=(64, 8, 8)",)),
+    (dict(a_format="s8", c_format="s32", d_format="s32", instruction="mma_sync"),
+     ("operand_format='s8'",)),
+], ids=["satf", "c-d", "wmma-tf32", "fp8-mma_sync", "mma_sync-k8", "s8"])
+def test_mma_chains_the_gpu_does_not_issue_are_refused(kw, must):
+    kw = {"a_format": "f16", "c_format": "f32", "d_format": "f32", **kw}
+    dt = {"f16": jnp.float16, "tf32": jnp.float32, "e4m3": jnp.float8_e4m3fn,
+          "s8": jnp.int8}[kw["a_format"]]
+    c = jnp.zeros((16, 16), jnp.int32 if kw["c_format"] == "s32" else
+                  jnp.float16 if kw["c_format"] == "f16" else jnp.float32)
+    a = jnp.ones((16, 16 if kw["c_format"] != kw["d_format"] else 32), dt)  # one instruction
+    with pytest.raises(ValueError) as e:
+        jaxwarp.mma(a, a.T, c, mode="native", **kw)
     for s in ("mode='native'", *must):
         assert s in str(e.value)
 
@@ -111,6 +139,44 @@ def test_kernel_structure_in_the_interpreter(fmt, acc, promote, shape):
     got = native.chain(a, b, c, cfg, interpret=True)
     want = tiled(a, b, c, Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "exact", promote,
                               False))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.slow
+def test_mma_native_structure_in_the_interpreter():
+    """mma's native path (batch dims through vmap, tf32 words cut to their top 19 bits)
+    with the exact model as the kernel's block product gives exact mode's bits."""
+    rng = np.random.default_rng(1)
+    a = jnp.asarray(rng.standard_normal((2, 16, 24)), jnp.float32)  # low 13 bits set
+    b = jnp.asarray(rng.standard_normal((24, 8)), jnp.float32)
+    c = jnp.asarray(rng.standard_normal((16, 8)), jnp.float32)
+    cfg = datapath._Cfg("tf32", "tf32", "f32", "f32", None, 8)
+    got = native.run_mma(a, b, c, cfg, interpret=True)
+    want = jaxwarp.mma(a, b, c, a_format="tf32", c_format="f32", d_format="f32",
+                       instruction="wgmma", arch="sm_90a")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@needs_hopper
+@pytest.mark.parametrize("fa, fb, acc, instruction, batch, shape", [
+    ("f16", "f16", "f32", "wmma", (), (16, 64, 16)),
+    ("bf16", "bf16", "f32", "mma_sync", (2,), (16, 32, 8)),
+    ("tf32", "tf32", "f32", "wgmma", (2,), (64, 40, 16)),  # low 13 bits set
+    ("e5m2", "e4m3", "f16", "wgmma", (), (64, 96, 24)),
+])
+def test_mma_native_bits_equal_exact_on_hopper(fa, fb, acc, instruction, batch, shape):
+    M, K, N = shape
+    rng = np.random.default_rng(K)
+    store = {"tf32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16,
+             "e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
+    a = jnp.asarray(rng.standard_normal(batch + (M, K)), jnp.float32).astype(store[fa])
+    b = jnp.asarray(rng.standard_normal((K, N)), jnp.float32).astype(store[fb])
+    c = jnp.asarray(rng.standard_normal((M, N)), jnp.float32).astype(
+        jnp.float32 if acc == "f32" else jnp.float16)
+    kw = dict(a_format=fa, b_format=fb, c_format=acc, d_format=acc, instruction=instruction,
+              arch="sm_90a" if instruction == "wgmma" else "sm_90")
+    got = jax.jit(functools.partial(jaxwarp.mma, mode="native", **kw))(a, b, c)
+    want = jax.jit(functools.partial(jaxwarp.mma, mode="exact", **kw))(a, b, c)
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 

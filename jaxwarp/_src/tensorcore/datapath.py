@@ -400,8 +400,17 @@ def _float_satf(d, d_format):
     return jnp.clip(d, -big, big)
 
 
+#: ``mode="native"``: ``(check, run)`` registered by ``tensorcore.native`` (which imports
+#: this module, so it cannot be imported here): ``check(a_format, b_format, c_format,
+#: d_format, instruction, ik, arch, satf, datapath, c_shift)`` raises unless the GPU
+#: issues the chain; ``run(a, b, c, cfg)`` runs it on the tensor cores.
+NATIVE: list = []
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _mma_float(a, b, c, cfg: _Cfg, mode, satf):
+    if mode == "native":  # the same chain on a Hopper GPU's tensor cores (native.py)
+        return NATIVE[1](a, b, c, cfg)
     if mode == "fast":
         d = _mma_fast(a, b, c, cfg.a_format, cfg.b_format, cfg.d_format, cfg.c_shift)
     elif cfg.a_format == "f64":
@@ -468,8 +477,12 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         its datapath model gives the arithmetic (sm_90 verified on hardware, the others
         against MMA-Sim or not at all: ``ArchModel.verified``, ``arch.py``).
       mode: ``"exact"`` reproduces the hardware bits (see the module docstring for
-        the model). ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64)
-        accumulation of the operands (tf32 low bits dropped), then one conversion to
+        the model). ``"native"`` (on an H100 / H200 only) runs the chain on the GPU's
+        tensor cores (``wgmma`` of the same datapath, ``tensorcore/native.py``): exact
+        mode's bits, for the chains that ``wgmma`` is (f16 / bf16 k16, tf32 k8 outside
+        WMMA, fp8 ``wgmma``; C and D of one format; no satf); elsewhere a ValueError.
+        ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64) accumulation of
+        the operands (tf32 low bits dropped), then one conversion to
         d_format: it rounds to nearest instead of truncating each aligned term and the
         fp32 result, and so differs from hardware in the last bits (about 40% of
         fp32 results), and a product overflowing fp32 gives inf/NaN where the
@@ -514,14 +527,15 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
       64.0
     """
     checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
+    native = checks.static_choice(mode, "mode", (*MODES, "native")) == "native"
     b_format = a_format if b_format is None else b_format
     a_format, b_format, c_format, d_format = (  # format names, aliases or dtypes -> names
         checks.format_name(v, name, allowed, FORMAT_ALIASES, need_x64=False)
         for v, name, allowed in ((a_format, "a_format", A_TYPES), (b_format, "b_format", A_TYPES),
                                  (c_format, "c_format", ACC_TYPES), (d_format, "d_format",
                                                                      ACC_TYPES)))
-    target, model = _check_static(a_format, b_format, c_format, d_format, arch, mode, satf,
-                                  instruction, datapath)
+    target, model = _check_static(a_format, b_format, c_format, d_format, arch,
+                                  "exact" if native else mode, satf, instruction, datapath)
     c_shift = _scale_input_d(scale_input_d, instruction, a_format)
     if a_format == "f64":
         checks.require_x64("mma with a_format='f64'")
@@ -542,6 +556,11 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     if k > ik and c_format != d_format:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
+    if native:
+        if not NATIVE:  # pragma: no cover (importing jaxwarp imports native.py)
+            raise ValueError("mode='native' needs jaxwarp._src.tensorcore.native imported")
+        NATIVE[0](a_format, b_format, c_format, d_format, instruction, ik, arch, satf,
+                  datapath, c_shift)
     if a_format in _INT_TYPES:
         return _mma_int_chain(a, b, c, a_format, b_format, ik, satf)
     dp = datapath

@@ -17,6 +17,19 @@ are the same 16-product blocks, so they run natively too; ``mma.sync`` m16n8k8, 
 m16n16k8 (two k4 blocks) and fp8 ``mma.sync`` (two f16 HMMAs and an FADD) are other
 arithmetic and raise. Operand conversion, per-tensor fp8 scales and the gradients are
 ``matmul``'s own (only the chain runs natively); block scales are not supported.
+``jaxwarp.mma(mode="native")`` runs one chain on logical matrices through
+:func:`check_mma` and :func:`run_mma`, which this module registers in ``datapath.NATIVE``
+(``datapath`` cannot import this module, which imports it).
+
+What it guarantees: every product that ``matmul`` / ``mma`` / ``emulate`` sends to the tensor
+core (forward and backward) has exact mode's bits. Nothing else in a program changes: the
+operations that are XLA's own (elementwise ops, normalizations, the sums that make a bias's
+gradient) are compiled by XLA as parts of the whole program, and a float reduction's order
+is XLA's choice, which can differ between the native program (products as Pallas custom
+calls) and the exact one (products as XLA loops). On an H100 the study's training step
+(``benchmarks/native_check.py``, part ``stepbits``) matched exact mode in the loss and every
+parameter's gradient but a bias's (``ln_f.b``: a sum over the batch of a cotangent that is a
+product's output); ``docs/native.md`` has the measurements.
 
 Needs: an NVIDIA GPU of compute capability 9.0 as JAX's default device and JAX's Pallas
 Triton backend (``jax[cuda]``); anywhere else ``matmul(mode="native")`` raises a
@@ -25,12 +38,14 @@ ValueError that says so, eagerly and under ``jax.jit``.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jaxwarp._src.tensorcore import isa, native_kernels
+from jaxwarp._src.numerics import bitops
+from jaxwarp._src.tensorcore import datapath, isa, native_kernels
 from jaxwarp._src.tensorcore.matmul_tiles import ACCUMULATORS, TILES
 
 #: The targets whose model the native kernel reproduces (an H100 is sm_90a).
@@ -191,3 +206,85 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
         c_acc = jnp.pad(c_acc, ((0, Mp - M), (0, Np - N)))
     d = native_kernels.gemm(a_op, b_op, c_acc, p, interpret=interpret)
     return d[:M, :N]
+
+
+# --------------------------------------------------------------------------------------
+# jaxwarp.mma(mode="native"): one chain of instructions, (..., m, k) @ (..., k, n) + C.
+
+
+class MmaChain(NamedTuple):
+    """The fields of ``matmul_chain.Cfg`` that :func:`check_chain` and :func:`plan` read,
+    for one ``mma`` chain (``mma`` has no tile: (m, n) are the kernel's)."""
+
+    a_format: str
+    b_format: str
+    accumulator: str
+    tile: tuple[int, int, int]
+    instruction: str
+    arch: Any
+    promote_every: int | None = None
+    blockwise: bool = False
+
+
+def check_mma(a_format: str, b_format: str, c_format: str, d_format: str, instruction: str,
+              ik: int, arch: Any, satf: bool, dp: Any, c_shift: int) -> None:
+    """Raises ValueError unless ``jaxwarp.mma(..., mode="native")`` with these (checked)
+    static arguments is a chain the native kernel issues, on a device that has it.
+
+    The kernel's accumulator is both C and D (``wgmma``'s D has C's type), it has no
+    satf, and it runs the GPU's own datapath, not a ``datapath=`` model.
+
+    Example:
+        >>> check_mma("f16", "f16", "f16", "f32", "wmma", 16, "sm_90", False, None, 0)
+        Traceback (most recent call last):
+        ValueError: mode='native' runs one accumulator as C and D ...
+    """
+    if c_format != d_format:
+        raise ValueError(f"mode='native' runs one accumulator as C and D (wgmma's D has C's "
+                         f"type); got c_format={c_format!r}, d_format={d_format!r}")
+    if satf:
+        raise ValueError("mode='native' has no satf (the kernel issues wgmma, which has no "
+                         ".satfinite for float types); use mode='exact'")
+    if dp is not None:
+        raise ValueError("mode='native' runs the GPU's own datapath; datapath= (a model "
+                         "to explore) needs mode='exact'")
+    if c_shift:
+        raise ValueError("mode='native' has no scale_input_d (a tcgen05 operand)")
+    check_chain(MmaChain(a_format, b_format, c_format, (64, 8, ik), instruction, arch))
+    err = device_error()
+    if err is not None:
+        raise ValueError(err)
+
+
+def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
+    """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``_Cfg`` of a chain
+    that :func:`check_mma` accepted, so it is ``wgmma`` of the same k and datapath.
+
+    Leading batch dims broadcast as in ``mma`` (one kernel per batch element, through
+    ``jax.vmap``). tf32 operands are cut to their top 19 bits first, as the tensor core
+    reads them (``bitops.tf32_keep``): the kernel must not round them. ``interpret``:
+    as :func:`chain`'s.
+
+    Example:
+        >>> from jaxwarp._src.tensorcore import datapath
+        >>> a = jnp.ones((2, 16, 32), jnp.float16); b = jnp.ones((32, 8), jnp.float16)
+        >>> cfg = datapath._Cfg("f16", "f16", "f32", "f32", None, 16)
+        >>> c = jnp.zeros((16, 8), jnp.float32)
+        >>> jax.eval_shape(lambda: run_mma(a, b, c, cfg, interpret=True))
+        ShapeDtypeStruct(shape=(2, 16, 8), dtype=float32)
+    """
+    if cfg.a_format == "tf32":
+        a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
+    chain_cfg = MmaChain(cfg.a_format, cfg.b_format, cfg.c_format, (64, 8, cfg.ik), "wgmma",
+                         "sm_90a")
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    c = jnp.broadcast_to(c, batch + c.shape[-2:])
+    fn = functools.partial(chain, cfg=chain_cfg, interpret=interpret)
+    for _ in batch:
+        fn = jax.vmap(fn)
+    return fn(a, b, c)
+
+
+datapath.NATIVE[:] = [check_mma, run_mma]
