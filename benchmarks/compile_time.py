@@ -14,12 +14,8 @@ width 32, modular addition p = 13), ``vit`` (a Flax linen ViT: a Conv patch embe
 2 blocks of ``MultiHeadDotProductAttention``, LayerNorm and a gelu MLP; the same layers
 in plain JAX where Flax is missing), each with 4x the layers (``study_x4``, ``vit_x4``),
 and the study transformer with its layers as one ``lax.scan`` over stacked parameters
-<<<<<<< HEAD
 (``study_scan``, ``study_scan_x4``: ``emulated_training.stack_blocks``; emulate rebuilds
 the scan, so a layer's products compile once).
-=======
-(``study_scan``, ``study_scan_x4``: emulate rebuilds the scan, so a layer's products compile once).
->>>>>>> house
 ``--large``: GPU sizes
 (the study transformer of ``emulate_step.py --large``: width 512, 4 layers, batch 64 x
 seq 128; a ViT of width 256 on 64 images of 64 x 64).
