@@ -153,57 +153,63 @@ def is_part_key(key: str) -> bool:
     return key.startswith("part/")
 
 
+def _partition(kind: int, prm: int, lab: jax.Array, p: jax.Array) -> cg.Group:
+    """The group of ``part/cfg`` kind ``kind`` (``PART_KINDS``), made in the executing lanes."""
+    parent = cg.thread_block_tile(32) if kind in (3, 4) else cg.coalesced_threads()
+    if kind in (1, 3):
+        return cg.labeled_partition(parent, lab)
+    if kind in (2, 4):
+        return cg.binary_partition(parent, p)
+    if kind == 5:
+        return cg.tiled_partition(parent, prm)
+    return parent
+
+
 def partitions(d, keys) -> Iterator[GroupResult]:
-    """Coalesced groups and partitions (``part/*``)."""
+    """Coalesced groups and partitions (``part/*``).
+
+    Every kind makes a coalesced group (a per-lane mask and meta ranks), so one program
+    serves every trial: it makes the group of each (kind, size) in the file and runs the
+    collectives once on the one its trial names (one compile, not one per kind)."""
     cfg, x, label, pred, want = (d[f"part/{k}"] for k in ("cfg", "x", "label", "pred", "out"))
     offs = [int(v) for v in d["part/offs"]]
-    got = np.zeros_like(want)
-    for kind, prm in sorted({(int(r[0]), int(r[2])) for r in cfg}):
+    made = sorted({(int(r[0]), int(r[2])) for r in cfg})
+    for kind, _ in made:
         if not 0 <= kind < len(PART_KINDS):
             raise CaptureError(f"part/cfg has kind {kind}; known: 0..{len(PART_KINDS) - 1}")
-        sel = np.flatnonzero((cfg[:, 0] == kind) & (cfg[:, 2] == prm))
+    which = np.asarray([made.index((int(r[0]), int(r[2]))) for r in cfg], np.int32)
 
-        def one(m, v, lab, p, kind=kind, prm=prm):
-            act = _lane_set(m) if kind not in (3, 4) else None
-            with active.running(act):
-                if kind in (3, 4):
-                    parent = cg.thread_block_tile(32)
-                else:
-                    parent = cg.coalesced_threads()
-                if kind in (1, 3):
-                    g = cg.labeled_partition(parent, lab)
-                elif kind in (2, 4):
-                    g = cg.binary_partition(parent, p)
-                elif kind == 5:
-                    g = cg.tiled_partition(parent, prm)
-                else:
-                    g = parent
-                am = cg._active_mask()
-                mm, mp = g.match_all(v & 1)
-                vi = jax.lax.bitcast_convert_type(v, jnp.int32)
-                vf = jax.lax.bitcast_convert_type(v, jnp.float32)
-                cols = [
-                    _u32(g.num_threads()), _u32(g.thread_rank()), _u32(g.meta_group_rank()),
-                    _u32(g.meta_group_size()), g.ballot(p), _u32(g.any(p)), _u32(g.all(p)),
-                    g.match_any(v & 7), mm, _u32(mp),
-                    _bits(cg_reduce.reduce(g, vi, "plus")),
-                    _bits(cg_reduce.inclusive_scan(g, vi, "plus")),
-                    _bits(cg_reduce.exclusive_scan(g, vi, "plus")),
-                    _bits(cg_reduce.reduce(g, vi, "less")),
-                    _bits(cg_reduce.reduce(g, vf, "plus")),
-                    _bits(cg_reduce.inclusive_scan(g, vf, "plus")),
-                    _bits(cg_reduce.exclusive_scan(g, vf, "plus")),
-                    vote.ballot_sync(am, cg_reduce.elected(g)),
-                    jnp.full(WARP, am, jnp.uint32),
-                ]
-                cols += [g.shfl(v, b) for b in offs]
-                cols += [g.shfl_up(v, b) for b in offs]
-                cols += [g.shfl_down(v, b) for b in offs]
-            return jnp.stack(cols, axis=-1)
+    def one(m, v, lab, p, i, everyone):
+        # Kinds 3 and 4 split a whole-warp tile: every lane executes, whatever the mask.
+        with active.running(_lane_set(m) | everyone):
+            groups = [_partition(kind, prm, lab, p) for kind, prm in made]
+            g = jax.tree.map(lambda *xs: jnp.stack(xs)[i], *groups)
+            am = cg._active_mask()
+            mm, mp = g.match_all(v & 1)
+            vi = jax.lax.bitcast_convert_type(v, jnp.int32)
+            vf = jax.lax.bitcast_convert_type(v, jnp.float32)
+            cols = [
+                _u32(g.num_threads()), _u32(g.thread_rank()), _u32(g.meta_group_rank()),
+                _u32(g.meta_group_size()), g.ballot(p), _u32(g.any(p)), _u32(g.all(p)),
+                g.match_any(v & 7), mm, _u32(mp),
+                _bits(cg_reduce.reduce(g, vi, "plus")),
+                _bits(cg_reduce.inclusive_scan(g, vi, "plus")),
+                _bits(cg_reduce.exclusive_scan(g, vi, "plus")),
+                _bits(cg_reduce.reduce(g, vi, "less")),
+                _bits(cg_reduce.reduce(g, vf, "plus")),
+                _bits(cg_reduce.inclusive_scan(g, vf, "plus")),
+                _bits(cg_reduce.exclusive_scan(g, vf, "plus")),
+                vote.ballot_sync(am, cg_reduce.elected(g)),
+                jnp.full(WARP, am, jnp.uint32),
+            ]
+            cols += [g.shfl(v, b) for b in offs]
+            cols += [g.shfl_up(v, b) for b in offs]
+            cols += [g.shfl_down(v, b) for b in offs]
+        return jnp.stack(cols, axis=-1)
 
-        out = jax.jit(jax.vmap(one))(cfg[sel, 1].astype(np.uint32), x[sel], label[sel],
-                                     pred[sel])
-        got[sel] = np.asarray(out)
+    everyone = np.isin(cfg[:, 0], (3, 4))
+    got = np.asarray(jax.jit(jax.vmap(one))(cfg[:, 1].astype(np.uint32), x, label, pred,
+                                            which, everyone))
     lanes_in = np.asarray(_lane_set(cfg[:, 1:2]))
     names = ("num_threads", "thread_rank", "meta_group_rank", "meta_group_size", "ballot",
              "any", "all", "match_any", "match_all", "match_all_pred", "reduce_plus_i32",
