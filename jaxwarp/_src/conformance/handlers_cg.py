@@ -4,6 +4,13 @@
 (``cg::reduce`` and the scans), ``part/*`` (coalesced groups and partitions) and ``ex*/*``
 (the programming guide's examples), each through ``jaxwarp.cg``. Schema:
 ``tools/capture/FORMAT_CG.md``.
+
+The models run as ``jax.vmap`` over the trials, dispatched op by op rather than under
+``jax.jit``: the trees of a reduction are long chains of soft-float steps, and compiling a
+whole program for every (type, group) took minutes each on two CPU cores, where op by op
+each primitive compiles once per shape and dtype and serves every tile size and operator
+(every group of a type runs on all of its trials, so the shapes are the same). The bits
+are the same either way.
 """
 
 from __future__ import annotations
@@ -90,8 +97,8 @@ def tiles(d, keys) -> Iterator[GroupResult]:
             return info, *outs
 
         w = np.tile(np.arange(nw, dtype=np.int32), t)
-        got = jax.jit(jax.vmap(one))(xi.reshape(-1, WARP), xd.reshape(-1, WARP),
-                                     pred.reshape(-1, WARP), w)
+        got = jax.vmap(one)(xi.reshape(-1, WARP), xd.reshape(-1, WARP),
+                            pred.reshape(-1, WARP), w)
         got = [np.asarray(g).reshape(t, threads, *g.shape[2:]) for g in got]
         want_info = d[f"tile{n}/info"]
         cols = range(want_info.shape[-1]) if n > 1 else range(12)
@@ -125,6 +132,7 @@ def reductions(d, keys) -> Iterator[GroupResult]:
         cfg, x, want = d[f"red/{ty}/cfg"], d[f"red/{ty}/x"], d[f"red/{ty}/out"]
         ops = cg_reduce.OPS if dt.kind in "iu" else cg_reduce.OPS[:3]
         got = np.zeros_like(want)
+        masks, values = cfg[:, 1].astype(np.uint32), x.view(dt)
         for code in sorted({int(c) for c in cfg[:, 0]}):
             if code not in (0, *cg.TILE_SIZES):
                 raise CaptureError(f"red/{ty}/cfg has group {code}; known: 0 (coalesced), "
@@ -139,8 +147,9 @@ def reductions(d, keys) -> Iterator[GroupResult]:
                           cg_reduce.exclusive_scan(g, v, op)]
                 return jnp.stack([_bits(a) for a in r], axis=-1)
 
-            out = jax.jit(jax.vmap(one))(cfg[sel, 1].astype(np.uint32), x[sel].view(dt))
-            got[sel, :, : 3 * len(ops)] = np.asarray(out)
+            # Every trial of the type (same shapes for every group: see the docstring).
+            out = np.asarray(jax.vmap(one)(masks, values))
+            got[sel, :, : 3 * len(ops)] = out[sel]
         lanes_in = np.where(cfg[:, :1] == 0, np.asarray(_lane_set(cfg[:, 1:2])), True)
         for i, op in enumerate(ops):
             for j, what in enumerate(RED_RESULTS):
@@ -208,8 +217,8 @@ def partitions(d, keys) -> Iterator[GroupResult]:
         return jnp.stack(cols, axis=-1)
 
     everyone = np.isin(cfg[:, 0], (3, 4))
-    got = np.asarray(jax.jit(jax.vmap(one))(cfg[:, 1].astype(np.uint32), x, label, pred,
-                                            which, everyone))
+    got = np.asarray(jax.vmap(one)(cfg[:, 1].astype(np.uint32), x, label, pred, which,
+                                   everyone))
     lanes_in = np.asarray(_lane_set(cfg[:, 1:2]))
     names = ("num_threads", "thread_rank", "meta_group_rank", "meta_group_size", "ballot",
              "any", "all", "match_any", "match_all", "match_all_pred", "reduce_plus_i32",
