@@ -202,7 +202,8 @@ def _rank_lanes(group: Group) -> jax.Array:
 def _rank_table(mask: jax.Array) -> jax.Array:
     member = ((mask[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
     rank = jnp.cumsum(member, axis=1, dtype=jnp.int32) - 1  # [l, p]: rank of lane p
-    hit = member[:, None, :] & (rank[:, None, :] == jnp.arange(WARP_SIZE)[None, :, None])
+    ranks = jnp.arange(WARP_SIZE, dtype=jnp.int32)[None, :, None]
+    hit = member[:, None, :] & (rank[:, None, :] == ranks)
     return jnp.where(jnp.any(hit, axis=2), jnp.argmax(hit, axis=2).astype(jnp.int32),
                      _lane()[:, None])
 
