@@ -19,7 +19,8 @@ Float ``plus`` is IEEE addition rounded to nearest even on the bits (``softfloat
 binary64 through ``fma.fma64``), never XLA's float add, which flushes subnormals on the CPU.
 A NaN sum is the canonical NaN for float32 (``0x7FFFFFFF``), float16 and bfloat16 (``0x7FFF``)
 and, for float64, the NaN operand quieted: a signalling one before a quiet one, else the
-first operand's (the lane's own partial), as the H100 returns them.
+first operand's: in a scan the lane's own partial, in a butterfly the partner's (the H100's
+results on both captured seeds).
 ``less``/``greater`` are the header's ``(b < a) ? b : a`` / ``(a < b) ? b : a``, compared on
 the bits (so -0 and +0 tie and a NaN never compares less).
 """
@@ -232,11 +233,17 @@ def _lanes_shape(p: jax.Array, v: jax.Array) -> jax.Array:
 
 
 def _butterfly(mask, v: jax.Array, op, n: int) -> jax.Array:
-    """``out = op(out, shfl_xor(out, m))`` for m = n/2 .. 1 with width n."""
+    """``out = op(out, shfl_xor(out, m))`` for m = n/2 .. 1 with width n.
+
+    A float ``plus`` adds ``partner + own``: the sum is the same, and from two NaNs of one
+    kind (both quiet or both signalling) the H100 returned the partner's in every
+    float64 butterfly of both captured seeds (the scans return the own partial's)."""
+    swap = op == plus and jnp.issubdtype(v.dtype, jnp.floating)
     out = v
     m = n // 2
     while m > 0:
-        out = op(out, lanes.shfl_xor_sync(mask, out, m, n))
+        other = lanes.shfl_xor_sync(mask, out, m, n)
+        out = op(other, out) if swap else op(out, other)
         m //= 2
     return out
 
