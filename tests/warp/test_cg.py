@@ -67,6 +67,21 @@ def test_float32_reduce_and_scans_match_h100():
                 np.testing.assert_array_equal(g[act[i]], w[act[i]], err_msg=f"trial {r} op {k}")
 
 
+@pytest.mark.slow
+def test_float64_nan_pick_of_the_butterfly_and_the_scan():
+    """Two quiet NaNs meet: the tile butterfly returns the partner's partial (the H100 in
+    both captured seeds), the inclusive scan the lane's own."""
+    with jax.enable_x64(True):
+        bits = np.zeros(32, np.uint64)
+        bits[0::2], bits[1::2] = 0xFFF8000000000000, 0x7FF8000000000001
+        x = jnp.asarray(bits.view(np.float64))
+        tile = cg.thread_block_tile(2)
+        red = np.asarray(cg.reduce(tile, x, "plus")).view(np.uint64)
+        scan = np.asarray(cg.inclusive_scan(tile, x, "plus")).view(np.uint64)
+    np.testing.assert_array_equal(red, bits.reshape(16, 2)[:, ::-1].reshape(32))
+    np.testing.assert_array_equal(scan, bits)
+
+
 def test_tile_shuffles_match_h100():
     d = np.load(CAPTURE)
     offs = [int(v) for v in d["tile/offs"]]

@@ -262,3 +262,45 @@ def test_example_programs_equal_numpy(capsys):
     x = RNG.integers(0, 2**32, (4, 32), dtype=np.uint32)
     np.testing.assert_array_equal(np.asarray(jax.vmap(warp_divergence.radix_sort)(x)),
                                   np.sort(x, axis=1))
+
+
+def _branch_program(x):
+    """A branch on data with the CUDA idioms inside: each side's own activemask(), xor
+    shuffles and a ballot with it (lanes whose partner took the other side read 0), and
+    __reduce_add_sync over the side."""
+
+    def high(v):
+        m = jaxwarp.activemask()
+        s = v
+        for k in (16, 4, 1):
+            s = s + jaxwarp.shfl_xor_sync(m, s, k)
+        return s ^ jaxwarp.ballot_sync(m, v & 1) ^ jax.lax.population_count(m)
+
+    def low(v):
+        m = jaxwarp.activemask()
+        return jaxwarp.reduce_add_sync(m, v) + jaxwarp.shfl_sync(m, v, 3)
+
+    return jaxwarp.branch((x >> 31) == 1, high, low, x)
+
+
+def _warps(n, seed=28):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, 2**32, (n, 32), np.uint32))
+
+
+def test_a_branch_with_shuffles_and_votes_runs_as_a_warp_kernel():
+    assert jaxwarp.warp_kernel(_branch_program).explain(_warps(4)) is None
+
+
+@pytest.mark.slow
+def test_a_branch_in_the_warp_kernel_interpreted_matches_vmap():
+    x = _warps(64)
+    got = jaxwarp.warp_kernel(_branch_program, warps_per_block=16, interpret=True)(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.vmap(_branch_program)(x)))
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="the Triton kernel needs a GPU")
+def test_a_branch_in_the_triton_kernel_matches_vmap_on_gpu():
+    x = _warps(100_000)
+    k = jaxwarp.warp_kernel(_branch_program, warps_per_block=64, force="pallas")
+    np.testing.assert_array_equal(np.asarray(jax.jit(k)(x)),
+                                  np.asarray(jax.jit(jax.vmap(_branch_program))(x)))

@@ -59,6 +59,55 @@ def test_the_side_with_fewer_lanes_ran_first_on_the_h100():
         assert out[t, 31, 1, hd.COUNTER_WORD] == (1 if then_first else 0)  # lane 31 >= b
 
 
+# (program, branch) -> (then slots, else slots): the probes each side of the branch writes
+# (program 8: per trip i, slots 2i and 2i + 1).
+_SITES = {(0, 0): ((0,), (1,)), (1, 0): ((0,), (1,)), (3, 0): ((0,), (5,)),
+          (3, 1): ((1,), (2,)), (4, 0): ((0,), (1, 2)), (4, 1): ((1,), (2,)),
+          **{(8, 0, i): ((2 * i,), (2 * i + 1,)) for i in range(7)}}
+
+
+def _ties(path):
+    """(site, side that ran first) for every captured branch whose sides had equal lanes."""
+    d = np.load(path)
+    cfg, out = d["div/cfg"], d["div/out"]
+    found = []
+    for t in range(len(cfg)):
+        for site, (then_slots, else_slots) in _SITES.items():
+            if site[0] != cfg[t, 0]:
+                continue
+            sides = []
+            for slots in (then_slots, else_slots):
+                reached = out[t, :, list(slots), 0] != hd.FILLER  # (slots, 32)
+                seq = out[t, :, list(slots), hd.COUNTER_WORD].T[reached.T]
+                sides.append((int(reached.sum()), int(seq.min()) if seq.size else None))
+            (n_then, s_then), (n_else, s_else) = sides
+            if n_then == n_else > 0:
+                found.append((site[:2], "then" if s_then < s_else else "else"))
+    return found
+
+
+def test_a_tie_runs_the_side_the_branch_falls_through_to():
+    """On a tie the H100 ran first the side that the compiled branch falls through to;
+    ``FALLS_THROUGH`` (read from cg.cu's SASS) names it at every branch with a tie."""
+    ties = _ties(FILE)
+    assert {site for site, _ in ties} >= {(0, 0), (3, 1), (4, 0), (4, 1), (8, 0)}
+    for site, first in ties:
+        assert first == hd.FALLS_THROUGH[site], (site, first)
+
+
+@SLOW
+def test_the_fall_through_table_drives_the_model(monkeypatch):
+    """Naming the other side at program 0's branch puts its tie (b = 16) in the wrong
+    order: exactly the counter word of the two sides' probes (32 lanes) no longer matches
+    (``test_divergent_program_is_bit_exact`` runs the right order)."""
+    d = np.load(FILE)
+    keep = (d["div/cfg"][:, 0] == 0) & (d["div/cfg"][:, 2] == 16)
+    sub = {k: d[k][keep] for k in ("div/cfg", "div/x", "div/out")}
+    monkeypatch.setitem(hd.FALLS_THROUGH, (0, 0), "then")
+    (wrong,) = hd.divergent_programs(sub, set())
+    assert keep.sum() == 1 and wrong.total - wrong.matched == 32, wrong
+
+
 def test_elect_sync_picks_the_lowest_active_lane():
     out = np.load(FILE)["div/out"]
     reached = out[..., 0] != hd.FILLER

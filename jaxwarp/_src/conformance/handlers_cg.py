@@ -4,6 +4,13 @@
 (``cg::reduce`` and the scans), ``part/*`` (coalesced groups and partitions) and ``ex*/*``
 (the programming guide's examples), each through ``jaxwarp.cg``. Schema:
 ``tools/capture/FORMAT_CG.md``.
+
+The models run as ``jax.vmap`` over the trials, dispatched op by op rather than under
+``jax.jit``: the trees of a reduction are long chains of soft-float steps, and compiling a
+whole program for every (type, group) took minutes each on two CPU cores, where op by op
+each primitive compiles once per shape and dtype and serves every tile size and operator
+(every group of a type runs on all of its trials, so the shapes are the same). The bits
+are the same either way.
 """
 
 from __future__ import annotations
@@ -87,8 +94,8 @@ def tiles(d, keys) -> Iterator[GroupResult]:
             return info, *outs
 
         w = np.tile(np.arange(nw, dtype=np.int32), t)
-        got = jax.jit(jax.vmap(one))(xi.reshape(-1, WARP), xd.reshape(-1, WARP),
-                                     pred.reshape(-1, WARP), w)
+        got = jax.vmap(one)(xi.reshape(-1, WARP), xd.reshape(-1, WARP),
+                            pred.reshape(-1, WARP), w)
         got = [np.asarray(g).reshape(t, threads, *g.shape[2:]) for g in got]
         want_info = d[f"tile{n}/info"]
         cols = range(want_info.shape[-1]) if n > 1 else range(12)
@@ -122,6 +129,7 @@ def reductions(d, keys) -> Iterator[GroupResult]:
         cfg, x, want = d[f"red/{ty}/cfg"], d[f"red/{ty}/x"], d[f"red/{ty}/out"]
         ops = cg_reduce.OPS if dt.kind in "iu" else cg_reduce.OPS[:3]
         got = np.zeros_like(want)
+        masks, values = cfg[:, 1].astype(np.uint32), x.view(dt)
         for code in sorted({int(c) for c in cfg[:, 0]}):
             if code not in (0, *cg.TILE_SIZES):
                 raise CaptureError(f"red/{ty}/cfg has group {code}; known: 0 (coalesced), "
@@ -136,8 +144,9 @@ def reductions(d, keys) -> Iterator[GroupResult]:
                           cg_reduce.exclusive_scan(g, v, op)]
                 return jnp.stack([_bits(a) for a in r], axis=-1)
 
-            out = jax.jit(jax.vmap(one))(cfg[sel, 1].astype(np.uint32), x[sel].view(dt))
-            got[sel, :, : 3 * len(ops)] = np.asarray(out)
+            # Every trial of the type (same shapes for every group: see the docstring).
+            out = np.asarray(jax.vmap(one)(masks, values))
+            got[sel, :, : 3 * len(ops)] = out[sel]
         lanes_in = np.where(cfg[:, :1] == 0, np.asarray(_lane_set(cfg[:, 1:2])), True)
         for i, op in enumerate(ops):
             for j, what in enumerate(RED_RESULTS):
@@ -150,57 +159,63 @@ def is_part_key(key: str) -> bool:
     return key.startswith("part/")
 
 
+def _partition(kind: int, prm: int, lab: jax.Array, p: jax.Array) -> cg.Group:
+    """The group of ``part/cfg`` kind ``kind`` (``PART_KINDS``), made in the executing lanes."""
+    parent = cg.thread_block_tile(32) if kind in (3, 4) else cg.coalesced_threads()
+    if kind in (1, 3):
+        return cg.labeled_partition(parent, lab)
+    if kind in (2, 4):
+        return cg.binary_partition(parent, p)
+    if kind == 5:
+        return cg.tiled_partition(parent, prm)
+    return parent
+
+
 def partitions(d, keys) -> Iterator[GroupResult]:
-    """Coalesced groups and partitions (``part/*``)."""
+    """Coalesced groups and partitions (``part/*``).
+
+    Every kind makes a coalesced group (a per-lane mask and meta ranks), so one program
+    serves every trial: it makes the group of each (kind, size) in the file and runs the
+    collectives once on the one its trial names (one compile, not one per kind)."""
     cfg, x, label, pred, want = (d[f"part/{k}"] for k in ("cfg", "x", "label", "pred", "out"))
     offs = [int(v) for v in d["part/offs"]]
-    got = np.zeros_like(want)
-    for kind, prm in sorted({(int(r[0]), int(r[2])) for r in cfg}):
+    made = sorted({(int(r[0]), int(r[2])) for r in cfg})
+    for kind, _ in made:
         if not 0 <= kind < len(PART_KINDS):
             raise CaptureError(f"part/cfg has kind {kind}; known: 0..{len(PART_KINDS) - 1}")
-        sel = np.flatnonzero((cfg[:, 0] == kind) & (cfg[:, 2] == prm))
+    which = np.asarray([made.index((int(r[0]), int(r[2]))) for r in cfg], np.int32)
 
-        def one(m, v, lab, p, kind=kind, prm=prm):
-            act = _lane_set(m) if kind not in (3, 4) else None
-            with active.running(act):
-                if kind in (3, 4):
-                    parent = cg.thread_block_tile(32)
-                else:
-                    parent = cg.coalesced_threads()
-                if kind in (1, 3):
-                    g = cg.labeled_partition(parent, lab)
-                elif kind in (2, 4):
-                    g = cg.binary_partition(parent, p)
-                elif kind == 5:
-                    g = cg.tiled_partition(parent, prm)
-                else:
-                    g = parent
-                am = cg._active_mask()
-                mm, mp = g.match_all(v & 1)
-                vi = jax.lax.bitcast_convert_type(v, jnp.int32)
-                vf = jax.lax.bitcast_convert_type(v, jnp.float32)
-                cols = [
-                    _u32(g.num_threads()), _u32(g.thread_rank()), _u32(g.meta_group_rank()),
-                    _u32(g.meta_group_size()), g.ballot(p), _u32(g.any(p)), _u32(g.all(p)),
-                    g.match_any(v & 7), mm, _u32(mp),
-                    _bits(cg_reduce.reduce(g, vi, "plus")),
-                    _bits(cg_reduce.inclusive_scan(g, vi, "plus")),
-                    _bits(cg_reduce.exclusive_scan(g, vi, "plus")),
-                    _bits(cg_reduce.reduce(g, vi, "less")),
-                    _bits(cg_reduce.reduce(g, vf, "plus")),
-                    _bits(cg_reduce.inclusive_scan(g, vf, "plus")),
-                    _bits(cg_reduce.exclusive_scan(g, vf, "plus")),
-                    vote.ballot_sync(am, cg_reduce.elected(g)),
-                    jnp.full(WARP, am, jnp.uint32),
-                ]
-                cols += [g.shfl(v, b) for b in offs]
-                cols += [g.shfl_up(v, b) for b in offs]
-                cols += [g.shfl_down(v, b) for b in offs]
-            return jnp.stack(cols, axis=-1)
+    def one(m, v, lab, p, i, everyone):
+        # Kinds 3 and 4 split a whole-warp tile: every lane executes, whatever the mask.
+        with active.running(_lane_set(m) | everyone):
+            groups = [_partition(kind, prm, lab, p) for kind, prm in made]
+            g = jax.tree.map(lambda *xs: jnp.stack(xs)[i], *groups)
+            am = cg._active_mask()
+            mm, mp = g.match_all(v & 1)
+            vi = jax.lax.bitcast_convert_type(v, jnp.int32)
+            vf = jax.lax.bitcast_convert_type(v, jnp.float32)
+            cols = [
+                _u32(g.num_threads()), _u32(g.thread_rank()), _u32(g.meta_group_rank()),
+                _u32(g.meta_group_size()), g.ballot(p), _u32(g.any(p)), _u32(g.all(p)),
+                g.match_any(v & 7), mm, _u32(mp),
+                _bits(cg_reduce.reduce(g, vi, "plus")),
+                _bits(cg_reduce.inclusive_scan(g, vi, "plus")),
+                _bits(cg_reduce.exclusive_scan(g, vi, "plus")),
+                _bits(cg_reduce.reduce(g, vi, "less")),
+                _bits(cg_reduce.reduce(g, vf, "plus")),
+                _bits(cg_reduce.inclusive_scan(g, vf, "plus")),
+                _bits(cg_reduce.exclusive_scan(g, vf, "plus")),
+                vote.ballot_sync(am, cg_reduce.elected(g)),
+                jnp.full(WARP, am, jnp.uint32),
+            ]
+            cols += [g.shfl(v, b) for b in offs]
+            cols += [g.shfl_up(v, b) for b in offs]
+            cols += [g.shfl_down(v, b) for b in offs]
+        return jnp.stack(cols, axis=-1)
 
-        out = jax.jit(jax.vmap(one))(cfg[sel, 1].astype(np.uint32), x[sel], label[sel],
-                                     pred[sel])
-        got[sel] = np.asarray(out)
+    everyone = np.isin(cfg[:, 0], (3, 4))
+    got = np.asarray(jax.vmap(one)(cfg[:, 1].astype(np.uint32), x, label, pred, which,
+                                   everyone))
     lanes_in = np.asarray(_lane_set(cfg[:, 1:2]))
     names = ("num_threads", "thread_rank", "meta_group_rank", "meta_group_size", "ballot",
              "any", "all", "match_any", "match_all", "match_all_pred", "reduce_plus_i32",

@@ -9,10 +9,12 @@ and the order in which the paths run (the shared counter of probe word 19).
 A probe's shared per-warp counter is not a lane value: it lives in ``_Warp.counter``
 while a program is traced, read and bumped in the order the paths run, and carried
 through loops as the largest lane copy. The order is the H100's (``_if``): the side of a
-branch with fewer lanes ran first in every branch of the captures where the counts
-differ; on a tie the side depends on the branch (the compiled code's layout): the else
-side in programs 0 and 4, the then side at the inner branch of program 3 and in program
-8, the same in both captured seeds.
+branch with fewer executing lanes runs first; on a tie, the side the compiled branch
+falls through to (the code right after its ``@P BRA``; the lanes that jump wait).
+``FALLS_THROUGH`` says which side that is at each two-sided branch of ``cg.cu``, read from
+the SASS that nvcc 13.0 makes of it for sm_90a (the capture tool's build); it is not
+fitted to the captures: every tie they hold (programs 0, 3, 4 and 8, both seeds) agrees
+with it, and program 1's entry is not exercised by them (no tie).
 """
 
 from __future__ import annotations
@@ -110,15 +112,25 @@ def _mix(w: jax.Array) -> jax.Array:
     return w ^ (w >> 15)
 
 
-def _if(pred, then_fn, else_fn, out, warp: _Warp, tie: str = "else"):
+#: Per two-sided branch of cg.cu's k_div, (program, branch): the side the compiled code
+#: falls through to, "then" or "else" (nvdisasm of cg.cu built by nvcc 13.0 for sm_90a:
+#: ``@!P0 BRA`` jumps to the other side). Program 3: 0 = ``lane < b``, 1 = ``v & 1``;
+#: program 4: 0 = ``r == 0``, 1 = ``r == 1``.
+FALLS_THROUGH = {(0, 0): "else", (1, 0): "then", (3, 0): "else", (3, 1): "then",
+                 (4, 0): "else", (4, 1): "else", (8, 0): "then"}
+
+
+def _if(pred, then_fn, else_fn, out, warp: _Warp, site: tuple[int, int] | None = None):
     """``if (pred) then_fn else else_fn`` with the paths' side effects (the shared counter)
-    in the H100's order: the side with fewer lanes first. On a tie the compiled code
-    decides, per branch: ``tie`` names the side that ran first there in the captures."""
+    in the H100's order: the side with fewer executing lanes first; on a tie the side the
+    branch falls through to (``FALLS_THROUGH[site]``). A one-sided branch (``site`` None)
+    has no order to model: its other side does nothing."""
     executing = active_lanes()
     taking = pred if executing is None else executing & pred
     others = ~pred if executing is None else executing & ~pred
     n_then, n_else = jnp.sum(taking), jnp.sum(others)
-    then_first = (n_then < n_else) | ((n_then == n_else) & (tie == "then"))
+    tie_then = site is not None and FALLS_THROUGH[site] == "then"
+    then_first = (n_then < n_else) | ((n_then == n_else) & tie_then)
 
     def in_order(first, o, counter):
         outer, warp.counter = warp.counter, counter
@@ -169,10 +181,10 @@ def program(prog: int, x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array) -
         return lambda o: _probe(o, slot, v, a, warp)
 
     if prog == 0:
-        out = _if(lane < b, probe(0), probe(1), out, warp)
+        out = _if(lane < b, probe(0), probe(1), out, warp, (0, 0))
         return probe(2)(out)
     if prog == 1:
-        out = _if(lax.shift_right_logical(x, ub) & 1 == 1, probe(0), probe(1), out, warp)
+        out = _if(lax.shift_right_logical(x, ub) & 1 == 1, probe(0), probe(1), out, warp, (1, 0))
         return probe(2)(out)
     if prog == 2:
         out = _if((ub >> _LANE) & 1 == 1, probe(0), _nothing, out, warp)
@@ -182,18 +194,19 @@ def program(prog: int, x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array) -
 
         def low(o):
             o = probe(0)(o)
-            o = _if(x & 1 == 1, probe(1), probe(2), o, warp, tie="then")
+            o = _if(x & 1 == 1, probe(1), probe(2), o, warp, (3, 1))
             return probe(3)(o)
 
         def high(o):
             o = _if(jnp.asarray(_LANE) % every == 0, probe(4), _nothing, o, warp)
             return probe(5)(o)
 
-        out = _if(lane < b, low, high, out, warp)
+        out = _if(lane < b, low, high, out, warp, (3, 0))
         return probe(6)(out)
     if prog == 4:
         r = x % _U32(3)
-        out = _if(r == 0, probe(0), lambda o: _if(r == 1, probe(1), probe(2), o, warp), out, warp)
+        out = _if(r == 0, probe(0), lambda o: _if(r == 1, probe(1), probe(2), o, warp, (4, 1)),
+                  out, warp, (4, 0))
         return probe(3)(out)
     if prog in (5, 8):
         trips = x % jnp.where(b > 0, ub, _U32(1))
@@ -209,7 +222,7 @@ def program(prog: int, x: jax.Array, a: jax.Array, b: jax.Array, c: jax.Array) -
             else:
                 slot = (2 * i).astype(jnp.int32)
                 o = _if((w ^ i) & 1 == 1, lambda o: _probe(o, slot, w, a, warp),
-                        lambda o: _probe(o, slot + 1, w, a, warp), o, warp, tie="then")
+                        lambda o: _probe(o, slot + 1, w, a, warp), o, warp, (8, 0))
             return _mix(w + i), i + 1, o
 
         w, _, out = _loop(cond, body, (x, jnp.zeros(32, _U32), out), warp)

@@ -58,6 +58,7 @@ def _mask_bits(mask: jax.Array) -> jax.Array:
     return ((mask[:, None] >> jnp.asarray(_LANE)[None, :]) & 1) == 1
 
 
+@jax.jit  # traced once per shape and reused: the groups call it many times
 def _fns(mask: jax.Array, base: jax.Array, offset: jax.Array) -> jax.Array:
     """PTX ``fns.b32 d, mask, base, offset`` per lane: the position of the ``|offset|``-th
     set bit of ``mask`` counting from ``base`` up (offset > 0) or down (offset < 0), base

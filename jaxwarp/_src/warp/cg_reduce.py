@@ -19,7 +19,8 @@ Float ``plus`` is IEEE addition rounded to nearest even on the bits (``softfloat
 binary64 through ``fma.fma64``), never XLA's float add, which flushes subnormals on the CPU.
 A NaN sum is the canonical NaN for float32 (``0x7FFFFFFF``), float16 and bfloat16 (``0x7FFF``)
 and, for float64, the NaN operand quieted: a signalling one before a quiet one, else the
-first operand's (the lane's own partial), as the H100 returns them.
+first operand's: in a scan the lane's own partial, in a butterfly the partner's (the H100's
+results on both captured seeds).
 ``less``/``greater`` are the header's ``(b < a) ? b : a`` / ``(a < b) ? b : a``, compared on
 the bits (so -0 and +0 tie and a NaN never compares less).
 """
@@ -93,6 +94,14 @@ def _dadd(ua: jax.Array, ub: jax.Array) -> jax.Array:
 
 @jax.custom_jvp
 def _fadd(a: jax.Array, b: jax.Array) -> jax.Array:
+    return _fadd_bits(a, b)
+
+
+# One traced (and, under vmap, batched) copy per shape and dtype, reused by every step of
+# every tree: a reduction and its scans call the soft-float adder many times, and tracing
+# it inline each time was most of the time of tracing them.
+@jax.jit
+def _fadd_bits(a: jax.Array, b: jax.Array) -> jax.Array:
     fmt = _FLOATS[a.dtype.name]
     if fmt == "f64":
         return _from_bits(_dadd(_bits(a), _bits(b)), a.dtype)
@@ -128,6 +137,7 @@ def _float_fields(name: str) -> tuple[int, int]:
     return {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}[name]
 
 
+@jax.jit  # traced once per dtype and reused
 def _lt(a: jax.Array, b: jax.Array) -> jax.Array:
     if jnp.issubdtype(a.dtype, jnp.floating):
         ka, na = _key(a)
@@ -183,17 +193,26 @@ def _group_arg(group: Any, fn: str) -> Group:
 # The trees.
 
 
-def _rank_lane(group: Group, rank: jax.Array) -> jax.Array:
-    """The lane of each lane's group that has rank ``rank`` (own lane if none)."""
-    if group.tile is not None:
-        return _lane() - (group.thread_rank() - rank)
-    src = _fns(group.mask, jnp.zeros(WARP_SIZE, jnp.int32), rank + 1)
-    return jnp.where(src < 0, _lane(), src)
+def _rank_lanes(group: Group) -> jax.Array:
+    """int32[32, 32]: [l, r] = the lane of rank r in lane l's group (a coalesced group);
+    lane l itself where its group has no rank r."""
+    return _rank_table(group.mask)
+
+
+@jax.jit  # traced once per shape and reused
+def _rank_table(mask: jax.Array) -> jax.Array:
+    member = ((mask[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
+    rank = jnp.cumsum(member, axis=1, dtype=jnp.int32) - 1  # [l, p]: rank of lane p
+    ranks = jnp.arange(WARP_SIZE, dtype=jnp.int32)[None, :, None]
+    hit = member[:, None, :] & (rank[:, None, :] == ranks)
+    return jnp.where(jnp.any(hit, axis=2), jnp.argmax(hit, axis=2).astype(jnp.int32),
+                     _lane()[:, None])
 
 
 def _scan(group: Group, v: jax.Array, op) -> jax.Array:
     rank = group.thread_rank()
     size = WARP_SIZE if group.tile is None else group.tile
+    table = _rank_lanes(group) if group.tile is None else None
     out = v
     i = 1
     while i < size:
@@ -201,7 +220,8 @@ def _scan(group: Group, v: jax.Array, op) -> jax.Array:
         if group.tile is not None:
             tmp = lanes.shfl_up_sync(group._call_mask(), out, i, group.tile)
         else:
-            src = _rank_lane(group, jnp.maximum(rank - i, 0))
+            below = jnp.maximum(rank - i, 0)[:, None]
+            src = jnp.take_along_axis(table, below, axis=1)[:, 0]
             tmp = lanes.shfl_sync(group.mask, out, src, WARP_SIZE)
         out = select(take, op(out, tmp), out)
         i *= 2
@@ -213,11 +233,17 @@ def _lanes_shape(p: jax.Array, v: jax.Array) -> jax.Array:
 
 
 def _butterfly(mask, v: jax.Array, op, n: int) -> jax.Array:
-    """``out = op(out, shfl_xor(out, m))`` for m = n/2 .. 1 with width n."""
+    """``out = op(out, shfl_xor(out, m))`` for m = n/2 .. 1 with width n.
+
+    A float ``plus`` adds ``partner + own``: the sum is the same, and from two NaNs of one
+    kind (both quiet or both signalling) the H100 returned the partner's in every
+    float64 butterfly of both captured seeds (the scans return the own partial's)."""
+    swap = op == plus and jnp.issubdtype(v.dtype, jnp.floating)
     out = v
     m = n // 2
     while m > 0:
-        out = op(out, lanes.shfl_xor_sync(mask, out, m, n))
+        other = lanes.shfl_xor_sync(mask, out, m, n)
+        out = op(other, out) if swap else op(out, other)
         m //= 2
     return out
 
