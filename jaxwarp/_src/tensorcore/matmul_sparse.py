@@ -18,7 +18,7 @@ from jax import lax
 
 from jaxwarp._src.tensorcore import datapath, isa, sparse
 
-__all__ = ["SPARSITIES", "matmul_2_4", "sparse_row"]
+__all__ = ["SPARSITIES", "matmul_2_4", "sparse_row", "kept_2_4"]
 
 SPARSITIES = ("2:4",)
 _ROWS_PER_STEP = 16
@@ -74,3 +74,10 @@ def matmul_2_4(a, b, c, *, a_format: str, b_format: str, accumulator: str,
 
     out = lax.map(step, tuple(blocks))
     return out.reshape(-1, out.shape[-1])[:m]
+
+
+def kept_2_4(a, *, a_format: str, b_format: str, accumulator: str, instruction: str):
+    """True where :func:`matmul_2_4` keeps an element of ``a`` (its operand-format A):
+    the 2:4 mask (1:2 for tf32) the forward pruned with, for the gradient."""
+    row = sparse_row(instruction, a_format, b_format, accumulator, a.shape[1])
+    return sparse.kept(a, sparse.Geometry(a_format, a.shape[1], row.unit_bits).group)

@@ -188,12 +188,60 @@ def compute(instr: SpInstruction, a, nib, b, c, arch, instruction: str = "mma_sy
                   + (", indices out of order" if instr.ordered else "")
                   + (", a tf32 nibble other than 0b0100 / 0b1110" if geo.a_format == "tf32"
                      else "") + ")")
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        return _product(instr, arch, instruction, a, nib, b, c)
+    return _forward(instr, arch, instruction, a, nib, b, c)
+
+
+def _forward(instr, arch, instruction, a, nib, b, c):
+    geo = sparse.geometry("mma_sp" if instruction == "mma_sync" else "wgmma_sp",
+                          instr.a_format, instr.k)
     bg = sparse.gather_b(geo, b, nib)  # (..., m, K/2, n)
     d = datapath.mma(a[..., :, None, :], bg, c[..., :, None, :], a_format=instr.a_format,
                      b_format=instr.b_format, c_format=instr.c_format,
                      d_format=instr.d_format, instruction=instruction,
                      instruction_k=instr.k // 2, arch=arch, satf=instr.satfinite)
     return d[..., 0, :]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _product(instr, arch, instruction, a, nib, b, c):
+    return _forward(instr, arch, instruction, a, nib, b, c)
+
+
+def _product_fwd(instr, arch, instruction, a, nib, b, c):
+    return _forward(instr, arch, instruction, a, nib, b, c), (a, nib, b, c)
+
+
+def _unbroadcast(x, like):
+    x = x.sum(axis=tuple(range(x.ndim - like.ndim))) if x.ndim > like.ndim else x
+    axes = tuple(i for i, (s, t) in enumerate(zip(like.shape, x.shape, strict=True))
+                 if s == 1 and t != 1)
+    return (x.sum(axis=axes, keepdims=True) if axes else x).astype(like.dtype)
+
+
+def _product_bwd(instr, arch, instruction, res, g):
+    # The dense datapath's straight-through rule for the dense A the stored elements
+    # and their indices stand for (A_dense[m, row] = the stored elements that multiply
+    # B's row ``row``): dA_dense = dD @ B^T, dB = A_dense^T @ dD, dC = dD in fp32, the
+    # same einsums as ``datapath``'s backward, so a 2:4 A gets the bits the dense
+    # instruction's gradient has at its stored positions. Pruned positions get none.
+    a, nib, b, c = res
+    geo = sparse.geometry("mma_sp" if instruction == "mma_sync" else "wgmma_sp",
+                          instr.a_format, instr.k)
+    f32, hi = jnp.float32, jax.lax.Precision.HIGHEST
+    rows = sparse.stored_rows(geo, nib)  # (..., m, K/2): the B row of each stored element
+    onehot = (rows[..., None] == jnp.arange(instr.k, dtype=rows.dtype)).astype(f32)
+    a_dense = jnp.einsum("...mj,...mjk->...mk", a.astype(f32), onehot, precision=hi)
+    g = g.astype(f32)
+    da_dense = jnp.einsum("...mn,...kn->...mk", g, b.astype(f32), precision=hi)
+    da = jnp.take_along_axis(
+        jnp.broadcast_to(da_dense, rows.shape[:-2] + da_dense.shape[-2:]), rows, axis=-1)
+    db = jnp.einsum("...mn,...mk->...kn", g, a_dense, precision=hi)
+    return (_unbroadcast(da, a), None, _unbroadcast(db, b), _unbroadcast(g, c))
+
+
+_product.defvjp(_product_fwd, _product_bwd)
 
 
 def _operand(instr, use, x, dims):

@@ -60,12 +60,14 @@ __all__ = [
     "Geometry",
     "geometry",
     "prune_2_4",
+    "kept",
     "compress_2_4",
     "decompress_2_4",
     "metadata_words",
     "nibbles_from_words",
     "nibbles_from_indices",
     "gather_b",
+    "stored_rows",
     "undefined_nibbles",
 ]
 
@@ -165,8 +167,8 @@ def prune_2_4(x: Any, *, group: int = 4) -> jax.Array:
     return _prune(x, group)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _prune(x, group):
+def kept(x, group):
+    """True where :func:`prune_2_4` keeps an element of x (the mask it prunes with)."""
     g = x.reshape(x.shape[:-1] + (x.shape[-1] // group, group))
     mag = jnp.abs(g.astype(jnp.float32)) if jnp.issubdtype(g.dtype, jnp.floating) \
         else jnp.abs(g.astype(jnp.int32)).astype(jnp.float32)
@@ -174,7 +176,12 @@ def _prune(x, group):
     order = jnp.argsort(-mag, axis=-1, stable=True)
     keep = jnp.zeros(g.shape, bool)
     keep = jnp.put_along_axis(keep, order[..., : group // 2], True, axis=-1, inplace=False)
-    return jnp.where(keep, g, jnp.zeros_like(g)).reshape(x.shape)
+    return keep.reshape(x.shape)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _prune(x, group):
+    return jnp.where(kept(x, group), x, jnp.zeros_like(x))
 
 
 def compress_2_4(x: Any, *, group: int = 4) -> tuple[jax.Array, jax.Array]:
@@ -356,6 +363,14 @@ def undefined_nibbles(geo: Geometry, nib: jax.Array, ordered: bool) -> jax.Array
 
 # --------------------------------------------------------------------------------------
 # The arithmetic's view: which B unit each stored unit multiplies.
+
+
+def stored_rows(geo: Geometry, nib: jax.Array) -> jax.Array:
+    """Nibbles (..., m, chunks) -> the row of B (the dense column of A) each stored
+    element stands for, (..., m, K/2) int32 (:func:`indices_from_nibbles` in its group)."""
+    col = indices_from_nibbles(geo, nib)
+    return jnp.arange(col.shape[-1], dtype=jnp.int32) // geo.stored * geo.group + col
+
 
 
 def gather_b(geo: Geometry, b: jax.Array, nib: jax.Array) -> jax.Array:
