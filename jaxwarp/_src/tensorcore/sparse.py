@@ -54,9 +54,12 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.tensorcore import isa
+from jaxwarp._src.tensorcore.mma_sync_parse import MmaInstruction
+from jaxwarp._src.tensorcore.wgmma_parse import WgmmaInstruction, instruction_of
 from jaxwarp._src.warp import checked
 
 __all__ = [
+    "SparseInstruction",
     "Geometry",
     "geometry",
     "prune_2_4",
@@ -129,6 +132,88 @@ class Geometry:
             lane = 4 * g + 2 * (selector * W + c // 8) + hi
             shift = 4 * (c % 8) + 0 * hi
         return lane + 32 * warp, shift
+
+
+#: Opcode prefixes of the sparse instructions.
+MMA_SP_ORDERED = "mma.sp::ordered_metadata.sync.aligned."
+MMA_SP_LEGACY = "mma.sp.sync.aligned."
+WGMMA_SP = "wgmma.mma_async.sp.sync.aligned."
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseInstruction:
+    """One ``mma.sp`` or ``wgmma.mma_async.sp`` configuration (frozen: a static argument).
+
+    Attributes:
+      family: ``"mma_sp"`` or ``"wgmma_sp"`` (``isa.SPARSE_INSTRUCTIONS``).
+      m, n, k: the shape; k is the logical (dense) K.
+      a_format, b_format, c_format, d_format: PTX type names (wgmma.sp: C is D).
+      satfinite: ``.satfinite`` (integer types).
+      ordered: ``mma.sp::ordered_metadata`` (False: legacy ``mma.sp``; ``wgmma.sp`` has
+        no ordered form, its repeated indices stay undefined).
+    """
+
+    family: str
+    m: int
+    n: int
+    k: int
+    a_format: str
+    b_format: str
+    c_format: str
+    d_format: str
+    satfinite: bool = False
+    ordered: bool = True
+
+    @property
+    def qualifier(self) -> str:
+        sat = ".satfinite" if self.satfinite else ""
+        if self.family == "wgmma_sp":
+            return f"m64n{self.n}k{self.k}{sat}.{self.d_format}.{self.a_format}.{self.b_format}"
+        return (f"m{self.m}n{self.n}k{self.k}.row.col{sat}.{self.d_format}.{self.a_format}."
+                f"{self.b_format}.{self.c_format}")
+
+    @property
+    def ptx(self) -> str:
+        if self.family == "wgmma_sp":
+            return WGMMA_SP + self.qualifier
+        return (MMA_SP_ORDERED if self.ordered else MMA_SP_LEGACY) + self.qualifier
+
+    @property
+    def instruction(self) -> str:
+        """The dense instruction whose datapath runs it: ``"mma_sync"`` or ``"wgmma"``."""
+        return "wgmma" if self.family == "wgmma_sp" else "mma_sync"
+
+    @property
+    def lanes(self) -> int:
+        """Threads that pass a metadata register: 32 (a warp) or 128 (a warpgroup)."""
+        return 128 if self.family == "wgmma_sp" else 32
+
+    @property
+    def row(self) -> isa.SparseRow:
+        return isa.sparse_row_of(self.family, self.a_format, (self.m, self.n, self.k))
+
+    @property
+    def geometry(self) -> Geometry:
+        return geometry(self.family, self.a_format, self.k)
+
+    def dense(self, use: str) -> MmaInstruction | WgmmaInstruction:
+        """The dense instruction whose fragment layout operand ``use`` has: A (the stored
+        K/2 columns) of m16n8k(K/2), B / C / D of m16n8kK (``mma_sp``); A and the
+        accumulator of m64nNk(K/2) (``wgmma_sp``; B comes from shared memory)."""
+        if self.family == "wgmma_sp":
+            if use == "b":
+                raise ValueError(f"{self.ptx} reads B from shared memory only (K = {self.k} "
+                                 f"has no dense register layout)")
+            sat = ".satfinite" if self.satfinite else ""
+            return instruction_of(f"m64n{self.n}k{self.k // 2}{sat}.{self.d_format}."
+                                  f"{self.a_format}.{self.b_format}")
+        k = self.k // 2 if use == "a" else self.k
+        return MmaInstruction(self.m, self.n, k, "row", "col", self.a_format, self.b_format,
+                              self.c_format, self.d_format, self.satfinite)
+
+    def nregs(self, use: str) -> int:
+        """Registers per lane of operand ``use`` (``mma_sp``)."""
+        return self.dense(use).nregs(use)
 
 
 @functools.cache

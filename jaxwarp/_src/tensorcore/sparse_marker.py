@@ -93,7 +93,7 @@ def as_2_4(w: Any, *, axis: int = 0) -> jax.Array:
         a concrete ``w`` is not 2:4 along it.
 
     Example:
-      >>> import jax.numpy as jnp
+      >>> import jax.numpy as jnp, jaxwarp
       >>> w = jaxwarp.sparse.prune_2_4(jnp.ones((4, 8))).T   # (K, N) = (8, 4), 2:4 along K
       >>> f = lambda x, w: x @ jaxwarp.sparse.as_2_4(w)
       >>> jaxwarp.emulate(f, operand_format="bf16", instruction="mma_sync")(jnp.ones((2, 8)), w)
