@@ -60,7 +60,7 @@ ad.primitive_jvps[as_2_4_p] = _jvp
 
 def _batch(args, dims, *, axis):
     (x,), (d,) = args, dims
-    if d is batching.not_mapped:
+    if d is None:  # not mapped
         return as_2_4_p.bind(x, axis=axis), d
     return as_2_4_p.bind(x, axis=axis + (d <= axis)), d
 
