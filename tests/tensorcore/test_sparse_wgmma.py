@@ -29,7 +29,7 @@ from jaxwarp._src.tensorcore.wgmma_registers import (
 )
 
 CAP = load_capture("sparse")
-# One configuration per arithmetic (bf16 runs as f16); all 24 of the file go through the
+# One configuration per A-type family (not bf16); all 24 of the file go through the
 # same arithmetic on logical matrices in ``python -m jaxwarp.conformance``.
 SAMPLE = ("wgsp/f16.f16.f16f16.m64n8k32.sel1", "wgsp/tf32.tf32.f32f32.m64n8k16.sel1",
           "wgsp/e4m3.e5m2.f16f16.m64n8k64", "wgsp/u8.s8.s32s32.m64n8k64.satfinite")
