@@ -202,8 +202,8 @@ def wgmma_sp(qualifier: str | sparse.SparseInstruction, a: Any, desc_b: Any, sme
       >>> from jaxwarp._src.tensorcore.smem import make_descriptor
       >>> q = "m64n8k32.f32.f16.f16"
       >>> a = jnp.full((128, 4), 0x3C003C00, jnp.uint32)   # every stored f16 is 1.0
-      >>> smem = jnp.zeros(4096, jnp.uint8).at[2048:].set(jnp.uint8(0x40) * (jnp.arange(
-      ...     2048) % 2 == 1))                                 # every f16 of B is 2.0
+      >>> smem = jnp.zeros(4096, jnp.uint8).at[2048:].set(
+      ...     jnp.tile(jnp.array([0, 0x40], jnp.uint8), 1024))  # every f16 of B is 2.0
       >>> e = jnp.full((128,), 0x44444444, jnp.uint32)     # indices 0, 1 in every group
       >>> d = wgmma_sp(q, a, make_descriptor(2048, 128, 512), smem,
       ...              jnp.zeros((128, 4), jnp.float32), e)
