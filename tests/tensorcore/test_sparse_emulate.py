@@ -64,3 +64,13 @@ def test_emulate_runs_marked_products_sparse():
         np.testing.assert_array_equal(np.asarray(a).view(np.uint32),
                                       np.asarray(b).view(np.uint32))
     assert not np.asarray(g1[1])[np.asarray(w) == 0].any()
+
+
+@pytest.mark.slow
+def test_checked_mode_reports_a_marked_weight_that_is_not_2_4():
+    f = jax.jit(lambda w: jaxwarp.sparse.as_2_4(w))
+    err, _ = jaxwarp.checked(f)(jnp.ones((8, 4), jnp.float32))
+    with pytest.raises(Exception, match="w is not 2:4 sparse along axis 0"):
+        err.throw()
+    err, _ = jaxwarp.checked(f)(_data()[1])
+    err.throw()  # a 2:4 weight: nothing to report
