@@ -107,12 +107,14 @@ from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx as mma_sync_ptx
 from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx_logical as mma_sync_ptx_logical
 
 # Sparse MMA (2:4 structured sparsity): mma.sp / mma.sp::ordered_metadata on registers or
-# logical matrices, wgmma.mma_async.sp on logical matrices; helpers in jaxwarp.sparse.
+# logical matrices, wgmma.mma_async.sp on registers or logical matrices; helpers in
+# jaxwarp.sparse (as_2_4 marks a weight for emulate).
 from jaxwarp._src.tensorcore.mma_sp import parse_mma_sp as parse_mma_sp
 from jaxwarp._src.tensorcore.mma_sp import mma_sp_instructions as mma_sp_instructions
 from jaxwarp._src.tensorcore.mma_sp import mma_sp as mma_sp
 from jaxwarp._src.tensorcore.mma_sp import mma_sp_logical as mma_sp_logical
 from jaxwarp._src.tensorcore.wgmma_sp import parse_wgmma_sp as parse_wgmma_sp
+from jaxwarp._src.tensorcore.wgmma_sp import wgmma_sp as wgmma_sp
 from jaxwarp._src.tensorcore.wgmma_sp import wgmma_sp_logical as wgmma_sp_logical
 from jaxwarp import sparse as sparse
 

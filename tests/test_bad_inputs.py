@@ -2387,6 +2387,40 @@ case(6, "matmul-sparsity-tile", lambda a, b: jaxwarp.matmul(a, b, sparsity="2:4"
                                                             tile=(16, 8, 16)),
      np.ones((16, 32), np.float32), np.ones((32, 8), np.float32), exc=ValueError,
      must=("sparsity='2:4' takes no tile",), modes=EAGER)
+_QWSP, _WSPB = "m64n8k32.f32.f16.f16", jaxwarp.make_descriptor(2048, 128, 512)
+_WSP = (np.full((128, 4), 0x3C003C00, np.uint32), np.zeros(4096, np.uint8),
+        np.zeros((128, 4), np.float32), np.full(128, 0x44444444, np.uint32))
+
+
+def _wsp(q=_QWSP, desc_b=_WSPB, **kw):
+    return lambda a, smem, d, e: jaxwarp.wgmma_sp(q, a, desc_b, smem, d, e, **kw)
+
+
+case(6, "wgmma_sp-e-shape", _wsp(), *_WSP[:3], _WSP[3][:64], exc=ValueError,
+     must=("e must be uint32 of shape (..., 128)", "(64,)"))
+case(6, "wgmma_sp-selector", _wsp("m64n8k64.f32.e4m3.e4m3", selector=1), *_WSP,
+     exc=ValueError, must=("selector=1", "allowed: (0,)"), modes=EAGER)
+case(6, "wgmma_sp-desc-b-range", _wsp(), _WSP[0], np.zeros(1024, np.uint8), *_WSP[2:],
+     exc=ValueError, must=("operand b", "beyond smem of 1024 bytes"))
+case(6, "wgmma_sp-a-shape", _wsp(), _WSP[0][:, :2], *_WSP[1:], exc=ValueError,
+     must=("a_regs must have shape (..., 128, 4)",))
+_W24 = np.tile(np.array([[1], [0], [0], [2]], np.float32), (2, 4))
+case(6, "as_2_4-not-2-4", lambda w: jaxwarp.sparse.as_2_4(w), np.ones((8, 4), np.float32),
+     exc=ValueError, must=("w is not 2:4 sparse along axis 0", "prune_2_4"), modes=EAGER)
+case(6, "as_2_4-axis", lambda w: jaxwarp.sparse.as_2_4(w, axis=2), _W24, exc=ValueError,
+     must=("axis=2 is not an axis of w", "(8, 4)"), modes=EAGER)
+case(6, "as_2_4-length", lambda w: jaxwarp.sparse.as_2_4(w), _W24[:6], exc=ValueError,
+     must=("axis 0 (length 6)", "multiple of 4"))
+case(6, "as_2_4-int", lambda w: jaxwarp.sparse.as_2_4(w), _W24.astype(np.int32),
+     exc=TypeError, must=("w must be a float array", "int32"))
+case(6, "emulate-sparse-both", lambda x, w: jaxwarp.emulate(
+    lambda x, w: jaxwarp.sparse.as_2_4(x, axis=1) @ jaxwarp.sparse.as_2_4(w),
+    operand_format="f16", instruction="mma_sync")(x, w), _W24.T, _W24, exc=ValueError,
+    must=("marks both operands", "mark one"), modes=EAGER)
+case(6, "emulate-sparse-tile", lambda x, w: jaxwarp.emulate(
+    lambda x, w: x @ jaxwarp.sparse.as_2_4(w), operand_format="f16", instruction="mma_sync",
+    tile=(16, 8, 16))(x, w), _W24.T, _W24, exc=ValueError,
+    must=("sparsity='2:4'", "tile=(16, 8, 16)"), modes=EAGER)
 
 
 def _sparse_matmul_params():

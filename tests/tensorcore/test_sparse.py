@@ -22,7 +22,7 @@ from conftest import load_capture
 
 import jaxwarp
 from jaxwarp._src.conformance import handlers_sparse
-from jaxwarp._src.tensorcore import isa, mma_sp, sparse
+from jaxwarp._src.tensorcore import isa, sparse
 from jaxwarp._src.tensorcore.mma_sync_registers import pack, unpack
 
 CAP = load_capture("sparse")
@@ -197,7 +197,7 @@ def test_catalogue_rows_have_their_geometry():
 def test_mma_sp_instructions_parse():
     ops = jaxwarp.mma_sp_instructions()
     assert len(ops) == 88 and all(jaxwarp.parse_mma_sp(o).ptx == o for o in ops)
-    assert isinstance(jaxwarp.parse_mma_sp(ops[0]), mma_sp.SpInstruction)
+    assert isinstance(jaxwarp.parse_mma_sp(ops[0]), sparse.SparseInstruction)
 
 
 @pytest.mark.slow

@@ -59,7 +59,7 @@ def parse_name(family: str, name: str):
             instr = wgmma_sp.parse_wgmma_sp(f"m{mm}n{n}k{k}{sat or ''}.{d}.{a}.{b}")
         else:
             q = f"m{mm}n{n}k{k}.row.col{sat or ''}.{d}.{a}.{b}.{c}"
-            prefix = mma_sp.ORDERED_PREFIX if ordered else mma_sp.LEGACY_PREFIX
+            prefix = sparse.MMA_SP_ORDERED if ordered else sparse.MMA_SP_LEGACY
             instr = mma_sp.parse_mma_sp(prefix + q)
     except ValueError as e:
         raise CaptureError(f"{family}/{name}: {e}") from None
@@ -69,15 +69,12 @@ def parse_name(family: str, name: str):
     return instr, sel, steps
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _run(instr, sel, steps, instruction, a, meta, b, c):
-    geo = sparse.geometry("mma_sp" if instruction == "mma_sync" else "wgmma_sp",
-                          instr.a_format, instr.k)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _run(instr, sel, steps, a, meta, b, c):
     def step(acc, xs):  # D of step s is C of step s + 1
         a_s, m_s, b_s = xs
-        nib = sparse.nibbles_from_words(geo, m_s, sel)
-        return mma_sp.compute(instr, a_s, nib, b_s, acc, "sm_90a",
-                              instruction=instruction), None
+        nib = sparse.nibbles_from_words(instr.geometry, m_s, sel)
+        return mma_sp.compute(instr, a_s, nib, b_s, acc, "sm_90a"), None
 
     if steps == 1:
         return step(c, (a, meta, b))[0]
@@ -118,9 +115,8 @@ def configs(cap: Any, keys: set) -> Iterator[GroupResult]:
         except CaptureError as e:
             yield GroupResult(base, 0, 0, error=str(e))
             continue
-        instruction = "wgmma" if family == "wgsp" else "mma_sync"
         try:
-            got = _run(instr, sel, steps, instruction, jnp.asarray(a), jnp.asarray(meta),
+            got = _run(instr, sel, steps, jnp.asarray(a), jnp.asarray(meta),
                        jnp.asarray(b), jnp.asarray(c))
             got = _bits(np.asarray(got), instr.d_format)
         except (TypeError, ValueError) as e:

@@ -14,7 +14,7 @@ from jax.extend import core as jcore
 from jax.extend import linear_util as lu
 
 from jaxwarp._src.emulate.config import MARKER, OPERAND_FORMATS, OTHER_PRODUCTS, PRODUCTS, Config
-from jaxwarp._src.emulate.products import as_float_operand, gemm
+from jaxwarp._src.emulate.products import as_float_operand, gemm, sparse_gemm
 from jaxwarp._src.emulate.report import Product, ReportEntry, UnsupportedProductError
 
 try:  # name stacks on re-bound equations (as jax.core.eval_jaxpr keeps them); optional
@@ -49,6 +49,7 @@ class Interpreter:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.entries: list[ReportEntry] = []
+        self.marked: dict = {}  # outputs of jaxwarp.sparse.as_2_4 -> their axis
 
     # -- whole functions -------------------------------------------------------------
 
@@ -223,6 +224,8 @@ class Interpreter:
         K = math.prod(lhs.shape[d] for d in lc)
         info = self._info(eqn, "dot_general", invals, B, M, N, K, where)
         out_aval = eqn.outvars[0].aval
+        sparse = [isinstance(v, jcore.Var) and c == (self.marked.get(v),)
+                  for v, c in zip(eqn.invars, (lc, rc), strict=True)]  # contracted along as_2_4's axis
 
         def compute():
             if 0 in (B, M, N, K):  # an empty sum is +0; empty outputs are empty
@@ -232,7 +235,8 @@ class Interpreter:
             batched = bool(lb)
             x = x.reshape((B, M, K) if batched else (M, K))
             y = y.reshape((B, K, N) if batched else (K, N))
-            d = self.gemm(x, y, batched)
+            d = sparse_gemm(x, y, self.cfg, batched, sparse) if any(sparse) \
+                else self.gemm(x, y, batched)
             shape = bshape + tuple(lhs.shape[i] for i in lfree) + tuple(
                 rhs.shape[i] for i in rfree)
             return d.reshape(shape).astype(out_aval.dtype)
@@ -288,6 +292,10 @@ class Interpreter:
             return jnp.transpose(canon, np.argsort(out_spec)).astype(out_aval.dtype)
 
         return self._product(eqn, invals, info, compute)
+
+    def as_2_4(self, eqn, invals, where):
+        self.marked[eqn.outvars[0]] = eqn.params["axis"]
+        return self.bind(eqn, invals)
 
     # -- control flow and wrappers ---------------------------------------------------
 
@@ -444,5 +452,6 @@ _HANDLERS = {
     "custom_jvp_call": Interpreter.custom_jvp,
     "custom_vjp_call": Interpreter.custom_vjp,
     "shard_map": Interpreter.shard_map,
+    "jaxwarp_as_2_4": Interpreter.as_2_4,
 }
 

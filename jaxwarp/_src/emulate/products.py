@@ -12,7 +12,9 @@ from jaxwarp._src.emulate import recipes
 from jaxwarp._src.emulate.config import BLOCK_SCALINGS, FP8_FORMATS, MARKER, Config
 from jaxwarp._src.numerics.blockwise import BLOCK, block_scales
 from jaxwarp._src.numerics.scaling import tensor_scale_exponent, times_pow2
+from jaxwarp._src.tensorcore import matmul_sparse
 from jaxwarp._src.tensorcore.matmul import matmul
+from jaxwarp._src.warp import checked
 
 
 def _pair(fa: str, fb: str):
@@ -108,3 +110,39 @@ def as_float_operand(x):
     # then to the operand format by matmul, as a kernel that widens int8 would.
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
 
+
+
+def sparse_gemm(x, y, cfg: Config, batched: bool, sparse: list):
+    """A product with a ``jaxwarp.sparse.as_2_4`` operand (``sparse``: [lhs, rhs] marked
+    and contracted along its axis): ``matmul(..., sparsity="2:4")`` with it as A (a
+    right-hand one as ``D^T = Y^T X^T``), K zero-padded to the sparse instruction's."""
+    if all(sparse):
+        raise ValueError("jaxwarp.sparse.as_2_4 marks both operands of a product; a sparse "
+                         "tensor core takes one 2:4 operand (mark one)")
+    fixed = dict(tile=cfg.tile, promote_every=cfg.promote_every, scaling=cfg.scaling,
+                 backward_format=cfg.backward_format, recipe=cfg.recipe)
+    given = {k: v for k, v in fixed.items() if v is not None}
+    if given or cfg.mode != "exact":
+        raise ValueError(f"a product of a jaxwarp.sparse.as_2_4 operand runs as "
+                         f"matmul(..., sparsity='2:4'): mode='exact' and no "
+                         f"{'/'.join(fixed)}; got mode={cfg.mode!r}"
+                         + "".join(f", {k}={v!r}" for k, v in given.items()))
+    swap = sparse[1]
+    a, b = (jnp.swapaxes(y, -1, -2), jnp.swapaxes(x, -1, -2)) if swap else (x, y)
+    fmt, acc = cfg.operand_format, cfg.accumulator
+    instruction = cfg.instruction or "mma_sync"
+    K = a.shape[-1]
+    step = matmul_sparse.k_step(instruction, fmt, acc)
+    if K % step:
+        pad = [(0, 0)] * (a.ndim - 1)
+        a = jnp.pad(a, pad + [(0, step - K % step)])
+        b = jnp.pad(b, pad[:-1] + [(0, step - K % step), (0, 0)])
+    if fmt == "tf32":  # its sparse instructions are 1:2: a 2:4 weight is not enough
+        pairs = jnp.sum(a.reshape(a.shape[:-1] + (-1, 2)) != 0, axis=-1)
+        checked.check(jnp.all(pairs <= 1), "a jaxwarp.sparse.as_2_4 operand of a tf32 "
+                      "product is not 1:2 (tf32's sparse instructions keep 1 of every 2; "
+                      "prune_2_4(w, group=2))")
+    mm = functools.partial(matmul, operand_format=fmt, accumulator=acc, arch=cfg.arch,
+                           instruction=instruction, sparsity="2:4")
+    out = jax.vmap(mm)(a, b) if batched else mm(a, b)
+    return jnp.swapaxes(out, -1, -2) if swap else out

@@ -491,12 +491,44 @@ def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instr
         raise ValueError(f"a (M, K) and b (K, N) must be 2-D with one K; got a "
                          f"{tuple(a.shape)}, b {tuple(b.shape)}")
     matmul_sparse.sparse_row(instruction, fa, fb, accumulator, a.shape[1])
-    if arch == "sm_90" and instruction == "wgmma":
-        arch = "sm_90a"
     acc_dt = ACC_DTYPE[accumulator]
     c = jnp.zeros((a.shape[0], b.shape[1]), acc_dt) if c is None else c
     if c.shape != (a.shape[0], b.shape[1]):
         raise ValueError(f"c must have shape {(a.shape[0], b.shape[1])}, got {tuple(c.shape)}")
-    return matmul_sparse.matmul_2_4(to_operand(a, fa), to_operand(b, fb), c.astype(acc_dt),
-                                    a_format=fa, b_format=fb, accumulator=accumulator,
-                                    instruction=instruction, arch=arch)
+    # The dense product of the same instruction runs the backward (``_bwd_2_4``).
+    cfg = Cfg(fa, fb, accumulator, default_tile(instruction, fa, arch), instruction, arch,
+              "exact", None, False)
+    return _matmul_2_4(a, b, c, cfg)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _matmul_2_4(a, b, c, cfg: Cfg):
+    return matmul_sparse.matmul_2_4(
+        to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
+        c.astype(ACC_DTYPE[cfg.accumulator]), a_format=cfg.a_format, b_format=cfg.b_format,
+        accumulator=cfg.accumulator, instruction=cfg.instruction,
+        arch=issue_arch(cfg.instruction, cfg.arch))
+
+
+def _fwd_2_4(a, b, c, cfg):
+    return _matmul_2_4(a, b, c, cfg), (a, b, c)
+
+
+def _bwd_2_4(cfg: Cfg, res, g):
+    # A is 2:4 by contract: its pruned elements are zeros, not variables, so dA is zero
+    # there (the mask the forward pruned with). Otherwise the dense matmul's backward:
+    # straight-through conversions, dA = dD @ B^T and dB = A^T @ dD (the pruned A) as
+    # dense products of the same instruction on the emulated tensor core (neither is
+    # 2:4), dC = dD. Bit for bit the gradient of matmul(where(mask, a, 0), b).
+    a, b, c = res
+    keep = matmul_sparse.kept_2_4(to_operand(a, cfg.a_format), a_format=cfg.a_format,
+                                  b_format=cfg.b_format, accumulator=cfg.accumulator,
+                                  instruction=cfg.instruction)
+    g = g.astype(ACC_DTYPE[cfg.accumulator])
+    a_kept = jnp.where(keep, a, jnp.zeros_like(a))
+    da = jnp.where(keep, _bwd_product(g, b.T, cfg).astype(a.dtype), jnp.zeros_like(a))
+    db = _bwd_product(a_kept.T, g, cfg).astype(b.dtype)
+    return da, db, g.astype(c.dtype)
+
+
+_matmul_2_4.defvjp(_fwd_2_4, _bwd_2_4)

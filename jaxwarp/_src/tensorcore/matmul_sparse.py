@@ -18,10 +18,12 @@ from jax import lax
 
 from jaxwarp._src.tensorcore import datapath, isa, sparse
 
-__all__ = ["SPARSITIES", "matmul_2_4", "sparse_row"]
+__all__ = ["SPARSITIES", "matmul_2_4", "sparse_row", "kept_2_4", "k_step"]
 
 SPARSITIES = ("2:4",)
 _ROWS_PER_STEP = 16
+#: The sparse instruction family of each matmul instruction.
+FAMILY = {"mma_sync": "mma_sp", "wgmma": "wgmma_sp"}
 
 
 def sparse_row(instruction: str, a_format: str, b_format: str, accumulator: str, k: int
@@ -31,7 +33,7 @@ def sparse_row(instruction: str, a_format: str, b_format: str, accumulator: str,
     Raises:
       ValueError: no sparse instruction takes these types, or none divides k.
     """
-    fam = {"mma_sync": "mma_sp", "wgmma": "wgmma_sp"}.get(instruction)
+    fam = FAMILY.get(instruction)
     if fam is None:
         raise ValueError(f"sparsity='2:4' runs instruction='mma_sync' or 'wgmma'; got "
                          f"instruction={instruction!r}")
@@ -47,6 +49,14 @@ def sparse_row(instruction: str, a_format: str, b_format: str, accumulator: str,
         raise ValueError(f"sparsity='2:4': K = {k} is not a multiple of the K of a sparse "
                          f"{instruction} with {a_format} operands {sorted(r.k for r in rows)}")
     return max(fit, key=lambda r: r.k)
+
+
+def k_step(instruction: str, a_format: str, accumulator: str) -> int:
+    """The smallest K of the sparse instructions a GEMM of ``a_format`` operands can use
+    (K must be a multiple of it); raises as :func:`sparse_row` where there is none."""
+    sparse_row(instruction, a_format, a_format, accumulator, 0)
+    return min(r.k for r in isa.sparse_rows(FAMILY[instruction], a_format)
+               if (accumulator, accumulator) in r.cd)
 
 
 @functools.partial(jax.jit, static_argnames=("a_format", "b_format", "accumulator",
@@ -74,3 +84,10 @@ def matmul_2_4(a, b, c, *, a_format: str, b_format: str, accumulator: str,
 
     out = lax.map(step, tuple(blocks))
     return out.reshape(-1, out.shape[-1])[:m]
+
+
+def kept_2_4(a, *, a_format: str, b_format: str, accumulator: str, instruction: str):
+    """True where :func:`matmul_2_4` keeps an element of ``a`` (its operand-format A):
+    the 2:4 mask (1:2 for tf32) the forward pruned with, for the gradient."""
+    row = sparse_row(instruction, a_format, b_format, accumulator, a.shape[1])
+    return sparse.kept(a, sparse.Geometry(a_format, a.shape[1], row.unit_bits).group)

@@ -29,7 +29,6 @@ element of A is never multiplied (an inf in B there does not make a NaN).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -40,64 +39,14 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.tensorcore import datapath, isa, sparse
 from jaxwarp._src.tensorcore.arch import check_target, parse_target, supported_target
-from jaxwarp._src.tensorcore.mma_sync_parse import LOGICAL_DTYPE, MmaInstruction
+from jaxwarp._src.tensorcore.mma_sync_parse import LOGICAL_DTYPE
 from jaxwarp._src.tensorcore.mma_sync_registers import pack, regs_arg, unpack
 from jaxwarp._src.warp import checked
 
-__all__ = ["SpInstruction", "parse_mma_sp", "mma_sp_instructions", "mma_sp", "mma_sp_logical"]
+__all__ = ["parse_mma_sp", "mma_sp_instructions", "mma_sp", "mma_sp_logical", "compute",
+           "check_arch", "check_selector"]
 
-ORDERED_PREFIX = "mma.sp::ordered_metadata.sync.aligned."
-LEGACY_PREFIX = "mma.sp.sync.aligned."
-
-
-@dataclasses.dataclass(frozen=True)
-class SpInstruction:
-    """One ``mma.sp`` configuration (frozen: a static argument).
-
-    Attributes:
-      m, n, k: the shape; k is the logical (dense) K.
-      a_format, b_format, c_format, d_format: PTX type names.
-      satfinite: ``.satfinite`` (integer types).
-      ordered: ``::ordered_metadata`` (False: legacy ``mma.sp``).
-    """
-
-    m: int
-    n: int
-    k: int
-    a_format: str
-    b_format: str
-    c_format: str
-    d_format: str
-    satfinite: bool = False
-    ordered: bool = True
-
-    @property
-    def qualifier(self) -> str:
-        sat = ".satfinite" if self.satfinite else ""
-        return (f"m{self.m}n{self.n}k{self.k}.row.col{sat}.{self.d_format}.{self.a_format}."
-                f"{self.b_format}.{self.c_format}")
-
-    @property
-    def ptx(self) -> str:
-        return (ORDERED_PREFIX if self.ordered else LEGACY_PREFIX) + self.qualifier
-
-    @property
-    def row(self) -> isa.SparseRow:
-        return isa.sparse_row_of("mma_sp", self.a_format, (self.m, self.n, self.k))
-
-    @property
-    def geometry(self) -> sparse.Geometry:
-        return sparse.geometry("mma_sp", self.a_format, self.k)
-
-    def dense(self, use: str) -> MmaInstruction:
-        """The dense ``mma.sync`` whose fragment layout operand ``use`` has: A of
-        m16n8k(K/2), B / C / D of m16n8kK."""
-        k = self.k // 2 if use == "a" else self.k
-        return MmaInstruction(self.m, self.n, k, "row", "col", self.a_format, self.b_format,
-                              self.c_format, self.d_format, self.satfinite)
-
-    def nregs(self, use: str) -> int:
-        return self.dense(use).nregs(use)
+Instr = sparse.SparseInstruction
 
 
 def _candidates():
@@ -109,7 +58,7 @@ def _candidates():
                     for c, d in r.cd:
                         for sat in ((False, True) if r.satfinite else (False,)):
                             for ordered in (True, False) if r.legacy else (True,):
-                                out.append(SpInstruction(m, n, k, a, b, c, d, sat, ordered))
+                                out.append(Instr("mma_sp", m, n, k, a, b, c, d, sat, ordered))
     return tuple(out)
 
 
@@ -129,10 +78,10 @@ def mma_sp_instructions() -> tuple[str, ...]:
     return tuple(_BY_PTX)
 
 
-def parse_mma_sp(qualifier: str | SpInstruction) -> SpInstruction:
+def parse_mma_sp(qualifier: str | Instr) -> Instr:
     """The opcode ``mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32``
     (or its text after the prefix: ordered; ``mma.sp.sync.aligned.…``: legacy) -> the
-    :class:`SpInstruction`.
+    :class:`~jaxwarp._src.tensorcore.sparse.SparseInstruction`.
 
     Raises:
       ValueError: not one of :func:`mma_sp_instructions` (the message lists the shapes
@@ -142,12 +91,12 @@ def parse_mma_sp(qualifier: str | SpInstruction) -> SpInstruction:
       >>> parse_mma_sp("m16n8k64.row.col.satfinite.s32.s8.u8.s32").satfinite
       True
     """
-    if isinstance(qualifier, SpInstruction):
+    if isinstance(qualifier, Instr) and qualifier.family == "mma_sp":
         return qualifier
     if not isinstance(qualifier, str):
         raise TypeError(f"qualifier must be a str, got {type(qualifier).__name__}")
     q = qualifier.strip()
-    full = q if q.startswith(("mma.sp::", "mma.sp.")) else ORDERED_PREFIX + q
+    full = q if q.startswith(("mma.sp::", "mma.sp.")) else sparse.MMA_SP_ORDERED + q
     if full not in _BY_PTX:
         shapes = "; ".join(f"{isa.shape_name(r.shapes[0])} {'/'.join(r.a_formats)}"
                            for r in isa.sparse_rows("mma_sp"))
@@ -159,18 +108,20 @@ def parse_mma_sp(qualifier: str | SpInstruction) -> SpInstruction:
     return _BY_PTX[full]
 
 
-def _check_arch(instr: SpInstruction, arch: Any) -> Any:
+def check_arch(instr: Instr, arch: Any) -> Any:
+    """A target name is checked to have the instruction (``isa.SPARSE_ROWS``' min_sm and
+    the dense instruction of K/2); an ``ArchModel`` is taken as it is."""
     if isinstance(arch, str):
         target = parse_target(arch)
         supported_target(arch)
         row = instr.row
         if target.sm < row.min_sm:
             raise ValueError(f"{instr.ptx} needs sm_{row.min_sm} or newer; arch={arch!r}")
-        check_target(target, "mma_sync", instr.a_format, instr.b_format, instr.k // 2)
+        check_target(target, instr.instruction, instr.a_format, instr.b_format, instr.k // 2)
     return arch
 
 
-def _selector(instr: SpInstruction, selector: Any) -> int:
+def check_selector(instr: Instr, selector: Any) -> int:
     selector = checks.static_int(selector, "selector")
     allowed = tuple(range(instr.row.selectors))
     if selector not in allowed:
@@ -179,21 +130,64 @@ def _selector(instr: SpInstruction, selector: Any) -> int:
     return selector
 
 
-def compute(instr: SpInstruction, a, nib, b, c, arch, instruction: str = "mma_sync"):
+def compute(instr: Instr, a, nib, b, c, arch):
     """``D = A @ B + C`` from stored A (..., m, K/2), nibbles (..., m, chunks), B, C."""
-    geo = sparse.geometry("mma_sp" if instruction == "mma_sync" else "wgmma_sp",
-                          instr.a_format, instr.k)
+    geo = instr.geometry
     checked.check(~jnp.any(sparse.undefined_nibbles(geo, nib, instr.ordered)),
                   f"{instr.ptx}: metadata the PTX ISA leaves undefined (a repeated index"
                   + (", indices out of order" if instr.ordered else "")
                   + (", a tf32 nibble other than 0b0100 / 0b1110" if geo.a_format == "tf32"
                      else "") + ")")
-    bg = sparse.gather_b(geo, b, nib)  # (..., m, K/2, n)
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        return _product(instr, arch, a, nib, b, c)
+    return _forward(instr, arch, a, nib, b, c)
+
+
+def _forward(instr, arch, a, nib, b, c):
+    bg = sparse.gather_b(instr.geometry, b, nib)  # (..., m, K/2, n)
     d = datapath.mma(a[..., :, None, :], bg, c[..., :, None, :], a_format=instr.a_format,
                      b_format=instr.b_format, c_format=instr.c_format,
-                     d_format=instr.d_format, instruction=instruction,
+                     d_format=instr.d_format, instruction=instr.instruction,
                      instruction_k=instr.k // 2, arch=arch, satf=instr.satfinite)
     return d[..., 0, :]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _product(instr, arch, a, nib, b, c):
+    return _forward(instr, arch, a, nib, b, c)
+
+
+def _product_fwd(instr, arch, a, nib, b, c):
+    return _forward(instr, arch, a, nib, b, c), (a, nib, b, c)
+
+
+def _unbroadcast(x, like):
+    x = x.sum(axis=tuple(range(x.ndim - like.ndim))) if x.ndim > like.ndim else x
+    axes = tuple(i for i, (s, t) in enumerate(zip(like.shape, x.shape, strict=True))
+                 if s == 1 and t != 1)
+    return (x.sum(axis=axes, keepdims=True) if axes else x).astype(like.dtype)
+
+
+def _product_bwd(instr, arch, res, g):
+    # The dense datapath's straight-through rule for the dense A the stored elements
+    # and their indices stand for (A_dense[m, row] = the stored elements that multiply
+    # B's row ``row``): dA_dense = dD @ B^T, dB = A_dense^T @ dD, dC = dD in fp32, the
+    # same einsums as ``datapath``'s backward, so a 2:4 A gets the bits the dense
+    # instruction's gradient has at its stored positions. Pruned positions get none.
+    a, nib, b, c = res
+    f32, hi = jnp.float32, jax.lax.Precision.HIGHEST
+    rows = sparse.stored_rows(instr.geometry, nib)  # (..., m, K/2): B row of each stored one
+    onehot = (rows[..., None] == jnp.arange(instr.k, dtype=rows.dtype)).astype(f32)
+    a_dense = jnp.einsum("...mj,...mjk->...mk", a.astype(f32), onehot, precision=hi)
+    g = g.astype(f32)
+    da_dense = jnp.einsum("...mn,...kn->...mk", g, b.astype(f32), precision=hi)
+    da = jnp.take_along_axis(
+        jnp.broadcast_to(da_dense, rows.shape[:-2] + da_dense.shape[-2:]), rows, axis=-1)
+    db = jnp.einsum("...mn,...mk->...kn", g, a_dense, precision=hi)
+    return (_unbroadcast(da, a), None, _unbroadcast(db, b), _unbroadcast(g, c))
+
+
+_product.defvjp(_product_fwd, _product_bwd)
 
 
 def _operand(instr, use, x, dims):
@@ -208,9 +202,9 @@ def _operand(instr, use, x, dims):
     return x
 
 
-def logical_operands(instr, a, b, c, indices, m: int):
+def logical_operands(instr, a, b, c, indices):
     """Checks the logical operands; a dense A is compressed here. -> (a, nibbles, b, c)."""
-    geo = sparse.geometry("mma_sp" if m == 16 else "wgmma_sp", instr.a_format, instr.k)
+    geo, m = instr.geometry, instr.m
     a = _operand(instr, "a", a, ((m, instr.k // 2), (m, instr.k)))
     b = _operand(instr, "b", b, ((instr.k, instr.n),))
     c = _operand(instr, "c", c, ((m, instr.n),))
@@ -248,7 +242,7 @@ def logical_operands(instr, a, b, c, indices, m: int):
     return a, sparse.nibbles_from_indices(geo, indices), b, c
 
 
-def mma_sp_logical(qualifier: str | SpInstruction, a: Any, b: Any, c: Any, *,
+def mma_sp_logical(qualifier: str | Instr, a: Any, b: Any, c: Any, *,
                    indices: Any = None, arch: Any = "sm_90") -> jax.Array:
     """``D = A @ B + C`` of one ``mma.sp`` on logical matrices.
 
@@ -278,9 +272,9 @@ def mma_sp_logical(qualifier: str | SpInstruction, a: Any, b: Any, c: Any, *,
       3.0
     """
     instr = parse_mma_sp(qualifier)
-    arch = _check_arch(instr, arch)
+    arch = check_arch(instr, arch)
     a, b, c = checks.array_args(a=a, b=b, c=c)
-    a, nib, b, c = logical_operands(instr, a, b, c, indices, 16)
+    a, nib, b, c = logical_operands(instr, a, b, c, indices)
     return _logical_jit(instr, arch, a, nib, b, c)
 
 
@@ -289,7 +283,7 @@ def _logical_jit(instr, arch, a, nib, b, c):
     return compute(instr, a, nib, b, c, arch)
 
 
-def mma_sp(qualifier: str | SpInstruction, a_regs: Any, b_regs: Any, c_regs: Any, e: Any, *,
+def mma_sp(qualifier: str | Instr, a_regs: Any, b_regs: Any, c_regs: Any, e: Any, *,
            selector: int = 0, arch: Any = "sm_90") -> jax.Array:
     """One warp's ``mma.sp``: ``{d} = mma.sp({a}, {b}, {c}, e, F)`` on registers.
 
@@ -297,7 +291,7 @@ def mma_sp(qualifier: str | SpInstruction, a_regs: Any, b_regs: Any, c_regs: Any
       qualifier: as :func:`mma_sp_logical`.
       a_regs: (..., 32, nregs("a")) uint32: the stored A in the layout of the dense
         m16n8k(K/2) A (module docstring); b_regs, c_regs: of the dense m16n8kK.
-        ``SpInstruction.nregs(use)`` gives nregs.
+        ``parse_mma_sp(qualifier).nregs(use)`` gives nregs.
       e: (..., 32) uint32: every lane's metadata register (``sparse.metadata_words``);
         only the lanes ``selector`` names count.
       selector: the sparsity selector F, static (``isa.SPARSE_ROWS``: 0..3, 0..1 or 0).
@@ -317,8 +311,8 @@ def mma_sp(qualifier: str | SpInstruction, a_regs: Any, b_regs: Any, c_regs: Any
       '0x41800000'
     """
     instr = parse_mma_sp(qualifier)
-    arch = _check_arch(instr, arch)
-    selector = _selector(instr, selector)
+    arch = check_arch(instr, arch)
+    selector = check_selector(instr, selector)
     a_regs, b_regs, c_regs, e = checks.array_args(a_regs=a_regs, b_regs=b_regs,
                                                   c_regs=c_regs, e=e)
     regs = []

@@ -54,18 +54,23 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.tensorcore import isa
+from jaxwarp._src.tensorcore.mma_sync_parse import MmaInstruction
+from jaxwarp._src.tensorcore.wgmma_parse import WgmmaInstruction, instruction_of
 from jaxwarp._src.warp import checked
 
 __all__ = [
+    "SparseInstruction",
     "Geometry",
     "geometry",
     "prune_2_4",
+    "kept",
     "compress_2_4",
     "decompress_2_4",
     "metadata_words",
     "nibbles_from_words",
     "nibbles_from_indices",
     "gather_b",
+    "stored_rows",
     "undefined_nibbles",
 ]
 
@@ -129,6 +134,88 @@ class Geometry:
         return lane + 32 * warp, shift
 
 
+#: Opcode prefixes of the sparse instructions.
+MMA_SP_ORDERED = "mma.sp::ordered_metadata.sync.aligned."
+MMA_SP_LEGACY = "mma.sp.sync.aligned."
+WGMMA_SP = "wgmma.mma_async.sp.sync.aligned."
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseInstruction:
+    """One ``mma.sp`` or ``wgmma.mma_async.sp`` configuration (frozen: a static argument).
+
+    Attributes:
+      family: ``"mma_sp"`` or ``"wgmma_sp"`` (``isa.SPARSE_INSTRUCTIONS``).
+      m, n, k: the shape; k is the logical (dense) K.
+      a_format, b_format, c_format, d_format: PTX type names (wgmma.sp: C is D).
+      satfinite: ``.satfinite`` (integer types).
+      ordered: ``mma.sp::ordered_metadata`` (False: legacy ``mma.sp``; ``wgmma.sp`` has
+        no ordered form, its repeated indices stay undefined).
+    """
+
+    family: str
+    m: int
+    n: int
+    k: int
+    a_format: str
+    b_format: str
+    c_format: str
+    d_format: str
+    satfinite: bool = False
+    ordered: bool = True
+
+    @property
+    def qualifier(self) -> str:
+        sat = ".satfinite" if self.satfinite else ""
+        if self.family == "wgmma_sp":
+            return f"m64n{self.n}k{self.k}{sat}.{self.d_format}.{self.a_format}.{self.b_format}"
+        return (f"m{self.m}n{self.n}k{self.k}.row.col{sat}.{self.d_format}.{self.a_format}."
+                f"{self.b_format}.{self.c_format}")
+
+    @property
+    def ptx(self) -> str:
+        if self.family == "wgmma_sp":
+            return WGMMA_SP + self.qualifier
+        return (MMA_SP_ORDERED if self.ordered else MMA_SP_LEGACY) + self.qualifier
+
+    @property
+    def instruction(self) -> str:
+        """The dense instruction whose datapath runs it: ``"mma_sync"`` or ``"wgmma"``."""
+        return "wgmma" if self.family == "wgmma_sp" else "mma_sync"
+
+    @property
+    def lanes(self) -> int:
+        """Threads that pass a metadata register: 32 (a warp) or 128 (a warpgroup)."""
+        return 128 if self.family == "wgmma_sp" else 32
+
+    @property
+    def row(self) -> isa.SparseRow:
+        return isa.sparse_row_of(self.family, self.a_format, (self.m, self.n, self.k))
+
+    @property
+    def geometry(self) -> Geometry:
+        return geometry(self.family, self.a_format, self.k)
+
+    def dense(self, use: str) -> MmaInstruction | WgmmaInstruction:
+        """The dense instruction whose fragment layout operand ``use`` has: A (the stored
+        K/2 columns) of m16n8k(K/2), B / C / D of m16n8kK (``mma_sp``); A and the
+        accumulator of m64nNk(K/2) (``wgmma_sp``; B comes from shared memory)."""
+        if self.family == "wgmma_sp":
+            if use == "b":
+                raise ValueError(f"{self.ptx} reads B from shared memory only (K = {self.k} "
+                                 f"has no dense register layout)")
+            sat = ".satfinite" if self.satfinite else ""
+            return instruction_of(f"m64n{self.n}k{self.k // 2}{sat}.{self.d_format}."
+                                  f"{self.a_format}.{self.b_format}")
+        k = self.k // 2 if use == "a" else self.k
+        return MmaInstruction(self.m, self.n, k, "row", "col", self.a_format, self.b_format,
+                              self.c_format, self.d_format, self.satfinite)
+
+    def nregs(self, use: str) -> int:
+        """Registers per lane of operand ``use`` (``mma_sp``)."""
+        return self.dense(use).nregs(use)
+
+
 @functools.cache
 def geometry(instruction: str, a_format: str, k: int) -> Geometry:
     """The :class:`Geometry` of a catalogue row (``isa.SPARSE_ROWS``)."""
@@ -165,8 +252,8 @@ def prune_2_4(x: Any, *, group: int = 4) -> jax.Array:
     return _prune(x, group)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _prune(x, group):
+def kept(x, group):
+    """True where :func:`prune_2_4` keeps an element of x (the mask it prunes with)."""
     g = x.reshape(x.shape[:-1] + (x.shape[-1] // group, group))
     mag = jnp.abs(g.astype(jnp.float32)) if jnp.issubdtype(g.dtype, jnp.floating) \
         else jnp.abs(g.astype(jnp.int32)).astype(jnp.float32)
@@ -174,7 +261,12 @@ def _prune(x, group):
     order = jnp.argsort(-mag, axis=-1, stable=True)
     keep = jnp.zeros(g.shape, bool)
     keep = jnp.put_along_axis(keep, order[..., : group // 2], True, axis=-1, inplace=False)
-    return jnp.where(keep, g, jnp.zeros_like(g)).reshape(x.shape)
+    return keep.reshape(x.shape)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _prune(x, group):
+    return jnp.where(kept(x, group), x, jnp.zeros_like(x))
 
 
 def compress_2_4(x: Any, *, group: int = 4) -> tuple[jax.Array, jax.Array]:
@@ -356,6 +448,14 @@ def undefined_nibbles(geo: Geometry, nib: jax.Array, ordered: bool) -> jax.Array
 
 # --------------------------------------------------------------------------------------
 # The arithmetic's view: which B unit each stored unit multiplies.
+
+
+def stored_rows(geo: Geometry, nib: jax.Array) -> jax.Array:
+    """Nibbles (..., m, chunks) -> the row of B (the dense column of A) each stored
+    element stands for, (..., m, K/2) int32 (:func:`indices_from_nibbles` in its group)."""
+    col = indices_from_nibbles(geo, nib)
+    return jnp.arange(col.shape[-1], dtype=jnp.int32) // geo.stored * geo.group + col
+
 
 
 def gather_b(geo: Geometry, b: jax.Array, nib: jax.Array) -> jax.Array:
