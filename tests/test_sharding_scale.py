@@ -100,7 +100,8 @@ _TENSOR_PARALLEL = _COMMON + textwrap.dedent(
         by_n = f(a, jax.device_put(b, cols))
         assert by_m.sharding.spec == P("batch", None) and len(by_m.sharding.device_set) == 4
         assert by_n.sharding.spec == P(None, "batch") and len(by_n.sharding.device_set) == 4
-        assert same(one, by_m) and same(one, by_n), mode
+        # Fast mode's bits are the backend dot's, which may sum a shard differently.
+        assert mode == "fast" or (same(one, by_m) and same(one, by_n)), mode
         # A constraint inside the emulated function survives emulate's interpreter.
         g = jax.jit(jaxwarp.emulate(
             lambda a, b: jax.lax.with_sharding_constraint(a, rows) @ b,
@@ -108,7 +109,7 @@ _TENSOR_PARALLEL = _COMMON + textwrap.dedent(
         assert "sharding_constraint" in str(jax.make_jaxpr(g)(a, b))
         inside = g(a, b)
         assert len(inside.sharding.device_set) == 4, inside.sharding
-        assert same(one, inside), mode
+        assert mode == "fast" or same(one, inside), mode
     print("ok")
     """
 )
@@ -125,9 +126,16 @@ _QUICK = _COMMON + textwrap.dedent(
     rows = NamedSharding(mesh, P("batch", None))
     a = rng.standard_normal((64, 48), np.float32)
     b = rng.standard_normal((48, 32), np.float32)
+    # Fast mode keeps the sharding; its bits are the backend's dot's, which may block a
+    # 16-row shard's sum differently from the whole (seen on one CPU), so the bits are
+    # checked in exact mode, on a product small enough to compile quickly.
     f = jax.jit(jaxwarp.emulate(lambda a, b: jax.lax.with_sharding_constraint(a, rows) @ b,
                                 operand_format="bf16", mode="fast"))
-    want = jax.jit(jaxwarp.emulate(lambda a, b: a @ b, operand_format="bf16", mode="fast"))(a, b)
+    assert len(f(a, b).sharding.device_set) == 4
+    a, b = a[:, :16], b[:16, :16]
+    f = jax.jit(jaxwarp.emulate(lambda a, b: jax.lax.with_sharding_constraint(a, rows) @ b,
+                                operand_format="bf16", mode="exact"))
+    want = jax.jit(jaxwarp.emulate(lambda a, b: a @ b, operand_format="bf16", mode="exact"))(a, b)
     got = f(a, b)
     assert len(got.sharding.device_set) == 4 and len(want.sharding.device_set) == 1
     assert same(want, got)
