@@ -12,11 +12,8 @@ join), so a whole warp program is one pass over memory.
 
 Bits: the kernel runs only programs whose every operation gives the same bits in
 Triton as in XLA: data movement (reshapes, transposes, splits, joins, broadcasts,
-selects, bit casts), integer arithmetic and comparisons, integer sums, maxima, minima
-and popcounts over the lanes (``activemask()`` and ballots sum lane bits: so a
-``jaxwarp.branch`` with shuffles and votes inside runs as a kernel), and float32 addition
-and subtraction (IEEE, to nearest even, in both). Tables the program holds as constants
-(a shuffle's static source lanes) are passed to the kernel as inputs. Anything else (a float product, which
+selects, bit casts), integer arithmetic and comparisons, and float32 addition and
+subtraction (IEEE, to nearest even, in both). Anything else (a float product, which
 Triton may contract with an addition into an FMA; a float division, which Triton
 computes approximately; a shuffle with a traced offset, which needs a gather; the
 ``up``/``down`` shuffles, which need slices) makes ``warp_kernel`` run ``jax.vmap(fn)``
