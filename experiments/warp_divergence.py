@@ -78,26 +78,6 @@ def radix_step(keys: jax.Array, bit: int | jax.Array) -> jax.Array:
     return jnp.zeros_like(keys).at[dest].set(keys)
 
 
-def side_sums(x: jax.Array) -> jax.Array:
-    """A branch on data with shuffles and votes inside, each side with its own mask: the
-    lanes with the top bit set sum over their side with xor shuffles (a lane whose partner
-    took the other side reads 0) and mix in a ballot and ``__popc`` of their mask; the
-    others take ``__reduce_add_sync`` of their side and a ``__shfl_sync`` of lane 3."""
-
-    def high(v):
-        m = jaxwarp.activemask()
-        s = v
-        for k in (16, 4, 1):
-            s = s + jaxwarp.shfl_xor_sync(m, s, k)
-        return s ^ jaxwarp.ballot_sync(m, v & 1) ^ jax.lax.population_count(m)
-
-    def low(v):
-        m = jaxwarp.activemask()
-        return jaxwarp.reduce_add_sync(m, v) + jaxwarp.shfl_sync(m, v, 3)
-
-    return jaxwarp.branch((x >> 31) == 1, high, low, x)
-
-
 def radix_sort(keys: jax.Array, bits: int = 32) -> jax.Array:
     """LSD radix sort of a warp's keys: ``radix_step`` on bit 0, 1, ..., bits - 1."""
     return jax.lax.fori_loop(0, bits, lambda i, k: radix_step(k, i), keys)
@@ -168,7 +148,6 @@ def run_large(rng: np.random.Generator, log2_warps: int) -> None:
     programs = {
         "compact": lambda v: compact(v)[0],
         "radix_step": lambda v: radix_step(v, 7),
-        "side_sums": side_sums,
     }
     for name, fn in programs.items():
         vm = jax.jit(jax.vmap(fn))

@@ -28,8 +28,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.extend import core as jex_core
 
 from jaxwarp._src import checks
 from jaxwarp._src.warp import lanes
@@ -45,9 +43,6 @@ _INT_OPS = frozenset({
     "add", "sub", "mul", "neg", "and", "or", "xor", "not", "shift_left",
     "shift_right_logical", "shift_right_arithmetic", "max", "min", "eq", "ne", "lt", "le",
     "gt", "ge", "convert_element_type",
-    # Integer sums and extremes over the lanes (activemask() and ballots inside a branch
-    # sum the executing lanes' bits) and popc: exact in both.
-    "reduce_sum", "reduce_max", "reduce_min", "population_count",
 })
 _F32_OPS = frozenset({"add", "sub"})
 _CALLS = frozenset({"pjit", "jit", "custom_jvp_call", "closed_call"})
@@ -113,10 +108,6 @@ class WarpKernel:
                 jx, out_block = jax.make_jaxpr(jax.vmap(self.fn), return_shape=True)(*block)
         except NotImplementedError as e:
             return str(e), None
-        for c in jx.consts:  # tables of lanes (a shuffle's source lanes ...): kernel inputs
-            shape = np.shape(c)
-            if any(n & (n - 1) for n in shape) or str(np.asarray(c).dtype) not in _DTYPES:
-                return f"a constant {np.asarray(c).dtype}{list(shape)} in the program", None
         return _why_not(jx.jaxpr), out_block
 
     def explain(self, *args) -> str | None:
@@ -172,21 +163,14 @@ class WarpKernel:
         outs = tuple(jax.ShapeDtypeStruct((n_warps + pad, *o.shape[1:]), o.dtype)
                      for o in (out_block if multi else (out_block,)))
         spec = pl.BlockSpec((b, WARP_SIZE), lambda i: (i, 0))
-        n_in = len(args)
-        # The block's program, traced once; its constants (NumPy tables of lanes) become
-        # whole-array inputs, as a Pallas kernel may not capture arrays.
-        block = [jax.ShapeDtypeStruct((b, WARP_SIZE), a.dtype) for a in args]
-        with lanes.kernel_lowering():
-            closed = jax.make_jaxpr(jax.vmap(self.fn))(*block)
-        consts = [jnp.asarray(c) for c in closed.consts]
-        const_specs = [pl.BlockSpec(c.shape, lambda i, nd=c.ndim: (0,) * nd) for c in consts]
-        n_c = len(consts)
+        fn, n_in = self.fn, len(args)
 
         def body(*refs):
-            vals = [r[...] for r in refs[: n_in + n_c]]
-            program = jex_core.ClosedJaxpr(closed.jaxpr, vals[n_in:])
-            res = jex_core.jaxpr_as_fun(program)(*vals[:n_in])
-            for r, v in zip(refs[n_in + n_c :], res, strict=True):
+            vals = [r[...] for r in refs[:n_in]]
+            with lanes.kernel_lowering():
+                res = jax.vmap(fn)(*vals)
+            res = res if multi else (res,)
+            for r, v in zip(refs[n_in:], res, strict=True):
                 r[...] = v
 
         params = {}
@@ -197,12 +181,12 @@ class WarpKernel:
             body,
             out_shape=outs,
             grid=((n_warps + pad) // b,),
-            in_specs=[spec] * n_in + const_specs,
+            in_specs=[spec] * n_in,
             out_specs=tuple(spec for _ in outs),
             interpret=self.interpret,
             **params,
         )
-        res = tuple(r[:n_warps] for r in call(*args, *consts))
+        res = tuple(r[:n_warps] for r in call(*args))
         return res if multi else res[0]
 
 

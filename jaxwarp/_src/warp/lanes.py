@@ -321,11 +321,7 @@ def _shuffle(mode: str, mask: Any, var: Any, b: Any, width: int) -> jax.Array:
     m = jnp.broadcast_to(m0, (WARP_SIZE,))
     calls = participating(m0, what)
     jj = jnp.asarray(j)
-    # Whether each source lane calls, moved as the values are (a static plan when j is
-    # static: no gather, so a shuffle inside a branch can run in a warp kernel).
-    src_calls = _take_lanes(calls.astype(jnp.int32),
-                            j if isinstance(j, np.ndarray) else jj) != 0
-    src_ok = (((m >> jj.astype(jnp.uint32)) & 1) == 1) & src_calls
+    src_ok = (((m >> jj.astype(jnp.uint32)) & 1) == 1) & calls[jj]
     if checked.enabled():
         bad = calls & ~src_ok
         l = checked.first_lane(bad)
