@@ -197,18 +197,6 @@ def shard_batch(tree: Any, mesh: Mesh | None = None) -> tuple[Any, int]:
     Args:
         tree: a pytree of arrays (NumPy or JAX) sharing the leading batch size n.
         mesh: the mesh from ``batch_mesh`` (default: all devices).
-        dispatch: ``"spmd"`` (default): one program over the mesh (``shard_map``),
-            usable inside ``jax.jit``; its bits equal across device counts where XLA
-            compiles the per-group work of a 1-device and a d-device module alike
-            (the CPU backend). ``"per_device"``: one single-device program (jitted
-            ``value_and_grad`` of one group), compiled once per device and run for
-            group i on device i mod d, dispatched from Python (one thread per
-            device), then
-            the results moved to the mesh's first device and averaged there in group
-            order. Every device count runs the very same program, so the bits are
-            equal on GPUs too (with ``deterministic_xla``); it cannot be traced (call
-            it outside ``jit`` and jit the update), and its results live on the
-            first device.
 
     Returns:
         ``(sharded_tree, n)``: leaves of leading size ``ceil(n / d) * d`` placed
@@ -423,16 +411,14 @@ def grouped_value_and_grad(
             (the CPU backend). ``"per_device"``: one single-device program (jitted
             ``value_and_grad`` of one group), compiled once per device and run for
             group i on device i mod d, dispatched from Python (one thread per
-            device), then
-            the results moved to the mesh's first device and averaged there in group
-            order. Every device count runs the very same program, so the bits are
-            equal on GPUs too (with ``deterministic_xla``); it cannot be traced (call
-            it outside ``jit`` and jit the update), and its results live on the
-            first device.
+            device), then the results moved to the mesh's first device and averaged
+            there in group order. Every device count runs the very same program, so
+            the bits are equal on GPUs too (with ``deterministic_xla``); it cannot be
+            traced (call it outside ``jit`` and jit the update).
 
     Returns:
         ``f(params, *batch) -> (value, grads)``, grads shaped like ``params``,
-        replicated over the mesh.
+        replicated over the mesh (``"per_device"``: on the mesh's first device).
 
     Raises:
         ValueError: ``groups`` is not an int >= 1 or not a multiple of the mesh size;
