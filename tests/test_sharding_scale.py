@@ -169,25 +169,24 @@ def test_tensor_parallel_product_same_bits_exact_and_fast():
     assert _run(_TENSOR_PARALLEL).strip().endswith("ok")
 
 
-# Fast mode's backward dot_general is compiled differently by XLA's CPU backend in a
-# module of several partitions, so its gradients differ in the last bits between 1 and
-# 2+ CPU devices (the same per-group program; exact mode's integer datapath does not
-# depend on it). Kept as a strict xfail so that a change in XLA shows up.
+# Fast mode's data-parallel gradients with dispatch="spmd" are the backend dot's: XLA's
+# CPU backend may compile a group's backward dot differently in a module of several
+# partitions, and whether it does depends on the CPU (same bits on the CI VM, different
+# on the H100 host's CPU). The loss value is the same; dispatch="per_device" gives the
+# same gradients on any device count (the quick test checks that).
 _FAST_DATA_PARALLEL = _COMMON + textwrap.dedent(
     """
     loss = jaxwarp.emulate(mlp_loss, operand_format="bf16", mode="fast")
     one = grouped(loss, 1)
-    assert same(one[0], grouped(loss, 4)[0])  # the loss value is the same
-    print("same" if same(one, grouped(loss, 4)) else "differ")
+    assert same(one[0], grouped(loss, 2)[0]) and same(one[0], grouped(loss, 4)[0])
+    print("ok")
     """
 )
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="XLA CPU: fast-mode backward dot differs across "
-                                       "partition counts (see comment)")
-def test_data_parallel_fast_same_bits_on_cpu_devices():
-    assert _run(_FAST_DATA_PARALLEL).strip().endswith("same")
+def test_data_parallel_fast_same_loss_on_cpu_devices():
+    assert _run(_FAST_DATA_PARALLEL).strip().endswith("ok")
 
 
 @pytest.mark.slow
