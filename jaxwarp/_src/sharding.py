@@ -42,6 +42,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -92,8 +93,6 @@ def deterministic_xla() -> str:
         >>> "--xla_gpu_deterministic_ops=true" in jaxwarp.DETERMINISTIC_XLA_FLAGS
         True
     """
-    import os
-
     from jax._src import xla_bridge
 
     have = os.environ.get("XLA_FLAGS", "").split()
@@ -347,8 +346,7 @@ def _per_device_value_and_grad(loss: Callable[..., jax.Array], groups: int,
                                  f"groups={groups}")
             return n // groups
 
-        per = jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(size, batch))
-        n = per[0]
+        n = jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(size, batch))[0]
         on = [jax.device_put(params, d) for d in devices]
 
         def run(k):

@@ -383,10 +383,24 @@ def _round_operand(x, a_format):
     return x  # f16 / bf16 stay: the backend's own f16 / bf16 dot (tensor cores on a GPU)
 
 
+def as_f32(x):
+    """x as float32 values. bfloat16 is widened on the bits (its 16 bits above 16 zero
+    bits): XLA's CPU backend folds a ``convert`` of bfloat16 operands and a transpose
+    into its dot and then has no kernel for that bf16 x bf16 -> f32 dot (``UNIMPLEMENTED:
+    Unsupported element type for DotThunk::Execute``, jax 0.10.2, the backward products
+    of a bf16 product whose operand conversion is a few integer operations)."""
+    if x.dtype == jnp.bfloat16:
+        wide = lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32) << 16
+        return lax.bitcast_convert_type(wide, jnp.float32)
+    return x.astype(jnp.float32)
+
+
 def _mma_fast(a, b, c, a_format, b_format, d_format, c_shift=0):
     acc_dt = jnp.float64 if a_format == "f64" else jnp.float32
     a = _round_operand(a, a_format)
     b = _round_operand(b, b_format)
+    if a.dtype == jnp.bfloat16 and jax.default_backend() == "cpu":  # see as_f32
+        a, b = as_f32(a), as_f32(b)
     prod = jnp.einsum("...mk,...kn->...mn", a, b, preferred_element_type=acc_dt,
                       precision=lax.Precision.HIGHEST)
     c = c.astype(acc_dt) * acc_dt(2.0 ** -c_shift) if c_shift else c.astype(acc_dt)

@@ -63,7 +63,7 @@ from jaxwarp._src.numerics.scaling import (
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import matmul_sparse, native, wmma_table
 from jaxwarp._src.tensorcore.arch import check_target, parse_target
-from jaxwarp._src.tensorcore.matmul_chain import Cfg, tiled
+from jaxwarp._src.tensorcore.matmul_chain import tiled
 from jaxwarp._src.tensorcore.matmul_scales import check_scales, epilogue
 from jaxwarp._src.tensorcore.matmul_tiles import (
     ACC_DTYPE,
@@ -74,6 +74,7 @@ from jaxwarp._src.tensorcore.matmul_tiles import (
     OPERAND_FORMATS,
     PADDED,
     TILES,
+    Cfg,
     default_tile,
     issue_arch,
     tiles_text,

@@ -29,9 +29,6 @@ With block scales each promotion applies its block's scales (``matmul_scales.pro
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -40,32 +37,7 @@ from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import native
 from jaxwarp._src.tensorcore.datapath_blocks import in_fp32_range
 from jaxwarp._src.tensorcore.matmul_scales import promote
-from jaxwarp._src.tensorcore.matmul_tiles import ACC_DTYPE, FP8_FORMATS, issue_arch
-
-
-@dataclasses.dataclass(frozen=True)
-class Cfg:
-    """Static configuration of one product (hashable: a custom_vjp nondiff argument)."""
-
-    a_format: str
-    b_format: str
-    accumulator: str
-    tile: tuple[int, int, int]
-    instruction: str
-    arch: Any
-    mode: str
-    promote_every: int | None
-    scaled: bool
-    blockwise: bool = False  # a_scale / b_scale are block scales (DeepSeek-V3's recipe)
-
-    @property
-    def fp8(self) -> bool:
-        return self.a_format in FP8_FORMATS
-
-    @property
-    def legacy(self) -> bool:
-        """The WMMA path exactly as before instructions and fp8 existed."""
-        return self.instruction == "wmma"
+from jaxwarp._src.tensorcore.matmul_tiles import ACC_DTYPE, Cfg, issue_arch
 
 
 def _mma(at, bt, acc, cfg: Cfg):
@@ -84,24 +56,12 @@ def _pad_to(x, rows, cols):
     return jnp.pad(x, ((0, rows - r), (0, cols - c)))
 
 
-def _as_f32(x):
-    """x as float32 values. bfloat16 is widened on the bits (its 16 bits above 16 zero
-    bits): XLA's CPU backend folds a ``convert`` of bfloat16 operands and a transpose
-    into its dot and then has no kernel for that bf16 x bf16 -> f32 dot (``UNIMPLEMENTED:
-    Unsupported element type for DotThunk::Execute``, jax 0.10.2, the backward products
-    of a bf16 product whose operand conversion is a few integer operations)."""
-    if x.dtype == jnp.bfloat16:
-        wide = lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32) << 16
-        return lax.bitcast_convert_type(wide, jnp.float32)
-    return x.astype(jnp.float32)
-
-
 def _fast(a_op, b_op, c_acc, cfg: Cfg):
-    bf16_on_cpu = a_op.dtype == jnp.bfloat16 and jax.default_backend() == "cpu"
-    if cfg.legacy and not bf16_on_cpu:  # (a GPU's own bf16 dot; the CPU's: _as_f32)
+    if cfg.legacy:
         return mma_arith.mma(a_op, b_op, c_acc, a_format=cfg.a_format, c_format=cfg.accumulator,
                              d_format=cfg.accumulator, arch=cfg.arch, mode="fast")
-    prod = jnp.matmul(_as_f32(a_op), _as_f32(b_op), precision=lax.Precision.HIGHEST)
+    prod = jnp.matmul(mma_arith.as_f32(a_op), mma_arith.as_f32(b_op),
+                      precision=lax.Precision.HIGHEST)
     return (prod + c_acc.astype(jnp.float32)).astype(ACC_DTYPE[cfg.accumulator])
 
 

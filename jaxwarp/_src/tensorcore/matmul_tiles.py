@@ -15,6 +15,7 @@ Instructions: ``"wmma"`` (``nvcuda::wmma::mma_sync``; f16, bf16, tf32, f64),
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from jaxwarp._src.numerics import formats
@@ -128,3 +129,28 @@ ACCUMULATORS = {
     for i in INSTRUCTIONS}
 #: The storage dtype of each accumulator type.
 ACC_DTYPE = {t: isa.storage_dtype(t) for t in ("f16", "f32", "f64")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    """Static configuration of one product (hashable: a custom_vjp nondiff argument)."""
+
+    a_format: str
+    b_format: str
+    accumulator: str
+    tile: tuple[int, int, int]
+    instruction: str
+    arch: Any
+    mode: str
+    promote_every: int | None
+    scaled: bool
+    blockwise: bool = False  # a_scale / b_scale are block scales (DeepSeek-V3's recipe)
+
+    @property
+    def fp8(self) -> bool:
+        return self.a_format in FP8_FORMATS
+
+    @property
+    def legacy(self) -> bool:
+        """The WMMA path exactly as before instructions and fp8 existed."""
+        return self.instruction == "wmma"

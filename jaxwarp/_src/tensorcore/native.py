@@ -39,14 +39,14 @@ ValueError that says so, eagerly and under ``jax.jit``.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jaxwarp._src.numerics import bitops
 from jaxwarp._src.tensorcore import datapath, isa, native_kernels
-from jaxwarp._src.tensorcore.matmul_tiles import ACCUMULATORS, TILES
+from jaxwarp._src.tensorcore.matmul_tiles import ACCUMULATORS, TILES, Cfg
 
 #: The targets whose model the native kernel reproduces (an H100 is sm_90a).
 NATIVE_ARCHS = ("sm_90", "sm_90a")
@@ -85,12 +85,12 @@ def _family(instruction: str, a_format: str, k: int, b_format: str) -> str:
 
 
 def check(cfg: Any) -> None:
-    """Raises ValueError unless ``matmul``'s configuration ``cfg`` (a ``matmul_chain.Cfg``)
+    """Raises ValueError unless ``matmul``'s configuration ``cfg`` (a ``matmul_tiles.Cfg``)
     is a chain the native kernel issues (:func:`check_chain`),
     on a device that has it (:func:`device_error`).
 
     Example:
-        >>> from jaxwarp._src.tensorcore.matmul_chain import Cfg
+        >>> from jaxwarp._src.tensorcore.matmul_tiles import Cfg
         >>> cfg = Cfg("f16", "f16", "f32", (16, 8, 8), "mma_sync", "sm_90", "native",
         ...           None, False)
         >>> check(cfg)  # doctest: +ELLIPSIS
@@ -108,7 +108,7 @@ def check_chain(cfg: Any) -> None:
     sm_90, the instruction and tile k of wgmma's datapath, no block scales.
 
     Example:
-        >>> from jaxwarp._src.tensorcore.matmul_chain import Cfg
+        >>> from jaxwarp._src.tensorcore.matmul_tiles import Cfg
         >>> check_chain(Cfg("f16", "f16", "f32", (16, 16, 16), "wmma", "sm_90", "native",
         ...                 None, False))  # WMMA f16 k16: wgmma's 16-product blocks
     """
@@ -151,7 +151,7 @@ def plan(cfg: Any, M: int, K: int, N: int) -> native_kernels.Plan:
     """The kernel's blocks for an (M, K) @ (K, N) product: (bm, bn, bk), warps, stages.
 
     Example:
-        >>> from jaxwarp._src.tensorcore.matmul_chain import Cfg
+        >>> from jaxwarp._src.tensorcore.matmul_tiles import Cfg
         >>> cfg = Cfg("f16", "f16", "f32", (64, 8, 16), "wgmma", "sm_90", "native",
         ...           None, False)
         >>> plan(cfg, 4096, 4096, 4096).block
@@ -175,7 +175,7 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
     Args:
         a_op, b_op: operands in their formats' storage dtypes (tf32: rounded fp32).
         c_acc: (M, N) accumulator input in the accumulator's dtype.
-        cfg: ``matmul_chain.Cfg`` (checked by :func:`check`).
+        cfg: ``matmul_tiles.Cfg`` (checked by :func:`check`).
         interpret: run the kernel in Pallas' interpreter with the exact model as each
             block's arithmetic (for checking the kernel's structure on a CPU).
 
@@ -183,7 +183,7 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
         (M, N) in the accumulator's dtype.
 
     Example:
-        >>> from jaxwarp._src.tensorcore.matmul_chain import Cfg
+        >>> from jaxwarp._src.tensorcore.matmul_tiles import Cfg
         >>> cfg = Cfg("bf16", "bf16", "f32", (64, 8, 16), "wgmma", "sm_90", "native",
         ...           None, False)
         >>> a = jnp.ones((8, 32), jnp.bfloat16); b = jnp.ones((32, 8), jnp.bfloat16)
@@ -212,20 +212,6 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
 # jaxwarp.mma(mode="native"): one chain of instructions, (..., m, k) @ (..., k, n) + C.
 
 
-class MmaChain(NamedTuple):
-    """The fields of ``matmul_chain.Cfg`` that :func:`check_chain` and :func:`plan` read,
-    for one ``mma`` chain (``mma`` has no tile: (m, n) are the kernel's)."""
-
-    a_format: str
-    b_format: str
-    accumulator: str
-    tile: tuple[int, int, int]
-    instruction: str
-    arch: Any
-    promote_every: int | None = None
-    blockwise: bool = False
-
-
 def check_mma(a_format: str, b_format: str, c_format: str, d_format: str, instruction: str,
               ik: int, arch: Any, satf: bool, dp: Any, c_shift: int) -> None:
     """Raises ValueError unless ``jaxwarp.mma(..., mode="native")`` with these (checked)
@@ -250,7 +236,8 @@ def check_mma(a_format: str, b_format: str, c_format: str, d_format: str, instru
                          "to explore) needs mode='exact'")
     if c_shift:
         raise ValueError("mode='native' has no scale_input_d (a tcgen05 operand)")
-    check_chain(MmaChain(a_format, b_format, c_format, (64, 8, ik), instruction, arch))
+    check_chain(Cfg(a_format, b_format, c_format, (64, 8, ik), instruction, arch, "native",
+                    None, False))
     err = device_error()
     if err is not None:
         raise ValueError(err)
@@ -275,8 +262,8 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     """
     if cfg.a_format == "tf32":
         a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
-    chain_cfg = MmaChain(cfg.a_format, cfg.b_format, cfg.c_format, (64, 8, cfg.ik), "wgmma",
-                         "sm_90a")
+    chain_cfg = Cfg(cfg.a_format, cfg.b_format, cfg.c_format, (64, 8, cfg.ik), "wgmma",
+                    "sm_90a", "native", None, False)
     batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
     a = jnp.broadcast_to(a, batch + a.shape[-2:])
     b = jnp.broadcast_to(b, batch + b.shape[-2:])
