@@ -1123,6 +1123,24 @@ case(6, "grouped_value_and_grad-batch-scalar",
      np.ones(3, np.float32), np.float32(1), exc=ValueError,
      regex=r"batch\[0\] has leading \(batch\) size None; it must be a multiple of groups=2")
 
+case(6, "grouped_value_and_grad-dispatch",
+     lambda: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1, dispatch="pmap"),
+     exc=ValueError, regex=r"dispatch must be 'spmd' or 'per_device', got 'pmap'", modes=EAGER)
+# dispatch="per_device" runs compiled programs from Python: eagerly the batch is checked,
+# traced (jit) it refuses with a TypeError naming the way out.
+case(6, "grouped_value_and_grad-per-device-batch-not-multiple",
+     lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1,
+                                                 dispatch="per_device")(w, x),
+     np.ones(3, np.float32), np.ones((5, 3), np.float32), exc=ValueError,
+     regex=r"batch\[0\] has leading \(batch\) size 5; it must be a multiple of groups=2",
+     modes=EAGER)
+case(6, "grouped_value_and_grad-per-device-traced",
+     lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1,
+                                                 dispatch="per_device")(w, x),
+     np.ones(3, np.float32), np.ones((4, 3), np.float32), exc=TypeError,
+     regex=r"dispatch='per_device'\) runs compiled programs from Python and cannot be "
+           r"traced", modes=JIT)
+
 
 # --------------------------------------------------------------------------------------
 # The catalogue test.
