@@ -1,0 +1,193 @@
+"""Where an exact GEMM's time goes: a device profile of ``jaxwarp.matmul(mode="exact")``.
+
+Runs ``jaxwarp.matmul(a, b, operand_format=F, mode="exact")`` on M = N = K = size (and
+XLA's ``jnp.matmul`` of the same operands), traces a few calls with ``jax.profiler``
+(a Perfetto trace, no extra packages) and sums the trace's kernel events by name: per
+kernel (an XLA fusion) its seconds per GEMM, share of the GEMM, launches, and, from the
+compiled HLO, the element-wise operations of its fused computation by kind. From those
+an estimate of the operations it issued per second: (instructions of the fused
+computation) x (elements of its output) x launches / seconds -- an estimate, since a
+fusion may compute some values once per row rather than per element.
+
+On a GPU the events are the device's kernels (``/device:GPU:0``); on a CPU they are
+XLA's thunks on the host threads, when the trace has them.
+
+Prints progress to stderr and one JSON record (also ``<out>/profile_exact.json`` with
+``--out``).
+
+Usage:
+    python benchmarks/profile_exact.py [--size N] [--formats bf16,f16,e4m3] [--calls C]
+        [--top T] [--out DIR]
+
+Defaults: size 4096 on a GPU, 512 on a CPU; 3 traced calls; the top 8 kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import math
+import pathlib
+import re
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # this checkout's jaxwarp, before any installed one
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+#: HLO opcodes that move or view data rather than compute (not counted as operations).
+_FREE = {"parameter", "constant", "broadcast", "reshape", "bitcast", "slice", "tuple",
+         "get-tuple-element", "transpose", "copy", "iota", "dynamic-slice", "concatenate",
+         "pad", "bitcast-convert"}
+
+
+def _fused_ops(hlo: str) -> dict[str, collections.Counter]:
+    """Per fused computation of the compiled HLO text: its instructions by opcode."""
+    comps: dict[str, collections.Counter] = {}
+    name = None
+    for line in hlo.splitlines():
+        m = re.match(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$", line)
+        if m:
+            name = m.group(1)
+            comps[name] = collections.Counter()
+            continue
+        if line.strip() == "}":
+            name = None
+            continue
+        if name is not None:
+            m = re.search(r"=\s*[\w\[\]{},:\s/()]*?\s([a-z][\w\-]*)\(", line)
+            if m:
+                comps[name][m.group(1)] += 1
+    return comps
+
+
+_FUSION = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+fusion\(.*calls=%?([\w.\-]+)")
+
+
+def _fusion_calls(hlo: str) -> dict[str, tuple[str, int]]:
+    """Fusion instruction name -> (its fused computation, elements of its output)."""
+    out = {}
+    for line in hlo.splitlines():
+        m = _FUSION.match(line)
+        if not m:
+            continue
+        shapes = re.findall(r"\[([\d,]*)\]", m.group(2))
+        elems = max((math.prod(int(d) for d in s.split(",") if d) for s in shapes),
+                    default=1)
+        out[m.group(1)] = (m.group(3), elems)
+    return out
+
+
+#: Host trace events that contain others (a CPU trace nests thunks in these).
+_CONTAINER = re.compile(r"^(ThunkExecutor|PjitFunction|cond|while|call|conditional)\b")
+
+
+def _trace_events(fn, args, calls: int):
+    import jax
+
+    d = tempfile.mkdtemp()
+    with jax.profiler.trace(d, create_perfetto_trace=True):
+        for _ in range(calls):
+            jax.block_until_ready(fn(*args))
+    path = glob.glob(d + "/**/perfetto_trace.json.gz", recursive=True)[0]
+    trace = json.load(gzip.open(path))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    procs = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    return events, procs
+
+
+def profile(fmt: str, size: int, calls: int, top: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxwarp
+
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.standard_normal((size, size), np.float32))
+    b = jnp.asarray(rng.standard_normal((size, size), np.float32))
+    exact = jax.jit(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt, mode="exact"))
+    plain = jax.jit(lambda a, b: jnp.matmul(a, b))
+    compiled = exact.lower(a, b).compile()
+    hlo = compiled.as_text()
+    jax.block_until_ready(exact(a, b))
+    jax.block_until_ready(plain(a, b))
+    t0 = time.perf_counter()
+    jax.block_until_ready(exact(a, b))
+    wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    jax.block_until_ready(plain(a, b))
+    wall_plain = time.perf_counter() - t0
+    _log(f"{fmt} {size}^3: exact {wall:.4f} s, jnp.matmul {wall_plain:.5f} s (one call each)")
+    events, procs = _trace_events(exact, (a, b), calls)
+    dev = [p for p, n in procs.items() if "device" in n.lower() and "gpu" in n.lower()]
+    pick = set(dev) if dev else set(procs)
+    per = collections.defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if (e.get("ph") == "X" and e["pid"] in pick and not e["name"].startswith("$")
+                and not _CONTAINER.match(e["name"])):
+            per[e["name"]][0] += e.get("dur", 0.0) * 1e-6
+            per[e["name"]][1] += 1
+    comps, fusions = _fused_ops(hlo), _fusion_calls(hlo)
+    total = sum(v[0] for v in per.values()) / calls
+    kernels = []
+    for name, (sec, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[:top]:
+        base = name.split(":")[0].strip()
+        rec = {"kernel": name, "seconds_per_gemm": sec / calls, "share": sec / calls / total
+               if total else None, "launches_per_gemm": n / calls}
+        if base in fusions:
+            comp, elems = fusions[base]
+            ops = {k: v for k, v in comps.get(comp, {}).items() if k not in _FREE}
+            count = sum(ops.values())
+            rec.update(fused_computation=comp, output_elements=elems, operations=count,
+                       operations_by_kind=dict(collections.Counter(ops).most_common()),
+                       est_operations_per_s=count * elems * n / sec if sec else None)
+        kernels.append(rec)
+    flop = 2.0 * size ** 3
+    return {"format": fmt, "size": size, "wall_s": wall, "wall_s_jnp_matmul": wall_plain,
+            "tflops": flop / wall / 1e12, "ratio_to_jnp_matmul": wall_plain / wall,
+            "traced_calls": calls, "device_event_s_per_gemm": total,
+            "trace_processes": sorted(set(procs.values())), "kernels": kernels,
+            "hlo_instructions": sum(sum(c.values()) for c in comps.values())}
+
+
+def main() -> None:
+    import jax
+    from _common import versions
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=None)
+    p.add_argument("--formats", default="bf16,f16,e4m3")
+    p.add_argument("--calls", type=int, default=3)
+    p.add_argument("--top", type=int, default=8)
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    gpu = jax.default_backend() != "cpu"
+    size = args.size or (4096 if gpu else 512)
+    rec = {"benchmark": "profile_exact", "backend": jax.default_backend(),
+           "device": jax.devices()[0].device_kind, "versions": versions(),
+           "results": []}
+    for fmt in args.formats.split(","):
+        _log(f"profiling {fmt} at {size}^3")
+        rec["results"].append(profile(fmt, size, args.calls, args.top))
+    text = json.dumps(rec, indent=1)
+    print(text)
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "profile_exact.json").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
