@@ -1,13 +1,14 @@
 """Where an exact GEMM's time goes: a device profile of ``jaxwarp.matmul(mode="exact")``.
 
 Runs ``jaxwarp.matmul(a, b, operand_format=F, mode="exact")`` on M = N = K = size (and
-XLA's ``jnp.matmul`` of the same operands), traces a few calls with ``jax.profiler``
-(a Perfetto trace, no extra packages) and sums the trace's kernel events by name: per
-kernel (an XLA fusion) its seconds per GEMM, share of the GEMM, launches, and, from the
-compiled HLO, the element-wise operations of its fused computation by kind. From those
-an estimate of the operations it issued per second: (instructions of the fused
-computation) x (elements of its output) x launches / seconds -- an estimate, since a
-fusion may compute some values once per row rather than per element.
+XLA's ``jnp.matmul`` of the same operands, best of 3 calls each), traces a few calls
+with ``jax.profiler`` (a Perfetto trace, no extra packages) and sums the trace's kernel
+events by name: per kernel (an XLA fusion) its seconds per call, share of the call,
+launches, and, from the compiled HLO, the element-wise operations of its fused
+computation by kind. From those an estimate of the operations it issued per second:
+(instructions of the fused computation) x (elements of its output) x launches / seconds
+-- an estimate, since a fusion may compute some values once per row rather than per
+element.
 
 On a GPU the events are the device's kernels (``/device:GPU:0``); on a CPU they are
 XLA's thunks on the host threads, when the trace has them.
@@ -15,11 +16,16 @@ XLA's thunks on the host threads, when the trace has them.
 Prints progress to stderr and one JSON record (also ``<out>/profile_exact.json`` with
 ``--out``).
 
+``--tiles`` profiles ``jaxwarp.mma`` on a batch of independent tiles instead (names of
+``TILES``, or ``all``), against XLA's batched product of the same tiles (``einsum``; f16
+tiles stand in for fp8, as in ``instructions_exact.py``).
+
 Usage:
     python benchmarks/profile_exact.py [--size N] [--formats bf16,f16,e4m3] [--calls C]
-        [--top T] [--out DIR]
+        [--top T] [--tiles NAME,...|all] [--tile-macs N] [--out DIR]
 
-Defaults: size 4096 on a GPU, 512 on a CPU; 3 traced calls; the top 8 kernels.
+Defaults: size 4096 on a GPU, 512 on a CPU; 3 traced calls; the top 8 kernels; tiles of
+2**28 multiply-adds on a GPU, 2**22 on a CPU.
 """
 
 from __future__ import annotations
@@ -107,8 +113,19 @@ def _trace_events(fn, args, calls: int):
     return events, procs
 
 
-def profile(fmt: str, size: int, calls: int, top: int) -> dict:
-    import jax
+#: Tile configurations of ``--tiles`` (``instructions_exact.py``'s names):
+#: instruction, a and b format, (m, n, k).
+TILES = {
+    "wmma_bf16_m16n16k16": ("wmma", "bf16", (16, 16, 16)),
+    "mma_sync_bf16_m16n8k16": ("mma_sync", "bf16", (16, 8, 16)),
+    "mma_sync_f16_m16n8k16": ("mma_sync", "f16", (16, 8, 16)),
+    "mma_sync_tf32_m16n8k8": ("mma_sync", "tf32", (16, 8, 8)),
+    "mma_sync_e4m3_m16n8k32": ("mma_sync", "e4m3", (16, 8, 32)),
+    "wgmma_e4m3_m64n64k32": ("wgmma", "e4m3", (64, 64, 32)),
+}
+
+
+def _gemm(fmt: str, size: int):
     import jax.numpy as jnp
     import numpy as np
 
@@ -117,20 +134,57 @@ def profile(fmt: str, size: int, calls: int, top: int) -> dict:
     rng = np.random.default_rng(0)
     a = jnp.asarray(rng.standard_normal((size, size), np.float32))
     b = jnp.asarray(rng.standard_normal((size, size), np.float32))
-    exact = jax.jit(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt, mode="exact"))
-    plain = jax.jit(lambda a, b: jnp.matmul(a, b))
-    compiled = exact.lower(a, b).compile()
-    hlo = compiled.as_text()
-    jax.block_until_ready(exact(a, b))
-    jax.block_until_ready(plain(a, b))
-    t0 = time.perf_counter()
-    jax.block_until_ready(exact(a, b))
-    wall = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    jax.block_until_ready(plain(a, b))
-    wall_plain = time.perf_counter() - t0
-    _log(f"{fmt} {size}^3: exact {wall:.4f} s, jnp.matmul {wall_plain:.5f} s (one call each)")
-    events, procs = _trace_events(exact, (a, b), calls)
+    return (lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt, mode="exact"),
+            lambda a, b: jnp.matmul(a, b), (a, b), (a, b), size ** 3)
+
+
+def _tiles(name: str, macs: int):
+    import jax.numpy as jnp
+    import ml_dtypes
+    import numpy as np
+
+    import jaxwarp
+
+    instr, fmt, (m, n, k) = TILES[name]
+    dt = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "tf32": np.float32,
+          "e4m3": ml_dtypes.float8_e4m3fn}[fmt]
+    t = max(2, macs // (m * n * k))
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.standard_normal((t, m, k), np.float32).astype(dt))
+    b = jnp.asarray(rng.standard_normal((t, k, n), np.float32).astype(dt))
+    c = jnp.asarray(rng.standard_normal((t, m, n), np.float32))
+    arch = "sm_90a" if instr == "wgmma" else "sm_90"
+    xt = {"bf16": jnp.bfloat16, "tf32": jnp.float32}.get(fmt, jnp.float16)
+
+    def exact(a, b, c):
+        return jaxwarp.mma(a, b, c, a_format=fmt, b_format=fmt, c_format="f32",
+                           d_format="f32", instruction=instr, instruction_k=k, arch=arch)
+
+    def plain(a, b, c):  # XLA's batched product of the same tiles (f16 for fp8)
+        return jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=jnp.float32) + c
+
+    return exact, plain, (a, b, c), (a.astype(xt), b.astype(xt), c), t * m * n * k
+
+
+def profile(label: str, case, calls: int, top: int) -> dict:
+    import jax
+
+    exact_fn, plain_fn, args, plain_args, macs = case
+    exact, plain = jax.jit(exact_fn), jax.jit(plain_fn)
+    hlo = exact.lower(*args).compile().as_text()
+    jax.block_until_ready(exact(*args))
+    jax.block_until_ready(plain(*plain_args))
+    walls = []
+    for fn, xs in ((exact, args), (plain, plain_args)):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*xs))
+            best = min(best, time.perf_counter() - t0)
+        walls.append(best)
+    wall, wall_plain = walls
+    _log(f"{label}: exact {wall:.4f} s, XLA {wall_plain:.5f} s (best of 3)")
+    events, procs = _trace_events(exact, args, calls)
     dev = [p for p, n in procs.items() if "device" in n.lower() and "gpu" in n.lower()]
     pick = set(dev) if dev else set(procs)
     per = collections.defaultdict(lambda: [0.0, 0])
@@ -144,8 +198,8 @@ def profile(fmt: str, size: int, calls: int, top: int) -> dict:
     kernels = []
     for name, (sec, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[:top]:
         base = name.split(":")[0].strip()
-        rec = {"kernel": name, "seconds_per_gemm": sec / calls, "share": sec / calls / total
-               if total else None, "launches_per_gemm": n / calls}
+        rec = {"kernel": name, "seconds_per_call": sec / calls, "share": sec / calls / total
+               if total else None, "launches_per_call": n / calls}
         if base in fusions:
             comp, elems = fusions[base]
             ops = {k: v for k, v in comps.get(comp, {}).items() if k not in _FREE}
@@ -154,10 +208,9 @@ def profile(fmt: str, size: int, calls: int, top: int) -> dict:
                        operations_by_kind=dict(collections.Counter(ops).most_common()),
                        est_operations_per_s=count * elems * n / sec if sec else None)
         kernels.append(rec)
-    flop = 2.0 * size ** 3
-    return {"format": fmt, "size": size, "wall_s": wall, "wall_s_jnp_matmul": wall_plain,
-            "tflops": flop / wall / 1e12, "ratio_to_jnp_matmul": wall_plain / wall,
-            "traced_calls": calls, "device_event_s_per_gemm": total,
+    return {"case": label, "multiply_adds": macs, "wall_s": wall, "wall_s_xla": wall_plain,
+            "tflops": 2.0 * macs / wall / 1e12, "ratio_to_xla": wall_plain / wall,
+            "traced_calls": calls, "device_event_s_per_call": total,
             "trace_processes": sorted(set(procs.values())), "kernels": kernels,
             "hlo_instructions": sum(sum(c.values()) for c in comps.values())}
 
@@ -169,6 +222,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=None)
     p.add_argument("--formats", default="bf16,f16,e4m3")
+    p.add_argument("--tiles", default="", help="comma-separated names of TILES (or 'all')")
+    p.add_argument("--tile-macs", type=int, default=None)
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--top", type=int, default=8)
     p.add_argument("--out", default=None)
@@ -178,9 +233,15 @@ def main() -> None:
     rec = {"benchmark": "profile_exact", "backend": jax.default_backend(),
            "device": jax.devices()[0].device_kind, "versions": versions(),
            "results": []}
-    for fmt in args.formats.split(","):
+    for fmt in [f for f in args.formats.split(",") if f]:
         _log(f"profiling {fmt} at {size}^3")
-        rec["results"].append(profile(fmt, size, args.calls, args.top))
+        rec["results"].append(profile(f"matmul {fmt} {size}^3", _gemm(fmt, size), args.calls,
+                                      args.top))
+    names = list(TILES) if args.tiles == "all" else [t for t in args.tiles.split(",") if t]
+    macs = args.tile_macs or (1 << 28 if gpu else 1 << 22)
+    for name in names:
+        _log(f"profiling {name} tiles ({macs} multiply-adds)")
+        rec["results"].append(profile(name, _tiles(name, macs), args.calls, args.top))
     text = json.dumps(rec, indent=1)
     print(text)
     if args.out:
