@@ -22,7 +22,7 @@ tiles stand in for fp8, as in ``instructions_exact.py``).
 
 Usage:
     python benchmarks/profile_exact.py [--size N] [--formats bf16,f16,e4m3] [--calls C]
-        [--top T] [--tiles NAME,...|all] [--tile-macs N] [--out DIR]
+        [--top T] [--tiles NAME,...|all] [--tile-macs N] [--out DIR] [--hlo-dir DIR]
 
 Defaults: size 4096 on a GPU, 512 on a CPU; 3 traced calls; the top 8 kernels; tiles of
 2**28 multiply-adds on a GPU, 2**22 on a CPU.
@@ -166,12 +166,16 @@ def _tiles(name: str, macs: int):
     return exact, plain, (a, b, c), (a.astype(xt), b.astype(xt), c), t * m * n * k
 
 
-def profile(label: str, case, calls: int, top: int) -> dict:
+def profile(label: str, case, calls: int, top: int, hlo_dir: str | None = None) -> dict:
     import jax
 
     exact_fn, plain_fn, args, plain_args, macs = case
     exact, plain = jax.jit(exact_fn), jax.jit(plain_fn)
     hlo = exact.lower(*args).compile().as_text()
+    if hlo_dir:
+        path = pathlib.Path(hlo_dir) / (re.sub(r"[^\w.]+", "_", label) + ".hlo.txt")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(hlo)
     jax.block_until_ready(exact(*args))
     jax.block_until_ready(plain(*plain_args))
     walls = []
@@ -227,6 +231,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--top", type=int, default=8)
     p.add_argument("--out", default=None)
+    p.add_argument("--hlo-dir", default=None, help="write each case's compiled HLO here")
     args = p.parse_args()
     gpu = jax.default_backend() != "cpu"
     size = args.size or (4096 if gpu else 512)
@@ -236,12 +241,13 @@ def main() -> None:
     for fmt in [f for f in args.formats.split(",") if f]:
         _log(f"profiling {fmt} at {size}^3")
         rec["results"].append(profile(f"matmul {fmt} {size}^3", _gemm(fmt, size), args.calls,
-                                      args.top))
+                                      args.top, args.hlo_dir))
     names = list(TILES) if args.tiles == "all" else [t for t in args.tiles.split(",") if t]
     macs = args.tile_macs or (1 << 28 if gpu else 1 << 22)
     for name in names:
         _log(f"profiling {name} tiles ({macs} multiply-adds)")
-        rec["results"].append(profile(name, _tiles(name, macs), args.calls, args.top))
+        rec["results"].append(profile(name, _tiles(name, macs), args.calls, args.top,
+                                      args.hlo_dir))
     text = json.dumps(rec, indent=1)
     print(text)
     if args.out:
