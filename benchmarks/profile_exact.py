@@ -81,7 +81,8 @@ _FUSION = re.compile(
 
 
 def _fusion_calls(hlo: str) -> dict[str, tuple[str, int]]:
-    """Fusion instruction name -> (its fused computation, elements of its output)."""
+    """Fusion instruction name (with "_" for ".", as a GPU trace names its kernel) ->
+    (its fused computation, elements of its output)."""
     out = {}
     for line in hlo.splitlines():
         m = _FUSION.match(line)
@@ -90,7 +91,7 @@ def _fusion_calls(hlo: str) -> dict[str, tuple[str, int]]:
         shapes = re.findall(r"\[([\d,]*)\]", m.group(2))
         elems = max((math.prod(int(d) for d in s.split(",") if d) for s in shapes),
                     default=1)
-        out[m.group(1)] = (m.group(3), elems)
+        out[m.group(1).replace(".", "_")] = (m.group(3), elems)  # as the trace names it
     return out
 
 
@@ -201,7 +202,7 @@ def profile(label: str, case, calls: int, top: int, hlo_dir: str | None = None) 
     total = sum(v[0] for v in per.values()) / calls
     kernels = []
     for name, (sec, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[:top]:
-        base = name.split(":")[0].strip()
+        base = name.split(":")[0].strip().replace(".", "_")
         rec = {"kernel": name, "seconds_per_call": sec / calls, "share": sec / calls / total
                if total else None, "launches_per_call": n / calls}
         if base in fusions:
