@@ -1099,10 +1099,13 @@ def _grouped(groups, loss=_mse, mesh=_MESH1):
     return lambda: jaxwarp.grouped_value_and_grad(loss, groups, mesh=mesh)
 
 
-case(6, "grouped_value_and_grad-groups-float", _grouped(2.0), exc=ValueError,
-     regex=r"groups must be an int >= 1, got 2\.0", modes=EAGER)
-case(6, "grouped_value_and_grad-groups-bool", _grouped(True), exc=ValueError,
-     regex=r"groups must be an int >= 1, got True", modes=EAGER)
+# A wrong type is a TypeError, as every static int argument's (checks.static_int).
+case(6, "grouped_value_and_grad-groups-float", _grouped(2.0), exc=TypeError,
+     regex=r"groups must be a Python int, got float 2\.0", modes=EAGER)
+case(6, "grouped_value_and_grad-groups-bool", _grouped(True), exc=TypeError,
+     regex=r"groups must be a Python int, got bool True", modes=EAGER)
+case(6, "grouped_value_and_grad-groups-numpy-bool", _grouped(np.True_), exc=TypeError,
+     regex=r"groups must be a Python int, got bool", modes=EAGER)
 case(6, "grouped_value_and_grad-groups-zero", _grouped(0), exc=ValueError,
      regex=r"groups must be an int >= 1, got 0", modes=EAGER)
 case(6, "grouped_value_and_grad-groups-not-multiple-of-mesh",
@@ -1118,10 +1121,13 @@ case(6, "grouped_value_and_grad-batch-not-multiple",
      lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1)(w, x),
      np.ones(3, np.float32), np.ones((5, 3), np.float32), exc=ValueError,
      regex=r"batch\[0\] has leading \(batch\) size 5; it must be a multiple of groups=2")
+# A scalar in the batch: the message says what was passed (its value eagerly, its type
+# traced).
 case(6, "grouped_value_and_grad-batch-scalar",
      lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1)(w, x),
      np.ones(3, np.float32), np.float32(1), exc=ValueError,
-     regex=r"batch\[0\] has leading \(batch\) size None; it must be a multiple of groups=2")
+     regex=r"batch\[0\] is a scalar \((float32 .*1\.0.*|float32\[\])\) with no leading "
+           r"\(batch\) axis; every batch leaf needs one whose size is a multiple of groups=2")
 
 case(6, "grouped_value_and_grad-dispatch",
      lambda: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1, dispatch="pmap"),
@@ -1133,6 +1139,12 @@ case(6, "grouped_value_and_grad-per-device-batch-not-multiple",
                                                  dispatch="per_device")(w, x),
      np.ones(3, np.float32), np.ones((5, 3), np.float32), exc=ValueError,
      regex=r"batch\[0\] has leading \(batch\) size 5; it must be a multiple of groups=2",
+     modes=EAGER)
+case(6, "grouped_value_and_grad-per-device-batch-scalar",
+     lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1,
+                                                 dispatch="per_device")(w, x),
+     np.ones(3, np.float32), 1.0, exc=ValueError,
+     regex=r"batch\[0\] is a scalar \(float 1\.0\) with no leading \(batch\) axis",
      modes=EAGER)
 case(6, "grouped_value_and_grad-per-device-traced",
      lambda w, x: jaxwarp.grouped_value_and_grad(_mse, 2, mesh=_MESH1,

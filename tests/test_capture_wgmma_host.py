@@ -165,8 +165,14 @@ def test_pipeline_through_descriptors(group):
     assert fake.calls == len(js)
 
 
-def test_cu_source_is_current():
-    assert cw.SRC.read_text() == cw.gen_cu()
+def test_generated_table_names_every_kernel_variant_once():
+    ops = [cw.WgOp(k) for k in cw.all_ops()]
+    inc = cw.gen_inc(ops)
+    assert len({o.name for o in ops}) == len(ops)
+    assert inc.count("\nstruct Op") == len(ops)
+    for i, o in enumerate(ops):
+        assert inc.count(f'X("{o.name}", Op{i})') == 1
+        assert f"{o.ptx()} {{%0" in inc  # the instruction with its accumulator operands
 
 
 def test_main_orchestration_skips_failing_configurations(tmp_path, monkeypatch):
@@ -195,7 +201,7 @@ def test_main_orchestration_skips_failing_configurations(tmp_path, monkeypatch):
         return Done(0)
 
     monkeypatch.setattr(cw, "Lib", Fake)
-    monkeypatch.setattr(cw, "build", lambda: None)
+    monkeypatch.setattr(cw, "build", lambda nvcc="nvcc": None)
     monkeypatch.setattr(cw.subprocess, "run", fake_run)
     cw.main(["--out", str(tmp_path), "--quick", "--only", "variants,chain", "--scale", "0.3"])
     z = np.load(tmp_path / "wgmma_full.npz")

@@ -62,10 +62,12 @@ def test_matmul_contract(fmt):
                                  for f in FORMATS])
 def test_grad_contract(fmt):
     a, b = rand(32, 48), rand(48, 16)
-    loss_e = lambda x, y: jnp.sum(jnp.sin(emulate(lambda p, q: p @ q, operand_format=fmt)(x, y)))
-    loss_m = lambda x, y: jnp.sum(jnp.sin(mm(fmt)(x, y)))
+    def loss_e(x, y):
+        return jnp.sum(jnp.sin(emulate(lambda p, q: p @ q, operand_format=fmt)(x, y)))
+    def loss_m(x, y):
+        return jnp.sum(jnp.sin(mm(fmt)(x, y)))
     for g, h in zip(jax.jit(jax.grad(loss_e, (0, 1)))(a, b),
-                    jax.jit(jax.grad(loss_m, (0, 1)))(a, b)):
+                    jax.jit(jax.grad(loss_m, (0, 1)))(a, b), strict=True):
         same_bits(g, h)
 
 
@@ -77,11 +79,12 @@ def test_grad_inside_emulate_equals_grad_of_matmul():
     # (1 - t) * (1 + t), which cancels where tanh saturates, is compiled per program
     # (fusion, FMA contraction, the GPU's tanh) and need not agree to the bit on a GPU.
     a, b = rand(32, 32), rand(32, 32)
-    f = lambda x, y: 0.5 * jnp.sum(jnp.square(x @ y))
+    def f(x, y):
+        return 0.5 * jnp.sum(jnp.square(x @ y))
     got = emulate(jax.grad(f, (0, 1)), operand_format="bf16")(a, b)
     want = jax.jit(jax.grad(lambda x, y: 0.5 * jnp.sum(jnp.square(mm("bf16")(x, y))),
                             (0, 1)))(a, b)
-    for g, h in zip(got, want):
+    for g, h in zip(got, want, strict=True):
         same_bits(g, h)
 
 
@@ -113,8 +116,9 @@ def test_batch_dims_not_leading():
 def test_preferred_element_type_and_mixed_dtypes():
     a = rand(16, 32).astype(jnp.bfloat16)
     b = rand(32, 16)
-    f = lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ())),
-                                     preferred_element_type=jnp.float32)
+    def f(x, y):
+        return lax.dot_general(x, y, (((1,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32)
     got = emulate(f, operand_format="bf16")(a, b)
     same_bits(got, mm("bf16")(a, b))
     # bf16 x bf16 -> bf16: the f32 accumulator rounded to nearest at the end.
@@ -147,8 +151,10 @@ def test_k_padding_changes_no_bit():
 def test_jit_vmap_nesting():
     a, b = rand(4, 16, 32), rand(32, 16)
     want = np.stack([mm("bf16")(a[i], b) for i in range(4)])
-    f = lambda x, y: x @ y
-    e = lambda g: emulate(g, operand_format="bf16")
+    def f(x, y):
+        return x @ y
+    def e(g):
+        return emulate(g, operand_format="bf16")
     same_bits(jax.jit(e(f))(a[0], b), want[0])
     same_bits(e(jax.jit(f))(a[0], b), want[0])
     same_bits(jax.vmap(e(f), (0, None))(a, b), want)
@@ -210,7 +216,8 @@ def test_custom_jvp_and_custom_vjp():
 
     h.defvjp(lambda z: (h(z), z), lambda z, ct: (ct @ z.T + z.T @ ct,))
 
-    f = lambda z: h(g(z))
+    def f(z):
+        return h(g(z))
     got = emulate(f, operand_format="bf16")(x)
     y = jnp.tanh(mm("bf16")(x, x))
     same_bits(got, mm("bf16")(y, y))
@@ -236,8 +243,9 @@ def test_conv_is_implicit_gemm_in_kh_kw_cin_order():
     x = rand(2, 6, 7, 3)  # NHWC
     w = rand(3, 3, 3, 5)  # HWIO
     dn = ("NHWC", "HWIO", "NHWC")
-    conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 2), ((1, 1), (0, 1)),
-                                                 dimension_numbers=dn, rhs_dilation=(1, 1))
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, (1, 2), ((1, 1), (0, 1)),
+                                        dimension_numbers=dn, rhs_dilation=(1, 1))
     got = emulate(conv, operand_format="bf16")(x, w)
     # im2col by hand: rows (n, oh, ow), k = (kh, kw, cin) row-major.
     xp = np.pad(x, ((0, 0), (1, 1), (0, 1), (0, 0)))
@@ -248,9 +256,10 @@ def test_conv_is_implicit_gemm_in_kh_kw_cin_order():
                       np.pad(w.reshape(27, 5), ((0, 5), (0, 11))))[:len(rows), :5]
     same_bits(got, np.asarray(want).reshape(2, oh, ow, 5))
     # and it is the convolution: within bf16's operand rounding of the fp32 one
-    exact = lambda x, w: lax.conv_general_dilated(x, w, (1, 2), ((1, 1), (0, 1)),
-                                                  dimension_numbers=dn,
-                                                  precision=lax.Precision.HIGHEST)
+    def exact(x, w):
+        return lax.conv_general_dilated(x, w, (1, 2), ((1, 1), (0, 1)),
+                                        dimension_numbers=dn,
+                                        precision=lax.Precision.HIGHEST)
     scale = np.asarray(exact(np.abs(x), np.abs(w)))
     assert np.all(np.abs(np.asarray(got) - np.asarray(exact(x, w))) <= 2.0 ** -7 * scale)
 
@@ -260,7 +269,8 @@ def test_conv_groups_dilation_and_layouts():
     rng = np.random.default_rng(7)  # own data: the result must not depend on test order
     x = rng.standard_normal((2, 4, 9, 8)).astype(np.float32)  # NCHW
     w = rng.standard_normal((6, 2, 2, 3)).astype(np.float32)  # OIHW, 2 groups of 2 channels
-    conv = lambda x, w: lax.conv_general_dilated(
+    def conv(x, w):
+        return lax.conv_general_dilated(
         x, w, (2, 1), ((0, 1), (2, 0)), lhs_dilation=(1, 2), rhs_dilation=(2, 1),
         feature_group_count=2, dimension_numbers=("NCHW", "OIHW", "NCHW"),
         precision=lax.Precision.HIGHEST)
@@ -268,7 +278,8 @@ def test_conv_groups_dilation_and_layouts():
     # The same convolution of the operands converted as emulate converts them
     # (__float_to_tf32), summed in fp32: the two differ only by the tensor core's
     # truncating accumulation, a few units of 2**-23 of the sum of |terms| per output.
-    tf32 = lambda v: np.asarray(jaxwarp.float_to_tf32(v))
+    def tf32(v):
+        return np.asarray(jaxwarp.float_to_tf32(v))
     want = np.asarray(conv(tf32(x), tf32(w)), np.float64)
     scale = np.asarray(conv(np.abs(tf32(x)), np.abs(tf32(w))), np.float64)
     assert got.shape == want.shape
@@ -299,7 +310,8 @@ def test_filter_by_name_and_size():
 
 def test_filter_predicate_and_report_through_jit_and_grad():
     a, b = rand(16, 32), rand(32, 16)
-    pred = lambda p: p.m * p.n >= 256
+    def pred(p):
+        return p.m * p.n >= 256
     f = emulate(lambda x, y: (x @ y).sum(), operand_format="f16", filter=pred, report=True)
     out, rep = jax.jit(f)(a, b)
     assert isinstance(rep, EmulationReport) and rep.count == 1
@@ -511,7 +523,8 @@ def test_format_as_dtype_or_alias():
 
 def test_backward_format_recipe():
     a, b = rand(32, 32), rand(32, 32)
-    loss = lambda x, y: jnp.sum(jnp.sin(x @ y))
+    def loss(x, y):
+        return jnp.sum(jnp.sin(x @ y))
     ga = jax.grad(lambda x: loss(x, b) if False else emulate(
         loss, operand_format="bf16", backward_format="f16")(x, b))(a)
     gd = jnp.cos(mm("bf16")(a, b))

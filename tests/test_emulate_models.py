@@ -19,7 +19,7 @@ D, SEQ, HEADS, BATCH = 32, 8, 2, 2
 
 
 def same_bits(got, want):
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
@@ -30,7 +30,7 @@ def close(got, want, tol):
     exact arithmetic, such as attention's key bias, is rounding noise in both)."""
     got, want = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
     scale = max(float(np.abs(np.asarray(w)).max()) for w in want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         g, w = np.asarray(g), np.asarray(w)
         assert np.isfinite(g).all()
         assert np.abs(g - w).max() <= tol * scale, (np.abs(g - w).max(), scale)
@@ -87,7 +87,8 @@ def test_nnx_mlp_bits_forward_and_backward(nnx):
         return jnp.mean(nnx.merge(graphdef, state)(x) ** 2)
 
     def by_hand(state, x):
-        mm = lambda a, b: jaxwarp.matmul(a, b, operand_format="bf16")
+        def mm(a, b):
+            return jaxwarp.matmul(a, b, operand_format="bf16")
         p = nnx.to_pure_dict(state)
         h = jax.nn.relu(mm(x, p["l1"]["kernel"]) + p["l1"]["bias"])
         return jnp.mean((mm(h, p["l2"]["kernel"]) + p["l2"]["bias"]) ** 2)
@@ -178,7 +179,8 @@ def eqx_transformer(eqx):
 def test_eqx_mlp_forward_and_backward(eqx):
     mlp = eqx.nn.MLP(D, D, 2 * D, 2, activation=jax.nn.tanh, key=jax.random.key(0))
     x = tokens().reshape(-1, D)
-    loss = lambda m, x: jnp.mean(jax.vmap(m)(x) ** 2)
+    def loss(m, x):
+        return jnp.mean(jax.vmap(m)(x) ** 2)
     out, rep = emulate(lambda m, x: jax.vmap(m)(x), operand_format="f16", report=True)(mlp, x)
     assert rep.count == 3
     close(out, jax.vmap(mlp)(x), 3e-3)

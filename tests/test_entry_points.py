@@ -419,7 +419,8 @@ NO_ARRAY_DATA = frozenset({
     "Product", "ProductFilter", "ReportEntry", "Target", "UnsupportedProductError",
     # A pytree container: the functions that read a Fragment check its x.
     "Fragment",
-    "activemask", "lane_id", "batch_mesh", "checked", "deterministic_xla", "datapath_for", "fragment",
+    "activemask", "lane_id", "batch_mesh", "checked", "deterministic_xla", "datapath_for",
+    "fragment",
     "fragment_type", "get_format", "lane_map", "lane_map_text", "make_descriptor",
     "mma_instructions", "parse_mma", "parse_target", "parse_wgmma",
     "mma_sp_instructions", "parse_mma_sp", "parse_wgmma_sp",

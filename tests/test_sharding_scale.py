@@ -243,12 +243,12 @@ def test_grouped_dispatch_bad_inputs():
         f(jnp.float32(1))
 
 
-@pytest.mark.parametrize("groups, match", [(0, "groups must be an int >= 1"),
-                                           (2.0, "groups must be an int >= 1"),
-                                           (True, "groups must be an int >= 1")],
-                         ids=["zero", "float", "bool"])
-def test_grouped_bad_groups(groups, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("groups, exc, match", [
+    (0, ValueError, "groups must be an int >= 1"),
+    (2.0, TypeError, "groups must be a Python int, got float"),
+    (True, TypeError, "groups must be a Python int, got bool")], ids=["zero", "float", "bool"])
+def test_grouped_bad_groups(groups, exc, match):
+    with pytest.raises(exc, match=match):
         jaxwarp.grouped_value_and_grad(lambda w, x: w, groups)
 
 

@@ -320,6 +320,22 @@ def _fixed_order_mean(x: jax.Array) -> jax.Array:
     return acc / jnp.asarray(x.shape[0], acc.dtype)
 
 
+def _group_size(x: Any, where: str, groups: int) -> int:
+    """The examples per group of the batch leaf ``x`` (named ``where``), or raises: a
+    scalar has no batch axis, and the batch size must be a multiple of ``groups``."""
+    if not np.ndim(x):
+        what = (x.aval.str_short() if isinstance(x, jax.core.Tracer)
+                else f"{type(x).__name__} {x!r}")
+        raise ValueError(f"grouped_value_and_grad: {where} is a scalar ({what}) with no "
+                         f"leading (batch) axis; every batch leaf needs one whose size is a "
+                         f"multiple of groups={groups}")
+    n = np.shape(x)[0]
+    if n % groups:
+        raise ValueError(f"grouped_value_and_grad: {where} has leading (batch) size "
+                         f"{n}; it must be a multiple of groups={groups}")
+    return n // groups
+
+
 def _per_device_value_and_grad(loss: Callable[..., jax.Array], groups: int,
                                mesh: Mesh) -> Callable[..., tuple[jax.Array, Any]]:
     """``grouped_value_and_grad(..., dispatch="per_device")``: see there."""
@@ -338,15 +354,9 @@ def _per_device_value_and_grad(loss: Callable[..., jax.Array], groups: int,
                             "call it outside jax.jit and jit the update, or use "
                             "dispatch='spmd'")
 
-        def size(path, x):
-            n = np.shape(x)[0] if np.ndim(x) else None
-            if n is None or n % groups:
-                raise ValueError(f"grouped_value_and_grad: batch{jax.tree_util.keystr(path)} "
-                                 f"has leading (batch) size {n}; it must be a multiple of "
-                                 f"groups={groups}")
-            return n // groups
-
-        n = jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(size, batch))[0]
+        n = jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(
+            lambda path, x: _group_size(x, "batch" + jax.tree_util.keystr(path), groups),
+            batch))[0]
         on = [jax.device_put(params, d) for d in devices]
 
         def run(k):
@@ -419,9 +429,11 @@ def grouped_value_and_grad(
         replicated over the mesh (``"per_device"``: on the mesh's first device).
 
     Raises:
-        ValueError: ``groups`` is not an int >= 1 or not a multiple of the mesh size;
-            (when called) no batch argument, or a batch size that is not a
-            multiple of ``groups``.
+        TypeError: ``groups`` is not an int (a bool or a float, say) or ``loss`` is
+            not callable; (when called, ``"per_device"``) traced arguments.
+        ValueError: ``groups`` is < 1 or not a multiple of the mesh size; (when
+            called) no batch argument, a scalar in the batch, or a batch size that is
+            not a multiple of ``groups``.
 
     Example:
         >>> loss = lambda w, x, y: jnp.mean((x @ w - y) ** 2)
@@ -432,10 +444,9 @@ def grouped_value_and_grad(
         >>> float(value), grad.tolist()
         (9.0, [6.0, 6.0, 6.0])
     """
-    if isinstance(groups, (bool, np.bool_)) or not isinstance(groups, (int, np.integer)) \
-            or groups < 1:
-        raise ValueError(f"groups must be an int >= 1, got {groups!r}")
-    groups = int(groups)
+    groups = checks.static_int(groups, "groups")
+    if groups < 1:
+        raise ValueError(f"groups must be an int >= 1, got {groups}")
     mesh = batch_mesh() if mesh is None else mesh
     if groups % mesh.size:
         raise ValueError(f"groups must be a multiple of the mesh size {mesh.size} (each "
@@ -450,11 +461,8 @@ def grouped_value_and_grad(
     value_and_grad = jax.value_and_grad(loss)
 
     def split(x, where):
-        n = np.shape(x)[0] if np.ndim(x) else None
-        if n is None or n % groups:
-            raise ValueError(f"grouped_value_and_grad: {where} has leading (batch) size "
-                             f"{n}; it must be a multiple of groups={groups}")
-        return jnp.reshape(x, (groups, n // groups, *np.shape(x)[1:]))
+        n = _group_size(x, where, groups)
+        return jnp.reshape(x, (groups, n, *np.shape(x)[1:]))
 
     def on_one_device(params, batch):
         # This device's groups one after the other (lax.map, not vmap): each group runs

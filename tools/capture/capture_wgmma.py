@@ -3,8 +3,12 @@
 One command builds wgmma.cu for sm_90a and writes two npz files (schema: FORMAT_WGMMA.md):
 
     python tools/capture/capture_wgmma.py --out DIR [--quick] [--seed N] [--scale X]
-                                          [--only plain,variants,chain] [--selftest]
-    python tools/capture/capture_wgmma.py --write-cu   # regenerate wgmma.cu from OPS below
+                                          [--only plain,variants,chain] [--nvcc NVCC]
+    python tools/capture/capture_wgmma.py --selftest      # no GPU: layouts, maps, the table
+    python tools/capture/capture_wgmma.py --probe-ptxas   # which kernel variants ptxas accepts
+
+wgmma.cu holds the kernel; its instruction table (wgmma_ops.inc) is generated from the
+configuration tables below at build time, as capture_ptx.py / capture_sp.py do.
 
 Every trial is one CTA of one warpgroup (128 threads). Shared-memory images, matrix
 descriptors and register words are built here on the host (PTX ISA 9.7.15.5: matrix
@@ -30,12 +34,11 @@ import numpy as np
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE / "wgmma.cu"
 sys.path.insert(0, str(HERE))
-import driver  # noqa: E402  (the library's device)
-from driver import log  # noqa: E402
+import driver  # noqa: E402  (nvcc, ptxas probes, the library's device)
+from driver import BUILD, log  # noqa: E402
 
-BUILD = HERE / "build"
-FLAGS = ["-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
-         "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo"]
+#: nvcc flags besides driver.LIB_FLAGS (wgmma needs the arch-specific sm_90a target).
+ARCH = ["-gencode=arch=compute_90a,code=sm_90a", "-lineinfo"]
 MAX_NPZ = 12 * 2**20
 M = 64
 
@@ -233,7 +236,7 @@ CHAINS = [  # (a, b, c, steps, trials per kind)
 
 
 def all_ops():
-    """Every compiled kernel variant, in a fixed order (the order of OPS in wgmma.cu)."""
+    """Every compiled kernel variant, in a fixed order (that of wgmma_ops.inc)."""
     keys = list(plain_configs()) + [v[1] for v in variant_configs()]
     keys += [op_key(a, b, c, 8) for a, b, c, _, _ in CHAINS]
     seen, out = set(), []
@@ -632,7 +635,8 @@ def reference_error(cfg, A, B, C, D, sa=1, sb=1, scale_d=1):
 
 
 # ----------------------------------------------------------------------------------------
-# CUDA source (generated from all_ops(); `--write-cu` rewrites wgmma.cu).
+# CUDA source: wgmma.cu (the kernel, hand-written) includes wgmma_ops.inc, generated from
+# all_ops() at build time (never committed; capture_wgsp.py generates its own).
 
 
 def _imm(key):
@@ -654,34 +658,42 @@ def _instr(key):
     return f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{ct}.{at}.{bt}"
 
 
-def gen_op_struct(i, key):
-    at, bt, ct, n, areg, ta, tb, sa, sb, sat = key
+def op_struct(i, name, instr, ct, n, areg, imm, sel=None):
+    """``struct Op<i>`` of wgmma_ops.inc (its interface: wgmma.cu's header): one asm block
+    running ``instr`` on the accumulators (``ct``, N = ``n``), A from registers (``areg``)
+    or a descriptor, the B descriptor, then, for a sparse instruction (``sel`` not None),
+    the metadata register and the sparsity selector, then scale-d and the immediates
+    ``imm``."""
     nr = n // 4 if ct == "f16" else n // 2
     T = "float" if ct == "f32" else "uint32_t"
     con = "+f" if ct == "f32" else "+r"
     dl = ",".join(f"%{j}" for j in range(nr))
     if areg:
         ain = "{" + ",".join(f"%{nr + j}" for j in range(4)) + "}"
-        nxt = nr + 4
         ins = [f'"r"(a[{j}])' for j in range(4)]
     else:
         ain = f"%{nr}"
-        nxt = nr + 1
         ins = ['"l"(da)']
-    bdesc, psd = f"%{nxt}", f"%{nxt + 1}"
-    ins += ['"l"(db)', '"r"(sd)']
-    args = ", ".join([f"{{{dl}}}", ain, bdesc, "p"] + [str(v) for v in _imm(key)])
+    operands = [f"{{{dl}}}", ain, f"%{nr + len(ins)}"]
+    ins.append('"l"(db)')
+    if sel is not None:
+        operands += [f"%{nr + len(ins)}", str(sel)]
+        ins.append('"r"(e)')
+    psd = f"%{nr + len(ins)}"
+    ins.append('"r"(sd)')
+    args = ", ".join(operands + ["p"] + [str(v) for v in imm])
     outs = ", ".join(f'"{con}"(d[{j}])' for j in range(nr))
     return (
-        f"// {op_name(key)}\n"
+        f"// {name}\n"
         f"struct Op{i} {{\n  using T = {T};\n  static constexpr int NR = {nr};\n"
         f"  static constexpr bool AREG = {'true' if areg else 'false'};\n"
+        f"  static constexpr bool SP = {'false' if sel is None else 'true'};\n"
         f"  __device__ __forceinline__ static void run(T* d, const uint32_t* a, "
-        f"unsigned long long da, unsigned long long db, int sd) {{\n"
-        f"    (void)a; (void)da;\n#ifdef WG_SM90A\n"
+        f"unsigned long long da, unsigned long long db, uint32_t e, int sd) {{\n"
+        f"    (void)a; (void)da; (void)e;\n#ifdef WG_SM90A\n"
         f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, {psd}, 0;\\n"\n'
         f'        "wgmma.fence.sync.aligned;\\n"\n'
-        f'        "{_instr(key)} {args};\\n"\n'
+        f'        "{instr} {args};\\n"\n'
         f'        "wgmma.commit_group.sync.aligned;\\n"\n'
         f'        "wgmma.wait_group.sync.aligned 0;\\n}}\\n"\n'
         f"        : {outs}\n        : {', '.join(ins)}\n        : \"memory\");\n"
@@ -689,189 +701,74 @@ def gen_op_struct(i, key):
     )
 
 
-CU_HEAD = r"""// wgmma.cu: records what Hopper's wgmma.mma_async returns. GENERATED by
-// `python tools/capture/capture_wgmma.py --write-cu` from the configuration tables in
-// capture_wgmma.py: edit those, not this file. Build: nvcc -O2 -std=c++17 -shared
-// -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -o libwgmma.so wgmma.cu
-//
-// One CTA = one warpgroup (128 threads) = one trial. Per step the CTA copies the step's
-// shared-memory image (built on the host: PTX ISA 9.7.15.5 layouts and swizzles) into a
-// 1024-byte aligned shared buffer, fences the generic->async proxy, adds the buffer's
-// shared address >> 4 to both descriptors' start-address fields and issues one asm block:
-// wgmma.fence; wgmma.mma_async; wgmma.commit_group; wgmma.wait_group 0. The accumulators
-// stay in registers across steps ("+f"/"+r" constraints); scale-d is 1 after step 0.
-// Returns 0, or -1 with the message in wg_last_error().
-
-#include <cuda_runtime.h>
-#include <cstdint>
-#include <cstdio>
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WG_SM90A 1
-#endif
-
-#define EXPORT extern "C" __attribute__((visibility("default")))
-
-static char g_err[512] = "";
-EXPORT const char* wg_last_error() { return g_err; }
-
-#define CK(call)                                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) {                                                         \
-      snprintf(g_err, sizeof g_err, "%s:%d %s: %s", __FILE__, __LINE__, #call,       \
-               cudaGetErrorString(e_));                                              \
-      return -1;                                                                     \
-    }                                                                                \
-  } while (0)
-
-EXPORT int wg_device(char* name, int len, int* major, int* minor, int* runtime, int* driver) {
-  cudaDeviceProp p;
-  CK(cudaGetDeviceProperties(&p, 0));
-  snprintf(name, len, "%s", p.name);
-  *major = p.major;
-  *minor = p.minor;
-  CK(cudaRuntimeGetVersion(runtime));
-  CK(cudaDriverGetVersion(driver));
-  return 0;
-}
-
-template <class T> __device__ __forceinline__ T from_bits(uint32_t u);
-template <> __device__ __forceinline__ float from_bits<float>(uint32_t u) { return __uint_as_float(u); }
-template <> __device__ __forceinline__ uint32_t from_bits<uint32_t>(uint32_t u) { return u; }
-__device__ __forceinline__ uint32_t to_bits(float v) { return __float_as_uint(v); }
-__device__ __forceinline__ uint32_t to_bits(uint32_t v) { return v; }
-
-// img: (T*steps, img16) 16-byte words; areg: (T*steps, 128, 4); desc: (T*steps, 2);
-// c, d: (T, 128, NR) accumulator register words.
-template <class Op>
-__global__ void __launch_bounds__(128) k_wg(const uint4* __restrict__ img, int img16,
-                                            const uint32_t* __restrict__ areg,
-                                            const unsigned long long* __restrict__ desc,
-                                            int scale_d_first, const uint32_t* __restrict__ c,
-                                            uint32_t* __restrict__ d, int steps) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  uint32_t base = (uint32_t)__cvta_generic_to_shared(smem_raw);
-  const uint32_t pad = (1024u - (base & 1023u)) & 1023u;
-  uint4* sm = reinterpret_cast<uint4*>(smem_raw + pad);
-  base += pad;
-  const int tid = threadIdx.x;
-  const size_t t = blockIdx.x;
-  typename Op::T acc[Op::NR];
-#pragma unroll
-  for (int i = 0; i < Op::NR; ++i) acc[i] = from_bits<typename Op::T>(c[(t * 128 + tid) * Op::NR + i]);
-  for (int s = 0; s < steps; ++s) {
-    const size_t ts = t * steps + s;
-    __syncthreads();
-    for (int i = tid; i < img16; i += 128) sm[i] = img[ts * img16 + i];
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    uint32_t a[4] = {0u, 0u, 0u, 0u};
-    if (Op::AREG) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = areg[(ts * 128 + tid) * 4 + i];
-    }
-    const unsigned long long da = desc[2 * ts] + (unsigned long long)(base >> 4);
-    const unsigned long long db = desc[2 * ts + 1] + (unsigned long long)(base >> 4);
-    Op::run(acc, a, da, db, s == 0 ? scale_d_first : 1);
-  }
-#pragma unroll
-  for (int i = 0; i < Op::NR; ++i) d[(t * 128 + tid) * Op::NR + i] = to_bits(acc[i]);
-}
-
-struct DevBuf {
-  void* p = nullptr;
-  ~DevBuf() { if (p) cudaFree(p); }
-  int up(const void* h, size_t n) {
-    CK(cudaMalloc(&p, n ? n : 16));
-    if (n && h) CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
-    return 0;
-  }
-};
-
-template <class Op>
-static int launch(int T, int steps, const void* img, long long img_bytes, const void* areg,
-                  const void* desc, int scale_d_first, const void* c, void* d) {
-  if (img_bytes % 16 || img_bytes + 1024 > 227 * 1024) {
-    snprintf(g_err, sizeof g_err, "image of %lld bytes: must be a multiple of 16 and fit", img_bytes);
-    return -1;
-  }
-  const size_t n = (size_t)T * steps;
-  const size_t cbytes = (size_t)T * 128 * Op::NR * 4;
-  DevBuf di, da, dd, dc, dout;
-  if (di.up(img, n * img_bytes) || da.up(Op::AREG ? areg : nullptr, Op::AREG ? n * 128 * 16 : 0) ||
-      dd.up(desc, n * 16) || dc.up(c, cbytes) || dout.up(nullptr, cbytes))
-    return -1;
-  const int shm = (int)img_bytes + 1024;
-  CK(cudaFuncSetAttribute(k_wg<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, shm));
-  k_wg<Op><<<T, 128, shm>>>((const uint4*)di.p, (int)(img_bytes / 16), (const uint32_t*)da.p,
-                            (const unsigned long long*)dd.p, scale_d_first,
-                            (const uint32_t*)dc.p, (uint32_t*)dout.p, steps);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(d, dout.p, cbytes, cudaMemcpyDeviceToHost));
-  return 0;
-}
-
-"""
+def ops_inc(tool, names, structs):
+    """wgmma_ops.inc: the Op structs and the table WGMMA_TABLE(X) naming them in order."""
+    table = " \\\n".join(f'  X("{nm}", Op{i})' for i, nm in enumerate(names))
+    return f"// generated by {tool}: do not edit\n{''.join(structs)}\n#define WGMMA_TABLE(X) \\\n{table}\n"
 
 
-def gen_cu():
-    ops = all_ops()
-    parts = [CU_HEAD]
-    for i, key in enumerate(ops):
-        parts.append(gen_op_struct(i, key))
-    parts.append(f"\nEXPORT int wg_count() {{ return {len(ops)}; }}\n")
-    parts.append("static const char* OP_NAMES[] = {\n")
-    parts += [f'    "{op_name(k)}",\n' for k in ops]
-    parts.append("};\nEXPORT const char* wg_op_name(int i) { return OP_NAMES[i]; }\n\n")
-    parts.append(
-        "EXPORT int wg_run(int op, int T, int steps, const void* img, long long img_bytes,\n"
-        "                  const void* areg, const void* desc, int scale_d_first, const void* c,\n"
-        "                  void* d) {\n  switch (op) {\n")
-    for i in range(len(ops)):
-        parts.append(f"    case {i}: return launch<Op{i}>(T, steps, img, img_bytes, areg, desc, "
-                     "scale_d_first, c, d);\n")
-    parts.append('  }\n  snprintf(g_err, sizeof g_err, "wg_run: unknown op %d", op);\n'
-                 "  return -1;\n}\n")
-    return "".join(parts)
+class WgOp:
+    """A compiled kernel variant (an op key) as driver.py's table builds see it."""
+
+    def __init__(self, key):
+        self.key, self.name = key, op_name(key)
+
+    def ptx(self):
+        return _instr(self.key)
+
+
+def gen_inc(ops):
+    """wgmma_ops.inc of the kernel variants ``ops`` (WgOp)."""
+    structs = [op_struct(i, o.name, _instr(o.key), o.key[2], o.key[3], o.key[4], _imm(o.key))
+               for i, o in enumerate(ops)]
+    return ops_inc("capture_wgmma.py", [o.name for o in ops], structs)
+
+
+def compile_inc(inc, out, nvcc="nvcc", cubin=False):
+    """Compiles wgmma.cu with the generated table ``inc`` (or, with ``cubin``, only
+    assembles its device code); returns (exit status, compiler messages)."""
+    return driver.nvcc_table(SRC, "wgmma_ops.inc", inc, out, ARCH, nvcc, cubin)
+
+
+def build_table(what, stem, cfgs, gen, nvcc="nvcc"):
+    """driver.build_table of wgmma.cu with the table ``gen(cfgs)``: (library, configurations
+    in it, {name: why ptxas refused})."""
+    BUILD.mkdir(exist_ok=True)
+    lib = BUILD / f"lib{stem}_sm90a_{driver.source_key(SRC.read_bytes(), gen(cfgs), ' '.join(ARCH))}.so"
+    cfgs, bad = driver.build_table(what, lib, cfgs,
+                                   lambda cs, out, cubin: compile_inc(gen(cs), out, nvcc, cubin),
+                                   nvcc, f"{stem}_")
+    return lib, cfgs, bad
 
 
 def build(nvcc="nvcc"):
-    key = hashlib.sha256(SRC.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    BUILD.mkdir(exist_ok=True)
-    lib = BUILD / f"libwgmma_sm90a_{key}.so"
-    if lib.exists():
-        return lib
-    if shutil.which(nvcc) is None:
-        sys.exit(f"nvcc not found (looked for {nvcc!r}); install the CUDA toolkit (13.x)")
-    cmd = [nvcc, *FLAGS, "-o", str(lib), str(SRC)]
-    log("building:", " ".join(cmd))
-    t = time.time()
-    subprocess.run(cmd, check=True)
-    log(f"built in {time.time() - t:.0f} s")
-    return lib
+    """The library of every kernel variant (all_ops()) for sm_90a, built unless up to date;
+    a variant that ptxas refuses is left out (logged; its jobs fail)."""
+    return build_table("wgmma.cu for sm_90a", "wgmma", [WgOp(k) for k in all_ops()], gen_inc,
+                       nvcc)[0]
+
+
+def probe_ptxas(nvcc="nvcc", jobs=8):
+    """{name: first error line} of the kernel variants that ptxas refuses, each alone."""
+    return driver.probe_ptxas([WgOp(k) for k in all_ops()],
+                              lambda c, out: compile_inc(gen_inc([c]), out, nvcc, cubin=True),
+                              "wgmma_", jobs)
 
 
 class Lib:
     def __init__(self, path):
         L, device = driver.load(path, "wg")
-        self.L = L
+        self.L, self.check = L, driver.checker(L, "wg")
         L.wg_op_name.restype = ctypes.c_char_p
         self.device, self.cc = str(device), device.cc
         self.versions = (device.runtime, device.driver)
-        want = [op_name(k) for k in all_ops()]
-        got = [L.wg_op_name(i).decode() for i in range(L.wg_count())]
-        if got != want:
-            raise RuntimeError("wgmma.cu is stale: run capture_wgmma.py --write-cu")
-        self.index = {k: i for i, k in enumerate(all_ops())}
-
-    def _check(self, rc):
-        if rc != 0:
-            raise RuntimeError(self.L.wg_last_error().decode())
+        self.index = {L.wg_op_name(i).decode(): i for i in range(L.wg_count())}
 
     def run(self, key, img, desc, areg, cwords, steps, scale_d):
         """img (T*steps, bytes) uint8; desc (T*steps, 2) uint64; cwords (T,128,NR)."""
+        name = op_name(key)
+        if name not in self.index:
+            raise KeyError(f"{name}: not in the library (ptxas refused it; see the build log)")
         T = cwords.shape[0]
         img = np.ascontiguousarray(img, np.uint8)
         desc = np.ascontiguousarray(desc, np.uint64)
@@ -879,8 +776,8 @@ class Lib:
         cwords = np.ascontiguousarray(cwords, np.uint32)
         d = np.zeros_like(cwords)
         p = lambda a: a.ctypes.data_as(ctypes.c_void_p)
-        self._check(self.L.wg_run(self.index[key], T, steps, p(img), ctypes.c_longlong(img.shape[1]),
-                                  p(areg), p(desc), scale_d, p(cwords), p(d)))
+        self.check(self.L.wg_run(self.index[name], T, steps, p(img), ctypes.c_longlong(img.shape[1]),
+                                 p(areg), p(desc), None, scale_d, p(cwords), p(d)))
         return d
 
 
@@ -992,7 +889,7 @@ def execute(lib, job, A, B, C):
 
 def worker(args):
     """Runs jobs start.. of the list; each finished job is saved to parts/{index}.npz."""
-    lib = Lib(build())
+    lib = Lib(build(args.nvcc))
     parts = pathlib.Path(args.parts)
     js = jobs(args.only.split(","), args.scale, args.quick)
     for i in range(args.start, len(js)):
@@ -1087,21 +984,24 @@ def selftest():
     for at in ("f16", "tf32", "e4m3", "s8"):
         r, c = a_map(at)
         assert len(np.unique(r * ATYPES[at][2] + c)) == M * ATYPES[at][2]
-    src = gen_cu()
-    assert SRC.exists() and SRC.read_text() == src, "wgmma.cu is stale: run --write-cu"
-    log(f"selftest ok: {n_ok} layout round trips, descriptors, register maps, wgmma.cu current")
+    ops = [WgOp(k) for k in all_ops()]
+    assert len({o.name for o in ops}) == len(ops), "two kernel variants share a name"
+    inc = gen_inc(ops)
+    for i, o in enumerate(ops):
+        assert inc.count(f'X("{o.name}", Op{i})') == 1 and f"{o.ptx()} {{" in inc, o.name
+    log(f"selftest ok: {n_ok} layout round trips, descriptors, register maps, "
+        f"{len(ops)} kernel variants in the table")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", help="output folder")
+    driver.add_common_args(ap, out_help="output folder",
+                           scale_help="multiplies the trial counts (files are trimmed to 12 MiB anyway)")
     ap.add_argument("--quick", action="store_true", help="a quarter of the trials")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scale", type=float, default=1.0,
-                    help="multiplies the trial counts (files are trimmed to 12 MiB anyway)")
     ap.add_argument("--only", default="plain,variants,chain")
     ap.add_argument("--selftest", action="store_true")
-    ap.add_argument("--write-cu", action="store_true")
+    ap.add_argument("--probe-ptxas", action="store_true",
+                    help="assemble every kernel variant alone and say which ptxas refuses")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--parts", help=argparse.SUPPRESS)
@@ -1109,10 +1009,9 @@ def main(argv=None):
     bad = set(args.only.split(",")) - {"plain", "variants", "chain"}
     if bad:
         ap.error(f"--only: unknown {sorted(bad)}; allowed: plain, variants, chain")
-    if args.write_cu:
-        SRC.write_text(gen_cu())
-        log(f"wrote {SRC} ({len(all_ops())} kernel variants)")
-        return
+    if args.probe_ptxas:
+        driver.require_nvcc(args.nvcc)
+        return driver.print_probe([WgOp(k) for k in all_ops()], probe_ptxas(args.nvcc))
     if args.selftest:
         selftest()
         return
@@ -1124,7 +1023,7 @@ def main(argv=None):
     t0 = time.time()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lib = Lib(build())
+    lib = Lib(build(args.nvcc))
     log(f"GPU: {lib.device} (runtime {lib.versions[0]}, driver {lib.versions[1]})")
     if lib.cc != 90:
         log(f"WARNING: wgmma needs sm_90a (compute capability 9.0); this GPU is sm_{lib.cc}")
@@ -1136,7 +1035,7 @@ def main(argv=None):
     log(f"{len(js)} configurations, {sum(len(j['kinds']) for j in js)} trials")
     start = 0
     base = [sys.executable, __file__, "--worker", "--parts", str(parts), "--seed", str(args.seed),
-            "--scale", str(args.scale), "--only", args.only]
+            "--scale", str(args.scale), "--only", args.only, "--nvcc", args.nvcc]
     if args.quick:
         base.append("--quick")
     while start < len(js):
@@ -1167,7 +1066,7 @@ def main(argv=None):
             if kk != "__fail__":
                 results[job["group"]][kk] = z[kk]
     shutil.rmtree(parts, ignore_errors=True)
-    dev = Lib(build()).device
+    dev = Lib(build(args.nvcc)).device
     for grp, fn in (("full", "wgmma_full.npz"), ("chain", "wgmma_chain.npz")):
         if not results[grp]:
             continue

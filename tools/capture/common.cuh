@@ -1,5 +1,5 @@
 // common.cuh: what every capture library shares (ptxmma.cu, sp.cu, movcvt.cu, warpcap.cu,
-// cg.cu): the exported-symbol macro, the last CUDA error as text, the error check, a device
+// cg.cu, wgmma.cu): the exported-symbol macro, the last CUDA error as text, the error check, a device
 // buffer that frees itself, the launch check and the GPU query.
 //
 // A library includes it and names its entry points' prefix once:

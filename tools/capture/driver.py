@@ -2,8 +2,8 @@
 by its sources, ptxas probed configuration by configuration when a generated table does
 not assemble), loading it with ctypes and asking the GPU its name, and the common options.
 
-The libraries (``warpcap.cu``, ``ptxmma.cu``, ``sp.cu``, ``movcvt.cu``, ``cg.cu``, the
-generated wgmma/wgsp sources) include ``common.cuh`` and export ``{prefix}_last_error``
+The libraries (``warpcap.cu``, ``ptxmma.cu``, ``sp.cu``, ``movcvt.cu``, ``cg.cu``,
+``wgmma.cu``) include ``common.cuh`` and export ``{prefix}_last_error``
 and ``{prefix}_device``; ``load`` reads them. Nothing here touches the captured values.
 """
 

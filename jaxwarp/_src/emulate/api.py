@@ -49,7 +49,7 @@ class _Key:
         return (isinstance(other, _Key) and self.treedef == other.treedef
                 and len(self.static) == len(other.static)
                 and all(a is b or (type(a) is type(b) and a == b)
-                        for a, b in zip(self.static, other.static)))
+                        for a, b in zip(self.static, other.static, strict=True)))
 
 
 _SCALING_TEXT = {None: "", "tensor": ", per-tensor scaled by powers of two",
@@ -247,8 +247,10 @@ def emulate(
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
         mask = [is_dynamic(x) for x in out_leaves]
         rep = EmulationReport(tuple(interp.entries), config_items, backward)
-        return ([x for x, m in zip(out_leaves, mask) if m],
-                _Static((out_tree, [None if m else x for x, m in zip(out_leaves, mask)], rep)))
+        return ([x for x, m in zip(out_leaves, mask, strict=True) if m],
+                _Static((out_tree,
+                         [None if m else x for x, m in zip(out_leaves, mask, strict=True)],
+                         rep)))
 
     jitted = jax.jit(run, static_argnums=0)
 

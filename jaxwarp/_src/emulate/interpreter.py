@@ -57,25 +57,26 @@ class Interpreter:
         """Traces fn(*args, **kwargs) and evaluates it emulated; non-array leaves are static."""
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         mask = [is_dynamic(x) for x in leaves]
-        dyn = [x for x, m in zip(leaves, mask) if m]
+        dyn = [x for x, m in zip(leaves, mask, strict=True) if m]
         out_info = {}
 
         def flat(*dyn_leaves):
             it = iter(dyn_leaves)
-            full = [next(it) if m else x for x, m in zip(leaves, mask)]
+            full = [next(it) if m else x for x, m in zip(leaves, mask, strict=True)]
             a, kw = jax.tree_util.tree_unflatten(treedef, full)
             out = fn(*a, **kw)
             out_leaves, out_tree = jax.tree_util.tree_flatten(out)
             omask = [is_dynamic(x) or isinstance(x, (bool, int, float, complex))
                      for x in out_leaves]
             out_info["tree"], out_info["mask"] = out_tree, omask
-            out_info["static"] = [None if m else x for x, m in zip(out_leaves, omask)]
-            return [x for x, m in zip(out_leaves, omask) if m]
+            out_info["static"] = [None if m else x for x, m in zip(out_leaves, omask, strict=True)]
+            return [x for x, m in zip(out_leaves, omask, strict=True) if m]
 
         closed = jax.make_jaxpr(flat)(*dyn)
         outs = self.eval(closed.jaxpr, closed.consts, dyn, where)
         it = iter(outs)
-        full = [next(it) if m else s for s, m in zip(out_info["static"], out_info["mask"])]
+        full = [next(it) if m else s
+                for s, m in zip(out_info["static"], out_info["mask"], strict=True)]
         return jax.tree_util.tree_unflatten(out_info["tree"], full)
 
     def trace(self, closed: jcore.ClosedJaxpr, where, n_linear: int = 0) -> jcore.ClosedJaxpr:
@@ -99,7 +100,7 @@ class Interpreter:
             if not isinstance(v, jcore.DropVar):
                 env[v] = x
 
-        for v, x in zip(jaxpr.constvars, consts):
+        for v, x in zip(jaxpr.constvars, consts, strict=True):
             write(v, x)
         for v, x in zip(jaxpr.invars, args, strict=True):
             write(v, x)
@@ -224,8 +225,9 @@ class Interpreter:
         K = math.prod(lhs.shape[d] for d in lc)
         info = self._info(eqn, "dot_general", invals, B, M, N, K, where)
         out_aval = eqn.outvars[0].aval
+        # contracted along as_2_4's axis
         sparse = [isinstance(v, jcore.Var) and c == (self.marked.get(v),)
-                  for v, c in zip(eqn.invars, (lc, rc), strict=True)]  # contracted along as_2_4's axis
+                  for v, c in zip(eqn.invars, (lc, rc), strict=True)]
 
         def compute():
             if 0 in (B, M, N, K):  # an empty sum is +0; empty outputs are empty
@@ -269,14 +271,15 @@ class Interpreter:
             w = jnp.transpose(as_float_operand(rhs), rhs_spec)  # (O, Cg, *R)
             zero = jnp.zeros((), x.dtype)
             pads = [(0, 0, 0), (0, 0, 0)] + [
-                (lo, hi, ld - 1) for (lo, hi), ld in zip(p["padding"], p["lhs_dilation"])]
+                (lo, hi, ld - 1)
+                for (lo, hi), ld in zip(p["padding"], p["lhs_dilation"], strict=True)]
             x = lax.pad(x, zero, pads)
             strides, rd = p["window_strides"], p["rhs_dilation"]
             cols = []
             for r in itertools.product(*(range(n) for n in R)):  # (kh, kw, ...) row-major
-                start = [0, 0] + [ri * di for ri, di in zip(r, rd)]
+                start = [0, 0] + [ri * di for ri, di in zip(r, rd, strict=True)]
                 limit = [Nb, C] + [s + (so - 1) * st + 1
-                                   for s, so, st in zip(start[2:], S_out, strides)]
+                                   for s, so, st in zip(start[2:], S_out, strides, strict=True)]
                 cols.append(lax.slice(x, start, limit, [1, 1] + list(strides)))
             pt = jnp.stack(cols, axis=2)  # (N, C, Rt, *S_out)
             Mrows = Nb * math.prod(S_out)
@@ -308,10 +311,10 @@ class Interpreter:
 
         def body(*xs):
             xs = [lax.with_sharding_constraint(x, s) if isinstance(s, sharded) else x
-                  for x, s in zip(xs, p["in_shardings"])]
+                  for x, s in zip(xs, p["in_shardings"], strict=True)]
             outs = self.eval(inner.jaxpr, inner.consts, xs, child)
             return [lax.with_sharding_constraint(x, s) if isinstance(s, sharded) else x
-                    for x, s in zip(outs, p["out_shardings"])]
+                    for x, s in zip(outs, p["out_shardings"], strict=True)]
 
         body.__name__ = body.__qualname__ = p["name"]
         kw = dict(inline=p.get("inline", False), keep_unused=p.get("keep_unused", False))
