@@ -466,8 +466,9 @@ def _widened(value: Any, dtype) -> np.ndarray:
 
 
 # The default run makes every entry point's valid call under jax.jit (eagerly where its
-# data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name); -m slow
-# makes the other eager calls (an eager call compiles each operation on its own: slow).
+# data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name) not
+# COMPILED_ALONE; -m slow makes the other eager calls (an eager call compiles each
+# operation on its own: slow).
 EAGER_EVERY = 20
 
 # The entries whose program is a tensor-core datapath (large: XLA's compile time grows
@@ -485,10 +486,12 @@ _QUICK_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensi
 
 
 def _valid_params():
-    for i, name in enumerate(sorted(ENTRY_POINTS)):
+    # The eager spread leaves out the datapath entries: their own tests call them eagerly.
+    eager = set(sorted(set(ENTRY_POINTS) - COMPILED_ALONE)[::EAGER_EVERY])
+    for name in sorted(ENTRY_POINTS):
         traced = ENTRY_POINTS[name].jit
         yield pytest.param(name, "eager", id=name,
-                           marks=(pytest.mark.slow,) if traced and i % EAGER_EVERY else ())
+                           marks=(pytest.mark.slow,) if traced and name not in eager else ())
         if traced and name in COMPILED_ALONE:
             yield pytest.param(name, "jit", id=f"{name}-jit")
 
