@@ -39,7 +39,14 @@ _LONG_EXAMPLES = {
     "jaxwarp._src.numerics.mx.quantize", "jaxwarp._src.tensorcore.block_scale.from_golden",
     "jaxwarp._src.tensorcore.ldmatrix.ldmatrix",
     "jaxwarp._src.tensorcore.delayed.delayed_matmul",
-    "jaxwarp._src.tensorcore.block_scale_gemm.matmul"}
+    "jaxwarp._src.tensorcore.block_scale_gemm.matmul",
+    # Over a second each (CPU time, one process, 2026-11-26).
+    "jaxwarp._src.tensorcore.wgmma_sp.wgmma_sp", "jaxwarp._src.tensorcore.ldmatrix.stmatrix",
+    "jaxwarp._src.tensorcore.sparse_marker.as_2_4", "jaxwarp._src.tensorcore.tcgen05.tcgen05_mma",
+    "jaxwarp._src.tensorcore.mma_sp.mma_sp_logical",
+    "jaxwarp._src.tensorcore.wgmma_registers.a_matrix", "jaxwarp._src.tensorcore.wmma.mma_sync",
+    "jaxwarp._src.warp.lanes.syncwarp", "jaxwarp._src.warp.cg.thread_block_tile",
+    "jaxwarp._src.tensorcore.wgmma.write_operand"}
 
 
 def _docstring_examples():

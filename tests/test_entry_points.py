@@ -10,8 +10,10 @@ the argument, eagerly and under ``jax.jit`` with the argument closed over (a 64-
 it). ``NO_ARRAY_DATA`` lists the public callables that take no array data; a test checks
 that every public callable is in one of the two, so a new entry point cannot be forgotten.
 
-The default run makes every valid call under ``jax.jit`` and a spread of them eagerly
-(``EAGER_EVERY``), and one 64-bit refusal per argument; ``-m slow`` runs the rest.
+The default run makes every valid call under ``jax.jit`` (the small ones of a namespace
+traced one by one and compiled as one program: ``test_valid_calls_under_jit``) and a spread
+of them eagerly (``EAGER_EVERY``), and one 64-bit refusal per argument; ``-m slow`` runs
+the rest.
 """
 
 from __future__ import annotations
@@ -464,17 +466,33 @@ def _widened(value: Any, dtype) -> np.ndarray:
 
 
 # The default run makes every entry point's valid call under jax.jit (eagerly where its
-# data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name); -m slow
-# makes the other eager calls (an eager call compiles each operation on its own: slow).
+# data cannot be traced), and eagerly that of every EAGER_EVERY-th entry (by name) not
+# COMPILED_ALONE; -m slow makes the other eager calls (an eager call compiles each
+# operation on its own: slow).
 EAGER_EVERY = 20
+
+# The entries whose program is a tensor-core datapath (large: XLA's compile time grows
+# faster than the program) are compiled one by one, test_valid_call[NAME-jit]; the other
+# entries of a namespace are traced one by one and compiled as one program,
+# test_valid_calls_under_jit[NAMESPACE] (one compile instead of dozens).
+COMPILED_ALONE = frozenset({
+    "fused_dot", "matmul", "mma", "mma_sync", "mma_sync_ptx", "mma_sp", "mma_sp_logical",
+    "wgmma_logical", "wgmma_sp_logical", "mma_block_scale", "mma_block_scale_logical",
+    "tcgen05_mma_logical", "fp8.quantize_blockwise", "fp8.delayed_matmul"})
+
+# XLA's LLVM optimizations off: these tests check that a call traces, lowers, compiles and
+# runs, not how fast it runs (the optimizations take half of the compile time).
+_QUICK_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def _valid_params():
-    for i, name in enumerate(sorted(ENTRY_POINTS)):
+    # The eager spread leaves out the datapath entries: their own tests call them eagerly.
+    eager = set(sorted(set(ENTRY_POINTS) - COMPILED_ALONE)[::EAGER_EVERY])
+    for name in sorted(ENTRY_POINTS):
         traced = ENTRY_POINTS[name].jit
         yield pytest.param(name, "eager", id=name,
-                           marks=(pytest.mark.slow,) if traced and i % EAGER_EVERY else ())
-        if traced:
+                           marks=(pytest.mark.slow,) if traced and name not in eager else ())
+        if traced and name in COMPILED_ALONE:
             yield pytest.param(name, "jit", id=f"{name}-jit")
 
 
@@ -485,16 +503,82 @@ def test_valid_call(name, mode):
         _valid_call(e, mode)
 
 
+def _jit_groups() -> dict[str, list[str]]:
+    """The entries under jit not COMPILED_ALONE, by namespace ("jaxwarp" for the top level);
+    those whose data is 64-bit (x64 on) make a group of their own."""
+    groups: dict[str, list[str]] = {}
+    for name, e in sorted(ENTRY_POINTS.items()):
+        if e.jit and name not in COMPILED_ALONE:
+            key = "x64" if e.x64 else (name.split(".")[0] if "." in name else "jaxwarp")
+            groups.setdefault(key, []).append(name)
+    return groups
+
+
+@pytest.mark.parametrize("group", sorted(_jit_groups()))
+def test_valid_calls_under_jit(group):
+    names = _jit_groups()[group]
+    with jax.enable_x64(group == "x64"):
+        _valid_calls_under_jit({name: ENTRY_POINTS[name] for name in names})
+
+
+def test_valid_calls_under_jit_names_the_entry_that_fails():
+    def concrete(x):
+        return jnp.asarray(float(x[0]))  # needs a concrete value: fails when traced
+
+    entries = {"ok": Entry(jnp.negative, {"x": F32}), "bad": Entry(concrete, {"x": F32})}
+    with pytest.raises(AssertionError, match=r"(?s)fail under jax\.jit.*\n  bad: .*Concret"):
+        _valid_calls_under_jit(entries)
+    _valid_calls_under_jit({"ok": entries["ok"]})
+
+
+def _traced_call(e: Entry):
+    """The entry's valid call as a function of its array data, and that data."""
+    arrays = {k: v for k, v in e.data.items() if isinstance(v, np.ndarray)}
+
+    def traced(*xs):
+        return e.call({**e.data, **dict(zip(arrays, xs, strict=True))})
+
+    return traced, tuple(arrays.values())
+
+
+def _valid_calls_under_jit(entries: dict[str, Entry]) -> None:
+    """Traces the valid call of every entry with its array data traced, in one program
+    (an entry whose trace fails is named, and the others still run), then compiles and runs
+    that program; if that fails, each entry alone names the one that does."""
+    calls = {name: _traced_call(e) for name, e in entries.items()}
+    failed: dict[str, Exception] = {}
+
+    def program(args):
+        out = {}
+        for name, (f, _) in calls.items():
+            try:
+                out[name] = f(*args[name])
+            except Exception as err:  # reported below, by entry
+                failed[name] = err
+        return out
+
+    args = {name: xs for name, (_, xs) in calls.items()}
+    try:
+        jax.block_until_ready(jax.jit(program).lower(args).compile(_QUICK_COMPILE)(args))
+    except Exception as err:
+        if len(calls) == 1 and not failed:
+            failed.update(dict.fromkeys(calls, err))
+        elif not failed:  # each entry alone: the first that fails is named
+            for name in calls:
+                _valid_calls_under_jit({name: entries[name]})
+            raise
+    if failed:
+        lines = "".join(f"\n  {name}: {type(err).__name__}: {err}"
+                        for name, err in failed.items())
+        raise AssertionError(f"valid calls that fail under jax.jit:{lines}") \
+            from next(iter(failed.values()))
+
+
 def _valid_call(e: Entry, mode: str = "both"):
     if mode != "jit":
         e.call(dict(e.data))
     if e.jit and mode != "eager":
-        arrays = {k: v for k, v in e.data.items() if isinstance(v, np.ndarray)}
-
-        def traced(*xs):
-            return e.call({**e.data, **dict(zip(arrays, xs, strict=True))})
-
-        jax.jit(traced)(*arrays.values())
+        _valid_calls_under_jit({"the entry": e})
 
 
 _WIDE_CASES = [(name, arg, dt) for name, e in sorted(ENTRY_POINTS.items())
@@ -722,17 +806,21 @@ def test_cg_table_is_complete():
 
 
 def _cg_valid_params():
-    """Every cg entry point under jax.jit; eagerly by default only cg.elected (the eager
-    calls of the others, which compile each operation on its own, go to -m slow)."""
+    """Every cg entry point eagerly: by default only cg.elected (the eager calls of the
+    others, which compile each operation on its own, go to -m slow)."""
     for name in sorted(CG_ENTRY_POINTS):
         yield pytest.param(name, "eager", id=name,
                            marks=() if name == "cg.elected" else (pytest.mark.slow,))
-        yield pytest.param(name, "jit", id=f"{name}-jit")
 
 
 @pytest.mark.parametrize("name,mode", list(_cg_valid_params()))
 def test_cg_valid_call(name, mode):
     _valid_call(CG_ENTRY_POINTS[name], mode)
+
+
+def test_cg_valid_calls_under_jit():
+    """Every cg entry point under jax.jit: traced one by one, compiled as one program."""
+    _valid_calls_under_jit(CG_ENTRY_POINTS)
 
 
 @pytest.mark.parametrize("name, arg, dt", [
