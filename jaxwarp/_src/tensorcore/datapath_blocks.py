@@ -411,7 +411,8 @@ class _Operand(NamedTuple):
       operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
       products get no exponent and scale to nothing).
 
-    On the CPU both are float32 (``_operand(..., stored=True)``), the same values.
+    On the CPU (``_operand(..., stored=True)``) sig is float32 and exp int32, the same
+    values.
     """
 
     sig: jax.Array
@@ -426,7 +427,7 @@ def _lead_only(dp: Datapath) -> bool:
 
 
 def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
-    """Decoded operands; ``stored``: as float32 divisions that XLA's CPU backend stores.
+    """Decoded operands; ``stored``: as divisions that XLA's CPU backend stores.
 
     XLA's CPU fusion copies a cheap producer into every consumer that reads it through
     at most 15 indexings (``kAllowedCodeDuplication``), and the loop over a block's
@@ -436,7 +437,9 @@ def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
     about 15x slower than bf16). A division counts as expensive there and is not copied
     into a consumer that reuses its elements, so ``stored`` divides both arrays, by the
     sign (+-1, exact; a NaN's sign is never read) and by ``sign * sign`` (1, which XLA
-    cannot fold away as it would a constant). The bits of every result are the same.
+    cannot fold away as it would a constant; an int32 division for exp, so that the
+    blocks read it without a conversion per k index). The bits of every result are the
+    same.
     """
     if _lead_only(dp) and fmt in _E8_FORMATS:
         neg, mag, exp = _decode_e8(bits, fmt)
@@ -450,7 +453,8 @@ def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
             exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
     sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
     if stored:
-        return _Operand(mag / sign, exp.astype(jnp.float32) / (sign * sign))
+        one = jnp.where(neg, -1, 1)
+        return _Operand(mag / sign, lax.div(exp.astype(jnp.int32), one * one))
     return _Operand((sign * mag).astype(jnp.float16), exp.astype(jnp.int16))
 
 
