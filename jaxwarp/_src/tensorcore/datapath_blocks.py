@@ -455,7 +455,7 @@ def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
             exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
     sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
     if stored:
-        one = jnp.where(neg, -1, 1)
+        one = jnp.where(neg, jnp.int32(-1), jnp.int32(1))
         return _Operand(mag / sign, lax.div(exp.astype(jnp.int32), one * one))
     return _Operand((sign * mag).astype(jnp.float16), exp.astype(jnp.int16))
 
