@@ -527,3 +527,16 @@ def test_e8_operand_decoding_equals_softfloat_decode():
         for g, w in zip(got, want, strict=True):
             g, w = np.asarray(g), np.asarray(w)
             np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
+
+
+def test_general_path_same_bits_with_x64():
+    # The decoded operands' int32 arithmetic must not pick up int64 under x64 (the
+    # conformance runner turns it on).
+    rng = np.random.default_rng(3)
+    a = jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32)).astype(jnp.bfloat16)
+    c = jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32))
+    kw = dict(a_format="bf16", c_format="f32", d_format="f32")
+    want = np.asarray(M.mma(a, a, c, **kw)).view(np.uint32)
+    with jax.enable_x64(True):
+        got = np.asarray(M.mma(a, a, c, **kw)).view(np.uint32)
+    np.testing.assert_array_equal(got, want)
