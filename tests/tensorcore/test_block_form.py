@@ -46,3 +46,22 @@ def test_block_forms_same_bits(case, monkeypatch):
         out[form] = np.asarray(d).view(np.uint16 if cd == "f16" else np.uint32)
     np.testing.assert_array_equal(out["reduce"], out["unrolled"])
     np.testing.assert_array_equal(out["rolled"], out["unrolled"])
+
+
+@pytest.mark.slow  # two exact models traced and compiled three times
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_block_forms_same_bits_short_last_group(fmt, monkeypatch):
+    # block_k 12: a block of 12 products (a group of 8 and a short one of 4) and one of 4,
+    # which the rolled form sums by a loop of its own.
+    from jaxwarp._src.tensorcore import arch
+
+    dp = arch.datapath_for("sm_90", "wmma", fmt, 16).replace(block_k=12)
+    a, b, c = _operands(fmt, fmt, "f32", 16, 16, 32, seed=12)
+    out = {}
+    for form in ("unrolled", "reduce", "rolled"):
+        monkeypatch.setattr(datapath_blocks, "BLOCK_FORM", form)
+        jax.clear_caches()
+        d = datapath.mma(a, b, c, a_format=fmt, c_format="f32", d_format="f32", datapath=dp)
+        out[form] = np.asarray(d).view(np.uint32)
+    np.testing.assert_array_equal(out["reduce"], out["unrolled"])
+    np.testing.assert_array_equal(out["rolled"], out["unrolled"])

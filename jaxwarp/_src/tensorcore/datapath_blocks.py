@@ -241,13 +241,13 @@ def _rolled_sums(nk: int, term_at, shape):
         t = group(0, rem)
         return t >> 1, t & 1
 
-    def fold(i, hl):
-        t = group(i * _GROUP, _GROUP)
+    def fold(i, hl, n=_GROUP):
+        t = group(i * _GROUP, n)
         return hl[0] + (t >> 1), hl[1] + (t & 1)
 
     hi, lo = lax.fori_loop(0, full, fold, (zero, zero)) if full > 1 else fold(0, (zero, zero))
     if rem:
-        hi, lo = fold(full, (hi, lo))  # the short last group (rem < _GROUP terms)
+        hi, lo = fold(full, (hi, lo), rem)  # the short last group (rem < _GROUP terms)
     return hi, lo
 
 
