@@ -218,17 +218,21 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
         value, grads = jax.value_and_grad(fn)(prm, *data)
         return jax.tree_util.tree_map(lambda p, g: p - 1e-3 * g, prm, grads), value
 
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     traced = jax.jit(step).trace(params, *data)
-    t1 = time.perf_counter()
+    c1, t1 = time.process_time(), time.perf_counter()
     lowered = traced.lower()
-    t2 = time.perf_counter()
+    c2, t2 = time.process_time(), time.perf_counter()
     compiled = lowered.compile()
-    t3 = time.perf_counter()
+    c3, t3 = time.process_time(), time.perf_counter()
     jax.block_until_ready(compiled(params, *data))
     t4 = time.perf_counter()
     out = {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,
            "total_s": t3 - t0, "first_run_s": t4 - t3, "to_first_step_s": t4 - t0,
+           # CPU seconds of this process (all its threads): steadier than wall seconds
+           # on a shared host
+           "trace_cpu_s": c1 - c0, "lower_cpu_s": c2 - c1, "compile_cpu_s": c3 - c2,
+           "total_cpu_s": c3 - c0,
            "step_s": best_time(lambda: jax.block_until_ready(compiled(params, *data)), 3,
                                0.1)}
     try:
@@ -246,7 +250,7 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     return out
 
 
-def _parts(fmt: str, size: int) -> dict:
+def _parts(fmt: str, size: int, block_form: str | None = None) -> dict:
     """One exact product (size^3, ``fmt``) and its gradient taken apart: HLO instructions
     of the compiled module (all computations, fusion bodies included), lower and compile
     seconds per part, and the step's instructions by where they come from (the source
@@ -259,9 +263,11 @@ def _parts(fmt: str, size: int) -> dict:
 
     sys.path.insert(0, str(ROOT))
     import jaxwarp
+    from jaxwarp._src.tensorcore import datapath_blocks, matmul_chain
     from jaxwarp._src.tensorcore import matmul as matmul_module
-    from jaxwarp._src.tensorcore import matmul_chain
 
+    if block_form:
+        datapath_blocks.BLOCK_FORM = block_form
     a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
     b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
     cfg = matmul_module._check(a, b, None, fmt, "f32", None, "sm_90", "exact", None, None,
@@ -282,16 +288,18 @@ def _parts(fmt: str, size: int) -> dict:
         "fast mode: forward + 2 backward": (grad("fast"), (a, b)),
     }
     out: dict = {"operand_format": fmt, "size": size, "tile": list(cfg.tile),
+                 "block_form": datapath_blocks.BLOCK_FORM,
                  "instruction": cfg.instruction, "parts": {}}
     for name, (fn, args) in cases.items():
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         lowered = jax.jit(fn).lower(*args)
-        t1 = time.perf_counter()
+        c1, t1 = time.process_time(), time.perf_counter()
         text = lowered.compile().as_text()
-        t2 = time.perf_counter()
+        c2, t2 = time.process_time(), time.perf_counter()
         lines = [ln for ln in text.splitlines() if " = " in ln]
         out["parts"][name] = {"hlo_instructions": len(lines), "lower_s": t1 - t0,
-                              "compile_s": t2 - t1}
+                              "compile_s": t2 - t1, "lower_cpu_s": c1 - c0,
+                              "compile_cpu_s": c2 - c1}
     by_source: collections.Counter = collections.Counter()
     text = jax.jit(grad("exact")).lower(a, b).compile().as_text()
     for ln in text.splitlines():
@@ -345,7 +353,7 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES), help=f"subset of {MODES}")
     ap.add_argument("--cache", action="store_true",
                     help="also time the exact step cold and warm with the persistent cache")
-    ap.add_argument("--block-form", default=None, choices=("reduce", "unrolled"),
+    ap.add_argument("--block-form", default=None, choices=("reduce", "unrolled", "rolled"),
                     help="the exact datapath's block form (datapath_blocks.BLOCK_FORM; "
                          "default: the package's)")
     ap.add_argument("--separate", action="store_true",
@@ -373,7 +381,8 @@ def main() -> None:
     from _common import device_info, emit, host_info, versions
 
     if args.parts:
-        emit({"benchmark": "compile_time --parts", **_parts(args.format, args.parts),
+        emit({"benchmark": "compile_time --parts",
+              **_parts(args.format, args.parts, args.block_form),
               **device_info(), "versions": versions(), **host_info()})
         return
 
@@ -426,6 +435,7 @@ def main() -> None:
         r = results[model]
         if "exact" in r and "fast" in r and "total_s" in r["exact"] and "total_s" in r["fast"]:
             r["exact_over_fast"] = r["exact"]["total_s"] / r["fast"]["total_s"]
+            r["exact_over_fast_cpu"] = r["exact"]["total_cpu_s"] / r["fast"]["total_cpu_s"]
     for model in models:
         base = model.removesuffix("_x4")
         if model.endswith("_x4") and base in results:

@@ -1,4 +1,4 @@
-"""The exact datapath's two block forms (``datapath_blocks.BLOCK_FORM``) give the same bits."""
+"""The exact datapath's block forms (``datapath_blocks.BLOCK_FORM``) give the same bits."""
 
 import jax
 import jax.numpy as jnp
@@ -32,16 +32,36 @@ def _operands(fa, fb, cd, m, n, k, seed):
     return draw((m, k), fa), draw((k, n), fb), draw((m, n), cd)
 
 
-@pytest.mark.slow  # six exact models traced and compiled twice
+@pytest.mark.slow  # six exact models traced and compiled three times
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "_".join(map(str, c[:5])))
 def test_block_forms_same_bits(case, monkeypatch):
     instruction, arch, fa, fb, cd, m, n, k = case
     a, b, c = _operands(fa, fb, cd, m, n, k, seed=len(fa) + k)
     out = {}
-    for form in ("unrolled", "reduce"):
+    for form in ("unrolled", "reduce", "rolled"):
         monkeypatch.setattr(datapath_blocks, "BLOCK_FORM", form)
         jax.clear_caches()  # the exact model is jitted: trace it again in this form
         d = datapath.mma(a, b, c, a_format=fa, b_format=fb, c_format=cd, d_format=cd,
                          arch=arch, instruction=instruction)
         out[form] = np.asarray(d).view(np.uint16 if cd == "f16" else np.uint32)
     np.testing.assert_array_equal(out["reduce"], out["unrolled"])
+    np.testing.assert_array_equal(out["rolled"], out["unrolled"])
+
+
+@pytest.mark.slow  # two exact models traced and compiled three times
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_block_forms_same_bits_short_last_group(fmt, monkeypatch):
+    # block_k 12: a block of 12 products (a group of 8 and a short one of 4) and one of 4,
+    # which the rolled form sums by a loop of its own.
+    from jaxwarp._src.tensorcore import arch
+
+    dp = arch.datapath_for("sm_90", "wmma", fmt, 16).replace(block_k=12)
+    a, b, c = _operands(fmt, fmt, "f32", 16, 16, 32, seed=12)
+    out = {}
+    for form in ("unrolled", "reduce", "rolled"):
+        monkeypatch.setattr(datapath_blocks, "BLOCK_FORM", form)
+        jax.clear_caches()
+        d = datapath.mma(a, b, c, a_format=fmt, c_format="f32", d_format="f32", datapath=dp)
+        out[form] = np.asarray(d).view(np.uint32)
+    np.testing.assert_array_equal(out["reduce"], out["unrolled"])
+    np.testing.assert_array_equal(out["rolled"], out["unrolled"])

@@ -502,3 +502,41 @@ def test_f64_vmap_keeps_one_branch():
         np.testing.assert_array_equal(np.asarray(g(a, b, c)).view(np.uint64),
                                       want.view(np.uint64))
         assert "conditional" in jax.jit(f).lower(a, c).compile().as_text()
+
+
+
+def test_e8_operand_decoding_equals_softfloat_decode():
+    # _operand's short decoding of bf16 / tf32 (_decode_e8) against softfloat.decode's
+    # fields: every bf16 pattern; tf32 words with every sign / exponent / 7 high fraction
+    # bits, both values of the 3 low kept ones, and noise in the 13 ignored bits.
+    from jaxwarp._src.numerics import softfloat
+    from jaxwarp._src.tensorcore import datapath_blocks as B
+
+    hi = np.arange(1 << 16, dtype=np.uint32)
+    tf32 = (hi << 16) | (hi * 2654435761 & 0x1FFF)
+    for fmt, bits in (("bf16", hi), ("tf32", np.concatenate([tf32, tf32 ^ 0xE000]))):
+        @jax.jit
+        def both(bits, fmt=fmt):
+            neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, True)
+            want = (neg, jnp.where(nan, jnp.float32(jnp.nan), jnp.where(
+                inf, jnp.float32(jnp.inf), sig.astype(jnp.float32))),
+                jnp.where(sig != 0, lead, -1000))
+            return B._decode_e8(bits, fmt), want
+
+        got, want = both(jnp.asarray(bits))
+        for g, w in zip(got, want, strict=True):
+            g, w = np.asarray(g), np.asarray(w)
+            np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"))
+
+
+def test_general_path_same_bits_with_x64():
+    # The decoded operands' int32 arithmetic must not pick up int64 under x64 (the
+    # conformance runner turns it on).
+    rng = np.random.default_rng(3)
+    a = jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32)).astype(jnp.bfloat16)
+    c = jnp.asarray(rng.standard_normal((16, 16)).astype(np.float32))
+    kw = dict(a_format="bf16", c_format="f32", d_format="f32")
+    want = np.asarray(M.mma(a, a, c, **kw)).view(np.uint32)
+    with jax.enable_x64(True):
+        got = np.asarray(M.mma(a, a, c, **kw)).view(np.uint32)
+    np.testing.assert_array_equal(got, want)
