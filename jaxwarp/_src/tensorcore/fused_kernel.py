@@ -1,0 +1,235 @@
+"""The exact datapath as one GPU kernel per output tile (Pallas, Triton backend).
+
+XLA runs exact ``matmul``'s k loop (``matmul_chain.tiled``) as one fused loop over the
+outputs per instruction, reading and writing the fp32 accumulator at every k step. This
+kernel runs the same chain of instructions with the accumulator in registers: a grid of
+(bm, bn) output tiles, each walking k in steps of the instruction's k (16), and per step
+the whole datapath of one sm_90 f16 / bf16 instruction with an fp32 C and D
+(``datapath_blocks``' fast path, one block of 16 products):
+
+* the exact fp32 products ``p = a * b`` (f16 values and bf16 values in fp32's range,
+  ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
+* the block's alignment exponent E: the largest sum of the operands' exponents
+  (``align="nominal"``; an f16 subnormal at f16's smallest normal exponent), or C's own
+  exponent if larger. The kernel forms it as a float maximum of the products of the
+  operands' powers of two (``2**ea * 2**eb``, one fp32 multiply and one maximum per
+  product) and reads E from the bits of the maximum;
+* the terms truncated toward zero on the grid of ``2**(E - F)``: ``int32(p * 2**(F - E))``
+  (a power-of-two scale is exact; the conversion truncates), summed in int32 (16 terms
+  below ``2**(F + 2)`` each stay below ``2**31`` for F <= 25), C truncated likewise and
+  added with its carry out of int32 found from the signs;
+* the sum rounded toward zero to 24 significant bits (the bits below the leading 24
+  cleared) and scaled by ``2**(E - F)``, an exact fp32 multiply (an overflow is an
+  infinity, as the model's rounding gives it);
+* the result is the next instruction's C, kept as an fp32 value in registers: a D of one
+  instruction is read back as the next one's C by value, so no decoded term needs to
+  survive the step.
+
+Where every product is zero the result is C itself (a -0 as +0): C's bits lie on the
+grid of its own E. With an E of at least -100 (the lowest product exponent that
+``in_fp32_range`` admits) no result is an fp32 subnormal, so the kernel never forms one
+(XLA on the CPU flushes them; the interpreter gives the GPU's bits). Inf and NaN: a C that
+is inf or NaN stays so (the ``finite`` kernel, operands known finite); with ``finite``
+off the IEEE fp32 sum of C and the products tells NaN and infinities, as
+``datapath_blocks._specials`` does. A NaN result has the bits ``Datapath.nan_f32``.
+
+:func:`models` says which datapaths the kernel is (the sm_90 preset's fields it reads);
+:func:`gemm` runs it. Off the GPU (``interpret=True``) Pallas interprets the same kernel
+body with XLA on the CPU, so its bits can be checked against ``mode="exact"`` anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from jaxwarp._src.tensorcore.arch import Datapath
+
+#: The operand formats the kernel takes (both operands the same).
+FORMATS = ("bf16", "f16")
+#: The instruction k the kernel steps by.
+IK = 16
+_DTYPE = {"bf16": jnp.bfloat16, "f16": jnp.float16}
+_EXP = 0x7F800000  # fp32 exponent field
+
+
+def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -> bool:
+    """Whether the kernel computes this instruction chain's bits: f16 x f16 or bf16 x bf16
+    operands, fp32 C and D, one block of k = 16 per instruction fused with C, nominal
+    alignment, terms and block sums truncated toward zero with 24 bits kept, zeros +0.
+
+    Example:
+        >>> models(jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16), "bf16", "bf16",
+        ...        "f32", 16)
+        True
+        >>> models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16), "f16", "f16",
+        ...        "f32", 16)
+        False
+    """
+    return (a_format == b_format and a_format in FORMATS and c_format == "f32"
+            and ik == IK == dp.block_k and dp.F <= 25 and dp.c_mode == "fused"
+            and dp.align == "nominal" and dp.sub_exp == "emin" and dp.c_sub_exp != "lead"
+            and (dp.e_floor is None or dp.e_floor >= 0) and dp.trunc == "rz"
+            and dp.block_round == "rz" and dp.sum_mbits == 23 and dp.f32_zero == "plus"
+            and dp.zero == "plus" and dp.k_split == "contig")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Static shape of one kernel: operand format, K, output tile, Triton settings;
+    ``finite``: every operand is known finite (no IEEE sum of the products)."""
+
+    fmt: str
+    K: int
+    F: int
+    nan_bits: int
+    finite: bool
+    block: tuple[int, int] = (32, 32)
+    num_warps: int = 4
+    num_stages: int = 1
+
+
+def _bits(x):
+    return lax.bitcast_convert_type(x, jnp.int32)
+
+
+def _float(x):
+    return lax.bitcast_convert_type(x, jnp.float32)
+
+
+def _pow_of(x, fmt: str):
+    """2**(alignment exponent) of fp32 operand values x (0 for zero): the exponent field
+    alone; an f16 subnormal at f16's smallest normal exponent (``sub_exp="emin"``)."""
+    p = _float(_bits(x) & _EXP)
+    if fmt == "f16":  # f16 values are normal fp32 numbers: 0 only for zero
+        p = jnp.where(p == 0, jnp.float32(0), jnp.maximum(p, jnp.float32(2.0 ** -14)))
+    return p
+
+
+def _step(cols, rows, c, plan: Plan):
+    """One instruction on fp32 operand columns (bm, 1) and rows (1, bn), k = 16, from the
+    fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN with any payload)."""
+    F = plan.F
+    prods, wmax, sp = [], None, c
+    for a, b in zip(cols, rows, strict=True):
+        p = a * b  # exact
+        w = _pow_of(a, plan.fmt) * _pow_of(b, plan.fmt)  # 2**(ea + eb), exact
+        wmax = w if wmax is None else jnp.maximum(wmax, w)
+        prods.append(p)
+        if not plan.finite:
+            sp = sp + p  # NaN / +-inf exactly when the block result is
+    cb = _bits(c)
+    cpow = _float(cb & _EXP)  # 2**exp(C) (0 for a zero or subnormal C, inf for inf/NaN)
+    eb = _bits(jnp.maximum(wmax, cpow)) >> 23  # E + 127 (>= 27 when a product is non-zero)
+    scale = _float((F + 254 - eb) << 23)  # 2**(F - E)
+    s = functools.reduce(jnp.add, [(p * scale).astype(jnp.int32) for p in prods])
+    cv = (c * scale).astype(jnp.int32)  # C truncated toward zero on the same grid
+    t = s + cv  # wraps past 2**31: the carry is found from the signs
+    carry = ((s ^ t) & (cv ^ t)) < 0
+    neg = (t < 0) != carry
+    mag = jnp.where(neg, -t, t)  # |sum| as uint32 bits
+    drop = jnp.maximum(8 - lax.clz(mag), 0)  # bit length - 24
+    q = lax.shift_right_logical(mag, drop) << drop  # 24 significant bits, toward zero
+    q = lax.bitcast_convert_type(q, jnp.uint32)
+    v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
+    v = jnp.where(neg & (q != 0), -v, v)
+    d = jnp.where(wmax == 0, jnp.where(c == 0, jnp.float32(0), c), v)
+    if plan.finite:
+        return jnp.where((cb & _EXP) == _EXP, c, d)
+    return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
+
+
+def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
+    def step(j, c):
+        s = pl.multiple_of(j * IK, IK)
+        cols = [a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32) for i in range(IK)]
+        rows = [b_ref[pl.ds(s + i, 1), :].astype(jnp.float32) for i in range(IK)]
+        return _step(cols, rows, c, plan)
+
+    d = lax.fori_loop(0, plan.K // IK, step, c_ref[...])
+    bits = _bits(d)
+    o_ref[...] = jnp.where((bits & 0x7FFFFFFF) > _EXP, jnp.int32(plan.nan_bits - (1 << 32)
+                           if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
+
+
+def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
+    """``D = A @ B + C`` as the chain of exact instructions: (M, K) @ (K, N) + (M, N) fp32,
+    M and N multiples of the plan's tile, K the plan's K (a multiple of 16) -> fp32 D.
+
+    Example:
+        >>> a = jnp.ones((32, 16), jnp.bfloat16)
+        >>> p = Plan("bf16", K=16, F=25, nan_bits=0x7FFFFFFF, finite=True)
+        >>> float(gemm(a, a.T, jnp.zeros((32, 32)), p, interpret=True)[0, 0])
+        16.0
+    """
+    from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415
+
+    (M, K), N = a.shape, b.shape[1]
+    bm, bn = plan.block
+    if K != plan.K or K % IK or M % bm or N % bn:
+        raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
+    d = pl.pallas_call(
+        functools.partial(_kernel, plan=plan),
+        grid=(M // bm, N // bn),
+        in_specs=[pl.BlockSpec((bm, K), lambda i, j: (i, 0)),
+                  pl.BlockSpec((K, bn), lambda i, j: (0, j)),
+                  pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((M, N), jnp.int32),
+        compiler_params=pltriton.CompilerParams(num_warps=plan.num_warps,
+                                                num_stages=plan.num_stages),
+        interpret=interpret,
+        name="jaxwarp_fused_exact_gemm",
+    )(a, b, c.astype(jnp.float32))
+    return lax.bitcast_convert_type(d, jnp.float32)
+
+
+#: The kernel's output tile and warps (the H100 timings in ``benchmarks/README.md``).
+BLOCK = (32, 32)
+NUM_WARPS = 4
+
+
+def _all_finite(x):
+    return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
+
+
+def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
+          interpret: bool = False, block: tuple[int, int] | None = None,
+          num_warps: int | None = None):
+    """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
+    M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
+    operands are known finite (True), known not to be (False), or None: a ``lax.cond`` on
+    whether they are (f16 operands; the kernel without the IEEE sum of products where
+    they are). bf16 operands must be in fp32's range (``in_fp32_range``): the caller's
+    cond.
+
+    Example:
+        >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
+        >>> a = jnp.full((8, 16), 3.0, jnp.float16)
+        >>> float(chain(a, a.T, jnp.ones((8, 8)), dp, "f16", interpret=True)[0, 0])
+        145.0
+    """
+    (M, K), N = a.shape, b.shape[1]
+    bm, bn = block or BLOCK
+    Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
+    if (Mp, Np) != (M, N):
+        a = jnp.pad(a, ((0, Mp - M), (0, 0)))
+        b = jnp.pad(b, ((0, 0), (0, Np - N)))
+        c = jnp.pad(c, ((0, Mp - M), (0, Np - N)))
+    dt = _DTYPE[fmt]
+    a, b = a.astype(dt), b.astype(dt)
+
+    def run(fin):
+        plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS)
+        return lambda a, b, c: gemm(a, b, c, plan, interpret=interpret)
+
+    if finite is None:
+        d = lax.cond(_all_finite(a) & _all_finite(b), run(True), run(False), a, b, c)
+    else:
+        d = run(finite)(a, b, c)
+    return d[:M, :N]
