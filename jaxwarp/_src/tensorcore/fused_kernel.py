@@ -92,6 +92,9 @@ class Plan:
     block: tuple[int, int] = (32, 32)
     num_warps: int = 4
     num_stages: int = 1
+    #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
+    #: of B; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
+    form: str = "unrolled"
 
 
 def _bits(x):
@@ -114,7 +117,6 @@ def _pow_of(x, fmt: str):
 def _step(cols, rows, c, plan: Plan):
     """One instruction on fp32 operand columns (bm, 1) and rows (1, bn), k = 16, from the
     fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN with any payload)."""
-    F = plan.F
     prods, wmax, sp = [], None, c
     for a, b in zip(cols, rows, strict=True):
         p = a * b  # exact
@@ -123,11 +125,29 @@ def _step(cols, rows, c, plan: Plan):
         prods.append(p)
         if not plan.finite:
             sp = sp + p  # NaN / +-inf exactly when the block result is
+    return _finish(c, wmax, lambda scale: functools.reduce(
+        jnp.add, [(p * scale).astype(jnp.int32) for p in prods]), sp, plan)
+
+
+def _step_k(at, bt, c, plan: Plan):
+    """``_step`` on an operand block at (bm, 16) and B's block transposed bt (bn, 16): the
+    products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
+    p = at[:, None, :] * bt[None, :, :]
+    w = _pow_of(at, plan.fmt)[:, None, :] * _pow_of(bt, plan.fmt)[None, :, :]
+    sp = c if plan.finite else c + p.sum(-1)  # any order: the same NaN and infinities
+    return _finish(c, w.max(-1), lambda scale: (p * scale[:, :, None]).astype(
+        jnp.int32).sum(-1), sp, plan)
+
+
+def _finish(c, wmax, terms, sp, plan: Plan):
+    """The block's exponent, its exact truncated sum (``terms(scale)``: the int32 sum of
+    the scaled products) with C, and the rounding to fp32 (``_step``)."""
+    F = plan.F
     cb = _bits(c)
     cpow = _float(cb & _EXP)  # 2**exp(C) (0 for a zero or subnormal C, inf for inf/NaN)
     eb = _bits(jnp.maximum(wmax, cpow)) >> 23  # E + 127 (>= 27 when a product is non-zero)
     scale = _float((F + 254 - eb) << 23)  # 2**(F - E)
-    s = functools.reduce(jnp.add, [(p * scale).astype(jnp.int32) for p in prods])
+    s = terms(scale)
     cv = (c * scale).astype(jnp.int32)  # C truncated toward zero on the same grid
     t = s + cv  # wraps past 2**31: the carry is found from the signs
     carry = ((s ^ t) & (cv ^ t)) < 0
@@ -147,6 +167,9 @@ def _step(cols, rows, c, plan: Plan):
 def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
     def step(j, c):
         s = pl.multiple_of(j * IK, IK)
+        if plan.form == "reduce":  # b_ref holds B transposed
+            return _step_k(a_ref[:, pl.ds(s, IK)].astype(jnp.float32),
+                           b_ref[:, pl.ds(s, IK)].astype(jnp.float32), c, plan)
         cols = [a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32) for i in range(IK)]
         rows = [b_ref[pl.ds(s + i, 1), :].astype(jnp.float32) for i in range(IK)]
         return _step(cols, rows, c, plan)
@@ -171,12 +194,15 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
 
     (M, K), N = a.shape, b.shape[1]
     bm, bn = plan.block
+    if plan.form == "reduce":
+        b = b.T
     if K != plan.K or K % IK or M % bm or N % bn:
         raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
     d = pl.pallas_call(
         functools.partial(_kernel, plan=plan),
         grid=(M // bm, N // bn),
         in_specs=[pl.BlockSpec((bm, K), lambda i, j: (i, 0)),
+                  pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.form == "reduce" else
                   pl.BlockSpec((K, bn), lambda i, j: (0, j)),
                   pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
@@ -192,6 +218,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
 #: The kernel's output tile and warps (the H100 timings in ``benchmarks/README.md``).
 BLOCK = (32, 32)
 NUM_WARPS = 4
+FORM = "unrolled"
 
 
 def _all_finite(x):
@@ -200,7 +227,7 @@ def _all_finite(x):
 
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
           interpret: bool = False, block: tuple[int, int] | None = None,
-          num_warps: int | None = None):
+          num_warps: int | None = None, form: str | None = None):
     """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
     M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
     operands are known finite (True), known not to be (False), or None: a ``lax.cond`` on
@@ -225,7 +252,8 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     a, b = a.astype(dt), b.astype(dt)
 
     def run(fin):
-        plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS)
+        plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
+                    form=form or FORM)
         return lambda a, b, c: gemm(a, b, c, plan, interpret=interpret)
 
     if finite is None:
