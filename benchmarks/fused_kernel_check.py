@@ -141,16 +141,16 @@ def part_bits(dry: bool, budget: float) -> dict:
     return out
 
 
-VARIANTS = {  # name: (fmt, block, warps, finite, form)
-    "bf16_32x32_w4": ("bf16", (32, 32), 4, True, "unrolled"),
-    "bf16_64x32_w4": ("bf16", (64, 32), 4, True, "unrolled"),
-    "bf16_64x64_w8": ("bf16", (64, 64), 8, True, "unrolled"),
-    "bf16_32x32_w4_reduce": ("bf16", (32, 32), 4, True, "reduce"),
-    "bf16_64x32_w4_reduce": ("bf16", (64, 32), 4, True, "reduce"),
-    "bf16_32x64_w8_reduce": ("bf16", (32, 64), 8, True, "reduce"),
-    "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled"),
-    "f16_32x32_w4_specials": ("f16", (32, 32), 4, False, "unrolled"),
-    "f16_32x32_w4_reduce": ("f16", (32, 32), 4, True, "reduce"),
+VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding)
+    "bf16_32x32_w4": ("bf16", (32, 32), 4, True, "unrolled", "float"),
+    "bf16_64x64_w8": ("bf16", (64, 64), 8, True, "unrolled", "float"),
+    "bf16_32x32_w4_int": ("bf16", (32, 32), 4, True, "unrolled", "int"),
+    "bf16_32x32_w4_reduce": ("bf16", (32, 32), 4, True, "reduce", "float"),
+    "bf16_64x32_w4_reduce": ("bf16", (64, 32), 4, True, "reduce", "float"),
+    "bf16_32x32_w4_reduce_int": ("bf16", (32, 32), 4, True, "reduce", "int"),
+    "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled", "float"),
+    "f16_32x32_w4_specials": ("f16", (32, 32), 4, False, "unrolled", "float"),
+    "f16_32x32_w4_reduce": ("f16", (32, 32), 4, True, "reduce", "float"),
 }
 
 
@@ -170,12 +170,13 @@ def part_timing(dry: bool, budget: float) -> dict:
                     jnp.asarray(rng.standard_normal((n, n)), dt),
                     jnp.asarray(rng.standard_normal((n, n)), jnp.float32))
     fns = {}
-    for name, (fmt, block, warps, finite, form) in VARIANTS.items():
+    for name, (fmt, block, warps, finite, form, rounding) in VARIANTS.items():
         dp = arch.datapath_for("sm_90", "wmma", fmt, 16)
         fns[name] = jax.jit(lambda a, b, c, dp=dp, fmt=fmt, block=block, warps=warps,
-                            finite=finite, form=form: fused_kernel.chain(
+                            finite=finite, form=form, rounding=rounding: fused_kernel.chain(
                                 a, b, c, dp, fmt, finite=finite, block=block,
-                                num_warps=warps, interpret=dry, form=form))
+                                num_warps=warps, interpret=dry, form=form,
+                                rounding=rounding))
     matmul_chain.FUSED_KERNEL = "off"
     jax.clear_caches()
     for fmt in ("bf16", "f16"):
@@ -196,7 +197,7 @@ def part_timing(dry: bool, budget: float) -> dict:
     matmul_chain.FUSED_KERNEL = "auto"
     times: dict[str, list[float]] = {k: [] for k in ready}
     rounds = 0
-    while rounds < 5 and time.perf_counter() - T0 < budget:
+    while rounds < 2 or (rounds < 5 and time.perf_counter() - T0 < budget):
         for name in ready:  # interleaved: every variant once per round
             fmt = name.split("_")[0]
             t = time.perf_counter()

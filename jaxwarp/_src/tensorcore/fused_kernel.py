@@ -95,6 +95,10 @@ class Plan:
     #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
     #: of B; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
     form: str = "unrolled"
+    #: "float": C's term and the rounded sum by fp32 multiplies and conversions; "int":
+    #: by integer operations on their bits (no conversion: fewer on the GPU's slow
+    #: conversion pipe, more integer operations).
+    rounding: str = "float"
 
 
 def _bits(x):
@@ -148,20 +152,48 @@ def _finish(c, wmax, terms, sp, plan: Plan):
     eb = _bits(jnp.maximum(wmax, cpow)) >> 23  # E + 127 (>= 27 when a product is non-zero)
     scale = _float((F + 254 - eb) << 23)  # 2**(F - E)
     s = terms(scale)
-    cv = (c * scale).astype(jnp.int32)  # C truncated toward zero on the same grid
+    if plan.rounding == "int":
+        cv = _c_term_int(cb, eb)
+    else:
+        cv = (c * scale).astype(jnp.int32)  # C truncated toward zero on the same grid
     t = s + cv  # wraps past 2**31: the carry is found from the signs
     carry = ((s ^ t) & (cv ^ t)) < 0
     neg = (t < 0) != carry
     mag = jnp.where(neg, -t, t)  # |sum| as uint32 bits
-    drop = jnp.maximum(8 - lax.clz(mag), 0)  # bit length - 24
-    q = lax.shift_right_logical(mag, drop) << drop  # 24 significant bits, toward zero
-    q = lax.bitcast_convert_type(q, jnp.uint32)
-    v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
-    v = jnp.where(neg & (q != 0), -v, v)
+    if plan.rounding == "int":
+        v = _f32_rz_int(mag, neg, eb - F)
+    else:
+        drop = jnp.maximum(8 - lax.clz(mag), 0)  # bit length - 24
+        q = lax.shift_right_logical(mag, drop) << drop  # 24 significant bits, toward zero
+        q = lax.bitcast_convert_type(q, jnp.uint32)
+        v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
+        v = jnp.where(neg & (q != 0), -v, v)
     d = jnp.where(wmax == 0, jnp.where(c == 0, jnp.float32(0), c), v)
     if plan.finite:
         return jnp.where((cb & _EXP) == _EXP, c, d)
     return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
+
+
+def _c_term_int(cb, eb):
+    """C (fp32 bits cb) truncated toward zero on the grid of ``2**(E - F)`` (eb: E + 127,
+    F = 25: its significand shifted), without a conversion: C's significand times 4 (the
+    grid is 2 bits finer than C's own lsb where E is C's exponent) shifted right by
+    E - exp(C); a zero or subnormal C (exponent field 0) is below the grid (E >= -100)."""
+    sig = ((cb & 0x7FFFFF) | 0x800000) << 2
+    ce = (cb >> 23) & 0xFF
+    mag = lax.shift_right_logical(sig, jnp.clip(eb - ce, 0, 31))
+    return jnp.where(cb < 0, -mag, mag)
+
+
+def _f32_rz_int(mag, neg, ebf):
+    """fp32 value (-1)**neg * mag * 2**(ebf - 127) (mag: uint32 bits) toward zero, from
+    the bits: the leading 24 bits of mag (an exact normal number or zero: ebf >= 2)."""
+    lz = lax.clz(mag)
+    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
+    e = ebf + 31 - lz  # biased exponent of the leading bit
+    bits = jnp.where(e >= 255, jnp.int32(_EXP), (e << 23) | frac)  # past fp32: inf
+    bits = jnp.where(mag == 0, 0, bits | (neg.astype(jnp.int32) << 31))
+    return _float(bits)
 
 
 def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
@@ -219,6 +251,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
 BLOCK = (32, 32)
 NUM_WARPS = 4
 FORM = "unrolled"
+ROUNDING = "float"
 
 
 def _all_finite(x):
@@ -227,7 +260,8 @@ def _all_finite(x):
 
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
           interpret: bool = False, block: tuple[int, int] | None = None,
-          num_warps: int | None = None, form: str | None = None):
+          num_warps: int | None = None, form: str | None = None,
+          rounding: str | None = None):
     """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
     M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
     operands are known finite (True), known not to be (False), or None: a ``lax.cond`` on
@@ -253,7 +287,7 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
 
     def run(fin):
         plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
-                    form=form or FORM)
+                    form=form or FORM, rounding=rounding or ROUNDING)
         return lambda a, b, c: gemm(a, b, c, plan, interpret=interpret)
 
     if finite is None:
