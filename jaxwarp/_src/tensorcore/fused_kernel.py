@@ -120,27 +120,28 @@ def _pow_of(x, fmt: str):
 
 def _step(cols, rows, c, plan: Plan):
     """One instruction on fp32 operand columns (bm, 1) and rows (1, bn), k = 16, from the
-    fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN with any payload)."""
-    prods, wmax, sp = [], None, c
+    fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN with any payload). The
+    products are formed where the terms are (after E is known), so that no (bm, bn)
+    array per k index stays live across the step."""
+    wmax, sp = None, c
     for a, b in zip(cols, rows, strict=True):
-        p = a * b  # exact
         w = _pow_of(a, plan.fmt) * _pow_of(b, plan.fmt)  # 2**(ea + eb), exact
         wmax = w if wmax is None else jnp.maximum(wmax, w)
-        prods.append(p)
         if not plan.finite:
-            sp = sp + p  # NaN / +-inf exactly when the block result is
+            sp = sp + a * b  # NaN / +-inf exactly when the block result is
     return _finish(c, wmax, lambda scale: functools.reduce(
-        jnp.add, [(p * scale).astype(jnp.int32) for p in prods]), sp, plan)
+        jnp.add, [(a * b * scale).astype(jnp.int32)  # exact product, exact scaling
+                  for a, b in zip(cols, rows, strict=True)]), sp, plan)
 
 
 def _step_k(at, bt, c, plan: Plan):
     """``_step`` on an operand block at (bm, 16) and B's block transposed bt (bn, 16): the
     products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
-    p = at[:, None, :] * bt[None, :, :]
     w = _pow_of(at, plan.fmt)[:, None, :] * _pow_of(bt, plan.fmt)[None, :, :]
-    sp = c if plan.finite else c + p.sum(-1)  # any order: the same NaN and infinities
-    return _finish(c, w.max(-1), lambda scale: (p * scale[:, :, None]).astype(
-        jnp.int32).sum(-1), sp, plan)
+    sp = c if plan.finite else c + (at[:, None, :] * bt[None, :, :]).sum(-1)  # any order
+    return _finish(c, w.max(-1), lambda scale: (
+        at[:, None, :] * bt[None, :, :] * scale[:, :, None]).astype(jnp.int32).sum(-1),
+        sp, plan)
 
 
 def _finish(c, wmax, terms, sp, plan: Plan):
