@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.extend import core as jex_core
+from jax.interpreters import mlir
 
 from jaxwarp._src.tensorcore.arch import Datapath
 
@@ -101,6 +103,42 @@ class Plan:
     rounding: str = "float"
 
 
+def _trunc_model(x):
+    return x.astype(jnp.int32)
+
+
+#: fp32 -> int32 toward zero, for values known to fit (|x| < 2**31): one conversion
+#: instruction. (Pallas' Triton lowering of ``astype`` clamps to int32's range first:
+#: two float minima / maxima more per conversion, with NaN checks on sm_90.)
+trunc_i32_p = jex_core.Primitive("jaxwarp_trunc_i32")
+trunc_i32_p.def_abstract_eval(lambda x: x.update(dtype=jnp.dtype(jnp.int32)))
+trunc_i32_p.def_impl(_trunc_model)
+mlir.register_lowering(trunc_i32_p, mlir.lower_fun(_trunc_model, multiple_results=False))
+
+
+def _trunc_triton(ctx, x):
+    from jax._src.lib.mlir import ir  # noqa: PLC0415 (GPU lowering only)
+    from jax._src.lib.mlir.dialects import arith  # noqa: PLC0415
+
+    del ctx
+    i32 = ir.IntegerType.get_signless(32)
+    t = ir.RankedTensorType.get(ir.RankedTensorType(x.type).shape, i32) if isinstance(
+        x.type, ir.RankedTensorType) else i32
+    return arith.fptosi(t, x)
+
+
+@functools.cache
+def register_triton_rule() -> None:
+    """Adds :data:`trunc_i32_p` to Pallas' Triton lowering rules (once)."""
+    from jax._src.pallas.triton import lowering  # noqa: PLC0415 (GPU only)
+
+    lowering.triton_lowering_rules[trunc_i32_p] = _trunc_triton
+
+
+def _trunc(x):
+    return trunc_i32_p.bind(x)
+
+
 def _bits(x):
     return lax.bitcast_convert_type(x, jnp.int32)
 
@@ -130,7 +168,7 @@ def _step(cols, rows, c, plan: Plan):
         if not plan.finite:
             sp = sp + a * b  # NaN / +-inf exactly when the block result is
     return _finish(c, wmax, lambda scale: functools.reduce(
-        jnp.add, [(a * b * scale).astype(jnp.int32)  # exact product, exact scaling
+        jnp.add, [_trunc(a * b * scale)  # exact product, exact scaling
                   for a, b in zip(cols, rows, strict=True)]), sp, plan)
 
 
@@ -139,9 +177,8 @@ def _step_k(at, bt, c, plan: Plan):
     products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
     w = _pow_of(at, plan.fmt)[:, None, :] * _pow_of(bt, plan.fmt)[None, :, :]
     sp = c if plan.finite else c + (at[:, None, :] * bt[None, :, :]).sum(-1)  # any order
-    return _finish(c, w.max(-1), lambda scale: (
-        at[:, None, :] * bt[None, :, :] * scale[:, :, None]).astype(jnp.int32).sum(-1),
-        sp, plan)
+    return _finish(c, w.max(-1), lambda scale: _trunc(
+        at[:, None, :] * bt[None, :, :] * scale[:, :, None]).sum(-1), sp, plan)
 
 
 def _finish(c, wmax, terms, sp, plan: Plan):
@@ -156,7 +193,7 @@ def _finish(c, wmax, terms, sp, plan: Plan):
     if plan.rounding == "int":
         cv = _c_term_int(cb, eb)
     else:
-        cv = (c * scale).astype(jnp.int32)  # C truncated toward zero on the same grid
+        cv = _trunc(c * scale)  # C truncated toward zero on the same grid
     t = s + cv  # wraps past 2**31: the carry is found from the signs
     carry = ((s ^ t) & (cv ^ t)) < 0
     neg = (t < 0) != carry
@@ -231,6 +268,8 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         b = b.T
     if K != plan.K or K % IK or M % bm or N % bn:
         raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
+    if not interpret:
+        register_triton_rule()
     d = pl.pallas_call(
         functools.partial(_kernel, plan=plan),
         grid=(M // bm, N // bn),
