@@ -144,14 +144,13 @@ def part_bits(dry: bool, budget: float) -> dict:
 VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding)
     "bf16_32x32_w4": ("bf16", (32, 32), 4, True, "unrolled", "float"),
     "bf16_64x32_w4": ("bf16", (64, 32), 4, True, "unrolled", "float"),
-    "bf16_64x64_w8": ("bf16", (64, 64), 8, True, "unrolled", "float"),
-    "bf16_32x32_w4_int": ("bf16", (32, 32), 4, True, "unrolled", "int"),
+    "bf16_32x32_w4_split": ("bf16", (32, 32), 4, True, "split", "float"),
+    "bf16_64x32_w8_split": ("bf16", (64, 32), 8, True, "split", "float"),
     "bf16_32x32_w4_reduce": ("bf16", (32, 32), 4, True, "reduce", "float"),
-    "bf16_64x32_w4_reduce": ("bf16", (64, 32), 4, True, "reduce", "float"),
-    "bf16_32x32_w4_reduce_int": ("bf16", (32, 32), 4, True, "reduce", "int"),
+    "bf16_32x32_w4_int": ("bf16", (32, 32), 4, True, "unrolled", "int"),
     "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled", "float"),
     "f16_32x32_w4_specials": ("f16", (32, 32), 4, False, "unrolled", "float"),
-    "f16_32x32_w4_reduce": ("f16", (32, 32), 4, True, "reduce", "float"),
+    "f16_32x32_w4_split": ("f16", (32, 32), 4, True, "split", "float"),
 }
 
 

@@ -55,12 +55,14 @@ def test_kernel_bits_bf16():
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
+_KINDS = [("bf16", "wide"), ("bf16", "zeros"), ("bf16", "cancel"), ("bf16", "big"),
+          ("f16", "wide"), ("f16", "cancel"), ("f16", "subnormal"), ("f16", "special")]
+_FEW = [("bf16", "wide"), ("bf16", "cancel"), ("f16", "subnormal"), ("f16", "special")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("form", ["unrolled", "reduce"])
-@pytest.mark.parametrize(("fmt", "kind"), [
-    ("bf16", "wide"), ("bf16", "zeros"), ("bf16", "cancel"), ("bf16", "big"),
-    ("f16", "wide"), ("f16", "cancel"), ("f16", "subnormal"), ("f16", "special"),
-])
+@pytest.mark.parametrize(("fmt", "kind", "form"), [(*x, "unrolled") for x in _KINDS]
+                         + [(*x, form) for form in ("split", "reduce") for x in _FEW])
 def test_kernel_bits(fmt, kind, form):
     a, b, c = _operands(fmt, 32, 32, 64, kind)
     dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)

@@ -95,7 +95,8 @@ class Plan:
     num_warps: int = 4
     num_stages: int = 1
     #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
-    #: of B; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
+    #: of B; "split": the same, the operands' powers of two read from arrays of their
+    #: own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
     form: str = "unrolled"
     #: "float": C's term and the rounded sum by fp32 multiplies and conversions; "int":
     #: by integer operations on their bits (no conversion: fewer on the GPU's slow
@@ -156,20 +157,26 @@ def _pow_of(x, fmt: str):
     return p
 
 
-def _step(cols, rows, c, plan: Plan):
-    """One instruction on fp32 operand columns (bm, 1) and rows (1, bn), k = 16, from the
-    fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN with any payload). The
-    products are formed where the terms are (after E is known), so that no (bm, bn)
-    array per k index stays live across the step."""
+def _step(col, row, c, plan: Plan, pcol=None, prow=None):
+    """One instruction on fp32 operand columns ``col(i)`` (bm, 1) and rows ``row(i)``
+    (1, bn), i < 16, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
+    with any payload). ``pcol``, ``prow``: the operands' powers of two (``_pow_of``) read
+    from arrays of their own (``form="split"``), so that the first pass (E) holds no
+    operand value in registers through the second (the terms)."""
     wmax, sp = None, c
-    for a, b in zip(cols, rows, strict=True):
-        w = _pow_of(a, plan.fmt) * _pow_of(b, plan.fmt)  # 2**(ea + eb), exact
+    for i in range(IK):
+        if pcol is None:
+            a, b = col(i), row(i)
+            w = _pow_of(a, plan.fmt) * _pow_of(b, plan.fmt)  # 2**(ea + eb), exact
+        else:
+            a, b = (col(i), row(i)) if not plan.finite else (None, None)
+            w = pcol(i) * prow(i)
         wmax = w if wmax is None else jnp.maximum(wmax, w)
         if not plan.finite:
             sp = sp + a * b  # NaN / +-inf exactly when the block result is
     return _finish(c, wmax, lambda scale: functools.reduce(
-        jnp.add, [_trunc(a * b * scale)  # exact product, exact scaling
-                  for a, b in zip(cols, rows, strict=True)]), sp, plan)
+        jnp.add, [_trunc(col(i) * row(i) * scale)  # exact product, exact scaling
+                  for i in range(IK)]), sp, plan)
 
 
 def _step_k(at, bt, c, plan: Plan):
@@ -234,15 +241,22 @@ def _f32_rz_int(mag, neg, ebf):
     return _float(bits)
 
 
-def _kernel(a_ref, b_ref, c_ref, o_ref, *, plan: Plan):
+def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+    *pow_refs, o_ref = refs
+
     def step(j, c):
         s = pl.multiple_of(j * IK, IK)
         if plan.form == "reduce":  # b_ref holds B transposed
             return _step_k(a_ref[:, pl.ds(s, IK)].astype(jnp.float32),
                            b_ref[:, pl.ds(s, IK)].astype(jnp.float32), c, plan)
-        cols = [a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32) for i in range(IK)]
-        rows = [b_ref[pl.ds(s + i, 1), :].astype(jnp.float32) for i in range(IK)]
-        return _step(cols, rows, c, plan)
+        split = {}
+        if pow_refs:  # form="split"
+            pa_ref, pb_ref = pow_refs
+            split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
+                         prow=lambda i: pb_ref[pl.ds(s + i, 1), :].astype(jnp.float32))
+        return _step(lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
+                     lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
+                     **split)
 
     d = lax.fori_loop(0, plan.K // IK, step, c_ref[...])
     bits = _bits(d)
@@ -270,20 +284,25 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
     if not interpret:
         register_triton_rule()
+    a_spec = pl.BlockSpec((bm, K), lambda i, j: (i, 0))
+    b_spec = (pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.form == "reduce" else
+              pl.BlockSpec((K, bn), lambda i, j: (0, j)))
+    in_specs = [a_spec, b_spec, pl.BlockSpec((bm, bn), lambda i, j: (i, j))]
+    args = [a, b, c.astype(jnp.float32)]
+    if plan.form == "split":  # the powers of two as bf16 (exact: fp32's exponent range)
+        args += [_pow_of(x.astype(jnp.float32), plan.fmt).astype(jnp.bfloat16) for x in (a, b)]
+        in_specs += [a_spec, b_spec]
     d = pl.pallas_call(
         functools.partial(_kernel, plan=plan),
         grid=(M // bm, N // bn),
-        in_specs=[pl.BlockSpec((bm, K), lambda i, j: (i, 0)),
-                  pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.form == "reduce" else
-                  pl.BlockSpec((K, bn), lambda i, j: (0, j)),
-                  pl.BlockSpec((bm, bn), lambda i, j: (i, j))],
+        in_specs=in_specs,
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((M, N), jnp.int32),
         compiler_params=pltriton.CompilerParams(num_warps=plan.num_warps,
                                                 num_stages=plan.num_stages),
         interpret=interpret,
         name="jaxwarp_fused_exact_gemm",
-    )(a, b, c.astype(jnp.float32))
+    )(*args)
     return lax.bitcast_convert_type(d, jnp.float32)
 
 
