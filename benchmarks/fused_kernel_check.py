@@ -141,16 +141,17 @@ def part_bits(dry: bool, budget: float) -> dict:
     return out
 
 
-VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding)
-    "bf16_32x32_w4": ("bf16", (32, 32), 4, True, "unrolled", "float"),
-    "bf16_64x32_w4": ("bf16", (64, 32), 4, True, "unrolled", "float"),
-    "bf16_32x32_w4_split": ("bf16", (32, 32), 4, True, "split", "float"),
-    "bf16_64x32_w8_split": ("bf16", (64, 32), 8, True, "split", "float"),
-    "bf16_32x32_w4_reduce": ("bf16", (32, 32), 4, True, "reduce", "float"),
-    "bf16_32x32_w4_int": ("bf16", (32, 32), 4, True, "unrolled", "int"),
-    "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled", "float"),
-    "f16_32x32_w4_specials": ("f16", (32, 32), 4, False, "unrolled", "float"),
-    "f16_32x32_w4_split": ("f16", (32, 32), 4, True, "split", "float"),
+VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
+    "bf16_32x32_w4": ("bf16", (32, 32), 4, True, "unrolled", "float", False),
+    "bf16_32x32_w4_split": ("bf16", (32, 32), 4, True, "split", "float", False),
+    "bf16_32x32_w4_split_f32": ("bf16", (32, 32), 4, True, "split", "float", True),
+    "bf16_64x32_w8_split_f32": ("bf16", (64, 32), 8, True, "split", "float", True),
+    "bf16_64x32_w4_split_f32": ("bf16", (64, 32), 4, True, "split", "float", True),
+    "bf16_32x32_w4_reduce": ("bf16", (32, 32), 4, True, "reduce", "float", False),
+    "bf16_32x32_w4_int": ("bf16", (32, 32), 4, True, "unrolled", "int", False),
+    "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled", "float", False),
+    "f16_32x32_w4_split_f32": ("f16", (32, 32), 4, True, "split", "float", True),
+    "f16_32x32_w4_split_f32_specials": ("f16", (32, 32), 4, False, "split", "float", True),
 }
 
 
@@ -170,13 +171,13 @@ def part_timing(dry: bool, budget: float) -> dict:
                     jnp.asarray(rng.standard_normal((n, n)), dt),
                     jnp.asarray(rng.standard_normal((n, n)), jnp.float32))
     fns = {}
-    for name, (fmt, block, warps, finite, form, rounding) in VARIANTS.items():
+    for name, (fmt, block, warps, finite, form, rounding, f32) in VARIANTS.items():
         dp = arch.datapath_for("sm_90", "wmma", fmt, 16)
         fns[name] = jax.jit(lambda a, b, c, dp=dp, fmt=fmt, block=block, warps=warps,
-                            finite=finite, form=form, rounding=rounding: fused_kernel.chain(
-                                a, b, c, dp, fmt, finite=finite, block=block,
-                                num_warps=warps, interpret=dry, form=form,
-                                rounding=rounding))
+                            finite=finite, form=form, rounding=rounding, f32=f32:
+                            fused_kernel.chain(a, b, c, dp, fmt, finite=finite, block=block,
+                                               num_warps=warps, interpret=dry, form=form,
+                                               rounding=rounding, f32_operands=f32))
     matmul_chain.FUSED_KERNEL = "off"
     jax.clear_caches()
     for fmt in ("bf16", "f16"):

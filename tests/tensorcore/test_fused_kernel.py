@@ -67,6 +67,7 @@ def test_kernel_bits(fmt, kind, form):
     a, b, c = _operands(fmt, 32, 32, 64, kind)
     dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
     got = fused_kernel.chain(a, b, c, dp, fmt, interpret=True, form=form,
+                             f32_operands=form == "split",
                              finite=None if fmt == "f16" else True)
     want = jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact")
     np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -102,6 +102,9 @@ class Plan:
     #: by integer operations on their bits (no conversion: fewer on the GPU's slow
     #: conversion pipe, more integer operations).
     rounding: str = "float"
+    #: The operands (and powers of two) passed as fp32 arrays: twice the bytes read, no
+    #: conversion per operand element in the kernel.
+    f32_operands: bool = False
 
 
 def _trunc_model(x):
@@ -288,10 +291,13 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     b_spec = (pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.form == "reduce" else
               pl.BlockSpec((K, bn), lambda i, j: (0, j)))
     in_specs = [a_spec, b_spec, pl.BlockSpec((bm, bn), lambda i, j: (i, j))]
+    pow_dt = jnp.float32 if plan.f32_operands else jnp.bfloat16
     args = [a, b, c.astype(jnp.float32)]
     if plan.form == "split":  # the powers of two as bf16 (exact: fp32's exponent range)
-        args += [_pow_of(x.astype(jnp.float32), plan.fmt).astype(jnp.bfloat16) for x in (a, b)]
+        args += [_pow_of(x.astype(jnp.float32), plan.fmt).astype(pow_dt) for x in (a, b)]
         in_specs += [a_spec, b_spec]
+    if plan.f32_operands:
+        args[:2] = [x.astype(jnp.float32) for x in args[:2]]
     d = pl.pallas_call(
         functools.partial(_kernel, plan=plan),
         grid=(M // bm, N // bn),
@@ -306,11 +312,14 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     return lax.bitcast_convert_type(d, jnp.float32)
 
 
-#: The kernel's output tile and warps (the H100 timings in ``benchmarks/README.md``).
+#: The kernel ``chain`` runs: output tile, warps, form, rounding, fp32 operands (the
+#: fewest SASS instructions per multiply-add at 96 registers, ptxas 13 for sm_90: 8.1;
+#: H100 timings in ``benchmarks/README.md``).
 BLOCK = (32, 32)
 NUM_WARPS = 4
-FORM = "unrolled"
+FORM = "split"
 ROUNDING = "float"
+F32_OPERANDS = True
 
 
 def _all_finite(x):
@@ -320,7 +329,7 @@ def _all_finite(x):
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
           interpret: bool = False, block: tuple[int, int] | None = None,
           num_warps: int | None = None, form: str | None = None,
-          rounding: str | None = None):
+          rounding: str | None = None, f32_operands: bool | None = None):
     """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
     M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
     operands are known finite (True), known not to be (False), or None: a ``lax.cond`` on
@@ -347,7 +356,8 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
 
     def run(fin):
         plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
-                    form=form or FORM, rounding=rounding or ROUNDING)
+                    form=form or FORM, rounding=rounding or ROUNDING,
+                    f32_operands=F32_OPERANDS if f32_operands is None else f32_operands)
         return lambda a, b, c: gemm(a, b, c, plan, interpret=interpret)
 
     if finite is None:
