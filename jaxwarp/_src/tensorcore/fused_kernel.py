@@ -12,8 +12,10 @@ the whole datapath of one sm_90 f16 / bf16 instruction with an fp32 C and D
 * the block's alignment exponent E: the largest sum of the operands' exponents
   (``align="nominal"``; an f16 subnormal at f16's smallest normal exponent), or C's own
   exponent if larger. The kernel forms it as a float maximum of the products of the
-  operands' powers of two (``2**ea * 2**eb``, one fp32 multiply and one maximum per
-  product) and reads E from the bits of the maximum;
+  operands' powers of two (``2**ea * 2**eb``, one multiply and one maximum per product)
+  and reads E from the bits of the maximum. With ``form="split"`` the powers come as
+  bf16 arrays (a power of two in fp32's range is a bf16 number), multiplied and compared
+  in bf16, which sm_90 does two at a time (``HMUL2.BF16``, ``VHMNMX``);
 * the terms truncated toward zero on the grid of ``2**(E - F)``: ``int32(p * 2**(F - E))``
   (a power-of-two scale is exact; the conversion truncates), summed in int32 (16 terms
   below ``2**(F + 2)`` each stay below ``2**31`` for F <= 25), C truncated likewise and
@@ -95,15 +97,15 @@ class Plan:
     num_warps: int = 4
     num_stages: int = 1
     #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
-    #: of B; "split": the same, the operands' powers of two read from arrays of their
-    #: own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
+    #: of B; "split": the same, the operands' powers of two read from bf16 arrays of
+    #: their own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
     form: str = "unrolled"
     #: "float": C's term and the rounded sum by fp32 multiplies and conversions; "int":
     #: by integer operations on their bits (no conversion: fewer on the GPU's slow
     #: conversion pipe, more integer operations).
     rounding: str = "float"
-    #: The operands (and powers of two) passed as fp32 arrays: twice the bytes read, no
-    #: conversion per operand element in the kernel.
+    #: The operands passed as fp32 arrays: twice the bytes read, no conversion per
+    #: operand element in the kernel.
     f32_operands: bool = False
 
 
@@ -164,8 +166,9 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
     """One instruction on fp32 operand columns ``col(i)`` (bm, 1) and rows ``row(i)``
     (1, bn), i < 16, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
     with any payload). ``pcol``, ``prow``: the operands' powers of two (``_pow_of``) read
-    from arrays of their own (``form="split"``), so that the first pass (E) holds no
-    operand value in registers through the second (the terms)."""
+    from bf16 arrays of their own (``form="split"``), so that the first pass (E) holds no
+    operand value in registers through the second (the terms); their products and
+    maximum are bf16 (exact: powers of two in fp32's range)."""
     wmax, sp = None, c
     for i in range(IK):
         if pcol is None:
@@ -177,6 +180,7 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
         wmax = w if wmax is None else jnp.maximum(wmax, w)
         if not plan.finite:
             sp = sp + a * b  # NaN / +-inf exactly when the block result is
+    wmax = wmax.astype(jnp.float32)
     return _finish(c, wmax, lambda scale: functools.reduce(
         jnp.add, [_trunc(col(i) * row(i) * scale)  # exact product, exact scaling
                   for i in range(IK)]), sp, plan)
@@ -255,8 +259,8 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
         split = {}
         if pow_refs:  # form="split"
             pa_ref, pb_ref = pow_refs
-            split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
-                         prow=lambda i: pb_ref[pl.ds(s + i, 1), :].astype(jnp.float32))
+            split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)],
+                         prow=lambda i: pb_ref[pl.ds(s + i, 1), :])
         return _step(lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
                      lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
                      **split)
@@ -291,7 +295,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     b_spec = (pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.form == "reduce" else
               pl.BlockSpec((K, bn), lambda i, j: (0, j)))
     in_specs = [a_spec, b_spec, pl.BlockSpec((bm, bn), lambda i, j: (i, j))]
-    pow_dt = jnp.float32 if plan.f32_operands else jnp.bfloat16
+    pow_dt = jnp.bfloat16
     args = [a, b, c.astype(jnp.float32)]
     if plan.form == "split":  # the powers of two as bf16 (exact: fp32's exponent range)
         args += [_pow_of(x.astype(jnp.float32), plan.fmt).astype(pow_dt) for x in (a, b)]
@@ -313,8 +317,8 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
 
 
 #: The kernel ``chain`` runs: output tile, warps, form, rounding, fp32 operands (the
-#: fewest SASS instructions per multiply-add at 96 registers, ptxas 13 for sm_90: 8.1;
-#: H100 timings in ``benchmarks/README.md``).
+#: fewest SASS instructions per multiply-add at 80 registers, ptxas 13 for sm_90: 7.45,
+#: ``benchmarks/fused_kernel_sass.py``; H100 timings in ``benchmarks/README.md``).
 BLOCK = (32, 32)
 NUM_WARPS = 4
 FORM = "split"
