@@ -67,7 +67,7 @@ def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
     text = re.sub(r" \[unknown\]", "", text)  # debug locations
     text = re.sub(r' "[^"\n]*"\(#loc\d+\)', "", text)
     text = re.sub(r"^#loc.*\n", "", text, flags=re.M)
-    text = text[:text.rindex("\n}\n") + 3]  # the module alone
+    text = text[text.index("module @"):text.rindex("\n}\n") + 3]  # the module alone
     return text, warps, bm * bn * fk.IK // (32 * warps)
 
 
