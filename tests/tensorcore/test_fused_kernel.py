@@ -55,14 +55,14 @@ def test_kernel_bits_bf16():
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
-_KINDS = [("bf16", "wide"), ("bf16", "zeros"), ("bf16", "cancel"), ("bf16", "big"),
-          ("f16", "wide"), ("f16", "cancel"), ("f16", "subnormal"), ("f16", "special")]
-_FEW = [("bf16", "wide"), ("bf16", "cancel"), ("f16", "subnormal"), ("f16", "special")]
+_CASES = ([("bf16", k, "split") for k in ("wide", "zeros", "cancel", "big")]
+          + [("f16", k, "split") for k in ("wide", "cancel", "subnormal", "special")]
+          + [("bf16", "wide", "unrolled"), ("f16", "special", "unrolled"),
+             ("bf16", "cancel", "reduce"), ("f16", "special", "reduce")])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fmt", "kind", "form"), [(*x, "unrolled") for x in _KINDS]
-                         + [(*x, form) for form in ("split", "reduce") for x in _FEW])
+@pytest.mark.parametrize(("fmt", "kind", "form"), _CASES)
 def test_kernel_bits(fmt, kind, form):
     a, b, c = _operands(fmt, 32, 32, 64, kind)
     dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
