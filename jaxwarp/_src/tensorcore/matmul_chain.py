@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import datapath as mma_arith
-from jaxwarp._src.tensorcore import native
+from jaxwarp._src.tensorcore import fused_kernel, native
 from jaxwarp._src.tensorcore.datapath_blocks import in_fp32_range
 from jaxwarp._src.tensorcore.matmul_scales import promote
 from jaxwarp._src.tensorcore.matmul_tiles import ACC_DTYPE, Cfg, issue_arch
@@ -47,6 +48,28 @@ def _mma(at, bt, acc, cfg: Cfg):
                          c_format=cfg.accumulator, d_format=cfg.accumulator, arch=arch,
                          mode="exact", instruction=cfg.instruction,
                          instruction_k=cfg.tile[2])
+
+
+#: Whether exact f16 / bf16 products run as one fused GPU kernel per output tile
+#: (``fused_kernel``): "auto" (on a GPU, for the datapaths the kernel models), "on" (also
+#: off the GPU, in Pallas' interpreter: for tests) or "off". Read at trace time
+#: (``jax.clear_caches()`` after changing it); the bits are the same.
+FUSED_KERNEL = "auto"
+
+
+def _fused_datapath(cfg: Cfg, k: int, scales):
+    """The datapath of this product's instructions if the fused kernel runs it, else None."""
+    if (FUSED_KERNEL == "off" or scales is not None or cfg.promote_every is not None
+            or cfg.a_format != cfg.b_format or cfg.a_format not in fused_kernel.FORMATS
+            or (FUSED_KERNEL == "auto" and jax.default_backend() != "gpu")):
+        return None
+    try:
+        dp = _arch.datapath_for(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+                                cfg.a_format, k)
+    except (ValueError, TypeError, KeyError):
+        return None  # not a valid call: the exact path's checks name it
+    ok = fused_kernel.models(dp, cfg.a_format, cfg.b_format, cfg.accumulator, k)
+    return dp if ok else None
 
 
 def _pad_to(x, rows, cols):
@@ -106,17 +129,30 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
     def k_loop(acc):
         return _k_loop(acc, cfg, kt, chain, scales)
 
-    if mma_arith.in_range_matmul(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+    def known(path):
+        def run(acc):
+            with mma_arith.known_range(path):
+                return k_loop(acc)
+        return run
+
+    fused_dp = _fused_datapath(cfg, k, scales)
+    if fused_dp is not None:
+        interpret = jax.default_backend() != "gpu"
+        fmt = cfg.a_format
+        if fmt == "f16":  # every f16 product is a normal fp32 number
+            acc = fused_kernel.chain(a_op, b_op, acc, fused_dp, fmt, interpret=interpret)
+        else:  # bf16 in fp32's range through the kernel, the rest through XLA's loop
+            def in_range(acc):
+                return fused_kernel.chain(a_op, b_op, acc, fused_dp, fmt, finite=True,
+                                          interpret=interpret)
+
+            vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
+            acc = lax.cond(in_fp32_range(*vals), in_range, known("general"), acc)
+    elif mma_arith.in_range_matmul(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
                                  cfg.a_format, cfg.b_format, cfg.accumulator, k,
                                  Mp * Np * Kp):
         # One cond for the whole product: bf16 / tf32 operands whose every product is a
         # normal fp32 number take the fast path's arithmetic (datapath.IN_RANGE_PATH).
-        def known(path):
-            def run(acc):
-                with mma_arith.known_range(path):
-                    return k_loop(acc)
-            return run
-
         vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
         acc = lax.cond(in_fp32_range(*vals), known("in_range"), known("general"), acc)
     else:

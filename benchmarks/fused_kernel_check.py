@@ -1,0 +1,300 @@
+"""The fused exact kernel (``tensorcore/fused_kernel.py``) on a GPU: bits and speed.
+
+Parts (one process; each case in its own try/except that prints the traceback):
+
+* ``timing``: 4096^3 with C, interleaved rounds of the kernel (:data:`VARIANTS`: tiles,
+  warps, forms; f16 also without the "finite" knowledge), XLA's exact path and
+  ``jnp.matmul``: best seconds, TFLOP/s, ratios (target: kernel >= 3x the XLA exact
+  path), and each kernel's bits against XLA's exact path;
+* ``bits``: exact ``matmul`` with the kernel (``matmul_chain.FUSED_KERNEL="auto"``, on
+  a GPU) against XLA's exact path (``"off"``), bf16 and f16, random GEMMs: odd shapes
+  (wgmma tiles: M, N padded), wide exponents, zeros, cancellation, f16 subnormals, inf
+  and NaN (f16), bf16 out of fp32's range (the XLA branch of the cond), with C; equal /
+  total per case;
+* ``ptx``: (``--ptx``, a child process with XLA's dump) the PTX opcodes of one small
+  kernel, counted.
+
+Writes ``OUT/fused_kernel_check.json`` (``--out``, default ``$OUT`` or ``.``) and
+prints progress. On a CPU ``--dry`` runs the machinery on small shapes (the kernel in
+Pallas' interpreter).
+
+Usage: python benchmarks/fused_kernel_check.py [--out DIR] [--dry] [--ptx]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+T0 = time.perf_counter()
+
+
+def log(*a):
+    print(f"[{time.perf_counter() - T0:6.1f}s]", *a, flush=True)
+
+
+def _operands(rng, fmt, M, N, K, kind):
+    import jax.numpy as jnp
+    import numpy as np
+    dt = jnp.bfloat16 if fmt == "bf16" else jnp.float16
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    if kind == "wide":
+        r = 20 if fmt == "bf16" else 6
+        a = a * 2.0 ** rng.integers(-r, r, (M, K))
+        b = b * 2.0 ** rng.integers(-r, r, (K, N))
+    elif kind == "zeros":
+        a = a * (rng.random((M, K)) < 0.3)
+        b = b * (rng.random((K, N)) < 0.3)
+    elif kind == "cancel":  # pairs of equal and opposite products, some off by an ulp
+        a[:, 1::2] = a[:, ::2]
+        b[1::2] = -b[::2] * (1 + 2.0 ** -7 * rng.integers(-2, 3, (K // 2, N)))
+    elif kind == "subnormal":
+        a = a * 2.0 ** rng.integers(-26, 4, (M, K))
+        b = b * 2.0 ** rng.integers(-26, 4, (K, N))
+    elif kind == "out_of_range":
+        a = a * 2.0 ** 70
+    a, b = jnp.asarray(a, dt), jnp.asarray(b, dt)
+    if kind == "special":
+        a = a.at[0, 0].set(jnp.inf).at[1, 3].set(jnp.nan).at[2, 0].set(-jnp.inf)
+        b = b.at[0, 2].set(0).at[5, 7].set(jnp.inf)
+    del np
+    return a, b
+
+
+CASES = [  # (fmt, M, N, K, kind, with C, instruction); 4096^3 with C: the timing part
+    ("bf16", 100, 72, 80, "normal", True, "wgmma"),
+    ("f16", 100, 72, 80, "normal", True, "wgmma"),
+    ("bf16", 256, 384, 512, "wide", True, "wmma"),
+    ("f16", 256, 384, 512, "wide", True, "wmma"),
+    ("f16", 256, 256, 256, "special", True, "wmma"),
+    ("bf16", 256, 256, 256, "out_of_range", True, "wmma"),
+    ("bf16", 256, 256, 256, "cancel", True, "wmma"),
+    ("f16", 256, 256, 256, "cancel", True, "wmma"),
+    ("f16", 256, 256, 256, "subnormal", True, "wmma"),
+    ("bf16", 256, 256, 256, "zeros", False, "wmma"),
+    ("f16", 256, 256, 256, "zeros", False, "wmma"),
+]
+DRY_CASES = [(f, 48, 40, 64, kind, c, "wgmma") for f, _, _, _, kind, c, _ in CASES]
+
+
+def part_bits(dry: bool, budget: float) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxwarp
+    from jaxwarp._src.tensorcore import matmul_chain
+
+    rng = np.random.default_rng(0)
+    cases = DRY_CASES if dry else CASES
+    inputs = []
+    for fmt, M, N, K, kind, with_c, _ in cases:
+        a, b = _operands(rng, fmt, M, N, K, kind)
+        c = jnp.asarray(rng.standard_normal((M, N)) * 2.0 ** rng.integers(-8, 8, (M, N)),
+                        jnp.float32) if with_c else None
+        inputs.append((a, b, c))
+    results = {}
+    for switch in ("off", "on" if dry else "auto"):
+        matmul_chain.FUSED_KERNEL = switch
+        jax.clear_caches()
+        for (fmt, M, N, K, kind, with_c, ins), (a, b, c) in zip(cases, inputs, strict=True):
+            name = f"{fmt}_{M}x{N}x{K}_{kind}{'_C' if with_c else ''}_{ins}"
+            if time.perf_counter() - T0 > budget:
+                results.setdefault(name, {})[switch] = "skipped: out of time"
+                continue
+            try:
+                t = time.perf_counter()
+                d = jax.block_until_ready(jaxwarp.matmul(a, b, c, operand_format=fmt,
+                                                         mode="exact", instruction=ins))
+                results.setdefault(name, {})[switch] = np.asarray(d).view(np.uint32)
+                log(f"bits {switch:4s} {name}: {time.perf_counter() - t:.1f} s")
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                results.setdefault(name, {})[switch] = repr(e)[:400]
+    matmul_chain.FUSED_KERNEL = "auto"
+    jax.clear_caches()
+    out = {}
+    for name, r in results.items():
+        ref, got = r.get("off"), r.get("on" if dry else "auto")
+        if isinstance(ref, np.ndarray) and isinstance(got, np.ndarray):
+            bad = np.argwhere(ref != got)
+            out[name] = {"equal": int(ref.size - len(bad)), "total": int(ref.size)}
+            if len(bad):
+                i = tuple(bad[0])
+                out[name]["first"] = [list(map(int, i)), hex(ref[i]), hex(got[i])]
+        else:
+            out[name] = {"error": [x if isinstance(x, str) else "ok" for x in (ref, got)]}
+        log("bits", name, out[name])
+    return out
+
+
+VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
+    "bf16_32x32_w4": ("bf16", (32, 32), 4, True, "unrolled", "float", False),
+    "bf16_32x32_w4_split": ("bf16", (32, 32), 4, True, "split", "float", False),
+    "bf16_32x32_w4_split_f32": ("bf16", (32, 32), 4, True, "split", "float", True),
+    "bf16_64x32_w8_split_f32": ("bf16", (64, 32), 8, True, "split", "float", True),
+    "bf16_64x32_w4_split_f32": ("bf16", (64, 32), 4, True, "split", "float", True),
+    "bf16_32x32_w4_reduce": ("bf16", (32, 32), 4, True, "reduce", "float", False),
+    "bf16_32x32_w4_int": ("bf16", (32, 32), 4, True, "unrolled", "int", False),
+    "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled", "float", False),
+    "f16_32x32_w4_split_f32": ("f16", (32, 32), 4, True, "split", "float", True),
+    "f16_32x32_w4_split_f32_specials": ("f16", (32, 32), 4, False, "split", "float", True),
+    # A probe, not a kernel: the conversions (fp32 -> int32) replaced by bitcasts (wrong
+    # bits): how much of the time the conversion pipe takes.
+    "bf16_32x32_w4_split_f32_probe_noconv": ("bf16", (32, 32), 4, True, "split", "float",
+                                             True),
+}
+
+
+def part_timing(dry: bool, budget: float) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxwarp
+    from jaxwarp._src.tensorcore import arch, fused_kernel, matmul_chain
+
+    n = 64 if dry else 4096
+    rng = np.random.default_rng(1)
+    ops = {}
+    for fmt, dt in (("bf16", jnp.bfloat16), ("f16", jnp.float16)):
+        ops[fmt] = (jnp.asarray(rng.standard_normal((n, n)), dt),
+                    jnp.asarray(rng.standard_normal((n, n)), dt),
+                    jnp.asarray(rng.standard_normal((n, n)), jnp.float32))
+    fns = {}
+    for name, (fmt, block, warps, finite, form, rounding, f32) in VARIANTS.items():
+        dp = arch.datapath_for("sm_90", "wmma", fmt, 16)
+        fns[name] = jax.jit(lambda a, b, c, dp=dp, fmt=fmt, block=block, warps=warps,
+                            finite=finite, form=form, rounding=rounding, f32=f32:
+                            fused_kernel.chain(a, b, c, dp, fmt, finite=finite, block=block,
+                                               num_warps=warps, interpret=dry, form=form,
+                                               rounding=rounding, f32_operands=f32))
+    matmul_chain.FUSED_KERNEL = "off"
+    jax.clear_caches()
+    for fmt in ("bf16", "f16"):
+        fns[f"{fmt}_xla_exact"] = jax.jit(lambda a, b, c, fmt=fmt: jaxwarp.matmul(
+            a, b, c, operand_format=fmt, mode="exact"))
+        fns[f"{fmt}_jnp_matmul"] = jax.jit(lambda a, b, c: jnp.matmul(
+            a, b, preferred_element_type=jnp.float32) + c)
+    ready, first = {}, {}
+    for name, fn in fns.items():  # compile, warm up, check against the XLA exact path
+        fmt = name.split("_")[0]
+        try:
+            t = time.perf_counter()
+            if "probe_noconv" in name:  # traced with bitcasts for the conversions
+                keep = fused_kernel._trunc
+                fused_kernel._trunc = lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)
+                try:
+                    ready[name] = jax.block_until_ready(fn(*ops[fmt]))
+                finally:
+                    fused_kernel._trunc = keep
+            else:
+                ready[name] = jax.block_until_ready(fn(*ops[fmt]))
+            first[name] = time.perf_counter() - t
+            log(f"timing: {name} compiled and ran in {first[name]:.1f} s")
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+    matmul_chain.FUSED_KERNEL = "auto"
+    times: dict[str, list[float]] = {k: [] for k in ready}
+    rounds = 0
+    while rounds < 2 or (rounds < 5 and time.perf_counter() - T0 < budget):
+        for name in ready:  # interleaved: every variant once per round
+            fmt = name.split("_")[0]
+            t = time.perf_counter()
+            jax.block_until_ready(fns[name](*ops[fmt]))
+            times[name].append(time.perf_counter() - t)
+        rounds += 1
+    out = {"n": n, "rounds": rounds, "variants": {}}
+    flop = 2.0 * n ** 3
+    for name, ts in times.items():
+        fmt = name.split("_")[0]
+        best = min(ts) if ts else None
+        row = {"first_call_s": round(first[name], 3), "times_s": [round(t, 5) for t in ts]}
+        if best:
+            row["best_s"] = round(best, 5)
+            row["tflops"] = round(flop / best / 1e12, 3)
+        ref = ready.get(f"{fmt}_xla_exact")
+        if ref is not None and "jnp" not in name:
+            row["bits_equal_xla_exact"] = int((np.asarray(ref).view(np.uint32)
+                                               == np.asarray(ready[name]).view(np.uint32)).sum())
+            row["bits_total"] = int(ready[name].size)
+        out["variants"][name] = row
+    for name, row in out["variants"].items():
+        fmt = name.split("_")[0]
+        for base in ("xla_exact", "jnp_matmul"):
+            b = out["variants"].get(f"{fmt}_{base}", {}).get("best_s")
+            if b and row.get("best_s"):
+                row[f"speed_vs_{base}"] = round(b / row["best_s"], 3)
+        log("timing", name, {k: v for k, v in row.items() if k != "times_s"})
+    return out
+
+
+def part_ptx(out_dir: pathlib.Path) -> dict:
+    """A child process compiles one small kernel with XLA's dump on; PTX opcodes counted."""
+    dump = pathlib.Path(tempfile.mkdtemp())
+    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}")
+    code = ("import jax, jax.numpy as jnp; from jaxwarp._src.tensorcore import arch, "
+            "fused_kernel as fk; dp = arch.datapath_for('sm_90', 'wmma', 'bf16', 16); "
+            "a = jnp.ones((64, 64), jnp.bfloat16); "
+            "jax.block_until_ready(jax.jit(lambda a, b, c: fk.chain(a, b, c, dp, 'bf16', "
+            "finite=True))(a, a, jnp.ones((64, 64))))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, timeout=60,
+                       capture_output=True, text=True)
+    out: dict = {"rc": r.returncode, "stderr_tail": r.stderr[-1500:]}
+    for f in sorted(dump.rglob("*")) if dump.exists() else []:
+        text = f.read_text(errors="replace") if f.is_file() else ""
+        if "fused_exact" not in text or ".target" not in text:
+            continue
+        counts: dict[str, int] = {}
+        for m in re.finditer(r"^\s+(?:@%p\d+\s+)?([a-z][\w.]*)", text, re.M):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        out[f.name] = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+        (out_dir / "fused_kernel.ptx").write_text(text)
+        log("ptx", f.name, out[f.name])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--dry", action="store_true")
+    ap.add_argument("--ptx", action="store_true")
+    ap.add_argument("--budget", type=float, default=200.0)
+    args = ap.parse_args()
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import jax
+    import jaxlib
+    res = {"device": str(jax.devices()[0]), "device_kind": jax.devices()[0].device_kind,
+           "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+           "python": platform.python_version(), "dry": args.dry}
+    log(res)
+    path = out_dir / "fused_kernel_check.json"
+    for name, fn in (("timing", lambda: part_timing(args.dry, args.budget * 0.6)),
+                     ("bits", lambda: part_bits(args.dry, args.budget)),
+                     ("ptx", (lambda: part_ptx(out_dir)) if args.ptx else None)):
+        if fn is None:
+            continue
+        try:
+            res[name] = fn()
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            res[name] = {"error": repr(e)[:1000]}
+        path.write_text(json.dumps(res, indent=1, default=str))
+    log("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Static profile of the fused exact kernel: its SASS for sm_90, compiled on a machine
+without a GPU.
+
+The kernel's Triton IR (what Pallas hands to XLA, printed by ``pallas_call(debug=True)``)
+is compiled by the ``triton`` package (not a jaxwarp dependency: ``pip install triton``;
+its wheel carries ptxas and nvdisasm for sm_90) and the instructions of the k loop (the
+block between the loop's label and its backward branch) are counted per multiply-add of
+one thread, with the registers and stack (spills) per thread. The device's Triton (the
+one inside jaxlib) may schedule differently; the counts show what one k step costs and
+where (``benchmarks/README.md``, "What bounds the exact datapath").
+
+Usage: python benchmarks/fused_kernel_sass.py [--configs bf16:split:32x32:4:f32 ...]
+Each config: fmt:form:BMxBN:warps[:f32][:int][:specials].
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import functools
+import io
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT = ["bf16:unrolled:32x32:4", "bf16:split:32x32:4", "bf16:split:32x32:4:f32",
+           "bf16:split:64x32:4:f32", "f16:split:32x32:4:f32",
+           "f16:split:32x32:4:f32:specials"]
+
+
+def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
+    """(Triton IR text, warps, multiply-adds per thread and k step) of one config."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from jaxwarp._src.tensorcore import fused_kernel as fk
+
+    fmt, form, tile, warps, *flags = cfg.split(":")
+    bm, bn = map(int, tile.split("x"))
+    warps = int(warps)
+    plan = fk.Plan(fmt, K, 25, 0x7FFFFFFF, "specials" not in flags, (bm, bn), warps,
+                   form=form, rounding="int" if "int" in flags else "float",
+                   f32_operands="f32" in flags)
+    dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[fmt]
+    args = (jax.ShapeDtypeStruct((bm, K), dt), jax.ShapeDtypeStruct((K, bn), dt),
+            jax.ShapeDtypeStruct((bm, bn), jnp.float32))
+    out = io.StringIO()
+    keep = fk.pl.pallas_call
+    fk.pl.pallas_call = functools.partial(pl.pallas_call, debug=True)
+    try:
+        with contextlib.redirect_stdout(out):
+            jax.jit(lambda a, b, c: fk.gemm(a, b, c, plan)).trace(*args).lower(
+                lowering_platforms=("cuda",))
+    finally:
+        fk.pl.pallas_call = keep
+    text = out.getvalue()
+    text = text[text.index("The Triton module"):]
+    text = text[text.index("\n") + 1:]
+    text = re.sub(r" \[unknown\]", "", text)  # debug locations
+    text = re.sub(r' "[^"\n]*"\(#loc\d+\)', "", text)
+    text = re.sub(r"^#loc.*\n", "", text, flags=re.M)
+    text = text[text.index("module @"):text.rindex("\n}\n") + 3]  # the module alone
+    return text, warps, bm * bn * fk.IK // (32 * warps)
+
+
+def sass(cfg: str, work: pathlib.Path) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    text, warps, macs = ttir(cfg)
+    src = work / (cfg.replace(":", "_") + ".ttir")
+    src.write_text(text)
+    k = triton.compile(str(src), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": warps, "num_stages": 1})
+    cubin = src.with_suffix(".cubin")
+    cubin.write_bytes(k.asm["cubin"])
+    bindir = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    usage = subprocess.run([bindir / "cuobjdump", "--dump-resource-usage", cubin],
+                           capture_output=True, text=True, check=True).stdout
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+    stack = int(re.search(r"STACK:(\d+)", usage).group(1))
+    lines = subprocess.run([bindir / "nvdisasm", "-c", cubin], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    back = max(i for i, s in enumerate(lines) if re.search(r"BRA `\(\.L_x_\d+\)", s)
+               and "@" in s)
+    label = re.search(r"BRA `\((\.L_x_\d+)\)", lines[back]).group(1)
+    start = next(i for i, s in enumerate(lines) if s.startswith(label + ":"))
+    ops: collections.Counter = collections.Counter()
+    for s in lines[start:back + 1]:
+        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", s)
+        if m:
+            ops[m.group(1)] += 1
+    total = sum(ops.values())
+    return {"registers": regs, "stack_bytes": stack, "macs_per_thread_step": macs,
+            "instructions_per_mac": round(total / macs, 2),
+            "per_mac": {o: round(n / macs, 2) for o, n in ops.most_common()}}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", nargs="*", default=DEFAULT)
+    args = ap.parse_args()
+    res = {}
+    with tempfile.TemporaryDirectory() as work:
+        for cfg in args.configs:
+            res[cfg] = sass(cfg, pathlib.Path(work))
+            print(cfg, json.dumps(res[cfg]), flush=True)
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

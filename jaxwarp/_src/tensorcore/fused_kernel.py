@@ -1,0 +1,375 @@
+"""The exact datapath as one GPU kernel per output tile (Pallas, Triton backend).
+
+XLA runs exact ``matmul``'s k loop (``matmul_chain.tiled``) as one fused loop over the
+outputs per instruction, reading and writing the fp32 accumulator at every k step. This
+kernel runs the same chain of instructions with the accumulator in registers: a grid of
+(bm, bn) output tiles, each walking k in steps of the instruction's k (16), and per step
+the whole datapath of one sm_90 f16 / bf16 instruction with an fp32 C and D
+(``datapath_blocks``' fast path, one block of 16 products):
+
+* the exact fp32 products ``p = a * b`` (f16 values and bf16 values in fp32's range,
+  ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
+* the block's alignment exponent E: the largest sum of the operands' exponents
+  (``align="nominal"``; an f16 subnormal at f16's smallest normal exponent), or C's own
+  exponent if larger. The kernel forms it as a float maximum of the products of the
+  operands' powers of two (``2**ea * 2**eb``, one multiply and one maximum per product)
+  and reads E from the bits of the maximum. With ``form="split"`` the powers come as
+  bf16 arrays (a power of two in fp32's range is a bf16 number), multiplied and compared
+  in bf16, which sm_90 does two at a time (``HMUL2.BF16``, ``VHMNMX``);
+* the terms truncated toward zero on the grid of ``2**(E - F)``: ``int32(p * 2**(F - E))``
+  (a power-of-two scale is exact; the conversion truncates), summed in int32 (16 terms
+  below ``2**(F + 2)`` each stay below ``2**31`` for F <= 25), C truncated likewise and
+  added with its carry out of int32 found from the signs;
+* the sum rounded toward zero to 24 significant bits (the bits below the leading 24
+  cleared) and scaled by ``2**(E - F)``, an exact fp32 multiply (an overflow is an
+  infinity, as the model's rounding gives it);
+* the result is the next instruction's C, kept as an fp32 value in registers: a D of one
+  instruction is read back as the next one's C by value, so no decoded term needs to
+  survive the step.
+
+Where every product is zero the result is C itself (a -0 as +0): C's bits lie on the
+grid of its own E. With an E of at least -100 (the lowest product exponent that
+``in_fp32_range`` admits) no result is an fp32 subnormal, so the kernel never forms one
+(XLA on the CPU flushes them; the interpreter gives the GPU's bits). Inf and NaN: a C that
+is inf or NaN stays so (the ``finite`` kernel, operands known finite); with ``finite``
+off the IEEE fp32 sum of C and the products tells NaN and infinities, as
+``datapath_blocks._specials`` does. A NaN result has the bits ``Datapath.nan_f32``.
+
+On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.96 in
+f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
+"What bounds the exact datapath", has the variants tried and what bounds them).
+
+:func:`models` says which datapaths the kernel is (the sm_90 preset's fields it reads);
+:func:`gemm` runs it. Off the GPU (``interpret=True``) Pallas interprets the same kernel
+body with XLA on the CPU, so its bits can be checked against ``mode="exact"`` anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.extend import core as jex_core
+from jax.interpreters import mlir
+
+from jaxwarp._src.tensorcore.arch import Datapath
+
+#: The operand formats the kernel takes (both operands the same).
+FORMATS = ("bf16", "f16")
+#: The instruction k the kernel steps by.
+IK = 16
+_DTYPE = {"bf16": jnp.bfloat16, "f16": jnp.float16}
+_EXP = 0x7F800000  # fp32 exponent field
+
+
+def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -> bool:
+    """Whether the kernel computes this instruction chain's bits: f16 x f16 or bf16 x bf16
+    operands, fp32 C and D, one block of k = 16 per instruction fused with C, nominal
+    alignment, terms and block sums truncated toward zero with 24 bits kept, zeros +0.
+
+    Example:
+        >>> models(jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16), "bf16", "bf16",
+        ...        "f32", 16)
+        True
+        >>> models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16), "f16", "f16",
+        ...        "f32", 16)
+        False
+    """
+    return (a_format == b_format and a_format in FORMATS and c_format == "f32"
+            and ik == IK == dp.block_k and dp.F <= 25 and dp.c_mode == "fused"
+            and dp.align == "nominal" and dp.sub_exp == "emin" and dp.c_sub_exp != "lead"
+            and (dp.e_floor is None or dp.e_floor >= 0) and dp.trunc == "rz"
+            and dp.block_round == "rz" and dp.sum_mbits == 23 and dp.f32_zero == "plus"
+            and dp.zero == "plus" and dp.k_split == "contig")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Static shape of one kernel: operand format, K, output tile, Triton settings;
+    ``finite``: every operand is known finite (no IEEE sum of the products)."""
+
+    fmt: str
+    K: int
+    F: int
+    nan_bits: int
+    finite: bool
+    block: tuple[int, int] = (32, 32)
+    num_warps: int = 4
+    num_stages: int = 1
+    #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
+    #: of B; "split": the same, the operands' powers of two read from bf16 arrays of
+    #: their own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
+    form: str = "unrolled"
+    #: "float": C's term and the rounded sum by fp32 multiplies and conversions; "int":
+    #: by integer operations on their bits (no conversion: fewer on the GPU's slow
+    #: conversion pipe, more integer operations).
+    rounding: str = "float"
+    #: The operands passed as fp32 arrays: twice the bytes read, no conversion per
+    #: operand element in the kernel.
+    f32_operands: bool = False
+
+
+def _trunc_model(x):
+    return x.astype(jnp.int32)
+
+
+#: fp32 -> int32 toward zero, for values known to fit (|x| < 2**31): one conversion
+#: instruction. (Pallas' Triton lowering of ``astype`` clamps to int32's range first:
+#: two float minima / maxima more per conversion, with NaN checks on sm_90.)
+trunc_i32_p = jex_core.Primitive("jaxwarp_trunc_i32")
+trunc_i32_p.def_abstract_eval(lambda x: x.update(dtype=jnp.dtype(jnp.int32)))
+trunc_i32_p.def_impl(_trunc_model)
+mlir.register_lowering(trunc_i32_p, mlir.lower_fun(_trunc_model, multiple_results=False))
+
+
+def _trunc_triton(ctx, x):
+    from jax._src.lib.mlir import ir  # noqa: PLC0415 (GPU lowering only)
+    from jax._src.lib.mlir.dialects import arith  # noqa: PLC0415
+
+    del ctx
+    i32 = ir.IntegerType.get_signless(32)
+    t = ir.RankedTensorType.get(ir.RankedTensorType(x.type).shape, i32) if isinstance(
+        x.type, ir.RankedTensorType) else i32
+    return arith.fptosi(t, x)
+
+
+@functools.cache
+def register_triton_rule() -> None:
+    """Adds :data:`trunc_i32_p` to Pallas' Triton lowering rules (once)."""
+    from jax._src.pallas.triton import lowering  # noqa: PLC0415 (GPU only)
+
+    lowering.triton_lowering_rules[trunc_i32_p] = _trunc_triton
+
+
+def _trunc(x):
+    return trunc_i32_p.bind(x)
+
+
+def _bits(x):
+    return lax.bitcast_convert_type(x, jnp.int32)
+
+
+def _float(x):
+    return lax.bitcast_convert_type(x, jnp.float32)
+
+
+def _pow_of(x, fmt: str):
+    """2**(alignment exponent) of fp32 operand values x (0 for zero): the exponent field
+    alone; an f16 subnormal at f16's smallest normal exponent (``sub_exp="emin"``)."""
+    p = _float(_bits(x) & _EXP)
+    if fmt == "f16":  # f16 values are normal fp32 numbers: 0 only for zero
+        p = jnp.where(p == 0, jnp.float32(0), jnp.maximum(p, jnp.float32(2.0 ** -14)))
+    return p
+
+
+def _step(col, row, c, plan: Plan, pcol=None, prow=None):
+    """One instruction on fp32 operand columns ``col(i)`` (bm, 1) and rows ``row(i)``
+    (1, bn), i < 16, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
+    with any payload). ``pcol``, ``prow``: the operands' powers of two (``_pow_of``) read
+    from bf16 arrays of their own (``form="split"``), so that the first pass (E) holds no
+    operand value in registers through the second (the terms); their products and
+    maximum are bf16 (exact: powers of two in fp32's range)."""
+    wmax, sp = None, c
+    for i in range(IK):
+        if pcol is None:
+            a, b = col(i), row(i)
+            w = _pow_of(a, plan.fmt) * _pow_of(b, plan.fmt)  # 2**(ea + eb), exact
+        else:
+            a, b = (col(i), row(i)) if not plan.finite else (None, None)
+            w = pcol(i) * prow(i)
+        wmax = w if wmax is None else jnp.maximum(wmax, w)
+        if not plan.finite:
+            sp = sp + a * b  # NaN / +-inf exactly when the block result is
+    wmax = wmax.astype(jnp.float32)
+    return _finish(c, wmax, lambda scale: functools.reduce(
+        jnp.add, [_trunc(col(i) * row(i) * scale)  # exact product, exact scaling
+                  for i in range(IK)]), sp, plan)
+
+
+def _step_k(at, bt, c, plan: Plan):
+    """``_step`` on an operand block at (bm, 16) and B's block transposed bt (bn, 16): the
+    products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
+    w = _pow_of(at, plan.fmt)[:, None, :] * _pow_of(bt, plan.fmt)[None, :, :]
+    sp = c if plan.finite else c + (at[:, None, :] * bt[None, :, :]).sum(-1)  # any order
+    return _finish(c, w.max(-1), lambda scale: _trunc(
+        at[:, None, :] * bt[None, :, :] * scale[:, :, None]).sum(-1), sp, plan)
+
+
+def _finish(c, wmax, terms, sp, plan: Plan):
+    """The block's exponent, its exact truncated sum (``terms(scale)``: the int32 sum of
+    the scaled products) with C, and the rounding to fp32 (``_step``)."""
+    F = plan.F
+    cb = _bits(c)
+    cpow = _float(cb & _EXP)  # 2**exp(C) (0 for a zero or subnormal C, inf for inf/NaN)
+    eb = _bits(jnp.maximum(wmax, cpow)) >> 23  # E + 127 (>= 27 when a product is non-zero)
+    scale = _float((F + 254 - eb) << 23)  # 2**(F - E)
+    s = terms(scale)
+    if plan.rounding == "int":
+        cv = _c_term_int(cb, eb)
+    else:
+        cv = _trunc(c * scale)  # C truncated toward zero on the same grid
+    t = s + cv  # wraps past 2**31: the carry is found from the signs
+    carry = ((s ^ t) & (cv ^ t)) < 0
+    neg = (t < 0) != carry
+    mag = jnp.where(neg, -t, t)  # |sum| as uint32 bits
+    if plan.rounding == "int":
+        v = _f32_rz_int(mag, neg, eb - F)
+    else:
+        drop = jnp.maximum(8 - lax.clz(mag), 0)  # bit length - 24
+        q = lax.shift_right_logical(mag, drop) << drop  # 24 significant bits, toward zero
+        q = lax.bitcast_convert_type(q, jnp.uint32)
+        v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
+        v = jnp.where(neg & (q != 0), -v, v)
+    d = jnp.where(wmax == 0, jnp.where(c == 0, jnp.float32(0), c), v)
+    if plan.finite:
+        return jnp.where((cb & _EXP) == _EXP, c, d)
+    return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
+
+
+def _c_term_int(cb, eb):
+    """C (fp32 bits cb) truncated toward zero on the grid of ``2**(E - F)`` (eb: E + 127,
+    F = 25: its significand shifted), without a conversion: C's significand times 4 (the
+    grid is 2 bits finer than C's own lsb where E is C's exponent) shifted right by
+    E - exp(C); a zero or subnormal C (exponent field 0) is below the grid (E >= -100)."""
+    sig = ((cb & 0x7FFFFF) | 0x800000) << 2
+    ce = (cb >> 23) & 0xFF
+    mag = lax.shift_right_logical(sig, jnp.clip(eb - ce, 0, 31))
+    return jnp.where(cb < 0, -mag, mag)
+
+
+def _f32_rz_int(mag, neg, ebf):
+    """fp32 value (-1)**neg * mag * 2**(ebf - 127) (mag: uint32 bits) toward zero, from
+    the bits: the leading 24 bits of mag (an exact normal number or zero: ebf >= 2)."""
+    lz = lax.clz(mag)
+    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
+    e = ebf + 31 - lz  # biased exponent of the leading bit
+    bits = jnp.where(e >= 255, jnp.int32(_EXP), (e << 23) | frac)  # past fp32: inf
+    bits = jnp.where(mag == 0, 0, bits | (neg.astype(jnp.int32) << 31))
+    return _float(bits)
+
+
+def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+    *pow_refs, o_ref = refs
+
+    def step(j, c):
+        s = pl.multiple_of(j * IK, IK)
+        if plan.form == "reduce":  # b_ref holds B transposed
+            return _step_k(a_ref[:, pl.ds(s, IK)].astype(jnp.float32),
+                           b_ref[:, pl.ds(s, IK)].astype(jnp.float32), c, plan)
+        split = {}
+        if pow_refs:  # form="split"
+            pa_ref, pb_ref = pow_refs
+            split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)],
+                         prow=lambda i: pb_ref[pl.ds(s + i, 1), :])
+        return _step(lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
+                     lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
+                     **split)
+
+    d = lax.fori_loop(0, plan.K // IK, step, c_ref[...])
+    bits = _bits(d)
+    o_ref[...] = jnp.where((bits & 0x7FFFFFFF) > _EXP, jnp.int32(plan.nan_bits - (1 << 32)
+                           if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
+
+
+def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
+    """``D = A @ B + C`` as the chain of exact instructions: (M, K) @ (K, N) + (M, N) fp32,
+    M and N multiples of the plan's tile, K the plan's K (a multiple of 16) -> fp32 D.
+
+    Example:
+        >>> a = jnp.ones((64, 16), jnp.bfloat16)
+        >>> p = Plan("bf16", K=16, F=25, nan_bits=0x7FFFFFFF, finite=True)
+        >>> jax.eval_shape(lambda: gemm(a, a.T, jnp.zeros((64, 64)), p, interpret=True))
+        ShapeDtypeStruct(shape=(64, 64), dtype=float32)
+    """
+    from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415
+
+    (M, K), N = a.shape, b.shape[1]
+    bm, bn = plan.block
+    if plan.form == "reduce":
+        b = b.T
+    if K != plan.K or K % IK or M % bm or N % bn:
+        raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
+    if not interpret:
+        register_triton_rule()
+    a_spec = pl.BlockSpec((bm, K), lambda i, j: (i, 0))
+    b_spec = (pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.form == "reduce" else
+              pl.BlockSpec((K, bn), lambda i, j: (0, j)))
+    in_specs = [a_spec, b_spec, pl.BlockSpec((bm, bn), lambda i, j: (i, j))]
+    pow_dt = jnp.bfloat16
+    args = [a, b, c.astype(jnp.float32)]
+    if plan.form == "split":  # the powers of two as bf16 (exact: fp32's exponent range)
+        args += [_pow_of(x.astype(jnp.float32), plan.fmt).astype(pow_dt) for x in (a, b)]
+        in_specs += [a_spec, b_spec]
+    if plan.f32_operands:
+        args[:2] = [x.astype(jnp.float32) for x in args[:2]]
+    d = pl.pallas_call(
+        functools.partial(_kernel, plan=plan),
+        grid=(M // bm, N // bn),
+        in_specs=in_specs,
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((M, N), jnp.int32),
+        compiler_params=pltriton.CompilerParams(num_warps=plan.num_warps,
+                                                num_stages=plan.num_stages),
+        interpret=interpret,
+        name="jaxwarp_fused_exact_gemm",
+    )(*args)
+    return lax.bitcast_convert_type(d, jnp.float32)
+
+
+#: The kernel ``chain`` runs: output tile, warps, form, rounding, fp32 operands (the
+#: fewest SASS instructions per multiply-add at 80 registers, ptxas 13 for sm_90: 7.45,
+#: ``benchmarks/fused_kernel_sass.py``; H100 timings in ``benchmarks/README.md``).
+BLOCK = (32, 32)
+NUM_WARPS = 4
+FORM = "split"
+ROUNDING = "float"
+F32_OPERANDS = True
+
+
+def _all_finite(x):
+    return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
+
+
+def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
+          interpret: bool = False, block: tuple[int, int] | None = None,
+          num_warps: int | None = None, form: str | None = None,
+          rounding: str | None = None, f32_operands: bool | None = None):
+    """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
+    M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
+    operands are known finite (True), known not to be (False), or None: a ``lax.cond`` on
+    whether they are (f16 operands; the kernel without the IEEE sum of products where
+    they are). bf16 operands must be in fp32's range (``in_fp32_range``): the caller's
+    cond.
+
+    Example:
+        >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
+        >>> a = jnp.full((8, 16), 3.0, jnp.float16)
+        >>> jax.eval_shape(lambda: chain(a, a.T, jnp.ones((8, 8)), dp, "f16",
+        ...                              interpret=True))
+        ShapeDtypeStruct(shape=(8, 8), dtype=float32)
+    """
+    (M, K), N = a.shape, b.shape[1]
+    bm, bn = block or BLOCK
+    Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
+    if (Mp, Np) != (M, N):
+        a = jnp.pad(a, ((0, Mp - M), (0, 0)))
+        b = jnp.pad(b, ((0, 0), (0, Np - N)))
+        c = jnp.pad(c, ((0, Mp - M), (0, Np - N)))
+    dt = _DTYPE[fmt]
+    a, b = a.astype(dt), b.astype(dt)
+
+    def run(fin):
+        plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
+                    form=form or FORM, rounding=rounding or ROUNDING,
+                    f32_operands=F32_OPERANDS if f32_operands is None else f32_operands)
+        return lambda a, b, c: gemm(a, b, c, plan, interpret=interpret)
+
+    if finite is None:
+        d = lax.cond(_all_finite(a) & _all_finite(b), run(True), run(False), a, b, c)
+    else:
+        d = run(finite)(a, b, c)
+    return d[:M, :N]

@@ -1,0 +1,105 @@
+"""The fused exact kernel (``fused_kernel``, Pallas) gives exact mode's bits: in Pallas'
+interpreter here; ``benchmarks/fused_kernel_check.py`` checks the GPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp._src.tensorcore import fused_kernel, matmul_chain
+
+_DT = {"bf16": jnp.bfloat16, "f16": jnp.float16}
+
+
+def _bits(x):
+    return np.asarray(x).view(np.uint32)
+
+
+def _operands(fmt, M, N, K, kind, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    if kind == "wide":  # exponents far apart: terms truncated, C dominant or cut
+        r = 20 if fmt == "bf16" else 6
+        a = a * 2.0 ** rng.integers(-r, r, (M, K))
+        b = b * 2.0 ** rng.integers(-r, r, (K, N))
+    elif kind == "zeros":  # whole blocks of zero products: D is C (a -0 as +0)
+        a = a * (rng.random((M, K)) < 0.2)
+        b = b * (rng.random((K, N)) < 0.2)
+    elif kind == "cancel":  # equal and opposite products, some an ulp apart
+        a[:, 1::2] = a[:, ::2]
+        b[1::2] = -b[::2] * (1 + 2.0 ** -7 * rng.integers(-2, 3, (K // 2, N)))
+    elif kind == "subnormal":  # f16 subnormal operands
+        a = a * 2.0 ** rng.integers(-26, 4, (M, K))
+        b = b * 2.0 ** rng.integers(-26, 4, (K, N))
+    elif kind == "big":  # bf16 products up to 2**122, still in fp32's range
+        a, b = a * 2.0 ** 60, b * 2.0 ** 60
+    elif kind == "out_of_range":  # bf16 products past fp32's range: XLA's branch
+        a = a * 2.0 ** 70
+    a, b = jnp.asarray(a, _DT[fmt]), jnp.asarray(b, _DT[fmt])
+    if kind == "special":
+        a = a.at[0, 0].set(jnp.inf).at[1, 3].set(jnp.nan).at[2, 0].set(-jnp.inf)
+        b = b.at[0, 2].set(0).at[5, 7].set(jnp.inf)
+    c = jnp.asarray(rng.standard_normal((M, N)) * 2.0 ** rng.integers(-30, 30, (M, N)),
+                    jnp.float32).at[0, 1].set(-0.0).at[1, 1].set(2.0 ** -130)
+    return a, b, c
+
+
+def test_kernel_bits_bf16():
+    # One tile, two instructions, in the interpreter: exact mode's bits.
+    a, b, c = _operands("bf16", 16, 16, 32, "normal")
+    dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
+    plan = fused_kernel.Plan("bf16", 32, dp.F, dp.nan_f32, True, (16, 16), form="reduce")
+    got = fused_kernel.gemm(a, b, c, plan, interpret=True)
+    want = jaxwarp.matmul(a, b, c, operand_format="bf16", mode="exact")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+_CASES = ([("bf16", k, "split") for k in ("wide", "zeros", "cancel", "big")]
+          + [("f16", k, "split") for k in ("wide", "cancel", "subnormal", "special")]
+          + [("bf16", "wide", "unrolled"), ("f16", "special", "unrolled"),
+             ("bf16", "cancel", "reduce"), ("f16", "special", "reduce")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "kind", "form"), _CASES)
+def test_kernel_bits(fmt, kind, form):
+    a, b, c = _operands(fmt, 32, 32, 64, kind)
+    dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
+    got = fused_kernel.chain(a, b, c, dp, fmt, interpret=True, form=form,
+                             f32_operands=form == "split",
+                             finite=None if fmt == "f16" else True)
+    want = jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "kind", "shape", "instruction"), [
+    ("bf16", "normal", (40, 24, 48), "wgmma"),  # M, N padded to the kernel's tile
+    ("bf16", "out_of_range", (32, 32, 32), "wmma"),  # the cond's XLA branch
+    ("f16", "special", (48, 16, 32), "mma_sync"),
+])
+def test_matmul_switch(monkeypatch, fmt, kind, shape, instruction):
+    # matmul through the kernel (FUSED_KERNEL="on": the interpreter off the GPU) and
+    # through XLA's exact loop: the same bits.
+    M, N, K = shape
+    a, b, c = _operands(fmt, M, N, K, kind, seed=1)
+    tile = (16, 8, 16) if instruction == "mma_sync" else None
+    out = {}
+    for switch in ("off", "on"):
+        monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", switch)
+        jax.clear_caches()  # matmul's forward is jitted: trace it again
+        out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact",
+                                           instruction=instruction, tile=tile))
+    jax.clear_caches()
+    np.testing.assert_array_equal(out["on"], out["off"])
+
+
+def test_models():
+    # The kernel is the sm_90 f16 / bf16 datapath of k = 16 with an fp32 C and D only.
+    h100 = jaxwarp.datapath_for("sm_90", "wmma", "f16", 16)
+    assert fused_kernel.models(h100, "f16", "f16", "f32", 16)
+    assert not fused_kernel.models(h100, "f16", "f16", "f16", 16)
+    assert not fused_kernel.models(h100.replace(F=26), "f16", "f16", "f32", 16)
+    assert not fused_kernel.models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16),
+                                   "f16", "f16", "f32", 16)
