@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp._src.tensorcore import datapath
+from jaxwarp._src.tensorcore import datapath, matmul_chain
 from jaxwarp._src.tensorcore.matmul import _bwd_product, _forward_once, matmul
 
 CASES = [  # (instruction, a_format, b_format, (m, n, k), arch)
@@ -80,7 +80,9 @@ def test_same_bits_on_off_auto(case, store_mode):
 
 
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
-def test_gemm_same_bits_on_off(fmt, store_mode):
+def test_gemm_same_bits_on_off(fmt, store_mode, monkeypatch):
+    # XLA's k loop, which the setting is about (on a GPU "auto" runs the fused kernel).
+    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
     rng = np.random.default_rng(5)
     a = jnp.asarray(rng.standard_normal((48, 64)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)

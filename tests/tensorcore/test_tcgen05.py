@@ -1,6 +1,6 @@
 """Tests of the ``tcgen05.mma`` front-end (jaxwarp/_src/tensorcore/tcgen05.py, smem.py).
 
-Reference data: tests/data/mmasim_tcgen05.npz, outputs of MMA-Sim 2.1.1's Blackwell
+Reference data: tests/data/fixtures/mmasim_tcgen05.npz, outputs of MMA-Sim 2.1.1's Blackwell
 model (``mmasim.nv_ptx.TCGen05MMA``) made by ``tools/crosscheck/dev_tcgen05.py`` (``gen
 --small``, ``ref``, ``testdata``): every dense qualifier of kind::f16 / kind::tf32 and all
 25 A/B pairs of kind::f8f6f4 (fp8, fp6, fp4) with both D types at m64n8, one trial per
@@ -24,7 +24,7 @@ from jaxwarp._src.tensorcore import datapath, isa, smem, tcgen05_parse
 from jaxwarp._src.tensorcore import tcgen05 as T
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-REF = np.load(ROOT / "tests" / "data" / "mmasim_tcgen05.npz")
+REF = np.load(ROOT / "tests" / "data" / "fixtures" / "mmasim_tcgen05.npz")
 QUALIFIERS = sorted({k.rsplit("/", 1)[0] for k in REF.files if k != "device"})
 
 

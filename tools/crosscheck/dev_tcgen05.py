@@ -279,7 +279,7 @@ def compare(inp, refp, via):
 
 
 def testdata(inp, refp):
-    """tests/data/mmasim_tcgen05.npz: per qualifier the stacked trials (T, ...)."""
+    """tests/data/fixtures/mmasim_tcgen05.npz: per qualifier the stacked trials (T, ...)."""
     z, r = np.load(inp), np.load(refp)
     by_q = collections.defaultdict(list)
     for key in sorted({k.rsplit("/", 1)[0] for k in z.files}):
@@ -289,7 +289,7 @@ def testdata(inp, refp):
         for f in ("A", "B", "C", "kind"):
             out[f"{q}/{f}"] = np.stack([z[f"{k}/{f}"] for k in keys])
         out[f"{q}/D"] = np.stack([r[f"{k}/D"] for k in keys])
-    dst = ROOT / "tests" / "data" / "mmasim_tcgen05.npz"
+    dst = ROOT / "tests" / "data" / "fixtures" / "mmasim_tcgen05.npz"
     np.savez_compressed(dst, **out)
     print(dst, len(by_q), "qualifiers")
 

@@ -443,7 +443,7 @@ def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
     blocks read it without a conversion per k index). The bits of every result are the
     same.
     """
-    if _lead_only(dp) and fmt in _E8_FORMATS:
+    if _lead_only(dp) and _e8_format(fmt):
         neg, mag, exp = _decode_e8(bits, fmt)
     else:
         neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
@@ -460,9 +460,13 @@ def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
     return _Operand((sign * mag).astype(jnp.float16), exp.astype(jnp.int16))
 
 
-#: Operand formats with fp32's 8 exponent bits (bf16: the high half of an fp32 word;
-#: tf32: an fp32 word whose low 13 bits are ignored), decoded by ``_decode_e8``.
-_E8_FORMATS = {"bf16": 16, "tf32": 13}  # name -> ignored low bits of the fp32 word
+def _e8_format(fmt: str) -> bool:
+    """Whether ``_decode_e8`` decodes ``fmt``: a format with fp32's 8 exponent bits held
+    in fp32's layout (bf16: the high half of an fp32 word, tf32: an fp32 word whose low
+    bits are ignored), from the format registry's fields."""
+    f, f32 = FORMATS.get(fmt), FORMATS["f32"]
+    return (f is not None and fmt != "f32" and f.exponent_bits == f32.exponent_bits
+            and f.mantissa_bits < f32.mantissa_bits and not f.code_storage)
 
 
 def _decode_e8(bits, fmt: str):
@@ -473,8 +477,9 @@ def _decode_e8(bits, fmt: str):
     zero, inf and NaN). The same values as ``softfloat.decode`` with ``sub_emin``
     (``tests/tensorcore/test_datapath.py`` compares every bf16 bit pattern), in fewer
     operations: compile time grows with them."""
-    ign = _E8_FORMATS[fmt]
-    u = bits << 16 if fmt == "bf16" else bits
+    f32 = FORMATS["f32"]
+    ign = f32.mantissa_bits - FORMATS[fmt].mantissa_bits  # fraction bits it does not keep
+    u = bits << (f32.bits - FORMATS[fmt].bits) if FORMATS[fmt].bits == 16 else bits
     e = ((u >> 23) & 0xFF).astype(jnp.int32)
     f = ((u & 0x7FFFFF) >> ign).astype(jnp.int32)  # the fraction bits the format keeps
     mbits = 23 - ign
