@@ -6,11 +6,11 @@ Parts (one process; each case in its own try/except that prints the traceback):
   warps, forms; f16 also without the "finite" knowledge), XLA's exact path and
   ``jnp.matmul``: best seconds, TFLOP/s, ratios (target: kernel >= 3x the XLA exact
   path), and each kernel's bits against XLA's exact path;
-* ``bits``: exact ``matmul`` with the kernel (``matmul_chain.FUSED_KERNEL="auto"``, on
-  a GPU) against XLA's exact path (``"off"``), bf16 and f16, random GEMMs: odd shapes
-  (wgmma tiles: M, N padded), wide exponents, zeros, cancellation, f16 subnormals, inf
-  and NaN (f16), bf16 out of fp32's range (the XLA branch of the cond), with C; equal /
-  total per case;
+* ``bits``: exact ``matmul`` with the kernel (``matmul_chain.FUSED_KERNEL="on"``: the
+  kernel at every size; on a CPU Pallas' interpreter) against XLA's exact path
+  (``"off"``), bf16 and f16, random GEMMs: odd shapes (wgmma tiles: M, N padded), wide
+  exponents, zeros, cancellation, f16 subnormals, inf and NaN (f16), bf16 out of fp32's
+  range (the XLA branch of the cond), with C; equal / total per case;
 * ``ptx``: (``--ptx``, a child process with XLA's dump) the PTX opcodes of one small
   kernel, counted.
 
@@ -106,7 +106,7 @@ def part_bits(dry: bool, budget: float) -> dict:
                         jnp.float32) if with_c else None
         inputs.append((a, b, c))
     results = {}
-    for switch in ("off", "on" if dry else "auto"):
+    for switch in ("off", "on"):  # "on": the kernel at every size (auto: from 2**24 MACs)
         matmul_chain.FUSED_KERNEL = switch
         jax.clear_caches()
         for (fmt, M, N, K, kind, with_c, ins), (a, b, c) in zip(cases, inputs, strict=True):
@@ -127,7 +127,7 @@ def part_bits(dry: bool, budget: float) -> dict:
     jax.clear_caches()
     out = {}
     for name, r in results.items():
-        ref, got = r.get("off"), r.get("on" if dry else "auto")
+        ref, got = r.get("off"), r.get("on")
         if isinstance(ref, np.ndarray) and isinstance(got, np.ndarray):
             bad = np.argwhere(ref != got)
             out[name] = {"equal": int(ref.size - len(bad)), "total": int(ref.size)}

@@ -103,3 +103,19 @@ def test_models():
     assert not fused_kernel.models(h100.replace(F=26), "f16", "f16", "f32", 16)
     assert not fused_kernel.models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16),
                                    "f16", "f16", "f32", 16)
+
+
+def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch):
+    """"auto": XLA's k loop for small products (their compile is what a user waits for),
+    the kernel from ``_FUSED_MIN_MACS`` multiply-adds, and never off the GPU."""
+    from jaxwarp._src.tensorcore.matmul_tiles import Cfg
+
+    cfg = Cfg("bf16", "bf16", "f32", (16, 16, 16), "wmma", "sm_90", "exact", None, False)
+    big, small = matmul_chain._FUSED_MIN_MACS, matmul_chain._FUSED_MIN_MACS - 1
+    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "auto")
+    assert matmul_chain._fused_datapath(cfg, 16, None, big) is None  # the CPU
+    monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "gpu")
+    assert matmul_chain._fused_datapath(cfg, 16, None, small) is None
+    assert matmul_chain._fused_datapath(cfg, 16, None, big) is not None
+    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "on")
+    assert matmul_chain._fused_datapath(cfg, 16, None, small) is not None

@@ -55,13 +55,21 @@ def _mma(at, bt, acc, cfg: Cfg):
 #: off the GPU, in Pallas' interpreter: for tests) or "off". Read at trace time
 #: (``jax.clear_caches()`` after changing it); the bits are the same.
 FUSED_KERNEL = "auto"
+#: Multiply-adds of a product from which "auto" takes the kernel. Below, the run time is
+#: small and the compile is what a user waits for: the kernel adds its own compiles (two
+#: kernels behind f16's finiteness cond; the kernel beside XLA's general path behind
+#: bf16's range cond), so small products, such as the study transformer's, keep XLA's
+#: k loop alone. (A threshold chosen for compile time, not measured for speed: the
+#: kernel's speed was measured at 4096^3.)
+_FUSED_MIN_MACS = 1 << 24
 
 
-def _fused_datapath(cfg: Cfg, k: int, scales):
+def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
     """The datapath of this product's instructions if the fused kernel runs it, else None."""
     if (FUSED_KERNEL == "off" or scales is not None or cfg.promote_every is not None
             or cfg.a_format != cfg.b_format or cfg.a_format not in fused_kernel.FORMATS
-            or (FUSED_KERNEL == "auto" and jax.default_backend() != "gpu")):
+            or (FUSED_KERNEL == "auto" and (jax.default_backend() != "gpu"
+                                            or macs < _FUSED_MIN_MACS))):
         return None
     try:
         dp = _arch.datapath_for(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
@@ -135,7 +143,7 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
                 return k_loop(acc)
         return run
 
-    fused_dp = _fused_datapath(cfg, k, scales)
+    fused_dp = _fused_datapath(cfg, k, scales, Mp * Np * Kp)
     if fused_dp is not None:
         interpret = jax.default_backend() != "gpu"
         fmt = cfg.a_format
