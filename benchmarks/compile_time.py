@@ -24,7 +24,7 @@ Prints JSON: per model and mode ``trace_s``, ``lower_s``, ``compile_s``, ``total
 HLO instruction count of the compiled module and the number of emulated products of the
 step (forward and backward, from the report of a forward pass: 3 per forward product),
 ``total_s`` per emulated product, the ratios ``exact_over_fast`` and
-``x4_over_x1`` (issue 30's targets: at most 2 and 1.5), device and versions.
+``x4_over_x1`` (the targets: at most 2 and 1.5), device and versions.
 ``--cache`` adds a cold and a warm run of the exact step with JAX's persistent
 compilation cache in a temporary directory.
 

@@ -1,11 +1,11 @@
-"""One large bf16 product under ``jaxwarp.emulate`` in exact mode (issue 11).
+"""One large bf16 product under ``jaxwarp.emulate`` in exact mode.
 
 Times ``jaxwarp.emulate(lambda a, b: a @ b, operand_format="bf16", mode="exact")`` on
 bf16 matrices of M = N = K = size (4096 on a GPU, 512 on a CPU), and prints one JSON
 record:
 
 * ``seconds`` (best of the repeats, after the first call), ``compile_seconds`` and
-  ``first_call_seconds``; issue 11's target: at most 1 s at 4096^3 on an H100;
+  ``first_call_seconds``; the target: at most 1 s at 4096^3 on an H100;
 * memory: on an accelerator the device's ``peak_bytes_in_use`` after the first call
   (this process's first computation, so the counter holds the inputs, the product's
   temporaries and its output) over the bytes of the inputs and the output; on every
@@ -48,7 +48,7 @@ from _common import (
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout
 import jaxwarp  # noqa: E402
 
-TARGET_SECONDS = 1.0  # 4096^3 bf16, exact, on an H100 (issue 11)
+TARGET_SECONDS = 1.0  # 4096^3 bf16, exact, on an H100
 TARGET_MEMORY = 2.0  # peak <= 2x (inputs + outputs)
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16}
 

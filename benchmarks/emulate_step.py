@@ -11,7 +11,7 @@ attention, 4x MLP), timed in one run as
 
 Prints JSON: seconds per step; ``fast_over_plain`` and ``exact_over_plain``, *speed*
 ratios ``t_plain / t_fast`` and ``t_plain / t_exact`` (1.0 = as fast as the plain step,
-0.5 = half as fast), with ``target`` (issue 11: fast mode at least 0.8 of the plain
+0.5 = half as fast), with ``target`` (fast mode at least 0.8 of the plain
 step's speed on an H100) and ``meets_target``; the product count and FLOPs of one
 forward pass, device and versions. (Records before 2026-11-24 used time ratios,
 ``t_fast / t_plain``, under the same names.)
@@ -46,7 +46,7 @@ import emulated_training as et  # noqa: E402
 
 from jaxwarp import emulate  # noqa: E402
 
-TARGET_FAST = 0.8  # issue 11: fast mode >= 80% of the plain step's speed on an H100
+TARGET_FAST = 0.8  # fast mode >= 80% of the plain step's speed on an H100
 MODES = ("plain", "exact", "fast")
 
 

@@ -1,4 +1,4 @@
-"""The in-range fast path of exact bf16 / tf32 arithmetic (issue 25 part 2): bits and speed.
+"""The in-range fast path of exact bf16 / tf32 arithmetic: bits and speed.
 
 ``datapath.IN_RANGE_PATH`` lets exact bf16 / tf32 products whose every product is a normal
 fp32 number (``datapath_blocks.in_fp32_range``) run the fast path's arithmetic, chosen by

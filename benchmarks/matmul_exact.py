@@ -1,4 +1,4 @@
-"""Exact-mode ``jaxwarp.matmul`` on square matrices against XLA's own product (issue 12).
+"""Exact-mode ``jaxwarp.matmul`` on square matrices against XLA's own product.
 
 For each operand format (f16, bf16, tf32, e4m3), times
 ``jaxwarp.matmul(a, b, operand_format=F, mode="exact")`` (fp32 accumulator) on
@@ -17,7 +17,7 @@ M = N = K = size and, in the same process on the same inputs, XLA's product
   ``jaxwarp.matmul`` on just those 64 rows of A and 64 columns of B (the whole K); and
   ``--reference`` (default 8) random elements of it equal the plain-integer reference
   model ``tests/reference_tc.py`` run as a chain of single instructions over K;
-* targets of issue 12: exact 4096^3 f16 and bf16 in at most 1 s on an H100, peak
+* targets: exact 4096^3 f16 and bf16 in at most 1 s on an H100, peak
   memory at most 2x inputs + outputs.
 
 e4m3: inputs are ``float8_e4m3fn`` arrays; the exact product runs on ``wgmma``
@@ -63,7 +63,7 @@ DEFAULT_TILE = {
     "wgmma": {"f16": (64, 8, 16), "bf16": (64, 8, 16), "tf32": (64, 8, 8),
               "e4m3": (64, 8, 32)},
 }
-TARGET_SECONDS = 1.0  # exact 4096^3 f16 / bf16 on an H100 (issue 12)
+TARGET_SECONDS = 1.0  # exact 4096^3 f16 / bf16 on an H100
 TARGET_MEMORY = 2.0  # peak <= 2x (inputs + outputs)
 BLOCK = 64
 

@@ -63,7 +63,7 @@ import jaxwarp  # noqa: E402
 
 WORKLOADS = ("warp", "mma", "dp", "tp")
 EXTRA = ("dp_fast", "tp_fast", "dp_spmd")
-TARGET = 0.8  # issue 26: at least 0.8 on 2 GPUs for the warp study and the dp exact step
+TARGET = 0.8  # at least 0.8 on 2 GPUs for the warp study and the dp exact step
 #: Sizes: the CPU default (seconds on a laptop) and --large (keeps an H100 busy).
 DEFAULT = dict(warps=2**16, tiles=2**12, dp_batch=64, dp_seq=8, dp_width=32, dp_layers=1,
                groups=8, tp_m=256, tp_n=128, tp_k=256)

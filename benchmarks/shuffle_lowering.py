@@ -1,7 +1,7 @@
 """Which XLA lowering of a static lane permutation runs fastest? (butterfly, 5 steps)
 
 The same butterfly reduction, with the lane permutation ``lane ^ m`` written as
-``jaxwarp.shfl_xor_sync`` (since issue 12: reshape + reverse on raw bits for a
+``jaxwarp.shfl_xor_sync`` (now: reshape + reverse on raw bits for a
 static lane mask), a gather on raw bits (jaxwarp's path before), a plain gather,
 ``jnp.take``, reshape + reverse, and slices + concatenate. All give identical
 bits; this prints achieved bytes/s of each, the number of kernels (non-trivial

@@ -7,7 +7,7 @@ optimised HLO on the backend it runs on; plus the device and the jax version.
 
 Lowerings (the same butterfly, the same bits):
 
-* ``gather``: what jaxwarp did before issue 12: the source lanes ``lane ^ m`` as
+* ``gather``: what jaxwarp did before its shuffles became reshapes: the source lanes ``lane ^ m`` as
   an int32 table and a gather of the raw bits; written here as ``jaxwarp.shfl_sync``
   with that table as a per-lane ``src_lane`` array, which takes the same path.
 * ``static``: what ``jaxwarp.shfl_xor_sync`` does now with a static

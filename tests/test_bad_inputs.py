@@ -1,4 +1,4 @@
-"""Issue 13, no silent wrong answers: one catalogue of bad inputs to the warp, number
+"""No silent wrong answers: one catalogue of bad inputs to the warp, number
 format, DPX, WMMA, mma and matmul layers, and of bad capture files.
 
 ``CATALOGUE`` is one table of (class, id, callable, args, exception type, what the
@@ -1196,7 +1196,7 @@ def test_bad_input(c: Case, mode: str):
 def test_catalogue_covers_every_class():
     ids = [c.id for c in CATALOGUE]
     assert len(ids) == len(set(ids))
-    assert len(ids) >= 255  # 137 (issue 13) + 118 (the 0.1.0 catalogue): none lost
+    assert len(ids) >= 255  # 137 (the first catalogue) + 118 (the 0.1.0 catalogue): none lost
     counts = {k: sum(c.cls == k for c in CATALOGUE) for k in range(1, 8)}
     assert all(counts.values()), counts
     modes = {"eager", "jit", "jit_const", "eager_x64", "jit_x64"}

@@ -1,4 +1,4 @@
-"""The conformance summary never claims more than was measured (issue 9).
+"""The conformance summary never claims more than was measured.
 
 Exact counts, percentages rounded down (100% only when everything matched), and every
 file, key, mode or configuration that could not be checked is an error, not a pass.

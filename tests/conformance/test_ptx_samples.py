@@ -1,4 +1,4 @@
-"""PTX-level H100 samples: every family must be bit-exact (issue 10).
+"""PTX-level H100 samples: every family must be bit-exact.
 
 The samples (tests/data/h100_{ptx,chain,movcvt}_sample.npz, built by make_samples.py
 from the captures of tools/capture/FORMAT_{PTX,WGMMA,MOVCVT}.md, whole trials, the

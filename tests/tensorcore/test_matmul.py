@@ -162,7 +162,7 @@ def test_bad_input():
         jaxwarp.matmul(a, b, _rand((8, 8), 2))
 
 
-# --- instructions, fp8, promotion, scales (issue 10) ------------------------------------------
+# --- instructions, fp8, promotion, scales ------------------------------------------------------
 
 import os  # noqa: E402
 import pathlib  # noqa: E402
