@@ -1,7 +1,7 @@
 """Where an exact GEMM's time goes: a device profile of ``jaxwarp.matmul(mode="exact")``.
 
 Runs ``jaxwarp.matmul(a, b, operand_format=F, mode="exact")`` on M = N = K = size (and
-XLA's ``jnp.matmul`` of the same operands, best of 3 calls each), traces a few calls
+XLA's ``jnp.matmul`` of the same operands, timed by ``_common.best_time``), traces a few calls
 with ``jax.profiler`` (a Perfetto trace, no extra packages) and sums the trace's kernel
 events by name: per kernel (an XLA fusion) its seconds per call, share of the call,
 launches, and, from the compiled HLO, the element-wise operations of its fused
@@ -44,6 +44,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's jaxwarp, before any installed one
+from _common import best_time, versions  # noqa: E402
 
 
 def _log(msg: str) -> None:
@@ -141,14 +142,12 @@ def _gemm(fmt: str, size: int):
 
 def _tiles(name: str, macs: int):
     import jax.numpy as jnp
-    import ml_dtypes
     import numpy as np
 
     import jaxwarp
 
     instr, fmt, (m, n, k) = TILES[name]
-    dt = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "tf32": np.float32,
-          "e4m3": ml_dtypes.float8_e4m3fn}[fmt]
+    dt = jaxwarp.get_format(fmt).storage_dtype
     t = max(2, macs // (m * n * k))
     rng = np.random.default_rng(0)
     a = jnp.asarray(rng.standard_normal((t, m, k), np.float32).astype(dt))
@@ -177,18 +176,9 @@ def profile(label: str, case, calls: int, top: int, hlo_dir: str | None = None) 
         path = pathlib.Path(hlo_dir) / (re.sub(r"[^\w.]+", "_", label) + ".hlo.txt")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(hlo)
-    jax.block_until_ready(exact(*args))
-    jax.block_until_ready(plain(*plain_args))
-    walls = []
-    for fn, xs in ((exact, args), (plain, plain_args)):
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(*xs))
-            best = min(best, time.perf_counter() - t0)
-        walls.append(best)
-    wall, wall_plain = walls
-    _log(f"{label}: exact {wall:.4f} s, XLA {wall_plain:.5f} s (best of 3)")
+    wall, wall_plain = (best_time(lambda fn=fn, xs=xs: jax.block_until_ready(fn(*xs)), 3)
+                        for fn, xs in ((exact, args), (plain, plain_args)))
+    _log(f"{label}: exact {wall:.4f} s, XLA {wall_plain:.5f} s (_common.best_time)")
     events, procs = _trace_events(exact, args, calls)
     dev = [p for p, n in procs.items() if "device" in n.lower() and "gpu" in n.lower()]
     pick = set(dev) if dev else set(procs)
@@ -222,7 +212,6 @@ def profile(label: str, case, calls: int, top: int, hlo_dir: str | None = None) 
 
 def main() -> None:
     import jax
-    from _common import versions
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=None)

@@ -291,6 +291,19 @@ def in_range_eligible(dp: Datapath, a_format: str, b_format: str) -> bool:
             and dp.zero == "plus" and dp.sub_exp == "emin")
 
 
+def matmul_datapath(arch, instruction: str, a_format: str, b_format: str,
+                    acc_format: str, ik: int) -> Datapath | None:
+    """The :class:`Datapath` of ``matmul``'s exact instructions (k ``ik``, C and D in
+    ``acc_format``) on ``arch``, or None where the call is not valid (``mma``'s own checks
+    then name what is wrong)."""
+    try:
+        _, model = _check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
+                                 False, instruction, None)
+        return _arch.datapath_for(model, instruction, a_format, ik, b_format)
+    except (ValueError, TypeError):
+        return None
+
+
 def in_range_matmul(arch, instruction: str, a_format: str, b_format: str, acc_format: str,
                     ik: int, macs: int) -> bool:
     """Whether ``matmul``'s exact k loop of ``macs`` multiply-adds (instructions of k
@@ -301,13 +314,8 @@ def in_range_matmul(arch, instruction: str, a_format: str, b_format: str, acc_fo
     ran an exact bf16 4096^3 ``matmul`` 1.27x faster, the cond in every k step 0.43x)."""
     if not {a_format, b_format} <= {"bf16", "tf32"} or _KNOWN_RANGE.get() is not None:
         return False
-    try:
-        _, model = _check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
-                                 False, instruction, None)
-        dp = _arch.datapath_for(model, instruction, a_format, ik, b_format)
-    except (ValueError, TypeError):
-        return False  # not a valid call: mma's own checks name it
-    if not in_range_eligible(dp, a_format, b_format):
+    dp = matmul_datapath(arch, instruction, a_format, b_format, acc_format, ik)
+    if dp is None or not in_range_eligible(dp, a_format, b_format):
         return False
     if IN_RANGE_PATH != "auto":
         return IN_RANGE_PATH == "on"

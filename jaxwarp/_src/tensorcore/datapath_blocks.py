@@ -477,12 +477,11 @@ def _decode_e8(bits, fmt: str):
     zero, inf and NaN). The same values as ``softfloat.decode`` with ``sub_emin``
     (``tests/tensorcore/test_datapath.py`` compares every bf16 bit pattern), in fewer
     operations: compile time grows with them."""
-    f32 = FORMATS["f32"]
-    ign = f32.mantissa_bits - FORMATS[fmt].mantissa_bits  # fraction bits it does not keep
-    u = bits << (f32.bits - FORMATS[fmt].bits) if FORMATS[fmt].bits == 16 else bits
+    f32, fm = FORMATS["f32"], FORMATS[fmt]
+    mbits = fm.mantissa_bits  # the fraction bits the format keeps
+    u = bits << (f32.bits - fm.bits) if fm.bits == 16 else bits  # bf16: the high half
     e = ((u >> 23) & 0xFF).astype(jnp.int32)
-    f = ((u & 0x7FFFFF) >> ign).astype(jnp.int32)  # the fraction bits the format keeps
-    mbits = 23 - ign
+    f = ((u & 0x7FFFFF) >> (f32.mantissa_bits - mbits)).astype(jnp.int32)
     sig = jnp.where(e == 0, f, f | (1 << mbits)).astype(jnp.float32)
     mag = jnp.where(e == 0xFF, jnp.where(f == 0, jnp.float32(jnp.inf), jnp.float32(jnp.nan)),
                     sig)

@@ -56,13 +56,13 @@ from jax.experimental import pallas as pl
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
+from jaxwarp._src.tensorcore import isa
 from jaxwarp._src.tensorcore.arch import Datapath
 
 #: The operand formats the kernel takes (both operands the same).
 FORMATS = ("bf16", "f16")
 #: The instruction k the kernel steps by.
 IK = 16
-_DTYPE = {"bf16": jnp.bfloat16, "f16": jnp.float16}
 _EXP = 0x7F800000  # fp32 exponent field
 
 
@@ -359,7 +359,7 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
         a = jnp.pad(a, ((0, Mp - M), (0, 0)))
         b = jnp.pad(b, ((0, 0), (0, Np - N)))
         c = jnp.pad(c, ((0, Mp - M), (0, Np - N)))
-    dt = _DTYPE[fmt]
+    dt = isa.storage_dtype(fmt)
     a, b = a.astype(dt), b.astype(dt)
 
     def run(fin):

@@ -33,7 +33,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxwarp._src.tensorcore import arch as _arch
 from jaxwarp._src.tensorcore import datapath as mma_arith
 from jaxwarp._src.tensorcore import fused_kernel, native
 from jaxwarp._src.tensorcore.datapath_blocks import in_fp32_range
@@ -71,12 +70,10 @@ def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
             or (FUSED_KERNEL == "auto" and (jax.default_backend() != "gpu"
                                             or macs < _FUSED_MIN_MACS))):
         return None
-    try:
-        dp = _arch.datapath_for(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
-                                cfg.a_format, k)
-    except (ValueError, TypeError, KeyError):
-        return None  # not a valid call: the exact path's checks name it
-    ok = fused_kernel.models(dp, cfg.a_format, cfg.b_format, cfg.accumulator, k)
+    dp = mma_arith.matmul_datapath(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+                                   cfg.a_format, cfg.b_format, cfg.accumulator, k)
+    ok = dp is not None and fused_kernel.models(dp, cfg.a_format, cfg.b_format,
+                                                cfg.accumulator, k)
     return dp if ok else None
 
 
