@@ -21,10 +21,14 @@ Sizes: the default is the study's task (p = 13: 169 three-token examples, width 
 width 512, 8 heads, 4 layers, batch 64 of 128 random tokens (vocabulary 59), so every
 layer's products are (8192 x 512) by (512 x 1536 / 512 / 2048) and attention is
 64 x 8 heads of 128 x 128. ``--seq`` and ``--batch`` pick such random-token batches at
-any size; ``--modes`` times a subset (e.g. ``plain,fast``).
+any size; ``--modes`` times a subset (e.g. ``plain,fast``). ``--profile`` also traces a
+few steps of each mode but plain with ``jax.profiler`` and adds where the device time
+goes (``profile``: the top kernels by seconds per step, and the share of the fused exact
+kernel, ``jaxwarp_fused_exact_gemm``; ``profile_exact.py``'s trace reading).
 
 Usage: python benchmarks/emulate_step.py [--format bf16] [--p 13] [--width 32]
        [--layers 1] [--heads 4] [--seq S --batch B] [--large] [--modes plain,exact,fast]
+       [--profile]
 """
 
 from __future__ import annotations
@@ -50,6 +54,21 @@ TARGET_FAST = 0.8  # fast mode >= 80% of the plain step's speed on an H100
 MODES = ("plain", "exact", "fast")
 
 
+def kernel_profile(step, args, calls: int = 3, top: int = 12) -> dict:
+    """Device seconds per step by kernel name (a ``jax.profiler`` trace of ``calls``
+    steps): the top kernels, their share of the traced device time, and the fused
+    exact kernel's share."""
+    from profile_exact import device_kernel_seconds
+
+    per = device_kernel_seconds(step, args, calls)
+    total = sum(per.values())
+    fused = sum(s for n, s in per.items() if "jaxwarp_fused" in n)
+    rows = [{"kernel": n[:120], "seconds_per_step": s, "share": s / total if total else None}
+            for n, s in sorted(per.items(), key=lambda kv: -kv[1])[:top]]
+    return {"device_seconds_per_step": total, "kernels": len(per),
+            "fused_kernel_share": fused / total if total else None, "top": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--format", default="bf16")
@@ -65,6 +84,8 @@ def main() -> None:
                     help="number of random sequences (needs --seq; default 64)")
     ap.add_argument("--modes", default=",".join(MODES), help=f"subset of {MODES}")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile", action="store_true",
+                    help="trace the emulated steps: the top kernels by device time")
     args = ap.parse_args()
     t_start = time.perf_counter()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -107,12 +128,14 @@ def main() -> None:
 
     settings = {"plain": None, "exact": dict(operand_format=args.format),
                 "fast": dict(operand_format=args.format, mode="fast")}
-    times, first_calls = {}, {}
+    times, first_calls, profiles = {}, {}, {}
     for name in modes:
         step = make(settings[name])
         run = lambda step=step: jax.block_until_ready(step(params, opt))  # noqa: E731
         first_calls[name] = timed_first_call(run)
         times[name] = best_time(run, args.repeats)
+        if args.profile and name != "plain":
+            profiles[name] = kernel_profile(step, (params, opt))
     # The product list of one forward pass (fast mode: the same products, cheap to compile).
     _, rep = emulate(lambda prm: et.loss_fn(prm, tokens, labels, heads),
                      operand_format=args.format, mode="fast", report=True)(params)
@@ -128,6 +151,8 @@ def main() -> None:
         "seconds_per_step": times,
         "compile_plus_first_step_seconds": first_calls,
     }
+    if profiles:
+        result["profile"] = profiles
     if "fast" in speed:
         result["fast_over_plain"] = speed["fast"]
     if "exact" in speed:

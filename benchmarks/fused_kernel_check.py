@@ -19,6 +19,7 @@ prints progress. On a CPU ``--dry`` runs the machinery on small shapes (the kern
 Pallas' interpreter).
 
 Usage: python benchmarks/fused_kernel_check.py [--out DIR] [--dry] [--ptx]
+       [--parts timing,bits] [--variants NAME,...]
 """
 
 from __future__ import annotations
@@ -146,6 +147,9 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
     "bf16_32x32_w4_split_f32": ("bf16", (32, 32), 4, True, "split", "float", True),
     "bf16_64x32_w8_split_f32": ("bf16", (64, 32), 8, True, "split", "float", True),
     "bf16_64x32_w4_split_f32": ("bf16", (64, 32), 4, True, "split", "float", True),
+    "bf16_32x32_w8_split_f32": ("bf16", (32, 32), 8, True, "split", "float", True),
+    "bf16_32x16_w2_split_f32": ("bf16", (32, 16), 2, True, "split", "float", True),
+    "bf16_16x32_w2_split_f32": ("bf16", (16, 32), 2, True, "split", "float", True),
     "bf16_32x32_w4_reduce": ("bf16", (32, 32), 4, True, "reduce", "float", False),
     "bf16_32x32_w4_int": ("bf16", (32, 32), 4, True, "unrolled", "int", False),
     "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled", "float", False),
@@ -158,7 +162,7 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
 }
 
 
-def part_timing(dry: bool, budget: float) -> dict:
+def part_timing(dry: bool, budget: float, only: list[str] | None = None) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -175,6 +179,8 @@ def part_timing(dry: bool, budget: float) -> dict:
                     jnp.asarray(rng.standard_normal((n, n)), jnp.float32))
     fns = {}
     for name, (fmt, block, warps, finite, form, rounding, f32) in VARIANTS.items():
+        if only and name not in only:
+            continue
         dp = arch.datapath_for("sm_90", "wmma", fmt, 16)
         fns[name] = jax.jit(lambda a, b, c, dp=dp, fmt=fmt, block=block, warps=warps,
                             finite=finite, form=form, rounding=rounding, f32=f32:
@@ -272,6 +278,9 @@ def main():
     ap.add_argument("--dry", action="store_true")
     ap.add_argument("--ptx", action="store_true")
     ap.add_argument("--budget", type=float, default=200.0)
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated names of VARIANTS to time (default: all)")
+    ap.add_argument("--parts", default="timing,bits", help="timing, bits (and --ptx)")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,10 +291,15 @@ def main():
            "python": platform.python_version(), "dry": args.dry}
     log(res)
     path = out_dir / "fused_kernel_check.json"
-    for name, fn in (("timing", lambda: part_timing(args.dry, args.budget * 0.6)),
+    only = args.variants.split(",") if args.variants else None
+    unknown = sorted(set(only or ()) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; VARIANTS has {sorted(VARIANTS)}")
+    parts = args.parts.split(",")
+    for name, fn in (("timing", lambda: part_timing(args.dry, args.budget * 0.6, only)),
                      ("bits", lambda: part_bits(args.dry, args.budget)),
-                     ("ptx", (lambda: part_ptx(out_dir)) if args.ptx else None)):
-        if fn is None:
+                     ("ptx", lambda: part_ptx(out_dir))):
+        if name not in parts and not (name == "ptx" and args.ptx):
             continue
         try:
             res[name] = fn()

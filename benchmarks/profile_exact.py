@@ -115,6 +115,27 @@ def _trace_events(fn, args, calls: int):
     return events, procs
 
 
+def _kernel_events(fn, args, calls: int):
+    """{kernel name: [seconds, launches]} over ``calls`` traced calls (the device's
+    kernels on a GPU, XLA's thunks on a CPU), and the trace's process names."""
+    events, procs = _trace_events(fn, args, calls)
+    dev = [p for p, n in procs.items() if "device" in n.lower() and "gpu" in n.lower()]
+    pick = set(dev) if dev else set(procs)
+    per = collections.defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if (e.get("ph") == "X" and e["pid"] in pick and not e["name"].startswith("$")
+                and not _CONTAINER.match(e["name"])):
+            per[e["name"]][0] += e.get("dur", 0.0) * 1e-6
+            per[e["name"]][1] += 1
+    return per, procs
+
+
+def device_kernel_seconds(fn, args, calls: int) -> dict[str, float]:
+    """Seconds per call of each kernel of ``fn(*args)`` (a trace of ``calls`` calls)."""
+    per, _ = _kernel_events(fn, args, calls)
+    return {name: sec / calls for name, (sec, _n) in per.items()}
+
+
 #: Tile configurations of ``--tiles`` (``instructions_exact.py``'s names):
 #: instruction, a and b format, (m, n, k).
 TILES = {
@@ -179,15 +200,7 @@ def profile(label: str, case, calls: int, top: int, hlo_dir: str | None = None) 
     wall, wall_plain = (best_time(lambda fn=fn, xs=xs: jax.block_until_ready(fn(*xs)), 3)
                         for fn, xs in ((exact, args), (plain, plain_args)))
     _log(f"{label}: exact {wall:.4f} s, XLA {wall_plain:.5f} s (_common.best_time)")
-    events, procs = _trace_events(exact, args, calls)
-    dev = [p for p, n in procs.items() if "device" in n.lower() and "gpu" in n.lower()]
-    pick = set(dev) if dev else set(procs)
-    per = collections.defaultdict(lambda: [0.0, 0])
-    for e in events:
-        if (e.get("ph") == "X" and e["pid"] in pick and not e["name"].startswith("$")
-                and not _CONTAINER.match(e["name"])):
-            per[e["name"]][0] += e.get("dur", 0.0) * 1e-6
-            per[e["name"]][1] += 1
+    per, procs = _kernel_events(exact, args, calls)
     comps, fusions = _fused_ops(hlo), _fusion_calls(hlo)
     total = sum(v[0] for v in per.values()) / calls
     kernels = []

@@ -113,7 +113,8 @@ def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch):
     cfg = Cfg("bf16", "bf16", "f32", (16, 16, 16), "wmma", "sm_90", "exact", None, False)
     big, small = matmul_chain._FUSED_MIN_MACS, matmul_chain._FUSED_MIN_MACS - 1
     monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "auto")
-    assert matmul_chain._fused_datapath(cfg, 16, None, big) is None  # the CPU
+    monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "cpu")
+    assert matmul_chain._fused_datapath(cfg, 16, None, big) is None  # off the GPU
     monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "gpu")
     assert matmul_chain._fused_datapath(cfg, 16, None, small) is None
     assert matmul_chain._fused_datapath(cfg, 16, None, big) is not None
