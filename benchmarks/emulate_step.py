@@ -60,9 +60,11 @@ def kernel_profile(step, args, calls: int = 3, top: int = 12) -> dict:
     exact kernel's share."""
     from profile_exact import device_kernel_seconds
 
+    from jaxwarp._src.tensorcore.fused_kernel import KERNEL_NAME
+
     per = device_kernel_seconds(step, args, calls)
     total = sum(per.values())
-    fused = sum(s for n, s in per.items() if "jaxwarp_fused" in n)
+    fused = sum(s for n, s in per.items() if KERNEL_NAME in n)
     rows = [{"kernel": n[:120], "seconds_per_step": s, "share": s / total if total else None}
             for n, s in sorted(per.items(), key=lambda kv: -kv[1])[:top]]
     return {"device_seconds_per_step": total, "kernels": len(per),

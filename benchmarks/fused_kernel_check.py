@@ -296,6 +296,8 @@ def main():
     if unknown:
         raise SystemExit(f"--variants: unknown {unknown}; VARIANTS has {sorted(VARIANTS)}")
     parts = args.parts.split(",")
+    if not set(parts) <= {"timing", "bits", "ptx"}:
+        raise SystemExit(f"--parts: {args.parts!r}; allowed: timing, bits, ptx")
     for name, fn in (("timing", lambda: part_timing(args.dry, args.budget * 0.6, only)),
                      ("bits", lambda: part_bits(args.dry, args.budget)),
                      ("ptx", lambda: part_ptx(out_dir))):

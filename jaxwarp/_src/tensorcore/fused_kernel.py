@@ -63,6 +63,8 @@ from jaxwarp._src.tensorcore.arch import Datapath
 FORMATS = ("bf16", "f16")
 #: The instruction k the kernel steps by.
 IK = 16
+#: The kernel's name (in profiles and traces, with a suffix per compiled instance).
+KERNEL_NAME = "jaxwarp_fused_exact_gemm"
 _EXP = 0x7F800000  # fp32 exponent field
 
 
@@ -315,7 +317,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         compiler_params=pltriton.CompilerParams(num_warps=plan.num_warps,
                                                 num_stages=plan.num_stages),
         interpret=interpret,
-        name="jaxwarp_fused_exact_gemm",
+        name=KERNEL_NAME,
     )(*args)
     return lax.bitcast_convert_type(d, jnp.float32)
 

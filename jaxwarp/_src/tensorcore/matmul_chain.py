@@ -141,28 +141,26 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         return run
 
     fused_dp = _fused_datapath(cfg, k, scales, Mp * Np * Kp)
-    if fused_dp is not None:
-        interpret = jax.default_backend() != "gpu"
-        fmt = cfg.a_format
-        if fmt == "f16":  # every f16 product is a normal fp32 number
-            acc = fused_kernel.chain(a_op, b_op, acc, fused_dp, fmt, interpret=interpret)
-        else:  # bf16 in fp32's range through the kernel, the rest through XLA's loop
-            def in_range(acc):
-                return fused_kernel.chain(a_op, b_op, acc, fused_dp, fmt, finite=True,
-                                          interpret=interpret)
-
-            vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
-            acc = lax.cond(in_fp32_range(*vals), in_range, known("general"), acc)
+    interpret = jax.default_backend() != "gpu"
+    if fused_dp is not None and cfg.a_format == "f16":
+        # Every f16 product is a normal fp32 number: the kernel alone.
+        return fused_kernel.chain(a_op, b_op, acc, fused_dp, "f16",
+                                  interpret=interpret)[:M, :N]
+    if fused_dp is not None:  # bf16 in fp32's range through the kernel
+        def in_range(acc):
+            return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format, finite=True,
+                                      interpret=interpret)
     elif mma_arith.in_range_matmul(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
                                  cfg.a_format, cfg.b_format, cfg.accumulator, k,
                                  Mp * Np * Kp):
-        # One cond for the whole product: bf16 / tf32 operands whose every product is a
-        # normal fp32 number take the fast path's arithmetic (datapath.IN_RANGE_PATH).
-        vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
-        acc = lax.cond(in_fp32_range(*vals), known("in_range"), known("general"), acc)
+        # bf16 / tf32 operands whose every product is a normal fp32 number take the fast
+        # path's arithmetic (datapath.IN_RANGE_PATH).
+        in_range = known("in_range")
     else:
-        acc = k_loop(acc)
-    return acc[:M, :N]
+        return k_loop(acc)[:M, :N]
+    # One cond for the whole product; the rest through XLA's general loop.
+    vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
+    return lax.cond(in_fp32_range(*vals), in_range, known("general"), acc)[:M, :N]
 
 
 def _k_loop(acc, cfg: Cfg, kt: int, chain, scales):
