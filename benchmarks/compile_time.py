@@ -28,15 +28,18 @@ step (forward and backward, from the report of a forward pass: 3 per forward pro
 ``--cache`` adds a cold and a warm run of the exact step with JAX's persistent
 compilation cache in a temporary directory.
 
-``--separate``: the exact products as executables of their own (``matmul.SEPARATE``, the
-CPU only; they compile during the first run: ``to_first_step_s`` counts them).
+On the CPU an exact product's k loop runs through one shared executable per instruction
+(``shared_chain``), compiled during the first run: ``to_first_step_s`` counts it, and the
+ratios ``exact_over_fast_first_step`` compare the times to the first step.
+``--inline``: the k loops compiled inside the step instead (``shared_chain.SHARED =
+"off"``, the code before the shared executables and the path on accelerators).
 ``--parts SIZE``: one exact SIZE^3 product and its gradient taken apart instead (HLO
 instructions and seconds of the operand conversion, the k loop, the forward product, the
 gradient, fast mode; the gradient's instructions by source). ``--budget`` / ``--out`` for
 runs with a time limit (the GPU's).
 
 Usage: python benchmarks/compile_time.py [--large] [--format bf16] [--models study,vit]
-       [--modes plain,fast,exact] [--cache] [--separate] [--parts 64] [--budget S]
+       [--modes plain,fast,exact] [--cache] [--inline] [--parts 64] [--budget S]
        [--out FILE]
 """
 
@@ -186,7 +189,8 @@ def _vit(large: bool, mult: int):
 
 
 def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None,
-             block_form: str | None, separate: bool = False) -> dict:
+             block_form: str | None, inline: bool = False,
+             fused_min_macs: int | None = None) -> dict:
     """One (model, mode) measurement; runs in its own process."""
     import jax
 
@@ -201,10 +205,14 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
 
     if block_form:
         datapath_blocks.BLOCK_FORM = block_form
-    if separate:
-        from jaxwarp._src.tensorcore import matmul as matmul_module
+    if inline:
+        from jaxwarp._src.tensorcore import shared_chain
 
-        matmul_module.SEPARATE = True
+        shared_chain.SHARED = "off"
+    if fused_min_macs is not None:
+        from jaxwarp._src.tensorcore import matmul_chain
+
+        matmul_chain._FUSED_MIN_MACS = fused_min_macs
     mult = 4 if model.endswith("_x4") else 1
     if model.startswith("study"):
         loss, params, data = _study(large, mult, scan="_scan" in model)
@@ -227,8 +235,24 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     c3, t3 = time.process_time(), time.perf_counter()
     jax.block_until_ready(compiled(params, *data))
     t4 = time.perf_counter()
+    # The next steps, while the CPU's shared executables promote the repeated products
+    # to whole loops compiled in the background (shared_chain.PROMOTE_AFTER), and the
+    # wait for the rest of those compiles; step_s below is then the steady step.
+    early = []
+    for _ in range(4):
+        t = time.perf_counter()
+        jax.block_until_ready(compiled(params, *data))
+        early.append(time.perf_counter() - t)
+    from jaxwarp._src.tensorcore import shared_chain
+
+    t5 = time.perf_counter()
+    failed = shared_chain.wait_for_promotions()
+    promotions_s = time.perf_counter() - t5
     out = {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,
            "total_s": t3 - t0, "first_run_s": t4 - t3, "to_first_step_s": t4 - t0,
+           "next_steps_s": early, "promotions_wait_s": promotions_s,
+           "promotions_failed": [repr(e) for e in failed],
+           "to_fifth_step_s": t4 - t0 + sum(early),
            # CPU seconds of this process (all its threads): steadier than wall seconds
            # on a shared host
            "trace_cpu_s": c1 - c0, "lower_cpu_s": c2 - c1, "compile_cpu_s": c3 - c2,
@@ -325,7 +349,7 @@ def _parts(fmt: str, size: int, block_form: str | None = None) -> dict:
 CHILD_TIMEOUT = [None]  # seconds per measurement (--child-timeout)
 
 
-def _child(args, block_form=None, separate=False) -> dict:
+def _child(args, block_form=None, inline=False, fused_min_macs=None) -> dict:
     cmd = [sys.executable, __file__, "--child", args[0], args[1], "--format", args[2]]
     if args[3]:
         cmd.append("--large")
@@ -333,8 +357,10 @@ def _child(args, block_form=None, separate=False) -> dict:
         cmd += ["--cache-dir", args[4]]
     if block_form:
         cmd += ["--block-form", block_form]
-    if separate:
-        cmd.append("--separate")
+    if inline:
+        cmd.append("--inline")
+    if fused_min_macs is not None:
+        cmd += ["--fused-min-macs", str(fused_min_macs)]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                              timeout=CHILD_TIMEOUT[0])
@@ -356,10 +382,12 @@ def main() -> None:
     ap.add_argument("--block-form", default=None, choices=("reduce", "unrolled", "rolled"),
                     help="the exact datapath's block form (datapath_blocks.BLOCK_FORM; "
                          "default: the package's)")
-    ap.add_argument("--separate", action="store_true",
-                    help="exact products as executables of their own, called back from the "
-                         "step (matmul.SEPARATE; the CPU only): they compile during the "
-                         "first run, once per signature (to_first_step_s counts them)")
+    ap.add_argument("--inline", action="store_true",
+                    help="exact k loops compiled inside the step (shared_chain.SHARED = "
+                         "'off'), not through the CPU's shared executables")
+    ap.add_argument("--fused-min-macs", type=int, default=None, metavar="N",
+                    help="on a GPU: the fused kernel's size rule (matmul_chain._FUSED_MIN_MACS; "
+                         "0: every f16 / bf16 product through the kernel)")
     ap.add_argument("--child-timeout", type=float, default=None,
                     help="seconds allowed to one (model, mode) measurement")
     ap.add_argument("--budget", type=float, default=None,
@@ -376,7 +404,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_measure(*args.child, args.format, args.large, args.cache_dir,
-                                  args.block_form, args.separate)))
+                                  args.block_form, args.inline, args.fused_min_macs)))
         return
     from _common import device_info, emit, host_info, versions
 
@@ -406,7 +434,8 @@ def main() -> None:
             "operand_format": args.format,
             "large": args.large,
             "block_form": args.block_form or "package default",
-            "separate": args.separate,
+            "inline": args.inline,
+            "fused_min_macs": args.fused_min_macs,
             "vit": vit,
             "models": results,
             "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},
@@ -429,13 +458,16 @@ def main() -> None:
                 results[model][mode] = {"error": f"skipped: over --budget {args.budget} s"}
             else:
                 results[model][mode] = _child((model, mode, args.format, args.large, None),
-                                              args.block_form, args.separate)
+                                              args.block_form, args.inline,
+                                              args.fused_min_macs)
             print(model, mode, json.dumps(results[model][mode]), file=sys.stderr, flush=True)
             record()
         r = results[model]
         if "exact" in r and "fast" in r and "total_s" in r["exact"] and "total_s" in r["fast"]:
             r["exact_over_fast"] = r["exact"]["total_s"] / r["fast"]["total_s"]
             r["exact_over_fast_cpu"] = r["exact"]["total_cpu_s"] / r["fast"]["total_cpu_s"]
+            r["exact_over_fast_first_step"] = (r["exact"]["to_first_step_s"]
+                                               / r["fast"]["to_first_step_s"])
     for model in models:
         base = model.removesuffix("_x4")
         if model.endswith("_x4") and base in results:

@@ -275,7 +275,20 @@ def main(argv=None):
                          "program per group, the same bits on any device count, GPUs "
                          "included; 'spmd' one program over all devices "
                          "(jaxwarp.grouped_value_and_grad's dispatch)")
+    ap.add_argument("--products", choices=("auto", "inline", "shared"), default="auto",
+                    help="how exact products compile (docs/compile_time.md): 'shared' "
+                         "(jaxwarp's default: one program per instruction, the step "
+                         "compiles in seconds, each product call is a host callback on "
+                         "the CPU), 'inline' (every call compiled in the step: a slower "
+                         "compile, faster CPU steps), 'auto' (default): inline on the "
+                         "CPU, whose long runs of this small model it makes shorter, "
+                         "else shared")
     args = ap.parse_args(argv)
+    if args.products == "inline" or (args.products == "auto"
+                                     and jax.default_backend() == "cpu"):
+        from jaxwarp._src.tensorcore import shared_chain
+
+        shared_chain.SHARED = "off"
     devices = su.pick_devices(args.devices)
     groups = args.groups
     if groups is None and len(devices) > 1:

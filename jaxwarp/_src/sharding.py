@@ -54,6 +54,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwarp._src import checks
+from jaxwarp._src.tensorcore import shared_chain
 
 BATCH_AXIS = "batch"
 
@@ -336,11 +337,23 @@ def _group_size(x: Any, where: str, groups: int) -> int:
     return n // groups
 
 
+def _inline(loss: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+    """``loss`` with its exact products traced inline (``shared_chain.inline``): the
+    per-group program must be the same on every number of devices, and the CPU's shared
+    executables are for one device only."""
+    @functools.wraps(loss)
+    def traced_inline(*args):
+        with shared_chain.inline():
+            return loss(*args)
+
+    return traced_inline
+
+
 def _per_device_value_and_grad(loss: Callable[..., jax.Array], groups: int,
                                mesh: Mesh) -> Callable[..., tuple[jax.Array, Any]]:
     """``grouped_value_and_grad(..., dispatch="per_device")``: see there."""
     devices = list(mesh.devices.flat)
-    one_group = jax.jit(jax.value_and_grad(loss))
+    one_group = jax.jit(jax.value_and_grad(_inline(loss)))
     average = jax.jit(lambda outs: jax.tree_util.tree_map(
         lambda *xs: _fixed_order_mean(jnp.stack(xs)), *outs))
 
@@ -458,7 +471,7 @@ def grouped_value_and_grad(
     if dispatch == "per_device":
         return _per_device_value_and_grad(loss, groups, mesh)
     replicated = NamedSharding(mesh, P())
-    value_and_grad = jax.value_and_grad(loss)
+    value_and_grad = jax.value_and_grad(_inline(loss))
 
     def split(x, where):
         n = _group_size(x, where, groups)

@@ -106,8 +106,10 @@ def test_models():
 
 
 def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch):
-    """"auto": XLA's k loop for small products (their compile is what a user waits for),
-    the kernel from ``_FUSED_MIN_MACS`` multiply-adds, and never off the GPU."""
+    """"auto": never off the GPU; on it, every size where bf16's general branch runs on the
+    host (the default), else XLA's k loop for small products (their compile is what a
+    user waits for) and the kernel from ``_FUSED_MIN_MACS`` multiply-adds."""
+    from jaxwarp._src.tensorcore import shared_chain
     from jaxwarp._src.tensorcore.matmul_tiles import Cfg
 
     cfg = Cfg("bf16", "bf16", "f32", (16, 16, 16), "wmma", "sm_90", "exact", None, False)
@@ -116,6 +118,8 @@ def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch):
     monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "cpu")
     assert matmul_chain._fused_datapath(cfg, 16, None, big) is None  # off the GPU
     monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "gpu")
+    assert matmul_chain._fused_datapath(cfg, 16, None, 16 ** 3) is not None
+    monkeypatch.setattr(shared_chain, "SHARED", "off")
     assert matmul_chain._fused_datapath(cfg, 16, None, small) is None
     assert matmul_chain._fused_datapath(cfg, 16, None, big) is not None
     monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "on")

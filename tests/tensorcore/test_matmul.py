@@ -121,26 +121,137 @@ def test_gradients_go_through_the_tensor_core():
                     (a64, b64), order=1, modes=("rev",))
 
 
-# Slow: a measuring switch (benchmarks/compile_time.py --separate); two compiles.
-@pytest.mark.slow
-def test_separate_products_give_the_same_bits(monkeypatch):
-    from jaxwarp._src.tensorcore import matmul as matmul_module
+def _leaf_bits(tree):
+    return [np.asarray(x).view(np.uint32) for x in jax.tree.leaves(tree)]
 
-    a, b = _rand((16, 32), 14), _rand((2, 32, 16), 15)
 
-    def loss(a, b):  # a product, its two backward products, and vmapped ones
-        d = jaxwarp.matmul(a, b[0], operand_format="bf16")
-        e = jax.vmap(lambda x, y: jaxwarp.matmul(x, y, operand_format="bf16"))(
-            jnp.stack([a, 2 * a]), b)
-        return jnp.sum(jnp.tanh(d)) + jnp.sum(e * e)
+# The CPU's shared executables (shared_chain) against the inline k loop: products, their
+# backward products, vmapped products, odd shapes (blocks and k chunks cut mid-way), every
+# float format, with C, zeros, -0 and wide exponents.
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's shared executables")
+@pytest.mark.parametrize("fmt,shapes,kw", [
+    ("bf16", ((16, 32), (32, 16)), {}),
+    ("f16", ((96, 48), (48, 128)), {}),
+    ("tf32", ((64, 64), (64, 208)), {}),
+    ("e4m3", ((80, 64), (64, 40)), {}),
+    ("e5m2", ((70, 64), (64, 40)), dict(instruction="wgmma")),
+    ("bf16", ((16, 528), (528, 32)), {}),
+    ("f16", ((32, 16), (16, 32)), dict(instruction="mma_sync", tile=(8, 8, 4), arch="sm_70")),
+])
+def test_shared_executables_give_the_same_bits(monkeypatch, fmt, shapes, kw):
+    from jaxwarp._src.tensorcore import shared_chain
+
+    rng = np.random.default_rng(7)
+
+    def r(*s):
+        x = rng.standard_normal(s).astype(np.float32) * np.exp2(
+            rng.integers(-30, 30, s)).astype(np.float32)
+        x[rng.random(s) < 0.05] = 0
+        x[rng.random(s) < 0.02] = -0.0
+        return x
+
+    (sa, sb) = shapes
+    a, b, c = r(*sa), r(*sb), r(sa[0], sb[1])
+
+    def f(a, b, c):
+        return jaxwarp.matmul(a, b, c, operand_format=fmt, **kw)
+
+    def loss(a, b, c):
+        return jnp.sum(jnp.sin(f(a, b, c)))
+
+    host, calls = shared_chain._host, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return host(*args, **kwargs)
+
+    monkeypatch.setattr(shared_chain, "_host", counted)
+    got, ran = {}, {}
+    for mode in ("auto", "off"):
+        monkeypatch.setattr(shared_chain, "SHARED", mode)
+        jax.clear_caches()
+        calls.clear()
+        got[mode] = jax.block_until_ready((
+            jax.jit(f)(a, b, c), jax.jit(jax.grad(loss, (0, 1)))(a, b, c),
+            jax.vmap(f)(np.stack([a, -a]), np.stack([b, b]), np.stack([c, c]))))
+        ran[mode] = len(calls)
+    assert ran == {"auto": 5, "off": 0}  # forward; forward and two backward; vmapped
+    for x, y in zip(_leaf_bits(got["auto"]), _leaf_bits(got["off"]), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's shared executables")
+def test_promoted_products_give_the_same_bits(monkeypatch):
+    # A product promoted to its whole loop (compiled in the background) gives the bits of
+    # the blocks and of the inline loop, plain and vmapped.
+    from jaxwarp._src.tensorcore import shared_chain
+
+    rng = np.random.default_rng(11)
+    a = (rng.standard_normal((48, 96)) * np.exp2(rng.integers(-40, 40, (48, 96)))).astype(
+        np.float32)
+    b = rng.standard_normal((96, 80)).astype(np.float32)
+    a[0, :3] = [np.inf, np.nan, 0.0]
+
+    def f(a, b):
+        return jaxwarp.matmul(a, b, operand_format="bf16")
+
+    def run(f):
+        return (np.asarray(jax.jit(f)(a, b)),
+                np.asarray(jax.vmap(f)(np.stack([a, -a]), np.stack([b, b]))))
+
+    monkeypatch.setattr(shared_chain, "PROMOTE_AFTER", 0.0)
+    monkeypatch.setattr(shared_chain, "_PRODUCTS", {})  # this test's products only
+    blocks = run(f)  # the first calls: the blocks, then the promotions start
+    assert shared_chain.wait_for_promotions() == []
+    promoted = [p for p in shared_chain._PRODUCTS.values() if p.whole is not None]
+    assert len(promoted) >= 2
+
+    def no_blocks(*args, **kwargs):
+        raise AssertionError("a promoted product ran the blocks")
+
+    monkeypatch.setattr(shared_chain, "_blocks", no_blocks)
+    whole = run(f)
+    monkeypatch.setattr(shared_chain, "SHARED", "off")
+    jax.clear_caches()
+    inline = run(f)
+    for x, y, z in zip(blocks, whole, inline, strict=True):
+        np.testing.assert_array_equal(x.view(np.uint32), z.view(np.uint32))
+        np.testing.assert_array_equal(y.view(np.uint32), z.view(np.uint32))
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="the fused kernel's GPU path")
+def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch):
+    # On a GPU the kernel runs bf16 products in fp32's range and the shared executables on
+    # the host run the rest: the bits of XLA's general loop, for operands out of range.
+    from jaxwarp._src.tensorcore import shared_chain
+
+    rng = np.random.default_rng(12)
+    a = (rng.standard_normal((48, 64)) * np.exp2(rng.integers(-130, 126, (48, 64)))).astype(
+        np.float32)
+    b = (rng.standard_normal((64, 48)) * np.exp2(rng.integers(-130, 126, (64, 48)))).astype(
+        np.float32)
+    a[0, :4] = [np.inf, np.nan, 1e-40, -0.0]
+    c = rng.standard_normal((48, 48)).astype(np.float32)
+    blocks, calls = shared_chain._blocks, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return blocks(*args, **kwargs)
+
+    monkeypatch.setattr(shared_chain, "_blocks", counted)
+
+    def f(a, b, c):
+        return jaxwarp.matmul(a, b, c, operand_format="bf16")
 
     got = {}
-    for separate in (False, True):
-        monkeypatch.setattr(matmul_module, "SEPARATE", separate)
-        got[separate] = jax.jit(jax.value_and_grad(loss, (0, 1)))(a, b)
-    for x, y in zip(jax.tree.leaves(got[True]), jax.tree.leaves(got[False]), strict=True):
-        np.testing.assert_array_equal(np.asarray(x).view(np.uint32),
-                                      np.asarray(y).view(np.uint32))
+    for mode in ("auto", "off"):
+        monkeypatch.setattr(shared_chain, "SHARED", mode)
+        jax.clear_caches()
+        got[mode] = (np.asarray(jax.jit(f)(a, b, c)),
+                     np.asarray(jax.jit(f)(np.ones_like(a), np.full_like(b, 2.0), c)))
+    assert len(calls) == 1  # the out-of-range product, in "auto" only
+    for x, y in zip(got["auto"], got["off"], strict=True):
+        np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
 
 
 def test_bad_input():

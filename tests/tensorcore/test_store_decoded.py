@@ -81,8 +81,12 @@ def test_same_bits_on_off_auto(case, store_mode):
 
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
 def test_gemm_same_bits_on_off(fmt, store_mode, monkeypatch):
-    # XLA's k loop, which the setting is about (on a GPU "auto" runs the fused kernel).
+    # XLA's k loop in the program, which the setting is about (on a GPU "auto" runs the
+    # fused kernel; on the CPU, the shared executables, outside the program).
+    from jaxwarp._src.tensorcore import shared_chain
+
     monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
+    monkeypatch.setattr(shared_chain, "SHARED", "off")
     rng = np.random.default_rng(5)
     a = jnp.asarray(rng.standard_normal((48, 64)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)

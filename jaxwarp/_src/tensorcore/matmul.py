@@ -265,44 +265,15 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
 
 # One jitted function per product signature (shapes, dtypes and the static Cfg): JAX
 # traces a product's k loop once per signature and lowers it to one shared function,
-# however often a model calls it (XLA inlines the calls: its own compile still sees
-# each one; benchmarks/compile_time.py and docs/compile_time.md measure it).
+# however often a model calls it (XLA inlines the calls: its own compile sees each one,
+# which is why the CPU's exact k loop runs through ``shared_chain``'s executables;
+# benchmarks/compile_time.py and docs/compile_time.md measure it).
 _forward_once = jax.jit(_forward, static_argnums=5)
-_forward_batched = jax.jit(jax.vmap(_forward, in_axes=(0, 0, 0, 0, 0, None)), static_argnums=5)
-
-
-#: Whether the exact products run as executables of their own (a measuring switch, off by
-#: default; the CPU only): each product of a signature compiles once, whatever the number
-#: of calls, and the program that calls it holds a host callback in its place
-#: (``jax.pure_callback``), so XLA's compile grows with the distinct products, not the
-#: calls; every call then pays a callback's dispatch (``benchmarks/compile_time.py
-#: --separate`` measures both). The bits are the same: the same program runs.
-SEPARATE = False
-
-
-def _separately(fn, batched, cfg: Cfg, out_shape, out_dtype, *args):
-    """``fn(*args, cfg)`` (a jitted product), or with ``SEPARATE`` on the CPU, the same
-    through a host callback: compiled on its first call with a signature and reused;
-    vmapped calls run as one call of ``batched`` (``jax.vmap(fn)``) over the flattened
-    batch dimensions."""
-    if not (SEPARATE and cfg.mode == "exact" and jax.default_backend() == "cpu"):
-        return fn(*args, cfg)
-
-    def host(*xs):
-        lead = xs[0].shape[:xs[0].ndim - args[0].ndim]
-        if not lead:
-            return fn(*xs, cfg)
-        out = batched(*(x.reshape((-1, *x.shape[len(lead):])) for x in xs), cfg)
-        return out.reshape(*lead, *out.shape[1:])
-
-    return jax.pure_callback(host, jax.ShapeDtypeStruct(out_shape, out_dtype), *args,
-                             vmap_method="broadcast_all")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def _matmul(a, b, c, sa, sb, cfg):
-    return _separately(_forward_once, _forward_batched, cfg, c.shape,
-                       ACC_DTYPE[cfg.accumulator], a, b, c, sa, sb)
+    return _forward_once(a, b, c, sa, sb, cfg)
 
 
 def _fwd(a, b, c, sa, sb, cfg):
@@ -347,17 +318,13 @@ def _bwd_product(x, y, cfg: Cfg):
     )
 
 
-_bwd_batched = jax.jit(jax.vmap(_bwd_product, in_axes=(0, 0, None)), static_argnums=2)
-
-
 def _bwd(cfg: Cfg, res, g):
     # Straight-through estimator: the operand conversions pass gradients unchanged.
     # The backward products run on the emulated tensor core, like a GPU's backward.
     a, b, c, sa, sb = res
     g = g.astype(ACC_DTYPE[cfg.accumulator])
-    acc_dt = ACC_DTYPE[cfg.accumulator]
-    da = _separately(_bwd_product, _bwd_batched, cfg, a.shape, acc_dt, g, b.T).astype(a.dtype)
-    db = _separately(_bwd_product, _bwd_batched, cfg, b.shape, acc_dt, a.T, g).astype(b.dtype)
+    da = _bwd_product(g, b.T, cfg).astype(a.dtype)
+    db = _bwd_product(a.T, g, cfg).astype(b.dtype)
     return da, db, g.astype(c.dtype), jnp.zeros_like(sa), jnp.zeros_like(sb)
 
 

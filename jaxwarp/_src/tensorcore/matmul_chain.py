@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src.tensorcore import datapath as mma_arith
-from jaxwarp._src.tensorcore import fused_kernel, native
+from jaxwarp._src.tensorcore import fused_kernel, native, shared_chain
 from jaxwarp._src.tensorcore.datapath_blocks import in_fp32_range
 from jaxwarp._src.tensorcore.matmul_scales import promote
 from jaxwarp._src.tensorcore.matmul_tiles import ACC_DTYPE, Cfg, issue_arch
@@ -49,17 +49,31 @@ def _mma(at, bt, acc, cfg: Cfg):
                          instruction_k=cfg.tile[2])
 
 
+def _k_step(a_op, b_op, acc, kk, cfg: Cfg):
+    """The kk-th k step of every output tile as a single (..., M, k) x (..., k, N)
+    instruction call: an instruction's output element depends only on its row of A, its
+    column of B and its C element, so the M / N tiling changes no bit, and the operands and
+    the accumulator are read and written in their own layouts (no tile transposes, which
+    XLA had made into a copy of B before the loop)."""
+    k = cfg.tile[2]
+    at = lax.dynamic_slice_in_dim(a_op, kk * k, k, axis=a_op.ndim - 1)  # (..., M, k)
+    bt = lax.dynamic_slice_in_dim(b_op, kk * k, k, axis=b_op.ndim - 2)  # (..., k, N)
+    if k < 8 and at.dtype == bt.dtype == jnp.float16 and jax.default_backend() == "cpu":
+        at, bt = mma_arith.stored_f16(at), mma_arith.stored_f16(bt)
+    return _mma(at, bt, acc, cfg)
+
+
 #: Whether exact f16 / bf16 products run as one fused GPU kernel per output tile
 #: (``fused_kernel``): "auto" (on a GPU, for the datapaths the kernel models), "on" (also
 #: off the GPU, in Pallas' interpreter: for tests) or "off". Read at trace time
 #: (``jax.clear_caches()`` after changing it); the bits are the same.
 FUSED_KERNEL = "auto"
-#: Multiply-adds of a product from which "auto" takes the kernel. Below, the run time is
-#: small and the compile is what a user waits for: the kernel adds its own compiles (two
-#: kernels behind f16's finiteness cond; the kernel beside XLA's general path behind
-#: bf16's range cond), so small products, such as the study transformer's, keep XLA's
-#: k loop alone. (A threshold chosen for compile time, not measured for speed: the
-#: kernel's speed was measured at 4096^3.)
+#: Multiply-adds of a product from which "auto" takes the kernel where bf16's general
+#: branch is XLA's loop (``shared_chain.SHARED = "off"``): below, the kernel beside that
+#: loop adds compiles to a small product's, so small products keep XLA's k loop alone.
+#: With the general branch on the host (the default, ``shared_chain.general_on_host``)
+#: every size takes the kernel: one Triton kernel per product shape compiles in less
+#: time than XLA's k loop, and runs faster (``docs/compile_time.md``).
 _FUSED_MIN_MACS = 1 << 24
 
 
@@ -67,8 +81,8 @@ def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
     """The datapath of this product's instructions if the fused kernel runs it, else None."""
     if (FUSED_KERNEL == "off" or scales is not None or cfg.promote_every is not None
             or cfg.a_format != cfg.b_format or cfg.a_format not in fused_kernel.FORMATS
-            or (FUSED_KERNEL == "auto" and (jax.default_backend() != "gpu"
-                                            or macs < _FUSED_MIN_MACS))):
+            or (FUSED_KERNEL == "auto" and (jax.default_backend() != "gpu" or (
+                macs < _FUSED_MIN_MACS and not shared_chain.general_on_host(cfg, scales))))):
         return None
     dp = mma_arith.matmul_datapath(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
                                    cfg.a_format, cfg.b_format, cfg.accumulator, k)
@@ -116,17 +130,8 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
                   _pad_to(scales[1], scales[1].shape[0], Np))
 
     def step(carry, _):
-        # One k step of every output tile as a single (Mp, k) x (k, Np) instruction call:
-        # an instruction's output element depends only on its row of A, its column of B
-        # and its C element, so the M / N tiling changes no bit, and the operands and the
-        # accumulator are read and written in their own layouts (no tile transposes,
-        # which XLA had made into a copy of B before the loop).
         acc, kk = carry
-        at = lax.dynamic_slice_in_dim(a_op, kk * k, k, axis=1)  # (Mp, k)
-        bt = lax.dynamic_slice_in_dim(b_op, kk * k, k, axis=0)  # (k, Np)
-        if k < 8 and at.dtype == bt.dtype == jnp.float16 and jax.default_backend() == "cpu":
-            at, bt = mma_arith.stored_f16(at), mma_arith.stored_f16(bt)
-        return (_mma(at, bt, acc, cfg), kk + 1), None
+        return (_k_step(a_op, b_op, acc, kk, cfg), kk + 1), None
 
     def chain(acc, k0, length):  # k tiles k0 .. k0 + length - 1, in order
         return lax.scan(step, (acc, jnp.asarray(k0, jnp.int32)), None, length=length)[0][0]
@@ -141,6 +146,9 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         return run
 
     fused_dp = _fused_datapath(cfg, k, scales, Mp * Np * Kp)
+    if fused_dp is None and shared_chain.applies(cfg, scales):
+        # One executable per instruction for every product shape (the CPU's default).
+        return shared_chain.chain(a_op, b_op, acc, cfg, _k_step, tiled)[:M, :N]
     interpret = jax.default_backend() != "gpu"
     if fused_dp is not None and cfg.a_format == "f16":
         # Every f16 product is a normal fp32 number: the kernel alone.
@@ -158,9 +166,14 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         in_range = known("in_range")
     else:
         return k_loop(acc)[:M, :N]
-    # One cond for the whole product; the rest through XLA's general loop.
+    # One cond for the whole product; the rest through XLA's general loop, or beside the
+    # kernel on an accelerator, through the shared executables on the host.
+    general = known("general")
+    if fused_dp is not None and shared_chain.general_on_host(cfg, scales):
+        def general(acc):
+            return shared_chain.chain(a_op, b_op, acc, cfg, _k_step, tiled)
     vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
-    return lax.cond(in_fp32_range(*vals), in_range, known("general"), acc)[:M, :N]
+    return lax.cond(in_fp32_range(*vals), in_range, general, acc)[:M, :N]
 
 
 def _k_loop(acc, cfg: Cfg, kt: int, chain, scales):
