@@ -121,10 +121,6 @@ def test_gradients_go_through_the_tensor_core():
                     (a64, b64), order=1, modes=("rev",))
 
 
-def _leaf_bits(tree):
-    return [np.asarray(x).view(np.uint32) for x in jax.tree.leaves(tree)]
-
-
 # The CPU's shared executables (shared_chain) against the inline k loop: products, their
 # backward products, vmapped products, odd shapes (blocks and k chunks cut mid-way), every
 # float format, with C, zeros, -0 and wide exponents.
@@ -176,7 +172,8 @@ def test_shared_executables_give_the_same_bits(monkeypatch, fmt, shapes, kw):
             jax.vmap(f)(np.stack([a, -a]), np.stack([b, b]), np.stack([c, c]))))
         ran[mode] = len(calls)
     assert ran == {"auto": 5, "off": 0}  # forward; forward and two backward; vmapped
-    for x, y in zip(_leaf_bits(got["auto"]), _leaf_bits(got["off"]), strict=True):
+    for x, y in zip(jax.tree.leaves(got["auto"]), jax.tree.leaves(got["off"]), strict=True):
+        x, y = _bits(x), _bits(y)
         np.testing.assert_array_equal(x, y)
 
 

@@ -304,16 +304,6 @@ def matmul_datapath(arch, instruction: str, a_format: str, b_format: str,
         return None
 
 
-def in_range_models(arch, instruction: str, a_format: str, b_format: str, acc_format: str,
-                    ik: int) -> bool:
-    """Whether the in-range arithmetic models ``matmul``'s exact instructions of k ``ik``
-    (bf16 / tf32 operands, fused C, +0 and emin subnormal rules), whatever the size."""
-    if not {a_format, b_format} <= {"bf16", "tf32"}:
-        return False
-    dp = matmul_datapath(arch, instruction, a_format, b_format, acc_format, ik)
-    return dp is not None and in_range_eligible(dp, a_format, b_format)
-
-
 def in_range_matmul(arch, instruction: str, a_format: str, b_format: str, acc_format: str,
                     ik: int, macs: int) -> bool:
     """Whether ``matmul``'s exact k loop of ``macs`` multiply-adds (instructions of k
@@ -322,8 +312,10 @@ def in_range_matmul(arch, instruction: str, a_format: str, b_format: str, acc_fo
     "auto": from 2**22 multiply-adds on the CPU and 2**30 on an accelerator (where one
     cond per product costs one read of its predicate; on the H100 the in-range branch
     ran an exact bf16 4096^3 ``matmul`` 1.27x faster, the cond in every k step 0.43x)."""
-    if _KNOWN_RANGE.get() is not None or not in_range_models(
-            arch, instruction, a_format, b_format, acc_format, ik):
+    if not {a_format, b_format} <= {"bf16", "tf32"} or _KNOWN_RANGE.get() is not None:
+        return False
+    dp = matmul_datapath(arch, instruction, a_format, b_format, acc_format, ik)
+    if dp is None or not in_range_eligible(dp, a_format, b_format):
         return False
     if IN_RANGE_PATH != "auto":
         return IN_RANGE_PATH == "on"

@@ -168,10 +168,11 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         return k_loop(acc)[:M, :N]
     # One cond for the whole product; the rest through XLA's general loop, or beside the
     # kernel on an accelerator, through the shared executables on the host.
-    general = known("general")
     if fused_dp is not None and shared_chain.general_on_host(cfg, scales):
         def general(acc):
             return shared_chain.chain(a_op, b_op, acc, cfg, _k_step, tiled)
+    else:
+        general = known("general")
     vals = mma_arith.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
     return lax.cond(in_fp32_range(*vals), in_range, general, acc)[:M, :N]
 

@@ -201,7 +201,7 @@ def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg, loop) -> None:
         prod.thread.start()
 
 
-def executable_cfg(cfg: Cfg) -> Cfg:
+def _executable_cfg(cfg: Cfg) -> Cfg:
     """The configuration the executable is compiled for: what the instruction's arithmetic
     reads (formats, accumulator, instruction, target, k), so that a forward product and
     its backward ones, scaled or not, share it."""
@@ -243,9 +243,9 @@ def _blocks(a, b, acc, cfg: Cfg, step):
     (M, K), N = a.shape[-2:], b.shape[-1]
     # The operands' blocks are moved as unsigned integers of their width (numpy copies
     # extension dtypes such as bfloat16 element by element) and read back in their type.
-    a_dt, b_dt = np.asarray(a).dtype, np.asarray(b).dtype
-    a, b = (_as_uint(np.asarray(x)).reshape((-1, *x.shape[-2:])) for x in (a, b))
-    acc = np.asarray(acc).reshape((-1, *acc.shape[-2:]))
+    a, b, acc = (np.asarray(x) for x in (a, b, acc))
+    a_dt, b_dt = a.dtype, b.dtype
+    a, b, acc = (x.reshape((-1, *x.shape[-2:])) for x in (_as_uint(a), _as_uint(b), acc))
     nb, T, k = acc.shape[0], BLOCK, cfg.tile[2]
     mb, kb = -(-M // T), -(-N // T)
     # Blocks: a4[p, i] rows i*T.. of product p, b4[p, j] columns j*T.., c[g] block g.
@@ -261,7 +261,7 @@ def _blocks(a, b, acc, cfg: Cfg, step):
     blocks, steps = c.shape[0], K // k
     g_all = np.arange(blocks)
     p_of, i_of, j_of = g_all // (mb * kb), (g_all // kb) % mb, g_all % kb
-    ecfg = executable_cfg(cfg)
+    ecfg = _executable_cfg(cfg)
     g0 = 0
     while g0 < blocks:
         # the largest group the remaining blocks fill (the smallest for the last few)
