@@ -38,9 +38,12 @@ instructions and seconds of the operand conversion, the k loop, the forward prod
 gradient, fast mode; the gradient's instructions by source). ``--budget`` / ``--out`` for
 runs with a time limit (the GPU's).
 
+``--kernel-unroll U``: on a GPU, the fused kernel's step loop for small products
+(``fused_kernel.UNROLL_SMALL``; 16: no loop).
+
 Usage: python benchmarks/compile_time.py [--large] [--format bf16] [--models study,vit]
-       [--modes plain,fast,exact] [--cache] [--inline] [--parts 64] [--budget S]
-       [--out FILE]
+       [--modes plain,fast,exact] [--cache] [--inline] [--kernel-unroll U] [--parts 64]
+       [--budget S] [--out FILE]
 """
 
 from __future__ import annotations
@@ -190,7 +193,7 @@ def _vit(large: bool, mult: int):
 
 def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None,
              block_form: str | None, inline: bool = False,
-             fused_min_macs: int | None = None) -> dict:
+             fused_min_macs: int | None = None, kernel_unroll: int | None = None) -> dict:
     """One (model, mode) measurement; runs in its own process."""
     import jax
 
@@ -213,6 +216,10 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
         from jaxwarp._src.tensorcore import matmul_chain
 
         matmul_chain._FUSED_MIN_MACS = fused_min_macs
+    if kernel_unroll is not None:
+        from jaxwarp._src.tensorcore import fused_kernel
+
+        fused_kernel.UNROLL_SMALL = kernel_unroll
     mult = 4 if model.endswith("_x4") else 1
     if model.startswith("study"):
         loss, params, data = _study(large, mult, scan="_scan" in model)
@@ -349,18 +356,14 @@ def _parts(fmt: str, size: int, block_form: str | None = None) -> dict:
 CHILD_TIMEOUT = [None]  # seconds per measurement (--child-timeout)
 
 
-def _child(args, block_form=None, inline=False, fused_min_macs=None) -> dict:
-    cmd = [sys.executable, __file__, "--child", args[0], args[1], "--format", args[2]]
+def _child(args, knobs: list[str]) -> dict:
+    """One measurement in a fresh process; ``knobs``: the options passed on to it."""
+    cmd = [sys.executable, __file__, "--child", args[0], args[1], "--format", args[2],
+           *knobs]
     if args[3]:
         cmd.append("--large")
     if args[4]:
         cmd += ["--cache-dir", args[4]]
-    if block_form:
-        cmd += ["--block-form", block_form]
-    if inline:
-        cmd.append("--inline")
-    if fused_min_macs is not None:
-        cmd += ["--fused-min-macs", str(fused_min_macs)]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                              timeout=CHILD_TIMEOUT[0])
@@ -388,6 +391,10 @@ def main() -> None:
     ap.add_argument("--fused-min-macs", type=int, default=None, metavar="N",
                     help="on a GPU: the fused kernel's size rule (matmul_chain._FUSED_MIN_MACS; "
                          "0: every f16 / bf16 product through the kernel)")
+    ap.add_argument("--kernel-unroll", type=int, default=None, choices=(1, 2, 4, 8, 16),
+                    help="on a GPU: products written out per iteration of the fused "
+                         "kernel's loop over a step, for small products "
+                         "(fused_kernel.UNROLL_SMALL; 16: no loop)")
     ap.add_argument("--child-timeout", type=float, default=None,
                     help="seconds allowed to one (model, mode) measurement")
     ap.add_argument("--budget", type=float, default=None,
@@ -404,7 +411,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_measure(*args.child, args.format, args.large, args.cache_dir,
-                                  args.block_form, args.inline, args.fused_min_macs)))
+                                  args.block_form, args.inline, args.fused_min_macs,
+                                  args.kernel_unroll)))
         return
     from _common import device_info, emit, host_info, versions
 
@@ -415,6 +423,12 @@ def main() -> None:
         return
 
     CHILD_TIMEOUT[0] = args.child_timeout
+    knobs = [*(["--block-form", args.block_form] if args.block_form else []),
+             *(["--inline"] if args.inline else []),
+             *(["--fused-min-macs", str(args.fused_min_macs)]
+               if args.fused_min_macs is not None else []),
+             *(["--kernel-unroll", str(args.kernel_unroll)]
+               if args.kernel_unroll is not None else [])]
 
     t_start = time.perf_counter()
     models = [m for m in args.models.split(",") if m]
@@ -436,6 +450,7 @@ def main() -> None:
             "block_form": args.block_form or "package default",
             "inline": args.inline,
             "fused_min_macs": args.fused_min_macs,
+            "kernel_unroll": args.kernel_unroll,
             "vit": vit,
             "models": results,
             "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},
@@ -458,8 +473,7 @@ def main() -> None:
                 results[model][mode] = {"error": f"skipped: over --budget {args.budget} s"}
             else:
                 results[model][mode] = _child((model, mode, args.format, args.large, None),
-                                              args.block_form, args.inline,
-                                              args.fused_min_macs)
+                                              knobs)
             print(model, mode, json.dumps(results[model][mode]), file=sys.stderr, flush=True)
             record()
         r = results[model]
@@ -478,8 +492,8 @@ def main() -> None:
     cache = None
     if args.cache and models:
         with tempfile.TemporaryDirectory() as d:
-            cold = _child((models[0], "exact", args.format, args.large, d), args.block_form)
-            warm = _child((models[0], "exact", args.format, args.large, d), args.block_form)
+            cold = _child((models[0], "exact", args.format, args.large, d), knobs)
+            warm = _child((models[0], "exact", args.format, args.large, d), knobs)
         cache = {"model": models[0], "cold": cold, "warm": warm}
     rec = record(final=True)
     rec["persistent_cache"] = cache

@@ -2,8 +2,9 @@
 
 Parts (one process; each case in its own try/except that prints the traceback):
 
-* ``timing``: 4096^3 with C, interleaved rounds of the kernel (:data:`VARIANTS`: tiles,
-  warps, forms; f16 also without the "finite" knowledge), XLA's exact path and
+* ``timing``: 4096^3 with C (``--shape M,N,K`` for another), interleaved rounds of the
+  kernel (:data:`VARIANTS`: tiles, warps, forms, products written out per iteration of
+  the step loop, ``_uN``; f16 also without the "finite" knowledge), XLA's exact path and
   ``jnp.matmul``: best seconds, TFLOP/s, ratios (target: kernel >= 3x the XLA exact
   path), and each kernel's bits against XLA's exact path;
 * ``bits``: exact ``matmul`` with the kernel (``matmul_chain.FUSED_KERNEL="on"``: the
@@ -19,7 +20,7 @@ prints progress. On a CPU ``--dry`` runs the machinery on small shapes (the kern
 Pallas' interpreter).
 
 Usage: python benchmarks/fused_kernel_check.py [--out DIR] [--dry] [--ptx]
-       [--parts timing,bits] [--variants NAME,...]
+       [--parts timing,bits] [--variants NAME,...] [--shape M,N,K]
 """
 
 from __future__ import annotations
@@ -155,6 +156,11 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
     "f16_32x32_w4": ("f16", (32, 32), 4, True, "unrolled", "float", False),
     "f16_32x32_w4_split_f32": ("f16", (32, 32), 4, True, "split", "float", True),
     "f16_32x32_w4_split_f32_specials": ("f16", (32, 32), 4, False, "split", "float", True),
+    # A loop over a step's products, u written out per iteration (Plan.unroll, what
+    # chain takes for small products): the run time it costs.
+    **{f"bf16_32x32_w4_split_f32_u{u}": ("bf16", (32, 32), 4, True, "split", "float", True)
+       for u in (1, 2, 4, 8)},
+    "f16_32x32_w4_split_f32_u4": ("f16", (32, 32), 4, True, "split", "float", True),
     # A probe, not a kernel: the conversions (fp32 -> int32) replaced by bitcasts (wrong
     # bits): how much of the time the conversion pipe takes.
     "bf16_32x32_w4_split_f32_probe_noconv": ("bf16", (32, 32), 4, True, "split", "float",
@@ -162,7 +168,14 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
 }
 
 
-def part_timing(dry: bool, budget: float, only: list[str] | None = None) -> dict:
+def _unroll(name: str) -> int:
+    """Plan.unroll of a variant: its suffix ``_uN``, else 16."""
+    m = re.search(r"_u(\d+)$", name)
+    return int(m.group(1)) if m else 16
+
+
+def part_timing(dry: bool, budget: float, only: list[str] | None = None,
+                shape: tuple[int, int, int] | None = None) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -170,23 +183,26 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None) -> dict
     import jaxwarp
     from jaxwarp._src.tensorcore import arch, fused_kernel, matmul_chain
 
-    n = 64 if dry else 4096
+    M, N, K = shape or ((64,) * 3 if dry else (4096,) * 3)
     rng = np.random.default_rng(1)
     ops = {}
     for fmt, dt in (("bf16", jnp.bfloat16), ("f16", jnp.float16)):
-        ops[fmt] = (jnp.asarray(rng.standard_normal((n, n)), dt),
-                    jnp.asarray(rng.standard_normal((n, n)), dt),
-                    jnp.asarray(rng.standard_normal((n, n)), jnp.float32))
+        ops[fmt] = (jnp.asarray(rng.standard_normal((M, K)), dt),
+                    jnp.asarray(rng.standard_normal((K, N)), dt),
+                    jnp.asarray(rng.standard_normal((M, N)), jnp.float32))
     fns = {}
     for name, (fmt, block, warps, finite, form, rounding, f32) in VARIANTS.items():
         if only and name not in only:
             continue
         dp = arch.datapath_for("sm_90", "wmma", fmt, 16)
+        unroll = _unroll(name)
         fns[name] = jax.jit(lambda a, b, c, dp=dp, fmt=fmt, block=block, warps=warps,
-                            finite=finite, form=form, rounding=rounding, f32=f32:
+                            finite=finite, form=form, rounding=rounding, f32=f32,
+                            unroll=unroll:
                             fused_kernel.chain(a, b, c, dp, fmt, finite=finite, block=block,
                                                num_warps=warps, interpret=dry, form=form,
-                                               rounding=rounding, f32_operands=f32))
+                                               rounding=rounding, f32_operands=f32,
+                                               unroll=unroll))
     matmul_chain.FUSED_KERNEL = "off"
     jax.clear_caches()
     for fmt in ("bf16", "f16"):
@@ -222,8 +238,8 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None) -> dict
             jax.block_until_ready(fns[name](*ops[fmt]))
             times[name].append(time.perf_counter() - t)
         rounds += 1
-    out = {"n": n, "rounds": rounds, "variants": {}}
-    flop = 2.0 * n ** 3
+    out = {"shape": [M, N, K], "rounds": rounds, "variants": {}}
+    flop = 2.0 * M * N * K
     for name, ts in times.items():
         fmt = name.split("_")[0]
         best = min(ts) if ts else None
@@ -280,6 +296,8 @@ def main():
     ap.add_argument("--budget", type=float, default=200.0)
     ap.add_argument("--variants", default=None,
                     help="comma-separated names of VARIANTS to time (default: all)")
+    ap.add_argument("--shape", default=None, metavar="M,N,K",
+                    help="the timing part's product (default 4096,4096,4096)")
     ap.add_argument("--parts", default="timing,bits", help="timing, bits (and --ptx)")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out)
@@ -298,7 +316,9 @@ def main():
     parts = args.parts.split(",")
     if not set(parts) <= {"timing", "bits", "ptx"}:
         raise SystemExit(f"--parts: {args.parts!r}; allowed: timing, bits, ptx")
-    for name, fn in (("timing", lambda: part_timing(args.dry, args.budget * 0.6, only)),
+    for name, fn in (("timing", lambda: part_timing(
+            args.dry, args.budget * 0.6, only,
+            tuple(int(x) for x in args.shape.split(",")) if args.shape else None)),
                      ("bits", lambda: part_bits(args.dry, args.budget)),
                      ("ptx", lambda: part_ptx(out_dir))):
         if name not in parts and not (name == "ptx" and args.ptx):

@@ -55,22 +55,86 @@ def test_kernel_bits_bf16():
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
-_CASES = ([("bf16", k, "split") for k in ("wide", "zeros", "cancel", "big")]
-          + [("f16", k, "split") for k in ("wide", "cancel", "subnormal", "special")]
-          + [("bf16", "wide", "unrolled"), ("f16", "special", "unrolled"),
-             ("bf16", "cancel", "reduce"), ("f16", "special", "reduce")])
+_CASES = ([("bf16", k, "split", 16) for k in ("wide", "zeros", "cancel", "big")]
+          + [("f16", k, "split", 16) for k in ("wide", "cancel", "subnormal", "special")]
+          + [("bf16", "wide", "unrolled", 16), ("f16", "special", "unrolled", 16),
+             ("bf16", "cancel", "reduce", 16), ("f16", "special", "reduce", 16)]
+          # a step's products in a loop, u an iteration (the kernel of small products)
+          + [("bf16", "wide", "split", 4), ("bf16", "zeros", "split", 1),
+             ("f16", "special", "split", 4), ("f16", "subnormal", "split", 2),
+             ("f16", "special", "unrolled", 8), ("bf16", "cancel", "unrolled", 4)])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fmt", "kind", "form"), _CASES)
-def test_kernel_bits(fmt, kind, form):
+@pytest.mark.parametrize(("fmt", "kind", "form", "unroll"), _CASES)
+def test_kernel_bits(fmt, kind, form, unroll):
     a, b, c = _operands(fmt, 32, 32, 64, kind)
     dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
     got = fused_kernel.chain(a, b, c, dp, fmt, interpret=True, form=form,
                              f32_operands=form == "split",
-                             finite=None if fmt == "f16" else True)
+                             finite=None if fmt == "f16" else True, unroll=unroll)
     want = jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact")
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_rolled_kernel_bits(monkeypatch):
+    # The loop over a step's products (Plan.unroll < 16) against the written-out step and
+    # XLA's exact path: the same bits, with zeros, -0 and a subnormal C, f16 inf and NaN.
+    # On a GPU the compiled kernels, elsewhere Pallas' interpreter.
+    gpu = jax.default_backend() == "gpu"
+    kinds = ([("bf16", k) for k in ("wide", "zeros", "cancel", "big")]
+             + [("f16", k) for k in ("special", "subnormal", "cancel")] if gpu
+             else [("bf16", "wide"), ("f16", "special")])
+    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
+    for fmt, kind in kinds:
+        dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
+        a, b, c = _operands(fmt, 64 if gpu else 16, 48 if gpu else 16, 96 if gpu else 48,
+                            kind, seed=3)
+        out = {u: _bits(fused_kernel.chain(a, b, c, dp, fmt, interpret=not gpu, unroll=u,
+                                           block=None if gpu else (16, 16),
+                                           finite=None if fmt == "f16" else True))
+               for u in ((16, 8, 4, 2, 1) if gpu else (16, 4, 1))}
+        want = _bits(jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact"))
+        for u, got in out.items():
+            np.testing.assert_array_equal(got, want, err_msg=f"{fmt} {kind} unroll={u}")
+
+
+def test_kernel_per_shape_and_size(monkeypatch):
+    """A product shape used again in a program traces the kernel once (``gemm`` is
+    jitted per plan); the size rule picks the loop over a step's products for small
+    products (``UNROLL_SMALL``) and the written-out step from ``ROLLED_BELOW``."""
+    dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
+    plans = []
+    kernel = fused_kernel._kernel
+
+    def counted(*refs, plan):
+        plans.append(plan)
+        return kernel(*refs, plan=plan)
+
+    monkeypatch.setattr(fused_kernel, "_kernel", counted)
+    a, b = jnp.ones((32, 32), jnp.bfloat16), jnp.ones((32, 64), jnp.bfloat16)
+
+    def trace():  # a new function each time (make_jaxpr caches by function)
+        def f(c1, c2):
+            return [fused_kernel.chain(x, b, c, dp, "bf16", finite=True, interpret=True)
+                    for x, c in ((a, c1), (a, c2), (a[:16], c1[:16]))]
+        jax.make_jaxpr(f)(jnp.zeros((32, 64)), jnp.ones((32, 64)))
+
+    jax.clear_caches()
+    trace()
+    assert len(plans) == 1  # M = 16 is padded to the tile: the same shape
+    assert plans[0].unroll == fused_kernel.UNROLL_SMALL
+    monkeypatch.setattr(fused_kernel, "UNROLL_SMALL", 2)
+    monkeypatch.setattr(fused_kernel, "ROLLED_BELOW", 32 * 32 * 64 + 1)
+    trace()
+    assert [p.unroll for p in plans[1:]] == [2]
+    monkeypatch.setattr(fused_kernel, "ROLLED_BELOW", 32 * 32 * 64)
+    trace()
+    assert [p.unroll for p in plans[1:]] == [2, fused_kernel.IK]
+    with pytest.raises(ValueError, match="unroll=3"):
+        fused_kernel.chain(a, b, jnp.zeros((32, 64)), dp, "bf16", finite=True, unroll=3,
+                           interpret=True)
+    jax.clear_caches()
 
 
 @pytest.mark.slow

@@ -39,6 +39,14 @@ On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.9
 f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
 "What bounds the exact datapath", has the variants tried and what bounds them).
 
+Compile time: :func:`chain` runs one kernel per product shape, traced and lowered once
+per shape in a program (``gemm`` is jitted per plan). A product of fewer than
+:data:`ROLLED_BELOW` multiply-adds takes a kernel whose step loops over its 16 products,
+:data:`UNROLL_SMALL` written out per iteration: on an H100 it lowers and compiles in a
+third of the time (0.47 s against 1.39 s for the first call) and runs at 0.68 of the
+written-out kernel's speed at 4096^3 (3.40 against 4.99 TFLOP/s), 0.88 at 512 x 128 x 512
+(``benchmarks/fused_kernel_check.py --variants``, ``docs/compile_time.md``).
+
 :func:`models` says which datapaths the kernel is (the sm_90 preset's fields it reads);
 :func:`gemm` runs it. Off the GPU (``interpret=True``) Pallas interprets the same kernel
 body with XLA on the CPU, so its bits can be checked against ``mode="exact"`` anywhere.
@@ -113,6 +121,11 @@ class Plan:
     #: The operands passed as fp32 arrays: twice the bytes read, no conversion per
     #: operand element in the kernel.
     f32_operands: bool = False
+    #: Products of a step written out per iteration of a loop over its 16 (a divisor of
+    #: 16; forms "unrolled" and "split"): 16, no loop; fewer, a smaller kernel body,
+    #: which Pallas lowers and Triton compiles in less time, with fewer loads in flight
+    #: (the bits are the same: the same operations in the same order).
+    unroll: int = 16
 
 
 def _trunc_model(x):
@@ -192,6 +205,38 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
                   for i in range(IK)]), sp, plan)
 
 
+def _step_rolled(col, row, c, plan: Plan, pcol=None, prow=None):
+    """``_step`` with its two passes over the 16 products as loops of ``plan.unroll``
+    products an iteration: the maximum starts from +0, below or equal to every power of
+    two, and the int32 sum of the terms from 0 (the sum wraps: its order changes no
+    bit)."""
+    u = plan.unroll
+
+    def power(i):
+        if pcol is None:
+            return _pow_of(col(i), plan.fmt) * _pow_of(row(i), plan.fmt)
+        return pcol(i) * prow(i)
+
+    def first(j, carry):
+        wmax, sp = carry
+        for i in (j * u + t for t in range(u)):
+            if not plan.finite:
+                sp = sp + col(i) * row(i)
+            wmax = jnp.maximum(wmax, power(i))
+        return wmax, sp
+
+    def second(j, s, scale):
+        for i in (j * u + t for t in range(u)):
+            s = s + _trunc(col(i) * row(i) * scale)
+        return s
+
+    w0 = jnp.zeros(c.shape, jnp.float32 if pcol is None else jnp.bfloat16)
+    wmax, sp = lax.fori_loop(0, IK // u, first, (w0, c))
+    return _finish(c, wmax.astype(jnp.float32), lambda scale: lax.fori_loop(
+        0, IK // u, functools.partial(second, scale=scale), jnp.zeros(c.shape, jnp.int32)),
+        sp, plan)
+
+
 def _step_k(at, bt, c, plan: Plan):
     """``_step`` on an operand block at (bm, 16) and B's block transposed bt (bn, 16): the
     products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
@@ -267,9 +312,9 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
             pa_ref, pb_ref = pow_refs
             split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)],
                          prow=lambda i: pb_ref[pl.ds(s + i, 1), :])
-        return _step(lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
-                     lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
-                     **split)
+        return (_step if plan.unroll == IK else _step_rolled)(
+            lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
+            lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan, **split)
 
     d = lax.fori_loop(0, plan.K // IK, step, c_ref[...])
     bits = _bits(d)
@@ -330,6 +375,15 @@ NUM_WARPS = 4
 FORM = "split"
 ROUNDING = "float"
 F32_OPERANDS = True
+#: Products of fewer multiply-adds take the kernel with a loop over a step's products
+#: (``Plan.unroll`` = :data:`UNROLL_SMALL`): there the compile is what a user waits for,
+#: not the run.
+ROLLED_BELOW = 1 << 24
+UNROLL_SMALL = 4
+
+#: ``gemm`` jitted per plan: a product shape used again in a program (the same layer
+#: twice, a forward and a backward product alike) is traced and lowered once.
+_gemm = jax.jit(gemm, static_argnames=("plan", "interpret"))
 
 
 def _all_finite(x):
@@ -339,13 +393,15 @@ def _all_finite(x):
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
           interpret: bool = False, block: tuple[int, int] | None = None,
           num_warps: int | None = None, form: str | None = None,
-          rounding: str | None = None, f32_operands: bool | None = None):
+          rounding: str | None = None, f32_operands: bool | None = None,
+          unroll: int | None = None):
     """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
     M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
     operands are known finite (True), known not to be (False), or None: a ``lax.cond`` on
     whether they are (f16 operands; the kernel without the IEEE sum of products where
     they are). bf16 operands must be in fp32's range (``in_fp32_range``): the caller's
-    cond.
+    cond. ``unroll``: ``Plan.unroll`` (None: :data:`UNROLL_SMALL` below
+    :data:`ROLLED_BELOW` multiply-adds, else 16).
 
     Example:
         >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
@@ -364,11 +420,17 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     dt = isa.storage_dtype(fmt)
     a, b = a.astype(dt), b.astype(dt)
 
+    if unroll is None:
+        unroll = UNROLL_SMALL if Mp * Np * K < ROLLED_BELOW else IK
+    if IK % unroll:
+        raise ValueError(f"chain: unroll={unroll} does not divide {IK}")
+
     def run(fin):
         plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
                     form=form or FORM, rounding=rounding or ROUNDING,
-                    f32_operands=F32_OPERANDS if f32_operands is None else f32_operands)
-        return lambda a, b, c: gemm(a, b, c, plan, interpret=interpret)
+                    f32_operands=F32_OPERANDS if f32_operands is None else f32_operands,
+                    unroll=unroll)
+        return lambda a, b, c: _gemm(a, b, c, plan, interpret=interpret)
 
     if finite is None:
         d = lax.cond(_all_finite(a) & _all_finite(b), run(True), run(False), a, b, c)
