@@ -423,7 +423,7 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     if unroll is None:
         unroll = UNROLL_SMALL if Mp * Np * K < ROLLED_BELOW else IK
     if IK % unroll:
-        raise ValueError(f"chain: unroll={unroll} does not divide {IK}")
+        raise ValueError(f"chain: unroll={unroll}: allowed 1, 2, 4, 8 or 16 (a divisor of {IK})")
 
     def run(fin):
         plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
