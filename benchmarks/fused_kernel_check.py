@@ -174,6 +174,18 @@ def _unroll(name: str) -> int:
     return int(m.group(1)) if m else 16
 
 
+def _shape(text: str) -> tuple[int, int, int]:
+    """``--shape``: three positive integers M,N,K, K a multiple of 16."""
+    try:
+        M, N, K = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected M,N,K, three integers") from None
+    if min(M, N, K) < 1 or K % 16:
+        raise argparse.ArgumentTypeError(f"{text!r}: M, N, K must be positive and K a "
+                                         "multiple of 16 (the instruction's k)")
+    return M, N, K
+
+
 def part_timing(dry: bool, budget: float, only: list[str] | None = None,
                 shape: tuple[int, int, int] | None = None) -> dict:
     import jax
@@ -296,7 +308,7 @@ def main():
     ap.add_argument("--budget", type=float, default=200.0)
     ap.add_argument("--variants", default=None,
                     help="comma-separated names of VARIANTS to time (default: all)")
-    ap.add_argument("--shape", default=None, metavar="M,N,K",
+    ap.add_argument("--shape", default=None, type=_shape, metavar="M,N,K",
                     help="the timing part's product (default 4096,4096,4096)")
     ap.add_argument("--parts", default="timing,bits", help="timing, bits (and --ptx)")
     args = ap.parse_args()
@@ -316,9 +328,8 @@ def main():
     parts = args.parts.split(",")
     if not set(parts) <= {"timing", "bits", "ptx"}:
         raise SystemExit(f"--parts: {args.parts!r}; allowed: timing, bits, ptx")
-    for name, fn in (("timing", lambda: part_timing(
-            args.dry, args.budget * 0.6, only,
-            tuple(int(x) for x in args.shape.split(",")) if args.shape else None)),
+    for name, fn in (("timing", lambda: part_timing(args.dry, args.budget * 0.6, only,
+                                                    args.shape)),
                      ("bits", lambda: part_bits(args.dry, args.budget)),
                      ("ptx", lambda: part_ptx(out_dir))):
         if name not in parts and not (name == "ptx" and args.ptx):
