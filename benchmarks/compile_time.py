@@ -40,11 +40,13 @@ gradient, fast mode; the gradient's instructions by source). ``--budget`` / ``--
 runs with a time limit (the GPU's).
 
 ``--kernel-unroll U``: on a GPU, the fused kernel's step loop for small products
-(``fused_kernel.UNROLL_SMALL``; 16: no loop).
+(``fused_kernel.UNROLL_SMALL``; 16: no loop). ``--any-range-below N``: on a GPU, the
+products that run one kernel for operands of any value with no range check and cond
+(``fused_kernel.ANY_RANGE_BELOW``; 0: every product checks its operands' range first).
 
 Usage: python benchmarks/compile_time.py [--large] [--format bf16] [--models study,vit]
-       [--modes plain,fast,exact] [--cache] [--inline] [--kernel-unroll U] [--parts 64]
-       [--budget S] [--out FILE]
+       [--modes plain,fast,exact] [--cache] [--inline] [--kernel-unroll U]
+       [--any-range-below N] [--parts 64] [--budget S] [--out FILE]
 """
 
 from __future__ import annotations
@@ -194,7 +196,8 @@ def _vit(large: bool, mult: int):
 
 def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None,
              block_form: str | None, inline: bool = False,
-             fused_min_macs: int | None = None, kernel_unroll: int | None = None) -> dict:
+             fused_min_macs: int | None = None, kernel_unroll: int | None = None,
+             any_range_below: int | None = None) -> dict:
     """One (model, mode) measurement; runs in its own process."""
     import jax
 
@@ -221,6 +224,10 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
         from jaxwarp._src.tensorcore import fused_kernel
 
         fused_kernel.UNROLL_SMALL = kernel_unroll
+    if any_range_below is not None:
+        from jaxwarp._src.tensorcore import fused_kernel
+
+        fused_kernel.ANY_RANGE_BELOW = any_range_below
     mult = 4 if model.endswith("_x4") else 1
     if model.startswith("study"):
         loss, params, data = _study(large, mult, scan="_scan" in model)
@@ -396,6 +403,10 @@ def main() -> None:
                     help="on a GPU: products written out per iteration of the fused "
                          "kernel's loop over a step, for small products "
                          "(fused_kernel.UNROLL_SMALL; 16: no loop)")
+    ap.add_argument("--any-range-below", type=int, default=None, metavar="N",
+                    help="on a GPU: products of fewer multiply-adds run one kernel for "
+                         "any operand value, no range check or cond "
+                         "(fused_kernel.ANY_RANGE_BELOW; 0: none)")
     ap.add_argument("--child-timeout", type=float, default=None,
                     help="seconds allowed to one (model, mode) measurement")
     ap.add_argument("--budget", type=float, default=None,
@@ -413,7 +424,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(_measure(*args.child, args.format, args.large, args.cache_dir,
                                   args.block_form, args.inline, args.fused_min_macs,
-                                  args.kernel_unroll)))
+                                  args.kernel_unroll, args.any_range_below)))
         return
     from _common import device_info, emit, host_info, versions
 
@@ -429,7 +440,9 @@ def main() -> None:
              *(["--fused-min-macs", str(args.fused_min_macs)]
                if args.fused_min_macs is not None else []),
              *(["--kernel-unroll", str(args.kernel_unroll)]
-               if args.kernel_unroll is not None else [])]
+               if args.kernel_unroll is not None else []),
+             *(["--any-range-below", str(args.any_range_below)]
+               if args.any_range_below is not None else [])]
 
     t_start = time.perf_counter()
     models = [m for m in args.models.split(",") if m]
@@ -452,6 +465,7 @@ def main() -> None:
             "inline": args.inline,
             "fused_min_macs": args.fused_min_macs,
             "kernel_unroll": args.kernel_unroll,
+            "any_range_below": args.any_range_below,
             "vit": vit,
             "models": results,
             "targets": {"exact_over_fast": 2.0, "x4_over_x1": 1.5},

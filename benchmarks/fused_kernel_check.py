@@ -10,8 +10,9 @@ Parts (one process; each case in its own try/except that prints the traceback):
 * ``bits``: exact ``matmul`` with the kernel (``matmul_chain.FUSED_KERNEL="on"``: the
   kernel at every size; on a CPU Pallas' interpreter) against XLA's exact path
   (``"off"``), bf16 and f16, random GEMMs: odd shapes (wgmma tiles: M, N padded), wide
-  exponents, zeros, cancellation, f16 subnormals, inf and NaN (f16), bf16 out of fp32's
-  range (the XLA branch of the cond), with C; equal / total per case;
+  exponents, zeros, cancellation, f16 subnormals, inf and NaN, bf16 out of fp32's
+  range (the host branch of the cond; below ``fused_kernel.ANY_RANGE_BELOW`` multiply-adds
+  the kernel for any value), with C; equal / total per case;
 * ``ptx``: (``--ptx``, a child process with XLA's dump) the PTX opcodes of one small
   kernel, counted.
 
@@ -82,6 +83,9 @@ CASES = [  # (fmt, M, N, K, kind, with C, instruction); 4096^3 with C: the timin
     ("f16", 256, 384, 512, "wide", True, "wmma"),
     ("f16", 256, 256, 256, "special", True, "wmma"),
     ("bf16", 256, 256, 256, "out_of_range", True, "wmma"),
+    # below fused_kernel.ANY_RANGE_BELOW: the kernel for any bf16 value, no cond
+    ("bf16", 128, 96, 128, "out_of_range", True, "wmma"),
+    ("bf16", 128, 96, 128, "special", True, "wgmma"),
     ("bf16", 256, 256, 256, "cancel", True, "wmma"),
     ("f16", 256, 256, 256, "cancel", True, "wmma"),
     ("f16", 256, 256, 256, "subnormal", True, "wmma"),
@@ -161,6 +165,12 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
     **{f"bf16_32x32_w4_split_f32_u{u}": ("bf16", (32, 32), 4, True, "split", "float", True)
        for u in (1, 2, 4, 8)},
     "f16_32x32_w4_split_f32_u4": ("f16", (32, 32), 4, True, "split", "float", True),
+    # The kernel for bf16 operands of any value (what small bf16 products run, with no
+    # range check or cond), and f16 with the IEEE sum of products (small f16 products).
+    "bf16_32x32_w4_general": ("bf16", (32, 32), 4, False, "general", "float", False),
+    "bf16_32x32_w4_general_u4": ("bf16", (32, 32), 4, False, "general", "float", False),
+    "f16_32x32_w4_split_f32_specials_u4": ("f16", (32, 32), 4, False, "split", "float",
+                                           True),
     # A probe, not a kernel: the conversions (fp32 -> int32) replaced by bitcasts (wrong
     # bits): how much of the time the conversion pipe takes.
     "bf16_32x32_w4_split_f32_probe_noconv": ("bf16", (32, 32), 4, True, "split", "float",

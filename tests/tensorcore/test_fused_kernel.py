@@ -36,12 +36,31 @@ def _operands(fmt, M, N, K, kind, seed=0):
         a, b = a * 2.0 ** 60, b * 2.0 ** 60
     elif kind == "out_of_range":  # bf16 products past fp32's range: XLA's branch
         a = a * 2.0 ** 70
+    elif kind == "tiny":  # bf16 subnormals, products near the floor, subnormal results
+        a = a * 2.0 ** rng.integers(-133, -118, (M, K))
+        b = b * 2.0 ** rng.integers(-12, 3, (K, N))
+    elif kind == "huge":  # bf16 products near 2**127, in cancelling pairs, and overflows
+        a = a * 2.0 ** rng.integers(55, 66, (M, K))
+        b = b * 2.0 ** rng.integers(55, 66, (K, N))
+        a[:, 1::2] = a[:, ::2]
+        b[1::2] = -b[::2] * (1 + 2.0 ** -7 * rng.integers(-1, 2, (K // 2, N)))
+    elif kind == "span":  # bf16 exponents over +-70: products past fp32's range both ways
+        a = a * 2.0 ** rng.integers(-70, 70, (M, K))
+        b = b * 2.0 ** rng.integers(-70, 70, (K, N))
+    elif kind == "bits":  # every bf16 bit pattern alike (inf, NaN, subnormals, zeros)
+        a, b = (rng.integers(0, 1 << 16, s, dtype=np.uint32).astype(np.uint16)
+                .view(jnp.bfloat16).astype(np.float32) for s in ((M, K), (K, N)))
     a, b = jnp.asarray(a, _DT[fmt]), jnp.asarray(b, _DT[fmt])
     if kind == "special":
         a = a.at[0, 0].set(jnp.inf).at[1, 3].set(jnp.nan).at[2, 0].set(-jnp.inf)
         b = b.at[0, 2].set(0).at[5, 7].set(jnp.inf)
-    c = jnp.asarray(rng.standard_normal((M, N)) * 2.0 ** rng.integers(-30, 30, (M, N)),
+    lo, hi = {"tiny": (-149, -124), "huge": (100, 128), "span": (-140, 128)}.get(kind,
+                                                                                (-30, 30))
+    c = jnp.asarray(rng.standard_normal((M, N)) * 2.0 ** rng.integers(lo, hi, (M, N)),
                     jnp.float32).at[0, 1].set(-0.0).at[1, 1].set(2.0 ** -130)
+    if kind == "bits":
+        c = jnp.asarray(rng.integers(0, 1 << 32, (M, N), dtype=np.uint64).astype(np.uint32)
+                        .view(np.float32))
     return a, b, c
 
 
@@ -97,6 +116,53 @@ def test_rolled_kernel_bits(monkeypatch):
         want = _bits(jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact"))
         for u, got in out.items():
             np.testing.assert_array_equal(got, want, err_msg=f"{fmt} {kind} unroll={u}")
+
+
+def test_general_kernel_bits(monkeypatch):
+    # The kernel for bf16 operands of any value (form "general", what small bf16 products
+    # run, with no range check): exact mode's bits where products leave fp32's range both
+    # ways, with inf, NaN, subnormal operands and results, random bit patterns, and the
+    # chain through a subnormal or infinite C. On a GPU the compiled kernels (with and
+    # without the loop over a step's products), elsewhere Pallas' interpreter.
+    gpu = jax.default_backend() == "gpu"
+    kinds = (("wide", "zeros", "cancel", "big", "out_of_range", "special", "tiny", "huge",
+              "span", "bits") if gpu else ("special", "tiny", "huge", "bits"))
+    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
+    dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
+    for kind in kinds:
+        a, b, c = _operands("bf16", 64 if gpu else 16, 48 if gpu else 16, 96 if gpu else 48,
+                            kind, seed=4)
+        want = _bits(jaxwarp.matmul(a, b, c, operand_format="bf16", mode="exact"))
+        for u in ((16, 8, 4, 2, 1) if gpu else (16, 4)):
+            got = _bits(fused_kernel.chain(a, b, c, dp, "bf16", form="general", unroll=u,
+                                           interpret=not gpu,
+                                           block=None if gpu else (16, 16)))
+            np.testing.assert_array_equal(got, want, err_msg=f"{kind} unroll={u}")
+
+
+def test_general_kernel_reads_the_floor():
+    # The general kernel's E floor is the datapath's e_floor: one instruction of tiny
+    # products against the model's mma with and without it (the two differ).
+    h100 = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
+    rng = np.random.default_rng(6)  # products 2**-150 .. 2**-139: below the floor 2**-133
+    a = jnp.asarray(rng.standard_normal((16, 16)) * 2.0 ** rng.integers(-126, -120, (16, 16)),
+                    jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((16, 16)) * 2.0 ** rng.integers(-24, -20, (16, 16)),
+                    jnp.bfloat16)
+    c = jnp.zeros((16, 16), jnp.float32)
+    out = {}
+    for e_floor in (7, None):
+        dp = h100.replace(e_floor=e_floor)
+        got = _bits(fused_kernel.chain(a, b, c, dp, "bf16", form="general", interpret=True,
+                                       block=(16, 16)))
+        want = _bits(jaxwarp.mma(a, b, c, a_format="bf16", c_format="f32", d_format="f32",
+                                 datapath=dp))
+        np.testing.assert_array_equal(got, want, err_msg=f"e_floor={e_floor}")
+        out[e_floor] = got
+    assert (out[7] != out[None]).any()
+    with pytest.raises(ValueError, match="form='general' takes bf16"):
+        fused_kernel.chain(a.astype(jnp.float16), b.astype(jnp.float16), c, h100, "f16",
+                           form="general", interpret=True)
 
 
 def test_kernel_per_shape_and_size(monkeypatch):

@@ -217,11 +217,16 @@ def test_promoted_products_give_the_same_bits(monkeypatch):
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="the fused kernel's GPU path")
-def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch):
-    # On a GPU the kernel runs bf16 products in fp32's range and the shared executables on
-    # the host run the rest: the bits of XLA's general loop, for operands out of range.
-    from jaxwarp._src.tensorcore import shared_chain
+@pytest.mark.parametrize("any_range_below", [None, 0])
+def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, any_range_below):
+    # On a GPU a small bf16 product runs the kernel for any operand value (no range check;
+    # any_range_below None, the default); a larger one (0: every size) the kernel where its
+    # operands are in fp32's range and the shared executables on the host for the rest.
+    # Both give the bits of XLA's general loop, for operands out of range.
+    from jaxwarp._src.tensorcore import fused_kernel, shared_chain
 
+    if any_range_below is not None:
+        monkeypatch.setattr(fused_kernel, "ANY_RANGE_BELOW", any_range_below)
     rng = np.random.default_rng(12)
     a = (rng.standard_normal((48, 64)) * np.exp2(rng.integers(-130, 126, (48, 64)))).astype(
         np.float32)
@@ -246,9 +251,11 @@ def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch):
         jax.clear_caches()
         got[mode] = (np.asarray(jax.jit(f)(a, b, c)),
                      np.asarray(jax.jit(f)(np.ones_like(a), np.full_like(b, 2.0), c)))
-    assert len(calls) == 1  # the out-of-range product, in "auto" only
+    jax.clear_caches()
     for x, y in zip(got["auto"], got["off"], strict=True):
         np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
+    # the host: the out-of-range product, in "auto" only, where a range check runs
+    assert len(calls) == (0 if any_range_below is None else 1)
 
 
 def test_bad_input():

@@ -39,13 +39,31 @@ On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.9
 f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
 "What bounds the exact datapath", has the variants tried and what bounds them).
 
+Operands of any value (``form="general"``, bf16): the kernel above needs every product
+in fp32's range, so a caller checks the operands' range and takes a ``lax.cond`` to the
+general arithmetic where they are not; in a program of many product calls on the GPU
+that check and cond were most of what exact mode added to the compile. The general form
+needs neither: each operand is decoded in the kernel into an fp32 significand ``m``
+(1.f, or a subnormal's 0.f) and an int32 alignment exponent ``e``; a product's exponent
+``ea + eb``, E and the terms' scales ``2**(ea + eb - E + F)`` are integer sums and maxima
+(products from ``2**-266`` to ``2**256``, E down to the datapath's floor
+``-126 - e_floor``), ``ma * mb`` is exact below 4, C's term and the rounding to fp32 are
+integer operations on the bits (a subnormal result keeps the bits above ``2**-149``, as
+the model's rounding does), and the IEEE sum of C's stand-in and the products ``ma * mb``
+tells NaN and infinities. No float operation reads a subnormal, so a GPU that flushes
+them gives the same bits. It runs at about a quarter of the in-range kernel's speed on
+large products (4096^3 on an H100: 1.31 against 4.78 TFLOP/s) and as fast on small ones
+(512 x 128 x 512: 0.58 against 0.59 ms), so :func:`chain`'s callers take it below
+:data:`ANY_RANGE_BELOW` multiply-adds (:func:`any_range`), where a call's time is mostly
+launches and its compile is what a user waits for.
+
 Compile time: :func:`chain` runs one kernel per product shape, traced and lowered once
 per shape in a program (``gemm`` is jitted per plan). A product of fewer than
 :data:`ROLLED_BELOW` multiply-adds takes a kernel whose step loops over its 16 products,
-:data:`UNROLL_SMALL` written out per iteration: on an H100 it lowers and compiles in a
-third of the time (0.47 s against 1.39 s for the first call) and runs at 0.68 of the
-written-out kernel's speed at 4096^3 (3.40 against 4.99 TFLOP/s), 0.88 at 512 x 128 x 512
-(``benchmarks/fused_kernel_check.py --variants``, ``docs/compile_time.md``).
+:data:`UNROLL_SMALL` written out per iteration (the in-range kernel with 4 an iteration
+lowered and compiled in a third of the time of the written-out one on an H100, 0.47 s
+against 1.39 s for the first call, and ran at 0.68 of its speed at 4096^3, 0.88 at
+512 x 128 x 512: ``benchmarks/fused_kernel_check.py --variants``, ``docs/compile_time.md``).
 
 :func:`models` says which datapaths the kernel is (the sm_90 preset's fields it reads);
 :func:`gemm` runs it. Off the GPU (``interpret=True``) Pallas interprets the same kernel
@@ -112,7 +130,9 @@ class Plan:
     num_stages: int = 1
     #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
     #: of B; "split": the same, the operands' powers of two read from bf16 arrays of
-    #: their own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions.
+    #: their own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions;
+    #: "general": bf16 operands of any value (``_step_general``: integer exponents, no
+    #: range to check first), read as their 16-bit patterns.
     form: str = "unrolled"
     #: "float": C's term and the rounded sum by fp32 multiplies and conversions; "int":
     #: by integer operations on their bits (no conversion: fewer on the GPU's slow
@@ -126,6 +146,8 @@ class Plan:
     #: which Pallas lowers and Triton compiles in less time, with fewer loads in flight
     #: (the bits are the same: the same operations in the same order).
     unroll: int = 16
+    #: ``Datapath.e_floor`` (form "general": E is at least -126 - e_floor; None, no floor).
+    e_floor: int | None = None
 
 
 def _trunc_model(x):
@@ -288,9 +310,121 @@ def _f32_rz_int(mag, neg, ebf):
     bits = jnp.where(mag == 0, 0, bits | (neg.astype(jnp.int32) << 31))
     return _float(bits)
 
+#: The alignment exponent of a zero, inf or NaN operand (form "general"): the sum of two
+#: is below any real product's (>= -252) and any floor, and scales its term to nothing.
+_NO_EXP = -1000
+
+
+def _decode(bits):
+    """fp32 bits (int32) of bf16 values -> (m, e): the value is ``m * 2**e`` with the
+    alignment exponent e (int32: the exponent field, at least 1, less 127: a subnormal at
+    -126) and m a normal fp32 number in [1, 2) or, for a subnormal, the fraction in
+    (0, 1) (1.f - 1, exact); a zero m = 0 and an inf or NaN m = the value itself, both
+    with e = ``_NO_EXP``. No float operation reads a subnormal (a GPU may flush them)."""
+    field = (bits >> 23) & 0xFF
+    mag = bits & 0x7FFFFFFF
+    normal = _float((bits & -0x7F800001) | 0x3F800000)  # sign, 1.fraction
+    sub = _float(mag | 0x3F800000) - jnp.float32(1)  # the fraction f * 2**-23
+    m = jnp.where(field == 0, jnp.where(bits < 0, -sub, sub), normal)
+    m = jnp.where(field == 0xFF, _float(bits), m)
+    e = jnp.where((field == 0xFF) | (mag == 0), _NO_EXP, jnp.maximum(field, 1) - 127)
+    return m, e
+
+
+def _step_general(col, row, cb, plan: Plan):
+    """``_step`` for bf16 operands of any value (inf, NaN, subnormals, products beyond
+    fp32's exponents), on fp32 bits: ``col(i)`` (bm, 1) and ``row(i)`` (1, bn) give
+    ``_decode``'s (m, e) of operand i, cb the accumulator's bits (bm, bn) -> D's bits.
+
+    A product is ``ma * mb * 2**(ea + eb)``: ``ma * mb`` exact in fp32 (below 4), its
+    alignment exponent ``ea + eb`` an int32 sum (``align="nominal"``). E is their maximum,
+    C's exponent (a subnormal C at -126, ``c_sub_exp``) and the floor
+    ``-126 - e_floor``, all in int32. A term is ``int32(ma * mb * 2**(ea + eb - E + F))``:
+    the scale is a power of two at most ``2**F``, built from its exponent bits (+0 where
+    that is below fp32's normals: the term is then below 1 and truncates to 0). C's term
+    and the rounding to fp32 are integer operations on the bits (``_finish_general``).
+    The IEEE sum of C's stand-in (C if inf or NaN, else 0) and the products ``ma * mb``
+    (finite ones below 4) is NaN / +-inf exactly when the block result is."""
+    u, F = plan.unroll, plan.F
+    cf = (cb >> 23) & 0xFF
+    sp0 = jnp.where(cf == 0xFF, _float(cb), jnp.float32(0))
+    lo = -126 - plan.e_floor if plan.e_floor is not None else 2 * _NO_EXP
+    clead = jnp.where(cf == 0, jnp.where((cb & 0x7FFFFFFF) == 0, lo, -126), cf - 127)
+
+    def products(j, wmax, sp):
+        for i in (j * u + t for t in range(u)):
+            (ma, ea), (mb, eb) = col(i), row(i)
+            w = ea + eb
+            wmax = w if wmax is None else jnp.maximum(wmax, w)
+            sp = sp + ma * mb
+        return wmax, sp
+
+    def terms(j, s, G):
+        ts = []
+        for i in (j * u + t for t in range(u)):
+            (ma, ea), (mb, eb) = col(i), row(i)
+            scale = _float(jnp.maximum(ea + eb + G, 0) << 23)  # 2**(ea + eb - E + F)
+            ts.append(_trunc(ma * mb * scale))
+        if s is None:
+            return functools.reduce(jnp.add, ts)
+        for t in ts:
+            s = s + t
+        return s
+
+    if u == IK:
+        wmax, sp = products(0, None, sp0)
+        E = jnp.maximum(jnp.maximum(wmax, clead), lo)
+        s = terms(0, None, F + 127 - E)
+    else:
+        w0 = jnp.full(cb.shape, 2 * _NO_EXP, jnp.int32)
+        wmax, sp = lax.fori_loop(0, IK // u, lambda j, ws: products(j, *ws), (w0, sp0))
+        E = jnp.maximum(jnp.maximum(wmax, clead), lo)
+        G = F + 127 - E
+        s = lax.fori_loop(0, IK // u, lambda j, s: terms(j, s, G),
+                          jnp.zeros(cb.shape, jnp.int32))
+    return _finish_general(cb, E, s, sp, plan)
+
+
+def _finish_general(cb, E, s, sp, plan: Plan):
+    """The sum of the terms s (int32) and C's term on the grid of ``2**(E - F)``, rounded
+    toward zero to fp32 bits as ``softfloat.round_sig`` (24 significant bits, no bit
+    below ``2**-149``: a subnormal result keeps the grid's bits above it; past fp32's
+    largest exponent, an infinity; a zero +0), or the special value of sp."""
+    F = plan.F
+    cf = (cb >> 23) & 0xFF
+    csig = (cb & 0x7FFFFF) | jnp.where(cf > 0, 0x800000, 0)  # C = csig * 2**(max(cf, 1) - 150)
+    sh = jnp.maximum(cf, 1) - 150 - E + F  # <= F - 23: C's exponent is at most E
+    cv = jnp.where(sh >= 0, csig << jnp.clip(sh, 0, 31),
+                   lax.shift_right_logical(csig, jnp.clip(-sh, 0, 31)))
+    cv = jnp.where(cb < 0, -cv, cv)
+    t = s + cv  # wraps past 2**31: the carry is found from the signs
+    carry = ((s ^ t) & (cv ^ t)) < 0
+    neg = (t < 0) != carry
+    mag = jnp.where(neg, -t, t)  # |sum| as uint32 bits
+    g = E - F  # the exponent of mag's last bit
+    lz = lax.clz(mag)
+    lead = g + 31 - lz  # of the leading bit
+    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
+    normal = jnp.where(lead >= 128, jnp.int32(_EXP), ((lead + 127) << 23) | frac)
+    sub_sh = -149 - g  # a subnormal's fraction: mag on the grid of 2**-149, toward zero
+    sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),
+                    mag << jnp.clip(-sub_sh, 0, 31))
+    bits = jnp.where(mag == 0, 0, jnp.where(lead >= -126, normal, sub))
+    bits = jnp.where(bits == 0, 0, bits | (neg.astype(jnp.int32) << 31))  # a zero is +0
+    spb = _bits(sp)
+    return jnp.where((spb & _EXP) == _EXP, spb, bits)
+
 
 def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
     *pow_refs, o_ref = refs
+
+    def dec(x):  # bf16 bit patterns (int16) -> _decode of their fp32 bits
+        return _decode(x.astype(jnp.int32) << 16)
+
+    def step_general(j, cb):  # a_ref, b_ref: int16 bit patterns; the carry fp32 bits
+        s = pl.multiple_of(j * IK, IK)
+        return _step_general(lambda i: dec(a_ref[:, pl.ds(s + i, 1)]),
+                             lambda i: dec(b_ref[pl.ds(s + i, 1), :]), cb, plan)
 
     def step(j, c):
         s = pl.multiple_of(j * IK, IK)
@@ -306,8 +440,10 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
                      lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
                      **split)
 
-    d = lax.fori_loop(0, plan.K // IK, step, c_ref[...])
-    bits = _bits(d)
+    if plan.form == "general":
+        bits = lax.fori_loop(0, plan.K // IK, step_general, _bits(c_ref[...]))
+    else:
+        bits = _bits(lax.fori_loop(0, plan.K // IK, step, c_ref[...]))
     o_ref[...] = jnp.where((bits & 0x7FFFFFFF) > _EXP, jnp.int32(plan.nan_bits - (1 << 32)
                            if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
 
@@ -330,6 +466,9 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         b = b.T
     if K != plan.K or K % IK or M % bm or N % bn:
         raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
+    if plan.form == "general" and (plan.fmt != "bf16" or plan.f32_operands):
+        raise ValueError(f"gemm: form 'general' takes bf16 operands as they are "
+                         f"(fmt 'bf16', f32_operands False), got the plan {plan}")
     if not interpret:
         register_triton_rule()
     a_spec = pl.BlockSpec((bm, K), lambda i, j: (i, 0))
@@ -343,6 +482,9 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         in_specs += [a_spec, b_spec]
     if plan.f32_operands:
         args[:2] = [x.astype(jnp.float32) for x in args[:2]]
+    if plan.form == "general":  # the bit patterns: the kernel decodes them
+        args[:2] = [lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.int16)
+                    for x in args[:2]]
     d = pl.pallas_call(
         functools.partial(_kernel, plan=plan),
         grid=(M // bm, N // bn),
@@ -367,9 +509,18 @@ ROUNDING = "float"
 F32_OPERANDS = True
 #: Products of fewer multiply-adds take the kernel with a loop over a step's products
 #: (``Plan.unroll`` = :data:`UNROLL_SMALL`): there the compile is what a user waits for,
-#: not the run.
+#: not the run. One product an iteration: on an H100 the study transformer's exact step
+#: reached its first step in 3.7 s against 4.5 s with 2 and 6.1 s with 4, its step
+#: 5-6 ms in each (``docs/compile_time.md``).
 ROLLED_BELOW = 1 << 24
-UNROLL_SMALL = 4
+UNROLL_SMALL = 1
+#: Products of fewer multiply-adds run one kernel exact for every operand value, with no
+#: range check and no ``lax.cond`` around it in the calling program (``any_range``):
+#: bf16 the form "general", f16 the kernel with the IEEE sum of the products. The check
+#: and the cond were most of what an exact product call added to a program's compile on
+#: the GPU; from this size the faster kernels for finite (f16) and in-range (bf16)
+#: operands run, a cond choosing them.
+ANY_RANGE_BELOW = 1 << 24
 
 #: ``gemm`` jitted per plan: a product shape used again in a program (the same layer
 #: twice, a forward and a backward product alike) is traced and lowered once.
@@ -380,6 +531,23 @@ def _all_finite(x):
     return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
 
 
+def _padded_macs(M: int, N: int, K: int, block) -> int:
+    bm, bn = block or BLOCK
+    return -(-M // bm) * bm * -(-N // bn) * bn * K
+
+
+def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> bool:
+    """Whether :func:`chain` runs an (M, K) @ (K, N) product with one kernel for operands
+    of any value, without a cond (``ANY_RANGE_BELOW``): for bf16 the caller then passes
+    ``form="general"`` and no range check.
+
+    Example:
+        >>> any_range(64, 64, 64), any_range(4096, 4096, 4096)
+        (True, False)
+    """
+    return _padded_macs(M, N, K, block) < ANY_RANGE_BELOW
+
+
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
           interpret: bool = False, block: tuple[int, int] | None = None,
           num_warps: int | None = None, form: str | None = None,
@@ -387,11 +555,13 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
           unroll: int | None = None):
     """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
     M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
-    operands are known finite (True), known not to be (False), or None: a ``lax.cond`` on
-    whether they are (f16 operands; the kernel without the IEEE sum of products where
-    they are). bf16 operands must be in fp32's range (``in_fp32_range``): the caller's
-    cond. ``unroll``: ``Plan.unroll`` (None: :data:`UNROLL_SMALL` below
-    :data:`ROLLED_BELOW` multiply-adds, else 16).
+    operands are known finite (True), known not to be (False), or None: for f16 below
+    :data:`ANY_RANGE_BELOW` multiply-adds (``any_range``) the kernel with the IEEE sum of
+    the products alone, from it a ``lax.cond`` on whether they are finite (the kernel
+    without that sum where they are). bf16 operands: ``form="general"`` takes any value;
+    the other forms need them in fp32's range (``in_fp32_range``: the caller's cond).
+    ``unroll``: ``Plan.unroll`` (None: :data:`UNROLL_SMALL` below :data:`ROLLED_BELOW`
+    multiply-adds, else 16).
 
     Example:
         >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
@@ -403,6 +573,9 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     (M, K), N = a.shape, b.shape[1]
     bm, bn = block or BLOCK
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
+    general = form == "general"
+    if general and fmt != "bf16":
+        raise ValueError(f"chain: form='general' takes bf16 operands, got fmt={fmt!r}")
     if (Mp, Np) != (M, N):
         a = jnp.pad(a, ((0, Mp - M), (0, 0)))
         b = jnp.pad(b, ((0, 0), (0, Np - N)))
@@ -411,18 +584,23 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     a, b = a.astype(dt), b.astype(dt)
 
     if unroll is None:
-        unroll = UNROLL_SMALL if Mp * Np * K < ROLLED_BELOW else IK
+        unroll = UNROLL_SMALL if _padded_macs(M, N, K, block) < ROLLED_BELOW else IK
     if IK % unroll:
         raise ValueError(f"chain: unroll={unroll}: allowed 1, 2, 4, 8 or 16 (a divisor of {IK})")
 
     def run(fin):
         plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
                     form=form or FORM, rounding=rounding or ROUNDING,
-                    f32_operands=F32_OPERANDS if f32_operands is None else f32_operands,
-                    unroll=unroll)
+                    f32_operands=not general and (F32_OPERANDS if f32_operands is None
+                                                  else f32_operands),
+                    unroll=unroll, e_floor=dp.e_floor)
         return lambda a, b, c: _gemm(a, b, c, plan, interpret=interpret)
 
-    if finite is None:
+    if general:
+        d = run(False)(a, b, c)
+    elif finite is None and any_range(M, N, K, block):
+        d = run(False)(a, b, c)
+    elif finite is None:
         d = lax.cond(_all_finite(a) & _all_finite(b), run(True), run(False), a, b, c)
     else:
         d = run(finite)(a, b, c)

@@ -154,6 +154,10 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         # Every f16 product is a normal fp32 number: the kernel alone.
         return fused_kernel.chain(a_op, b_op, acc, fused_dp, "f16",
                                   interpret=interpret)[:M, :N]
+    if fused_dp is not None and fused_kernel.any_range(Mp, Np, Kp):
+        # A small bf16 product: the kernel for operands of any value, no range check.
+        return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format, form="general",
+                                  interpret=interpret)[:M, :N]
     if fused_dp is not None:  # bf16 in fp32's range through the kernel
         def in_range(acc):
             return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format, finite=True,
