@@ -160,9 +160,12 @@ def test_general_kernel_reads_the_floor():
         np.testing.assert_array_equal(got, want, err_msg=f"e_floor={e_floor}")
         out[e_floor] = got
     assert (out[7] != out[None]).any()
-    with pytest.raises(ValueError, match="form='general' takes bf16"):
+    with pytest.raises(ValueError, match="form='general' takes bf16 .* fmt='f16'"):
         fused_kernel.chain(a.astype(jnp.float16), b.astype(jnp.float16), c, h100, "f16",
                            form="general", interpret=True)
+    with pytest.raises(ValueError, match="f32_operands=True .allowed: 'bf16', None or False"):
+        fused_kernel.chain(a, b, c, h100, "bf16", form="general", f32_operands=True,
+                           interpret=True)
 
 
 def test_kernel_per_shape_and_size(monkeypatch):

@@ -574,8 +574,10 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     bm, bn = block or BLOCK
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
     general = form == "general"
-    if general and fmt != "bf16":
-        raise ValueError(f"chain: form='general' takes bf16 operands, got fmt={fmt!r}")
+    if general and (fmt != "bf16" or f32_operands):
+        raise ValueError(f"chain: form='general' takes bf16 operands as their bits, got "
+                         f"fmt={fmt!r}, f32_operands={f32_operands!r} (allowed: 'bf16', "
+                         f"None or False)")
     if (Mp, Np) != (M, N):
         a = jnp.pad(a, ((0, Mp - M), (0, 0)))
         b = jnp.pad(b, ((0, 0), (0, Np - N)))
@@ -592,13 +594,11 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
         plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
                     form=form or FORM, rounding=rounding or ROUNDING,
                     f32_operands=not general and (F32_OPERANDS if f32_operands is None
-                                                  else f32_operands),
+                                                  else f32_operands),  # general: its bits
                     unroll=unroll, e_floor=dp.e_floor)
         return lambda a, b, c: _gemm(a, b, c, plan, interpret=interpret)
 
-    if general:
-        d = run(False)(a, b, c)
-    elif finite is None and any_range(M, N, K, block):
+    if general or (finite is None and any_range(M, N, K, block)):  # no cond
         d = run(False)(a, b, c)
     elif finite is None:
         d = lax.cond(_all_finite(a) & _all_finite(b), run(True), run(False), a, b, c)
