@@ -140,6 +140,28 @@ def test_general_kernel_bits(monkeypatch):
             np.testing.assert_array_equal(got, want, err_msg=f"{kind} unroll={u}")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+def test_general_kernel_bits_sweep(monkeypatch, seed):
+    # More draws of the general form's hardest inputs (Pallas' interpreter): random bit
+    # patterns, exponents over the whole range, subnormal results, cancelling products
+    # near fp32's largest; odd M, N a multiple of 8 (both padded to the kernel's tile), K
+    # of 1 to 5 instructions; the reference XLA's exact wgmma chain (the same datapath).
+    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
+    dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
+    rng = np.random.default_rng(100 + seed)
+    for kind in ("bits", "span", "tiny", "huge"):
+        M, N, K = (int(rng.integers(2, 40)), 8 * int(rng.integers(1, 5)),
+                   16 * int(rng.integers(1, 6)))
+        a, b, c = _operands("bf16", M, N, K, kind, seed=int(rng.integers(1 << 30)))
+        want = _bits(jaxwarp.matmul(a, b, c, operand_format="bf16", mode="exact",
+                                    instruction="wgmma"))
+        for u in (16, 1):
+            got = _bits(fused_kernel.chain(a, b, c, dp, "bf16", form="general", unroll=u,
+                                           interpret=True, block=(16, 16)))
+            np.testing.assert_array_equal(got, want, err_msg=f"{kind} {M}x{N}x{K} u={u}")
+
+
 def test_general_kernel_reads_the_floor():
     # The general kernel's E floor is the datapath's e_floor: one instruction of tiny
     # products against the model's mma with and without it (the two differ).
