@@ -208,25 +208,17 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     import jaxwarp
-    from jaxwarp._src.tensorcore import datapath_blocks
+    from jaxwarp._src.tensorcore import datapath_blocks, fused_kernel, matmul_chain, shared_chain
 
     if block_form:
         datapath_blocks.BLOCK_FORM = block_form
     if inline:
-        from jaxwarp._src.tensorcore import shared_chain
-
         shared_chain.SHARED = "off"
     if fused_min_macs is not None:
-        from jaxwarp._src.tensorcore import matmul_chain
-
         matmul_chain._FUSED_MIN_MACS = fused_min_macs
     if kernel_unroll is not None:
-        from jaxwarp._src.tensorcore import fused_kernel
-
         fused_kernel.UNROLL_SMALL = kernel_unroll
     if any_range_below is not None:
-        from jaxwarp._src.tensorcore import fused_kernel
-
         fused_kernel.ANY_RANGE_BELOW = any_range_below
     mult = 4 if model.endswith("_x4") else 1
     if model.startswith("study"):

@@ -118,6 +118,19 @@ def test_rolled_kernel_bits(monkeypatch):
             np.testing.assert_array_equal(got, want, err_msg=f"{fmt} {kind} unroll={u}")
 
 
+def test_int_rounding_kernel_bits():
+    # rounding="int" (C's term and the rounding to fp32 on the bits, the helpers the
+    # general form shares) against exact mode, in Pallas' interpreter.
+    dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
+    for kind in ("wide", "cancel"):
+        a, b, c = _operands("bf16", 16, 16, 48, kind, seed=5)
+        got = fused_kernel.chain(a, b, c, dp, "bf16", finite=True, rounding="int",
+                                 form="unrolled", f32_operands=False, interpret=True,
+                                 block=(16, 16))
+        want = jaxwarp.matmul(a, b, c, operand_format="bf16", mode="exact")
+        np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=kind)
+
+
 def test_general_kernel_bits(monkeypatch):
     # The kernel for bf16 operands of any value (form "general", what small bf16 products
     # run, with no range check): exact mode's bits where products leave fp32's range both

@@ -203,6 +203,30 @@ def _pow_of(x, fmt: str):
     return p
 
 
+def _add_terms(ts, s):
+    """The int32 sum of the terms ts: written out (s None), every term, then their sum; in
+    a loop, each added to s as it comes (ran 1.3x faster)."""
+    if s is None:
+        return functools.reduce(jnp.add, list(ts))
+    for t in ts:
+        s = s + t
+    return s
+
+
+def _passes(u: int, products, terms, w0, sp0):
+    """A step's two passes over its 16 products, ``u`` written out per iteration of a loop
+    (16: no loop): ``products(j, wmax, sp)`` the first (the maximum and the IEEE sum, from
+    ``w0()`` in a loop and ``sp0``), ``terms(j, s, x)`` the second -> (wmax, sp,
+    ``sums``), ``sums(x)`` the int32 sum of every term with x (from 0 in a loop: the sum
+    wraps, its order changes no bit)."""
+    if u == IK:
+        wmax, sp = products(0, None, sp0)
+        return wmax, sp, functools.partial(terms, 0, None)
+    wmax, sp = lax.fori_loop(0, IK // u, lambda j, ws: products(j, *ws), (w0(), sp0))
+    return wmax, sp, lambda x: lax.fori_loop(0, IK // u, lambda j, s: terms(j, s, x),
+                                             jnp.zeros(sp0.shape, jnp.int32))
+
+
 def _step(col, row, c, plan: Plan, pcol=None, prow=None):
     """One instruction on fp32 operand columns ``col(i)`` (bm, 1) and rows ``row(i)``
     (1, bn), i < 16, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
@@ -212,9 +236,8 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
     maximum are bf16 (exact: powers of two in fp32's range).
 
     Both passes write out ``plan.unroll`` products per iteration of a loop over the 16
-    (16: no loop). In a loop the maximum starts from +0, below or equal to every power of
-    two, and the int32 sum of the terms from 0 (the sum wraps: its order changes no
-    bit)."""
+    (``_passes``). In a loop the maximum starts from +0, below or equal to every power of
+    two."""
     u = plan.unroll
 
     def products(j, wmax, sp):  # the first pass over products j * u .. j * u + u - 1
@@ -231,22 +254,12 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
         return wmax, sp
 
     def terms(j, s, scale):  # the exact products' terms (exact scaling), summed
-        ts = (_trunc(col(i) * row(i) * scale) for i in (j * u + t for t in range(u)))
-        if s is None:  # written out: every term, then their sum
-            return functools.reduce(jnp.add, list(ts))
-        for t in ts:  # in a loop, each term added as it comes (ran 1.3x faster)
-            s = s + t
-        return s
+        return _add_terms((_trunc(col(i) * row(i) * scale)
+                           for i in (j * u + t for t in range(u))), s)
 
-    if u == IK:
-        wmax, sp = products(0, None, c)
-        return _finish(c, wmax.astype(jnp.float32), functools.partial(terms, 0, None), sp,
-                       plan)
-    w0 = jnp.zeros(c.shape, jnp.float32 if pcol is None else jnp.bfloat16)
-    wmax, sp = lax.fori_loop(0, IK // u, lambda j, ws: products(j, *ws), (w0, c))
-    return _finish(c, wmax.astype(jnp.float32), lambda scale: lax.fori_loop(
-        0, IK // u, lambda j, s: terms(j, s, scale), jnp.zeros(c.shape, jnp.int32)),
-        sp, plan)
+    wmax, sp, sums = _passes(u, products, terms, lambda: jnp.zeros(
+        c.shape, jnp.float32 if pcol is None else jnp.bfloat16), c)
+    return _finish(c, wmax.astype(jnp.float32), sums, sp, plan)
 
 
 def _step_k(at, bt, c, plan: Plan):
@@ -268,15 +281,12 @@ def _finish(c, wmax, terms, sp, plan: Plan):
     scale = _float((F + 254 - eb) << 23)  # 2**(F - E)
     s = terms(scale)
     if plan.rounding == "int":
-        cv = _c_term_int(cb, eb)
+        cv = _c_term_int(cb, eb - 127, F)
     else:
         cv = _trunc(c * scale)  # C truncated toward zero on the same grid
-    t = s + cv  # wraps past 2**31: the carry is found from the signs
-    carry = ((s ^ t) & (cv ^ t)) < 0
-    neg = (t < 0) != carry
-    mag = jnp.where(neg, -t, t)  # |sum| as uint32 bits
+    neg, mag = _signed_sum(s, cv)
     if plan.rounding == "int":
-        v = _f32_rz_int(mag, neg, eb - F)
+        v = _float(_rz_bits(mag, neg, eb - F - 127))
     else:
         drop = jnp.maximum(8 - lax.clz(mag), 0)  # bit length - 24
         q = lax.shift_right_logical(mag, drop) << drop  # 24 significant bits, toward zero
@@ -289,26 +299,43 @@ def _finish(c, wmax, terms, sp, plan: Plan):
     return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
 
 
-def _c_term_int(cb, eb):
-    """C (fp32 bits cb) truncated toward zero on the grid of ``2**(E - F)`` (eb: E + 127,
-    F = 25: its significand shifted), without a conversion: C's significand times 4 (the
-    grid is 2 bits finer than C's own lsb where E is C's exponent) shifted right by
-    E - exp(C); a zero or subnormal C (exponent field 0) is below the grid (E >= -100)."""
-    sig = ((cb & 0x7FFFFF) | 0x800000) << 2
-    ce = (cb >> 23) & 0xFF
-    mag = lax.shift_right_logical(sig, jnp.clip(eb - ce, 0, 31))
-    return jnp.where(cb < 0, -mag, mag)
+def _signed_sum(s, cv):
+    """The int32 sum of the terms s and C's term cv, which may pass 2**31 (its carry
+    found from the signs) -> (neg, its magnitude as uint32 bits in int32)."""
+    t = s + cv
+    carry = ((s ^ t) & (cv ^ t)) < 0
+    neg = (t < 0) != carry
+    return neg, jnp.where(neg, -t, t)
 
 
-def _f32_rz_int(mag, neg, ebf):
-    """fp32 value (-1)**neg * mag * 2**(ebf - 127) (mag: uint32 bits) toward zero, from
-    the bits: the leading 24 bits of mag (an exact normal number or zero: ebf >= 2)."""
+def _c_term_int(cb, E, F: int):
+    """C (fp32 bits cb) truncated toward zero on the grid of ``2**(E - F)`` (E at least
+    C's exponent, a subnormal C's at -126; F <= 25) as int32, without a conversion: C's
+    significand (24 bits, a subnormal's fraction) shifted by its lsb's exponent less
+    E - F, at most F - 23 to the left."""
+    cf = (cb >> 23) & 0xFF
+    csig = (cb & 0x7FFFFF) | jnp.where(cf > 0, 0x800000, 0)  # C = csig * 2**(max(cf, 1) - 150)
+    sh = jnp.maximum(cf, 1) - 150 - E + F
+    cv = jnp.where(sh >= 0, csig << jnp.clip(sh, 0, 31),
+                   lax.shift_right_logical(csig, jnp.clip(-sh, 0, 31)))
+    return jnp.where(cb < 0, -cv, cv)
+
+
+def _rz_bits(mag, neg, g):
+    """fp32 bits of (-1)**neg * mag * 2**g (mag: uint32 bits in int32) toward zero, as
+    ``softfloat.round_sig`` rounds: 24 significant bits, no bit below ``2**-149`` (a
+    subnormal keeps the bits above it), an infinity past fp32's largest exponent, and a
+    zero +0."""
     lz = lax.clz(mag)
+    lead = g + 31 - lz  # the exponent of the leading bit
     frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
-    e = ebf + 31 - lz  # biased exponent of the leading bit
-    bits = jnp.where(e >= 255, jnp.int32(_EXP), (e << 23) | frac)  # past fp32: inf
-    bits = jnp.where(mag == 0, 0, bits | (neg.astype(jnp.int32) << 31))
-    return _float(bits)
+    normal = jnp.where(lead >= 128, jnp.int32(_EXP), ((lead + 127) << 23) | frac)
+    sub_sh = -149 - g  # a subnormal's fraction: mag on the grid of 2**-149, toward zero
+    sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),
+                    mag << jnp.clip(-sub_sh, 0, 31))
+    bits = jnp.where(mag == 0, 0, jnp.where(lead >= -126, normal, sub))
+    return jnp.where(bits == 0, 0, bits | (neg.astype(jnp.int32) << 31))
+
 
 #: The alignment exponent of a zero, inf or NaN operand (form "general"): the sum of two
 #: is below any real product's (>= -252) and any floor, and scales its term to nothing.
@@ -320,7 +347,10 @@ def _decode(bits):
     alignment exponent e (int32: the exponent field, at least 1, less 127: a subnormal at
     -126) and m a normal fp32 number in [1, 2) or, for a subnormal, the fraction in
     (0, 1) (1.f - 1, exact); a zero m = 0 and an inf or NaN m = the value itself, both
-    with e = ``_NO_EXP``. No float operation reads a subnormal (a GPU may flush them)."""
+    with e = ``_NO_EXP``. No float operation reads a subnormal (a GPU may flush them).
+    The fields are ``datapath_blocks._decode_e8``'s; its significand is an integer, which
+    takes an int32 -> fp32 conversion per element, and the kernel's bound is the
+    conversion pipe: here the fraction is set into the bits of 1.0 instead."""
     field = (bits >> 23) & 0xFF
     mag = bits & 0x7FFFFFFF
     normal = _float((bits & -0x7F800001) | 0x3F800000)  # sign, 1.fraction
@@ -365,52 +395,19 @@ def _step_general(col, row, cb, plan: Plan):
             (ma, ea), (mb, eb) = col(i), row(i)
             scale = _float(jnp.maximum(ea + eb + G, 0) << 23)  # 2**(ea + eb - E + F)
             ts.append(_trunc(ma * mb * scale))
-        if s is None:
-            return functools.reduce(jnp.add, ts)
-        for t in ts:
-            s = s + t
-        return s
+        return _add_terms(ts, s)
 
-    if u == IK:
-        wmax, sp = products(0, None, sp0)
-        E = jnp.maximum(jnp.maximum(wmax, clead), lo)
-        s = terms(0, None, F + 127 - E)
-    else:
-        w0 = jnp.full(cb.shape, 2 * _NO_EXP, jnp.int32)
-        wmax, sp = lax.fori_loop(0, IK // u, lambda j, ws: products(j, *ws), (w0, sp0))
-        E = jnp.maximum(jnp.maximum(wmax, clead), lo)
-        G = F + 127 - E
-        s = lax.fori_loop(0, IK // u, lambda j, s: terms(j, s, G),
-                          jnp.zeros(cb.shape, jnp.int32))
-    return _finish_general(cb, E, s, sp, plan)
+    wmax, sp, sums = _passes(u, products, terms,
+                             lambda: jnp.full(cb.shape, 2 * _NO_EXP, jnp.int32), sp0)
+    E = jnp.maximum(jnp.maximum(wmax, clead), lo)
+    return _finish_general(cb, E, sums(F + 127 - E), sp, plan)
 
 
 def _finish_general(cb, E, s, sp, plan: Plan):
     """The sum of the terms s (int32) and C's term on the grid of ``2**(E - F)``, rounded
-    toward zero to fp32 bits as ``softfloat.round_sig`` (24 significant bits, no bit
-    below ``2**-149``: a subnormal result keeps the grid's bits above it; past fp32's
-    largest exponent, an infinity; a zero +0), or the special value of sp."""
-    F = plan.F
-    cf = (cb >> 23) & 0xFF
-    csig = (cb & 0x7FFFFF) | jnp.where(cf > 0, 0x800000, 0)  # C = csig * 2**(max(cf, 1) - 150)
-    sh = jnp.maximum(cf, 1) - 150 - E + F  # <= F - 23: C's exponent is at most E
-    cv = jnp.where(sh >= 0, csig << jnp.clip(sh, 0, 31),
-                   lax.shift_right_logical(csig, jnp.clip(-sh, 0, 31)))
-    cv = jnp.where(cb < 0, -cv, cv)
-    t = s + cv  # wraps past 2**31: the carry is found from the signs
-    carry = ((s ^ t) & (cv ^ t)) < 0
-    neg = (t < 0) != carry
-    mag = jnp.where(neg, -t, t)  # |sum| as uint32 bits
-    g = E - F  # the exponent of mag's last bit
-    lz = lax.clz(mag)
-    lead = g + 31 - lz  # of the leading bit
-    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
-    normal = jnp.where(lead >= 128, jnp.int32(_EXP), ((lead + 127) << 23) | frac)
-    sub_sh = -149 - g  # a subnormal's fraction: mag on the grid of 2**-149, toward zero
-    sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),
-                    mag << jnp.clip(-sub_sh, 0, 31))
-    bits = jnp.where(mag == 0, 0, jnp.where(lead >= -126, normal, sub))
-    bits = jnp.where(bits == 0, 0, bits | (neg.astype(jnp.int32) << 31))  # a zero is +0
+    toward zero to fp32 bits (``_rz_bits``), or the special value of sp."""
+    neg, mag = _signed_sum(s, _c_term_int(cb, E, plan.F))
+    bits = _rz_bits(mag, neg, E - plan.F)
     spb = _bits(sp)
     return jnp.where((spb & _EXP) == _EXP, spb, bits)
 
@@ -531,11 +528,6 @@ def _all_finite(x):
     return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
 
 
-def _padded_macs(M: int, N: int, K: int, block) -> int:
-    bm, bn = block or BLOCK
-    return -(-M // bm) * bm * -(-N // bn) * bn * K
-
-
 def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> bool:
     """Whether :func:`chain` runs an (M, K) @ (K, N) product with one kernel for operands
     of any value, without a cond (``ANY_RANGE_BELOW``): for bf16 the caller then passes
@@ -545,7 +537,8 @@ def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> b
         >>> any_range(64, 64, 64), any_range(4096, 4096, 4096)
         (True, False)
     """
-    return _padded_macs(M, N, K, block) < ANY_RANGE_BELOW
+    bm, bn = block or BLOCK
+    return -(-M // bm) * bm * -(-N // bn) * bn * K < ANY_RANGE_BELOW
 
 
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
@@ -586,7 +579,7 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     a, b = a.astype(dt), b.astype(dt)
 
     if unroll is None:
-        unroll = UNROLL_SMALL if _padded_macs(M, N, K, block) < ROLLED_BELOW else IK
+        unroll = UNROLL_SMALL if Mp * Np * K < ROLLED_BELOW else IK
     if IK % unroll:
         raise ValueError(f"chain: unroll={unroll}: allowed 1, 2, 4, 8 or 16 (a divisor of {IK})")
 

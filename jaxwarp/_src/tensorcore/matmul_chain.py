@@ -150,13 +150,12 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         # One executable per instruction for every product shape (the CPU's default).
         return shared_chain.chain(a_op, b_op, acc, cfg, _k_step, tiled)[:M, :N]
     interpret = jax.default_backend() != "gpu"
-    if fused_dp is not None and cfg.a_format == "f16":
-        # Every f16 product is a normal fp32 number: the kernel alone.
-        return fused_kernel.chain(a_op, b_op, acc, fused_dp, "f16",
-                                  interpret=interpret)[:M, :N]
-    if fused_dp is not None and fused_kernel.any_range(Mp, Np, Kp):
-        # A small bf16 product: the kernel for operands of any value, no range check.
-        return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format, form="general",
+    f16 = cfg.a_format == "f16"
+    if fused_dp is not None and (f16 or fused_kernel.any_range(Mp, Np, Kp)):
+        # The kernel alone: every f16 product is a normal fp32 number; a small bf16
+        # product takes the kernel for operands of any value, no range check.
+        return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format,
+                                  form=None if f16 else "general",
                                   interpret=interpret)[:M, :N]
     if fused_dp is not None:  # bf16 in fp32's range through the kernel
         def in_range(acc):
