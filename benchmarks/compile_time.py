@@ -208,7 +208,8 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     import jaxwarp
-    from jaxwarp._src.tensorcore import datapath_blocks, fused_kernel, matmul_chain, shared_chain
+    from jaxwarp._src.arithmetic import datapath_blocks
+    from jaxwarp._src.gemm import fused_kernel, matmul_chain, shared_chain
 
     if block_form:
         datapath_blocks.BLOCK_FORM = block_form
@@ -250,7 +251,7 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
         t = time.perf_counter()
         jax.block_until_ready(compiled(params, *data))
         early.append(time.perf_counter() - t)
-    from jaxwarp._src.tensorcore import shared_chain
+    from jaxwarp._src.gemm import shared_chain
 
     t5 = time.perf_counter()
     failed = shared_chain.wait_for_promotions()
@@ -294,8 +295,9 @@ def _parts(fmt: str, size: int, block_form: str | None = None) -> dict:
 
     sys.path.insert(0, str(ROOT))
     import jaxwarp
-    from jaxwarp._src.tensorcore import datapath_blocks, matmul_chain
-    from jaxwarp._src.tensorcore import matmul as matmul_module
+    from jaxwarp._src.arithmetic import datapath_blocks
+    from jaxwarp._src.gemm import matmul as matmul_module
+    from jaxwarp._src.gemm import matmul_chain
 
     if block_form:
         datapath_blocks.BLOCK_FORM = block_form

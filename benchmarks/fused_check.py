@@ -74,9 +74,10 @@ def main(argv=None) -> dict:
 
     import jaxwarp
     from benchmarks._common import device_info, versions
+    from jaxwarp._src.arithmetic import datapath
+    from jaxwarp._src.arithmetic.datapath_blocks import in_fp32_range
+    from jaxwarp._src.gemm import matmul_chain
     from jaxwarp._src.numerics import bitops
-    from jaxwarp._src.tensorcore import datapath, matmul_chain
-    from jaxwarp._src.tensorcore.datapath_blocks import in_fp32_range
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=None)

@@ -1,4 +1,4 @@
-"""The fused exact kernel (``tensorcore/fused_kernel.py``) on a GPU: bits and speed.
+"""The fused exact kernel (``gemm/fused_kernel.py``) on a GPU: bits and speed.
 
 Parts (one process; each case in its own try/except that prints the traceback):
 
@@ -101,7 +101,7 @@ def part_bits(dry: bool, budget: float) -> dict:
     import numpy as np
 
     import jaxwarp
-    from jaxwarp._src.tensorcore import matmul_chain
+    from jaxwarp._src.gemm import matmul_chain
 
     rng = np.random.default_rng(0)
     cases = DRY_CASES if dry else CASES
@@ -203,7 +203,8 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None,
     import numpy as np
 
     import jaxwarp
-    from jaxwarp._src.tensorcore import arch, fused_kernel, matmul_chain
+    from jaxwarp._src.catalogue import arch
+    from jaxwarp._src.gemm import fused_kernel, matmul_chain
 
     M, N, K = shape or ((64,) * 3 if dry else (4096,) * 3)
     rng = np.random.default_rng(1)
@@ -289,7 +290,8 @@ def part_ptx(out_dir: pathlib.Path) -> dict:
     """A child process compiles one small kernel with XLA's dump on; PTX opcodes counted."""
     dump = pathlib.Path(tempfile.mkdtemp())
     env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}")
-    code = ("import jax, jax.numpy as jnp; from jaxwarp._src.tensorcore import arch, "
+    code = ("import jax, jax.numpy as jnp; from jaxwarp._src.catalogue import arch; "
+            "from jaxwarp._src.gemm import "
             "fused_kernel as fk; dp = arch.datapath_for('sm_90', 'wmma', 'bf16', 16); "
             "a = jnp.ones((64, 64), jnp.bfloat16); "
             "jax.block_until_ready(jax.jit(lambda a, b, c: fk.chain(a, b, c, dp, 'bf16', "

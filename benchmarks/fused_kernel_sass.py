@@ -41,7 +41,7 @@ def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    from jaxwarp._src.tensorcore import fused_kernel as fk
+    from jaxwarp._src.gemm import fused_kernel as fk
 
     fmt, form, tile, warps, *flags = cfg.split(":")
     bm, bn = map(int, tile.split("x"))

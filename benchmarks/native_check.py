@@ -146,9 +146,10 @@ def part_caps() -> dict:
     import jax
     import numpy as np
 
+    from jaxwarp._src.catalogue import isa
     from jaxwarp._src.conformance.keys import parse_mma_name
-    from jaxwarp._src.tensorcore import isa, native
-    from jaxwarp._src.tensorcore.matmul_chain import Cfg, tiled
+    from jaxwarp._src.gemm import native
+    from jaxwarp._src.gemm.matmul_chain import Cfg, tiled
 
     out = {}
     summary = {"native_configs": 0, "native_elements": 0, "equal_hardware": 0,
@@ -312,7 +313,7 @@ def part_timing() -> dict:
     from _common import best_time
 
     import jaxwarp
-    from jaxwarp._src.tensorcore.matmul import to_operand
+    from jaxwarp._src.gemm.matmul import to_operand
 
     n = 4096
     flops = 2 * n**3
@@ -644,7 +645,7 @@ def part_stepprod() -> dict:
     import jax
     import numpy as np
 
-    from jaxwarp._src.tensorcore import matmul as matmul_mod
+    from jaxwarp._src.gemm import matmul as matmul_mod
 
     rec: dict[str, dict] = {NATIVE: {}, "exact": {}}
     current = ["exact"]
@@ -735,7 +736,7 @@ def part_mma() -> dict:
     import numpy as np
 
     import jaxwarp
-    from jaxwarp._src.tensorcore import isa
+    from jaxwarp._src.catalogue import isa
 
     out = {}
     for fa, fb, acc, instruction, arch, (batch, M, K, N) in MMA_CONFIGS:
@@ -812,8 +813,8 @@ def part_tune() -> dict:
     import numpy as np
     from _common import best_time
 
-    from jaxwarp._src.tensorcore import native, native_kernels
-    from jaxwarp._src.tensorcore.matmul import to_operand
+    from jaxwarp._src.gemm import native, native_kernels
+    from jaxwarp._src.gemm.matmul import to_operand
 
     n = 4096
     out = {}
@@ -842,7 +843,7 @@ def part_tune() -> dict:
 def run_part(part: str, out_dir: pathlib.Path) -> dict:
     import jax
 
-    from jaxwarp._src.tensorcore import native
+    from jaxwarp._src.gemm import native
 
     head = {"part": part, "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
             "device_error": native.device_error()}

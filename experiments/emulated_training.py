@@ -286,7 +286,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.products == "inline" or (args.products == "auto"
                                      and jax.default_backend() == "cpu"):
-        from jaxwarp._src.tensorcore import shared_chain
+        from jaxwarp._src.gemm import shared_chain
 
         shared_chain.SHARED = "off"
     devices = su.pick_devices(args.devices)

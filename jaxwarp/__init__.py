@@ -60,86 +60,88 @@ from jaxwarp._src.numerics.user_formats import to_format as to_format
 from jaxwarp._src.numerics.user_formats import from_format as from_format
 
 # WMMA: fragments, the warp matrix functions, the shape/type table.
-from jaxwarp._src.tensorcore.fragment_types import Fragment as Fragment
-from jaxwarp._src.tensorcore.fragment_types import fragment as fragment
-from jaxwarp._src.tensorcore.fragment_types import FragmentType as FragmentType
-from jaxwarp._src.tensorcore.fragment_types import fragment_type as fragment_type
-from jaxwarp._src.tensorcore.fragments import fill_fragment as fill_fragment
-from jaxwarp._src.tensorcore.wmma import load_matrix_sync as load_matrix_sync
-from jaxwarp._src.tensorcore.wmma import store_matrix_sync as store_matrix_sync
-from jaxwarp._src.tensorcore.wmma import mma_sync as mma_sync
-from jaxwarp._src.tensorcore.wmma import bmma_sync as bmma_sync
-from jaxwarp._src.tensorcore.wmma import matrix_to_memory as matrix_to_memory
-from jaxwarp._src.tensorcore.fragments import fragment_from_matrix as fragment_from_matrix
-from jaxwarp._src.tensorcore.fragments import matrix_from_fragment as matrix_from_fragment
-from jaxwarp._src.tensorcore.fragments import lane_map as lane_map
-from jaxwarp._src.tensorcore.fragments import lane_map_text as lane_map_text
-from jaxwarp._src.tensorcore import wmma_table as wmma_table  # TABLE: what WMMA supports
-from jaxwarp._src.tensorcore import isa as isa  # ROWS: what every instruction accepts
+from jaxwarp._src.layouts.fragment_types import Fragment as Fragment
+from jaxwarp._src.layouts.fragment_types import fragment as fragment
+from jaxwarp._src.layouts.fragment_types import FragmentType as FragmentType
+from jaxwarp._src.layouts.fragment_types import fragment_type as fragment_type
+from jaxwarp._src.layouts.fragments import fill_fragment as fill_fragment
+from jaxwarp._src.instructions.wmma import load_matrix_sync as load_matrix_sync
+from jaxwarp._src.instructions.wmma import store_matrix_sync as store_matrix_sync
+from jaxwarp._src.instructions.wmma import mma_sync as mma_sync
+from jaxwarp._src.instructions.wmma import bmma_sync as bmma_sync
+from jaxwarp._src.instructions.wmma import matrix_to_memory as matrix_to_memory
+from jaxwarp._src.layouts.fragments import fragment_from_matrix as fragment_from_matrix
+from jaxwarp._src.layouts.fragments import matrix_from_fragment as matrix_from_fragment
+from jaxwarp._src.layouts.fragments import lane_map as lane_map
+from jaxwarp._src.layouts.fragments import lane_map_text as lane_map_text
+from jaxwarp._src.catalogue import wmma_table as wmma_table  # TABLE: what WMMA supports
+from jaxwarp._src.catalogue import isa as isa  # ROWS: what every instruction accepts
 
 # Tensor-core arithmetic models (on logical matrices) and a tiled GEMM built on them.
-from jaxwarp._src.tensorcore.arch import ARCHS as ARCHS
-from jaxwarp._src.tensorcore.arch import Datapath as Datapath
-from jaxwarp._src.tensorcore.arch import ArchModel as ArchModel
-from jaxwarp._src.tensorcore.arch import Target as Target
-from jaxwarp._src.tensorcore.arch import parse_target as parse_target
-from jaxwarp._src.tensorcore.arch import datapath_for as datapath_for
-from jaxwarp._src.tensorcore.datapath import mma as mma
-from jaxwarp._src.tensorcore.datapath_int import bmma as bmma
-from jaxwarp._src.tensorcore.matmul import matmul as matmul
-from jaxwarp._src.tensorcore.matmul import to_operand as to_operand
+from jaxwarp._src.catalogue.arch import ARCHS as ARCHS
+from jaxwarp._src.catalogue.arch import Datapath as Datapath
+from jaxwarp._src.catalogue.arch import ArchModel as ArchModel
+from jaxwarp._src.catalogue.arch import Target as Target
+from jaxwarp._src.catalogue.arch import parse_target as parse_target
+from jaxwarp._src.catalogue.arch import datapath_for as datapath_for
+from jaxwarp._src.arithmetic.datapath import mma as mma
+from jaxwarp._src.arithmetic.datapath_int import bmma as bmma
+from jaxwarp._src.gemm.matmul import matmul as matmul
+from jaxwarp._src.gemm.matmul import to_operand as to_operand
 
 # An emulated fused dot-product-add over any formats, its parameters as data.
-from jaxwarp._src.tensorcore.fused_dot import FusedDot as FusedDot
-from jaxwarp._src.tensorcore.fused_dot import fused_dot as fused_dot
+from jaxwarp._src.arithmetic.fused_dot import FusedDot as FusedDot
+from jaxwarp._src.arithmetic.fused_dot import fused_dot as fused_dot
 
 # Data movement between shared memory and mma.sync fragments (PTX ldmatrix family).
-from jaxwarp._src.tensorcore.ldmatrix import ldmatrix as ldmatrix
-from jaxwarp._src.tensorcore.ldmatrix import stmatrix as stmatrix
-from jaxwarp._src.tensorcore.ldmatrix import movmatrix as movmatrix
+from jaxwarp._src.layouts.ldmatrix import ldmatrix as ldmatrix
+from jaxwarp._src.layouts.ldmatrix import stmatrix as stmatrix
+from jaxwarp._src.layouts.ldmatrix import movmatrix as movmatrix
 
 # PTX mma.sync.aligned, named by its qualifier string: registers or logical matrices.
-from jaxwarp._src.tensorcore.mma_sync_parse import parse_mma as parse_mma
-from jaxwarp._src.tensorcore.mma_sync_parse import mma_instructions as mma_instructions
-from jaxwarp._src.tensorcore.mma_sync_registers import to_registers as to_registers
-from jaxwarp._src.tensorcore.mma_sync_registers import from_registers as from_registers
-from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx as mma_sync_ptx
-from jaxwarp._src.tensorcore.mma_sync import mma_sync_ptx_logical as mma_sync_ptx_logical
+from jaxwarp._src.catalogue.mma_sync_parse import parse_mma as parse_mma
+from jaxwarp._src.catalogue.mma_sync_parse import mma_instructions as mma_instructions
+from jaxwarp._src.layouts.mma_sync_registers import to_registers as to_registers
+from jaxwarp._src.layouts.mma_sync_registers import from_registers as from_registers
+from jaxwarp._src.instructions.mma_sync import mma_sync_ptx as mma_sync_ptx
+from jaxwarp._src.instructions.mma_sync import mma_sync_ptx_logical as mma_sync_ptx_logical
 
 # Sparse MMA (2:4 structured sparsity): mma.sp / mma.sp::ordered_metadata on registers or
 # logical matrices, wgmma.mma_async.sp on registers or logical matrices; helpers in
 # jaxwarp.sparse (as_2_4 marks a weight for emulate).
-from jaxwarp._src.tensorcore.mma_sp import parse_mma_sp as parse_mma_sp
-from jaxwarp._src.tensorcore.mma_sp import mma_sp_instructions as mma_sp_instructions
-from jaxwarp._src.tensorcore.mma_sp import mma_sp as mma_sp
-from jaxwarp._src.tensorcore.mma_sp import mma_sp_logical as mma_sp_logical
-from jaxwarp._src.tensorcore.wgmma_sp import parse_wgmma_sp as parse_wgmma_sp
-from jaxwarp._src.tensorcore.wgmma_sp import wgmma_sp as wgmma_sp
-from jaxwarp._src.tensorcore.wgmma_sp import wgmma_sp_logical as wgmma_sp_logical
+from jaxwarp._src.instructions.mma_sp import parse_mma_sp as parse_mma_sp
+from jaxwarp._src.instructions.mma_sp import mma_sp_instructions as mma_sp_instructions
+from jaxwarp._src.instructions.mma_sp import mma_sp as mma_sp
+from jaxwarp._src.instructions.mma_sp import mma_sp_logical as mma_sp_logical
+from jaxwarp._src.instructions.wgmma_sp import parse_wgmma_sp as parse_wgmma_sp
+from jaxwarp._src.instructions.wgmma_sp import wgmma_sp as wgmma_sp
+from jaxwarp._src.instructions.wgmma_sp import wgmma_sp_logical as wgmma_sp_logical
 from jaxwarp import sparse as sparse
 
 # PTX wgmma.mma_async on a warpgroup (128 lanes): descriptors, shared memory, registers.
-from jaxwarp._src.tensorcore.wgmma_parse import parse_wgmma as parse_wgmma
-from jaxwarp._src.tensorcore.wgmma import make_descriptor as make_descriptor
-from jaxwarp._src.tensorcore.wgmma import decode_descriptor as decode_descriptor
-from jaxwarp._src.tensorcore.wgmma import wgmma as wgmma
-from jaxwarp._src.tensorcore.wgmma import wgmma_logical as wgmma_logical
+from jaxwarp._src.catalogue.wgmma_parse import parse_wgmma as parse_wgmma
+from jaxwarp._src.instructions.wgmma import make_descriptor as make_descriptor
+from jaxwarp._src.instructions.wgmma import decode_descriptor as decode_descriptor
+from jaxwarp._src.instructions.wgmma import wgmma as wgmma
+from jaxwarp._src.instructions.wgmma import wgmma_logical as wgmma_logical
 
 # PTX tcgen05.mma (Blackwell): instruction and shared memory descriptors, D in tensor memory.
-from jaxwarp._src.tensorcore.tcgen05_parse import parse_tcgen05 as parse_tcgen05
-from jaxwarp._src.tensorcore.tcgen05_parse import make_instr_descriptor as make_instr_descriptor
-from jaxwarp._src.tensorcore.tcgen05_parse import decode_instr_descriptor as decode_instr_descriptor
-from jaxwarp._src.tensorcore.smem import make_smem_descriptor as make_smem_descriptor
-from jaxwarp._src.tensorcore.smem import decode_smem_descriptor as decode_smem_descriptor
-from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma as tcgen05_mma
-from jaxwarp._src.tensorcore.tcgen05 import tcgen05_mma_logical as tcgen05_mma_logical
+from jaxwarp._src.instructions.tcgen05_parse import parse_tcgen05 as parse_tcgen05
+from jaxwarp._src.instructions.tcgen05_parse import make_instr_descriptor as make_instr_descriptor
+from jaxwarp._src.instructions.tcgen05_parse import (
+    decode_instr_descriptor as decode_instr_descriptor,
+)
+from jaxwarp._src.layouts.smem import make_smem_descriptor as make_smem_descriptor
+from jaxwarp._src.layouts.smem import decode_smem_descriptor as decode_smem_descriptor
+from jaxwarp._src.instructions.tcgen05 import tcgen05_mma as tcgen05_mma
+from jaxwarp._src.instructions.tcgen05 import tcgen05_mma_logical as tcgen05_mma_logical
 
 # Block-scaled MMA (microscaling: mma.sync / tcgen05.mma .block_scale): logical matrices,
 # mma.sync's registers with their scale selectors, tcgen05.mma through descriptors.
-from jaxwarp._src.tensorcore.block_scale import BlockScaleDatapath as BlockScaleDatapath
-from jaxwarp._src.tensorcore.block_scale import mma_block_scale_logical as mma_block_scale_logical
-from jaxwarp._src.tensorcore.mma_sync_block_scale import mma_block_scale as mma_block_scale
-from jaxwarp._src.tensorcore.tcgen05_block_scale import (
+from jaxwarp._src.arithmetic.block_scale import BlockScaleDatapath as BlockScaleDatapath
+from jaxwarp._src.arithmetic.block_scale import mma_block_scale_logical as mma_block_scale_logical
+from jaxwarp._src.instructions.mma_sync_block_scale import mma_block_scale as mma_block_scale
+from jaxwarp._src.instructions.tcgen05_block_scale import (
     make_block_scale_instr_descriptor as make_block_scale_instr_descriptor,
     tcgen05_mma_block_scale as tcgen05_mma_block_scale,
 )

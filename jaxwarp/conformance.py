@@ -16,7 +16,7 @@ as "matches MMA-Sim (reference model)", apart from "matches hardware". See
 
 from jaxwarp._src.conformance.check import check_file as check_file
 from jaxwarp._src.conformance.cli import main as main
-from jaxwarp._src.conformance.handlers_ptx import datapath_lacks as datapath_lacks
+from jaxwarp._src.conformance.handlers.ptx import datapath_lacks as datapath_lacks
 from jaxwarp._src.conformance.registry import CaptureError as CaptureError
 from jaxwarp._src.conformance.registry import GroupResult as GroupResult
 from jaxwarp._src.conformance.registry import floor_percent as floor_percent

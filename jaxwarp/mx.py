@@ -5,14 +5,14 @@ quantized tensor is an :class:`MXTensor` pytree. ``jaxwarp.mx.matmul`` is the bl
 GEMM; :class:`Recipe` and :data:`RECIPES` are the training recipes of
 ``jaxwarp.emulate(fn, recipe=...)``. See ``docs/microscaling.md``."""
 
-from jaxwarp._src.emulate.recipes import RECIPES as RECIPES
-from jaxwarp._src.emulate.recipes import Recipe as Recipe
-from jaxwarp._src.numerics.mx import MXTensor as MXTensor
-from jaxwarp._src.numerics.mx import dequantize as dequantize
-from jaxwarp._src.numerics.mx import fake_quantize as fake_quantize
-from jaxwarp._src.numerics.mx import quantize as quantize
-from jaxwarp._src.numerics.mx_formats import MODES as MODES
-from jaxwarp._src.numerics.mx_formats import MX_FORMATS as MX_FORMATS
-from jaxwarp._src.numerics.mx_formats import SCALE_RULES as SCALE_RULES
-from jaxwarp._src.numerics.mx_formats import MXFormat as MXFormat
-from jaxwarp._src.tensorcore.block_scale_gemm import matmul as matmul
+from jaxwarp._src.gemm.block_scale_gemm import matmul as matmul
+from jaxwarp._src.recipes.recipe import RECIPES as RECIPES
+from jaxwarp._src.recipes.recipe import Recipe as Recipe
+from jaxwarp._src.scaling.mx import MXTensor as MXTensor
+from jaxwarp._src.scaling.mx import dequantize as dequantize
+from jaxwarp._src.scaling.mx import fake_quantize as fake_quantize
+from jaxwarp._src.scaling.mx import quantize as quantize
+from jaxwarp._src.scaling.mx_formats import MODES as MODES
+from jaxwarp._src.scaling.mx_formats import MX_FORMATS as MX_FORMATS
+from jaxwarp._src.scaling.mx_formats import SCALE_RULES as SCALE_RULES
+from jaxwarp._src.scaling.mx_formats import MXFormat as MXFormat

@@ -5,8 +5,8 @@ sparse instructions themselves are ``jaxwarp.mma_sp``, ``jaxwarp.mma_sp_logical`
 ``jaxwarp.wgmma_sp_logical``; ``jaxwarp.matmul(..., sparsity="2:4")`` runs a GEMM of them,
 and ``as_2_4`` marks a weight whose products ``jaxwarp.emulate`` runs on them."""
 
-from jaxwarp._src.tensorcore.sparse import compress_2_4 as compress_2_4
-from jaxwarp._src.tensorcore.sparse import decompress_2_4 as decompress_2_4
-from jaxwarp._src.tensorcore.sparse import metadata_words as metadata_words
-from jaxwarp._src.tensorcore.sparse import prune_2_4 as prune_2_4
-from jaxwarp._src.tensorcore.sparse_marker import as_2_4 as as_2_4
+from jaxwarp._src.instructions.sparse import compress_2_4 as compress_2_4
+from jaxwarp._src.instructions.sparse import decompress_2_4 as decompress_2_4
+from jaxwarp._src.instructions.sparse import metadata_words as metadata_words
+from jaxwarp._src.instructions.sparse import prune_2_4 as prune_2_4
+from jaxwarp._src.instructions.sparse_marker import as_2_4 as as_2_4

@@ -37,60 +37,60 @@ DEFAULT_CASES: dict[str, int | tuple[str, ...]] = {
         "h100_ptx_sample-ptx",),
     "tests/conformance/test_conformance.py::test_capture_is_bit_exact": (
         "capture_extra_subnormal.npz-every2", "h100_mma_int.npz-every3"),
-    "tests/numerics/test_mx.py::test_nvfp4_matches_reference": ("0-rn",),
+    "tests/scaling/test_mx.py::test_nvfp4_matches_reference": ("0-rn",),
     # MX against the reference: every format and every scale rule, not every pair.
-    "tests/numerics/test_mx.py::test_mx_matches_reference": 6,
-    "tests/numerics/test_mx.py::test_stochastic_rounding_matches_reference": 2,
-    "tests/numerics/test_mx.py::test_torchao_mx_golden": 5,
-    "tests/tensorcore/test_tcgen05.py::test_descriptor_path_equals_logical": 1,
+    "tests/scaling/test_mx.py::test_mx_matches_reference": 6,
+    "tests/scaling/test_mx.py::test_stochastic_rounding_matches_reference": 2,
+    "tests/scaling/test_mx.py::test_torchao_mx_golden": 5,
+    "tests/instructions/test_tcgen05.py::test_descriptor_path_equals_logical": 1,
     # tcgen05 against MMA-Sim: each kind, both D types, every fp8 / fp6 / fp4 operand type.
-    "tests/tensorcore/test_tcgen05.py::test_logical_matches_mmasim": (
+    "tests/instructions/test_tcgen05.py::test_logical_matches_mmasim": (
         "m64n8k16.kind::f16.f16.f16.f16", "m64n8k16.kind::f16.f32.bf16.bf16",
         "m64n8k8.kind::tf32.f32.tf32.tf32", "m64n8k32.kind::f8f6f4.f32.e4m3.e5m2",
         "m64n8k32.kind::f8f6f4.f16.e5m2.e4m3", "m64n8k32.kind::f8f6f4.f32.e2m1.e2m1",
         "m64n8k32.kind::f8f6f4.f16.e3m2.e2m3", "m64n8k32.kind::f8f6f4.f32.e4m3.e3m2",
         "m64n8k32.kind::f8f6f4.f16.e2m1.e5m2", "m64n8k32.kind::f8f6f4.f32.e2m3.e2m1"),
     # Bit-exact against the H100 captures: a spread of types, shapes and modifiers.
-    "tests/tensorcore/test_datapath.py::test_float_bit_exact": 6,
-    "tests/tensorcore/test_datapath.py::test_int_bit_exact": 5,
-    "tests/tensorcore/test_datapath.py::test_f64_native_chain_equals_integer_chain": (
+    "tests/arithmetic/test_datapath.py::test_float_bit_exact": 6,
+    "tests/arithmetic/test_datapath.py::test_int_bit_exact": 5,
+    "tests/arithmetic/test_datapath.py::test_f64_native_chain_equals_integer_chain": (
         "nan", "1e+300"),
-    "tests/tensorcore/test_datapath.py::test_f64_native_chain_against_hardware": 1,
+    "tests/arithmetic/test_datapath.py::test_f64_native_chain_against_hardware": 1,
     # Every field of the datapath changes bits (that the values are right, the bit-exact
     # tests check): a spread of the fields.
-    "tests/tensorcore/test_datapath.py::test_every_datapath_field_changes_bits": (
+    "tests/arithmetic/test_datapath.py::test_every_datapath_field_changes_bits": (
         "block_k", "c_mode", "align", "e_floor", "trunc", "sum_mbits", "nan_f16"),
-    "tests/tensorcore/test_datapath_hw.py::test_bit_exact_on_h100_edges": (
+    "tests/arithmetic/test_datapath_hw.py::test_bit_exact_on_h100_edges": (
         "f16.f32f32.m16n16k16.rc", "tf32cvt.f32f32.m16n16k8.rc", "ptx/f16.f16.f32f32.m8n8k4",
         "ptx/e4m3.e5m2.f32f32.m16n8k32", "ptx/u8.s8.s32s32.m16n8k32.satfinite",
         "wgmma/e5m2.e5m2.f16f16.m64n8k32", "chain/ptx/f16.f16.f16f16.m16n8k16x4",
         "chain/wgmma/bf16.bf16.f32f32.m64n8k16x4"),
-    "tests/tensorcore/test_mma_sync_ptx.py::test_float_bit_exact_h100": (
+    "tests/instructions/test_mma_sync_ptx.py::test_float_bit_exact_h100": (
         "f16.f16.f32f32.m8n8k4", "f16.f16.f16f16.m16n8k16", "bf16.bf16.f32f32.m16n8k8",
         "tf32.tf32.f32f32.m16n8k8", "f64.f64.f64f64.m8n8k4", "e4m3.e5m2.f32f32.m16n8k32",
         "e5m2.e5m2.f16f16.m16n8k32"),
-    "tests/tensorcore/test_mma_sync_ptx.py::test_integer_and_b1_bit_exact_h100": 5,
-    "tests/tensorcore/test_mma_sync_ptx.py::test_register_entry_equals_logical_entry": (
+    "tests/instructions/test_mma_sync_ptx.py::test_integer_and_b1_bit_exact_h100": 5,
+    "tests/instructions/test_mma_sync_ptx.py::test_register_entry_equals_logical_entry": (
         "f16.f16.f32f32.m8n8k4", "u4.s4.s32s32.m16n8k64.satfinite",
         "b1.b1.s32s32.m8n8k128.and"),
-    "tests/tensorcore/test_wgmma.py::test_h100_bit_exact": (
+    "tests/instructions/test_wgmma.py::test_h100_bit_exact": (
         "f16.f16.f32f32.m64n8k16", "f16.f16.f32f32.m64n8k16.ta.tb.sw128",
         "f16.f16.f32f32.m64n8k16.areg", "f16.f16.f32f32.m64n8k16.negA",
         "f16.f16.f32f32.m64n8k16.scaled0", "f16.f16.f16f16.m64n8k16"),
-    "tests/tensorcore/test_wmma.py::test_mma_sync_on_captures": 5,
-    "tests/tensorcore/test_reference.py::test_model_matches_reference": (
+    "tests/instructions/test_wmma.py::test_mma_sync_on_captures": 5,
+    "tests/arithmetic/test_reference.py::test_model_matches_reference": (
         "f16_f16f32_m16n16k16", "bf16_f32f32_m16n16k16", "s8_s32s32_m16n16k16_satf",
         "u4_s32s32_m8n8k32", "b1_s32s32_m8n8k128_xor"),
-    "tests/tensorcore/test_reference.py::test_reference_matches_captures": 12,
-    "tests/tensorcore/test_store_decoded.py::test_same_bits_on_off_auto": ("wmma-f16xf16",),
-    "tests/tensorcore/test_store_decoded.py::test_gemm_same_bits_on_off": ("bf16",),
+    "tests/arithmetic/test_reference.py::test_reference_matches_captures": 12,
+    "tests/arithmetic/test_store_decoded.py::test_same_bits_on_off_auto": ("wmma-f16xf16",),
+    "tests/arithmetic/test_store_decoded.py::test_gemm_same_bits_on_off": ("bf16",),
     "tests/warp/test_dpx.py::test_matches_h100": 6,
     "tests/warp/test_dpx.py::test_public_functions_match_h100": 6,
     "tests/numerics/test_narrow_formats.py::test_round_to_matches_the_reference": 5,
     "tests/warp/test_lanes.py::test_gradients": ("idx", "bfly"),
-    "tests/tensorcore/test_ldmatrix.py::test_fragment_layout_element_by_element": (
+    "tests/layouts/test_ldmatrix.py::test_fragment_layout_element_by_element": (
         "x1", "x4.trans"),
-    "tests/tensorcore/test_ldmatrix.py::test_stmatrix_inverts_ldmatrix": ("x2.trans", "x4"),
+    "tests/layouts/test_ldmatrix.py::test_stmatrix_inverts_ldmatrix": ("x2.trans", "x4"),
     "tests/numerics/test_fp8.py::test_every_16_bit_pattern_rounds_as_the_reference": 4,
     "tests/numerics/test_formats.py::test_rounding_is_idempotent": 3,
     "tests/numerics/test_formats.py::test_rounding_is_monotonic_and_odd": 3,
@@ -100,30 +100,30 @@ DEFAULT_CASES: dict[str, int | tuple[str, ...]] = {
     "tests/numerics/test_fp8.py::test_x2_forms_are_two_independent_lanes": 1,
     "tests/numerics/test_fp8.py::test_saturation_overflow_and_zero_boundaries": 6,
     # Layouts, addresses and packing against the capture harnesses' formulas.
-    "tests/tensorcore/test_mma_sync_ptx.py::test_layout_matches_capture_harness": 24,
-    "tests/tensorcore/test_mma_sync_ptx.py::test_pack_matches_harness_and_round_trips": 7,
-    "tests/tensorcore/test_layouts.py::test_mma_layouts_are_the_ptx_formulas": 24,
-    "tests/tensorcore/test_layouts.py::test_wgmma_layouts_are_the_ptx_formulas": 16,
-    "tests/tensorcore/test_wgmma.py::test_addresses_match_harness": 18,
-    "tests/tensorcore/test_wgmma.py::test_read_write_vs_harness_images": 6,
-    "tests/tensorcore/test_wgmma.py::test_accumulator_round_trip_and_harness": 2,
-    "tests/tensorcore/test_wgmma.py::test_a_registers_match_harness": 2,
-    "tests/tensorcore/test_fragments.py::test_round_trip_every_fragment_type": 12,
-    "tests/tensorcore/test_fragments.py::test_layout_conformance": 11,
-    "tests/tensorcore/test_fragments.py::test_lane_map_matches_capture": 22,
-    "tests/tensorcore/test_fragment_type.py::test_properties_agree_with_old_fragment": 25,
-    "tests/tensorcore/test_fragment_type.py::test_load_via_type_equals_load_via_zero_fragment":
+    "tests/instructions/test_mma_sync_ptx.py::test_layout_matches_capture_harness": 24,
+    "tests/instructions/test_mma_sync_ptx.py::test_pack_matches_harness_and_round_trips": 7,
+    "tests/layouts/test_layouts.py::test_mma_layouts_are_the_ptx_formulas": 24,
+    "tests/layouts/test_layouts.py::test_wgmma_layouts_are_the_ptx_formulas": 16,
+    "tests/instructions/test_wgmma.py::test_addresses_match_harness": 18,
+    "tests/instructions/test_wgmma.py::test_read_write_vs_harness_images": 6,
+    "tests/instructions/test_wgmma.py::test_accumulator_round_trip_and_harness": 2,
+    "tests/instructions/test_wgmma.py::test_a_registers_match_harness": 2,
+    "tests/layouts/test_fragments.py::test_round_trip_every_fragment_type": 12,
+    "tests/layouts/test_fragments.py::test_layout_conformance": 11,
+    "tests/layouts/test_fragments.py::test_lane_map_matches_capture": 22,
+    "tests/layouts/test_fragment_type.py::test_properties_agree_with_old_fragment": 25,
+    "tests/layouts/test_fragment_type.py::test_load_via_type_equals_load_via_zero_fragment":
         10,
-    "tests/tensorcore/test_fragment_type.py::test_lane_maps_from_type_fragment_or_names": 25,
-    "tests/tensorcore/test_wmma.py::test_load_operand": 8,
+    "tests/layouts/test_fragment_type.py::test_lane_maps_from_type_fragment_or_names": 25,
+    "tests/instructions/test_wmma.py::test_load_operand": 8,
     "tests/test_capture_ptx_host.py::test_pack_unpack_round_trip": 24,
     "tests/test_capture_ptx_host.py::test_layout_covers_each_element_once": 24,
     "tests/test_capture_wgmma_host.py::test_image_round_trip": 16,
     # Gradients, scaling and contracts: one or two formats of each rule.
-    "tests/tensorcore/test_matmul.py::test_equals_the_fragment_program": ("bf16",),
-    "tests/tensorcore/test_matmul.py::test_fp8_gradients_use_power_of_two_scales": (
+    "tests/gemm/test_matmul.py::test_equals_the_fragment_program": ("bf16",),
+    "tests/gemm/test_matmul.py::test_fp8_gradients_use_power_of_two_scales": (
         "e4m3-e5m2-1e+30",),
-    "tests/tensorcore/test_matmul.py::test_fp8_chain_equals_reference": 2,
+    "tests/gemm/test_matmul.py::test_fp8_chain_equals_reference": 2,
     "tests/test_emulate.py::test_matmul_contract": ("f16",),
     "tests/test_emulate.py::test_tensor_scale_is_the_largest_power_of_two": ("e4m3",),
     "tests/test_emulate.py::test_rescale_is_rounded_once_on_the_bits": ("f32",),
@@ -145,7 +145,7 @@ DEFAULT_CASES: dict[str, int | tuple[str, ...]] = {
         "f16-rn-1.0004882812509095", "bf16-rn-1.0039062500009095",
         "tf32-rna-1.0004882812490905", "e4m3-rn-1.0625000000009095"),
     "tests/numerics/test_narrow_formats.py::test_encode_inverts_decode": 3,
-    "tests/tensorcore/test_wmma.py::test_accumulator_load_store_round_trip": (
+    "tests/instructions/test_wmma.py::test_accumulator_load_store_round_trip": (
         "shape0-f16", "shape1-f32", "shape2-s32"),
     "tests/test_entry_points.py::test_format_argument_accepts_names_aliases_and_dtypes": 6,
     "tests/warp/test_dpx.py::test_predicates_match_h100": 6,

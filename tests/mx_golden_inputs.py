@@ -1,7 +1,7 @@
 """Deterministic float32 inputs of the quantizer cross-checks (NumPy only).
 
 ``tools/crosscheck/mx_golden.py`` (run with torchao / microxcaling in a separate venv)
-and ``tests/numerics/test_mx_golden.py`` (jaxwarp) both call :func:`mx_inputs` /
+and ``tests/scaling/test_mx_golden.py`` (jaxwarp) both call :func:`mx_inputs` /
 :func:`nvfp4_inputs`, so the golden file stores a seed and the reference's outputs
 (per-chunk SHA-256 digests and a readable sample), not the inputs. Every draw is a
 ``numpy.random.Generator(PCG64)`` integer draw with an explicit dtype, and every value

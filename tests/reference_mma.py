@@ -1,6 +1,6 @@
 """An independent, slow reference of the tensor-core arithmetic, for tests only.
 
-Written from the documented model (``jaxwarp._src.tensorcore.datapath``'s module docstring and
+Written from the documented model (``jaxwarp._src.arithmetic.datapath``'s module docstring and
 ``docs/capture_format.md``), not from its code, with nothing but Python integers and
 ``fractions.Fraction``: every float is decoded into (sign, integer significand,
 exponent of its last bit); products and sums are exact; the alignment, truncation and

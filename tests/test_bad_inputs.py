@@ -57,7 +57,7 @@ import pytest
 
 import jaxwarp
 from jaxwarp import conformance, dpx, fragment
-from jaxwarp._src.tensorcore.native import device_error as native_device_error
+from jaxwarp._src.gemm.native import device_error as native_device_error
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"

@@ -31,22 +31,23 @@ README = (ROOT / "README.md").read_text()
 # The default run takes every third example (in the order found) but the longest ones
 # (over a second each); -m slow runs the others.
 _LONG_EXAMPLES = {
-    "jaxwarp._src.emulate.api.emulate", "jaxwarp._src.tensorcore.datapath.mma",
+    "jaxwarp._src.emulate.api.emulate", "jaxwarp._src.arithmetic.datapath.mma",
     "jaxwarp._src.numerics.fp8_intrinsics.double_to_fp8", "jaxwarp._src.numerics.fma.fma64",
-    "jaxwarp._src.tensorcore.matmul.matmul", "jaxwarp._src.tensorcore.wgmma.wgmma",
+    "jaxwarp._src.gemm.matmul.matmul", "jaxwarp._src.instructions.wgmma.wgmma",
     "jaxwarp._src.numerics.fp8_intrinsics.bfloat16raw2_to_fp8x2",
-    "jaxwarp._src.tensorcore.matmul.to_operand", "jaxwarp._src.numerics.fp8.cvt_f32_to_e5m2x2",
-    "jaxwarp._src.numerics.mx.quantize", "jaxwarp._src.tensorcore.block_scale.from_golden",
-    "jaxwarp._src.tensorcore.ldmatrix.ldmatrix",
-    "jaxwarp._src.tensorcore.delayed.delayed_matmul",
-    "jaxwarp._src.tensorcore.block_scale_gemm.matmul",
+    "jaxwarp._src.gemm.matmul.to_operand", "jaxwarp._src.numerics.fp8.cvt_f32_to_e5m2x2",
+    "jaxwarp._src.scaling.mx.quantize", "jaxwarp._src.arithmetic.block_scale.from_golden",
+    "jaxwarp._src.layouts.ldmatrix.ldmatrix",
+    "jaxwarp._src.recipes.delayed.delayed_matmul",
+    "jaxwarp._src.gemm.block_scale_gemm.matmul",
     # Over a second each (CPU time, one process, 2026-11-26).
-    "jaxwarp._src.tensorcore.wgmma_sp.wgmma_sp", "jaxwarp._src.tensorcore.ldmatrix.stmatrix",
-    "jaxwarp._src.tensorcore.sparse_marker.as_2_4", "jaxwarp._src.tensorcore.tcgen05.tcgen05_mma",
-    "jaxwarp._src.tensorcore.mma_sp.mma_sp_logical",
-    "jaxwarp._src.tensorcore.wgmma_registers.a_matrix", "jaxwarp._src.tensorcore.wmma.mma_sync",
+    "jaxwarp._src.instructions.wgmma_sp.wgmma_sp", "jaxwarp._src.layouts.ldmatrix.stmatrix",
+    "jaxwarp._src.instructions.sparse_marker.as_2_4",
+    "jaxwarp._src.instructions.tcgen05.tcgen05_mma",
+    "jaxwarp._src.instructions.mma_sp.mma_sp_logical",
+    "jaxwarp._src.layouts.wgmma_registers.a_matrix", "jaxwarp._src.instructions.wmma.mma_sync",
     "jaxwarp._src.warp.lanes.syncwarp", "jaxwarp._src.warp.cg.thread_block_tile",
-    "jaxwarp._src.tensorcore.wgmma.write_operand"}
+    "jaxwarp._src.instructions.wgmma.write_operand"}
 
 
 def _docstring_examples():

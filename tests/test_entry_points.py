@@ -661,7 +661,7 @@ def test_matmul_empty_m_or_n(m, n, instruction):
     ("bf16", "f32", "f32", "wgmma"), ("tf32", "f32", "f32", "mma_sync"),
     ("e4m3", "f32", "f32", "wgmma"), ("s8", "s32", "s32", "wmma"), ("u4", "s32", "s32", "wmma")])
 def test_mma_k0_returns_c(a_format, c_format, d_format, instruction, mode):
-    from jaxwarp._src.tensorcore.datapath import STORAGE_DTYPE
+    from jaxwarp._src.arithmetic.datapath import STORAGE_DTYPE
     m, n = 16, 8
     a = np.zeros((2, m, 0), STORAGE_DTYPE[a_format])  # a batch axis broadcasts onto C
     b = np.zeros((0, n), STORAGE_DTYPE[a_format])

@@ -11,7 +11,7 @@ import pytest
 
 import jaxwarp
 from jaxwarp import fp8
-from jaxwarp._src.numerics.blockwise import block_scales
+from jaxwarp._src.scaling.blockwise import block_scales
 
 
 def _u32(x):
@@ -96,7 +96,7 @@ def test_delayed_matmul_bits():
 
 
 # Slow: a jit of the emulated forward and backward; the arithmetic of each block-scaled
-# product is checked bit for bit by tests/tensorcore/test_fp8_blockwise.py.
+# product is checked bit for bit by tests/scaling/test_fp8_blockwise.py.
 @pytest.mark.slow
 @pytest.mark.parametrize("scaling", ["blockwise", "blockwise_pow2"])
 def test_emulate_blockwise_recipe(scaling):

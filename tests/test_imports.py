@@ -91,7 +91,7 @@ def _describe(graph, comp: list[str]) -> str:
 def test_graph_sees_the_package(graph):
     # A sanity check of the tool: the layers are there, and a known import is seen.
     assert {"jaxwarp._src.numerics.formats", "jaxwarp._src.numerics.softfloat",
-            "jaxwarp._src.tensorcore.fragments", "jaxwarp._src.tensorcore.wmma"} <= graph.modules
+            "jaxwarp._src.layouts.fragments", "jaxwarp._src.instructions.wmma"} <= graph.modules
     assert graph.direct_import_exists(importer="jaxwarp._src.numerics.softfloat",
                                       imported="jaxwarp._src.numerics.formats")
 
@@ -117,12 +117,77 @@ def test_no_import_cycles(graph):
         pytest.fail(f"{len(comps)} import cycle(s) in {PACKAGE}:\n{report}", pytrace=False)
 
 
-@pytest.mark.parametrize("layer, above", [
-    ("jaxwarp._src.numerics", ("jaxwarp._src.warp", "jaxwarp._src.tensorcore",
-                               "jaxwarp._src.emulate", "jaxwarp._src.conformance")),
-])
-def test_numerics_is_the_bottom_layer(graph, layer, above):
-    # numerics imports nothing from the layers built on it.
-    for m in sorted(graph.find_descendants(layer)):
-        for imported in graph.find_modules_directly_imported_by(m):
-            assert not imported.startswith(above), (m, imported)
+#: The layers of ``jaxwarp._src``, bottom first. A module may import from its own layer and
+#: the layers below it, never from a layer above (function-level imports included). Each
+#: entry is a tuple of sibling names that form one layer.
+LAYERS = (
+    ("checks", "config"),   # argument checks and the switchboard: read by everything
+    ("numerics",),          # bits, the format registry, soft-float rounding, conversions
+    ("warp",),              # lanes, shuffles, votes, reductions, divergence, cooperative groups
+    ("scaling",),           # tensor scales, UE8M0, MX / NVFP4 and blockwise quantization
+    ("catalogue",),         # what each instruction accepts; targets and datapath presets
+    ("arithmetic",),        # the block-FMA datapath, block scaling, the fused dot
+    ("layouts",),           # register fragments, shared memory, ldmatrix
+    ("instructions",),      # WMMA, mma.sync, mma.sp, wgmma(.sp), tcgen05 front-ends
+    ("gemm",),              # matmul, the block-scaled GEMM and their backends
+    ("recipes",),           # MXFP8 / NVFP4 recipes, fp8 delayed scaling
+    ("emulate",),           # any JAX function's products through the tensor core
+    ("sharding",),          # many devices
+    ("conformance",),       # capture files, handlers, report, CLI
+)
+SRC = "jaxwarp._src"
+
+
+def _layer_of(module: str) -> int | None:
+    if module == SRC or not module.startswith(SRC + "."):
+        return None
+    top = module[len(SRC) + 1:].split(".")[0]
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module} is in no layer of LAYERS: add its folder to the order")
+
+
+def test_every_private_module_has_a_layer(graph):
+    for m in sorted(graph.modules):
+        _layer_of(m)  # raises for a module of no layer
+
+
+def test_layers_import_only_downwards(graph):
+    bad = []
+    for m in sorted(graph.modules):
+        lm = _layer_of(m)
+        if lm is None:
+            continue
+        for imported in sorted(graph.find_modules_directly_imported_by(m)):
+            if not imported.startswith(PACKAGE):
+                continue
+            li = _layer_of(imported)
+            if li is None:
+                # The public face (jaxwarp, jaxwarp.mx, ...) is above every private layer.
+                bad.append(f"{m} -> {imported} (private code imports the public face)")
+            elif li > lm:
+                bad.append(f"{m} ({LAYERS[lm][0]}) -> {imported} ({LAYERS[li][0]})")
+    if bad:
+        pytest.fail("imports that go up the layer order:\n" + "\n".join(bad), pytrace=False)
+
+
+def test_layer_check_sees_an_upward_import():
+    # The check itself on a known bad edge: arithmetic importing gemm is refused.
+    assert _layer_of("jaxwarp._src.arithmetic.datapath") < _layer_of("jaxwarp._src.gemm.matmul")
+    with pytest.raises(AssertionError, match="no layer"):
+        _layer_of("jaxwarp._src.nowhere.mod")
+
+
+def test_folders_are_small(graph):
+    # No folder of jaxwarp._src holds more than 12 modules directly (its __init__ included),
+    # and no module is over 700 lines: modules a reader can take in one sitting.
+    import pathlib
+
+    root = pathlib.Path(__import__(SRC, fromlist=["_"]).__file__).parent
+    for folder in [root, *[p for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__"]]:
+        mods = sorted(folder.glob("*.py"))
+        assert len(mods) <= 12, (str(folder), len(mods))
+        for f in mods:
+            n = len(f.read_text().splitlines())
+            assert n <= 700, (str(f), n)

@@ -60,7 +60,7 @@ _FOUR_DEVICES = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np
     sys.path.insert(0, "experiments")
     import warp_programs as wp
-    from jaxwarp._src.tensorcore.matmul import matmul
+    from jaxwarp._src.gemm.matmul import matmul
     from jaxwarp._src.sharding import sharded_vmap
     import jaxwarp
 

@@ -6,7 +6,7 @@ Run with a Python that has torch (CPU) and torchao (not a dependency of jaxwarp)
 element format and torchao ``ScaleCalculationMode``, the ue8m0 scale codes and element
 codes (fp8 bits, fp6 / fp4 codes unpacked one per byte); for NVFP4 (two-level scaling with
 ``per_tensor_amax_to_scale``) the per-tensor scale's bits, the e4m3 block scales' bits and
-the e2m1 codes. ``tests/numerics/test_mx.py`` compares jaxwarp.mx with it bit for bit.
+the e2m1 codes. ``tests/scaling/test_mx.py`` compares jaxwarp.mx with it bit for bit.
 The venv used: torch 2.13.0+cpu and ``pip install --no-deps torchao`` (0.18.0).
 """
 

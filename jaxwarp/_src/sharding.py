@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwarp._src import checks
-from jaxwarp._src.tensorcore import shared_chain
+from jaxwarp._src.gemm import shared_chain
 
 BATCH_AXIS = "batch"
 

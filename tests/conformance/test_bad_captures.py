@@ -15,7 +15,8 @@ import pytest
 from conftest import DATA
 
 from jaxwarp import conformance
-from jaxwarp._src.conformance import handlers_wmma, targets
+from jaxwarp._src.conformance import targets
+from jaxwarp._src.conformance.handlers import wmma as handlers_wmma
 
 H100 = np.str_("NVIDIA H100 80GB HBM3 sm_90")
 A100 = np.str_("NVIDIA A100-SXM4-80GB sm_80")

@@ -24,10 +24,10 @@ CAPTURES = sorted(p.name for p in DATA.glob("*.npz")
 
 
 # The largest file runs with -m slow; by default its configurations are checked by
-# tests/tensorcore/test_wmma.py (a sample) and test_reference.py (the reference against it).
+# tests/instructions/test_wmma.py (a sample) and test_reference.py (the reference against it).
 # h100_layout.npz is checked whole by default by test_report_format_and_json; the warp
 # captures by default in tests/warp and tests/numerics/test_formats.py (the same data); the
-# sparse captures by default in tests/tensorcore/test_sparse.py (a configuration of it);
+# sparse captures by default in tests/instructions/test_sparse.py (a configuration of it);
 # h100_diverge.npz: by default one program in tests/warp/test_divergence_capture.py.
 _SLOW = {"h100_mma_fp.npz", "h100_layout.npz", "capture_extra_warp.npz", "h100_warp.npz",
          "h100_sparse.npz", "h100_diverge.npz",
@@ -70,7 +70,7 @@ def test_capture_is_bit_exact(name, every, tmp_path):
 
 
 # By default on the file's first groups (every layout is checked bit for bit by
-# tests/tensorcore/test_fragments.py); on the whole file with -m slow.
+# tests/layouts/test_fragments.py); on the whole file with -m slow.
 @pytest.mark.parametrize("groups", [pytest.param(8, id="part"),
                                     pytest.param(None, marks=pytest.mark.slow, id="whole")])
 def test_report_format_and_json(tmp_path, capsys, groups):

@@ -18,9 +18,9 @@ from conftest import DATA
 
 import jaxwarp
 from jaxwarp import conformance
+from jaxwarp._src.catalogue import arch, isa
 from jaxwarp._src.conformance import golden_keys as G
-from jaxwarp._src.conformance import handlers_golden
-from jaxwarp._src.tensorcore import arch, isa
+from jaxwarp._src.conformance.handlers import golden as handlers_golden
 
 FILES = ("mmasim_golden_mma.npz", "mmasim_golden_tcgen05.npz")
 HOPPER = ("golden/mma/Hopper/m16n8k16.f32.f16.f16.f32",)

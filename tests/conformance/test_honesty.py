@@ -138,7 +138,7 @@ def test_unknown_ptx_names_and_sub_keys_are_errors(tmp_path):
 
 
 def test_a_missing_datapath_feature_is_an_error_not_a_skip(tmp_path, monkeypatch):
-    from jaxwarp._src.conformance import handlers_ptx
+    from jaxwarp._src.conformance.handlers import ptx as handlers_ptx
 
     monkeypatch.setattr(handlers_ptx, "datapath_lacks", lambda cfg: "operand type 'e4m3'")
     a = np.zeros((1, 16, 32), np.uint8)

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp._src.numerics import fp8, fp8_intrinsics, ue8m0
+from jaxwarp._src.numerics import fp8, fp8_intrinsics
 from jaxwarp._src.numerics.fp8 import (
     FP8_FORMATS,
     PTX_FORMS,
@@ -44,6 +44,7 @@ from jaxwarp._src.numerics.fp8_intrinsics import (
     halfraw2_to_fp8x2,
     halfraw_to_fp8,
 )
+from jaxwarp._src.scaling import ue8m0
 
 FMTS = ("e4m3", "e5m2")
 # (exponent bits, mantissa bits, MAX_NORM code, has inf) from the OCP FP8 / PTX definitions

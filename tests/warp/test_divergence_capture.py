@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA
 
 from jaxwarp import conformance
-from jaxwarp._src.conformance import handlers_diverge as hd
+from jaxwarp._src.conformance.handlers import diverge as hd
 
 FILE = DATA / "h100_diverge.npz"
 SLOW = pytest.mark.slow

@@ -242,7 +242,7 @@ def gen(path: str, outputs: int, small: bool, seed: int) -> None:
 
 
 def check(path: str) -> int:
-    from jaxwarp._src.tensorcore import block_scale
+    from jaxwarp._src.arithmetic import block_scale
 
     d = np.load(path)
     keys = sorted({"/".join(k.split("/")[1:4]) for k in d.files if "block_scale" in k})

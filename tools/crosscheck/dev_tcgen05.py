@@ -222,8 +222,8 @@ def _layout(rows, k, ebytes, mn_major, sw, base):
 
 def run_desc(q, a, b, c, rng):
     """tcgen05_mma on A and B stored in random canonical layouts."""
-    from jaxwarp._src.tensorcore import tcgen05 as T
-    from jaxwarp._src.tensorcore import tcgen05_parse
+    from jaxwarp._src.instructions import tcgen05 as T
+    from jaxwarp._src.instructions import tcgen05_parse
     instr = tcgen05_parse.parse_tcgen05(q)
     ta, tb = (bool(rng.integers(2)) for _ in range(2))
     swa, swb = (int(rng.choice([0, 32, 64, 128])) for _ in range(2))
@@ -245,7 +245,7 @@ def _run(via, q, a, b, cbits, rng):
     elif via == "desc":
         d = run_desc(q, a, b, c, rng)
     else:
-        from jaxwarp._src.tensorcore import datapath
+        from jaxwarp._src.arithmetic import datapath
         _, _, dt, a_t, b_t = q.split(".")
         st = datapath.STORAGE_DTYPE
         d = jaxwarp.mma(a.view(st[a_t]), b.view(st[b_t]), c, a_format=a_t, b_format=b_t,

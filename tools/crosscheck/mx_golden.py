@@ -9,7 +9,7 @@ Run in the reference venv (torch CPU, torchao, microxcaling's sources; not jaxwa
 inputs are not stored: ``tests/mx_golden_inputs.py`` makes them from a seed, one NumPy
 generator per chunk of 4,096 values. For each quantizer the file holds one SHA-256
 digest of the reference's outputs per chunk, and the outputs of the first chunks in full
-(readable diagnostics); ``tests/numerics/test_mx_golden.py`` computes jaxwarp's outputs
+(readable diagnostics); ``tests/scaling/test_mx_golden.py`` computes jaxwarp's outputs
 of the same inputs and compares.
 
 Quantizers (``names`` in the file), and the outputs digested per chunk, in this order:

@@ -13,14 +13,14 @@ tables).
 from __future__ import annotations
 
 from jaxwarp._src.conformance import golden_keys
-from jaxwarp._src.conformance import handlers_cg as cg
-from jaxwarp._src.conformance import handlers_diverge as diverge
-from jaxwarp._src.conformance import handlers_golden as golden
-from jaxwarp._src.conformance import handlers_movcvt as movcvt
-from jaxwarp._src.conformance import handlers_ptx as ptx
-from jaxwarp._src.conformance import handlers_sparse as sparse
-from jaxwarp._src.conformance import handlers_warp as warp
-from jaxwarp._src.conformance import handlers_wmma as wmma
+from jaxwarp._src.conformance.handlers import cg as cg
+from jaxwarp._src.conformance.handlers import diverge as diverge
+from jaxwarp._src.conformance.handlers import golden as golden
+from jaxwarp._src.conformance.handlers import movcvt as movcvt
+from jaxwarp._src.conformance.handlers import ptx as ptx
+from jaxwarp._src.conformance.handlers import sparse as sparse
+from jaxwarp._src.conformance.handlers import warp as warp
+from jaxwarp._src.conformance.handlers import wmma as wmma
 from jaxwarp._src.conformance.registry import Handler, keys_where, needs_all, under, unowned_paths
 
 

@@ -24,9 +24,9 @@ import dataclasses
 
 import numpy as np
 
+from jaxwarp._src.catalogue import isa
 from jaxwarp._src.conformance.registry import CaptureError
 from jaxwarp._src.numerics.formats import FORMATS
-from jaxwarp._src.tensorcore import isa
 
 #: MMA-Sim's architecture names -> the target jaxwarp models them with.
 ARCH_TARGETS = {

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxwarp._src.catalogue import isa
 from jaxwarp._src.conformance.registry import CaptureError
-from jaxwarp._src.tensorcore import isa
 
 #: Operand (A/B) element types of the PTX captures.
 OPERAND_TYPES = ("f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "u4", "b1")

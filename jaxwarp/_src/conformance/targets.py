@@ -2,7 +2,7 @@
 
 A capture recorded on a GPU that cannot issue the instruction (fp8 ``mma.sync`` on an
 sm_80 GPU, ``wgmma`` before sm_90) is a broken or mislabelled file: its groups are
-errors, with the requirement taken from ``jaxwarp._src.tensorcore.arch``
+errors, with the requirement taken from ``jaxwarp._src.catalogue.arch``
 (`arch.parse_target`, `arch.check_target`), the one table of what each target issues.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxwarp._src.tensorcore import arch
+from jaxwarp._src.catalogue import arch
 
 _SM = re.compile(r"\bsm_(\d+)[af]?\b")
 

@@ -10,12 +10,13 @@ import jax
 import jax.numpy as jnp  # noqa: F401  (the docstring example's namespace)
 
 from jaxwarp._src import checks
-from jaxwarp._src.emulate import delayed, recipes
+from jaxwarp._src.emulate import delayed_sites as delayed
 from jaxwarp._src.emulate.config import make_config
 from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
-from jaxwarp._src.emulate.recipes import Recipe
 from jaxwarp._src.emulate.report import EmulationReport, Product
-from jaxwarp._src.tensorcore.delayed import DelayedScaling
+from jaxwarp._src.recipes import recipe as recipes
+from jaxwarp._src.recipes.delayed import DelayedScaling
+from jaxwarp._src.recipes.recipe import Recipe
 
 
 class _Static:
@@ -136,7 +137,7 @@ def emulate(
     (``tcgen05`` on sm_100a by default; ``instruction="mma_sync"`` for sm_120a), with
     its backward products block-scaled too, each tensor in the recipe's format, block
     and rounding (TransformerEngine's MXFP8BlockScaling and NVFP4BlockScaling; see
-    ``jaxwarp._src.emulate.recipes``); ``mode="fast"`` dequantizes and multiplies in
+    ``jaxwarp._src.recipes.recipe``); ``mode="fast"`` dequantizes and multiplies in
     fp32 instead. A recipe with stochastic rounding or the random Hadamard transform
     (``"nvfp4"``) needs a key when the function is called: ``f(x, w,
     rng_key=jax.random.key(0))``.
@@ -178,7 +179,7 @@ def emulate(
             ``scaling_state=`` (None, the default: TransformerEngine's initial buffers)
             and returns ``(out, new_state)``: a tuple of
             :class:`jaxwarp.fp8.DelayedScalingState`, one per emulated product in
-            program order (``jaxwarp._src.emulate.delayed``).
+            program order (``jaxwarp._src.emulate.delayed_sites``).
         backward_format: None (gradients in ``operand_format``, as ``matmul``'s
             own vjp) or the operand format of the gradient in backward products.
         promote_every: None or N, passed to ``matmul`` (promotion of partial sums

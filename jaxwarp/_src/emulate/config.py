@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.emulate import recipes
+from jaxwarp._src.gemm import matmul_tiles
+from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import formats
-from jaxwarp._src.tensorcore import matmul_tiles
-from jaxwarp._src.tensorcore.matmul import matmul
+from jaxwarp._src.recipes import recipe as recipes
 
 INSTRUCTIONS = matmul_tiles.INSTRUCTIONS
 OPERAND_FORMATS = matmul_tiles.OPERAND_FORMATS

@@ -8,12 +8,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxwarp._src.emulate import recipes
 from jaxwarp._src.emulate.config import BLOCK_SCALINGS, FP8_FORMATS, MARKER, Config
-from jaxwarp._src.numerics.blockwise import BLOCK, block_scales
-from jaxwarp._src.numerics.scaling import tensor_scale_exponent, times_pow2
-from jaxwarp._src.tensorcore import matmul_sparse
-from jaxwarp._src.tensorcore.matmul import matmul
+from jaxwarp._src.gemm import matmul_sparse
+from jaxwarp._src.gemm.matmul import matmul
+from jaxwarp._src.recipes import recipe as recipes
+from jaxwarp._src.scaling.blockwise import BLOCK, block_scales
+from jaxwarp._src.scaling.tensor_scale import tensor_scale_exponent, times_pow2
 from jaxwarp._src.warp import checked
 
 

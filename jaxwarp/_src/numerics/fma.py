@@ -8,7 +8,7 @@
   :func:`native_acc_ok` and :func:`native_result_ok` test. It is the one place where
   jaxwarp's arithmetic runs on XLA floats, and it says for which operands that is exact.
 
-Both need ``jax_enable_x64``. The f64 tensor-core datapath (``tensorcore/datapath.py``)
+Both need ``jax_enable_x64``. The f64 tensor-core datapath (``arithmetic/datapath.py``)
 uses :func:`fma64_native` where a whole call is in range and :func:`fma64` otherwise. The
 decoded-term conventions are those of ``softfloat.py``, the rounding engine.
 """

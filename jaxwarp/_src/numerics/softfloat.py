@@ -1,7 +1,7 @@
 """Soft float: decoding, rounding and encoding float bit patterns with integer operations.
 
 The one rounding engine of jaxwarp, shared by the conversions (``convert.py``,
-``fp8.py``) and the tensor-core arithmetic (``tensorcore/datapath.py``). Everything works
+``fp8.py``) and the tensor-core arithmetic (``arithmetic/datapath.py``). Everything works
 on uint32 / int32 arrays, or on uint64 / int64 for float64 bit patterns (which needs
 ``jax_enable_x64``), never on XLA floats, which may flush subnormals and do not keep NaN
 bits. The binary64 fused multiply-add is in ``fma.py`` (on this module's terms).

@@ -1,0 +1,600 @@
+"""The exact datapath as one GPU kernel per output tile (Pallas, Triton backend).
+
+XLA runs exact ``matmul``'s k loop (``matmul_chain.tiled``) as one fused loop over the
+outputs per instruction, reading and writing the fp32 accumulator at every k step. This
+kernel runs the same chain of instructions with the accumulator in registers: a grid of
+(bm, bn) output tiles, each walking k in steps of the instruction's k (16), and per step
+the whole datapath of one sm_90 f16 / bf16 instruction with an fp32 C and D
+(``datapath_blocks``' fast path, one block of 16 products):
+
+* the exact fp32 products ``p = a * b`` (f16 values and bf16 values in fp32's range,
+  ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
+* the block's alignment exponent E: the largest sum of the operands' exponents
+  (``align="nominal"``; an f16 subnormal at f16's smallest normal exponent), or C's own
+  exponent if larger. The kernel forms it as a float maximum of the products of the
+  operands' powers of two (``2**ea * 2**eb``, one multiply and one maximum per product)
+  and reads E from the bits of the maximum. With ``form="split"`` the powers come as
+  bf16 arrays (a power of two in fp32's range is a bf16 number), multiplied and compared
+  in bf16, which sm_90 does two at a time (``HMUL2.BF16``, ``VHMNMX``);
+* the terms truncated toward zero on the grid of ``2**(E - F)``: ``int32(p * 2**(F - E))``
+  (a power-of-two scale is exact; the conversion truncates), summed in int32 (16 terms
+  below ``2**(F + 2)`` each stay below ``2**31`` for F <= 25), C truncated likewise and
+  added with its carry out of int32 found from the signs;
+* the sum rounded toward zero to 24 significant bits (the bits below the leading 24
+  cleared) and scaled by ``2**(E - F)``, an exact fp32 multiply (an overflow is an
+  infinity, as the model's rounding gives it);
+* the result is the next instruction's C, kept as an fp32 value in registers: a D of one
+  instruction is read back as the next one's C by value, so no decoded term needs to
+  survive the step.
+
+Where every product is zero the result is C itself (a -0 as +0): C's bits lie on the
+grid of its own E. With an E of at least -100 (the lowest product exponent that
+``in_fp32_range`` admits) no result is an fp32 subnormal, so the kernel never forms one
+(XLA on the CPU flushes them; the interpreter gives the GPU's bits). Inf and NaN: a C that
+is inf or NaN stays so (the ``finite`` kernel, operands known finite); with ``finite``
+off the IEEE fp32 sum of C and the products tells NaN and infinities, as
+``datapath_blocks._specials`` does. A NaN result has the bits ``Datapath.nan_f32``.
+
+On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.96 in
+f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
+"What bounds the exact datapath", has the variants tried and what bounds them).
+
+Operands of any value (``form="general"``, bf16): the kernel above needs every product
+in fp32's range, so a caller checks the operands' range and takes a ``lax.cond`` to the
+general arithmetic where they are not; in a program of many product calls on the GPU
+that check and cond were most of what exact mode added to the compile. The general form
+needs neither: each operand is decoded in the kernel into an fp32 significand ``m``
+(1.f, or a subnormal's 0.f) and an int32 alignment exponent ``e``; a product's exponent
+``ea + eb``, E and the terms' scales ``2**(ea + eb - E + F)`` are integer sums and maxima
+(products from ``2**-266`` to ``2**256``, E down to the datapath's floor
+``-126 - e_floor``), ``ma * mb`` is exact below 4, C's term and the rounding to fp32 are
+integer operations on the bits (a subnormal result keeps the bits above ``2**-149``, as
+the model's rounding does), and the IEEE sum of C's stand-in and the products ``ma * mb``
+tells NaN and infinities. No float operation reads a subnormal, so a GPU that flushes
+them gives the same bits. It runs at about a quarter of the in-range kernel's speed on
+large products (4096^3 on an H100: 1.31 against 4.78 TFLOP/s) and as fast on small ones
+(512 x 128 x 512: 0.58 against 0.59 ms), so :func:`chain`'s callers take it below
+:data:`ANY_RANGE_BELOW` multiply-adds (:func:`any_range`), where a call's time is mostly
+launches and its compile is what a user waits for.
+
+Compile time: :func:`chain` runs one kernel per product shape, traced and lowered once
+per shape in a program (``gemm`` is jitted per plan). A product of fewer than
+:data:`ROLLED_BELOW` multiply-adds takes a kernel whose step loops over its 16 products,
+:data:`UNROLL_SMALL` written out per iteration (the in-range kernel with 4 an iteration
+lowered and compiled in a third of the time of the written-out one on an H100, 0.47 s
+against 1.39 s for the first call, and ran at 0.68 of its speed at 4096^3, 0.88 at
+512 x 128 x 512: ``benchmarks/fused_kernel_check.py --variants``, ``docs/compile_time.md``).
+
+:func:`models` says which datapaths the kernel is (the sm_90 preset's fields it reads);
+:func:`gemm` runs it. Off the GPU (``interpret=True``) Pallas interprets the same kernel
+body with XLA on the CPU, so its bits can be checked against ``mode="exact"`` anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.extend import core as jex_core
+from jax.interpreters import mlir
+
+from jaxwarp._src.catalogue import isa
+from jaxwarp._src.catalogue.arch import Datapath
+
+#: The operand formats the kernel takes (both operands the same).
+FORMATS = ("bf16", "f16")
+#: The instruction k the kernel steps by.
+IK = 16
+#: The kernel's name (in profiles and traces, with a suffix per compiled instance).
+KERNEL_NAME = "jaxwarp_fused_exact_gemm"
+_EXP = 0x7F800000  # fp32 exponent field
+
+
+def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -> bool:
+    """Whether the kernel computes this instruction chain's bits: f16 x f16 or bf16 x bf16
+    operands, fp32 C and D, one block of k = 16 per instruction fused with C, nominal
+    alignment, terms and block sums truncated toward zero with 24 bits kept, zeros +0.
+
+    Example:
+        >>> models(jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16), "bf16", "bf16",
+        ...        "f32", 16)
+        True
+        >>> models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16), "f16", "f16",
+        ...        "f32", 16)
+        False
+    """
+    return (a_format == b_format and a_format in FORMATS and c_format == "f32"
+            and ik == IK == dp.block_k and dp.F <= 25 and dp.c_mode == "fused"
+            and dp.align == "nominal" and dp.sub_exp == "emin" and dp.c_sub_exp != "lead"
+            and (dp.e_floor is None or dp.e_floor >= 0) and dp.trunc == "rz"
+            and dp.block_round == "rz" and dp.sum_mbits == 23 and dp.f32_zero == "plus"
+            and dp.zero == "plus" and dp.k_split == "contig")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Static shape of one kernel: operand format, K, output tile, Triton settings;
+    ``finite``: every operand is known finite (no IEEE sum of the products)."""
+
+    fmt: str
+    K: int
+    F: int
+    nan_bits: int
+    finite: bool
+    block: tuple[int, int] = (32, 32)
+    num_warps: int = 4
+    num_stages: int = 1
+    #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
+    #: of B; "split": the same, the operands' powers of two read from bf16 arrays of
+    #: their own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions;
+    #: "general": bf16 operands of any value (``_step_general``: integer exponents, no
+    #: range to check first), read as their 16-bit patterns.
+    form: str = "unrolled"
+    #: "float": C's term and the rounded sum by fp32 multiplies and conversions; "int":
+    #: by integer operations on their bits (no conversion: fewer on the GPU's slow
+    #: conversion pipe, more integer operations).
+    rounding: str = "float"
+    #: The operands passed as fp32 arrays: twice the bytes read, no conversion per
+    #: operand element in the kernel.
+    f32_operands: bool = False
+    #: Products of a step written out per iteration of a loop over its 16 (a divisor of
+    #: 16; forms "unrolled" and "split"): 16, no loop; fewer, a smaller kernel body,
+    #: which Pallas lowers and Triton compiles in less time, with fewer loads in flight
+    #: (the bits are the same: the same operations in the same order).
+    unroll: int = 16
+    #: ``Datapath.e_floor`` (form "general": E is at least -126 - e_floor; None, no floor).
+    e_floor: int | None = None
+
+
+def _trunc_model(x):
+    return x.astype(jnp.int32)
+
+
+#: fp32 -> int32 toward zero, for values known to fit (|x| < 2**31): one conversion
+#: instruction. (Pallas' Triton lowering of ``astype`` clamps to int32's range first:
+#: two float minima / maxima more per conversion, with NaN checks on sm_90.)
+trunc_i32_p = jex_core.Primitive("jaxwarp_trunc_i32")
+trunc_i32_p.def_abstract_eval(lambda x: x.update(dtype=jnp.dtype(jnp.int32)))
+trunc_i32_p.def_impl(_trunc_model)
+mlir.register_lowering(trunc_i32_p, mlir.lower_fun(_trunc_model, multiple_results=False))
+
+
+def _trunc_triton(ctx, x):
+    from jax._src.lib.mlir import ir  # noqa: PLC0415 (GPU lowering only)
+    from jax._src.lib.mlir.dialects import arith  # noqa: PLC0415
+
+    del ctx
+    i32 = ir.IntegerType.get_signless(32)
+    t = ir.RankedTensorType.get(ir.RankedTensorType(x.type).shape, i32) if isinstance(
+        x.type, ir.RankedTensorType) else i32
+    return arith.fptosi(t, x)
+
+
+@functools.cache
+def register_triton_rule() -> None:
+    """Adds :data:`trunc_i32_p` to Pallas' Triton lowering rules (once)."""
+    from jax._src.pallas.triton import lowering  # noqa: PLC0415 (GPU only)
+
+    lowering.triton_lowering_rules[trunc_i32_p] = _trunc_triton
+
+
+def _trunc(x):
+    return trunc_i32_p.bind(x)
+
+
+def _bits(x):
+    return lax.bitcast_convert_type(x, jnp.int32)
+
+
+def _float(x):
+    return lax.bitcast_convert_type(x, jnp.float32)
+
+
+def _pow_of(x, fmt: str):
+    """2**(alignment exponent) of fp32 operand values x (0 for zero): the exponent field
+    alone; an f16 subnormal at f16's smallest normal exponent (``sub_exp="emin"``)."""
+    p = _float(_bits(x) & _EXP)
+    if fmt == "f16":  # f16 values are normal fp32 numbers: 0 only for zero
+        p = jnp.where(p == 0, jnp.float32(0), jnp.maximum(p, jnp.float32(2.0 ** -14)))
+    return p
+
+
+def _add_terms(ts, s):
+    """The int32 sum of the terms ts: written out (s None), every term, then their sum; in
+    a loop, each added to s as it comes (ran 1.3x faster)."""
+    if s is None:
+        return functools.reduce(jnp.add, list(ts))
+    for t in ts:
+        s = s + t
+    return s
+
+
+def _passes(u: int, products, terms, w0, sp0):
+    """A step's two passes over its 16 products, ``u`` written out per iteration of a loop
+    (16: no loop): ``products(j, wmax, sp)`` the first (the maximum and the IEEE sum, from
+    ``w0()`` in a loop and ``sp0``), ``terms(j, s, x)`` the second -> (wmax, sp,
+    ``sums``), ``sums(x)`` the int32 sum of every term with x (from 0 in a loop: the sum
+    wraps, its order changes no bit)."""
+    if u == IK:
+        wmax, sp = products(0, None, sp0)
+        return wmax, sp, functools.partial(terms, 0, None)
+    wmax, sp = lax.fori_loop(0, IK // u, lambda j, ws: products(j, *ws), (w0(), sp0))
+    return wmax, sp, lambda x: lax.fori_loop(0, IK // u, lambda j, s: terms(j, s, x),
+                                             jnp.zeros(sp0.shape, jnp.int32))
+
+
+def _step(col, row, c, plan: Plan, pcol=None, prow=None):
+    """One instruction on fp32 operand columns ``col(i)`` (bm, 1) and rows ``row(i)``
+    (1, bn), i < 16, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
+    with any payload). ``pcol``, ``prow``: the operands' powers of two (``_pow_of``) read
+    from bf16 arrays of their own (``form="split"``), so that the first pass (E) holds no
+    operand value in registers through the second (the terms); their products and
+    maximum are bf16 (exact: powers of two in fp32's range).
+
+    Both passes write out ``plan.unroll`` products per iteration of a loop over the 16
+    (``_passes``). In a loop the maximum starts from +0, below or equal to every power of
+    two."""
+    u = plan.unroll
+
+    def products(j, wmax, sp):  # the first pass over products j * u .. j * u + u - 1
+        for i in (j * u + t for t in range(u)):
+            if pcol is None:
+                a, b = col(i), row(i)
+                w = _pow_of(a, plan.fmt) * _pow_of(b, plan.fmt)  # 2**(ea + eb), exact
+            else:
+                a, b = (col(i), row(i)) if not plan.finite else (None, None)
+                w = pcol(i) * prow(i)
+            wmax = w if wmax is None else jnp.maximum(wmax, w)
+            if not plan.finite:
+                sp = sp + a * b  # NaN / +-inf exactly when the block result is
+        return wmax, sp
+
+    def terms(j, s, scale):  # the exact products' terms (exact scaling), summed
+        return _add_terms((_trunc(col(i) * row(i) * scale)
+                           for i in (j * u + t for t in range(u))), s)
+
+    wmax, sp, sums = _passes(u, products, terms, lambda: jnp.zeros(
+        c.shape, jnp.float32 if pcol is None else jnp.bfloat16), c)
+    return _finish(c, wmax.astype(jnp.float32), sums, sp, plan)
+
+
+def _step_k(at, bt, c, plan: Plan):
+    """``_step`` on an operand block at (bm, 16) and B's block transposed bt (bn, 16): the
+    products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
+    w = _pow_of(at, plan.fmt)[:, None, :] * _pow_of(bt, plan.fmt)[None, :, :]
+    sp = c if plan.finite else c + (at[:, None, :] * bt[None, :, :]).sum(-1)  # any order
+    return _finish(c, w.max(-1), lambda scale: _trunc(
+        at[:, None, :] * bt[None, :, :] * scale[:, :, None]).sum(-1), sp, plan)
+
+
+def _finish(c, wmax, terms, sp, plan: Plan):
+    """The block's exponent, its exact truncated sum (``terms(scale)``: the int32 sum of
+    the scaled products) with C, and the rounding to fp32 (``_step``)."""
+    F = plan.F
+    cb = _bits(c)
+    cpow = _float(cb & _EXP)  # 2**exp(C) (0 for a zero or subnormal C, inf for inf/NaN)
+    eb = _bits(jnp.maximum(wmax, cpow)) >> 23  # E + 127 (>= 27 when a product is non-zero)
+    scale = _float((F + 254 - eb) << 23)  # 2**(F - E)
+    s = terms(scale)
+    if plan.rounding == "int":
+        cv = _c_term_int(cb, eb - 127, F)
+    else:
+        cv = _trunc(c * scale)  # C truncated toward zero on the same grid
+    neg, mag = _signed_sum(s, cv)
+    if plan.rounding == "int":
+        v = _float(_rz_bits(mag, neg, eb - F - 127))
+    else:
+        drop = jnp.maximum(8 - lax.clz(mag), 0)  # bit length - 24
+        q = lax.shift_right_logical(mag, drop) << drop  # 24 significant bits, toward zero
+        q = lax.bitcast_convert_type(q, jnp.uint32)
+        v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
+        v = jnp.where(neg & (q != 0), -v, v)
+    d = jnp.where(wmax == 0, jnp.where(c == 0, jnp.float32(0), c), v)
+    if plan.finite:
+        return jnp.where((cb & _EXP) == _EXP, c, d)
+    return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
+
+
+def _signed_sum(s, cv):
+    """The int32 sum of the terms s and C's term cv, which may pass 2**31 (its carry
+    found from the signs) -> (neg, its magnitude as uint32 bits in int32)."""
+    t = s + cv
+    carry = ((s ^ t) & (cv ^ t)) < 0
+    neg = (t < 0) != carry
+    return neg, jnp.where(neg, -t, t)
+
+
+def _c_term_int(cb, E, F: int):
+    """C (fp32 bits cb) truncated toward zero on the grid of ``2**(E - F)`` (E at least
+    C's exponent, a subnormal C's at -126; F <= 25) as int32, without a conversion: C's
+    significand (24 bits, a subnormal's fraction) shifted by its lsb's exponent less
+    E - F, at most F - 23 to the left."""
+    cf = (cb >> 23) & 0xFF
+    csig = (cb & 0x7FFFFF) | jnp.where(cf > 0, 0x800000, 0)  # C = csig * 2**(max(cf, 1) - 150)
+    sh = jnp.maximum(cf, 1) - 150 - E + F
+    cv = jnp.where(sh >= 0, csig << jnp.clip(sh, 0, 31),
+                   lax.shift_right_logical(csig, jnp.clip(-sh, 0, 31)))
+    return jnp.where(cb < 0, -cv, cv)
+
+
+def _rz_bits(mag, neg, g):
+    """fp32 bits of (-1)**neg * mag * 2**g (mag: uint32 bits in int32) toward zero, as
+    ``softfloat.round_sig`` rounds: 24 significant bits, no bit below ``2**-149`` (a
+    subnormal keeps the bits above it), an infinity past fp32's largest exponent, and a
+    zero +0."""
+    lz = lax.clz(mag)
+    lead = g + 31 - lz  # the exponent of the leading bit
+    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
+    normal = jnp.where(lead >= 128, jnp.int32(_EXP), ((lead + 127) << 23) | frac)
+    sub_sh = -149 - g  # a subnormal's fraction: mag on the grid of 2**-149, toward zero
+    sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),
+                    mag << jnp.clip(-sub_sh, 0, 31))
+    bits = jnp.where(mag == 0, 0, jnp.where(lead >= -126, normal, sub))
+    return jnp.where(bits == 0, 0, bits | (neg.astype(jnp.int32) << 31))
+
+
+#: The alignment exponent of a zero, inf or NaN operand (form "general"): the sum of two
+#: is below any real product's (>= -252) and any floor, and scales its term to nothing.
+_NO_EXP = -1000
+
+
+def _decode(bits):
+    """fp32 bits (int32) of bf16 values -> (m, e): the value is ``m * 2**e`` with the
+    alignment exponent e (int32: the exponent field, at least 1, less 127: a subnormal at
+    -126) and m a normal fp32 number in [1, 2) or, for a subnormal, the fraction in
+    (0, 1) (1.f - 1, exact); a zero m = 0 and an inf or NaN m = the value itself, both
+    with e = ``_NO_EXP``. No float operation reads a subnormal (a GPU may flush them).
+    The fields are ``datapath_blocks._decode_e8``'s; its significand is an integer, which
+    takes an int32 -> fp32 conversion per element, and the kernel's bound is the
+    conversion pipe: here the fraction is set into the bits of 1.0 instead."""
+    field = (bits >> 23) & 0xFF
+    mag = bits & 0x7FFFFFFF
+    normal = _float((bits & -0x7F800001) | 0x3F800000)  # sign, 1.fraction
+    sub = _float(mag | 0x3F800000) - jnp.float32(1)  # the fraction f * 2**-23
+    m = jnp.where(field == 0, jnp.where(bits < 0, -sub, sub), normal)
+    m = jnp.where(field == 0xFF, _float(bits), m)
+    e = jnp.where((field == 0xFF) | (mag == 0), _NO_EXP, jnp.maximum(field, 1) - 127)
+    return m, e
+
+
+def _step_general(col, row, cb, plan: Plan):
+    """``_step`` for bf16 operands of any value (inf, NaN, subnormals, products beyond
+    fp32's exponents), on fp32 bits: ``col(i)`` (bm, 1) and ``row(i)`` (1, bn) give
+    ``_decode``'s (m, e) of operand i, cb the accumulator's bits (bm, bn) -> D's bits.
+
+    A product is ``ma * mb * 2**(ea + eb)``: ``ma * mb`` exact in fp32 (below 4), its
+    alignment exponent ``ea + eb`` an int32 sum (``align="nominal"``). E is their maximum,
+    C's exponent (a subnormal C at -126, ``c_sub_exp``) and the floor
+    ``-126 - e_floor``, all in int32. A term is ``int32(ma * mb * 2**(ea + eb - E + F))``:
+    the scale is a power of two at most ``2**F``, built from its exponent bits (+0 where
+    that is below fp32's normals: the term is then below 1 and truncates to 0). C's term
+    and the rounding to fp32 are integer operations on the bits (``_finish_general``).
+    The IEEE sum of C's stand-in (C if inf or NaN, else 0) and the products ``ma * mb``
+    (finite ones below 4) is NaN / +-inf exactly when the block result is."""
+    u, F = plan.unroll, plan.F
+    cf = (cb >> 23) & 0xFF
+    sp0 = jnp.where(cf == 0xFF, _float(cb), jnp.float32(0))
+    lo = -126 - plan.e_floor if plan.e_floor is not None else 2 * _NO_EXP
+    clead = jnp.where(cf == 0, jnp.where((cb & 0x7FFFFFFF) == 0, lo, -126), cf - 127)
+
+    def products(j, wmax, sp):
+        for i in (j * u + t for t in range(u)):
+            (ma, ea), (mb, eb) = col(i), row(i)
+            w = ea + eb
+            wmax = w if wmax is None else jnp.maximum(wmax, w)
+            sp = sp + ma * mb
+        return wmax, sp
+
+    def terms(j, s, G):
+        ts = []
+        for i in (j * u + t for t in range(u)):
+            (ma, ea), (mb, eb) = col(i), row(i)
+            scale = _float(jnp.maximum(ea + eb + G, 0) << 23)  # 2**(ea + eb - E + F)
+            ts.append(_trunc(ma * mb * scale))
+        return _add_terms(ts, s)
+
+    wmax, sp, sums = _passes(u, products, terms,
+                             lambda: jnp.full(cb.shape, 2 * _NO_EXP, jnp.int32), sp0)
+    E = jnp.maximum(jnp.maximum(wmax, clead), lo)
+    return _finish_general(cb, E, sums(F + 127 - E), sp, plan)
+
+
+def _finish_general(cb, E, s, sp, plan: Plan):
+    """The sum of the terms s (int32) and C's term on the grid of ``2**(E - F)``, rounded
+    toward zero to fp32 bits (``_rz_bits``), or the special value of sp."""
+    neg, mag = _signed_sum(s, _c_term_int(cb, E, plan.F))
+    bits = _rz_bits(mag, neg, E - plan.F)
+    spb = _bits(sp)
+    return jnp.where((spb & _EXP) == _EXP, spb, bits)
+
+
+def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+    *pow_refs, o_ref = refs
+
+    def dec(x):  # bf16 bit patterns (int16) -> _decode of their fp32 bits
+        return _decode(x.astype(jnp.int32) << 16)
+
+    def step_general(j, cb):  # a_ref, b_ref: int16 bit patterns; the carry fp32 bits
+        s = pl.multiple_of(j * IK, IK)
+        return _step_general(lambda i: dec(a_ref[:, pl.ds(s + i, 1)]),
+                             lambda i: dec(b_ref[pl.ds(s + i, 1), :]), cb, plan)
+
+    def step(j, c):
+        s = pl.multiple_of(j * IK, IK)
+        if plan.form == "reduce":  # b_ref holds B transposed
+            return _step_k(a_ref[:, pl.ds(s, IK)].astype(jnp.float32),
+                           b_ref[:, pl.ds(s, IK)].astype(jnp.float32), c, plan)
+        split = {}
+        if pow_refs:  # form="split"
+            pa_ref, pb_ref = pow_refs
+            split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)],
+                         prow=lambda i: pb_ref[pl.ds(s + i, 1), :])
+        return _step(lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
+                     lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
+                     **split)
+
+    if plan.form == "general":
+        bits = lax.fori_loop(0, plan.K // IK, step_general, _bits(c_ref[...]))
+    else:
+        bits = _bits(lax.fori_loop(0, plan.K // IK, step, c_ref[...]))
+    o_ref[...] = jnp.where((bits & 0x7FFFFFFF) > _EXP, jnp.int32(plan.nan_bits - (1 << 32)
+                           if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
+
+
+def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
+    """``D = A @ B + C`` as the chain of exact instructions: (M, K) @ (K, N) + (M, N) fp32,
+    M and N multiples of the plan's tile, K the plan's K (a multiple of 16) -> fp32 D.
+
+    Example:
+        >>> a = jnp.ones((64, 16), jnp.bfloat16)
+        >>> p = Plan("bf16", K=16, F=25, nan_bits=0x7FFFFFFF, finite=True)
+        >>> jax.eval_shape(lambda: gemm(a, a.T, jnp.zeros((64, 64)), p, interpret=True))
+        ShapeDtypeStruct(shape=(64, 64), dtype=float32)
+    """
+    from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415
+
+    (M, K), N = a.shape, b.shape[1]
+    bm, bn = plan.block
+    if plan.form == "reduce":
+        b = b.T
+    if K != plan.K or K % IK or M % bm or N % bn:
+        raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
+    if plan.form == "general" and (plan.fmt != "bf16" or plan.f32_operands):
+        raise ValueError(f"gemm: form 'general' takes bf16 operands as they are "
+                         f"(fmt 'bf16', f32_operands False), got the plan {plan}")
+    if not interpret:
+        register_triton_rule()
+    a_spec = pl.BlockSpec((bm, K), lambda i, j: (i, 0))
+    b_spec = (pl.BlockSpec((bn, K), lambda i, j: (j, 0)) if plan.form == "reduce" else
+              pl.BlockSpec((K, bn), lambda i, j: (0, j)))
+    in_specs = [a_spec, b_spec, pl.BlockSpec((bm, bn), lambda i, j: (i, j))]
+    pow_dt = jnp.bfloat16
+    args = [a, b, c.astype(jnp.float32)]
+    if plan.form == "split":  # the powers of two as bf16 (exact: fp32's exponent range)
+        args += [_pow_of(x.astype(jnp.float32), plan.fmt).astype(pow_dt) for x in (a, b)]
+        in_specs += [a_spec, b_spec]
+    if plan.f32_operands:
+        args[:2] = [x.astype(jnp.float32) for x in args[:2]]
+    if plan.form == "general":  # the bit patterns: the kernel decodes them
+        args[:2] = [lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.int16)
+                    for x in args[:2]]
+    d = pl.pallas_call(
+        functools.partial(_kernel, plan=plan),
+        grid=(M // bm, N // bn),
+        in_specs=in_specs,
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((M, N), jnp.int32),
+        compiler_params=pltriton.CompilerParams(num_warps=plan.num_warps,
+                                                num_stages=plan.num_stages),
+        interpret=interpret,
+        name=KERNEL_NAME,
+    )(*args)
+    return lax.bitcast_convert_type(d, jnp.float32)
+
+
+#: The kernel ``chain`` runs: output tile, warps, form, rounding, fp32 operands (the
+#: fewest SASS instructions per multiply-add at 80 registers, ptxas 13 for sm_90: 7.45,
+#: ``benchmarks/fused_kernel_sass.py``; H100 timings in ``benchmarks/README.md``).
+BLOCK = (32, 32)
+NUM_WARPS = 4
+FORM = "split"
+ROUNDING = "float"
+F32_OPERANDS = True
+#: Products of fewer multiply-adds take the kernel with a loop over a step's products
+#: (``Plan.unroll`` = :data:`UNROLL_SMALL`): there the compile is what a user waits for,
+#: not the run. One product an iteration: on an H100 the study transformer's exact step
+#: reached its first step in 3.7 s against 4.5 s with 2 and 6.1 s with 4, its step
+#: 5-6 ms in each (``docs/compile_time.md``).
+ROLLED_BELOW = 1 << 24
+UNROLL_SMALL = 1
+#: Products of fewer multiply-adds run one kernel exact for every operand value, with no
+#: range check and no ``lax.cond`` around it in the calling program (``any_range``):
+#: bf16 the form "general", f16 the kernel with the IEEE sum of the products. The check
+#: and the cond were most of what an exact product call added to a program's compile on
+#: the GPU; from this size the faster kernels for finite (f16) and in-range (bf16)
+#: operands run, a cond choosing them.
+ANY_RANGE_BELOW = 1 << 24
+
+#: ``gemm`` jitted per plan: a product shape used again in a program (the same layer
+#: twice, a forward and a backward product alike) is traced and lowered once.
+_gemm = jax.jit(gemm, static_argnames=("plan", "interpret"))
+
+
+def _all_finite(x):
+    return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
+
+
+def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> bool:
+    """Whether :func:`chain` runs an (M, K) @ (K, N) product with one kernel for operands
+    of any value, without a cond (``ANY_RANGE_BELOW``): for bf16 the caller then passes
+    ``form="general"`` and no range check.
+
+    Example:
+        >>> any_range(64, 64, 64), any_range(4096, 4096, 4096)
+        (True, False)
+    """
+    bm, bn = block or BLOCK
+    return -(-M // bm) * bm * -(-N // bn) * bn * K < ANY_RANGE_BELOW
+
+
+def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
+          interpret: bool = False, block: tuple[int, int] | None = None,
+          num_warps: int | None = None, form: str | None = None,
+          rounding: str | None = None, f32_operands: bool | None = None,
+          unroll: int | None = None):
+    """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
+    M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
+    operands are known finite (True), known not to be (False), or None: for f16 below
+    :data:`ANY_RANGE_BELOW` multiply-adds (``any_range``) the kernel with the IEEE sum of
+    the products alone, from it a ``lax.cond`` on whether they are finite (the kernel
+    without that sum where they are). bf16 operands: ``form="general"`` takes any value;
+    the other forms need them in fp32's range (``in_fp32_range``: the caller's cond).
+    ``unroll``: ``Plan.unroll`` (None: :data:`UNROLL_SMALL` below :data:`ROLLED_BELOW`
+    multiply-adds, else 16).
+
+    Example:
+        >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
+        >>> a = jnp.full((8, 16), 3.0, jnp.float16)
+        >>> jax.eval_shape(lambda: chain(a, a.T, jnp.ones((8, 8)), dp, "f16",
+        ...                              interpret=True))
+        ShapeDtypeStruct(shape=(8, 8), dtype=float32)
+    """
+    (M, K), N = a.shape, b.shape[1]
+    bm, bn = block or BLOCK
+    Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
+    general = form == "general"
+    if general and (fmt != "bf16" or f32_operands):
+        raise ValueError(f"chain: form='general' takes bf16 operands as their bits, got "
+                         f"fmt={fmt!r}, f32_operands={f32_operands!r} (allowed: 'bf16', "
+                         f"None or False)")
+    if (Mp, Np) != (M, N):
+        a = jnp.pad(a, ((0, Mp - M), (0, 0)))
+        b = jnp.pad(b, ((0, 0), (0, Np - N)))
+        c = jnp.pad(c, ((0, Mp - M), (0, Np - N)))
+    dt = isa.storage_dtype(fmt)
+    a, b = a.astype(dt), b.astype(dt)
+
+    if unroll is None:
+        unroll = UNROLL_SMALL if Mp * Np * K < ROLLED_BELOW else IK
+    if IK % unroll:
+        raise ValueError(f"chain: unroll={unroll}: allowed 1, 2, 4, 8 or 16 (a divisor of {IK})")
+
+    def run(fin):
+        plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
+                    form=form or FORM, rounding=rounding or ROUNDING,
+                    f32_operands=not general and (F32_OPERANDS if f32_operands is None
+                                                  else f32_operands),  # general: its bits
+                    unroll=unroll, e_floor=dp.e_floor)
+        return lambda a, b, c: _gemm(a, b, c, plan, interpret=interpret)
+
+    if general or (finite is None and any_range(M, N, K, block)):  # no cond
+        d = run(False)(a, b, c)
+    elif finite is None:
+        d = lax.cond(_all_finite(a) & _all_finite(b), run(True), run(False), a, b, c)
+    else:
+        d = run(finite)(a, b, c)
+    return d[:M, :N]

@@ -1,0 +1,279 @@
+"""``mode="native"``: the exact model's instruction chain, run on a Hopper GPU's tensor cores.
+
+On an H100 / H200 the instruction that ``matmul`` models exists, so instead of emulating
+it the GEMM can issue it: ``native_kernels`` runs a Pallas (Triton backend) kernel whose
+every output element goes through the same sequence of ``wgmma.mma_async`` k-steps as
+exact mode's chain -- same instruction k, same ascending k order, C first, the accumulator
+kept in registers between instructions, promotion (``promote_every``) as an fp32
+round-to-nearest addition of each interval's chain from zero -- so its bits equal
+``mode="exact"``'s by construction (and ``benchmarks/native_check.py`` checks them on the
+GPU).
+
+Which exact chains a wgmma chain *is* (:func:`check`): the kernel issues ``wgmma`` m64nNkK
+with the format's k (:data:`NATIVE_K`: 16 for f16 / bf16, 8 for tf32, 32 for e4m3 / e5m2);
+an instruction and tile of ``matmul`` run natively when their datapath family and k are
+wgmma's (``isa.datapath_family``): on sm_90 f16 / bf16 WMMA and ``mma.sync`` at k = 16
+are the same 16-product blocks, so they run natively too; ``mma.sync`` m16n8k8, WMMA tf32
+m16n16k8 (two k4 blocks) and fp8 ``mma.sync`` (two f16 HMMAs and an FADD) are other
+arithmetic and raise. Operand conversion, per-tensor fp8 scales and the gradients are
+``matmul``'s own (only the chain runs natively); block scales are not supported.
+``jaxwarp.mma(mode="native")`` runs one chain on logical matrices through
+:func:`check_mma` and :func:`run_mma`, which this module registers in ``datapath.NATIVE``
+(``datapath`` cannot import this module, which imports it).
+
+What it guarantees: every product that ``matmul`` / ``mma`` / ``emulate`` sends to the tensor
+core (forward and backward) has exact mode's bits. Nothing else in a program changes: the
+operations that are XLA's own (elementwise ops, normalizations, the sums that make a bias's
+gradient) are compiled by XLA as parts of the whole program, and a float reduction's order
+is XLA's choice, which can differ between the native program (products as Pallas custom
+calls) and the exact one (products as XLA loops). On an H100 the study's training step
+(``benchmarks/native_check.py``, part ``stepbits``) matched exact mode in the loss and every
+parameter's gradient but a bias's (``ln_f.b``: a sum over the batch of a cotangent that is a
+product's output); ``docs/native.md`` has the measurements.
+
+Needs: an NVIDIA GPU of compute capability 9.0 as JAX's default device and JAX's Pallas
+Triton backend (``jax[cuda]``); anywhere else ``matmul(mode="native")`` raises a
+ValueError that says so, eagerly and under ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxwarp._src.arithmetic import datapath
+from jaxwarp._src.catalogue import isa
+from jaxwarp._src.gemm import native_kernels
+from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg
+from jaxwarp._src.numerics import bitops
+
+#: The targets whose model the native kernel reproduces (an H100 is sm_90a).
+NATIVE_ARCHS = ("sm_90", "sm_90a")
+#: The k of the wgmma instruction the native kernel issues, per operand format.
+NATIVE_K = {f: shapes[0][2] for f, shapes in TILES["wgmma"].items()}
+#: The kernel's k block per operand format (bytes: 128 per row of A), a power of two.
+BLOCK_K = {"f16": 64, "bf16": 64, "tf32": 32, "e4m3": 128, "e5m2": 128}
+#: Whether the kernel takes B transposed (K-major), per operand format: fp8 wgmma reads
+#: both operands K-major (an fp8 kernel with (K, N) blocks of B ran at 0.24 of XLA's GEMM
+#: at 4096^3 on an H100).
+B_KMAJOR = {"f16": False, "bf16": False, "tf32": False, "e4m3": True, "e5m2": True}
+
+
+def device_error() -> str | None:
+    """Why JAX's default device cannot run the native kernel, or None if it can.
+
+    Example:
+        >>> err = device_error()
+        >>> err is None or "needs an NVIDIA Hopper GPU (compute capability 9.0" in err
+        True
+    """
+    dev = jax.devices()[0]
+    cc = str(getattr(dev, "compute_capability", "") or "")
+    if dev.platform == "gpu" and "nvidia" in dev.device_kind.lower() and cc == "9.0":
+        return None
+    what = f"{dev.platform} device {dev.device_kind!r}" + (
+        f" (compute capability {cc})" if cc else "")
+    return (f"mode='native' issues the tensor-core instructions themselves and needs an "
+            f"NVIDIA Hopper GPU (compute capability 9.0: H100, H200) as JAX's default "
+            f"device, with jax[cuda]; this is a {what}. mode='exact' gives the same bits "
+            f"on any device")
+
+
+def _family(instruction: str, a_format: str, k: int, b_format: str) -> str:
+    return isa.datapath_family(instruction, a_format, k, b_format)
+
+
+def check(cfg: Any) -> None:
+    """Raises ValueError unless ``matmul``'s configuration ``cfg`` (a ``matmul_tiles.Cfg``)
+    is a chain the native kernel issues (:func:`check_chain`),
+    on a device that has it (:func:`device_error`).
+
+    Example:
+        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
+        >>> cfg = Cfg("f16", "f16", "f32", (16, 8, 8), "mma_sync", "sm_90", "native",
+        ...           None, False)
+        >>> check(cfg)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: mode='native' issues wgmma m64nNk16 ... tile=(16, 8, 8) ...
+    """
+    check_chain(cfg)
+    err = device_error()
+    if err is not None:
+        raise ValueError(err)
+
+
+def check_chain(cfg: Any) -> None:
+    """Raises ValueError unless ``cfg``'s chain is one the native kernel issues: arch
+    sm_90, the instruction and tile k of wgmma's datapath, no block scales.
+
+    Example:
+        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
+        >>> check_chain(Cfg("f16", "f16", "f32", (16, 16, 16), "wmma", "sm_90", "native",
+        ...                 None, False))  # WMMA f16 k16: wgmma's 16-product blocks
+    """
+    fa, fb = cfg.a_format, cfg.b_format
+    if not isinstance(cfg.arch, str) or cfg.arch not in NATIVE_ARCHS:
+        raise ValueError(f"mode='native' runs an H100's own instructions, whose model is "
+                         f"arch='sm_90'; got arch={cfg.arch!r} (allowed: {NATIVE_ARCHS})")
+    if fa not in NATIVE_K:
+        raise ValueError(f"mode='native' has no operand_format={fa!r}; it issues wgmma, "
+                         f"whose operand formats are {tuple(NATIVE_K)}")
+    k = NATIVE_K[fa]
+    ik = cfg.tile[2]
+    want = _family("wgmma", fa, k, fb)
+    try:
+        have = _family(cfg.instruction, fa, ik, fb)
+    except KeyError:
+        have = None
+    if ik != k or have != want:
+        raise ValueError(
+            f"mode='native' issues wgmma m64nNk{k} for {fa} operands (datapath {want!r}); "
+            f"instruction={cfg.instruction!r} with tile={cfg.tile} is a chain of k={ik} "
+            f"instructions (datapath {have!r}), other arithmetic that the GPU kernel cannot "
+            f"issue. Use instruction='wgmma', or a tile with k={k} of the same datapath")
+    if cfg.accumulator not in ACCUMULATORS["wgmma"][fa]:
+        raise ValueError(f"mode='native' has no accumulator={cfg.accumulator!r} for {fa}; "
+                         f"wgmma's: {ACCUMULATORS['wgmma'][fa]}")
+    if cfg.blockwise:
+        raise ValueError("mode='native' does not take block scales (2-D a_scale / b_scale); "
+                         "use per-tensor scales or mode='exact'")
+
+
+def _pow2_at_least(n: int, lo: int) -> int:
+    p = lo
+    while p < n:
+        p *= 2
+    return p
+
+
+def plan(cfg: Any, M: int, K: int, N: int) -> native_kernels.Plan:
+    """The kernel's blocks for an (M, K) @ (K, N) product: (bm, bn, bk), warps, stages.
+
+    Example:
+        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
+        >>> cfg = Cfg("f16", "f16", "f32", (64, 8, 16), "wgmma", "sm_90", "native",
+        ...           None, False)
+        >>> plan(cfg, 4096, 4096, 4096).block
+        (128, 256, 64)
+    """
+    spec = native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.accumulator,
+                                  NATIVE_K[cfg.a_format], B_KMAJOR[cfg.a_format])
+    bm = 128 if M > 64 else 64
+    bn = min(128 if cfg.promote_every else 256, _pow2_at_least(N, 16))
+    warps = 8 if bm * bn >= 128 * 128 else 4
+    return native_kernels.Plan(spec, K, (bm, bn, BLOCK_K[cfg.a_format]), cfg.promote_every,
+                               warps, 3)
+
+
+def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
+    """``matmul``'s k loop in native mode: (M, K) @ (K, N) + C on converted operands.
+
+    Rows and columns are padded to the kernel's blocks (each output element depends only
+    on its row of A and column of B); K is never padded.
+
+    Args:
+        a_op, b_op: operands in their formats' storage dtypes (tf32: rounded fp32).
+        c_acc: (M, N) accumulator input in the accumulator's dtype.
+        cfg: ``matmul_tiles.Cfg`` (checked by :func:`check`).
+        interpret: run the kernel in Pallas' interpreter with the exact model as each
+            block's arithmetic (for checking the kernel's structure on a CPU).
+
+    Returns:
+        (M, N) in the accumulator's dtype.
+
+    Example:
+        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
+        >>> cfg = Cfg("bf16", "bf16", "f32", (64, 8, 16), "wgmma", "sm_90", "native",
+        ...           None, False)
+        >>> a = jnp.ones((8, 32), jnp.bfloat16); b = jnp.ones((32, 8), jnp.bfloat16)
+        >>> jax.eval_shape(lambda: chain(a, b, jnp.zeros((8, 8), jnp.float32), cfg,
+        ...                              interpret=True))
+        ShapeDtypeStruct(shape=(8, 8), dtype=float32)
+    """
+    (M, K), N = a_op.shape, b_op.shape[1]
+    check_chain(cfg)
+    p = plan(cfg, M, K, N)
+    bm, bn, _ = p.block
+    Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
+    if Mp != M:
+        a_op = jnp.pad(a_op, ((0, Mp - M), (0, 0)))
+    if Np != N:
+        b_op = jnp.pad(b_op, ((0, 0), (0, Np - N)))
+    if p.spec.b_kmajor:
+        b_op = b_op.T
+    if (Mp, Np) != (M, N):
+        c_acc = jnp.pad(c_acc, ((0, Mp - M), (0, Np - N)))
+    d = native_kernels.gemm(a_op, b_op, c_acc, p, interpret=interpret)
+    return d[:M, :N]
+
+
+# --------------------------------------------------------------------------------------
+# jaxwarp.mma(mode="native"): one chain of instructions, (..., m, k) @ (..., k, n) + C.
+
+
+def check_mma(a_format: str, b_format: str, c_format: str, d_format: str, instruction: str,
+              ik: int, arch: Any, satf: bool, dp: Any, c_shift: int) -> None:
+    """Raises ValueError unless ``jaxwarp.mma(..., mode="native")`` with these (checked)
+    static arguments is a chain the native kernel issues, on a device that has it.
+
+    The kernel's accumulator is both C and D (``wgmma``'s D has C's type), it has no
+    satf, and it runs the GPU's own datapath, not a ``datapath=`` model.
+
+    Example:
+        >>> check_mma("f16", "f16", "f16", "f32", "wmma", 16, "sm_90", False, None, 0)
+        Traceback (most recent call last):
+        ValueError: mode='native' runs one accumulator as C and D ...
+    """
+    if c_format != d_format:
+        raise ValueError(f"mode='native' runs one accumulator as C and D (wgmma's D has C's "
+                         f"type); got c_format={c_format!r}, d_format={d_format!r}")
+    if satf:
+        raise ValueError("mode='native' has no satf (the kernel issues wgmma, which has no "
+                         ".satfinite for float types); use mode='exact'")
+    if dp is not None:
+        raise ValueError("mode='native' runs the GPU's own datapath; datapath= (a model "
+                         "to explore) needs mode='exact'")
+    if c_shift:
+        raise ValueError("mode='native' has no scale_input_d (a tcgen05 operand)")
+    check_chain(Cfg(a_format, b_format, c_format, (64, 8, ik), instruction, arch, "native",
+                    None, False))
+    err = device_error()
+    if err is not None:
+        raise ValueError(err)
+
+
+def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
+    """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``_Cfg`` of a chain
+    that :func:`check_mma` accepted, so it is ``wgmma`` of the same k and datapath.
+
+    Leading batch dims broadcast as in ``mma`` (one kernel per batch element, through
+    ``jax.vmap``). tf32 operands are cut to their top 19 bits first, as the tensor core
+    reads them (``bitops.tf32_keep``): the kernel must not round them. ``interpret``:
+    as :func:`chain`'s.
+
+    Example:
+        >>> from jaxwarp._src.arithmetic import datapath
+        >>> a = jnp.ones((2, 16, 32), jnp.float16); b = jnp.ones((32, 8), jnp.float16)
+        >>> cfg = datapath._Cfg("f16", "f16", "f32", "f32", None, 16)
+        >>> c = jnp.zeros((16, 8), jnp.float32)
+        >>> jax.eval_shape(lambda: run_mma(a, b, c, cfg, interpret=True))
+        ShapeDtypeStruct(shape=(2, 16, 8), dtype=float32)
+    """
+    if cfg.a_format == "tf32":
+        a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
+    chain_cfg = Cfg(cfg.a_format, cfg.b_format, cfg.c_format, (64, 8, cfg.ik), "wgmma",
+                    "sm_90a", "native", None, False)
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    c = jnp.broadcast_to(c, batch + c.shape[-2:])
+    fn = functools.partial(chain, cfg=chain_cfg, interpret=interpret)
+    for _ in batch:
+        fn = jax.vmap(fn)
+    return fn(a, b, c)
+
+
+datapath.NATIVE[:] = [check_mma, run_mma]

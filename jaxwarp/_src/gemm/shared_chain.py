@@ -1,0 +1,294 @@
+"""matmul's exact k loop as one shared executable per instruction (the CPU's default).
+
+XLA compiles every call of a product in a program on its own: it inlines calls before it
+optimizes, and clones the ones it may not inline (``docs/compile_time.md``). An exact
+product's k loop is a few hundred instructions of the tensor core's model, so a model's
+exact step compiled that model once per product call. Here the k loop leaves the calling
+program: the program holds a host callback (``jax.pure_callback``) in its place, and the
+callback runs the chain through one executable per instruction configuration, compiled
+once per process (and kept by JAX's persistent cache), whatever the product's shape:
+
+* the output is cut into blocks of ``BLOCK`` x ``BLOCK`` elements. An instruction's
+  output element depends only on its row of A, its column of B and its C element, so the
+  cut changes no bit (the argument of ``matmul_chain.tiled``'s one call per k step);
+* a call of an executable runs one instruction (one k step) on up to ``GROUPS[i]``
+  blocks; its shapes depend on the instruction's k alone, so every product shape uses
+  the same few executables (a call with fewer blocks computes zero blocks in the rest);
+* the host walks the groups of blocks and, for each, the k steps in order, each call's
+  accumulator feeding the next: the chain of instructions of the inline loop, the same
+  bits.
+
+The price is a callback per product call and the host's copies of the blocks (on a CPU
+the operands are already in host memory). Products with promotion or block scales, and
+products on accelerators (a callback would copy the operands to the host), keep the
+inline loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import threading
+import time
+
+import jax
+import numpy as np
+
+from jaxwarp._src.gemm.matmul_tiles import Cfg
+from jaxwarp._src.warp import checked
+
+#: Whether exact products run through the shared executables: "auto" (on the CPU backend,
+#: with one device, for products without promotion or block scales; on a GPU, bf16's
+#: general branch beside the fused kernel) or "off" (the inline k loop: every call
+#: compiled in the calling program). Read at trace time (``jax.clear_caches()``
+#: after changing it); the bits are the same.
+SHARED = "auto"
+#: Rows and columns of one output block (the smallest m and n of the float tiles, so that a
+#: product's blocks cover no more than its tiles).
+BLOCK = 16
+#: Blocks per executable call: one executable per size; a product's blocks are cut into
+#: the largest groups they fill, the last few into the smallest. A call costs its dispatch and its
+#: vector operations' length, whatever the blocks in use: on the 2-core CPU a k step of 16
+#: blocks took 0.13 ms, of 256 blocks 0.4 ms.
+GROUPS = (16, 64, 256)
+
+
+#: Seconds that the calls of one product (its shapes, types and configuration) may spend
+#: in the blocks before a background thread compiles that product's whole k loop as an
+#: executable of its own (the inline loop, the same bits); the calls after it is ready
+#: run it instead. About what such a compile costs on the CPU, so that a product never
+#: spends more than about twice the better of the two (the rent-or-buy rule). None:
+#: never. (The blocks start a model in seconds; a training run's hot products then run
+#: at the inline loop's speed.)
+PROMOTE_AFTER: float | None = 0.5
+
+def _make_state():
+    """A JAX config state in the jit cache key (so that a product traced inside
+    :func:`inline` is traced again, not taken from the cache), or None where this JAX has
+    no such API (then a context variable, which only a fresh trace reads)."""
+    try:
+        from jax._src import config as _jax_config
+
+        return _jax_config.bool_state(
+            "jaxwarp_inline_products", False,
+            help="jaxwarp: exact products inline (set by shared_chain.inline; not for "
+                 "direct use)", include_in_jit_key=True, include_in_trace_context=True)
+    except Exception:  # pragma: no cover - other JAX versions
+        return None
+
+
+_INLINE_STATE = _make_state()
+_INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxwarp_inline",
+                                                               default=False)
+
+
+def _inline_now() -> bool:
+    if _INLINE_STATE is not None:
+        return bool(_INLINE_STATE.value)
+    return _INLINE.get()
+
+
+@contextlib.contextmanager
+def inline():
+    """Trace the exact products inside with the inline k loop (every call compiled in the
+    calling program), whatever ``SHARED`` says: for programs whose bits must not depend on
+    anything outside them, such as ``grouped_value_and_grad``'s, which give the same bits
+    on any number of devices (a callback changes how XLA fuses the operations around it,
+    and so the order of their own float sums)."""
+    if _INLINE_STATE is not None:
+        with _INLINE_STATE(True):
+            yield
+        return
+    token = _INLINE.set(True)
+    try:
+        yield
+    finally:
+        _INLINE.reset(token)
+
+
+def _eligible(cfg: Cfg, scales) -> bool:
+    # Not in checked mode, whose checks cannot cross a callback, and not where the program
+    # may be partitioned over several devices (a callback would gather its operands to
+    # one device: XLA's SPMD partitioner makes it a replicated, maximal-sharded op).
+    return (SHARED == "auto" and scales is None and cfg.promote_every is None
+            and not checked.enabled() and not _inline_now() and jax.device_count() == 1)
+
+
+def applies(cfg: Cfg, scales) -> bool:
+    """Whether this exact product's k loop runs through the shared executables (on the
+    CPU backend)."""
+    return _eligible(cfg, scales) and jax.default_backend() == "cpu"
+
+
+def general_on_host(cfg: Cfg, scales) -> bool:
+    """Whether, on an accelerator, the general branch of a bf16 product that the fused
+    kernel runs in fp32's range (``matmul_chain.tiled``'s cond) runs through the shared
+    executables on the host: operands out of that range (inf, NaN, subnormals, products
+    beyond fp32's exponents) are rare, and the branch then costs no compile of its own in
+    the calling program. (The same bits: the model gives them on every backend.)"""
+    return _eligible(cfg, scales) and jax.default_backend() != "cpu"
+
+
+def _cpu():
+    return jax.local_devices(backend="cpu")[0]
+
+
+class _Product:
+    """One product signature's calls and, once compiled, its whole k loop."""
+
+    def __init__(self):
+        self.calls = 0
+        self.seconds = 0.0  # spent in the blocks, after the first call (which may compile
+        # the block executables)
+        self.thread: threading.Thread | None = None
+        self.whole = None  # the compiled whole loop
+        self.error: BaseException | None = None
+
+
+_PRODUCTS: dict = {}
+_PRODUCTS_LOCK = threading.Lock()
+
+
+def _compile_whole(prod: _Product, specs, cfg: Cfg, loop) -> None:
+    """Compile the inline k loop ``loop(a, b, acc, cfg)`` (``matmul_chain.tiled``) of one
+    product signature (run in a thread of its own)."""
+    try:
+        def whole(a, b, acc):
+            fn = functools.partial(loop, cfg=cfg)
+            for _ in range(acc.ndim - 2):  # the lead (vmapped) dimensions
+                fn = jax.vmap(fn)
+            return fn(a, b, acc)
+
+        with inline():
+            prod.whole = jax.jit(whole).lower(*specs).compile()
+    except Exception as e:  # noqa: BLE001 - the blocks stay; wait_for_promotions says it
+        prod.error = e
+
+
+def wait_for_promotions(timeout: float | None = None) -> list[BaseException]:
+    """Wait until every promotion started so far is compiled; returns the errors of those
+    that failed (their products keep the blocks). For benchmarks and tests."""
+    with _PRODUCTS_LOCK:
+        prods = list(_PRODUCTS.values())
+    for prod in prods:
+        if prod.thread is not None:
+            prod.thread.join(timeout)
+    return [p.error for p in prods if p.error is not None]
+
+
+def _product(a, b, acc, cfg: Cfg) -> _Product:
+    key = (a.shape, a.dtype, b.shape, b.dtype, acc.shape, acc.dtype, cfg)
+    with _PRODUCTS_LOCK:
+        return _PRODUCTS.setdefault(key, _Product())
+
+
+def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg, loop) -> None:
+    """Add a call's seconds in the blocks; start the whole loop's compile past
+    PROMOTE_AFTER."""
+    with _PRODUCTS_LOCK:
+        prod.seconds += seconds if prod.calls else 0.0
+        prod.calls += 1
+        if (PROMOTE_AFTER is None or prod.thread is not None or prod.seconds < PROMOTE_AFTER
+                or a.dtype.itemsize == 8):
+            # (64-bit operands stay: the compile runs in its own thread, which would not
+            # see a thread's jax_enable_x64)
+            return
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (a, b, acc)]
+        prod.thread = threading.Thread(target=_compile_whole, args=(prod, specs, cfg, loop),
+                                       name="jaxwarp-promote", daemon=True)
+        prod.thread.start()
+
+
+def _executable_cfg(cfg: Cfg) -> Cfg:
+    """The configuration the executable is compiled for: what the instruction's arithmetic
+    reads (formats, accumulator, instruction, target, k), so that a forward product and
+    its backward ones, scaled or not, share it."""
+    return dataclasses.replace(cfg, tile=(BLOCK, BLOCK, cfg.tile[2]), mode="exact",
+                               promote_every=None, scaled=False, blockwise=False)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _run(a, b, acc, cfg: Cfg, step):
+    """One instruction on every block: a (G, BLOCK, k), b (G, k, BLOCK), acc (G, BLOCK,
+    BLOCK). (One k step per call: a loop over k steps in the executable carries its
+    operands into the loop, which XLA copies on every call; a call per step keeps the
+    accumulator on the device between calls.)"""
+    return step(a, b, acc, 0, cfg)
+
+
+def _as_uint(x):
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+def _host(a, b, acc, *, cfg: Cfg, step, loop):
+    """The chain over numpy operands: a (..., M, K), b (..., K, N), acc (..., M, N), M, N
+    and K already padded to the instruction's tile."""
+    if jax.default_backend() != "cpu":  # an accelerator's program: run on the host's CPU
+        with jax.default_device(_cpu()):
+            return _blocks(a, b, acc, cfg, step)
+    prod = _product(a, b, acc, cfg)
+    if prod.whole is not None:
+        return np.asarray(prod.whole(a, b, acc))
+    start = time.perf_counter()
+    out = _blocks(a, b, acc, cfg, step)
+    _spent(prod, time.perf_counter() - start, a, b, acc, cfg, loop)
+    return out
+
+
+def _blocks(a, b, acc, cfg: Cfg, step):
+    """The chain through the shared executables."""
+    lead = acc.shape[:-2]
+    (M, K), N = a.shape[-2:], b.shape[-1]
+    # The operands' blocks are moved as unsigned integers of their width (numpy copies
+    # extension dtypes such as bfloat16 element by element) and read back in their type.
+    a, b, acc = (np.asarray(x) for x in (a, b, acc))
+    a_dt, b_dt = a.dtype, b.dtype
+    a, b, acc = (x.reshape((-1, *x.shape[-2:])) for x in (_as_uint(a), _as_uint(b), acc))
+    nb, T, k = acc.shape[0], BLOCK, cfg.tile[2]
+    mb, kb = -(-M // T), -(-N // T)
+    # Blocks: a4[p, i] rows i*T.. of product p, b4[p, j] columns j*T.., c[g] block g.
+    a4 = np.zeros((nb, mb * T, K), a.dtype)
+    a4[:, :M] = a
+    a4 = a4.reshape(nb, mb, T, K)
+    b4 = np.zeros((nb, K, kb * T), b.dtype)
+    b4[:, :, :N] = b
+    b4 = b4.reshape(nb, K, kb, T).transpose(0, 2, 1, 3)
+    c = np.zeros((nb, mb * T, kb * T), acc.dtype)
+    c[:, :M, :N] = acc
+    c = c.reshape(nb, mb, T, kb, T).transpose(0, 1, 3, 2, 4).reshape(-1, T, T)
+    blocks, steps = c.shape[0], K // k
+    g_all = np.arange(blocks)
+    p_of, i_of, j_of = g_all // (mb * kb), (g_all // kb) % mb, g_all % kb
+    ecfg = _executable_cfg(cfg)
+    g0 = 0
+    while g0 < blocks:
+        # the largest group the remaining blocks fill (the smallest for the last few)
+        size = max((g for g in GROUPS if g <= blocks - g0), default=GROUPS[0])
+        sel = slice(g0, min(g0 + size, blocks))
+        ng = sel.stop - sel.start
+        p, i, j = p_of[sel], i_of[sel], j_of[sel]
+        # The group's operands per k step, contiguous; zeros beyond the blocks in use
+        # (computed, never read).
+        ag = np.zeros((steps, size, T, k), a.dtype)
+        ag[:, :ng] = a4[p, i].reshape(ng, T, steps, k).transpose(2, 0, 1, 3)
+        bg = np.zeros((steps, size, k, T), b.dtype)
+        bg[:, :ng] = b4[p, j].reshape(ng, steps, k, T).transpose(1, 0, 2, 3)
+        out = np.zeros((size, T, T), acc.dtype)
+        out[:ng] = c[sel]
+        for kk in range(steps):
+            out = _run(ag[kk].view(a_dt), bg[kk].view(b_dt), out, ecfg, step)
+        c[sel] = np.asarray(out)[:ng]
+        g0 = sel.stop
+    d = c.reshape(nb, mb, kb, T, T).transpose(0, 1, 3, 2, 4).reshape(nb, mb * T, kb * T)
+    return np.ascontiguousarray(d[:, :M, :N]).reshape((*lead, M, N))
+
+
+def chain(a_op, b_op, acc, cfg: Cfg, step, loop):
+    """``matmul_chain.tiled``'s k loop, ``step(a_op, b_op, acc, kk, cfg)`` one instruction
+    (the k-th of the tile's k-slices), run through the shared executables; ``loop(a_op,
+    b_op, acc, cfg)`` the whole inline loop (``tiled``), for promotions."""
+    host = functools.partial(_host, cfg=cfg, step=step, loop=loop)
+    return jax.pure_callback(host, jax.ShapeDtypeStruct(acc.shape, acc.dtype), a_op, b_op,
+                             acc, vmap_method="broadcast_all")

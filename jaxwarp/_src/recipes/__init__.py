@@ -1,0 +1,2 @@
+"""Training recipes: block-scaled (MXFP8, NVFP4) and fp8 delayed scaling. See
+docs/architecture.md."""

@@ -1,0 +1,202 @@
+"""matmul(mode="native"): the exact chain issued on a Hopper GPU's tensor cores.
+
+Off a Hopper GPU: the error (eager and under jit, matmul and emulate), the chains that
+native mode refuses whatever the device, and the kernel's structure -- its k blocks, the
+tails of a K the block does not divide, promotion -- in Pallas' interpreter, where each
+block product is the exact model's chain of the same wgmma instructions, so the kernel
+must give exact mode's bits. On an H100 / H200 (``native.device_error() is None``): the
+tensor cores' bits against exact mode's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp._src.arithmetic import datapath
+from jaxwarp._src.gemm import native
+from jaxwarp._src.gemm.matmul import to_operand
+from jaxwarp._src.gemm.matmul_chain import Cfg, tiled
+from jaxwarp._src.gemm.native_kernels import pieces
+
+HOPPER = native.device_error() is None
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="mode='native' needs an H100 / H200")
+off_hopper = pytest.mark.skipif(HOPPER, reason="the error is for devices without wgmma")
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint16)
+
+
+def _operands(fmt, acc, M, K, N, seed=0, spread=4):
+    rng = np.random.default_rng(seed)
+
+    def draw(shape):
+        x = rng.standard_normal(shape).astype(np.float32)
+        return x * np.exp2(rng.integers(-spread, spread + 1, shape)).astype(np.float32)
+
+    c = jnp.asarray(draw((M, N))).astype(jnp.float32 if acc == "f32" else jnp.float16)
+    return jnp.asarray(draw((M, K))), jnp.asarray(draw((K, N))), c
+
+
+@off_hopper
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("api", ["matmul", "mma"])
+def test_off_hopper_is_an_error_naming_what_is_needed(api, jit):
+    if api == "matmul":
+        a = b = jnp.ones((64, 32), jnp.float32)
+        f = functools.partial(jaxwarp.matmul, operand_format="bf16", mode="native")
+    else:
+        a, b = jnp.ones((64, 32), jnp.bfloat16), jnp.ones((32, 64), jnp.bfloat16)
+        f = functools.partial(jaxwarp.mma, c=jnp.zeros((64, 64), jnp.float32),
+                              a_format="bf16", c_format="f32", d_format="f32", mode="native")
+    with pytest.raises(ValueError, match=r"mode='native'.*Hopper GPU.*compute capability 9\.0"):
+        (jax.jit(f) if jit else f)(a, b.T if api == "matmul" else b)
+
+
+@off_hopper
+def test_emulate_native_off_hopper_is_an_error():
+    with pytest.raises(ValueError, match=r"mode='native'.*Hopper GPU"):  # at emulate's checks
+        jaxwarp.emulate(lambda x: x @ x, operand_format="bf16", mode="native")
+
+
+@pytest.mark.parametrize("kw, must", [
+    (dict(instruction="mma_sync", tile=(16, 8, 8)), ("wgmma m64nNk16", "tile=(16, 8, 8)")),
+    (dict(operand_format="e4m3", instruction="mma_sync"), ("wgmma m64nNk32", "mma_sync_fp8")),
+    (dict(operand_format="tf32"), ("wgmma m64nNk8", "hmma_tf32_k4")),  # WMMA m16n16k8
+    (dict(arch="sm_80", instruction="mma_sync"), ("arch='sm_80'", "sm_90")),
+], ids=["mma_sync-k8", "fp8-mma_sync", "wmma-tf32", "sm_80"])
+def test_chains_the_gpu_does_not_issue_are_refused(kw, must):
+    a = jnp.ones((64, 64), jnp.float32)
+    with pytest.raises(ValueError) as e:
+        jaxwarp.matmul(a, a, mode="native", **kw)
+    for s in ("mode='native'", *must):
+        assert s in str(e.value)
+
+
+@pytest.mark.parametrize("kw, must", [
+    (dict(satf=True), ("no satf",)),
+    (dict(c_format="f16", d_format="f32"), ("c_format='f16'", "d_format='f32'")),
+    (dict(a_format="tf32"), ("wgmma m64nNk8", "hmma_tf32_k4")),  # WMMA m16n16k8
+    (dict(a_format="e4m3", instruction="mma_sync", arch="sm_90"), ("mma_sync_fp8",)),
+    (dict(instruction="mma_sync", instruction_k=8), ("tile=(64, 8, 8)",)),
+    (dict(a_format="s8", c_format="s32", d_format="s32", instruction="mma_sync"),
+     ("operand_format='s8'",)),
+], ids=["satf", "c-d", "wmma-tf32", "fp8-mma_sync", "mma_sync-k8", "s8"])
+def test_mma_chains_the_gpu_does_not_issue_are_refused(kw, must):
+    kw = {"a_format": "f16", "c_format": "f32", "d_format": "f32", **kw}
+    dt = {"f16": jnp.float16, "tf32": jnp.float32, "e4m3": jnp.float8_e4m3fn,
+          "s8": jnp.int8}[kw["a_format"]]
+    c = jnp.zeros((16, 16), jnp.int32 if kw["c_format"] == "s32" else
+                  jnp.float16 if kw["c_format"] == "f16" else jnp.float32)
+    a = jnp.ones((16, 16 if kw["c_format"] != kw["d_format"] else 32), dt)  # one instruction
+    with pytest.raises(ValueError) as e:
+        jaxwarp.mma(a, a.T, c, mode="native", **kw)
+    for s in ("mode='native'", *must):
+        assert s in str(e.value)
+
+
+def test_b_is_k_major_for_fp8_only():
+    def spec(fmt):
+        cfg = Cfg(fmt, fmt, "f32", (64, 8, native.NATIVE_K[fmt]), "wgmma", "sm_90", "native",
+                  None, False)
+        return native.plan(cfg, 256, 256, 256).spec
+
+    assert spec("e4m3").b_kmajor and spec("e5m2").b_kmajor and not spec("f16").b_kmajor
+
+
+def test_pieces_cover_k_in_order_with_whole_instructions():
+    for length, block, k in ((4096, 64, 16), (4144, 64, 16), (48, 64, 16), (4128, 128, 32),
+                             (8, 32, 8), (0, 64, 16)):
+        ps = pieces(length, block)
+        assert sum(s * n for s, n in ps) == length
+        assert all(s % k == 0 and s & (s - 1) == 0 and s <= block for s, _ in ps)
+        assert [s for s, _ in ps] == sorted((s for s, _ in ps), reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt, acc, promote, shape", [
+    ("f16", "f32", 32, (8, 80, 24)),  # promotion intervals of two instructions; a tail
+    ("e4m3", "f32", None, (16, 96, 8)),  # the 13-bit C of wgmma fp8 through a tail
+    ("e5m2", "f32", 64, (16, 160, 8)),  # promotion with a shorter last interval
+    ("tf32", "f32", 16, (16, 56, 8)),  # a k-8 block; promotion from an opaque zero
+    ("e4m3", "f16", None, (16, 64, 8)),
+    ("bf16", "f32", None, (70, 80, 16)),
+], ids=["f16-promote32", "e4m3", "e5m2-promote64", "tf32", "e4m3-f16acc", "bf16"])
+def test_kernel_structure_in_the_interpreter(fmt, acc, promote, shape):
+    """The kernel with the exact model as its block product gives exact mode's bits:
+    its blocks, tails and promotion chain the instructions as exact mode does."""
+    M, K, N = shape
+    k = native.NATIVE_K[fmt]
+    a, b, c = _operands(fmt, acc, M, K, N)
+    a, b = to_operand(a, fmt), to_operand(b, fmt)
+    cfg = Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "native", promote, False)
+    got = native.chain(a, b, c, cfg, interpret=True)
+    want = tiled(a, b, c, Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "exact", promote,
+                              False))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.slow
+def test_mma_native_structure_in_the_interpreter():
+    """mma's native path (batch dims through vmap, tf32 words cut to their top 19 bits)
+    with the exact model as the kernel's block product gives exact mode's bits."""
+    rng = np.random.default_rng(1)
+    a = jnp.asarray(rng.standard_normal((2, 16, 24)), jnp.float32)  # low 13 bits set
+    b = jnp.asarray(rng.standard_normal((24, 8)), jnp.float32)
+    c = jnp.asarray(rng.standard_normal((16, 8)), jnp.float32)
+    cfg = datapath._Cfg("tf32", "tf32", "f32", "f32", None, 8)
+    got = native.run_mma(a, b, c, cfg, interpret=True)
+    want = jaxwarp.mma(a, b, c, a_format="tf32", c_format="f32", d_format="f32",
+                       instruction="wgmma", arch="sm_90a")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@needs_hopper
+@pytest.mark.parametrize("fa, fb, acc, instruction, batch, shape", [
+    ("f16", "f16", "f32", "wmma", (), (16, 64, 16)),
+    ("bf16", "bf16", "f32", "mma_sync", (2,), (16, 32, 8)),
+    ("tf32", "tf32", "f32", "wgmma", (2,), (64, 40, 16)),  # low 13 bits set
+    ("e5m2", "e4m3", "f16", "wgmma", (), (64, 96, 24)),
+])
+def test_mma_native_bits_equal_exact_on_hopper(fa, fb, acc, instruction, batch, shape):
+    M, K, N = shape
+    rng = np.random.default_rng(K)
+    store = {"tf32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16,
+             "e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
+    a = jnp.asarray(rng.standard_normal(batch + (M, K)), jnp.float32).astype(store[fa])
+    b = jnp.asarray(rng.standard_normal((K, N)), jnp.float32).astype(store[fb])
+    c = jnp.asarray(rng.standard_normal((M, N)), jnp.float32).astype(
+        jnp.float32 if acc == "f32" else jnp.float16)
+    kw = dict(a_format=fa, b_format=fb, c_format=acc, d_format=acc, instruction=instruction,
+              arch="sm_90a" if instruction == "wgmma" else "sm_90")
+    got = jax.jit(functools.partial(jaxwarp.mma, mode="native", **kw))(a, b, c)
+    want = jax.jit(functools.partial(jaxwarp.mma, mode="exact", **kw))(a, b, c)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@needs_hopper
+@pytest.mark.parametrize("fmt, acc, instruction, promote, shape", [
+    ("f16", "f32", None, None, (128, 1040, 80)),  # WMMA (the default): N a multiple of 16
+    ("f16", "f16", "wgmma", None, (64, 528, 64)),
+    ("bf16", "f32", "mma_sync", None, (256, 2064, 136)),
+    ("tf32", "f32", "wgmma", 32, (64, 528, 64)),  # was folded into one chain by Triton
+    ("tf32", "f32", "mma_sync", None, (64, 520, 64)),
+    ("e4m3", "f32", None, None, (200, 4128, 136)),
+    ("e4m3", "f32", None, 128, (200, 4128, 136)),
+    ("e5m2", "f16", None, None, (64, 512, 64)),
+])
+def test_native_bits_equal_exact_on_hopper(fmt, acc, instruction, promote, shape):
+    M, K, N = shape
+    a, b, c = _operands(fmt, acc, M, K, N, seed=K)
+    kw = dict(operand_format=fmt, accumulator=acc, instruction=instruction,
+              promote_every=promote)
+    got = jax.jit(functools.partial(jaxwarp.matmul, mode="native", **kw))(a, b, c)
+    want = jax.jit(functools.partial(jaxwarp.matmul, mode="exact", **kw))(a, b, c)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
