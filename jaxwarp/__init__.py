@@ -4,6 +4,9 @@ The lane axis is the leading axis of size 32; many warps are a ``jax.vmap`` away
 Everything public is listed here; ``jaxwarp._src`` is private.
 """
 
+# The switchboard: named options (backends, forms) read at trace time, as jax.config.
+from jaxwarp._src.config import config as config
+
 # Lanes and shuffles.
 from jaxwarp._src.warp.lanes import FULL_MASK as FULL_MASK
 from jaxwarp._src.warp.lanes import WARP_SIZE as WARP_SIZE

@@ -1,0 +1,261 @@
+"""The switchboard: every option that chooses how jaxwarp computes, in one place.
+
+In the manner of ``jax.config``: named options with a default, the values allowed and a
+help text; read at trace time by the layer that owns the choice; set for the process
+with :meth:`Config.update`, for a block of code with :meth:`Config.override` (a context
+manager: tests and benchmarks), or before the process starts with an environment
+variable ``JAXWARP_<NAME>`` (upper case; read once at import). No option changes a bit
+of any result: they choose between forms of the same arithmetic (which GEMM backend runs
+an exact product, how the block FMA is written out for XLA), so they exist for measuring
+and testing. The GEMM layer chooses exact / kernel / native; the arithmetic below it
+reads only the options of its own forms.
+
+Options are read when a function is traced: a value changed after a jitted function was
+traced takes effect for new traces (``jax.clear_caches()`` drops the old ones).
+
+Example:
+    >>> import jaxwarp
+    >>> jaxwarp.config.gemm_fused_kernel
+    'auto'
+    >>> with jaxwarp.config.override(gemm_fused_kernel="off"):
+    ...     jaxwarp.config.gemm_fused_kernel
+    'off'
+    >>> jaxwarp.config.update("gemm_fused_kernel", "sometimes")
+    Traceback (most recent call last):
+    ...
+    ValueError: gemm_fused_kernel='sometimes' is not allowed: one of 'auto', 'on', 'off'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["Config", "Option", "config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One named option: its default, what is allowed, and what it chooses.
+
+    Attributes:
+        name: the option's name (a Python identifier, lower case).
+        default: its value until it is updated.
+        help: what it chooses, in a sentence or two.
+        allowed: the values allowed, or None where ``check`` decides.
+        check: for options without ``allowed``: returns the value (normalized) or raises
+            ValueError; also parses the environment variable's string.
+        layer: the layer of ``jaxwarp._src`` that reads it (docs only).
+    """
+
+    name: str
+    default: Any
+    help: str
+    allowed: tuple | None = None
+    check: Callable[[Any], Any] | None = None
+    layer: str = "gemm"
+
+    @property
+    def env(self) -> str:
+        return "JAXWARP_" + self.name.upper()
+
+    def validate(self, value: Any) -> Any:
+        if self.allowed is not None:
+            if isinstance(value, str) or value is None or isinstance(value, (bool, int)):
+                if value in self.allowed and type(value) in {type(a) for a in self.allowed}:
+                    return value
+            shown = ", ".join(repr(a) for a in self.allowed)
+            raise ValueError(f"{self.name}={value!r} is not allowed: one of {shown}")
+        assert self.check is not None
+        return self.check(self.name, value)
+
+
+def _int_at_least(lo: int) -> Callable[[str, Any], int]:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, str):
+            try:
+                value = int(value, 0)
+            except ValueError:
+                raise ValueError(f"{name}={value!r} is not allowed: an integer >= {lo}") \
+                    from None
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ValueError(f"{name}={value!r} is not allowed: an integer >= {lo}")
+        return int(value)
+    return check
+
+
+def _seconds_or_none(name: str, value: Any) -> float | None:
+    if isinstance(value, str):
+        if value.lower() == "none":
+            return None
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not allowed: seconds >= 0, or None") \
+                from None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name}={value!r} is not allowed: seconds >= 0, or None")
+    return float(value)
+
+
+_AUTO_ON_OFF = ("auto", "on", "off")
+
+#: Every option, grouped by the layer that reads it. One fact, one home: the defaults and
+#: the reasons for them live here, and the code that reads an option says only what it does.
+OPTIONS: tuple[Option, ...] = (
+    # --- gemm: which backend runs an exact product.
+    Option("gemm_shared", "auto", allowed=("auto", "off"), help=(
+        "Exact products through a few shared executables per instruction, outside the "
+        "calling program: 'auto' (on the CPU backend with one device, for products without "
+        "promotion or block scales; on a GPU, bf16's out-of-range branch beside the fused "
+        "kernel) or 'off' (the k loop inline in every calling program).")),
+    Option("gemm_promote_after", 0.5, check=_seconds_or_none, help=(
+        "Seconds the calls of one product may spend in the shared blocks before a background "
+        "thread compiles that product's whole k loop as its own executable (the rent-or-buy "
+        "rule: about what such a compile costs on the CPU). None: never.")),
+    Option("gemm_fused_kernel", "auto", allowed=_AUTO_ON_OFF, help=(
+        "Exact f16 / bf16 sm_90 chains as one fused Pallas kernel per output tile: 'auto' "
+        "(on a GPU, for the datapaths the kernel models), 'on' (also off the GPU, in Pallas' "
+        "interpreter: for tests) or 'off'.")),
+    Option("gemm_fused_min_macs", 1 << 24, check=_int_at_least(0), help=(
+        "Multiply-adds from which 'auto' takes the fused kernel where bf16's general branch "
+        "is XLA's loop (gemm_shared='off'); below, small products keep XLA's k loop alone.")),
+    Option("gemm_kernel_rolled_below", 1 << 24, check=_int_at_least(0), help=(
+        "Products of fewer multiply-adds take the fused kernel with a loop over a k step's "
+        "products (gemm_kernel_unroll_small of them an iteration): there the compile is what "
+        "a user waits for, not the run.")),
+    Option("gemm_kernel_unroll_small", 1, allowed=(1, 2, 4, 8, 16), help=(
+        "Products written out per iteration of the small products' kernel loop (16: no "
+        "loop).")),
+    Option("gemm_kernel_any_range_below", 1 << 24, check=_int_at_least(0), help=(
+        "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
+        "with no range check and no cond in the calling program.")),
+    # --- arithmetic: how the block FMA is written out for XLA (the same bits).
+    Option("arith_in_range_path", "auto", allowed=_AUTO_ON_OFF, layer="arithmetic", help=(
+        "Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic "
+        "(chosen by a cond): 'auto' (by size and backend), 'on' or 'off'.")),
+    Option("arith_in_range_min_macs", 1 << 22, check=_int_at_least(0), layer="arithmetic",
+           help="Outputs times k of one call from which 'auto' takes the in-range path on "
+                "the CPU."),
+    Option("arith_in_range_min_macs_accelerator", 1 << 30, check=_int_at_least(0),
+           layer="arithmetic",
+           help="The same for matmul's one cond per product on an accelerator."),
+    Option("arith_store_decoded", "auto", allowed=_AUTO_ON_OFF, layer="arithmetic", help=(
+        "Whether decoded operands are stored before the blocks read them: 'auto' (by how "
+        "often each element is used), 'on' or 'off'.")),
+    Option("arith_fast_store_reuse", 64, check=_int_at_least(0), layer="arithmetic",
+           help="Uses per operand element from which the fast path stores its decoded "
+                "operands."),
+    Option("arith_general_store_reuse_max", 1024, check=_int_at_least(0), layer="arithmetic",
+           help="Uses per operand element up to which (exclusive) the general path stores "
+                "its decoded operands."),
+    Option("arith_block_form", "unrolled", allowed=("unrolled", "rolled", "reduce"),
+           layer="arithmetic", help=(
+               "How one block FMA is written for XLA: 'unrolled' (the default: fastest "
+               "steps), 'rolled' (loops: smaller programs, slower steps) or 'reduce'.")),
+)
+
+
+def _parse_env(option: Option, raw: str) -> Any:
+    """An environment variable's string as the option's type (ints where the allowed
+    values are ints; ``check`` parses strings itself)."""
+    if option.allowed is not None and all(type(a) is int for a in option.allowed):
+        try:
+            return int(raw, 0)
+        except ValueError:
+            return raw  # validate's message names the allowed values
+    return raw
+
+
+class Config:
+    """The options of :data:`OPTIONS`: read as attributes, set with :meth:`update` or
+    :meth:`override`. ``jaxwarp.config`` is the one instance."""
+
+    def __init__(self, options: tuple[Option, ...]):
+        self._options = {o.name: o for o in options}
+        self._values: dict[str, Any] = {}
+        for o in options:
+            raw = os.environ.get(o.env)
+            self._values[o.name] = o.default if raw is None else o.validate(_parse_env(o, raw))
+        self._scoped: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+            "jaxwarp_config", default={})
+
+    def _option(self, name: str) -> Option:
+        try:
+            return self._options[name]
+        except KeyError:
+            raise AttributeError(
+                f"jaxwarp.config has no option {name!r}; the options are "
+                f"{', '.join(sorted(self._options))}") from None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._option(name)
+        scoped = self._scoped.get()
+        return scoped[name] if name in scoped else self._values[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(f"set options with jaxwarp.config.update({name!r}, value) or "
+                             f"jaxwarp.config.override({name}=value)")
+
+    def read(self, name: str) -> Any:
+        """The value of option ``name`` now (the innermost override, else the global)."""
+        return getattr(self, name)
+
+    def update(self, name: str, value: Any) -> None:
+        """Set option ``name`` for the process (as ``jax.config.update``).
+
+        Raises:
+            AttributeError: no option of that name.
+            ValueError: the value is not allowed (the message lists what is).
+        """
+        self._values[name] = self._option(name).validate(value)
+
+    @contextlib.contextmanager
+    def override(self, **values: Any) -> Iterator[None]:
+        """Set options inside a ``with`` block (this thread and context only)."""
+        checked = {n: self._option(n).validate(v) for n, v in values.items()}
+        token = self._scoped.set({**self._scoped.get(), **checked})
+        try:
+            yield
+        finally:
+            self._scoped.reset(token)
+
+    def options(self) -> tuple[Option, ...]:
+        """Every option, in the order of :data:`OPTIONS`."""
+        return tuple(self._options.values())
+
+    def values(self) -> dict[str, Any]:
+        """Every option's value now, by name."""
+        return {n: getattr(self, n) for n in self._options}
+
+    def describe(self) -> str:
+        """A Markdown table of the options: name, default, allowed, what it chooses."""
+        rows = ["| option | default | allowed | layer | what it chooses |",
+                "|---|---|---|---|---|"]
+        for o in self._options.values():
+            allowed = (", ".join(f"`{a!r}`" for a in o.allowed) if o.allowed is not None
+                       else "see help")
+            rows.append(f"| `{o.name}` | `{o.default!r}` | {allowed} | {o.layer} | {o.help} |")
+        return "\n".join(rows)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={v!r}" for n, v in self.values().items())
+        return f"jaxwarp.config({inner})"
+
+    def __dir__(self):
+        return [*super().__dir__(), *self._options]
+
+
+#: The one switchboard (public as ``jaxwarp.config``).
+config = Config(OPTIONS)
