@@ -32,6 +32,7 @@ import contextlib
 import contextvars
 import dataclasses
 import os
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -183,8 +184,9 @@ class Config:
         for o in options:
             raw = os.environ.get(o.env)
             self._values[o.name] = o.default if raw is None else o.validate(_parse_env(o, raw))
-        self._scoped: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
-            "jaxwarp_config", default={})
+        # Overrides of this context: a mapping never mutated (override sets a new one).
+        self._scoped: contextvars.ContextVar[types.MappingProxyType] = contextvars.ContextVar(
+            "jaxwarp_config", default=types.MappingProxyType({}))
 
     def _option(self, name: str) -> Option:
         try:
@@ -225,7 +227,7 @@ class Config:
     def override(self, **values: Any) -> Iterator[None]:
         """Set options inside a ``with`` block (this thread and context only)."""
         checked = {n: self._option(n).validate(v) for n, v in values.items()}
-        token = self._scoped.set({**self._scoped.get(), **checked})
+        token = self._scoped.set(types.MappingProxyType({**self._scoped.get(), **checked}))
         try:
             yield
         finally:
