@@ -1,0 +1,160 @@
+"""The walk of one call through jaxwarp's modules: which modules it visits, in what order.
+
+A profile hook (``sys.setprofile``, and ``threading.setprofile`` for the threads a call
+starts) sees every Python function call. A call *enters* a module when the function
+called is in a jaxwarp module and the nearest jaxwarp frame below it is in another one
+(or there is none: the user's call). Two walks are reported:
+
+- the operands' walk: entries whose call carries an array (a NumPy array, a JAX array or
+  a tracer) among its arguments -- the path the data takes down the layers;
+- every entry, static look-ups included (argument checks, catalogue rows).
+
+docs/architecture.md shows the walks of ``matmul(a, b, operand_format="bf16",
+mode="exact")`` and of ``emulate(fn, recipe="nvfp4")``; ``tests/test_walk.py`` holds the
+first to its bound. Uses only public names.
+
+Usage:
+    python tools/walk.py                 # both calls, a table each
+    python tools/walk.py --call matmul   # one of: matmul, emulate
+    python tools/walk.py --json          # machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+import sys
+import threading
+
+import numpy as np
+
+import jaxwarp
+
+PACKAGE_DIR = pathlib.Path(jaxwarp.__file__).resolve().parent
+
+
+def _module_of(filename: str) -> str | None:
+    """``gemm/matmul.py`` style name of a jaxwarp source file, or None outside it."""
+    try:
+        rel = pathlib.Path(filename).resolve().relative_to(PACKAGE_DIR)
+    except ValueError:
+        return None
+    parts = rel.parts[1:] if rel.parts[0] == "_src" else ("(public)",) + rel.parts
+    return "/".join(parts)
+
+
+def _carries_array(frame) -> bool:
+    import jax
+
+    code = frame.f_code
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    for n in names:
+        v = frame.f_locals.get(n)
+        if isinstance(v, (np.ndarray, jax.Array, jax.core.Tracer)):
+            return True
+        if isinstance(v, (tuple, list)) and any(
+                isinstance(x, (np.ndarray, jax.Array, jax.core.Tracer)) for x in v[:4]):
+            return True
+    return False
+
+
+def record(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` under the hook; return (result, entries), each entry a
+    ``(caller module or None, module entered, function, carries_array)`` tuple in order."""
+    import jax
+
+    entries: list[tuple[str | None, str, str, bool]] = []
+    cache: dict[str, str | None] = {}
+
+    def mod(filename):
+        if filename not in cache:
+            cache[filename] = _module_of(filename)
+        return cache[filename]
+
+    def hook(frame, event, arg):
+        if event != "call":
+            return
+        m = mod(frame.f_code.co_filename)
+        if m is None or m.startswith("(public)"):
+            return
+        caller = frame.f_back
+        cm = None
+        while caller is not None:
+            cm = mod(caller.f_code.co_filename)
+            if cm is not None and not cm.startswith("(public)"):
+                break
+            cm = None
+            caller = caller.f_back
+        if cm != m:
+            entries.append((cm, m, frame.f_code.co_name, _carries_array(frame)))
+
+    sys.setprofile(hook)
+    threading.setprofile(hook)
+    try:
+        out = jax.block_until_ready(fn(*args, **kwargs))
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    return out, entries
+
+
+def summary(entries) -> dict:
+    """Modules in first-visit order with their entry counts, for both walks."""
+    def walk(rows):
+        counts = collections.Counter(m for _, m, _, _ in rows)
+        order = list(dict.fromkeys(m for _, m, _, _ in rows))
+        return {"modules": len(order), "entries": {m: counts[m] for m in order},
+                "each_once": all(c == 1 for c in counts.values())}
+    return {"operands": walk([e for e in entries if e[3]]), "all": walk(entries)}
+
+
+def call_matmul():
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.standard_normal((64, 64)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((64, 64)), jnp.float32)
+    return record(jaxwarp.matmul, a, b, operand_format="bf16", mode="exact")
+
+
+def call_emulate():
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((32, 64)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
+    f = jaxwarp.emulate(lambda x, w: jnp.tanh(x @ w), recipe="nvfp4")
+    return record(f, x, w, rng_key=jax.random.key(0))
+
+
+CALLS = {"matmul": call_matmul, "emulate": call_emulate}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--call", choices=sorted(CALLS), action="append",
+                   help="which call to walk (default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = p.parse_args(argv)
+    out = {}
+    for name in args.call or list(CALLS):
+        _, entries = CALLS[name]()
+        out[name] = summary(entries)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    for name, s in out.items():
+        for kind in ("operands", "all"):
+            w = s[kind]
+            print(f"{name}: {kind} walk, {w['modules']} modules, "
+                  f"{'each entered once' if w['each_once'] else 'some entered again'}")
+            for m, c in w["entries"].items():
+                print(f"  {c:4d}  {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
