@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.arithmetic import datapath
-from jaxwarp._src.arithmetic.datapath_blocks import _RANGE_HI, _RANGE_LO, in_fp32_range
+from jaxwarp._src.arithmetic.datapath_blocks import RANGE_HI, RANGE_LO, in_fp32_range
 
 
 def _pow2(e):
@@ -17,12 +17,12 @@ def _pow2(e):
 
 
 @pytest.mark.parametrize(("a", "b", "want"), [
-    # largest allowed products: exponents summing to _RANGE_HI, and one more
-    ([2.0 ** 63, 0.0], [2.0 ** (_RANGE_HI - 63)], True),
-    ([2.0 ** 63, 1.0], [2.0 ** (_RANGE_HI - 62)], False),
-    # smallest allowed: exponents summing to _RANGE_LO, and one less
-    ([2.0 ** -50, 0.0], [-(2.0 ** (_RANGE_LO + 50))], True),
-    ([2.0 ** -50], [1.5 * 2.0 ** (_RANGE_LO + 49)], False),
+    # largest allowed products: exponents summing to RANGE_HI, and one more
+    ([2.0 ** 63, 0.0], [2.0 ** (RANGE_HI - 63)], True),
+    ([2.0 ** 63, 1.0], [2.0 ** (RANGE_HI - 62)], False),
+    # smallest allowed: exponents summing to RANGE_LO, and one less
+    ([2.0 ** -50, 0.0], [-(2.0 ** (RANGE_LO + 50))], True),
+    ([2.0 ** -50], [1.5 * 2.0 ** (RANGE_LO + 49)], False),
     ([1.0, np.inf], [1.0], False),
     ([1.0, np.nan], [1.0], False),
     ([1.0, 2.0 ** -130], [1.0], False),  # an fp32 subnormal (flushed by XLA on a CPU)

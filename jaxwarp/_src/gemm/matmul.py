@@ -53,9 +53,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.arithmetic import datapath as mma_arith
+from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import wmma_table
 from jaxwarp._src.catalogue.arch import check_target, parse_target
+from jaxwarp._src.config import keyed_jit
 from jaxwarp._src.gemm import matmul_sparse, native
 from jaxwarp._src.gemm.matmul_chain import tiled
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue
@@ -83,7 +84,7 @@ from jaxwarp._src.scaling.tensor_scale import (
 )
 
 #: matmul's modes: the model's (exact, fast) and the GPU's own instructions (``native``).
-MODES = (*mma_arith.MODES, "native")
+MODES = (*datapath.MODES, "native")
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
@@ -270,7 +271,7 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
 # however often a model calls it (XLA inlines the calls: its own compile sees each one,
 # which is why the CPU's exact k loop runs through ``shared_chain``'s executables;
 # benchmarks/compile_time.py and docs/compile_time.md measure it).
-_forward_once = jax.jit(_forward, static_argnums=5)
+_forward_once = keyed_jit(_forward, static_argnums=5)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -282,7 +283,7 @@ def _fwd(a, b, c, sa, sb, cfg):
     return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
 
 
-@functools.partial(jax.jit, static_argnums=2)
+@functools.partial(keyed_jit, static_argnums=2)
 def _bwd_product(x, y, cfg: Cfg):
     """x @ y through the tensor core, a backward product of a forward with ``cfg`` (jitted
     per signature, as ``_forward_once``)."""

@@ -246,7 +246,7 @@ def check_mma(a_format: str, b_format: str, c_format: str, d_format: str, instru
 
 
 def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
-    """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``_Cfg`` of a chain
+    """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``ChainCfg`` of a chain
     that :func:`check_mma` accepted, so it is ``wgmma`` of the same k and datapath.
 
     Leading batch dims broadcast as in ``mma`` (one kernel per batch element, through
@@ -257,7 +257,7 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
         >>> a = jnp.ones((2, 16, 32), jnp.float16); b = jnp.ones((32, 8), jnp.float16)
-        >>> cfg = datapath._Cfg("f16", "f16", "f32", "f32", None, 16)
+        >>> cfg = datapath.ChainCfg("f16", "f16", "f32", "f32", None, 16)
         >>> c = jnp.zeros((16, 8), jnp.float32)
         >>> jax.eval_shape(lambda: run_mma(a, b, c, cfg, interpret=True))
         ShapeDtypeStruct(shape=(2, 16, 8), dtype=float32)
