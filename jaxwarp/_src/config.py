@@ -316,4 +316,5 @@ def keyed_jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
     def call(*args, **kwargs):
         return jitted(*args, _jaxwarp_options=config.snapshot(), **kwargs)
 
+    call.clear_cache = jitted.clear_cache
     return call

@@ -73,6 +73,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -409,17 +410,8 @@ def _float_satf(d, d_format):
     return jnp.clip(d, -big, big)
 
 
-#: ``mode="native"``: ``(check, run)`` registered by ``tensorcore.native`` (which imports
-#: this module, so it cannot be imported here): ``check(a_format, b_format, c_format,
-#: d_format, instruction, ik, arch, satf, datapath, c_shift)`` raises unless the GPU
-#: issues the chain; ``run(a, b, c, cfg)`` runs it on the tensor cores.
-NATIVE: list = []
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
 def _mma_float(a, b, c, cfg: ChainCfg, mode, satf):
-    if mode == "native":  # the same chain on a Hopper GPU's tensor cores (native.py)
-        return NATIVE[1](a, b, c, cfg)
     if mode == "fast":
         d = _mma_fast(a, b, c, cfg.a_format, cfg.b_format, cfg.d_format, cfg.c_shift)
     elif cfg.a_format == "f64":
@@ -459,6 +451,25 @@ def _mma_float_bwd(cfg, mode, satf, res, g):
 _mma_float.defvjp(_mma_float_fwd, _mma_float_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 4))
+def straight_through(run, a, b, c, cfg: ChainCfg):
+    """``run(a, b, c, cfg)``, a chain of float instructions computed elsewhere (the GEMM
+    layer's native mode), with ``mma``'s straight-through gradient (``_mma_float_bwd``).
+    ``cfg``: the :class:`ChainCfg` of :func:`check_mma`."""
+    return run(a, b, c, cfg)
+
+
+def _straight_through_fwd(run, a, b, c, cfg):
+    return run(a, b, c, cfg), (a, b, c)
+
+
+def _straight_through_bwd(run, cfg, res, g):
+    return _mma_float_bwd(cfg, None, None, res, g)
+
+
+straight_through.defvjp(_straight_through_fwd, _straight_through_bwd)
+
+
 def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", mode="exact",
         satf=False, b_format: str | None = None, instruction: str = "wmma",
         instruction_k: int | None = None, datapath: Datapath | None = None,
@@ -486,11 +497,7 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         its datapath model gives the arithmetic (sm_90 verified on hardware, the others
         against MMA-Sim or not at all: ``ArchModel.verified``, ``arch.py``).
       mode: ``"exact"`` reproduces the hardware bits (see the module docstring for
-        the model). ``"native"`` (on an H100 / H200 only) runs the chain on the GPU's
-        tensor cores (``wgmma`` of the same datapath, ``gemm/native.py``): exact
-        mode's bits, for the chains that ``wgmma`` is (f16 / bf16 k16, tf32 k8 outside
-        WMMA, fp8 ``wgmma``; C and D of one format; no satf); elsewhere a ValueError.
-        ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64) accumulation of
+        the model). ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64) accumulation of
         the operands (tf32 low bits dropped), then one conversion to
         d_format: it rounds to nearest instead of truncating each aligned term and the
         fp32 result, and so differs from hardware in the last bits (about 40% of
@@ -535,8 +542,40 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
       >>> float(d[0, 0])  # two chained m64n8k32 instructions
       64.0
     """
+    checked = check_mma(a, b, c, a_format=a_format, c_format=c_format, d_format=d_format,
+                        arch=arch, mode=mode, satf=satf, b_format=b_format,
+                        instruction=instruction, instruction_k=instruction_k,
+                        datapath=datapath, scale_input_d=scale_input_d)
+    if checked.d is not None:
+        return checked.d
+    a, b, c, cfg = checked.a, checked.b, checked.c, checked.cfg
+    if cfg.a_format in INT_TYPES:
+        return mma_int_chain(a, b, c, cfg.a_format, cfg.b_format, cfg.ik, satf)
+    return _mma_float(a, b, c, cfg, mode, satf)
+
+
+class Checked(NamedTuple):
+    """What :func:`check_mma` returns: the operands as arrays of their types, the
+    chain's :class:`ChainCfg` (``dp`` None for integer and f64 types), or ``d``, the
+    result, where no instruction runs (k = 0)."""
+
+    a: Any
+    b: Any
+    c: Any
+    cfg: ChainCfg | None
+    d: Any = None
+
+
+def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90",
+              mode="exact", satf=False, b_format: str | None = None,
+              instruction: str = "wmma", instruction_k: int | None = None,
+              datapath: Datapath | None = None, scale_input_d: int = 0) -> Checked:
+    """:func:`mma`'s checks of its arguments (the same arguments; ``mode`` one of
+    :data:`MODES`): raises as ``mma`` does, else the operands and the chain's
+    configuration. For front-ends that run the chain another way (the GEMM layer's
+    native mode)."""
     checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    native = checks.static_choice(mode, "mode", (*MODES, "native")) == "native"
+    checks.static_choice(mode, "mode", MODES)
     b_format = a_format if b_format is None else b_format
     a_format, b_format, c_format, d_format = (  # format names, aliases or dtypes -> names
         checks.format_name(v, name, allowed, FORMAT_ALIASES, need_x64=False)
@@ -544,7 +583,7 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
                                  (c_format, "c_format", ACC_TYPES), (d_format, "d_format",
                                                                      ACC_TYPES)))
     target, model = check_static(a_format, b_format, c_format, d_format, arch,
-                                  "exact" if native else mode, satf, instruction, datapath)
+                                  mode, satf, instruction, datapath)
     c_shift = check_scale_input_d(scale_input_d, instruction, a_format)
     if a_format == "f64":
         checks.require_x64("mma with a_format='f64'")
@@ -556,7 +595,8 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     if k == 0:  # no instruction runs: D is C converted to d_format (round to nearest)
         if c_shift:
             raise ValueError("scale_input_d needs at least one instruction (k > 0)")
-        return jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format])
+        return Checked(a, b, c, None,
+                       jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format]))
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
     ik = _arch.instruction_k(instruction, a_format, k, instruction_k)
@@ -565,15 +605,7 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     if k > ik and c_format != d_format:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
-    if native:
-        if not NATIVE:  # pragma: no cover (importing jaxwarp imports native.py)
-            raise ValueError("mode='native' needs jaxwarp._src.gemm.native imported")
-        NATIVE[0](a_format, b_format, c_format, d_format, instruction, ik, arch, satf,
-                  datapath, c_shift)
-    if a_format in INT_TYPES:
-        return mma_int_chain(a, b, c, a_format, b_format, ik, satf)
     dp = datapath
-    if dp is None and a_format != "f64":
+    if dp is None and a_format not in ("f64", *INT_TYPES):
         dp = _arch.datapath_for(model, instruction, a_format, ik, b_format)
-    cfg = ChainCfg(a_format, b_format, c_format, d_format, dp, ik, c_shift)
-    return _mma_float(a, b, c, cfg, mode, satf)
+    return Checked(a, b, c, ChainCfg(a_format, b_format, c_format, d_format, dp, ik, c_shift))

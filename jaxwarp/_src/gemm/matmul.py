@@ -83,8 +83,49 @@ from jaxwarp._src.scaling.tensor_scale import (
     times_pow2,
 )
 
-#: matmul's modes: the model's (exact, fast) and the GPU's own instructions (``native``).
+#: matmul's and mma's modes: the model's (exact, fast) and the GPU's own instructions
+#: (``native``).
 MODES = (*datapath.MODES, "native")
+
+
+def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", mode="exact",
+        satf=False, b_format: str | None = None, instruction: str = "wmma",
+        instruction_k: int | None = None, datapath: Any = None,
+        scale_input_d: int = 0) -> jax.Array:
+    """``D = A @ B + C``, a chain of MMA instructions over k (``jaxwarp.mma``).
+
+    ``datapath.mma``'s arguments, results and errors (its docstring has them), with one
+    more mode: ``"native"`` (on an H100 / H200 only) runs the chain on the GPU's tensor
+    cores (``wgmma`` of the same datapath, ``native.py``): exact mode's bits, for the
+    chains that ``wgmma`` is (f16 / bf16 k16, tf32 k8 outside WMMA, fp8 ``wgmma``; C and
+    D of one format; no satf, no ``datapath=`` model, no ``scale_input_d``); elsewhere a
+    ValueError. Its gradient is exact mode's (straight-through).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> a = jnp.ones((16, 16), jnp.float16); c = jnp.zeros((16, 16), jnp.float32)
+        >>> float(mma(a, a, c, a_format="f16", c_format="f32", d_format="f32")[0, 0])
+        16.0
+    """
+    return _mma(a, b, c, mode, dict(
+        a_format=a_format, c_format=c_format, d_format=d_format, arch=arch, satf=satf,
+        b_format=b_format, instruction=instruction, instruction_k=instruction_k,
+        datapath=datapath, scale_input_d=scale_input_d))
+
+
+def _mma(a, b, c, mode, kw: dict):
+    """:func:`mma`: exact and fast mode are ``datapath.mma``; native mode its checks, the
+    GPU's chain (``native.run_mma``) and its gradient."""
+    if checks.static_choice(mode, "mode", MODES) != "native":
+        return datapath.mma(a, b, c, mode=mode, **kw)
+    checked = datapath.check_mma(a, b, c, mode="exact", **kw)
+    if checked.d is not None:  # k = 0: no instruction runs
+        return checked.d
+    cfg = checked.cfg
+    native.check_mma(cfg.a_format, cfg.b_format, cfg.c_format, cfg.d_format,
+                     kw["instruction"], cfg.ik, kw["arch"], kw["satf"], kw["datapath"],
+                     cfg.c_shift)
+    return datapath.straight_through(native.run_mma, checked.a, checked.b, checked.c, cfg)
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:

@@ -17,9 +17,9 @@ are the same 16-product blocks, so they run natively too; ``mma.sync`` m16n8k8, 
 m16n16k8 (two k4 blocks) and fp8 ``mma.sync`` (two f16 HMMAs and an FADD) are other
 arithmetic and raise. Operand conversion, per-tensor fp8 scales and the gradients are
 ``matmul``'s own (only the chain runs natively); block scales are not supported.
-``jaxwarp.mma(mode="native")`` runs one chain on logical matrices through
-:func:`check_mma` and :func:`run_mma`, which this module registers in ``datapath.NATIVE``
-(``datapath`` cannot import this module, which imports it).
+``jaxwarp.mma(mode="native")`` (``matmul.mma``, the GEMM layer's front-end to
+``datapath.mma``) runs one chain on logical matrices through :func:`check_mma` and
+:func:`run_mma`.
 
 What it guarantees: every product that ``matmul`` / ``mma`` / ``emulate`` sends to the tensor
 core (forward and backward) has exact mode's bits. Nothing else in a program changes: the
@@ -44,7 +44,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.gemm import native_kernels
 from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg
@@ -275,5 +274,3 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
         fn = jax.vmap(fn)
     return fn(a, b, c)
 
-
-datapath.NATIVE[:] = [check_mma, run_mma]
