@@ -410,8 +410,10 @@ def _float_satf(d, d_format):
     return jnp.clip(d, -big, big)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _mma_float(a, b, c, cfg: ChainCfg, mode, satf):
+# ``options``: ``config.snapshot()`` of the call, so that JAX's cache of the traced
+# custom_vjp is keyed on the options that the exact model reads.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _mma_float(a, b, c, cfg: ChainCfg, mode, satf, options):
     if mode == "fast":
         d = _mma_fast(a, b, c, cfg.a_format, cfg.b_format, cfg.d_format, cfg.c_shift)
     elif cfg.a_format == "f64":
@@ -421,11 +423,11 @@ def _mma_float(a, b, c, cfg: ChainCfg, mode, satf):
     return _float_satf(d, cfg.d_format) if satf else d
 
 
-def _mma_float_fwd(a, b, c, cfg, mode, satf):
-    return _mma_float(a, b, c, cfg, mode, satf), (a, b, c)
+def _mma_float_fwd(a, b, c, cfg, mode, satf, options):
+    return _mma_float(a, b, c, cfg, mode, satf, options), (a, b, c)
 
 
-def _mma_float_bwd(cfg, mode, satf, res, g):
+def _mma_float_bwd(cfg, mode, satf, options, res, g):
     # Straight-through estimator: the tensor core's truncations and roundings are
     # treated as the identity, so D = A @ B + C differentiates as the exact product:
     # dA = dD @ B^T, dB = A^T @ dD, dC = dD, computed in fp32 (fp64 for f64), summed
@@ -464,7 +466,7 @@ def _straight_through_fwd(run, a, b, c, cfg):
 
 
 def _straight_through_bwd(run, cfg, res, g):
-    return _mma_float_bwd(cfg, None, None, res, g)
+    return _mma_float_bwd(cfg, None, None, None, res, g)
 
 
 straight_through.defvjp(_straight_through_fwd, _straight_through_bwd)
@@ -551,7 +553,7 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     a, b, c, cfg = checked.a, checked.b, checked.c, checked.cfg
     if cfg.a_format in INT_TYPES:
         return mma_int_chain(a, b, c, cfg.a_format, cfg.b_format, cfg.ik, satf)
-    return _mma_float(a, b, c, cfg, mode, satf)
+    return _mma_float(a, b, c, cfg, mode, satf, config.snapshot())
 
 
 class Checked(NamedTuple):

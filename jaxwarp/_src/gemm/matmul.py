@@ -56,7 +56,7 @@ from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import wmma_table
 from jaxwarp._src.catalogue.arch import check_target, parse_target
-from jaxwarp._src.config import keyed_jit
+from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import matmul_sparse, native
 from jaxwarp._src.gemm.matmul_chain import tiled
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue
@@ -315,13 +315,15 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
 _forward_once = keyed_jit(_forward, static_argnums=5)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _matmul(a, b, c, sa, sb, cfg):
+# ``options``: ``config.snapshot()`` of the call (JAX's cache of the traced custom_vjp is
+# keyed on it; the backward products read the forward's options).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _matmul(a, b, c, sa, sb, cfg, options):
     return _forward_once(a, b, c, sa, sb, cfg)
 
 
-def _fwd(a, b, c, sa, sb, cfg):
-    return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
+def _fwd(a, b, c, sa, sb, cfg, options):
+    return _matmul(a, b, c, sa, sb, cfg, options), (a, b, c, sa, sb)
 
 
 @functools.partial(keyed_jit, static_argnums=2)
@@ -362,13 +364,14 @@ def _bwd_product(x, y, cfg: Cfg):
     )
 
 
-def _bwd(cfg: Cfg, res, g):
+def _bwd(cfg: Cfg, options, res, g):
     # Straight-through estimator: the operand conversions pass gradients unchanged.
     # The backward products run on the emulated tensor core, like a GPU's backward.
     a, b, c, sa, sb = res
     g = g.astype(ACC_DTYPE[cfg.accumulator])
-    da = _bwd_product(g, b.T, cfg).astype(a.dtype)
-    db = _bwd_product(a.T, g, cfg).astype(b.dtype)
+    with config.override(**dict(options)):
+        da = _bwd_product(g, b.T, cfg).astype(a.dtype)
+        db = _bwd_product(a.T, g, cfg).astype(b.dtype)
     return da, db, g.astype(c.dtype), jnp.zeros_like(sa), jnp.zeros_like(sb)
 
 
@@ -482,7 +485,7 @@ def matmul(
                         one if b_scale is None else b_scale)
         return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     return _matmul(a, b, c, one if a_scale is None else a_scale,
-                   one if b_scale is None else b_scale, cfg)
+                   one if b_scale is None else b_scale, cfg, config.snapshot())
 
 
 def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
@@ -510,11 +513,11 @@ def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instr
     # The dense product of the same instruction runs the backward (``_bwd_2_4``).
     cfg = Cfg(fa, fb, accumulator, default_tile(instruction, fa, arch), instruction, arch,
               "exact", None, False)
-    return _matmul_2_4(a, b, c, cfg)
+    return _matmul_2_4(a, b, c, cfg, config.snapshot())
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _matmul_2_4(a, b, c, cfg: Cfg):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _matmul_2_4(a, b, c, cfg: Cfg, options):
     return matmul_sparse.matmul_2_4(
         to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
         c.astype(ACC_DTYPE[cfg.accumulator]), a_format=cfg.a_format, b_format=cfg.b_format,
@@ -522,11 +525,11 @@ def _matmul_2_4(a, b, c, cfg: Cfg):
         arch=issue_arch(cfg.instruction, cfg.arch))
 
 
-def _fwd_2_4(a, b, c, cfg):
-    return _matmul_2_4(a, b, c, cfg), (a, b, c)
+def _fwd_2_4(a, b, c, cfg, options):
+    return _matmul_2_4(a, b, c, cfg, options), (a, b, c)
 
 
-def _bwd_2_4(cfg: Cfg, res, g):
+def _bwd_2_4(cfg: Cfg, options, res, g):
     # A is 2:4 by contract: its pruned elements are zeros, not variables, so dA is zero
     # there (the mask the forward pruned with). Otherwise the dense matmul's backward:
     # straight-through conversions, dA = dD @ B^T and dB = A^T @ dD (the pruned A) as
@@ -538,8 +541,9 @@ def _bwd_2_4(cfg: Cfg, res, g):
                                   instruction=cfg.instruction)
     g = g.astype(ACC_DTYPE[cfg.accumulator])
     a_kept = jnp.where(keep, a, jnp.zeros_like(a))
-    da = jnp.where(keep, _bwd_product(g, b.T, cfg).astype(a.dtype), jnp.zeros_like(a))
-    db = _bwd_product(a_kept.T, g, cfg).astype(b.dtype)
+    with config.override(**dict(options)):
+        da = jnp.where(keep, _bwd_product(g, b.T, cfg).astype(a.dtype), jnp.zeros_like(a))
+        db = _bwd_product(a_kept.T, g, cfg).astype(b.dtype)
     return da, db, g.astype(c.dtype)
 
 
