@@ -310,6 +310,10 @@ def keyed_jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
         with config.override(**dict(_jaxwarp_options)):
             return fun(*args, **kwargs)
 
+    # (the program's name is fun's: jit_<name> in HLO dumps and profiles)
+    traced.__name__ = getattr(fun, "__name__", traced.__name__)
+    traced.__qualname__ = getattr(fun, "__qualname__", traced.__qualname__)
+
     jitted = jax.jit(traced, static_argnames=(*names, "_jaxwarp_options"), **jit_kwargs)
 
     @functools.wraps(fun)
