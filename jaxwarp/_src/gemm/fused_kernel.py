@@ -502,6 +502,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
 #: The kernel ``chain`` runs: output tile, warps, form, rounding, fp32 operands (the
 #: fewest SASS instructions per multiply-add at 80 registers, ptxas 13 for sm_90: 7.45,
 #: ``benchmarks/fused_kernel_sass.py``; H100 timings in ``benchmarks/README.md``).
+#: Constants of the kernel, not switches: variants are ``chain``'s arguments.
 BLOCK = (32, 32)
 NUM_WARPS = 4
 FORM = "split"
