@@ -130,3 +130,26 @@ def test_matmul_one_cond_same_bits(fmt):
                          for x in (f(a, b), f(big, b), g(a[0], b[0]), g(big[1], b[1]))]
     for x, y in zip(out["off"], out["on"], strict=True):
         np.testing.assert_array_equal(y, x)
+
+
+def test_matmul_cond_branches_out_of_range(options):
+    # Products beyond fp32's range both ways under matmul's one cond: the general branch
+    # runs the general arithmetic (its trace is not the in-range branch's, which JAX's
+    # cache of mma's custom_vjp once reused for it), so "on" gives "off"'s bits.
+    import jaxwarp
+
+    options(gemm_shared="off", gemm_fused_kernel="off")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((32, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    a[:, :8] *= 2.0 ** 100
+    b[:8, :] *= 2.0 ** 40  # products above 2**128
+    a[1, 9], b[9, :] = 2.0 ** -120, 2.0 ** -30  # and below fp32's subnormals
+    out, exact = {}, {}
+    for mode in ("off", "on"):
+        with jaxwarp.config.override(arith_in_range_path=mode):
+            f = jax.jit(lambda a, b: jaxwarp.matmul(a, b, operand_format="bf16"))
+            exact[mode] = str(jax.make_jaxpr(f)(a, b)).count("jit[name=_mma_float_exact")
+            out[mode] = np.asarray(f(a, b)).view(np.uint32)
+    assert exact == {"off": 1, "on": 2}  # one trace per branch
+    np.testing.assert_array_equal(out["on"], out["off"])

@@ -410,24 +410,26 @@ def _float_satf(d, d_format):
     return jnp.clip(d, -big, big)
 
 
-# ``options``: ``config.snapshot()`` of the call, so that JAX's cache of the traced
-# custom_vjp is keyed on the options that the exact model reads.
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _mma_float(a, b, c, cfg: ChainCfg, mode, satf, options):
+# ``path``: ``_float_path`` of the call, and ``options``: ``config.snapshot()``, so that
+# JAX's cache of the traced custom_vjp (keyed on the function and these arguments) is
+# keyed on what the exact model reads: a call traced under ``known_range("in_range")``
+# must not be reused for one under ``known_range("general")``.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _mma_float(a, b, c, cfg: ChainCfg, mode, satf, path, options):
     if mode == "fast":
         d = _mma_fast(a, b, c, cfg.a_format, cfg.b_format, cfg.d_format, cfg.c_shift)
     elif cfg.a_format == "f64":
         d = mma_f64_exact(a, b, c)
     else:
-        d = _mma_float_exact(a, b, c, cfg, _float_path(cfg, a, b, c))
+        d = _mma_float_exact(a, b, c, cfg, path)
     return _float_satf(d, cfg.d_format) if satf else d
 
 
-def _mma_float_fwd(a, b, c, cfg, mode, satf, options):
-    return _mma_float(a, b, c, cfg, mode, satf, options), (a, b, c)
+def _mma_float_fwd(a, b, c, cfg, mode, satf, path, options):
+    return _mma_float(a, b, c, cfg, mode, satf, path, options), (a, b, c)
 
 
-def _mma_float_bwd(cfg, mode, satf, options, res, g):
+def _mma_float_bwd(cfg, mode, satf, path, options, res, g):
     # Straight-through estimator: the tensor core's truncations and roundings are
     # treated as the identity, so D = A @ B + C differentiates as the exact product:
     # dA = dD @ B^T, dB = A^T @ dD, dC = dD, computed in fp32 (fp64 for f64), summed
@@ -466,7 +468,7 @@ def _straight_through_fwd(run, a, b, c, cfg):
 
 
 def _straight_through_bwd(run, cfg, res, g):
-    return _mma_float_bwd(cfg, None, None, None, res, g)
+    return _mma_float_bwd(cfg, None, None, None, None, res, g)
 
 
 straight_through.defvjp(_straight_through_fwd, _straight_through_bwd)
@@ -553,7 +555,9 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     a, b, c, cfg = checked.a, checked.b, checked.c, checked.cfg
     if cfg.a_format in INT_TYPES:
         return mma_int_chain(a, b, c, cfg.a_format, cfg.b_format, cfg.ik, satf)
-    return _mma_float(a, b, c, cfg, mode, satf, config.snapshot())
+    exact = mode == "exact" and cfg.a_format != "f64"
+    path = _float_path(cfg, a, b, c) if exact else None
+    return _mma_float(a, b, c, cfg, mode, satf, path, config.snapshot())
 
 
 class Checked(NamedTuple):
