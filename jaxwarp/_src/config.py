@@ -31,12 +31,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import os
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Config", "Option", "config"]
+import jax
+
+__all__ = ["Config", "Option", "config", "keyed_jit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +114,8 @@ _AUTO_ON_OFF = ("auto", "on", "off")
 #: the reasons for them live here, and the code that reads an option says only what it does.
 OPTIONS: tuple[Option, ...] = (
     # --- gemm: which backend runs an exact product.
+    # Read at trace time; the library's own jitted functions are keyed on every option
+    # (keyed_jit), a user's jax.jit is not: jax.clear_caches() after changing one.
     Option("gemm_shared", "auto", allowed=("auto", "off"), help=(
         "Exact products through a few shared executables per instruction, outside the "
         "calling program: 'auto' (on the CPU backend with one device, for products without "
@@ -131,6 +136,9 @@ OPTIONS: tuple[Option, ...] = (
         "Products of fewer multiply-adds take the fused kernel with a loop over a k step's "
         "products (gemm_kernel_unroll_small of them an iteration): there the compile is what "
         "a user waits for, not the run.")),
+    # gemm_kernel_unroll_small: one product an iteration: on an H100 the study
+    # transformer's exact step reached its first step in 3.7 s against 4.5 s with 2 and
+    # 6.1 s with 4, its step 5-6 ms in each (docs/compile_time.md).
     Option("gemm_kernel_unroll_small", 1, allowed=(1, 2, 4, 8, 16), help=(
         "Products written out per iteration of the small products' kernel loop (16: no "
         "loop).")),
@@ -156,6 +164,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("arith_general_store_reuse_max", 1024, check=_int_at_least(0), layer="arithmetic",
            help="Uses per operand element up to which (exclusive) the general path stores "
                 "its decoded operands."),
+    # arith_block_form: on the 2-core CPU (jax 0.10.2, 2026-11-26) "reduce" cut the HLO
+    # of the study transformer's exact step by 26% but its compile time by under 10%, and
+    # ran that step 2.7x slower (a 256^3 bf16 GEMM ran 2x faster); "rolled" cut that HLO
+    # by 25%, its trace and lower time by a third, not its compile time, and ran the step
+    # 1.7x slower (the loops' bodies are kernels of their own); on the H100 (jax 0.11.2)
+    # "rolled" compiled that step in 10.9 s instead of 16.3 s but ran it 12x slower
+    # (53 ms, the loops' iterations kernel launches): "unrolled" stays the default
+    # (``benchmarks/compile_time.py --block-form`` measures the forms).
     Option("arith_block_form", "unrolled", allowed=("unrolled", "rolled", "reduce"),
            layer="arithmetic", help=(
                "How one block FMA is written for XLA: 'unrolled' (the default: fastest "
@@ -233,6 +249,12 @@ class Config:
         finally:
             self._scoped.reset(token)
 
+    def snapshot(self) -> tuple[tuple[str, Any], ...]:
+        """Every option's value now, as a hashable tuple (a static argument of the
+        library's own jitted functions, so that their caches are keyed on the options:
+        :func:`keyed_jit`)."""
+        return tuple(self.values().items())
+
     def options(self) -> tuple[Option, ...]:
         """Every option, in the order of :data:`OPTIONS`."""
         return tuple(self._options.values())
@@ -261,3 +283,42 @@ class Config:
 
 #: The one switchboard (public as ``jaxwarp.config``).
 config = Config(OPTIONS)
+
+
+def keyed_jit(fun: Callable | None = None, **jit_kwargs: Any) -> Callable:
+    """``jax.jit(fun, **jit_kwargs)`` whose cache is keyed on the options as well: every
+    call passes :meth:`Config.snapshot` as a static argument, and the trace reads the
+    options of that snapshot. For the library's internal jitted functions, which a
+    changed option must trace again (a user's own ``jax.jit`` around jaxwarp is keyed
+    without them: ``jax.clear_caches()`` after changing an option). Usable as a
+    decorator, with or without arguments.
+
+    Example:
+        >>> f = keyed_jit(lambda x: x + 1 if config.arith_block_form == "unrolled" else x)
+        >>> int(f(1)), int(f(1))
+        (2, 2)
+        >>> with config.override(arith_block_form="rolled"):
+        ...     int(f(1))
+        1
+    """
+    if fun is None:
+        return functools.partial(keyed_jit, **jit_kwargs)
+    names = jit_kwargs.pop("static_argnames", ())
+    names = (names,) if isinstance(names, str) else tuple(names)
+
+    def traced(*args, _jaxwarp_options, **kwargs):
+        with config.override(**dict(_jaxwarp_options)):
+            return fun(*args, **kwargs)
+
+    # (the program's name is fun's: jit_<name> in HLO dumps and profiles)
+    traced.__name__ = getattr(fun, "__name__", traced.__name__)
+    traced.__qualname__ = getattr(fun, "__qualname__", traced.__qualname__)
+
+    jitted = jax.jit(traced, static_argnames=(*names, "_jaxwarp_options"), **jit_kwargs)
+
+    @functools.wraps(fun)
+    def call(*args, **kwargs):
+        return jitted(*args, _jaxwarp_options=config.snapshot(), **kwargs)
+
+    call.clear_cache = jitted.clear_cache
+    return call

@@ -1,11 +1,11 @@
-"""The exact datapath's block forms (``datapath_blocks.BLOCK_FORM``) give the same bits."""
+"""The exact datapath's block forms (the option ``arith_block_form``) give the same bits."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwarp._src.arithmetic import datapath, datapath_blocks
+import jaxwarp
+from jaxwarp._src.arithmetic import datapath
 
 # (instruction, arch, a_format, b_format, c/d format, m, n, k): the general path (bf16,
 # tf32), the fast path (f16, fp8 as f16 with k reordered), sm_80's model.
@@ -34,15 +34,14 @@ def _operands(fa, fb, cd, m, n, k, seed):
 
 @pytest.mark.slow  # six exact models traced and compiled three times
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "_".join(map(str, c[:5])))
-def test_block_forms_same_bits(case, monkeypatch):
+def test_block_forms_same_bits(case):
     instruction, arch, fa, fb, cd, m, n, k = case
     a, b, c = _operands(fa, fb, cd, m, n, k, seed=len(fa) + k)
     out = {}
     for form in ("unrolled", "reduce", "rolled"):
-        monkeypatch.setattr(datapath_blocks, "BLOCK_FORM", form)
-        jax.clear_caches()  # the exact model is jitted: trace it again in this form
-        d = datapath.mma(a, b, c, a_format=fa, b_format=fb, c_format=cd, d_format=cd,
-                         arch=arch, instruction=instruction)
+        with jaxwarp.config.override(arith_block_form=form):  # the exact model: traced again
+            d = datapath.mma(a, b, c, a_format=fa, b_format=fb, c_format=cd, d_format=cd,
+                             arch=arch, instruction=instruction)
         out[form] = np.asarray(d).view(np.uint16 if cd == "f16" else np.uint32)
     np.testing.assert_array_equal(out["reduce"], out["unrolled"])
     np.testing.assert_array_equal(out["rolled"], out["unrolled"])
@@ -50,7 +49,7 @@ def test_block_forms_same_bits(case, monkeypatch):
 
 @pytest.mark.slow  # two exact models traced and compiled three times
 @pytest.mark.parametrize("fmt", ["bf16", "f16"])
-def test_block_forms_same_bits_short_last_group(fmt, monkeypatch):
+def test_block_forms_same_bits_short_last_group(fmt):
     # block_k 12: a block of 12 products (a group of 8 and a short one of 4) and one of 4,
     # which the rolled form sums by a loop of its own.
     from jaxwarp._src.catalogue import arch
@@ -59,9 +58,9 @@ def test_block_forms_same_bits_short_last_group(fmt, monkeypatch):
     a, b, c = _operands(fmt, fmt, "f32", 16, 16, 32, seed=12)
     out = {}
     for form in ("unrolled", "reduce", "rolled"):
-        monkeypatch.setattr(datapath_blocks, "BLOCK_FORM", form)
-        jax.clear_caches()
-        d = datapath.mma(a, b, c, a_format=fmt, c_format="f32", d_format="f32", datapath=dp)
+        with jaxwarp.config.override(arith_block_form=form):
+            d = datapath.mma(a, b, c, a_format=fmt, c_format="f32", d_format="f32",
+                             datapath=dp)
         out[form] = np.asarray(d).view(np.uint32)
     np.testing.assert_array_equal(out["reduce"], out["unrolled"])
     np.testing.assert_array_equal(out["rolled"], out["unrolled"])

@@ -1,4 +1,4 @@
-"""The in-range arithmetic of exact bf16 / tf32 (``datapath.IN_RANGE_PATH``) gives the
+"""The in-range arithmetic of exact bf16 / tf32 (the option ``arith_in_range_path``) gives the
 general path's bits, and its predicate (``datapath_blocks.in_fp32_range``) is exact."""
 
 import itertools
@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxwarp
 from jaxwarp._src.arithmetic import datapath
-from jaxwarp._src.arithmetic.datapath_blocks import _RANGE_HI, _RANGE_LO, in_fp32_range
+from jaxwarp._src.arithmetic.datapath_blocks import RANGE_HI, RANGE_LO, in_fp32_range
 
 
 def _pow2(e):
@@ -17,12 +18,12 @@ def _pow2(e):
 
 
 @pytest.mark.parametrize(("a", "b", "want"), [
-    # largest allowed products: exponents summing to _RANGE_HI, and one more
-    ([2.0 ** 63, 0.0], [2.0 ** (_RANGE_HI - 63)], True),
-    ([2.0 ** 63, 1.0], [2.0 ** (_RANGE_HI - 62)], False),
-    # smallest allowed: exponents summing to _RANGE_LO, and one less
-    ([2.0 ** -50, 0.0], [-(2.0 ** (_RANGE_LO + 50))], True),
-    ([2.0 ** -50], [1.5 * 2.0 ** (_RANGE_LO + 49)], False),
+    # largest allowed products: exponents summing to RANGE_HI, and one more
+    ([2.0 ** 63, 0.0], [2.0 ** (RANGE_HI - 63)], True),
+    ([2.0 ** 63, 1.0], [2.0 ** (RANGE_HI - 62)], False),
+    # smallest allowed: exponents summing to RANGE_LO, and one less
+    ([2.0 ** -50, 0.0], [-(2.0 ** (RANGE_LO + 50))], True),
+    ([2.0 ** -50], [1.5 * 2.0 ** (RANGE_LO + 49)], False),
     ([1.0, np.inf], [1.0], False),
     ([1.0, np.nan], [1.0], False),
     ([1.0, 2.0 ** -130], [1.0], False),  # an fp32 subnormal (flushed by XLA on a CPU)
@@ -62,15 +63,14 @@ def _c(rng, shape, scale):
     return jnp.asarray(np.where(rng.random(shape) < 0.3, rng.choice(sp, shape), c))
 
 
-def _same_bits(monkeypatch, cases, fmt, arch, instruction, k):
+def _same_bits(cases, fmt, arch, instruction, k):
     out = {}
     for mode in ("off", "on"):
-        monkeypatch.setattr(datapath, "IN_RANGE_PATH", mode)
-        jax.clear_caches()  # the exact model is jitted: trace it again
-        f = jax.jit(lambda a, b, c: datapath.mma(
-            a, b, c, a_format=fmt, c_format="f32", d_format="f32", arch=arch,
-            instruction=instruction, instruction_k=k))
-        out[mode] = [np.asarray(f(*abc)).view(np.uint32) for abc in cases]
+        with jaxwarp.config.override(arith_in_range_path=mode):  # a new function: traced
+            f = jax.jit(lambda a, b, c: datapath.mma(
+                a, b, c, a_format=fmt, c_format="f32", d_format="f32", arch=arch,
+                instruction=instruction, instruction_k=k))
+            out[mode] = [np.asarray(f(*abc)).view(np.uint32) for abc in cases]
     for x, y in zip(out["off"], out["on"], strict=True):
         np.testing.assert_array_equal(y, x)
 
@@ -98,7 +98,7 @@ CONFIGS = [("sm_90", "wmma", "tf32", 16, 16, 8), ("sm_90", "mma_sync", "tf32", 1
 
 @pytest.mark.slow  # five exact models, each traced and compiled twice
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "_".join(map(str, c[:4])))
-def test_in_range_same_bits(config, monkeypatch):
+def test_in_range_same_bits(config):
     arch, instruction, fmt, m, n, k = config
     rng = np.random.default_rng(k + m)
     cases = []
@@ -107,29 +107,49 @@ def test_in_range_same_bits(config, monkeypatch):
         b = _draw(rng, kind, (batch, 2 * k, n), fmt)
         c = _c(rng, (batch, m, n), 2.0 ** -100 if kind == "lo" else 2.0 ** 20)
         cases.append((a, b, c))
-    _same_bits(monkeypatch, cases, fmt, arch, instruction, k)
+    _same_bits(cases, fmt, arch, instruction, k)
 
 
 @pytest.mark.slow  # two exact matmuls traced and compiled twice
 @pytest.mark.parametrize("fmt", ["bf16", "tf32"])
-def test_matmul_one_cond_same_bits(fmt, monkeypatch):
+def test_matmul_one_cond_same_bits(fmt):
     # matmul's k loop under one cond (in range: the fast arithmetic; out of range: the
     # general path), also vmapped (the cond keeps one branch) and with promotion.
-    import jaxwarp
-
     rng = np.random.default_rng(7)
     a = _draw(rng, "spread", (2, 48, 64), fmt)
     b = _draw(rng, "spread", (2, 64, 32), fmt)
     big = a.at[1, 0, 0].set(2.0 ** 90)
     out = {}
     for mode in ("off", "on"):
-        monkeypatch.setattr(datapath, "IN_RANGE_PATH", mode)
-        jax.clear_caches()
-        f = jax.jit(jax.vmap(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt,
-                                                         mode="exact")))
-        g = jax.jit(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt, mode="exact",
-                                                promote_every=32))
-        out[mode] = [np.asarray(x).view(np.uint32)
-                     for x in (f(a, b), f(big, b), g(a[0], b[0]), g(big[1], b[1]))]
+        with jaxwarp.config.override(arith_in_range_path=mode):
+            f = jax.jit(jax.vmap(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt,
+                                                             mode="exact")))
+            g = jax.jit(lambda a, b: jaxwarp.matmul(a, b, operand_format=fmt, mode="exact",
+                                                    promote_every=32))
+            out[mode] = [np.asarray(x).view(np.uint32)
+                         for x in (f(a, b), f(big, b), g(a[0], b[0]), g(big[1], b[1]))]
     for x, y in zip(out["off"], out["on"], strict=True):
         np.testing.assert_array_equal(y, x)
+
+
+def test_matmul_cond_branches_out_of_range(options):
+    # Products beyond fp32's range both ways under matmul's one cond: the general branch
+    # runs the general arithmetic (its trace is not the in-range branch's, which JAX's
+    # cache of mma's custom_vjp once reused for it), so "on" gives "off"'s bits.
+    import jaxwarp
+
+    options(gemm_shared="off", gemm_fused_kernel="off")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((32, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    a[:, :8] *= 2.0 ** 100
+    b[:8, :] *= 2.0 ** 40  # products above 2**128
+    a[1, 9], b[9, :] = 2.0 ** -120, 2.0 ** -30  # and below fp32's subnormals
+    out, exact = {}, {}
+    for mode in ("off", "on"):
+        with jaxwarp.config.override(arith_in_range_path=mode):
+            f = jax.jit(lambda a, b: jaxwarp.matmul(a, b, operand_format="bf16"))
+            exact[mode] = str(jax.make_jaxpr(f)(a, b)).count("jit[name=_mma_float_exact")
+            out[mode] = np.asarray(f(a, b)).view(np.uint32)
+    assert exact == {"off": 1, "on": 2}  # one trace per branch
+    np.testing.assert_array_equal(out["on"], out["off"])

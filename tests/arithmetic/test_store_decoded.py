@@ -1,4 +1,4 @@
-"""``datapath.STORE_DECODED``: storing the decoded operands (an XLA optimization barrier)
+"""The option ``arith_store_decoded``: storing the decoded operands (an XLA optimization barrier)
 is a speed choice only; every instruction family and operand type gives the same bits
 with it on, off and automatic, on operands drawn from every bit pattern."""
 
@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.arithmetic import datapath
-from jaxwarp._src.gemm import matmul_chain
-from jaxwarp._src.gemm.matmul import _bwd_product, _forward_once, matmul
+from jaxwarp._src.gemm.matmul import matmul
 
 CASES = [  # (instruction, a_format, b_format, (m, n, k), arch)
     ("wmma", "f16", "f16", (16, 16, 16), "sm_90"),
@@ -37,22 +36,10 @@ def _random(rng, shape, t):
 
 
 @pytest.fixture
-def store_mode(monkeypatch):
-    """Sets ``STORE_DECODED`` and drops the exact model's traces, which read it when
-    traced (``jax.clear_caches()`` would too, but it drops every compiled program of
-    the session); the setting and fresh traces are restored afterwards."""
-    def set_mode(mode):
-        monkeypatch.setattr(datapath, "STORE_DECODED", mode)
-        _clear_traces()
-
-    yield set_mode
-    monkeypatch.undo()
-    _clear_traces()
-
-
-def _clear_traces():  # the exact model's and matmul's jitted products (per signature)
-    for f in (datapath._mma_float_exact, _forward_once, _bwd_product):
-        f.clear_cache()
+def store_mode(options):
+    """Sets the option ``arith_store_decoded`` for the rest of the test (the exact
+    model's and matmul's jitted products are keyed on the options: traced again)."""
+    return lambda mode: options(arith_store_decoded=mode)
 
 
 def _barriers(f, *args) -> int:
@@ -81,13 +68,10 @@ def test_same_bits_on_off_auto(case, store_mode):
 
 
 @pytest.mark.parametrize("fmt", ["f16", "bf16"])
-def test_gemm_same_bits_on_off(fmt, store_mode, monkeypatch):
+def test_gemm_same_bits_on_off(fmt, store_mode, options):
     # XLA's k loop in the program, which the setting is about (on a GPU "auto" runs the
     # fused kernel; on the CPU, the shared executables, outside the program).
-    from jaxwarp._src.gemm import shared_chain
-
-    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
-    monkeypatch.setattr(shared_chain, "SHARED", "off")
+    options(gemm_fused_kernel="off", gemm_shared="off")
     rng = np.random.default_rng(5)
     a = jnp.asarray(rng.standard_normal((48, 64)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
@@ -123,12 +107,11 @@ def test_rule(a, b, general, f16, want):
     assert datapath._store_decoded(_shape(*a), _shape(*b), c, general, f16, "cpu") is want_cpu
 
 
-def test_rule_thresholds_are_data(monkeypatch):
+def test_rule_thresholds_are_options(options):
     a, b = _shape(8, 16, 16), _shape(8, 16, 16)
     c = _shape(8, 16, 16)
     assert not datapath._store_decoded(a, b, c, False, False, "gpu")
     assert datapath._store_decoded(a, b, c, True, False, "gpu")
-    monkeypatch.setattr(datapath, "_FAST_STORE_REUSE", 16)
-    monkeypatch.setattr(datapath, "_GENERAL_STORE_REUSE_MAX", 16)
+    options(arith_fast_store_reuse=16, arith_general_store_reuse_max=16)
     assert datapath._store_decoded(a, b, c, False, False, "gpu")
     assert not datapath._store_decoded(a, b, c, True, False, "gpu")

@@ -96,7 +96,7 @@ def test_kernel_bits(fmt, kind, form, unroll):
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
-def test_rolled_kernel_bits(monkeypatch):
+def test_rolled_kernel_bits(options):
     # The loop over a step's products (Plan.unroll < 16) against the written-out step and
     # XLA's exact path: the same bits, with zeros, -0 and a subnormal C, f16 inf and NaN.
     # On a GPU the compiled kernels, elsewhere Pallas' interpreter.
@@ -104,7 +104,7 @@ def test_rolled_kernel_bits(monkeypatch):
     kinds = ([("bf16", k) for k in ("wide", "zeros", "cancel", "big")]
              + [("f16", k) for k in ("special", "subnormal", "cancel")] if gpu
              else [("bf16", "wide"), ("f16", "special")])
-    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
+    options(gemm_fused_kernel="off")
     for fmt, kind in kinds:
         dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
         a, b, c = _operands(fmt, 64 if gpu else 16, 48 if gpu else 16, 96 if gpu else 48,
@@ -131,7 +131,7 @@ def test_int_rounding_kernel_bits():
         np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=kind)
 
 
-def test_general_kernel_bits(monkeypatch):
+def test_general_kernel_bits(options):
     # The kernel for bf16 operands of any value (form "general", what small bf16 products
     # run, with no range check): exact mode's bits where products leave fp32's range both
     # ways, with inf, NaN, subnormal operands and results, random bit patterns, and the
@@ -140,7 +140,7 @@ def test_general_kernel_bits(monkeypatch):
     gpu = jax.default_backend() == "gpu"
     kinds = (("wide", "zeros", "cancel", "big", "out_of_range", "special", "tiny", "huge",
               "span", "bits") if gpu else ("special", "tiny", "huge", "bits"))
-    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
+    options(gemm_fused_kernel="off")
     dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
     for kind in kinds:
         a, b, c = _operands("bf16", 64 if gpu else 16, 48 if gpu else 16, 96 if gpu else 48,
@@ -155,12 +155,12 @@ def test_general_kernel_bits(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
-def test_general_kernel_bits_sweep(monkeypatch, seed):
+def test_general_kernel_bits_sweep(options, seed):
     # More draws of the general form's hardest inputs (Pallas' interpreter): random bit
     # patterns, exponents over the whole range, subnormal results, cancelling products
     # near fp32's largest; odd M, N a multiple of 8 (both padded to the kernel's tile), K
     # of 1 to 5 instructions; the reference XLA's exact wgmma chain (the same datapath).
-    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "off")
+    options(gemm_fused_kernel="off")
     dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
     rng = np.random.default_rng(100 + seed)
     for kind in ("bits", "span", "tiny", "huge"):
@@ -203,10 +203,11 @@ def test_general_kernel_reads_the_floor():
                            interpret=True)
 
 
-def test_kernel_per_shape_and_size(monkeypatch):
+def test_kernel_per_shape_and_size(monkeypatch, options):
     """A product shape used again in a program traces the kernel once (``gemm`` is
     jitted per plan); the size rule picks the loop over a step's products for small
-    products (``UNROLL_SMALL``) and the written-out step from ``ROLLED_BELOW``."""
+    products (``gemm_kernel_unroll_small``) and the written-out step from
+    ``gemm_kernel_rolled_below``."""
     dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
     plans = []
     kernel = fused_kernel._kernel
@@ -227,12 +228,11 @@ def test_kernel_per_shape_and_size(monkeypatch):
     jax.clear_caches()
     trace()
     assert len(plans) == 1  # M = 16 is padded to the tile: the same shape
-    assert plans[0].unroll == fused_kernel.UNROLL_SMALL
-    monkeypatch.setattr(fused_kernel, "UNROLL_SMALL", 2)
-    monkeypatch.setattr(fused_kernel, "ROLLED_BELOW", 32 * 32 * 64 + 1)
+    assert plans[0].unroll == jaxwarp.config.gemm_kernel_unroll_small
+    options(gemm_kernel_unroll_small=2, gemm_kernel_rolled_below=32 * 32 * 64 + 1)
     trace()
     assert [p.unroll for p in plans[1:]] == [2]
-    monkeypatch.setattr(fused_kernel, "ROLLED_BELOW", 32 * 32 * 64)
+    options(gemm_kernel_rolled_below=32 * 32 * 64)
     trace()
     assert [p.unroll for p in plans[1:]] == [2, fused_kernel.IK]
     with pytest.raises(ValueError, match="unroll=3"):
@@ -247,19 +247,17 @@ def test_kernel_per_shape_and_size(monkeypatch):
     ("bf16", "out_of_range", (32, 32, 32), "wmma"),  # the cond's XLA branch
     ("f16", "special", (48, 16, 32), "mma_sync"),
 ])
-def test_matmul_switch(monkeypatch, fmt, kind, shape, instruction):
-    # matmul through the kernel (FUSED_KERNEL="on": the interpreter off the GPU) and
+def test_matmul_switch(fmt, kind, shape, instruction):
+    # matmul through the kernel (gemm_fused_kernel="on": the interpreter off the GPU) and
     # through XLA's exact loop: the same bits.
     M, N, K = shape
     a, b, c = _operands(fmt, M, N, K, kind, seed=1)
     tile = (16, 8, 16) if instruction == "mma_sync" else None
     out = {}
     for switch in ("off", "on"):
-        monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", switch)
-        jax.clear_caches()  # matmul's forward is jitted: trace it again
-        out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact",
-                                           instruction=instruction, tile=tile))
-    jax.clear_caches()
+        with jaxwarp.config.override(gemm_fused_kernel=switch):  # matmul's forward: traced
+            out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact",
+                                               instruction=instruction, tile=tile))
     np.testing.assert_array_equal(out["on"], out["off"])
 
 
@@ -273,22 +271,22 @@ def test_models():
                                    "f16", "f16", "f32", 16)
 
 
-def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch):
+def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch, options):
     """"auto": never off the GPU; on it, every size where bf16's general branch runs on the
     host (the default), else XLA's k loop for small products (their compile is what a
-    user waits for) and the kernel from ``_FUSED_MIN_MACS`` multiply-adds."""
-    from jaxwarp._src.gemm import shared_chain
+    user waits for) and the kernel from ``gemm_fused_min_macs`` multiply-adds."""
     from jaxwarp._src.gemm.matmul_tiles import Cfg
 
     cfg = Cfg("bf16", "bf16", "f32", (16, 16, 16), "wmma", "sm_90", "exact", None, False)
-    big, small = matmul_chain._FUSED_MIN_MACS, matmul_chain._FUSED_MIN_MACS - 1
-    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "auto")
+    big = jaxwarp.config.gemm_fused_min_macs
+    small = big - 1
+    options(gemm_fused_kernel="auto")
     monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "cpu")
     assert matmul_chain._fused_datapath(cfg, 16, None, big) is None  # off the GPU
     monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "gpu")
     assert matmul_chain._fused_datapath(cfg, 16, None, 16 ** 3) is not None
-    monkeypatch.setattr(shared_chain, "SHARED", "off")
+    options(gemm_shared="off")
     assert matmul_chain._fused_datapath(cfg, 16, None, small) is None
     assert matmul_chain._fused_datapath(cfg, 16, None, big) is not None
-    monkeypatch.setattr(matmul_chain, "FUSED_KERNEL", "on")
+    options(gemm_fused_kernel="on")
     assert matmul_chain._fused_datapath(cfg, 16, None, small) is not None

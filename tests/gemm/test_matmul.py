@@ -164,13 +164,13 @@ def test_shared_executables_give_the_same_bits(monkeypatch, fmt, shapes, kw):
     monkeypatch.setattr(shared_chain, "_host", counted)
     got, ran = {}, {}
     for mode in ("auto", "off"):
-        monkeypatch.setattr(shared_chain, "SHARED", mode)
-        jax.clear_caches()
-        calls.clear()
-        got[mode] = jax.block_until_ready((
-            jax.jit(f)(a, b, c), jax.jit(jax.grad(loss, (0, 1)))(a, b, c),
-            jax.vmap(f)(np.stack([a, -a]), np.stack([b, b]), np.stack([c, c]))))
-        ran[mode] = len(calls)
+        with jaxwarp.config.override(gemm_shared=mode):
+            jax.clear_caches()  # a user's jax.jit is keyed without the options
+            calls.clear()
+            got[mode] = jax.block_until_ready((
+                jax.jit(f)(a, b, c), jax.jit(jax.grad(loss, (0, 1)))(a, b, c),
+                jax.vmap(f)(np.stack([a, -a]), np.stack([b, b]), np.stack([c, c]))))
+            ran[mode] = len(calls)
     assert ran == {"auto": 5, "off": 0}  # forward; forward and two backward; vmapped
     for x, y in zip(jax.tree.leaves(got["auto"]), jax.tree.leaves(got["off"]), strict=True):
         x, y = _bits(x), _bits(y)
@@ -178,7 +178,7 @@ def test_shared_executables_give_the_same_bits(monkeypatch, fmt, shapes, kw):
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's shared executables")
-def test_promoted_products_give_the_same_bits(monkeypatch):
+def test_promoted_products_give_the_same_bits(monkeypatch, options):
     # A product promoted to its whole loop (compiled in the background) gives the bits of
     # the blocks and of the inline loop, plain and vmapped.
     from jaxwarp._src.gemm import shared_chain
@@ -196,11 +196,11 @@ def test_promoted_products_give_the_same_bits(monkeypatch):
         return (np.asarray(jax.jit(f)(a, b)),
                 np.asarray(jax.vmap(f)(np.stack([a, -a]), np.stack([b, b]))))
 
-    monkeypatch.setattr(shared_chain, "PROMOTE_AFTER", 0.0)
-    monkeypatch.setattr(shared_chain, "_PRODUCTS", {})  # this test's products only
+    options(gemm_promote_after=0.0)
+    shared_chain.clear_products()  # this test's products only
     blocks = run(f)  # the first calls: the blocks, then the promotions start
     assert shared_chain.wait_for_promotions() == []
-    promoted = [p for p in shared_chain._PRODUCTS.values() if p.whole is not None]
+    promoted = [p for p in shared_chain.products() if p.whole is not None]
     assert len(promoted) >= 2
 
     def no_blocks(*args, **kwargs):
@@ -208,7 +208,7 @@ def test_promoted_products_give_the_same_bits(monkeypatch):
 
     monkeypatch.setattr(shared_chain, "_blocks", no_blocks)
     whole = run(f)
-    monkeypatch.setattr(shared_chain, "SHARED", "off")
+    options(gemm_shared="off")
     jax.clear_caches()
     inline = run(f)
     for x, y, z in zip(blocks, whole, inline, strict=True):
@@ -218,15 +218,16 @@ def test_promoted_products_give_the_same_bits(monkeypatch):
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="the fused kernel's GPU path")
 @pytest.mark.parametrize("any_range_below", [None, 0])
-def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, any_range_below):
+def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, options,
+                                                         any_range_below):
     # On a GPU a small bf16 product runs the kernel for any operand value (no range check;
     # any_range_below None, the default); a larger one (0: every size) the kernel where its
     # operands are in fp32's range and the shared executables on the host for the rest.
     # Both give the bits of XLA's general loop, for operands out of range.
-    from jaxwarp._src.gemm import fused_kernel, shared_chain
+    from jaxwarp._src.gemm import shared_chain
 
     if any_range_below is not None:
-        monkeypatch.setattr(fused_kernel, "ANY_RANGE_BELOW", any_range_below)
+        options(gemm_kernel_any_range_below=any_range_below)
     rng = np.random.default_rng(12)
     a = (rng.standard_normal((48, 64)) * np.exp2(rng.integers(-130, 126, (48, 64)))).astype(
         np.float32)
@@ -247,10 +248,10 @@ def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, any_range_
 
     got = {}
     for mode in ("auto", "off"):
-        monkeypatch.setattr(shared_chain, "SHARED", mode)
-        jax.clear_caches()
-        got[mode] = (np.asarray(jax.jit(f)(a, b, c)),
-                     np.asarray(jax.jit(f)(np.ones_like(a), np.full_like(b, 2.0), c)))
+        with jaxwarp.config.override(gemm_shared=mode):
+            jax.clear_caches()
+            got[mode] = (np.asarray(jax.jit(f)(a, b, c)),
+                         np.asarray(jax.jit(f)(np.ones_like(a), np.full_like(b, 2.0), c)))
     jax.clear_caches()
     for x, y in zip(got["auto"], got["off"], strict=True):
         np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))

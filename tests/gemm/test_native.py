@@ -151,7 +151,7 @@ def test_mma_native_structure_in_the_interpreter():
     a = jnp.asarray(rng.standard_normal((2, 16, 24)), jnp.float32)  # low 13 bits set
     b = jnp.asarray(rng.standard_normal((24, 8)), jnp.float32)
     c = jnp.asarray(rng.standard_normal((16, 8)), jnp.float32)
-    cfg = datapath._Cfg("tf32", "tf32", "f32", "f32", None, 8)
+    cfg = datapath.ChainCfg("tf32", "tf32", "f32", "f32", None, 8)
     got = native.run_mma(a, b, c, cfg, interpret=True)
     want = jaxwarp.mma(a, b, c, a_format="tf32", c_format="f32", d_format="f32",
                        instruction="wgmma", arch="sm_90a")

@@ -73,6 +73,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -81,36 +82,37 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.arithmetic.datapath_blocks import (
-    _FAST_FORMATS,
-    _INSTR,
-    _RANGE_LO,
-    _acc,
-    _as_f16,
-    _block_fast,
-    _block_general,
-    _fast_align,
-    _operand,
-    _order,
+    FAST_FORMATS,
+    INSTR_BY_C_MODE,
+    RANGE_LO,
+    as_f16,
+    block_fast,
+    block_general,
+    decode_acc,
+    decode_operand,
+    fast_align,
     in_fp32_range,
+    k_order,
 )
 from jaxwarp._src.arithmetic.datapath_checks import (
-    _INT_TYPES,
     A_TYPES,
     ACC_TYPES,
+    INT_TYPES,
     STORAGE_DTYPE,
-    _Cfg,
-    _check_array,
-    _check_shapes,
-    _check_static,
-    _scale_input_d,
+    ChainCfg,
+    check_array,
+    check_scale_input_d,
+    check_shapes,
+    check_static,
 )
 from jaxwarp._src.arithmetic.datapath_checks import MODES as MODES
-from jaxwarp._src.arithmetic.datapath_f64 import _mma_f64_exact
-from jaxwarp._src.arithmetic.datapath_int import _mma_int_chain
+from jaxwarp._src.arithmetic.datapath_f64 import mma_f64_exact
 from jaxwarp._src.arithmetic.datapath_int import bmma as bmma
+from jaxwarp._src.arithmetic.datapath_int import mma_int_chain
 from jaxwarp._src.catalogue import arch as _arch
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath
+from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
 
@@ -123,7 +125,7 @@ def stored_f16(x):
 
     With an instruction k below 8, XLA's CPU fusion put the k slices of the f16 operands
     inside the instruction's loop over the outputs (a slice is copied into every consumer
-    that reads it through few indexings, ``_operand`` says more), which then sliced and
+    that reads it through few indexings, ``decode_operand`` says more), which then sliced and
     converted them again for every output: ``mma`` of 128 x 512 @ 512 x 128 as a chain of
     sm_70 m8n8k4 instructions ran at 111 M MAC/s, exact sm_70 ``matmul`` at 89 against
     sm_75's 893 (CPU seconds). A division is not copied into its consumers, so dividing by
@@ -136,19 +138,19 @@ def stored_f16(x):
     return x / (s * s)
 
 
-def _chain(a, b, c, cfg: _Cfg, block):
+def _chain(a, b, c, cfg: ChainCfg, block):
     """The instructions of one exact float mma over k, on prepared operands (pytrees
     whose leaves are (..., m, k) / (..., k, n)): the first from C, the rest scanned."""
     dp = cfg.dp
     k = jax.tree.leaves(a)[0].shape[-1]
-    instr = _INSTR[dp.c_mode]
-    ks = _order(list(range(cfg.ik)), dp)
+    instr = INSTR_BY_C_MODE[dp.c_mode]
+    ks = k_order(list(range(cfg.ik)), dp)
     n = k // cfg.ik
     # Slices of a chain with k < 8 stored (see stored_f16): f16 leaves on the CPU only.
     store = (n > 1 and cfg.ik < 8 and jax.default_backend() == "cpu"
              and all(x.dtype == jnp.float16 for x in jax.tree.leaves((a, b))))
     keep = (lambda t: jax.tree.map(stored_f16, t)) if store else (lambda t: t)
-    acc = _acc(bitops.to_u32(c), cfg.c_format, dp, cfg.d_format, cfg.c_shift)
+    acc = decode_acc(bitops.to_u32(c), cfg.c_format, dp, cfg.d_format, cfg.c_shift)
     first = keep(jax.tree.map(lambda x: x[..., :cfg.ik], a)), keep(jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b))
     bits = instr(*first, ks, acc, block, cfg, cfg.c_format)
@@ -159,20 +161,11 @@ def _chain(a, b, c, cfg: _Cfg, block):
             x[..., cfg.ik:, :].reshape(*x.shape[:-2], n - 1, cfg.ik, x.shape[-1]), -3, 0), b)
 
         def step(d_bits, ab):
-            acc = _acc(d_bits, cfg.d_format, dp)
+            acc = decode_acc(d_bits, cfg.d_format, dp)
             return instr(*keep(ab), ks, acc, block, cfg, cfg.d_format), None
 
         bits, _ = lax.scan(step, bits, (a_s, b_s))
     return bits
-
-
-#: Whether the decoded operands are stored before the blocks read them: "auto" (the
-#: rule in ``_store_decoded``), "on" or "off" (for measuring; the bits are the same).
-STORE_DECODED = "auto"
-#: Uses per operand element (the outputs each one feeds) from which the fast path stores
-#: its decoded operands, and up to which (exclusive) the general path does.
-_FAST_STORE_REUSE = 64
-_GENERAL_STORE_REUSE_MAX = 1024
 
 
 def _store_decoded(a, b, c, general: bool, f16: bool = False,
@@ -200,11 +193,12 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
     On the CPU (2 cores, jax 0.10.2) storing left bf16 / tf32 as fast as before
     (0.99x-1.02x) and slowed the fast path (``wgmma`` f16 / e4m3 0.90x): there the fast
     path never stores. (XLA's CPU pipeline removes optimization barriers before fusion;
-    the general path's operands are stored there by ``_operand(..., stored=True)``.)
+    the general path's operands are stored there by ``decode_operand(..., stored=True)``.)
     ``backend``: the backend the rule is for (default: JAX's default).
     """
-    if STORE_DECODED != "auto":
-        return STORE_DECODED == "on"
+    mode = config.arith_store_decoded
+    if mode != "auto":
+        return mode == "on"
     if not general and (backend or jax.default_backend()) == "cpu":
         return False
     if a.size == 0 or b.size == 0:  # nothing to decode (an empty M, N or K)
@@ -214,14 +208,15 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
     uses = outputs * a.shape[-1]  # multiplications, each reading one a and one b
     reuse = min(uses // a.size, uses // b.size)
     if general:
-        return reuse < _GENERAL_STORE_REUSE_MAX
-    return f16 or reuse >= _FAST_STORE_REUSE
+        return reuse < config.arith_general_store_reuse_max
+    return f16 or reuse >= config.arith_fast_store_reuse
 
 
 # The exact models are many small element-wise operations: jitted here, so that an
-# eager call compiles them once per shape instead of dispatching each operation.
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _mma_float_exact(a, b, c, cfg: _Cfg, path: str = "general"):
+# eager call compiles them once per shape instead of dispatching each operation (keyed
+# on the options too: the store rule and the block form are read in the trace).
+@functools.partial(keyed_jit, static_argnums=(3, 4))
+def _mma_float_exact(a, b, c, cfg: ChainCfg, path: str = "general"):
     dp = cfg.dp
     a_format, b_format = cfg.a_format, cfg.b_format
     if dp.operand_via == "f16":  # exact: every fp8 value is an f16 value
@@ -233,16 +228,16 @@ def _mma_float_exact(a, b, c, cfg: _Cfg, path: str = "general"):
         if not a_format == b_format == "f16":
             raise ValueError("c_mode='ffma' is modelled for f16 operands only")
         bits = _chain(a, b, c, cfg, None)
-    elif {a_format, b_format} <= _FAST_FORMATS:  # fp8 as f16: exact
+    elif {a_format, b_format} <= FAST_FORMATS:  # fp8 as f16: exact
         lowest = (softfloat.emin if dp.align == "nominal" and dp.sub_exp == "emin"
                   else softfloat.lsb_min)
-        block = functools.partial(_block_fast, fmts=(a_format, b_format),
+        block = functools.partial(block_fast, fmts=(a_format, b_format),
                                   emin=lowest(a_format) + lowest(b_format))
-        a16, b16 = _as_f16(a, a_format), _as_f16(b, b_format)
+        a16, b16 = as_f16(a, a_format), as_f16(b, b_format)
         f16 = cfg.a_format == cfg.b_format == "f16"
         if dp.align == "nominal" and _store_decoded(a, b, c, general=False, f16=f16):
-            ops = ((a16, _fast_align(a16.astype(jnp.float32), a_format, dp).astype(jnp.int16)),
-                   (b16, _fast_align(b16.astype(jnp.float32), b_format, dp).astype(jnp.int16)))
+            ops = ((a16, fast_align(a16.astype(jnp.float32), a_format, dp).astype(jnp.int16)),
+                   (b16, fast_align(b16.astype(jnp.float32), b_format, dp).astype(jnp.int16)))
             bits = _chain(*lax.optimization_barrier(ops), c, cfg, block)
         else:
             bits = _chain(a16, b16, c, cfg, block)
@@ -256,16 +251,6 @@ def _mma_float_exact(a, b, c, cfg: _Cfg, path: str = "general"):
     else:
         bits = _general_chain(a, b, c, cfg)
     return bitops.from_u32(bits, jnp.float32 if cfg.d_format == "f32" else jnp.float16)
-
-
-#: Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic
-#: (``datapath_blocks.in_fp32_range``, chosen by a ``lax.cond``): "auto" (the rule in
-#: ``_in_range_path``), "on" or "off" (for measuring and tests; the bits are the same).
-IN_RANGE_PATH = "auto"
-#: Outputs times k of one call from which "auto" takes the in-range path on the CPU.
-_IN_RANGE_MIN_MACS = 1 << 22
-#: The same for ``matmul``'s one cond per product on an accelerator.
-_IN_RANGE_MIN_MACS_ACCELERATOR = 1 << 30
 
 
 #: Set while a caller traces code that it runs only on operands in range ("in_range")
@@ -297,7 +282,7 @@ def matmul_datapath(arch, instruction: str, a_format: str, b_format: str,
     ``acc_format``) on ``arch``, or None where the call is not valid (``mma``'s own checks
     then name what is wrong)."""
     try:
-        _, model = _check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
+        _, model = check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
                                  False, instruction, None)
         return _arch.datapath_for(model, instruction, a_format, ik, b_format)
     except (ValueError, TypeError):
@@ -317,10 +302,12 @@ def in_range_matmul(arch, instruction: str, a_format: str, b_format: str, acc_fo
     dp = matmul_datapath(arch, instruction, a_format, b_format, acc_format, ik)
     if dp is None or not in_range_eligible(dp, a_format, b_format):
         return False
-    if IN_RANGE_PATH != "auto":
-        return IN_RANGE_PATH == "on"
-    cpu = jax.default_backend() == "cpu"
-    return macs >= (_IN_RANGE_MIN_MACS if cpu else _IN_RANGE_MIN_MACS_ACCELERATOR)
+    mode = config.arith_in_range_path
+    if mode != "auto":
+        return mode == "on"
+    if jax.default_backend() == "cpu":
+        return macs >= config.arith_in_range_min_macs
+    return macs >= config.arith_in_range_min_macs_accelerator
 
 
 def range_values(a, b, a_format: str, b_format: str):
@@ -330,7 +317,7 @@ def range_values(a, b, a_format: str, b_format: str):
     return val(a, a_format), val(b, b_format)
 
 
-def _float_path(cfg: _Cfg, a, b, c) -> str:
+def _float_path(cfg: ChainCfg, a, b, c) -> str:
     """How ``_mma_float_exact`` computes this call: "in_range", "cond" or "general"."""
     known = _KNOWN_RANGE.get()
     if known is not None and in_range_eligible(cfg.dp, cfg.a_format, cfg.b_format):
@@ -338,42 +325,43 @@ def _float_path(cfg: _Cfg, a, b, c) -> str:
     return "cond" if _in_range_path(cfg, a, b, c) else "general"
 
 
-def _in_range_path(cfg: _Cfg, a, b, c) -> bool:
+def _in_range_path(cfg: ChainCfg, a, b, c) -> bool:
     """Whether this call has a ``lax.cond`` between the in-range arithmetic and the general
     path. On the CPU (2 cores, jax 0.10.2, 2026-11-26) the in-range branch ran an exact
     bf16 512^3 ``matmul`` 1.5x faster (the cond itself cost about 15% of it), but the
     cond compiles both branches: 1.1 s -> 2.3 s of XLA compile for one such ``matmul``.
-    "auto" takes it on the CPU for calls of at least ``_IN_RANGE_MIN_MACS`` products
+    "auto" takes it on the CPU for calls of at least ``arith_in_range_min_macs`` products
     (a 1024^2 output with k 16 is 2**24; the test suite's and the study model's products
     stay below), where the run time outweighs the compile time; not on a GPU, where a
     cond in the k loop measured slower."""
     if not in_range_eligible(cfg.dp, cfg.a_format, cfg.b_format):
         return False
-    if IN_RANGE_PATH != "auto":
-        return IN_RANGE_PATH == "on"
+    mode = config.arith_in_range_path
+    if mode != "auto":
+        return mode == "on"
     out = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
     macs = int(np.prod(out, dtype=np.int64)) * c.shape[-2] * c.shape[-1] * a.shape[-1]
-    return jax.default_backend() == "cpu" and macs >= _IN_RANGE_MIN_MACS
+    return jax.default_backend() == "cpu" and macs >= config.arith_in_range_min_macs
 
 
-def _range_values(a, b, cfg: _Cfg):
+def _range_values(a, b, cfg: ChainCfg):
     return range_values(a, b, cfg.a_format, cfg.b_format)
 
 
-def _range_block(cfg: _Cfg):
-    return functools.partial(_block_fast, fmts=(cfg.a_format, cfg.b_format),
-                             emin=_RANGE_LO, finite=True)
+def _range_block(cfg: ChainCfg):
+    return functools.partial(block_fast, fmts=(cfg.a_format, cfg.b_format),
+                             emin=RANGE_LO, finite=True)
 
 
-def _general_chain(a, b, c, cfg: _Cfg):
-    """The chain on decoded operands (``_operand``, ``_block_general``): any formats."""
+def _general_chain(a, b, c, cfg: ChainCfg):
+    """The chain on decoded operands (``decode_operand``, ``block_general``): any formats."""
     dp, a_format, b_format = cfg.dp, cfg.a_format, cfg.b_format
     mbits = sum(softfloat.emin(t) - softfloat.lsb_min(t) for t in (a_format, b_format))
-    block = functools.partial(_block_general, mbits=mbits,
+    block = functools.partial(block_general, mbits=mbits,
                               emin=softfloat.lsb_min(a_format) + softfloat.lsb_min(b_format))
-    stored = jax.default_backend() == "cpu"  # see _operand
-    ops = (_operand(bitops.to_u32(a), a_format, dp, stored),
-           _operand(bitops.to_u32(b), b_format, dp, stored))
+    stored = jax.default_backend() == "cpu"  # see decode_operand
+    ops = (decode_operand(bitops.to_u32(a), a_format, dp, stored),
+           decode_operand(bitops.to_u32(b), b_format, dp, stored))
     if _store_decoded(a, b, c, general=True):
         ops = lax.optimization_barrier(ops)
     return _chain(*ops, c, cfg, block)
@@ -386,8 +374,8 @@ def _general_chain(a, b, c, cfg: _Cfg):
 def _round_operand(x, a_format):
     if a_format == "tf32":  # the tensor core ignores the low 13 bits
         return bitops.tf32_keep(x)
-    if a_format != "f16" and a_format in _FAST_FORMATS:  # fp8, fp6 / fp4 codes: values
-        return _as_f16(x, a_format).astype(jnp.float32)
+    if a_format != "f16" and a_format in FAST_FORMATS:  # fp8, fp6 / fp4 codes: values
+        return as_f16(x, a_format).astype(jnp.float32)
     return x  # f16 / bf16 stay: the backend's own f16 / bf16 dot (tensor cores on a GPU)
 
 
@@ -422,31 +410,26 @@ def _float_satf(d, d_format):
     return jnp.clip(d, -big, big)
 
 
-#: ``mode="native"``: ``(check, run)`` registered by ``tensorcore.native`` (which imports
-#: this module, so it cannot be imported here): ``check(a_format, b_format, c_format,
-#: d_format, instruction, ik, arch, satf, datapath, c_shift)`` raises unless the GPU
-#: issues the chain; ``run(a, b, c, cfg)`` runs it on the tensor cores.
-NATIVE: list = []
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _mma_float(a, b, c, cfg: _Cfg, mode, satf):
-    if mode == "native":  # the same chain on a Hopper GPU's tensor cores (native.py)
-        return NATIVE[1](a, b, c, cfg)
+# ``path``: ``_float_path`` of the call, and ``options``: ``config.snapshot()``, so that
+# JAX's cache of the traced custom_vjp (keyed on the function and these arguments) is
+# keyed on what the exact model reads: a call traced under ``known_range("in_range")``
+# must not be reused for one under ``known_range("general")``.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _mma_float(a, b, c, cfg: ChainCfg, mode, satf, path, options):
     if mode == "fast":
         d = _mma_fast(a, b, c, cfg.a_format, cfg.b_format, cfg.d_format, cfg.c_shift)
     elif cfg.a_format == "f64":
-        d = _mma_f64_exact(a, b, c)
+        d = mma_f64_exact(a, b, c)
     else:
-        d = _mma_float_exact(a, b, c, cfg, _float_path(cfg, a, b, c))
+        d = _mma_float_exact(a, b, c, cfg, path)
     return _float_satf(d, cfg.d_format) if satf else d
 
 
-def _mma_float_fwd(a, b, c, cfg, mode, satf):
-    return _mma_float(a, b, c, cfg, mode, satf), (a, b, c)
+def _mma_float_fwd(a, b, c, cfg, mode, satf, path, options):
+    return _mma_float(a, b, c, cfg, mode, satf, path, options), (a, b, c)
 
 
-def _mma_float_bwd(cfg, mode, satf, res, g):
+def _mma_float_bwd(cfg, mode, satf, path, options, res, g):
     # Straight-through estimator: the tensor core's truncations and roundings are
     # treated as the identity, so D = A @ B + C differentiates as the exact product:
     # dA = dD @ B^T, dB = A^T @ dD, dC = dD, computed in fp32 (fp64 for f64), summed
@@ -470,6 +453,25 @@ def _mma_float_bwd(cfg, mode, satf, res, g):
 
 
 _mma_float.defvjp(_mma_float_fwd, _mma_float_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 4))
+def straight_through(run, a, b, c, cfg: ChainCfg):
+    """``run(a, b, c, cfg)``, a chain of float instructions computed elsewhere (the GEMM
+    layer's native mode), with ``mma``'s straight-through gradient (``_mma_float_bwd``).
+    ``cfg``: the :class:`ChainCfg` of :func:`check_mma`."""
+    return run(a, b, c, cfg)
+
+
+def _straight_through_fwd(run, a, b, c, cfg):
+    return run(a, b, c, cfg), (a, b, c)
+
+
+def _straight_through_bwd(run, cfg, res, g):
+    return _mma_float_bwd(cfg, None, None, None, None, res, g)
+
+
+straight_through.defvjp(_straight_through_fwd, _straight_through_bwd)
 
 
 def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", mode="exact",
@@ -499,11 +501,7 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         its datapath model gives the arithmetic (sm_90 verified on hardware, the others
         against MMA-Sim or not at all: ``ArchModel.verified``, ``arch.py``).
       mode: ``"exact"`` reproduces the hardware bits (see the module docstring for
-        the model). ``"native"`` (on an H100 / H200 only) runs the chain on the GPU's
-        tensor cores (``wgmma`` of the same datapath, ``gemm/native.py``): exact
-        mode's bits, for the chains that ``wgmma`` is (f16 / bf16 k16, tf32 k8 outside
-        WMMA, fp8 ``wgmma``; C and D of one format; no satf); elsewhere a ValueError.
-        ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64) accumulation of
+        the model). ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64) accumulation of
         the operands (tf32 low bits dropped), then one conversion to
         d_format: it rounds to nearest instead of truncating each aligned term and the
         fp32 result, and so differs from hardware in the last bits (about 40% of
@@ -548,28 +546,63 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
       >>> float(d[0, 0])  # two chained m64n8k32 instructions
       64.0
     """
+    checked = check_mma(a, b, c, a_format=a_format, c_format=c_format, d_format=d_format,
+                        arch=arch, mode=mode, satf=satf, b_format=b_format,
+                        instruction=instruction, instruction_k=instruction_k,
+                        datapath=datapath, scale_input_d=scale_input_d)
+    if checked.d is not None:
+        return checked.d
+    a, b, c, cfg = checked.a, checked.b, checked.c, checked.cfg
+    if cfg.a_format in INT_TYPES:
+        return mma_int_chain(a, b, c, cfg.a_format, cfg.b_format, cfg.ik, satf)
+    exact = mode == "exact" and cfg.a_format != "f64"
+    path = _float_path(cfg, a, b, c) if exact else None
+    return _mma_float(a, b, c, cfg, mode, satf, path, config.snapshot())
+
+
+class Checked(NamedTuple):
+    """What :func:`check_mma` returns: the operands as arrays of their types, the
+    chain's :class:`ChainCfg` (``dp`` None for integer and f64 types), or ``d``, the
+    result, where no instruction runs (k = 0)."""
+
+    a: Any
+    b: Any
+    c: Any
+    cfg: ChainCfg | None
+    d: Any = None
+
+
+def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90",
+              mode="exact", satf=False, b_format: str | None = None,
+              instruction: str = "wmma", instruction_k: int | None = None,
+              datapath: Datapath | None = None, scale_input_d: int = 0) -> Checked:
+    """:func:`mma`'s checks of its arguments (the same arguments; ``mode`` one of
+    :data:`MODES`): raises as ``mma`` does, else the operands and the chain's
+    configuration. For front-ends that run the chain another way (the GEMM layer's
+    native mode)."""
     checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    native = checks.static_choice(mode, "mode", (*MODES, "native")) == "native"
+    checks.static_choice(mode, "mode", MODES)
     b_format = a_format if b_format is None else b_format
     a_format, b_format, c_format, d_format = (  # format names, aliases or dtypes -> names
         checks.format_name(v, name, allowed, FORMAT_ALIASES, need_x64=False)
         for v, name, allowed in ((a_format, "a_format", A_TYPES), (b_format, "b_format", A_TYPES),
                                  (c_format, "c_format", ACC_TYPES), (d_format, "d_format",
                                                                      ACC_TYPES)))
-    target, model = _check_static(a_format, b_format, c_format, d_format, arch,
-                                  "exact" if native else mode, satf, instruction, datapath)
-    c_shift = _scale_input_d(scale_input_d, instruction, a_format)
+    target, model = check_static(a_format, b_format, c_format, d_format, arch,
+                                  mode, satf, instruction, datapath)
+    c_shift = check_scale_input_d(scale_input_d, instruction, a_format)
     if a_format == "f64":
         checks.require_x64("mma with a_format='f64'")
     a, b, c = checks.array_args(a=a, b=b, c=c)
-    a = _check_array(a, "a", STORAGE_DTYPE[a_format])
-    b = _check_array(b, "b", STORAGE_DTYPE[b_format])
-    c = _check_array(c, "c", STORAGE_DTYPE[c_format])
-    batch, _, _, k = _check_shapes(a, b, c)
+    a = check_array(a, "a", STORAGE_DTYPE[a_format])
+    b = check_array(b, "b", STORAGE_DTYPE[b_format])
+    c = check_array(c, "c", STORAGE_DTYPE[c_format])
+    batch, _, _, k = check_shapes(a, b, c)
     if k == 0:  # no instruction runs: D is C converted to d_format (round to nearest)
         if c_shift:
             raise ValueError("scale_input_d needs at least one instruction (k > 0)")
-        return jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format])
+        return Checked(a, b, c, None,
+                       jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format]))
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
     ik = _arch.instruction_k(instruction, a_format, k, instruction_k)
@@ -578,15 +611,7 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     if k > ik and c_format != d_format:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
-    if native:
-        if not NATIVE:  # pragma: no cover (importing jaxwarp imports native.py)
-            raise ValueError("mode='native' needs jaxwarp._src.gemm.native imported")
-        NATIVE[0](a_format, b_format, c_format, d_format, instruction, ik, arch, satf,
-                  datapath, c_shift)
-    if a_format in _INT_TYPES:
-        return _mma_int_chain(a, b, c, a_format, b_format, ik, satf)
     dp = datapath
-    if dp is None and a_format != "f64":
+    if dp is None and a_format not in ("f64", *INT_TYPES):
         dp = _arch.datapath_for(model, instruction, a_format, ik, b_format)
-    cfg = _Cfg(a_format, b_format, c_format, d_format, dp, ik, c_shift)
-    return _mma_float(a, b, c, cfg, mode, satf)
+    return Checked(a, b, c, ChainCfg(a_format, b_format, c_format, d_format, dp, ik, c_shift))

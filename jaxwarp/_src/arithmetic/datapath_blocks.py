@@ -1,12 +1,12 @@
 """One exact float tensor-core instruction, bit for bit (the model: ``datapath.py``'s
 docstring).
 
-Decoded accumulator terms (``_acc``); the operands of the fast path (f16, fp8, fp6 and
-fp4 values, whose products fp32 holds exactly: ``_block_fast``) and of the general path
-(bf16, tf32: decoded significands and exponents, ``_operand``, ``_block_general``); the
+Decoded accumulator terms (``decode_acc``); the operands of the fast path (f16, fp8, fp6 and
+fp4 values, whose products fp32 holds exactly: ``block_fast``) and of the general path
+(bf16, tf32: decoded significands and exponents, ``decode_operand``, ``block_general``); the
 exact sum of a block's truncated terms (``_sum_terms``) with its special values; the
 rounding of a block's sum to fp32 or fp16 bits, IEEE additions; and one instruction
-made of blocks and C as ``Datapath.c_mode`` says (``_INSTR``). ``block_scale.py``
+made of blocks and C as ``Datapath.c_mode`` says (``INSTR_BY_C_MODE``). ``block_scale.py``
 builds its product terms on the same block FMA and rounding.
 """
 
@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxwarp._src.arithmetic.datapath_checks import _Cfg
+from jaxwarp._src.arithmetic.datapath_checks import ChainCfg
 from jaxwarp._src.catalogue.arch import Datapath
+from jaxwarp._src.config import config
 from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.numerics.formats import FORMATS
 
@@ -32,7 +33,7 @@ _NEG_BIG = softfloat.NEG_BIG  # "exponent" of a zero term: below any real one
 _Acc = softfloat.Term  # a decoded accumulator term
 
 
-def _acc(bits, fmt: str, dp: Datapath, out: str | None = None, shift: int = 0) -> _Acc:
+def decode_acc(bits, fmt: str, dp: Datapath, out: str | None = None, shift: int = 0) -> _Acc:
     """An accumulator term of ``fmt`` bits, as the block that sums into ``out`` (default
     ``fmt``) sees it: with ``c_sub_exp="emin"`` its alignment exponent (``lead``) is at
     least ``emin(out)`` (an f16 subnormal C of an fp32 D keeps its own), with
@@ -44,7 +45,7 @@ def _acc(bits, fmt: str, dp: Datapath, out: str | None = None, shift: int = 0) -
 
 def _acc_term(t: _Acc, fmt: str, dp: Datapath, out: str | None = None,
               shift: int = 0) -> _Acc:
-    """``_acc`` of a term already decoded (``softfloat.term`` of ``fmt`` bits, or
+    """``decode_acc`` of a term already decoded (``softfloat.term`` of ``fmt`` bits, or
     ``_rounded_term``)."""
     lo = softfloat.emin(out or fmt)
     if dp.c_sub_exp != "lead":
@@ -75,21 +76,13 @@ def _row(x, i):  # operand i of the b side, (..., 1, n)
     return x[..., i:i + 1, :]
 
 
-#: How a block's k products are built: ``"unrolled"``, one (..., m, n) array per k index;
-#: ``"reduce"``, arrays with a trailing k axis whose maximum and sums are reductions (a
-#: program of one size for any k); or ``"rolled"``, the "reduce" form whose truncated terms
-#: are summed by ``fori_loop``s over k (``_rolled_sums``: each term's code once in the
-#: program). The bits are the same: the sums are of int32 (wrapping, associative) and
-#: maxima, and the fp32 sum that finds the specials is NaN, +-inf or -0 in any order. On
-#: the 2-core CPU (jax 0.10.2, 2026-11-26) "reduce" cut the HLO of the study
-#: transformer's exact step by 26% but its compile time by under 10%, and ran that step
-#: 2.7x slower (a 256^3 bf16 GEMM ran 2x faster); "rolled" cut that HLO by 25%, its trace
-#: and lower time by a third, not its compile time, and ran the step 1.7x slower (the
-#: loops' bodies are kernels of their own); on the H100 (jax 0.11.2) "rolled" compiled
-#: that step in 10.9 s instead of 16.3 s but ran it 12x slower (53 ms, the loops'
-#: iterations kernel launches): "unrolled" stays the default
-#: (``benchmarks/compile_time.py --block-form`` measures the forms).
-BLOCK_FORM = "unrolled"
+# How a block's k products are built (the option ``arith_block_form``, read at trace
+# time): "unrolled", one (..., m, n) array per k index; "reduce", arrays with a trailing
+# k axis whose maximum and sums are reductions (a program of one size for any k); or
+# "rolled", the "reduce" form whose truncated terms are summed by ``fori_loop``s over k
+# (``_rolled_sums``: each term's code once in the program). The bits are the same: the
+# sums are of int32 (wrapping, associative) and maxima, and the fp32 sum that finds the
+# specials is NaN, +-inf or -0 in any order. (Why "unrolled" is the default: config.py.)
 
 
 def _take(x, ks, axis: int):
@@ -193,7 +186,7 @@ def _trunc(v, p, trunc: str):
     return t
 
 
-class _Block(NamedTuple):
+class Block(NamedTuple):
     """A block's exact truncated sum (-1)**neg * mag * 2**g and its specials."""
 
     neg: jax.Array
@@ -228,7 +221,7 @@ def _at(x, j):
 
 def _rolled_sums(nk: int, term_at, shape):
     """``_sum_terms``' partial sums (hi, lo) of the ``nk`` truncated terms
-    ``term_at(j)`` (int32, ``shape``) as loops (``BLOCK_FORM="rolled"``): each group of
+    ``term_at(j)`` (int32, ``shape``) as loops (``arith_block_form="rolled"``): each group of
     ``_GROUP`` terms in k order summed by an inner ``fori_loop`` (int32 sums wrap: the
     same group sums), the groups folded by an outer one."""
     zero = jnp.zeros(shape, jnp.int32)
@@ -258,10 +251,10 @@ def _ebits(x):
 
 #: Operand formats of the fast path: f16 holds every value, fp32 every product of two
 #: values exactly as a normal number (bf16 and tf32 products may leave fp32's range).
-_FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
+FAST_FORMATS = frozenset({"f16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"})
 
 
-def _as_f16(x, fmt: str):
+def as_f16(x, fmt: str):
     """Operand values of ``fmt`` as float16 (exact): fp8 by a conversion, the fp6 / fp4
     codes (uint8, ``Format.code_storage``) from their decoded significand and exponent."""
     if not FORMATS[fmt].code_storage:
@@ -271,7 +264,7 @@ def _as_f16(x, fmt: str):
     return jnp.where(neg, -v, v).astype(jnp.float16)
 
 
-def _fast_align(x, fmt: str, dp: Datapath):
+def fast_align(x, fmt: str, dp: Datapath):
     """Alignment exponent + 127 of the fp32 operand x (an ``fmt`` value): its biased
     exponent, a subnormal's raised to the format's smallest normal one
     (``sub_exp="emin"``); -1000 for zero (its products count for nothing)."""
@@ -281,8 +274,8 @@ def _fast_align(x, fmt: str, dp: Datapath):
     return jnp.where(x == 0, -1000, e)
 
 
-def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
-                emin: int, finite: bool = False) -> _Block:
+def block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
+                emin: int, finite: bool = False) -> Block:
     """One block FMA over the k indices ``ks`` for f16 / fp8 operands (a (..., m, k),
     b (..., k, n) as f16: fp8 is converted exactly), converted to fp32 slice by slice here
     (so that XLA fuses the conversions instead of storing fp32 copies). ``emin``: the
@@ -292,15 +285,16 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     of the products is formed (with ``zero="plus"`` only)."""
     a, a_al = a if isinstance(a, tuple) else (a, None)  # (values, alignments) or values
     b, b_al = b if isinstance(b, tuple) else (b, None)
-    if BLOCK_FORM != "unrolled":
-        return _block_fast_k(a, a_al, b, b_al, ks, acc, dp, fmts, emin, finite, BLOCK_FORM)
+    form = config.arith_block_form
+    if form != "unrolled":
+        return _block_fast_k(a, a_al, b, b_al, ks, acc, dp, fmts, emin, finite, form)
     av = [_col(a, i).astype(jnp.float32) for i in ks]
     bv = [_row(b, i).astype(jnp.float32) for i in ks]
     prods = [x * y for x, y in zip(av, bv, strict=True)]  # exact, normal or zero
     if dp.align == "nominal":  # the sum of the operands' alignment exponents
         if a_al is None:
-            ea = [_fast_align(x, fmts[0], dp) for x in av]
-            eb = [_fast_align(y, fmts[1], dp) for y in bv]
+            ea = [fast_align(x, fmts[0], dp) for x in av]
+            eb = [fast_align(y, fmts[1], dp) for y in bv]
         else:  # computed beforehand (``_store_decoded``)
             ea = [_col(a_al, i).astype(jnp.int32) for i in ks]
             eb = [_row(b_al, i).astype(jnp.int32) for i in ks]
@@ -314,7 +308,7 @@ def _block_fast(a, b, ks, acc: _Acc, dp: Datapath, *, fmts: tuple[str, str],
     scale = _pow2(dp.F - jnp.clip(E, emin, 127) + 127)
     terms = [_trunc(p * scale, p, dp.trunc) for p in prods]
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    return _Block(neg, mag, g, *(_acc_specials(acc, dp) if finite
+    return Block(neg, mag, g, *(_acc_specials(acc, dp) if finite
                                  else _specials(prods, acc, dp)))
 
 
@@ -328,15 +322,15 @@ def _acc_specials(acc: _Acc, dp: Datapath):
 
 
 def _block_fast_k(a, a_al, b, b_al, ks, acc: _Acc, dp: Datapath, fmts, emin: int,
-                  finite: bool = False, form: str = "reduce") -> _Block:
-    """``_block_fast`` on (..., m, n, k) arrays (``BLOCK_FORM="reduce"``), or with its
+                  finite: bool = False, form: str = "reduce") -> Block:
+    """``block_fast`` on (..., m, n, k) arrays (``arith_block_form="reduce"``), or with its
     terms summed by loops over k (``"rolled"``: only the maximum for E and the IEEE sum
     of the specials are reductions)."""
     av, bv = _cols(a, ks).astype(jnp.float32), _rows(b, ks).astype(jnp.float32)
     prods = av * bv  # exact, normal or zero
     if dp.align == "nominal":
         if a_al is None:
-            ea, eb = _fast_align(av, fmts[0], dp), _fast_align(bv, fmts[1], dp)
+            ea, eb = fast_align(av, fmts[0], dp), fast_align(bv, fmts[1], dp)
         else:
             ea, eb = _cols(a_al, ks).astype(jnp.int32), _rows(b_al, ks).astype(jnp.int32)
         top = (ea + eb).max(-1) - 127
@@ -354,7 +348,7 @@ def _block_fast_k(a, a_al, b, b_al, ks, acc: _Acc, dp: Datapath, fmts, emin: int
     else:
         terms = _trunc(prods * scale[..., None], prods, dp.trunc)
         neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    return _Block(neg, mag, g, *(_acc_specials(acc, dp) if finite
+    return Block(neg, mag, g, *(_acc_specials(acc, dp) if finite
                                  else _specials(prods, acc, dp)))
 
 
@@ -364,13 +358,13 @@ def _block_fast_k(a, a_al, b, b_al, ks, acc: _Acc, dp: Datapath, fmts, emin: int
 # number (and no operand is inf or NaN) the fast path's arithmetic gives the general
 # path's bits at its cost (fewer operations per product, and no IEEE sum of products); a
 # ``lax.cond`` on ``in_fp32_range`` of the step's operands chooses it, on the CPU only
-# (on the H100 a cond in the k loop measured slower; see ``_block_fast``'s note).
+# (on the H100 a cond in the k loop measured slower; see ``block_fast``'s note).
 
 #: Exponent bounds (unbiased) of the fast path for bf16 / tf32: every non-zero product
-#: at least 2**_RANGE_LO (so that the scale 2**(F - E) of the block, E >= _RANGE_LO, is a
+#: at least 2**RANGE_LO (so that the scale 2**(F - E) of the block, E >= RANGE_LO, is a
 #: normal fp32 number for F <= 25) and below 2**128.
-_RANGE_LO = -100
-_RANGE_HI = 126
+RANGE_LO = -100
+RANGE_HI = 126
 
 
 def _exp_range(x):
@@ -385,13 +379,13 @@ def _in_range_all(a, b):
     amax, amin = _exp_range(a)
     bmax, bmin = _exp_range(b)
     return ((amax < 255) & (bmax < 255) & (amin > 0) & (bmin > 0)  # finite, no subnormal
-            & (amax + bmax - 254 <= _RANGE_HI) & (amin + bmin - 254 >= _RANGE_LO))
+            & (amax + bmax - 254 <= RANGE_HI) & (amin + bmin - 254 >= RANGE_LO))
 
 
 @jax.custom_batching.custom_vmap
 def in_fp32_range(a, b):
     """Whether every product of an element of a and one of b (bf16 / fp32 values) is
-    exact as a normal fp32 number of at least 2**_RANGE_LO (or zero), and no element is
+    exact as a normal fp32 number of at least 2**RANGE_LO (or zero), and no element is
     inf, NaN or subnormal: a scalar bool. Under ``vmap`` it is one scalar for the whole batch (so
     that a ``lax.cond`` on it stays a cond and runs one branch)."""
     return _in_range_all(a, b)
@@ -413,7 +407,7 @@ class _Operand(NamedTuple):
       operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
       products get no exponent and scale to nothing).
 
-    On the CPU (``_operand(..., stored=True)``) sig is float32 and exp int32, the same
+    On the CPU (``decode_operand(..., stored=True)``) sig is float32 and exp int32, the same
     values.
     """
 
@@ -428,7 +422,7 @@ def _lead_only(dp: Datapath) -> bool:
     return dp.align == "nominal" and dp.sub_exp == "emin"
 
 
-def _operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
+def decode_operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
     """Decoded operands; ``stored``: as divisions that XLA's CPU backend stores.
 
     XLA's CPU fusion copies a cheap producer into every consumer that reads it through
@@ -470,7 +464,7 @@ def _e8_format(fmt: str) -> bool:
 
 
 def _decode_e8(bits, fmt: str):
-    """``_operand``'s decoding of bf16 / tf32 bits (uint32 as ``bitops.to_u32`` gives
+    """``decode_operand``'s decoding of bf16 / tf32 bits (uint32 as ``bitops.to_u32`` gives
     them) for an alignment exponent alone (``_lead_only``), on the fields of the fp32
     word: (neg, magnitude (fp32: the significand, an integer below 2**11; inf; NaN),
     alignment exponent: the biased exponent field, at least 1, less 127, or -1000 for
@@ -489,10 +483,10 @@ def _decode_e8(bits, fmt: str):
     return (u >> 31) != 0, mag, exp
 
 
-def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
-                   emin: int, mbits: int) -> _Block:
+def block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
+                   emin: int, mbits: int) -> Block:
     """One block FMA for any operand formats (bf16, tf32, fp8: products may leave
-    fp32's range): like ``_block_fast`` on decoded operands (``_operand``), each
+    fp32's range): like ``block_fast`` on decoded operands (``decode_operand``), each
     product of significands scaled by its own power of two. ``mbits``: the fraction
     bits of a's format plus b's."""
     lead_only = _lead_only(dp)  # exp is the alignment exponent; lsb_a + lsb_b = pe - mbits
@@ -504,7 +498,7 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
         lsb = e >> 4
         return s.astype(jnp.float32), lsb, lsb + (e & 15)
 
-    form = BLOCK_FORM
+    form = config.arith_block_form
     if form != "unrolled":  # (..., m, n, k) arrays; "rolled": terms summed by loops
         x, y = unpack(_cols(a.sig, ks), _cols(a.exp, ks)), unpack(_rows(b.sig, ks),
                                                                    _rows(b.exp, ks))
@@ -530,7 +524,7 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
             neg, mag, g = _sum_halves(hi, lo, acc, E, dp.F, dp.trunc)
         else:
             neg, mag, g = _sum_terms(terms_of(x, y, prods), acc, E, dp.F, dp.trunc)
-        return _Block(neg, mag, g, *_specials(prods, acc, dp))
+        return Block(neg, mag, g, *_specials(prods, acc, dp))
     ops_a = [unpack(_col(a.sig, i), _col(a.exp, i)) for i in ks]
     ops_b = [unpack(_row(b.sig, i), _row(b.exp, i)) for i in ks]
     prods = [x[0] * y[0] for x, y in zip(ops_a, ops_b, strict=True)]  # exact: < 2**22
@@ -551,7 +545,7 @@ def _block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
     terms = [_trunc(p * _pow2(jnp.maximum(lsb + fe, 1)), p, dp.trunc)
              for p, lsb in zip(prods, lsbs, strict=True)]
     neg, mag, g = _sum_terms(terms, acc, E, dp.F, dp.trunc)
-    return _Block(neg, mag, g, *_specials(prods, acc, dp))
+    return Block(neg, mag, g, *_specials(prods, acc, dp))
 
 
 # --------------------------------------------------------------------------------------
@@ -564,14 +558,14 @@ def _specials_to(bits, r, nan_bits: int, inf_bits: int, sign: int):
     return jnp.where(r.ninf & ~r.nan, jnp.uint32(inf_bits | sign), bits)
 
 
-def _zero_rule(bits, r: _Block, dp: Datapath, sign: int):
+def _zero_rule(bits, r: Block, dp: Datapath, sign: int):
     if dp.zero == "ieee":
         bits = jnp.where(r.mag == 0, jnp.where(r.negzero, jnp.uint32(sign), 0), bits)
     return bits
 
 
-def _rounded_term(r: _Block, dp: Datapath, fmt: str) -> _Acc:
-    """``softfloat.term`` of ``_f32_bits(r, dp)`` (``fmt`` "f32") or ``_f16_bits(r, dp)``
+def _rounded_term(r: Block, dp: Datapath, fmt: str) -> _Acc:
+    """``softfloat.term`` of ``f32_bits(r, dp)`` (``fmt`` "f32") or ``_f16_bits(r, dp)``
     ("f16"), built from the rounded significand without encoding the bits and decoding
     them again (the accumulator of a chain's next block: one instruction of 4 blocks,
     sm_70 WMMA, ran 1.18x faster on the CPU). The same value, leading exponent, specials
@@ -596,7 +590,7 @@ def _rounded_term(r: _Block, dp: Datapath, fmt: str) -> _Acc:
                 jnp.where(num, lead, _NEG_BIG), nan, pinf, ninf, negzero)
 
 
-def _f32_bits(r: _Block, dp: Datapath):
+def f32_bits(r: Block, dp: Datapath):
     """A block sum -> fp32 bits (``block_round``, ``sum_mbits``)."""
     q, lsb = softfloat.round_sig(r.mag, r.g, -126, dp.sum_mbits, dp.block_round)
     # round_sig to fp32's own grid (sum_mbits 23): encode_rounded, the same bits cheaper
@@ -607,7 +601,7 @@ def _f32_bits(r: _Block, dp: Datapath):
     return _specials_to(bits, r, dp.nan_f32, 0x7F800000, 1 << 31)
 
 
-def _f16_bits(r: _Block, dp: Datapath):
+def _f16_bits(r: Block, dp: Datapath):
     """A block sum -> fp16 bits directly (``f16_round``, ``f16_zero``)."""
     q, lsb = softfloat.round_sig(r.mag, r.g, -14, 10, dp.f16_round)
     bits = _zero_rule(softfloat.encode_rounded(r.neg, q, lsb, "f16"), r, dp, 0x8000)
@@ -639,14 +633,14 @@ def _f32_acc(x) -> _Acc:
 # Instructions.
 
 
-def _order(ks: list[int], dp: Datapath) -> list[int]:
+def k_order(ks: list[int], dp: Datapath) -> list[int]:
     if dp.k_split == "mod4":  # k % 4 in {0, 1} first (the low halves of fp8 registers)
         return [k for j, k in enumerate(ks) if j % 4 < 2] + [k for j, k in enumerate(ks)
                                                              if j % 4 >= 2]
     return ks
 
 
-def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_format: str):
+def _instr_fused(a, b, ks, acc, block, cfg: ChainCfg, c_format: str):
     dp = cfg.dp
     blocks = [ks[j:j + dp.block_k] for j in range(0, len(ks), dp.block_k)]
     for j, kb in enumerate(blocks):
@@ -655,25 +649,25 @@ def _instr_fused(a, b, ks, acc, block, cfg: _Cfg, c_format: str):
             fmt = "f16" if dp.block_out == "d" and cfg.d_format == "f16" else "f32"
             acc = _acc_term(_rounded_term(r, dp, fmt), fmt, dp)  # rounded as D or fp32
     if cfg.d_format == "f32":
-        return _f32_bits(r, dp)
+        return f32_bits(r, dp)
     if c_format == "f16" and dp.f16_out == "direct":
         return _f16_bits(r, dp)
-    return _f32_to_f16(_f32_bits(r, dp), dp)
+    return _f32_to_f16(f32_bits(r, dp), dp)
 
 
-def _instr_end(a, b, ks, acc_c, block, cfg: _Cfg, c_format: str):
+def _instr_end(a, b, ks, acc_c, block, cfg: ChainCfg, c_format: str):
     dp = cfg.dp
     acc = _NO_ACC
     for j in range(0, len(ks), dp.block_k):
         r = block(a, b, ks[j:j + dp.block_k], acc, dp)
         if cfg.d_format == "f32":
-            acc = _acc(_f32_bits(r, dp), "f32", dp)
+            acc = decode_acc(f32_bits(r, dp), "f32", dp)
         else:
-            acc = _acc(_f16_bits(r, dp), "f16", dp)
+            acc = decode_acc(_f16_bits(r, dp), "f16", dp)
     return _add_rn(acc_c, acc, cfg.d_format, dp)
 
 
-def _instr_ffma(a, b, ks, acc_c, block, cfg: _Cfg, c_format: str):
+def _instr_ffma(a, b, ks, acc_c, block, cfg: ChainCfg, c_format: str):
     del block, c_format
     dp = cfg.dp
     prods = [_f32_acc(_col(a, i).astype(jnp.float32) * _row(b, i).astype(jnp.float32))
@@ -681,14 +675,17 @@ def _instr_ffma(a, b, ks, acc_c, block, cfg: _Cfg, c_format: str):
     if cfg.d_format == "f32":
         acc = _NO_ACC._replace(negzero=np.bool_(False))  # fma(a0, b0, +0)
         for p in prods:
-            acc = _acc(_add_rn(p, acc, "f32", dp), "f32", dp)
+            acc = decode_acc(_add_rn(p, acc, "f32", dp), "f32", dp)
         return _add_rn(acc_c, acc, "f32", dp)
     if len(ks) != 4:
         raise ValueError("the FFMA routine with an f16 D is modelled for k = 4 only")
-    p01 = _acc(_add_rn(prods[1], prods[0], "f32", dp), "f32", dp)
-    p23 = _acc(_add_rn(prods[3], prods[2], "f32", dp), "f32", dp)
-    s1 = _acc(_add_rn(acc_c, p01, "f32", dp), "f32", dp)
+    p01 = decode_acc(_add_rn(prods[1], prods[0], "f32", dp), "f32", dp)
+    p23 = decode_acc(_add_rn(prods[3], prods[2], "f32", dp), "f32", dp)
+    s1 = decode_acc(_add_rn(acc_c, p01, "f32", dp), "f32", dp)
     return _f32_to_f16(_add_rn(s1, p23, "f32", dp), dp)
 
 
-_INSTR = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
+INSTR_BY_C_MODE = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
+
+# The old private names that ``block_scale.py`` imports (until it imports the public ones).
+_Block, _block_fast, _f32_bits = Block, block_fast, f32_bits

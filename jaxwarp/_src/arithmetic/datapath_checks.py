@@ -1,8 +1,8 @@
 """Argument checks of ``datapath.mma`` and ``bmma``.
 
 The valid operand and accumulator types are views of the instruction catalogue
-(``isa.ROWS``); ``_check_static`` checks the static arguments of ``mma`` and resolves its
-``arch`` to a target and a datapath model (``arch.py``); ``_Cfg`` is the static
+(``isa.ROWS``); ``check_static`` checks the static arguments of ``mma`` and resolves its
+``arch`` to a target and a datapath model (``arch.py``); ``ChainCfg`` is the static
 configuration of one exact float mma.
 """
 
@@ -39,7 +39,7 @@ PTX_CD = MappingProxyType({(r.instruction, t): isa.cd_pairs(r.instruction, t)
                            for r in _MMA_ROWS if r.instruction != "wmma" for t in r.a_formats})
 # Operand types that may be paired (a_format, b_format) with a different one.
 _MIXABLE = isa.mixed_pairs()
-_INT_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS if r.datapath == "int"
+INT_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS if r.datapath == "int"
                                  for t in r.a_formats))
 
 MODES = ("exact", "fast")
@@ -50,7 +50,7 @@ BMMA_OPS = ("xor", "and")
 # Argument checks.
 
 
-class _Cfg(NamedTuple):
+class ChainCfg(NamedTuple):
     """Static configuration of one exact float mma (hashable: a jit static arg)."""
 
     a_format: str
@@ -70,7 +70,7 @@ def _resolve_arch(arch) -> tuple[Target | None, ArchModel]:
     return target, ARCHS[target.name]
 
 
-def _check_static(a_format, b_format, c_format, d_format, arch, mode, satf, instruction,
+def check_static(a_format, b_format, c_format, d_format, arch, mode, satf, instruction,
                   datapath):
     checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
     checks.static_choice(a_format, "a_format", A_TYPES)
@@ -105,7 +105,7 @@ def _check_static(a_format, b_format, c_format, d_format, arch, mode, satf, inst
     return target, model
 
 
-def _check_array(x, name: str, want: jnp.dtype) -> jax.Array:
+def check_array(x, name: str, want: jnp.dtype) -> jax.Array:
     x = jnp.asarray(x)
     if x.dtype != want:
         raise TypeError(f"{name} must have dtype {want} for this type, got {x.dtype}")
@@ -114,7 +114,7 @@ def _check_array(x, name: str, want: jnp.dtype) -> jax.Array:
     return x
 
 
-def _check_shapes(a, b, c):
+def check_shapes(a, b, c):
     m, k = a.shape[-2:]
     k2, n = b.shape[-2:]
     if k2 != k:
@@ -134,7 +134,7 @@ def _check_shapes(a, b, c):
 SCALE_INPUT_D_TYPES = ("f16", "bf16", "tf32")
 
 
-def _scale_input_d(value, instruction: str, a_format: str) -> int:
+def check_scale_input_d(value, instruction: str, a_format: str) -> int:
     v = checks.static_int(value, "scale_input_d")
     if v == 0:
         return 0

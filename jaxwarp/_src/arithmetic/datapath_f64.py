@@ -62,7 +62,7 @@ def _vmap_as_batch(fn):
 
 @_vmap_as_batch
 @jax.jit
-def _mma_f64_exact(a, b, c):
+def mma_f64_exact(a, b, c):
     # One branch for the whole call (and, through _vmap_as_batch, for a vmapped call):
     # where any element leaves the native range, every element takes the integer
     # emulation.

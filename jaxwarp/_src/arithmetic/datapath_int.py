@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.arithmetic.datapath_checks import BMMA_OPS, _check_array, _check_shapes
+from jaxwarp._src.arithmetic.datapath_checks import BMMA_OPS, check_array, check_shapes
 from jaxwarp._src.numerics import bitops
 
 # --------------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ def _mma_int(a, b, c, satf):
     return (prod.astype(jnp.uint32) + c.astype(jnp.uint32)).astype(jnp.int32)
 
 
-def _mma_int_chain(a, b, c, a_format: str, b_format: str, ik: int, satf: bool):
+def mma_int_chain(a, b, c, a_format: str, b_format: str, ik: int, satf: bool):
     """Integer mma over k: one sum where it wraps modulo 2**32 (associative), else a chain
     of instructions of k ``ik``, each saturating."""
     if a_format in ("s4", "u4"):
@@ -81,10 +81,10 @@ def bmma(a, b, c, *, op: str) -> jax.Array:
     """
     a, b, c = checks.array_args(a=a, b=b, c=c)
     checks.static_choice(op, "op", BMMA_OPS)
-    a = _check_array(a, "a", jnp.dtype(jnp.uint8))
-    b = _check_array(b, "b", jnp.dtype(jnp.uint8))
-    c = _check_array(c, "c", jnp.dtype(jnp.int32))
-    _check_shapes(a, b, c)
+    a = check_array(a, "a", jnp.dtype(jnp.uint8))
+    b = check_array(b, "b", jnp.dtype(jnp.uint8))
+    c = check_array(c, "c", jnp.dtype(jnp.int32))
+    check_shapes(a, b, c)
     ai = (a & 1).astype(jnp.int32)
     bi = (b & 1).astype(jnp.int32)
     dot = functools.partial(jnp.einsum, "...mk,...kn->...mn", preferred_element_type=jnp.int32)

@@ -54,16 +54,18 @@ tells NaN and infinities. No float operation reads a subnormal, so a GPU that fl
 them gives the same bits. It runs at about a quarter of the in-range kernel's speed on
 large products (4096^3 on an H100: 1.31 against 4.78 TFLOP/s) and as fast on small ones
 (512 x 128 x 512: 0.58 against 0.59 ms), so :func:`chain`'s callers take it below
-:data:`ANY_RANGE_BELOW` multiply-adds (:func:`any_range`), where a call's time is mostly
-launches and its compile is what a user waits for.
+``gemm_kernel_any_range_below`` multiply-adds (:func:`any_range`, an option of
+``jaxwarp.config``), where a call's time is mostly launches and its compile is what a
+user waits for.
 
 Compile time: :func:`chain` runs one kernel per product shape, traced and lowered once
 per shape in a program (``gemm`` is jitted per plan). A product of fewer than
-:data:`ROLLED_BELOW` multiply-adds takes a kernel whose step loops over its 16 products,
-:data:`UNROLL_SMALL` written out per iteration (the in-range kernel with 4 an iteration
-lowered and compiled in a third of the time of the written-out one on an H100, 0.47 s
-against 1.39 s for the first call, and ran at 0.68 of its speed at 4096^3, 0.88 at
-512 x 128 x 512: ``benchmarks/fused_kernel_check.py --variants``, ``docs/compile_time.md``).
+``gemm_kernel_rolled_below`` multiply-adds takes a kernel whose step loops over its 16
+products, ``gemm_kernel_unroll_small`` written out per iteration (the in-range kernel
+with 4 an iteration lowered and compiled in a third of the time of the written-out one
+on an H100, 0.47 s against 1.39 s for the first call, and ran at 0.68 of its speed at
+4096^3, 0.88 at 512 x 128 x 512: ``benchmarks/fused_kernel_check.py --variants``,
+``docs/compile_time.md``).
 
 :func:`models` says which datapaths the kernel is (the sm_90 preset's fields it reads);
 :func:`gemm` runs it. Off the GPU (``interpret=True``) Pallas interprets the same kernel
@@ -84,6 +86,7 @@ from jax.interpreters import mlir
 
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath
+from jaxwarp._src.config import config
 
 #: The operand formats the kernel takes (both operands the same).
 FORMATS = ("bf16", "f16")
@@ -499,25 +502,19 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
 #: The kernel ``chain`` runs: output tile, warps, form, rounding, fp32 operands (the
 #: fewest SASS instructions per multiply-add at 80 registers, ptxas 13 for sm_90: 7.45,
 #: ``benchmarks/fused_kernel_sass.py``; H100 timings in ``benchmarks/README.md``).
+#: Constants of the kernel, not switches: variants are ``chain``'s arguments.
 BLOCK = (32, 32)
 NUM_WARPS = 4
 FORM = "split"
 ROUNDING = "float"
 F32_OPERANDS = True
-#: Products of fewer multiply-adds take the kernel with a loop over a step's products
-#: (``Plan.unroll`` = :data:`UNROLL_SMALL`): there the compile is what a user waits for,
-#: not the run. One product an iteration: on an H100 the study transformer's exact step
-#: reached its first step in 3.7 s against 4.5 s with 2 and 6.1 s with 4, its step
-#: 5-6 ms in each (``docs/compile_time.md``).
-ROLLED_BELOW = 1 << 24
-UNROLL_SMALL = 1
-#: Products of fewer multiply-adds run one kernel exact for every operand value, with no
-#: range check and no ``lax.cond`` around it in the calling program (``any_range``):
-#: bf16 the form "general", f16 the kernel with the IEEE sum of the products. The check
-#: and the cond were most of what an exact product call added to a program's compile on
-#: the GPU; from this size the faster kernels for finite (f16) and in-range (bf16)
-#: operands run, a cond choosing them.
-ANY_RANGE_BELOW = 1 << 24
+# The sizes below which a product takes the kernel with a loop over a step's products
+# (``Plan.unroll``: the options gemm_kernel_rolled_below, gemm_kernel_unroll_small) and
+# the kernel exact for every operand value with no range check and no cond
+# (gemm_kernel_any_range_below: the check and the cond were most of what an exact product
+# call added to a program's compile on the GPU; from that size the faster kernels for
+# finite (f16) and in-range (bf16) operands run, a cond choosing them). Read at trace
+# time, by ``chain`` and ``any_range`` (the plans they build carry the choice).
 
 #: ``gemm`` jitted per plan: a product shape used again in a program (the same layer
 #: twice, a forward and a backward product alike) is traced and lowered once.
@@ -530,15 +527,15 @@ def _all_finite(x):
 
 def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> bool:
     """Whether :func:`chain` runs an (M, K) @ (K, N) product with one kernel for operands
-    of any value, without a cond (``ANY_RANGE_BELOW``): for bf16 the caller then passes
-    ``form="general"`` and no range check.
+    of any value, without a cond (the option ``gemm_kernel_any_range_below``): for bf16
+    the caller then passes ``form="general"`` and no range check.
 
     Example:
         >>> any_range(64, 64, 64), any_range(4096, 4096, 4096)
         (True, False)
     """
     bm, bn = block or BLOCK
-    return -(-M // bm) * bm * -(-N // bn) * bn * K < ANY_RANGE_BELOW
+    return -(-M // bm) * bm * -(-N // bn) * bn * K < config.gemm_kernel_any_range_below
 
 
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
@@ -549,12 +546,12 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
     M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
     operands are known finite (True), known not to be (False), or None: for f16 below
-    :data:`ANY_RANGE_BELOW` multiply-adds (``any_range``) the kernel with the IEEE sum of
+    ``gemm_kernel_any_range_below`` multiply-adds (``any_range``) the kernel with the IEEE sum of
     the products alone, from it a ``lax.cond`` on whether they are finite (the kernel
     without that sum where they are). bf16 operands: ``form="general"`` takes any value;
     the other forms need them in fp32's range (``in_fp32_range``: the caller's cond).
-    ``unroll``: ``Plan.unroll`` (None: :data:`UNROLL_SMALL` below :data:`ROLLED_BELOW`
-    multiply-adds, else 16).
+    ``unroll``: ``Plan.unroll`` (None: the option ``gemm_kernel_unroll_small`` below
+    ``gemm_kernel_rolled_below`` multiply-adds, else 16).
 
     Example:
         >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
@@ -579,7 +576,8 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     a, b = a.astype(dt), b.astype(dt)
 
     if unroll is None:
-        unroll = UNROLL_SMALL if Mp * Np * K < ROLLED_BELOW else IK
+        small = Mp * Np * K < config.gemm_kernel_rolled_below
+        unroll = config.gemm_kernel_unroll_small if small else IK
     if IK % unroll:
         raise ValueError(f"chain: unroll={unroll}: allowed 1, 2, 4, 8 or 16 (a divisor of {IK})")
 

@@ -53,9 +53,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.arithmetic import datapath as mma_arith
+from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import wmma_table
 from jaxwarp._src.catalogue.arch import check_target, parse_target
+from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import matmul_sparse, native
 from jaxwarp._src.gemm.matmul_chain import tiled
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue
@@ -82,8 +83,49 @@ from jaxwarp._src.scaling.tensor_scale import (
     times_pow2,
 )
 
-#: matmul's modes: the model's (exact, fast) and the GPU's own instructions (``native``).
-MODES = (*mma_arith.MODES, "native")
+#: matmul's and mma's modes: the model's (exact, fast) and the GPU's own instructions
+#: (``native``).
+MODES = (*datapath.MODES, "native")
+
+
+def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", mode="exact",
+        satf=False, b_format: str | None = None, instruction: str = "wmma",
+        instruction_k: int | None = None, datapath: Any = None,
+        scale_input_d: int = 0) -> jax.Array:
+    """``D = A @ B + C``, a chain of MMA instructions over k (``jaxwarp.mma``).
+
+    ``datapath.mma``'s arguments, results and errors (its docstring has them), with one
+    more mode: ``"native"`` (on an H100 / H200 only) runs the chain on the GPU's tensor
+    cores (``wgmma`` of the same datapath, ``native.py``): exact mode's bits, for the
+    chains that ``wgmma`` is (f16 / bf16 k16, tf32 k8 outside WMMA, fp8 ``wgmma``; C and
+    D of one format; no satf, no ``datapath=`` model, no ``scale_input_d``); elsewhere a
+    ValueError. Its gradient is exact mode's (straight-through).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> a = jnp.ones((16, 16), jnp.float16); c = jnp.zeros((16, 16), jnp.float32)
+        >>> float(mma(a, a, c, a_format="f16", c_format="f32", d_format="f32")[0, 0])
+        16.0
+    """
+    return _mma(a, b, c, mode, dict(
+        a_format=a_format, c_format=c_format, d_format=d_format, arch=arch, satf=satf,
+        b_format=b_format, instruction=instruction, instruction_k=instruction_k,
+        datapath=datapath, scale_input_d=scale_input_d))
+
+
+def _mma(a, b, c, mode, kw: dict):
+    """:func:`mma`: exact and fast mode are ``datapath.mma``; native mode its checks, the
+    GPU's chain (``native.run_mma``) and its gradient."""
+    if checks.static_choice(mode, "mode", MODES) != "native":
+        return datapath.mma(a, b, c, mode=mode, **kw)
+    checked = datapath.check_mma(a, b, c, mode="exact", **kw)
+    if checked.d is not None:  # k = 0: no instruction runs
+        return checked.d
+    cfg = checked.cfg
+    native.check_mma(cfg.a_format, cfg.b_format, cfg.c_format, cfg.d_format,
+                     kw["instruction"], cfg.ik, kw["arch"], kw["satf"], kw["datapath"],
+                     cfg.c_shift)
+    return datapath.straight_through(native.run_mma, checked.a, checked.b, checked.c, cfg)
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
@@ -270,19 +312,21 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
 # however often a model calls it (XLA inlines the calls: its own compile sees each one,
 # which is why the CPU's exact k loop runs through ``shared_chain``'s executables;
 # benchmarks/compile_time.py and docs/compile_time.md measure it).
-_forward_once = jax.jit(_forward, static_argnums=5)
+_forward_once = keyed_jit(_forward, static_argnums=5)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _matmul(a, b, c, sa, sb, cfg):
+# ``options``: ``config.snapshot()`` of the call (JAX's cache of the traced custom_vjp is
+# keyed on it; the backward products read the forward's options).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _matmul(a, b, c, sa, sb, cfg, options):
     return _forward_once(a, b, c, sa, sb, cfg)
 
 
-def _fwd(a, b, c, sa, sb, cfg):
-    return _matmul(a, b, c, sa, sb, cfg), (a, b, c, sa, sb)
+def _fwd(a, b, c, sa, sb, cfg, options):
+    return _matmul(a, b, c, sa, sb, cfg, options), (a, b, c, sa, sb)
 
 
-@functools.partial(jax.jit, static_argnums=2)
+@functools.partial(keyed_jit, static_argnums=2)
 def _bwd_product(x, y, cfg: Cfg):
     """x @ y through the tensor core, a backward product of a forward with ``cfg`` (jitted
     per signature, as ``_forward_once``)."""
@@ -320,13 +364,14 @@ def _bwd_product(x, y, cfg: Cfg):
     )
 
 
-def _bwd(cfg: Cfg, res, g):
+def _bwd(cfg: Cfg, options, res, g):
     # Straight-through estimator: the operand conversions pass gradients unchanged.
     # The backward products run on the emulated tensor core, like a GPU's backward.
     a, b, c, sa, sb = res
     g = g.astype(ACC_DTYPE[cfg.accumulator])
-    da = _bwd_product(g, b.T, cfg).astype(a.dtype)
-    db = _bwd_product(a.T, g, cfg).astype(b.dtype)
+    with config.override(**dict(options)):
+        da = _bwd_product(g, b.T, cfg).astype(a.dtype)
+        db = _bwd_product(a.T, g, cfg).astype(b.dtype)
     return da, db, g.astype(c.dtype), jnp.zeros_like(sa), jnp.zeros_like(sb)
 
 
@@ -440,7 +485,7 @@ def matmul(
                         one if b_scale is None else b_scale)
         return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     return _matmul(a, b, c, one if a_scale is None else a_scale,
-                   one if b_scale is None else b_scale, cfg)
+                   one if b_scale is None else b_scale, cfg, config.snapshot())
 
 
 def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
@@ -468,11 +513,11 @@ def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instr
     # The dense product of the same instruction runs the backward (``_bwd_2_4``).
     cfg = Cfg(fa, fb, accumulator, default_tile(instruction, fa, arch), instruction, arch,
               "exact", None, False)
-    return _matmul_2_4(a, b, c, cfg)
+    return _matmul_2_4(a, b, c, cfg, config.snapshot())
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _matmul_2_4(a, b, c, cfg: Cfg):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _matmul_2_4(a, b, c, cfg: Cfg, options):
     return matmul_sparse.matmul_2_4(
         to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
         c.astype(ACC_DTYPE[cfg.accumulator]), a_format=cfg.a_format, b_format=cfg.b_format,
@@ -480,11 +525,11 @@ def _matmul_2_4(a, b, c, cfg: Cfg):
         arch=issue_arch(cfg.instruction, cfg.arch))
 
 
-def _fwd_2_4(a, b, c, cfg):
-    return _matmul_2_4(a, b, c, cfg), (a, b, c)
+def _fwd_2_4(a, b, c, cfg, options):
+    return _matmul_2_4(a, b, c, cfg, options), (a, b, c)
 
 
-def _bwd_2_4(cfg: Cfg, res, g):
+def _bwd_2_4(cfg: Cfg, options, res, g):
     # A is 2:4 by contract: its pruned elements are zeros, not variables, so dA is zero
     # there (the mask the forward pruned with). Otherwise the dense matmul's backward:
     # straight-through conversions, dA = dD @ B^T and dB = A^T @ dD (the pruned A) as
@@ -496,8 +541,9 @@ def _bwd_2_4(cfg: Cfg, res, g):
                                   instruction=cfg.instruction)
     g = g.astype(ACC_DTYPE[cfg.accumulator])
     a_kept = jnp.where(keep, a, jnp.zeros_like(a))
-    da = jnp.where(keep, _bwd_product(g, b.T, cfg).astype(a.dtype), jnp.zeros_like(a))
-    db = _bwd_product(a_kept.T, g, cfg).astype(b.dtype)
+    with config.override(**dict(options)):
+        da = jnp.where(keep, _bwd_product(g, b.T, cfg).astype(a.dtype), jnp.zeros_like(a))
+        db = _bwd_product(a_kept.T, g, cfg).astype(b.dtype)
     return da, db, g.astype(c.dtype)
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import isa
+from jaxwarp._src.config import keyed_jit
 from jaxwarp._src.instructions import sparse
 
 __all__ = ["SPARSITIES", "matmul_2_4", "sparse_row", "kept_2_4", "k_step"]
@@ -61,8 +61,8 @@ def k_step(instruction: str, a_format: str, accumulator: str) -> int:
                if (accumulator, accumulator) in r.cd)
 
 
-@functools.partial(jax.jit, static_argnames=("a_format", "b_format", "accumulator",
-                                              "instruction", "arch"))
+@functools.partial(keyed_jit, static_argnames=("a_format", "b_format", "accumulator",
+                                                "instruction", "arch"))
 def matmul_2_4(a, b, c, *, a_format: str, b_format: str, accumulator: str,
                instruction: str, arch):
     """``D = prune_2_4(A) @ B + C`` through sparse instructions; a, b in their operand

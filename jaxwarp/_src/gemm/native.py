@@ -17,9 +17,9 @@ are the same 16-product blocks, so they run natively too; ``mma.sync`` m16n8k8, 
 m16n16k8 (two k4 blocks) and fp8 ``mma.sync`` (two f16 HMMAs and an FADD) are other
 arithmetic and raise. Operand conversion, per-tensor fp8 scales and the gradients are
 ``matmul``'s own (only the chain runs natively); block scales are not supported.
-``jaxwarp.mma(mode="native")`` runs one chain on logical matrices through
-:func:`check_mma` and :func:`run_mma`, which this module registers in ``datapath.NATIVE``
-(``datapath`` cannot import this module, which imports it).
+``jaxwarp.mma(mode="native")`` (``matmul.mma``, the GEMM layer's front-end to
+``datapath.mma``) runs one chain on logical matrices through :func:`check_mma` and
+:func:`run_mma`.
 
 What it guarantees: every product that ``matmul`` / ``mma`` / ``emulate`` sends to the tensor
 core (forward and backward) has exact mode's bits. Nothing else in a program changes: the
@@ -44,7 +44,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.gemm import native_kernels
 from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg
@@ -246,7 +245,7 @@ def check_mma(a_format: str, b_format: str, c_format: str, d_format: str, instru
 
 
 def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
-    """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``_Cfg`` of a chain
+    """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``ChainCfg`` of a chain
     that :func:`check_mma` accepted, so it is ``wgmma`` of the same k and datapath.
 
     Leading batch dims broadcast as in ``mma`` (one kernel per batch element, through
@@ -257,7 +256,7 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
         >>> a = jnp.ones((2, 16, 32), jnp.float16); b = jnp.ones((32, 8), jnp.float16)
-        >>> cfg = datapath._Cfg("f16", "f16", "f32", "f32", None, 16)
+        >>> cfg = datapath.ChainCfg("f16", "f16", "f32", "f32", None, 16)
         >>> c = jnp.zeros((16, 8), jnp.float32)
         >>> jax.eval_shape(lambda: run_mma(a, b, c, cfg, interpret=True))
         ShapeDtypeStruct(shape=(2, 16, 8), dtype=float32)
@@ -275,5 +274,3 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
         fn = jax.vmap(fn)
     return fn(a, b, c)
 
-
-datapath.NATIVE[:] = [check_mma, run_mma]

@@ -36,15 +36,11 @@ import time
 import jax
 import numpy as np
 
+from jaxwarp._src.config import config, keyed_jit
+from jaxwarp._src.gemm.k_loop import in_range_cond, k_step, xla_loop
 from jaxwarp._src.gemm.matmul_tiles import Cfg
 from jaxwarp._src.warp import checked
 
-#: Whether exact products run through the shared executables: "auto" (on the CPU backend,
-#: with one device, for products without promotion or block scales; on a GPU, bf16's
-#: general branch beside the fused kernel) or "off" (the inline k loop: every call
-#: compiled in the calling program). Read at trace time (``jax.clear_caches()``
-#: after changing it); the bits are the same.
-SHARED = "auto"
 #: Rows and columns of one output block (the smallest m and n of the float tiles, so that a
 #: product's blocks cover no more than its tiles).
 BLOCK = 16
@@ -55,14 +51,12 @@ BLOCK = 16
 GROUPS = (16, 64, 256)
 
 
-#: Seconds that the calls of one product (its shapes, types and configuration) may spend
-#: in the blocks before a background thread compiles that product's whole k loop as an
-#: executable of its own (the inline loop, the same bits); the calls after it is ready
-#: run it instead. About what such a compile costs on the CPU, so that a product never
-#: spends more than about twice the better of the two (the rent-or-buy rule). None:
-#: never. (The blocks start a model in seconds; a training run's hot products then run
-#: at the inline loop's speed.)
-PROMOTE_AFTER: float | None = 0.5
+# The option gemm_shared chooses whether exact products run here ("auto") or inline
+# ("off"); gemm_promote_after, after how many seconds in the blocks a product's whole k
+# loop is compiled (a product then never spends more than about twice the better of the
+# two; the blocks start a model in seconds, a training run's hot products then run at
+# the inline loop's speed). Both are read at trace time.
+
 
 def _make_state():
     """A JAX config state in the jit cache key (so that a product traced inside
@@ -93,10 +87,10 @@ def _inline_now() -> bool:
 @contextlib.contextmanager
 def inline():
     """Trace the exact products inside with the inline k loop (every call compiled in the
-    calling program), whatever ``SHARED`` says: for programs whose bits must not depend on
-    anything outside them, such as ``grouped_value_and_grad``'s, which give the same bits
-    on any number of devices (a callback changes how XLA fuses the operations around it,
-    and so the order of their own float sums)."""
+    calling program), whatever the option ``gemm_shared`` says: for programs whose bits
+    must not depend on anything outside them, such as ``grouped_value_and_grad``'s, which
+    give the same bits on any number of devices (a callback changes how XLA fuses the
+    operations around it, and so the order of their own float sums)."""
     if _INLINE_STATE is not None:
         with _INLINE_STATE(True):
             yield
@@ -112,7 +106,7 @@ def _eligible(cfg: Cfg, scales) -> bool:
     # Not in checked mode, whose checks cannot cross a callback, and not where the program
     # may be partitioned over several devices (a callback would gather its operands to
     # one device: XLA's SPMD partitioner makes it a replicated, maximal-sharded op).
-    return (SHARED == "auto" and scales is None and cfg.promote_every is None
+    return (config.gemm_shared == "auto" and scales is None and cfg.promote_every is None
             and not checked.enabled() and not _inline_now() and jax.device_count() == 1)
 
 
@@ -151,18 +145,36 @@ _PRODUCTS: dict = {}
 _PRODUCTS_LOCK = threading.Lock()
 
 
-def _compile_whole(prod: _Product, specs, cfg: Cfg, loop) -> None:
-    """Compile the inline k loop ``loop(a, b, acc, cfg)`` (``matmul_chain.tiled``) of one
-    product signature (run in a thread of its own)."""
+def clear_products() -> None:
+    """Forget every product's calls and promoted loop (waiting for the promotions under
+    way first): for tests that count this process's products from zero."""
+    wait_for_promotions()
+    with _PRODUCTS_LOCK:
+        _PRODUCTS.clear()
+
+
+def products() -> list[_Product]:
+    """The products seen so far (their calls, seconds and promoted loops): for tests."""
+    with _PRODUCTS_LOCK:
+        return list(_PRODUCTS.values())
+
+
+def _compile_whole(prod: _Product, specs, cfg: Cfg) -> None:
+    """Compile the inline k loop (``k_loop.xla_loop``, with ``matmul_chain.tiled``'s
+    in-range cond where it takes one) of one product signature (run in a thread of its
+    own)."""
     try:
+        def loop(a, b, acc):
+            macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
+            return xla_loop(a, b, acc, cfg, cond=in_range_cond(cfg, macs))
+
         def whole(a, b, acc):
-            fn = functools.partial(loop, cfg=cfg)
+            fn = loop
             for _ in range(acc.ndim - 2):  # the lead (vmapped) dimensions
                 fn = jax.vmap(fn)
             return fn(a, b, acc)
 
-        with inline():
-            prod.whole = jax.jit(whole).lower(*specs).compile()
+        prod.whole = jax.jit(whole).lower(*specs).compile()
     except Exception as e:  # noqa: BLE001 - the blocks stay; wait_for_promotions says it
         prod.error = e
 
@@ -179,24 +191,29 @@ def wait_for_promotions(timeout: float | None = None) -> list[BaseException]:
 
 
 def _product(a, b, acc, cfg: Cfg) -> _Product:
-    key = (a.shape, a.dtype, b.shape, b.dtype, acc.shape, acc.dtype, cfg)
+    # (the options too: the promoted loop is compiled with them)
+    key = (a.shape, a.dtype, b.shape, b.dtype, acc.shape, acc.dtype, cfg, config.snapshot())
     with _PRODUCTS_LOCK:
         return _PRODUCTS.setdefault(key, _Product())
 
 
-def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg, loop) -> None:
-    """Add a call's seconds in the blocks; start the whole loop's compile past
-    PROMOTE_AFTER."""
+def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg) -> None:
+    """Add a call's seconds in the blocks; start the whole loop's compile past the option
+    ``gemm_promote_after``."""
+    after = config.gemm_promote_after
     with _PRODUCTS_LOCK:
         prod.seconds += seconds if prod.calls else 0.0
         prod.calls += 1
-        if (PROMOTE_AFTER is None or prod.thread is not None or prod.seconds < PROMOTE_AFTER
+        if (after is None or prod.thread is not None or prod.seconds < after
                 or a.dtype.itemsize == 8):
             # (64-bit operands stay: the compile runs in its own thread, which would not
             # see a thread's jax_enable_x64)
             return
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (a, b, acc)]
-        prod.thread = threading.Thread(target=_compile_whole, args=(prod, specs, cfg, loop),
+        # (in this context: the thread sees the options of an override around the call)
+        ctx = contextvars.copy_context()
+        prod.thread = threading.Thread(target=ctx.run,
+                                       args=(_compile_whole, prod, specs, cfg),
                                        name="jaxwarp-promote", daemon=True)
         prod.thread.start()
 
@@ -209,35 +226,37 @@ def _executable_cfg(cfg: Cfg) -> Cfg:
                                promote_every=None, scaled=False, blockwise=False)
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _run(a, b, acc, cfg: Cfg, step):
+@functools.partial(keyed_jit, static_argnums=3)
+def _run(a, b, acc, cfg: Cfg):
     """One instruction on every block: a (G, BLOCK, k), b (G, k, BLOCK), acc (G, BLOCK,
     BLOCK). (One k step per call: a loop over k steps in the executable carries its
     operands into the loop, which XLA copies on every call; a call per step keeps the
     accumulator on the device between calls.)"""
-    return step(a, b, acc, 0, cfg)
+    return k_step(a, b, acc, 0, cfg)
 
 
 def _as_uint(x):
     return x.view(np.dtype(f"u{x.dtype.itemsize}"))
 
 
-def _host(a, b, acc, *, cfg: Cfg, step, loop):
+def _host(a, b, acc, *, cfg: Cfg, options):
     """The chain over numpy operands: a (..., M, K), b (..., K, N), acc (..., M, N), M, N
-    and K already padded to the instruction's tile."""
-    if jax.default_backend() != "cpu":  # an accelerator's program: run on the host's CPU
-        with jax.default_device(_cpu()):
-            return _blocks(a, b, acc, cfg, step)
-    prod = _product(a, b, acc, cfg)
-    if prod.whole is not None:
-        return np.asarray(prod.whole(a, b, acc))
-    start = time.perf_counter()
-    out = _blocks(a, b, acc, cfg, step)
-    _spent(prod, time.perf_counter() - start, a, b, acc, cfg, loop)
-    return out
+    and K already padded to the instruction's tile; ``options``: the options when the
+    calling program was traced (``config.snapshot``), read here."""
+    with config.override(**dict(options)):
+        if jax.default_backend() != "cpu":  # an accelerator's program: run on the host's CPU
+            with jax.default_device(_cpu()):
+                return _blocks(a, b, acc, cfg)
+        prod = _product(a, b, acc, cfg)
+        if prod.whole is not None:
+            return np.asarray(prod.whole(a, b, acc))
+        start = time.perf_counter()
+        out = _blocks(a, b, acc, cfg)
+        _spent(prod, time.perf_counter() - start, a, b, acc, cfg)
+        return out
 
 
-def _blocks(a, b, acc, cfg: Cfg, step):
+def _blocks(a, b, acc, cfg: Cfg):
     """The chain through the shared executables."""
     lead = acc.shape[:-2]
     (M, K), N = a.shape[-2:], b.shape[-1]
@@ -278,17 +297,16 @@ def _blocks(a, b, acc, cfg: Cfg, step):
         out = np.zeros((size, T, T), acc.dtype)
         out[:ng] = c[sel]
         for kk in range(steps):
-            out = _run(ag[kk].view(a_dt), bg[kk].view(b_dt), out, ecfg, step)
+            out = _run(ag[kk].view(a_dt), bg[kk].view(b_dt), out, ecfg)
         c[sel] = np.asarray(out)[:ng]
         g0 = sel.stop
     d = c.reshape(nb, mb, kb, T, T).transpose(0, 1, 3, 2, 4).reshape(nb, mb * T, kb * T)
     return np.ascontiguousarray(d[:, :M, :N]).reshape((*lead, M, N))
 
 
-def chain(a_op, b_op, acc, cfg: Cfg, step, loop):
-    """``matmul_chain.tiled``'s k loop, ``step(a_op, b_op, acc, kk, cfg)`` one instruction
-    (the k-th of the tile's k-slices), run through the shared executables; ``loop(a_op,
-    b_op, acc, cfg)`` the whole inline loop (``tiled``), for promotions."""
-    host = functools.partial(_host, cfg=cfg, step=step, loop=loop)
+def chain(a_op, b_op, acc, cfg: Cfg):
+    """``matmul_chain.tiled``'s k loop, one instruction (``k_loop.k_step``) per call of
+    the shared executables, on operands padded to the tile."""
+    host = functools.partial(_host, cfg=cfg, options=config.snapshot())
     return jax.pure_callback(host, jax.ShapeDtypeStruct(acc.shape, acc.dtype), a_op, b_op,
                              acc, vmap_method="broadcast_all")
