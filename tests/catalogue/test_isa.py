@@ -229,6 +229,26 @@ def test_no_other_module_has_its_own_table(module):
             assert len(keys & _TYPE_NAMES) < 2, f"{module}.py:{node.lineno}: {sorted(keys)}"
 
 
+# Modules outside this test's folders that still state the b1 operations themselves
+# (arithmetic/datapath_checks.py: BMMA_OPS); remove each name once it reads isa.B1_OPS.
+_B1_OPS_NOT_YET = {"datapath_checks"}
+
+
+def test_b1_ops_are_stated_once():
+    """The b1 operations come from the rows' ``b1_ops``; no module spells the tuple."""
+    assert isa.B1_OPS == ("xor", "and")
+    assert set(isa.B1_OPS) == {op for r in isa.ROWS for op, _ in r.b1_ops}
+    assert wmma_table.BMMA_OPS is isa.B1_OPS
+    for path in sorted((ROOT / "jaxwarp").rglob("*.py")):
+        if path.stem in _B1_OPS_NOT_YET:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Tuple) and len(node.elts) == 2 and {
+                    getattr(e, "value", None) for e in node.elts} == {"xor", "and"}:
+                pytest.fail(f"{path.relative_to(ROOT)}:{node.lineno} states the b1 ops; "
+                            f"read isa.B1_OPS")
+
+
 # --------------------------------------------------------------------------------------
 # The README's table.
 

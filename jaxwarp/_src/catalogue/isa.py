@@ -231,6 +231,9 @@ ROWS: tuple[Row, ...] = (
         b1_ops=(("and", 90),)),
     *TCGEN05_ROWS,
 )
+#: The b1 operations (``.xor.popc``, ``.and.popc``; WMMA ``bmmaBitOpXOR`` / ``AND``), in
+#: catalogue order: every b1 row's ``b1_ops``.
+B1_OPS: tuple[str, ...] = tuple(dict.fromkeys(op for r in ROWS for op, _ in r.b1_ops))
 
 
 # --------------------------------------------------------------------------------------

@@ -126,13 +126,15 @@ def parse_mma_name(op: str, name: str, chain: bool = False) -> MmaName:
         if rest and rest[0] == "satfinite" and not kw.get("satf"):
             kw["satf"] = True
             rest.pop(0)
-        if rest and rest[0] in ("xor", "and"):
+        if rest and rest[0] in isa.B1_OPS:
             kw["bmma_op"] = rest.pop(0)
         if rest:
+            ops = ", ".join(map(repr, isa.B1_OPS))
             raise CaptureError(f"{where}: suffix {'.'.join(rest)!r} unknown; valid: layouts "
-                               f"{_PTX_LAYOUTS}, 'satfinite', 'xor', 'and'")
+                               f"{_PTX_LAYOUTS}, 'satfinite', {ops}")
         if a_format == "b1" and "bmma_op" not in kw:
-            raise CaptureError(f"{where}: a b1 configuration needs '.xor' or '.and'")
+            ops = " or ".join(f"'.{op}'" for op in isa.B1_OPS)
+            raise CaptureError(f"{where}: a b1 configuration needs {ops}")
     else:
         order = [f for f in _WGMMA_FLAGS if f in rest]
         unknown = [f for f in rest if f not in _WGMMA_FLAGS]
