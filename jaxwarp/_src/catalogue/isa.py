@@ -52,6 +52,29 @@ ROW_COL = (("row", "col"),)
 ALL_LAYOUTS = (("row", "col"), ("row", "row"), ("col", "row"), ("col", "col"))
 #: Datapath kinds of rows that are not a float datapath of ``arch.py``.
 EXACT_DATAPATHS = ("int", "f64", "bmma")
+#: Every compilation target the catalogue names, oldest first: ``sm_XY`` and its ``a``
+#: form. ``arch.ARCHS`` has a datapath preset for most (``arch.TARGETS``); the targets of
+#: an ``a`` feature are read from here (:func:`a_targets`).
+TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
+           "sm_100", "sm_100a", "sm_101", "sm_101a", "sm_103", "sm_103a", "sm_120",
+           "sm_120a", "sm_121", "sm_121a")
+
+
+def generation(sm: int) -> int:
+    """The generation of ``sm_XY`` (its hundreds and tens): an ``a`` feature of one
+    target is on the later ``a`` targets of its generation only."""
+    return sm // 10
+
+
+def a_targets(sm: int) -> tuple[str, ...]:
+    """The ``a`` targets of :data:`TARGETS` that have an ``a`` feature of ``sm_{sm}a``.
+
+    Example:
+        >>> a_targets(100), a_targets(120)
+        (('sm_100a', 'sm_101a', 'sm_103a'), ('sm_120a', 'sm_121a'))
+    """
+    return tuple(t for t in TARGETS if t.endswith("a") and int(t[3:-1]) >= sm
+                 and generation(int(t[3:-1])) == generation(sm))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,8 +604,8 @@ class BlockScaleRow:
         return self.shapes[0][2]
 
 
-_MMA_BS = ("sm_120a", "sm_121a")
-_TC05_BS = ("sm_100a", "sm_101a", "sm_103a")
+_MMA_BS = a_targets(120)
+_TC05_BS = a_targets(100)
 _NVF4_SCALES = ((32, "ue8m0"), (16, "ue8m0"), (16, "ue4m3"))
 BLOCK_SCALE_INSTRUCTIONS = ("mma_sync", "tcgen05")
 BLOCK_SCALE_ROWS: tuple[BlockScaleRow, ...] = (
