@@ -42,8 +42,9 @@ Shape = tuple[int, int, int]
 
 #: Instruction families, in the order every table lists them.
 INSTRUCTIONS = ("wmma", "mma_sync", "wgmma", "tcgen05")
-#: The fp8 operand types (the fp8 formats of the number layer).
-FP8_TYPES = tuple(FP8_FORMATS)
+#: The fp8 operand types: the names of the number layer's ``FP8_FORMATS`` (its one home, a
+#: dict name -> storage type), as the tuple every catalogue user reads.
+FP8_TYPES: tuple[str, ...] = tuple(FP8_FORMATS)
 #: The operand types of ``kind::f8f6f4`` and ``kind::mxf8f6f4`` (PTX order): fp8, fp6, fp4.
 F8F6F4_TYPES = ("e5m2", "e4m3", "e3m2", "e2m3", "e2m1")
 #: Layouts of A and B (PTX names; WMMA spells them ``row_major`` / ``col_major``).
