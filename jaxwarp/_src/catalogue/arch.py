@@ -70,7 +70,7 @@ from typing import Any
 
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.checks import format_name, static_choice
-from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
+from jaxwarp._src.numerics.formats import ALIASES
 
 _TARGET_RE = re.compile(r"sm_?([1-9][0-9]*)([af]?)")
 
@@ -583,7 +583,7 @@ def datapath_for(arch: str | ArchModel, instruction: str, a_format: str, ik: int
     """
     model = arch if isinstance(arch, ArchModel) else ARCHS[supported_target(arch).name]
     static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    a_format = format_name(a_format, "a_format", isa.a_formats(instruction), FORMAT_ALIASES,
+    a_format = format_name(a_format, "a_format", isa.a_formats(instruction), ALIASES,
                          need_x64=False)
     ks = tuple(dict.fromkeys(k for r in isa.rows(instruction, a_format) for k in r.ks))
     if isinstance(ik, bool) or ik not in ks:
@@ -591,5 +591,5 @@ def datapath_for(arch: str | ArchModel, instruction: str, a_format: str, ik: int
                          f"operands; allowed: {ks}")
     if b_format is not None:
         b_format = format_name(b_format, "b_format", isa.b_formats(instruction, a_format),
-                             FORMAT_ALIASES, need_x64=False)
+                             ALIASES, need_x64=False)
     return model.datapath(family(instruction, a_format, ik, b_format))

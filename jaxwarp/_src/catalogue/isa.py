@@ -625,6 +625,11 @@ BLOCK_SCALE_ROWS: tuple[BlockScaleRow, ...] = (
 )
 
 
+#: The scale types of the block-scaled rows (``ue8m0``, ``ue4m3``), in catalogue order.
+BLOCK_SCALE_TYPES: tuple[str, ...] = tuple(dict.fromkeys(s for r in BLOCK_SCALE_ROWS
+                                                         for _, s in r.scales))
+
+
 def block_scale_rows(instruction: str | None = None) -> tuple[BlockScaleRow, ...]:
     """The block-scaled rows (of one instruction family).
 

@@ -37,8 +37,8 @@ FAMILIES = ("mma", "mma_block_scale", "tcgen05", "tcgen05_block_scale")
 #: Operand types of the files; fp6 (e3m2, e2m3) and fp4 (e2m1) one element per byte.
 OPERAND_TYPES = ("f64", "tf32", "f16", "bf16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 ACCUMULATOR_TYPES = ("f16", "f32", "f64")
-SCALE_TYPES = ("ue8m0", "ue4m3")
-FP6_FP4 = ("e3m2", "e2m3", "e2m1")
+SCALE_TYPES = isa.BLOCK_SCALE_TYPES
+FP6_FP4 = tuple(t for t in isa.F8F6F4_TYPES if t not in isa.FP8_TYPES)
 _KINDS = {
     "mma": ("", "f8f6f4"),
     "mma_block_scale": ("mxf8f6f4", "mxf4", "mxf4nvf4"),

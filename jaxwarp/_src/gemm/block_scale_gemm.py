@@ -49,12 +49,12 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import block_scale
-from jaxwarp._src.catalogue import arch as _arch
 from jaxwarp._src.catalogue import isa
+from jaxwarp._src.catalogue.arch import parse_target
 from jaxwarp._src.numerics import softfloat
-from jaxwarp._src.scaling import tensor_scale as scaling
 from jaxwarp._src.scaling.mx import MXTensor, dequantize, quantize
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS
+from jaxwarp._src.scaling.tensor_scale import multiply_rn, times_pow2
 
 INSTRUCTIONS = isa.BLOCK_SCALE_INSTRUCTIONS
 MODES = ("exact", "fast")
@@ -172,7 +172,7 @@ _GEMM_FORMATS = tuple(n for n, f in MX_FORMATS.items() if f.int_lsb is None)
 
 def _row_target(instruction: str, kind: str, arch: Any) -> tuple[isa.BlockScaleRow, str]:
     row = block_scale._row(instruction, kind)
-    name = row.targets[0] if arch is None else _arch.parse_target(arch).name
+    name = row.targets[0] if arch is None else parse_target(arch).name
     if name not in row.targets:
         raise ValueError(f"arch={arch!r}: block-scaled {instruction} is on {row.targets}")
     return row, name
@@ -222,7 +222,7 @@ def random_hadamard(x: jax.Array, axis: int, key_data: jax.Array) -> jax.Array:
         d = softfloat.add_rn(tu, tv._replace(neg=~tv.neg), "f32", 0x7FC00000)
         xb = jnp.stack([s, d], axis=-2).reshape(xb.shape)
         h *= 2
-    out = scaling.times_pow2(lax.bitcast_convert_type(xb, jnp.float32), jnp.int32(-2), "f32")
+    out = times_pow2(lax.bitcast_convert_type(xb, jnp.float32), jnp.int32(-2), "f32")
     return jnp.moveaxis(out.reshape(shape), -1, axis)
 
 
@@ -275,8 +275,8 @@ def _product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
                            block_scale.DATAPATHS[kind])
     acc = _chain(_codes(ta), _codes(tb), sa, sb, cfg, _rows(ta.shape, tb.shape))
     if fa.tensor_scale:  # the epilogue: alpha = s_A * s_B, D = alpha * acc (rounded once)
-        alpha = scaling.multiply_rn(ta.tensor_scale, tb.tensor_scale)
-        acc = scaling.multiply_rn(acc, alpha)
+        alpha = multiply_rn(ta.tensor_scale, tb.tensor_scale)
+        acc = multiply_rn(acc, alpha)
     return acc
 
 
