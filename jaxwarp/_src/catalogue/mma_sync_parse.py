@@ -46,7 +46,7 @@ __all__ = [
 WARP_SIZE = checks.WARP_SIZE
 PREFIX = "mma.sync.aligned."
 USES = ("a", "b", "c", "d")
-LAYOUTS = ("row", "col")
+LAYOUTS = isa.LAYOUTS
 
 _ROWS = isa.rows("mma_sync")
 #: Every type name of a qualifier: the A/B types, then the C/D types (catalogue order).
