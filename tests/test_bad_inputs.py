@@ -2227,11 +2227,13 @@ def _mxm(**kw):
     return lambda a, b: jaxwarp.mx.matmul(a, b, **kw)
 
 
-case(6, "mx-matmul-fmt-unknown", _mxm(fmt="e4m3"), _MA, _MB, exc=ValueError,
-     must=("fmt='e4m3' is not supported", "mxfp8_e4m3", "nvfp4"))
-case(6, "mx-matmul-fmt-mxint8", _mxm(fmt="mxint8"), _MA, _MB, exc=ValueError,
-     must=("fmt='mxint8' is not supported", "mxfp8_e4m3"))
-case(6, "mx-matmul-fmt-nvfp4-with-mx", _mxm(fmt=("nvfp4", "mxfp8_e4m3")), _MA, _MB,
+case(6, "mx-matmul-fmt-unknown", _mxm(operand_format="e4m3"), _MA, _MB, exc=ValueError,
+     must=("operand_format='e4m3' is not supported", "mxfp8_e4m3", "nvfp4"))
+case(6, "mx-matmul-fmt-mxint8", _mxm(operand_format="mxint8"), _MA, _MB, exc=ValueError,
+     must=("operand_format='mxint8' is not supported", "mxfp8_e4m3"))
+case(6, "mx-matmul-fmt-both-names", _mxm(operand_format="nvfp4", fmt="nvfp4"), _MA, _MB,
+     exc=TypeError, must=("got both operand_format= and its old name fmt=",))
+case(6, "mx-matmul-fmt-nvfp4-with-mx", _mxm(operand_format=("nvfp4", "mxfp8_e4m3")), _MA, _MB,
      exc=ValueError, must=("NVFP4 multiplies only NVFP4",))
 case(6, "mx-matmul-instruction", _mxm(instruction="wgmma"), _MA, _MB, exc=ValueError,
      must=("instruction='wgmma' is not supported", "('mma_sync', 'tcgen05')"))
@@ -2239,7 +2241,7 @@ case(6, "mx-matmul-arch", _mxm(arch="sm_90"), _MA, _MB, exc=ValueError,
      must=("arch='sm_90'", "sm_100a"))
 case(6, "mx-matmul-mode", _mxm(mode="fastest"), _MA, _MB, exc=ValueError,
      must=("mode='fastest' is not supported", "('exact', 'fast')"))
-case(6, "mx-matmul-scale-rule-nvfp4", _mxm(fmt="nvfp4", scale_rule="ocp"), _MA, _MB,
+case(6, "mx-matmul-scale-rule-nvfp4", _mxm(operand_format="nvfp4", scale_rule="ocp"), _MA, _MB,
      exc=ValueError, must=("scale_rule='ocp' is not supported", "('nvfp4',)"))
 case(6, "mx-matmul-a-int32", _mxm(), _MA.astype(np.int32), _MB, exc=TypeError,
      must=("a must be a float32", "MXTensor", "int32"))

@@ -1,5 +1,6 @@
 """Host-side tests of tools/crosscheck/make_golden.py (no MMA-Sim needed): drawing,
-bit encodings and the kinds of trials. ml_dtypes decodes the bits independently."""
+bit encodings and the kinds of trials. ml_dtypes decodes the bits independently. And
+dev_tcgen05.py's shared-memory writer, which uses only public jaxwarp names."""
 
 import pathlib
 import sys
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "crosscheck"))
+import dev_tcgen05 as dt  # noqa: E402
 import make_golden as mg  # noqa: E402
 
 _VALUE_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16,
@@ -80,3 +82,44 @@ def test_field_shapes_follow_the_format(family, q, shapes):
     got = mg.field_shapes(mg.parse(family, q), 2)
     for f, s in shapes.items():
         assert got[f] == s
+
+
+# --------------------------------------------------------------------------------------
+# dev_tcgen05.py: its own canonical-layout writer (public jaxwarp names only) agrees with
+# jaxwarp's, and the descriptor path gives the logical path's bits.
+
+
+@pytest.mark.parametrize("q", ["m64n8k16.kind::f16.f32.f16.f16",
+                               "m128n16k8.kind::tf32.f32.tf32.tf32",
+                               "m64n16k32.kind::f8f6f4.f32.e4m3.e2m1"])
+@pytest.mark.parametrize("sw", [0, 32, 64, 128])
+@pytest.mark.parametrize("mn_major", [False, True])
+def test_dev_tcgen05_store_is_jaxwarps_canonical_layout(q, sw, mn_major):
+    import jaxwarp
+    from jaxwarp._src.instructions import tcgen05
+
+    instr = jaxwarp.parse_tcgen05(q)
+    bits = np.dtype(tcgen05.BITS_DTYPE[instr.a_format])
+    rng = np.random.default_rng(sw + mn_major)
+    a = rng.integers(0, 1 << min(8 * bits.itemsize, 31), (instr.m, instr.k)).astype(bits)
+    desc, size, (lbo, sbo) = dt._layout(instr.m, instr.k, bits.itemsize, mn_major, sw, 1024)
+    ours = dt.store(np.zeros(size + 3072, np.uint8), a, 1024, lbo, sbo, sw, mn_major)
+    want = tcgen05.write_operand(np.zeros(size + 3072, np.uint8), desc, q, "a", a,
+                                 transpose=mn_major)
+    np.testing.assert_array_equal(ours, np.asarray(want))
+
+
+@pytest.mark.parametrize("q", ["m64n8k16.kind::f16.f32.bf16.bf16",
+                               "m64n8k32.kind::f8f6f4.f32.e5m2.e3m2"])
+def test_dev_tcgen05_descriptor_path_is_the_logical_path(q):
+    import jaxwarp
+
+    instr = jaxwarp.parse_tcgen05(q)
+    rng = np.random.default_rng(3)
+    a = mg.draw(instr.a_format, "normal", (instr.m, instr.k), rng)
+    b = mg.draw(instr.b_format, "normal", (instr.k, instr.n), rng)
+    c = np.zeros((instr.m, instr.n), np.float32)
+    for seed in range(4):  # random layouts and swizzles
+        got = np.asarray(dt.run_desc(q, a, b, c, np.random.default_rng(seed)))
+        want = np.asarray(jaxwarp.tcgen05_mma_logical(q, a, b, c))
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

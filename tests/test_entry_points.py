@@ -752,6 +752,59 @@ def test_mx_table_is_complete():
     assert public == set(MX_ENTRY_POINTS) | MX_NO_ARRAY_DATA
 
 
+# Keywords renamed to the library's vocabulary (jaxwarp.matmul's operand_format): the old
+# name works for a release, with a DeprecationWarning naming the new one.
+RENAMED_KEYWORDS = {"matmul": {"fmt": "operand_format"}}  # jaxwarp.mx.<name>
+
+
+def test_renamed_keywords_are_listed_in_the_signatures():
+    for name, renames in RENAMED_KEYWORDS.items():
+        params = inspect.signature(getattr(jaxwarp.mx, name)).parameters
+        for old, new in renames.items():
+            assert params[old].kind is inspect.Parameter.KEYWORD_ONLY, (name, old)
+            assert params[old].default is None and new in params, (name, old)
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_mx_matmul_old_fmt_keyword_warns_and_gives_the_same_bits(mode, jit):
+    a = jnp.asarray(np.linspace(-5.0, 7.0, 8 * 64, dtype=np.float32).reshape(8, 64))
+    b = jnp.asarray(np.linspace(3.0, -2.0, 64 * 3, dtype=np.float32).reshape(64, 3) ** 3)
+    fmt = ("mxfp8_e5m2", "mxfp6_e2m3")
+    new = functools.partial(jaxwarp.mx.matmul, operand_format=fmt, mode=mode)
+    old = functools.partial(jaxwarp.mx.matmul, fmt=fmt, mode=mode)
+    if jit:
+        new, old = jax.jit(new), jax.jit(old)
+    want = np.asarray(new(a, b))
+    with pytest.warns(DeprecationWarning, match=r"jaxwarp\.mx\.matmul: fmt= is deprecated; "
+                                                r"use operand_format="):
+        got = np.asarray(old(a, b))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    positional = np.asarray(jaxwarp.mx.matmul(a, b, fmt, mode=mode))
+    np.testing.assert_array_equal(positional.view(np.uint32), want.view(np.uint32))
+
+
+def test_mx_matmul_old_and_new_keyword_together_is_an_error():
+    a, b = jnp.asarray(X32), jnp.asarray(X32.T)
+    for kw in (dict(operand_format="nvfp4", fmt="nvfp4"),
+               dict(operand_format="mxfp8_e4m3", fmt="nvfp4")):
+        with pytest.raises(TypeError, match="got both operand_format= and its old name fmt="):
+            jaxwarp.mx.matmul(a, b, **kw)
+        with pytest.raises(TypeError, match="got both operand_format= and its old name fmt="):
+            jax.jit(lambda x, y, kw=kw: jaxwarp.mx.matmul(x, y, **kw))(a, b)
+    with pytest.raises(TypeError, match="got both operand_format= and its old name fmt="):
+        jaxwarp.mx.matmul(a, b, "nvfp4", fmt="nvfp4")
+
+
+def test_old_keyword_is_a_static_argname_under_jit():
+    a, b = jnp.asarray(X32), jnp.asarray(X32.T)
+    f = jax.jit(jaxwarp.mx.matmul, static_argnames=("fmt", "mode"))
+    with pytest.warns(DeprecationWarning, match="use operand_format="):
+        got = np.asarray(f(a, b, fmt="nvfp4", mode="fast"))
+    want = np.asarray(jaxwarp.mx.matmul(a, b, operand_format="nvfp4", mode="fast"))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("name", sorted(MX_ENTRY_POINTS))
 def test_mx_valid_call(name):
     _valid_call(MX_ENTRY_POINTS[name])

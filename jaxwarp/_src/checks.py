@@ -31,8 +31,11 @@ bits likewise.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -62,6 +65,56 @@ def static_int(value: Any, name: str) -> int:
         if isinstance(e, jax.errors.ConcretizationTypeError):
             raise
         raise TypeError(f"{name} must be a Python int, got {type(value).__name__} {value!r}") from e
+
+
+def renamed_keywords(public_name: str, **renames: str) -> Callable[[Callable], Callable]:
+    """Decorator: keyword ``old`` of ``fn`` is now ``new`` (``renames``: ``old="new"``).
+
+    The old keyword keeps working for a release: it is passed on as the new one, with a
+    ``DeprecationWarning`` naming the new one; giving both is a ``TypeError``. The
+    function's signature lists the old keywords as keyword-only (default None), so
+    ``jax.jit(fn, static_argnames="old")`` keeps working too.
+
+    Example:
+        >>> @renamed_keywords("f", fmt="operand_format")
+        ... def f(x, operand_format="e4m3"):
+        ...     return operand_format
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     print(f(1, fmt="e5m2"), str(w[0].message))
+        e5m2 f: fmt= is deprecated; use operand_format= (fmt= will be removed)
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        sig = inspect.signature(fn)
+        for old, new in renames.items():
+            if new not in sig.parameters or old in sig.parameters:
+                raise ValueError(f"renamed_keywords({public_name!r}, {old}={new!r}): "
+                                 f"{new!r} must be a parameter and {old!r} must not")
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for old, new in renames.items():
+                if old in kwargs:
+                    value = kwargs.pop(old)
+                    if new in sig.bind_partial(*args, **kwargs).arguments:
+                        raise TypeError(f"{public_name}() got both {new}= and its old name "
+                                        f"{old}=; pass only {new}=")
+                    warnings.warn(f"{public_name}: {old}= is deprecated; use {new}= ({old}= "
+                                  f"will be removed)", DeprecationWarning, stacklevel=2)
+                    kwargs[new] = value
+            return fn(*args, **kwargs)
+
+        params = list(sig.parameters.values())
+        tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+        head = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        head += [inspect.Parameter(old, inspect.Parameter.KEYWORD_ONLY, default=None)
+                 for old in renames]
+        wrapper.__signature__ = sig.replace(parameters=head + tail)
+        return wrapper
+
+    return decorate
 
 
 def static_choice(value: Any, name: str, allowed: Iterable[Any]) -> Any:

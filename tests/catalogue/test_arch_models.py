@@ -146,6 +146,32 @@ def test_same_generation_same_datapaths(alias, base):
     assert arch.ARCHS[alias].datapaths == arch.ARCHS[base].datapaths + extra
 
 
+def test_targets_come_from_one_list():
+    """isa.TARGETS names every target; the presets, the tcgen05 targets and the targets of
+    the block-scaled rows are read from it or from the presets, in its order."""
+    assert arch.TARGETS == tuple(arch.ARCHS)
+    assert arch.TARGETS == tuple(t for t in isa.TARGETS if t in arch.ARCHS)
+    assert arch.TCGEN05_TARGETS == tuple(
+        t for t in arch.TARGETS if dict(arch.ARCHS[t].datapaths).keys()
+        >= dict(arch.TCGEN05_DATAPATHS).keys())
+    for r in isa.BLOCK_SCALE_ROWS:
+        sm = arch.parse_target(r.targets[0]).sm
+        assert r.targets == tuple(t for t in isa.TARGETS
+                                  if arch.has(arch.parse_target(t), sm, True)), r
+
+
+def test_presets_pick_their_families_by_name():
+    """sm_100 and sm_120 take sm_90's families by name, not by position."""
+    sm90 = dict(arch.ARCHS["sm_90"].datapaths)
+    sm100 = dict(arch.ARCHS["sm_100"].datapaths)
+    assert "wgmma_fp8" not in sm100
+    assert sm100 == {f: d for f, d in sm90.items() if f != "wgmma_fp8"}
+    sm120 = dict(arch.ARCHS["sm_120"].datapaths)
+    for f in ("hmma", "hmma_tf32_k4", "hmma_tf32_k8", "mma_sync_m8n8k4_f16"):
+        assert sm120[f] == sm90[f], f
+    assert sm120["mma_sync_fp8_k32"] == sm90["hmma"].replace(block_k=32)
+
+
 def test_sm_90_presets_are_unchanged():
     """The hardware-verified model: MMA-Sim's other generations must not move it."""
     h = arch.ARCHS["sm_90"]

@@ -195,6 +195,29 @@ def test_matmul_views():
     assert matmul_tiles.FP8_FORMATS == isa.FP8_TYPES
 
 
+# Modules outside this test's folders that still name the fp8 tuple FP8_FORMATS (the number
+# layer's dict's name); remove each once it reads isa.FP8_TYPES.
+_FP8_FORMATS_NOT_YET = {"matmul_tiles", "config"}  # gemm/matmul_tiles, emulate/config
+
+
+def test_fp8_formats_have_one_home_and_one_type():
+    """numerics.fp8.FP8_FORMATS (a dict, public as jaxwarp.fp8.FP8_FORMATS) is the home;
+    isa.FP8_TYPES its names; any other FP8_FORMATS is that very dict."""
+    import jaxwarp
+    from jaxwarp._src.numerics import fp8
+
+    assert isinstance(fp8.FP8_FORMATS, dict) and jaxwarp.fp8.FP8_FORMATS is fp8.FP8_FORMATS
+    assert isa.FP8_TYPES == tuple(fp8.FP8_FORMATS) == ("e4m3", "e5m2")
+    for path in sorted((ROOT / "jaxwarp").rglob("*.py")):
+        if path.stem in _FP8_FORMATS_NOT_YET:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and any(
+                    getattr(t, "id", None) in ("FP8_FORMATS", "FP8_TYPES")
+                    for t in node.targets):
+                assert path.stem in ("fp8", "isa"), f"{path.relative_to(ROOT)}:{node.lineno}"
+
+
 _SRC = ROOT / "jaxwarp" / "_src"
 
 
@@ -227,6 +250,26 @@ def test_no_other_module_has_its_own_table(module):
         if isinstance(node, ast.Dict) and node.keys:
             keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
             assert len(keys & _TYPE_NAMES) < 2, f"{module}.py:{node.lineno}: {sorted(keys)}"
+
+
+# Modules outside this test's folders that still state the b1 operations themselves
+# (arithmetic/datapath_checks.py: BMMA_OPS); remove each name once it reads isa.B1_OPS.
+_B1_OPS_NOT_YET = {"datapath_checks"}
+
+
+def test_b1_ops_are_stated_once():
+    """The b1 operations come from the rows' ``b1_ops``; no module spells the tuple."""
+    assert isa.B1_OPS == ("xor", "and")
+    assert set(isa.B1_OPS) == {op for r in isa.ROWS for op, _ in r.b1_ops}
+    assert wmma_table.BMMA_OPS is isa.B1_OPS
+    for path in sorted((ROOT / "jaxwarp").rglob("*.py")):
+        if path.stem in _B1_OPS_NOT_YET:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Tuple) and len(node.elts) == 2 and {
+                    getattr(e, "value", None) for e in node.elts} == {"xor", "and"}:
+                pytest.fail(f"{path.relative_to(ROOT)}:{node.lineno} states the b1 ops; "
+                            f"read isa.B1_OPS")
 
 
 # --------------------------------------------------------------------------------------

@@ -30,9 +30,9 @@ import numpy as np
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import capture_ptx as cp  # noqa: E402
-import capture_sp as csp  # noqa: E402
 import capture_wgmma as cw  # noqa: E402
 import driver  # noqa: E402  (nvcc, ptxas probes, the library's device, worker processes)
+import sp_common as spc  # noqa: E402  (the sparse configuration, metadata and inputs)
 from driver import log  # noqa: E402
 
 M = 64
@@ -54,9 +54,9 @@ class WgCfg:
         return KSP[self.atype]
 
     @property
-    def sp(self) -> csp.SpCfg:
+    def sp(self) -> spc.SpCfg:
         """The per-warp mma.sp configuration whose metadata layout a warp uses."""
-        return csp.SpCfg(self.atype, self.btype, self.ctype, self.ctype, self.k, self.satfinite, True, self.sel)
+        return spc.SpCfg(self.atype, self.btype, self.ctype, self.ctype, self.k, self.satfinite, True, self.sel)
 
     @property
     def name(self):
@@ -88,7 +88,7 @@ def candidate_configs():
     out = []
     for n in (8, 64, 256):
         for at, ct in (("f16", "f32"), ("f16", "f16"), ("bf16", "f32"), ("tf32", "f32")):
-            for sel in range(csp.SpCfg(at, at, ct, ct, KSP[at]).nsel):
+            for sel in range(spc.SpCfg(at, at, ct, ct, KSP[at]).nsel):
                 out.append(WgCfg(at, at, ct, n, sel=sel))
         for a in ("e4m3", "e5m2"):
             for b in ("e4m3", "e5m2"):
@@ -180,7 +180,7 @@ BIG_N_KINDS = {False: ("normal", "undefined_meta", "special", "cancel"),
 def trials(cfg: WgCfg, scale, quick):
     """(trials per kind, kinds): N = 8 4 per kind, N = 64 one, N = 256 one of four kinds
     (the accumulators dominate the file size)."""
-    kinds = csp.kinds_of(cfg.sp)
+    kinds = spc.kinds_of(cfg.sp)
     if cfg.n >= 256:
         kinds = BIG_N_KINDS[cfg.is_int]
     base = 4 if cfg.n <= 8 else 1
@@ -189,8 +189,8 @@ def trials(cfg: WgCfg, scale, quick):
 
 def make_trials(rng, cfg: WgCfg, per, kinds=None):
     sp = cfg.sp
-    kinds = kinds or csp.kinds_of(sp)
-    parts = [csp.gen_kind(rng, sp, kd, per, m=M, n=cfg.n) for kd in kinds]
+    kinds = kinds or spc.kinds_of(sp)
+    parts = [spc.gen_kind(rng, sp, kd, per, m=M, n=cfg.n) for kd in kinds]
     A, E, nib, B, C = (np.concatenate([p[i] for p in parts]) for i in range(5))
     return A, E, nib, B, C, np.repeat(np.array(kinds), per)
 
@@ -198,7 +198,7 @@ def make_trials(rng, cfg: WgCfg, per, kinds=None):
 def run_one(lib, cfg: WgCfg, rng, A, nib, B, C):
     img, da, db = images(cfg, A, B)
     T = A.shape[0]
-    meta = csp.meta_words(cfg.sp, nib, rng)  # (T, 128)
+    meta = spc.meta_words(cfg.sp, nib, rng)  # (T, 128)
     areg = cw.pack_a(A, cfg.atype) if cfg.areg else None
     desc = np.tile(np.array([da, db], np.uint64), (T, 1))
     words = lib.run(cfg.name, img, desc, areg, meta, cw.pack_c(C, cfg.ctype))
@@ -206,7 +206,7 @@ def run_one(lib, cfg: WgCfg, rng, A, nib, B, C):
 
 
 def sanity(cfg, A, E, B, C, D, kinds):
-    return csp.sanity(dataclasses.replace(cfg.sp), A, E, B, C, D, kinds)
+    return spc.sanity(dataclasses.replace(cfg.sp), A, E, B, C, D, kinds)
 
 
 class DryLib:
@@ -262,8 +262,8 @@ def selftest(seed=0):
         if not np.array_equal(np.swapaxes(Bt, 1, 2), B):
             log(f"{cfg.name}: B image round trip differs")
             bad += 1
-        meta = csp.meta_words(cfg.sp, nib, rng)
-        got = np.concatenate([csp.nibbles_of_words(cfg.sp, meta[:, 32 * w:32 * (w + 1)]) for w in range(4)], 1)
+        meta = spc.meta_words(cfg.sp, nib, rng)
+        got = np.concatenate([spc.nibbles_of_words(cfg.sp, meta[:, 32 * w:32 * (w + 1)]) for w in range(4)], 1)
         if not np.array_equal(got, nib):
             log(f"{cfg.name}: metadata round trip differs")
             bad += 1

@@ -242,21 +242,18 @@ def gen(path: str, outputs: int, small: bool, seed: int) -> None:
 
 
 def check(path: str) -> int:
-    from jaxwarp._src.arithmetic import block_scale
+    """Runs jaxwarp's block-scaled model on every group of the file (``jaxwarp.conformance``,
+    the ``mma_block_scale`` / ``tcgen05_block_scale`` handlers) and prints the matches."""
+    from jaxwarp import conformance
 
-    d = np.load(path)
-    keys = sorted({"/".join(k.split("/")[1:4]) for k in d.files if "block_scale" in k})
+    results, _ = conformance.check_file(path)
     total = bad = 0
-    for key in keys:
-        family, _, q = key.split("/")
-        g = {f: d[f"golden/{key}/{f}"] for f in ("A", "B", "C", "D", "SA", "SB", "kind")}
-        got = np.asarray(block_scale.from_golden(family, q, g["A"], g["B"], g["C"], g["SA"],
-                                                 g["SB"]))
-        miss = got != g["D"]
-        total += miss.size
-        bad += int(miss.sum())
-        per = {str(k): int(miss[g["kind"] == k].sum()) for k in KINDS if miss[g["kind"] == k].any()}
-        print(f"{family}/{q}: {miss.size - miss.sum()}/{miss.size} match", per or "", flush=True)
+    for r in results:
+        total += r.total
+        bad += r.total - r.matched
+        why = r.error or (r.note if r.not_modelled else "")
+        print(f"{r.group}: {why or f'{r.matched}/{r.total} match'}", r.note if not why else "",
+              flush=True)
     print(f"total: {total - bad}/{total} outputs match")
     return 1 if bad else 0
 

@@ -37,7 +37,7 @@ except ImportError:
     torch = isa_mma = sim = None
 try:  # jaxwarp's environment (compare)
     import jaxwarp
-    from jaxwarp._src.numerics.formats import FORMATS
+    FORMATS = jaxwarp.FORMATS
 except ImportError:
     jaxwarp = FORMATS = None
 

@@ -205,7 +205,7 @@ def ref(inp, out):
 
 
 def _layout(rows, k, ebytes, mn_major, sw, base):
-    """(descriptor, bytes) of a non-overlapping canonical layout starting at ``base``."""
+    """(descriptor, bytes, (lbo, sbo)) of a non-overlapping canonical layout at ``base``."""
     import jaxwarp
     if not mn_major:
         lbo, sbo = (128, 256) if sw == 0 else (16, 8 * sw)
@@ -217,24 +217,49 @@ def _layout(rows, k, ebytes, mn_major, sw, base):
         lbo = 8 * sw
         sbo = lbo * -(-rows * ebytes // sw)
         size = sbo * -(-k // 8)
-    return jaxwarp.make_smem_descriptor(base, lbo, sbo, swizzle=sw), size
+    return jaxwarp.make_smem_descriptor(base, lbo, sbo, swizzle=sw), size, (lbo, sbo)
+
+
+def store(smem, x, base, lbo, sbo, sw, mn_major):
+    """Writes ``x`` (rows = M or N, K) of raw bits into ``smem`` (uint8, in place) in the
+    PTX ISA's canonical layout: core matrices of 8 rows x 16 bytes, K-major or M/N-major,
+    then the ``sw``-byte swizzle of the address (bits 4.. XOR bits 7..). Written here from
+    the ISA's text, apart from jaxwarp's own reading of it, which ``tcgen05_mma`` checks."""
+    rows, k = x.shape
+    nb = x.dtype.itemsize
+    r = np.arange(rows)[:, None, None]
+    kk = np.arange(k)[None, :, None]
+    j = np.arange(nb)[None, None, :]
+    if mn_major:
+        mb = nb * r + j
+        off = (mb % 16 + mb // 16 * sbo + kk % 8 * 16 + kk // 8 * lbo if sw == 0 else
+               mb % sw + mb // sw * lbo + kk % 8 * sw + kk // 8 * sbo)
+    else:
+        kb = kk * nb + j
+        off = (r % 8 * 16 + r // 8 * sbo + kb % 16 + kb // 16 * lbo if sw == 0 else
+               r % 8 * sw + r // 8 * sbo + kb)
+    addr = base + off
+    if sw:
+        addr = addr ^ (((addr >> 7) & (sw // 16 - 1)) << 4)
+    smem[addr] = np.ascontiguousarray(x).astype(x.dtype.newbyteorder("<")).view(
+        np.uint8).reshape(rows, k, nb)
+    return smem
 
 
 def run_desc(q, a, b, c, rng):
     """tcgen05_mma on A and B stored in random canonical layouts."""
-    from jaxwarp._src.instructions import tcgen05 as T
-    from jaxwarp._src.instructions import tcgen05_parse
-    instr = tcgen05_parse.parse_tcgen05(q)
+    import jaxwarp
+    instr = jaxwarp.parse_tcgen05(q)
     ta, tb = (bool(rng.integers(2)) for _ in range(2))
     swa, swb = (int(rng.choice([0, 32, 64, 128])) for _ in range(2))
-    da, size_a = _layout(instr.m, instr.k, a.dtype.itemsize, ta, swa, 0)
+    da, size_a, (lbo_a, sbo_a) = _layout(instr.m, instr.k, a.dtype.itemsize, ta, swa, 0)
     base_b = -(-size_a // 1024) * 1024
-    db, size_b = _layout(instr.n, instr.k, b.dtype.itemsize, tb, swb, base_b)
+    db, size_b, (lbo_b, sbo_b) = _layout(instr.n, instr.k, b.dtype.itemsize, tb, swb, base_b)
     smem = np.zeros(base_b + size_b + 1024, np.uint8)
-    smem = T.write_operand(smem, da, instr, "a", a, transpose=ta)
-    smem = T.write_operand(smem, db, instr, "b", b, transpose=tb)
-    idesc = tcgen05_parse.make_instr_descriptor(instr, transpose_a=ta, transpose_b=tb)
-    return T.tcgen05_mma(instr.opcode, c, da, db, idesc, smem)
+    store(smem, np.asarray(a), 0, lbo_a, sbo_a, swa, ta)
+    store(smem, np.asarray(b).T, base_b, lbo_b, sbo_b, swb, tb)
+    idesc = jaxwarp.make_instr_descriptor(instr, transpose_a=ta, transpose_b=tb)
+    return jaxwarp.tcgen05_mma(instr.opcode, c, da, db, idesc, smem)
 
 
 def _run(via, q, a, b, cbits, rng):
@@ -245,9 +270,8 @@ def _run(via, q, a, b, cbits, rng):
     elif via == "desc":
         d = run_desc(q, a, b, c, rng)
     else:
-        from jaxwarp._src.arithmetic import datapath
         _, _, dt, a_t, b_t = q.split(".")
-        st = datapath.STORAGE_DTYPE
+        st = {t: jaxwarp.FORMATS[t].storage_dtype for t in (a_t, b_t)}
         d = jaxwarp.mma(a.view(st[a_t]), b.view(st[b_t]), c, a_format=a_t, b_format=b_t,
                         c_format=dt, d_format=dt, instruction="tcgen05", arch="sm_100a")
     d = np.asarray(d)

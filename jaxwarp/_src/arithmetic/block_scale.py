@@ -66,15 +66,14 @@ from jaxwarp._src.arithmetic.datapath_blocks import (
     _block_fast,
     _f32_bits,
 )
-from jaxwarp._src.catalogue import arch as _arch
 from jaxwarp._src.catalogue import isa
+from jaxwarp._src.catalogue.arch import Datapath, parse_target
 from jaxwarp._src.numerics import bitops, softfloat
-from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
-from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.numerics.formats import ALIASES, FORMATS
 
 INSTRUCTIONS = isa.BLOCK_SCALE_INSTRUCTIONS
 KINDS = tuple(dict.fromkeys(r.kind for r in isa.BLOCK_SCALE_ROWS))
-SCALE_TYPES = ("ue8m0", "ue4m3")
+SCALE_TYPES = isa.BLOCK_SCALE_TYPES
 TERMS = ("product", "group")
 
 
@@ -221,7 +220,7 @@ def _product_chunk(a, b, ks, c_bits, sa: _Scale, sb: _Scale, bs: BlockScaleDatap
                     preferred_element_type=jnp.int32)
     lead = jnp.where(nz < len(ks), jnp.maximum(lead, bs.e_zero), lead)  # a zero product
     acc = t._replace(lsb=t.lsb - sigma, lead=lead - sigma)
-    dp = _arch.Datapath(F=bs.F, sub_exp="emin", nan_f32=bs.nan_f32)
+    dp = Datapath(F=bs.F, sub_exp="emin", nan_f32=bs.nan_f32)
     r = _block_fast((av, aal), (bv, bal), ks, acc, dp, fmts=("", ""), emin=emin)
     return _f32_bits(r._replace(g=r.g + sigma, nan=r.nan | sa.nan | sb.nan), dp)
 
@@ -271,7 +270,7 @@ def _group_chunk(ai, bi, k0: int, k1: int, c_bits, sa: _Scale, sb: _Scale,
     mag = (mh.astype(jnp.uint32) << (_W - drop).astype(jnp.uint32)) | (
         ml.astype(jnp.uint32) >> drop.astype(jnp.uint32))
     r = _Block(neg, mag, g + drop, nan, t.pinf, t.ninf, jnp.bool_(False))
-    return _f32_bits(r, _arch.Datapath(nan_f32=bs.nan_f32))
+    return _f32_bits(r, Datapath(nan_f32=bs.nan_f32))
 
 
 # --------------------------------------------------------------------------------------
@@ -435,9 +434,9 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
                                                   scale_b=scale_b)
     row = _row(instruction, kind)
     b_format = a_format if b_format is None else b_format
-    a_format = checks.format_name(a_format, "a_format", row.a_formats, FORMAT_ALIASES)
-    b_format = checks.format_name(b_format, "b_format", row.a_formats, FORMAT_ALIASES)
-    scale_format = checks.format_name(scale_format, "scale_format", SCALE_TYPES, FORMAT_ALIASES)
+    a_format = checks.format_name(a_format, "a_format", row.a_formats, ALIASES)
+    b_format = checks.format_name(b_format, "b_format", row.a_formats, ALIASES)
+    scale_format = checks.format_name(scale_format, "scale_format", SCALE_TYPES, ALIASES)
     block = checks.static_int(block, "block")
     if (block, scale_format) not in row.scales:
         raise ValueError(f"kind::{kind} of {instruction} has no block={block} with "
@@ -445,7 +444,7 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
                          f"{row.scales}")
     if arch is None:
         arch = row.targets[0]
-    target = _arch.parse_target(arch)
+    target = parse_target(arch)
     if target.name not in row.targets:
         raise ValueError(f"arch={arch!r}: block-scaled {instruction} is on {row.targets}")
     if datapath is None:

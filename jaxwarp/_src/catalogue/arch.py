@@ -70,13 +70,8 @@ from typing import Any
 
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.checks import format_name, static_choice
-from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
+from jaxwarp._src.numerics.formats import ALIASES
 
-#: Blackwell targets with a tcgen05 model (the tcgen05 block at the end of the presets).
-TCGEN05_TARGETS = ("sm_100a", "sm_103a")
-TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
-           "sm_100", "sm_100a", "sm_103", "sm_103a", "sm_120", "sm_120a", "sm_121",
-           "sm_121a")
 _TARGET_RE = re.compile(r"sm_?([1-9][0-9]*)([af]?)")
 
 
@@ -149,7 +144,7 @@ def has(target: Target, sm: int, arch_specific: bool = False) -> bool:
     """
     if arch_specific:
         return (target.arch_specific and target.sm >= sm
-                and target.sm // 10 == sm // 10)
+                and isa.generation(target.sm) == isa.generation(sm))
     return target.sm >= sm
 
 
@@ -421,6 +416,13 @@ class ArchModel:
         return d[fam]
 
 
+def _pick(families: tuple[tuple[str, Datapath], ...], *names: str
+          ) -> tuple[tuple[str, Datapath], ...]:
+    """The (family, Datapath) entries of ``families`` named ``names``, in that order."""
+    d = dict(families)
+    return tuple((n, d[n]) for n in names)
+
+
 _H100 = Datapath(block_k=16, F=25, sub_exp="emin", c_sub_exp="emin", e_floor=7)
 _SM90_FAMILIES = (
     ("hmma", _H100),
@@ -482,7 +484,9 @@ SM89 = ArchModel("sm_89", _AMPERE_FAMILIES + (
 # Blackwell's mma.sync f16 / bf16 / tf32 parameters are Hopper's (MMA-Sim): the same
 # presets. Where MMA-Sim has no model (fp8 mma.sync, m8n8k4 f16 on sm_100), sm_90's
 # hardware-verified lowering is assumed: unverified.
-SM100 = ArchModel("sm_100", _SM90_FAMILIES[:3] + _SM90_FAMILIES[3:5] + _SM90_FAMILIES[6:],
+_HMMA_FAMILIES = ("hmma", "hmma_tf32_k4", "hmma_tf32_k8")
+SM100 = ArchModel("sm_100", _pick(_SM90_FAMILIES, *_HMMA_FAMILIES, "mma_sync_fp8_k32",
+                                  "mma_sync_fp8_k16", "mma_sync_m8n8k4_f16"),
                   verified="MMA-Sim 2.1.1",
                   unverified=("mma_sync_fp8_k32", "mma_sync_fp8_k16", "mma_sync_m8n8k4_f16"),
                   note="B200: MMA-Sim's Blackwell parameters (Hopper's: F = 25, chunks of "
@@ -490,9 +494,9 @@ SM100 = ArchModel("sm_100", _SM90_FAMILIES[:3] + _SM90_FAMILIES[3:5] + _SM90_FAM
                        "(unverified)",
                   missing_note="wgmma is sm_90a only")
 _RTX_FP8 = _H100.replace(block_k=32)
-SM120 = ArchModel("sm_120", _SM90_FAMILIES[:3] + (
+SM120 = ArchModel("sm_120", _pick(_SM90_FAMILIES, *_HMMA_FAMILIES) + (
     ("mma_sync_fp8_k32", _RTX_FP8), ("mma_sync_fp8_k16", _RTX_FP8),
-    ("mma_sync_f8f6f4", _RTX_FP8), _SM90_FAMILIES[6]),
+    ("mma_sync_f8f6f4", _RTX_FP8)) + _pick(_SM90_FAMILIES, "mma_sync_m8n8k4_f16"),
     verified="MMA-Sim 2.1.1", unverified=("mma_sync_m8n8k4_f16",),
     note="RTX Blackwell: MMA-Sim's parameters (F = 25; fp8, fp6, fp4 in chunks of 32); "
          "m8n8k4 f16 as sm_90 lowers it (unverified)",
@@ -555,6 +559,11 @@ ARCHS: Mapping[str, ArchModel] = MappingProxyType({
                      "the sm_120 model (DGX Spark; MMA-Sim has no model of its own; "
                      "unverified)"),
 })
+#: Every target with a datapath model (the keys of :data:`ARCHS`), oldest first.
+TARGETS: tuple[str, ...] = tuple(ARCHS)
+#: Blackwell targets with a tcgen05 model (the presets that have the tcgen05 datapaths).
+TCGEN05_TARGETS: tuple[str, ...] = tuple(
+    t for t, m in ARCHS.items() if set(TCGEN05_DATAPATHS) <= set(m.datapaths))
 
 
 def datapath_for(arch: str | ArchModel, instruction: str, a_format: str, ik: int,
@@ -574,7 +583,7 @@ def datapath_for(arch: str | ArchModel, instruction: str, a_format: str, ik: int
     """
     model = arch if isinstance(arch, ArchModel) else ARCHS[supported_target(arch).name]
     static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    a_format = format_name(a_format, "a_format", isa.a_formats(instruction), FORMAT_ALIASES,
+    a_format = format_name(a_format, "a_format", isa.a_formats(instruction), ALIASES,
                          need_x64=False)
     ks = tuple(dict.fromkeys(k for r in isa.rows(instruction, a_format) for k in r.ks))
     if isinstance(ik, bool) or ik not in ks:
@@ -582,5 +591,5 @@ def datapath_for(arch: str | ArchModel, instruction: str, a_format: str, ik: int
                          f"operands; allowed: {ks}")
     if b_format is not None:
         b_format = format_name(b_format, "b_format", isa.b_formats(instruction, a_format),
-                             FORMAT_ALIASES, need_x64=False)
+                             ALIASES, need_x64=False)
     return model.datapath(family(instruction, a_format, ik, b_format))

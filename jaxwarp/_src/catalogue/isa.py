@@ -42,8 +42,9 @@ Shape = tuple[int, int, int]
 
 #: Instruction families, in the order every table lists them.
 INSTRUCTIONS = ("wmma", "mma_sync", "wgmma", "tcgen05")
-#: The fp8 operand types (the fp8 formats of the number layer).
-FP8_TYPES = tuple(FP8_FORMATS)
+#: The fp8 operand types: the names of the number layer's ``FP8_FORMATS`` (its one home, a
+#: dict name -> storage type), as the tuple every catalogue user reads.
+FP8_TYPES: tuple[str, ...] = tuple(FP8_FORMATS)
 #: The operand types of ``kind::f8f6f4`` and ``kind::mxf8f6f4`` (PTX order): fp8, fp6, fp4.
 F8F6F4_TYPES = ("e5m2", "e4m3", "e3m2", "e2m3", "e2m1")
 #: Layouts of A and B (PTX names; WMMA spells them ``row_major`` / ``col_major``).
@@ -52,6 +53,29 @@ ROW_COL = (("row", "col"),)
 ALL_LAYOUTS = (("row", "col"), ("row", "row"), ("col", "row"), ("col", "col"))
 #: Datapath kinds of rows that are not a float datapath of ``arch.py``.
 EXACT_DATAPATHS = ("int", "f64", "bmma")
+#: Every compilation target the catalogue names, oldest first: ``sm_XY`` and its ``a``
+#: form. ``arch.ARCHS`` has a datapath preset for most (``arch.TARGETS``); the targets of
+#: an ``a`` feature are read from here (:func:`a_targets`).
+TARGETS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
+           "sm_100", "sm_100a", "sm_101", "sm_101a", "sm_103", "sm_103a", "sm_120",
+           "sm_120a", "sm_121", "sm_121a")
+
+
+def generation(sm: int) -> int:
+    """The generation of ``sm_XY`` (its hundreds and tens): an ``a`` feature of one
+    target is on the later ``a`` targets of its generation only."""
+    return sm // 10
+
+
+def a_targets(sm: int) -> tuple[str, ...]:
+    """The ``a`` targets of :data:`TARGETS` that have an ``a`` feature of ``sm_{sm}a``.
+
+    Example:
+        >>> a_targets(100), a_targets(120)
+        (('sm_100a', 'sm_101a', 'sm_103a'), ('sm_120a', 'sm_121a'))
+    """
+    return tuple(t for t in TARGETS if t.endswith("a") and int(t[3:-1]) >= sm
+                 and generation(int(t[3:-1])) == generation(sm))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,6 +255,9 @@ ROWS: tuple[Row, ...] = (
         b1_ops=(("and", 90),)),
     *TCGEN05_ROWS,
 )
+#: The b1 operations (``.xor.popc``, ``.and.popc``; WMMA ``bmmaBitOpXOR`` / ``AND``), in
+#: catalogue order: every b1 row's ``b1_ops``.
+B1_OPS: tuple[str, ...] = tuple(dict.fromkeys(op for r in ROWS for op, _ in r.b1_ops))
 
 
 # --------------------------------------------------------------------------------------
@@ -578,8 +605,8 @@ class BlockScaleRow:
         return self.shapes[0][2]
 
 
-_MMA_BS = ("sm_120a", "sm_121a")
-_TC05_BS = ("sm_100a", "sm_101a", "sm_103a")
+_MMA_BS = a_targets(120)
+_TC05_BS = a_targets(100)
 _NVF4_SCALES = ((32, "ue8m0"), (16, "ue8m0"), (16, "ue4m3"))
 BLOCK_SCALE_INSTRUCTIONS = ("mma_sync", "tcgen05")
 BLOCK_SCALE_ROWS: tuple[BlockScaleRow, ...] = (
@@ -596,6 +623,11 @@ BLOCK_SCALE_ROWS: tuple[BlockScaleRow, ...] = (
     BlockScaleRow("tcgen05", "mxf4nvf4", ("e2m1",), tuple((128, n, 64) for n in TCGEN05_N),
                   _NVF4_SCALES, _TC05_BS, packed=True),
 )
+
+
+#: The scale types of the block-scaled rows (``ue8m0``, ``ue4m3``), in catalogue order.
+BLOCK_SCALE_TYPES: tuple[str, ...] = tuple(dict.fromkeys(s for r in BLOCK_SCALE_ROWS
+                                                         for _, s in r.scales))
 
 
 def block_scale_rows(instruction: str | None = None) -> tuple[BlockScaleRow, ...]:

@@ -46,8 +46,7 @@ __all__ = [
 WARP_SIZE = checks.WARP_SIZE
 PREFIX = "mma.sync.aligned."
 USES = ("a", "b", "c", "d")
-LAYOUTS = ("row", "col")
-B1_OPS = ("xor", "and")
+LAYOUTS = isa.LAYOUTS
 
 _ROWS = isa.rows("mma_sync")
 #: Every type name of a qualifier: the A/B types, then the C/D types (catalogue order).
@@ -239,7 +238,7 @@ def _parse(qual: str) -> MmaInstruction:
     if "" in parts:
         raise _err(qual, f"empty qualifier (two dots in a row, or a leading or trailing dot) "
                    f"at part {parts.index('') + 1}; expected {grammar}")
-    for word in ("satfinite", "xor", "and", "popc") + LAYOUTS:
+    for word in ("satfinite", *isa.B1_OPS, "popc") + LAYOUTS:
         count = parts.count(word) if word not in LAYOUTS else parts[3:].count(word)
         if count > (0 if word in LAYOUTS else 1):
             raise _err(qual, f"qualifier .{word} is duplicated or out of place; ptxas "
@@ -274,7 +273,7 @@ def _parse(qual: str) -> MmaInstruction:
     d_format, a_format, b_format, c_format = tys
     op = None
     if tail:
-        if len(tail) != 2 or tail[0] not in B1_OPS or tail[1] != "popc":
+        if len(tail) != 2 or tail[0] not in isa.B1_OPS or tail[1] != "popc":
             raise _err(qual, f"unexpected trailing parts {'.'.join(tail)!r}; only b1 takes "
                        f"a suffix, .xor.popc or .and.popc")
         op = tail[0]

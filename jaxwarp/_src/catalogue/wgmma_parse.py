@@ -183,7 +183,7 @@ def parse_wgmma(qualifier: str) -> WgmmaInstruction:
                              f"'{'.'.join(_PREFIX)}' in full (ptxas accepts no partial "
                              f"prefix), followed by the qualifiers")
         parts = parts[len(_PREFIX):]
-    for word in ("satfinite", "and", "xor", "popc") + _PREFIX:
+    for word in ("satfinite", *isa.B1_OPS, "popc") + _PREFIX:
         if parts.count(word) > (0 if word in _PREFIX else 1):
             raise ValueError(f"qualifier {qualifier!r}: qualifier .{word} is duplicated or "
                              f"out of place; ptxas accepts each once, in the order "

@@ -31,7 +31,8 @@ from jaxwarp._src.numerics.formats import FORMATS
 USES = ("matrix_a", "matrix_b", "accumulator")
 LAYOUTS = ("row_major", "col_major")
 MEM_LAYOUTS = ("mem_row_major", "mem_col_major")
-BMMA_OPS = ("xor", "and")
+#: The b1 operations of ``bmma_sync`` (the catalogue's).
+BMMA_OPS = isa.B1_OPS
 
 Shape = tuple[int, int, int]
 

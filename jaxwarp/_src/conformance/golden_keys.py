@@ -37,13 +37,14 @@ FAMILIES = ("mma", "mma_block_scale", "tcgen05", "tcgen05_block_scale")
 #: Operand types of the files; fp6 (e3m2, e2m3) and fp4 (e2m1) one element per byte.
 OPERAND_TYPES = ("f64", "tf32", "f16", "bf16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 ACCUMULATOR_TYPES = ("f16", "f32", "f64")
-SCALE_TYPES = ("ue8m0", "ue4m3")
-FP6_FP4 = ("e3m2", "e2m3", "e2m1")
+SCALE_TYPES = isa.BLOCK_SCALE_TYPES
+FP6_FP4 = tuple(t for t in isa.F8F6F4_TYPES if t not in isa.FP8_TYPES)
+#: The ``.kind::`` of each family's qualifiers (the block-scaled ones: the catalogue's).
 _KINDS = {
     "mma": ("", "f8f6f4"),
-    "mma_block_scale": ("mxf8f6f4", "mxf4", "mxf4nvf4"),
+    "mma_block_scale": tuple(r.kind for r in isa.block_scale_rows("mma_sync")),
     "tcgen05": ("f16", "tf32", "f8f6f4"),
-    "tcgen05_block_scale": ("mxf8f6f4", "mxf4", "mxf4nvf4"),
+    "tcgen05_block_scale": tuple(r.kind for r in isa.block_scale_rows("tcgen05")),
 }
 _TYPE_SLOTS = {
     "mma": ("D", "A", "B", "C"),

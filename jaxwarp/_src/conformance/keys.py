@@ -13,14 +13,19 @@ import dataclasses
 
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.conformance.registry import CaptureError
+from jaxwarp._src.numerics.formats import FORMATS
 
-#: Operand (A/B) element types of the PTX captures.
-OPERAND_TYPES = ("f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "u4", "b1")
+#: Operand (A/B) element types of the PTX captures: the catalogue's ``mma.sync`` A types
+#: but those of ``.kind::`` rows (sm_120a; the captures are of sm_90a).
+OPERAND_TYPES = tuple(dict.fromkeys(t for r in isa.rows("mma_sync") if not r.kind
+                                    for t in r.a_formats))
 #: Accumulator (C/D) types.
-ACCUMULATOR_TYPES = ("f16", "f32", "f64", "s32")
+ACCUMULATOR_TYPES = isa.accumulator_types("mma_sync")
 #: Floating-point operand types (negation flips their sign bit).
-FLOAT_TYPES = ("f16", "bf16", "tf32", "f64", "e4m3", "e5m2")
-INT_TYPES = ("s8", "u8", "s4", "u4")
+FLOAT_TYPES = tuple(t for t in OPERAND_TYPES if FORMATS[t].is_float)
+#: Integer operand types (b1 apart: its products are bit operations).
+INT_TYPES = tuple(dict.fromkeys(t for r in isa.rows("mma_sync") if r.datapath == "int"
+                                for t in r.a_formats))
 
 _PTX_LAYOUTS = ("rr", "cr", "cc")
 _WGMMA_FLAGS = ("areg", "ta", "tb", "sw32", "sw64", "sw128", "negA", "negB", "scaled0")
@@ -126,13 +131,15 @@ def parse_mma_name(op: str, name: str, chain: bool = False) -> MmaName:
         if rest and rest[0] == "satfinite" and not kw.get("satf"):
             kw["satf"] = True
             rest.pop(0)
-        if rest and rest[0] in ("xor", "and"):
+        if rest and rest[0] in isa.B1_OPS:
             kw["bmma_op"] = rest.pop(0)
         if rest:
+            ops = ", ".join(map(repr, isa.B1_OPS))
             raise CaptureError(f"{where}: suffix {'.'.join(rest)!r} unknown; valid: layouts "
-                               f"{_PTX_LAYOUTS}, 'satfinite', 'xor', 'and'")
+                               f"{_PTX_LAYOUTS}, 'satfinite', {ops}")
         if a_format == "b1" and "bmma_op" not in kw:
-            raise CaptureError(f"{where}: a b1 configuration needs '.xor' or '.and'")
+            ops = " or ".join(f"'.{op}'" for op in isa.B1_OPS)
+            raise CaptureError(f"{where}: a b1 configuration needs {ops}")
     else:
         order = [f for f in _WGMMA_FLAGS if f in rest]
         unknown = [f for f in rest if f not in _WGMMA_FLAGS]

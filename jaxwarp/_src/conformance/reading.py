@@ -14,7 +14,6 @@ import zipfile
 from typing import Any
 
 import numpy as np
-from numpy.lib import format as npy_format
 
 from jaxwarp._src.conformance.registry import READ_ERRORS, CaptureError
 
@@ -46,8 +45,8 @@ def open_capture(path: str) -> tuple[Any, set[str]]:
         raise CaptureError(f"{path}: not a readable .npz capture file ({e})") from e
 
 
-_HEADER_READERS = {(1, 0): npy_format.read_array_header_1_0,
-                   (2, 0): npy_format.read_array_header_2_0}
+_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
+                   (2, 0): np.lib.format.read_array_header_2_0}
 
 
 def _check_member(path: str, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
@@ -57,7 +56,7 @@ def _check_member(path: str, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
     key = info.filename[:-4]
     with z.open(info) as f:
         try:
-            version = npy_format.read_magic(f)
+            version = np.lib.format.read_magic(f)
             reader = _HEADER_READERS.get(version)
             if reader is None:  # a later header version: np.load checks it
                 return

@@ -49,12 +49,12 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import block_scale
-from jaxwarp._src.catalogue import arch as _arch
 from jaxwarp._src.catalogue import isa
+from jaxwarp._src.catalogue.arch import parse_target
 from jaxwarp._src.numerics import softfloat
-from jaxwarp._src.scaling import tensor_scale as scaling
 from jaxwarp._src.scaling.mx import MXTensor, dequantize, quantize
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS
+from jaxwarp._src.scaling.tensor_scale import multiply_rn, times_pow2
 
 INSTRUCTIONS = isa.BLOCK_SCALE_INSTRUCTIONS
 MODES = ("exact", "fast")
@@ -172,7 +172,7 @@ _GEMM_FORMATS = tuple(n for n, f in MX_FORMATS.items() if f.int_lsb is None)
 
 def _row_target(instruction: str, kind: str, arch: Any) -> tuple[isa.BlockScaleRow, str]:
     row = block_scale._row(instruction, kind)
-    name = row.targets[0] if arch is None else _arch.parse_target(arch).name
+    name = row.targets[0] if arch is None else parse_target(arch).name
     if name not in row.targets:
         raise ValueError(f"arch={arch!r}: block-scaled {instruction} is on {row.targets}")
     return row, name
@@ -222,7 +222,7 @@ def random_hadamard(x: jax.Array, axis: int, key_data: jax.Array) -> jax.Array:
         d = softfloat.add_rn(tu, tv._replace(neg=~tv.neg), "f32", 0x7FC00000)
         xb = jnp.stack([s, d], axis=-2).reshape(xb.shape)
         h *= 2
-    out = scaling.times_pow2(lax.bitcast_convert_type(xb, jnp.float32), jnp.int32(-2), "f32")
+    out = times_pow2(lax.bitcast_convert_type(xb, jnp.float32), jnp.int32(-2), "f32")
     return jnp.moveaxis(out.reshape(shape), -1, axis)
 
 
@@ -275,8 +275,8 @@ def _product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
                            block_scale.DATAPATHS[kind])
     acc = _chain(_codes(ta), _codes(tb), sa, sb, cfg, _rows(ta.shape, tb.shape))
     if fa.tensor_scale:  # the epilogue: alpha = s_A * s_B, D = alpha * acc (rounded once)
-        alpha = scaling.multiply_rn(ta.tensor_scale, tb.tensor_scale)
-        acc = scaling.multiply_rn(acc, alpha)
+        alpha = multiply_rn(ta.tensor_scale, tb.tensor_scale)
+        acc = multiply_rn(acc, alpha)
     return acc
 
 
@@ -416,17 +416,18 @@ _gemm_jit = jax.jit(gemm, static_argnums=3)
 # The public function.
 
 
-def _fmt_pair(fmt: Any) -> tuple[str, str]:
+def _format_pair(operand_format: Any) -> tuple[str, str]:
+    fmt = operand_format
     if isinstance(fmt, (tuple, list)):
         if len(fmt) != 2:
-            raise ValueError(f"fmt={fmt!r}: a pair is (A's format, B's format)")
+            raise ValueError(f"operand_format={fmt!r}: a pair is (A's format, B's format)")
         pair = tuple(fmt)
     else:
         pair = (fmt, fmt)
     for f in pair:
         if not isinstance(f, str) or f not in _GEMM_FORMATS:
-            raise ValueError(f"fmt={fmt!r} is not supported; allowed: {_GEMM_FORMATS} or a "
-                             f"pair of them (A's, B's)")
+            raise ValueError(f"operand_format={fmt!r} is not supported; allowed: "
+                             f"{_GEMM_FORMATS} or a pair of them (A's, B's)")
     return pair
 
 
@@ -451,7 +452,8 @@ def _operand_arg(x: Any, name: str) -> jax.Array | MXTensor:
     return arr
 
 
-def matmul(a: Any, b: Any, fmt: str | tuple[str, str] = "mxfp8_e4m3", *,
+@checks.renamed_keywords("jaxwarp.mx.matmul", fmt="operand_format")
+def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3", *,
            instruction: str = "tcgen05", arch: str | None = None, mode: str = "exact",
            scale_rule: str | None = None) -> jax.Array:
     """``A @ B`` as a block-scaled tensor-core GEMM (MXFP8, MXFP6, MXFP4 or NVFP4).
@@ -486,8 +488,10 @@ def matmul(a: Any, b: Any, fmt: str | tuple[str, str] = "mxfp8_e4m3", *,
     Args:
       a: (..., M, K) float32 (float16 / bfloat16 widened exactly) or an MXTensor.
       b: (..., K, N) float32 or an MXTensor. Batch axes broadcast.
-      fmt: static format of float operands (a key of ``jaxwarp.mx.MX_FORMATS`` but
-        ``"mxint8"``), or a pair (A's, B's).
+      operand_format: static format of float operands (a key of
+        ``jaxwarp.mx.MX_FORMATS`` but ``"mxint8"``), or a pair (A's, B's); as
+        ``jaxwarp.matmul``'s. Its old name ``fmt=`` still works, with a
+        ``DeprecationWarning``.
       instruction: ``"tcgen05"`` (sm_100a) or ``"mma_sync"`` (sm_120a).
       arch: the target (default the instruction's first: ``"sm_100a"``, ``"sm_120a"``).
       mode: ``"exact"`` or ``"fast"``.
@@ -511,7 +515,7 @@ def matmul(a: Any, b: Any, fmt: str | tuple[str, str] = "mxfp8_e4m3", *,
       >>> float(jaxwarp.mx.matmul(a, b, "nvfp4", instruction="mma_sync")[0, 0])
       -192.0000152...
     """
-    pair = _fmt_pair(fmt)
+    pair = _format_pair(operand_format)
     checks.static_choice(instruction, "instruction", INSTRUCTIONS)
     checks.static_choice(mode, "mode", MODES)
     a = _operand_arg(a, "a")

@@ -23,6 +23,9 @@ from jaxwarp._src.catalogue.arch import has, parse_target
 from jaxwarp._src.numerics import formats
 
 INSTRUCTIONS = isa.INSTRUCTIONS
+# The fp8 operand names (isa.FP8_TYPES, a view of the number layer's FP8_FORMATS dict),
+# under the dict's name: kept only for matmul, matmul_scales and emulate.config until they
+# read isa.FP8_TYPES. New code reads isa.FP8_TYPES.
 FP8_FORMATS = isa.FP8_TYPES
 # matmul chains the float datapaths (and f64 through WMMA): a row's types are operand
 # formats where its datapath is a float family, or f64 on WMMA. (``.kind::`` rows, whose
@@ -148,7 +151,7 @@ class Cfg:
 
     @property
     def fp8(self) -> bool:
-        return self.a_format in FP8_FORMATS
+        return self.a_format in isa.FP8_TYPES
 
     @property
     def legacy(self) -> bool:

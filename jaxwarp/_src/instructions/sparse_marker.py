@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jex_core
+from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from jaxwarp._src import checks
@@ -39,7 +39,7 @@ def _identity(x, *, axis):
     return x
 
 
-as_2_4_p = jex_core.Primitive("jaxwarp_as_2_4")
+as_2_4_p = Primitive("jaxwarp_as_2_4")
 as_2_4_p.def_impl(_identity)
 as_2_4_p.def_abstract_eval(lambda x, *, axis: x)
 mlir.register_lowering(as_2_4_p, mlir.lower_fun(_identity, multiple_results=False))

@@ -67,7 +67,7 @@ from jax import lax
 
 from jaxwarp._src.numerics import formats, softfloat, user_formats
 from jaxwarp._src.numerics.formats import FORMATS, Format, get_format
-from jaxwarp._src.scaling import tensor_scale as scaling
+from jaxwarp._src.scaling.tensor_scale import divide_rn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +246,7 @@ def _shared_exponent(amax: jax.Array, f: MXFormat, rule: str) -> jax.Array:
         carry = top == (1 << k) - 1
         return _floor_log2(m) + carry.astype(jnp.int32) - f.emax
     if rule == "rceil":
-        d = scaling.divide_rn(lax.bitcast_convert_type(m, jnp.float32),
+        d = divide_rn(lax.bitcast_convert_type(m, jnp.float32),
                               lax.bitcast_convert_type(jnp.uint32(_max_bits(f)),
                                                        jnp.float32))
         dm = lax.bitcast_convert_type(d, jnp.uint32)

@@ -16,7 +16,6 @@ from jax import lax
 from jaxwarp._src.numerics import softfloat
 from jaxwarp._src.numerics.formats import FORMATS, Format
 from jaxwarp._src.numerics.user_formats import decode_codes, encode_rounded
-from jaxwarp._src.scaling import tensor_scale as scaling
 from jaxwarp._src.scaling.mx_formats import (
     _E8M0_BIAS,
     _E8M0_NAN,
@@ -26,6 +25,7 @@ from jaxwarp._src.scaling.mx_formats import (
     _e8m0_codes,
     mx_format,
 )
+from jaxwarp._src.scaling.tensor_scale import divide_rn, multiply_rn
 
 # --------------------------------------------------------------------------------------
 # Blocks: x -> (..., nblocks, block) views and back.
@@ -222,12 +222,12 @@ def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
                                             & jnp.uint32(0x7FFFFFFF)), f32)
     e4m3, e2m1 = FORMATS[f.scale], f.element_format
     denom = f32(float(Fraction(e4m3.max_value) * Fraction(e2m1.max_value)))  # 2688, exact
-    s_t = scaling.divide_rn(tmax, denom)
+    s_t = divide_rn(tmax, denom)
     s_t = jnp.where(tmax == 0, f32(1), s_t)  # an all-zero tensor: 1 (TransformerEngine)
     s_t = jnp.where(jnp.isfinite(tmax), s_t, f32(jnp.nan))  # NaN or inf anywhere: NaN
     xb = _to_blocks(x, axis, block)
     amax = lax.bitcast_convert_type(_amax_bits(xb), f32)
-    q = scaling.divide_rn(scaling.divide_rn(amax, f32(e2m1.max_value)), s_t)
+    q = divide_rn(divide_rn(amax, f32(e2m1.max_value)), s_t)
     # Clamped to [e4m3's smallest normal, 448] (so no block scale is 0), then rounded to
     # ue4m3, to nearest even; NaN stays NaN.
     qb = lax.bitcast_convert_type(q, jnp.uint32)
@@ -242,8 +242,8 @@ def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
     # x times (1 / s_t) / s_b, each a float32 operation (torchao's order).
     sbn, sbl, sbs, _, _, _ = softfloat.decode(sc, f.scale)
     sb32 = lax.bitcast_convert_type(_f32_bits(sbn, sbs.astype(jnp.uint32), sbl), f32)
-    factor = scaling.divide_rn(scaling.divide_rn(f32(1), s_t), sb32)
-    y = scaling.multiply_rn(xb, factor[..., None])
+    factor = divide_rn(divide_rn(f32(1), s_t), sb32)
+    y = multiply_rn(xb, factor[..., None])
     yneg, ylsb, ysig, _, _, _ = softfloat.decode(lax.bitcast_convert_type(y, jnp.uint32),
                                                  "f32")
     rbits = (jax.random.bits(jax.random.wrap_key_data(key_data), xb.shape, jnp.uint32)
@@ -265,7 +265,7 @@ def _dequantize_kernel(t) -> jax.Array:
         sn, sl, ss, _, _, snan = softfloat.decode(sb, f.scale)
         # element * block scale is exact in float32 (2 + 4 significant bits).
         prod = _f32_bits(neg, sig * ss[..., None].astype(jnp.uint32), lsb + sl[..., None])
-        out = scaling.multiply_rn(lax.bitcast_convert_type(prod, jnp.float32),
+        out = multiply_rn(lax.bitcast_convert_type(prod, jnp.float32),
                                   t.tensor_scale)
         out = lax.bitcast_convert_type(out, jnp.uint32)
         out = jnp.where(snan[..., None], jnp.uint32(_F32_QNAN), out)

@@ -11,9 +11,9 @@ two apart.
   catalogue has its row (``isa.row_of``) and an ``ArchModel`` for the target has the
   row's datapath (:func:`model_status`); the rest are reported as not modelled, with
   their element counts, never as passed.
-* ``tcgen05``: ``jaxwarp.tcgen05_mma_logical(qualifier, A bits, B bits, C, arch=...)``
-  with MMA-Sim's qualifier, when this version has it and its catalogue has the operand
-  types (``isa.a_formats("tcgen05")``), else not modelled.
+* ``tcgen05``: ``tcgen05_mma_logical(qualifier, A bits, B bits, C, arch=...)`` with
+  MMA-Sim's qualifier, when the catalogue has the operand types
+  (``isa.a_formats("tcgen05")``), else not modelled.
 * ``mma_block_scale``, ``tcgen05_block_scale``: ``block_scale.from_golden`` (logical form
   of the block-scaled instructions), where ``block_scale.parse_qualifier`` takes the
   qualifier.
@@ -34,16 +34,14 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-import jaxwarp
 from jaxwarp._src.arithmetic import block_scale
 from jaxwarp._src.catalogue import arch, isa
 from jaxwarp._src.conformance import golden_keys as G
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.instructions import mma_sync
+from jaxwarp._src.instructions.tcgen05 import tcgen05_mma_logical
 from jaxwarp._src.numerics.formats import FORMATS
 
-#: The public entry point of jaxwarp's ``tcgen05.mma`` model, when this version has one.
-TCGEN05_ENTRY = "tcgen05_mma_logical"
 _MMASIM = re.compile(r"MMA-Sim\s+\S+")
 
 
@@ -85,8 +83,6 @@ def model_status(name: G.GoldenName) -> str:
             return f"block-scaled {name.family} {name.qualifier} is not modelled: {e}"
         return ""
     if name.family == "tcgen05":
-        if getattr(jaxwarp, TCGEN05_ENTRY, None) is None:
-            return f"no tcgen05.mma model in this version (jaxwarp.{TCGEN05_ENTRY} is absent)"
         missing = [t for t in dict.fromkeys((name.a_format, name.b_format))
                    if t not in isa.a_formats("tcgen05")]
         if missing:
@@ -177,9 +173,9 @@ def _run(name: G.GoldenName, f: dict[str, np.ndarray]) -> np.ndarray:
     elif name.family == "mma":
         a, b = (_codes(f[x], name.field_type(x)) for x in ("A", "B"))
         d = mma_sync.mma_sync_ptx_logical(name.ptx_qualifier, a, b, c, arch=name.target)
-    else:  # tcgen05 (model_status checked the entry point): MMA-Sim's qualifier, raw bits
-        fn = getattr(jaxwarp, TCGEN05_ENTRY)
-        d = fn(name.qualifier, jnp.asarray(f["A"]), jnp.asarray(f["B"]), c, arch=name.target)
+    else:  # tcgen05: MMA-Sim's qualifier, raw bits
+        d = tcgen05_mma_logical(name.qualifier, jnp.asarray(f["A"]), jnp.asarray(f["B"]), c,
+                                arch=name.target)
     return np.asarray(d).view(G.raw_dtype(name.d_format))
 
 

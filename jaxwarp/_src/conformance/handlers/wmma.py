@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue import wmma_table as table
 from jaxwarp._src.conformance import targets
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
@@ -91,7 +92,7 @@ class MmaConfig:
                                f"'f16.f32f32.m16n16k16.rc'") from None
         kw: dict[str, Any] = {}
         a_format = prefix
-        if prefix.startswith("b1") and prefix[2:] in ("xor", "and"):
+        if prefix.startswith("b1") and prefix[2:] in isa.B1_OPS:
             a_format, kw["bmma_op"] = "b1", prefix[2:]
         elif prefix.endswith("sat"):
             a_format, kw["satf"] = prefix[:-3], True
