@@ -7,7 +7,8 @@ choice that the benchmarks call directly: a backend's chain on converted operand
 kernel plan, its kernel's name in a profile. They are for measuring backends (the
 benchmarks under ``benchmarks/``), not for computing with: their signatures follow the
 backends and may change between releases without a deprecation period. Every one computes
-the same bits as ``jaxwarp.matmul`` where it applies.
+the same bits as ``jaxwarp.matmul`` where it applies (the probe
+fused_conversions_as_bitcasts excepted).
 
 Fused kernel (exact f16 / bf16 sm_90 chains, one Pallas kernel per output tile):
     FUSED_KERNEL_NAME: the kernel's name (find it in a profile or in XLA's dumps).
