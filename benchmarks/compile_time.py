@@ -30,19 +30,19 @@ the first step), device and versions.
 compilation cache in a temporary directory.
 
 On the CPU an exact product's k loop runs through one shared executable per instruction
-(``shared_chain``), compiled during the first run: ``to_first_step_s`` counts it, and the
+(the shared executables), compiled during the first run: ``to_first_step_s`` counts it, and the
 ratios ``exact_over_fast_first_step`` compare the times to the first step.
-``--inline``: the k loops compiled inside the step instead (``shared_chain.SHARED =
-"off"``, the code before the shared executables and the path on accelerators).
+``--inline``: the k loops compiled inside the step instead (``jaxwarp.config``'s
+``gemm_shared="off"``, the code before the shared executables and the path on accelerators).
 ``--parts SIZE``: one exact SIZE^3 product and its gradient taken apart instead (HLO
 instructions and seconds of the operand conversion, the k loop, the forward product, the
 gradient, fast mode; the gradient's instructions by source). ``--budget`` / ``--out`` for
 runs with a time limit (the GPU's).
 
 ``--kernel-unroll U``: on a GPU, the fused kernel's step loop for small products
-(``fused_kernel.UNROLL_SMALL``; 16: no loop). ``--any-range-below N``: on a GPU, the
+(``gemm_kernel_unroll_small``; 16: no loop). ``--any-range-below N``: on a GPU, the
 products that run one kernel for operands of any value with no range check and cond
-(``fused_kernel.ANY_RANGE_BELOW``; 0: every product checks its operands' range first).
+(``gemm_kernel_any_range_below``; 0: every product checks its operands' range first).
 
 Usage: python benchmarks/compile_time.py [--large] [--format bf16] [--models study,vit]
        [--modes plain,fast,exact] [--cache] [--inline] [--kernel-unroll U]
@@ -208,19 +208,18 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     import jaxwarp
-    from jaxwarp._src.arithmetic import datapath_blocks
-    from jaxwarp._src.gemm import fused_kernel, matmul_chain, shared_chain
+    import jaxwarp.backends
 
     if block_form:
-        datapath_blocks.BLOCK_FORM = block_form
+        jaxwarp.config.update("arith_block_form", block_form)
     if inline:
-        shared_chain.SHARED = "off"
+        jaxwarp.config.update("gemm_shared", "off")
     if fused_min_macs is not None:
-        matmul_chain._FUSED_MIN_MACS = fused_min_macs
+        jaxwarp.config.update("gemm_fused_min_macs", fused_min_macs)
     if kernel_unroll is not None:
-        fused_kernel.UNROLL_SMALL = kernel_unroll
+        jaxwarp.config.update("gemm_kernel_unroll_small", kernel_unroll)
     if any_range_below is not None:
-        fused_kernel.ANY_RANGE_BELOW = any_range_below
+        jaxwarp.config.update("gemm_kernel_any_range_below", any_range_below)
     mult = 4 if model.endswith("_x4") else 1
     if model.startswith("study"):
         loss, params, data = _study(large, mult, scan="_scan" in model)
@@ -244,17 +243,15 @@ def _measure(model: str, mode: str, fmt: str, large: bool, cache_dir: str | None
     jax.block_until_ready(compiled(params, *data))
     t4 = time.perf_counter()
     # The next steps, while the CPU's shared executables promote the repeated products
-    # to whole loops compiled in the background (shared_chain.PROMOTE_AFTER), and the
-    # wait for the rest of those compiles; step_s below is then the steady step.
+    # to whole loops compiled in the background (jaxwarp.config.gemm_promote_after), and
+    # the wait for the rest of those compiles; step_s below is then the steady step.
     early = []
     for _ in range(4):
         t = time.perf_counter()
         jax.block_until_ready(compiled(params, *data))
         early.append(time.perf_counter() - t)
-    from jaxwarp._src.gemm import shared_chain
-
     t5 = time.perf_counter()
-    failed = shared_chain.wait_for_promotions()
+    failed = jaxwarp.backends.wait_for_promotions()
     promotions_s = time.perf_counter() - t5
     out = {"trace_s": t1 - t0, "lower_s": t2 - t1, "compile_s": t3 - t2,
            "total_s": t3 - t0, "first_run_s": t4 - t3, "to_first_step_s": t4 - t0,
@@ -295,33 +292,30 @@ def _parts(fmt: str, size: int, block_form: str | None = None) -> dict:
 
     sys.path.insert(0, str(ROOT))
     import jaxwarp
-    from jaxwarp._src.arithmetic import datapath_blocks
-    from jaxwarp._src.gemm import matmul as matmul_module
-    from jaxwarp._src.gemm import matmul_chain
+    from jaxwarp import backends
 
     if block_form:
-        datapath_blocks.BLOCK_FORM = block_form
+        jaxwarp.config.update("arith_block_form", block_form)
     a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
     b = jax.random.normal(jax.random.key(1), (size, size), jnp.float32)
-    cfg = matmul_module._check(a, b, None, fmt, "f32", None, "sm_90", "exact", None, None,
-                               None, None)[-1]
-    qa, qb = matmul_module.to_operand(a, fmt), matmul_module.to_operand(b, fmt)
+    cfg = backends.chain_config(a, b, fmt)
+    qa, qb = jaxwarp.to_operand(a, fmt), jaxwarp.to_operand(b, fmt)
 
     def grad(mode):
         return jax.value_and_grad(lambda a, b: jaxwarp.matmul(
             a, b, operand_format=fmt, mode=mode).sum(), (0, 1))
 
     cases = {
-        "operand conversion (one operand)": (lambda x: matmul_module.to_operand(x, fmt), (a,)),
+        "operand conversion (one operand)": (lambda x: jaxwarp.to_operand(x, fmt), (a,)),
         "k loop on converted operands (matmul_chain.tiled)": (
-            lambda x, y: matmul_chain.tiled(x, y, jnp.zeros((size, size)), cfg), (qa, qb)),
+            lambda x, y: backends.exact_chain(x, y, jnp.zeros((size, size)), cfg), (qa, qb)),
         "forward product (matmul)": (lambda x, y: jaxwarp.matmul(x, y, operand_format=fmt),
                                      (a, b)),
         "forward + 2 backward products (value_and_grad)": (grad("exact"), (a, b)),
         "fast mode: forward + 2 backward": (grad("fast"), (a, b)),
     }
     out: dict = {"operand_format": fmt, "size": size, "tile": list(cfg.tile),
-                 "block_form": datapath_blocks.BLOCK_FORM,
+                 "block_form": jaxwarp.config.arith_block_form,
                  "instruction": cfg.instruction, "parts": {}}
     for name, (fn, args) in cases.items():
         c0, t0 = time.process_time(), time.perf_counter()
@@ -385,22 +379,22 @@ def main() -> None:
     ap.add_argument("--cache", action="store_true",
                     help="also time the exact step cold and warm with the persistent cache")
     ap.add_argument("--block-form", default=None, choices=("reduce", "unrolled", "rolled"),
-                    help="the exact datapath's block form (datapath_blocks.BLOCK_FORM; "
+                    help="the exact datapath's block form (jaxwarp.config arith_block_form; "
                          "default: the package's)")
     ap.add_argument("--inline", action="store_true",
-                    help="exact k loops compiled inside the step (shared_chain.SHARED = "
+                    help="exact k loops compiled inside the step (jaxwarp.config gemm_shared = "
                          "'off'), not through the CPU's shared executables")
     ap.add_argument("--fused-min-macs", type=int, default=None, metavar="N",
-                    help="on a GPU: the fused kernel's size rule (matmul_chain._FUSED_MIN_MACS; "
+                    help="on a GPU: the fused kernel's size rule (gemm_fused_min_macs; "
                          "0: every f16 / bf16 product through the kernel)")
     ap.add_argument("--kernel-unroll", type=int, default=None, choices=(1, 2, 4, 8, 16),
                     help="on a GPU: products written out per iteration of the fused "
                          "kernel's loop over a step, for small products "
-                         "(fused_kernel.UNROLL_SMALL; 16: no loop)")
+                         "(gemm_kernel_unroll_small; 16: no loop)")
     ap.add_argument("--any-range-below", type=int, default=None, metavar="N",
                     help="on a GPU: products of fewer multiply-adds run one kernel for "
                          "any operand value, no range check or cond "
-                         "(fused_kernel.ANY_RANGE_BELOW; 0: none)")
+                         "(gemm_kernel_any_range_below; 0: none)")
     ap.add_argument("--child-timeout", type=float, default=None,
                     help="seconds allowed to one (model, mode) measurement")
     ap.add_argument("--budget", type=float, default=None,

@@ -60,7 +60,7 @@ def kernel_profile(step, args, calls: int = 3, top: int = 12) -> dict:
     exact kernel's share."""
     from profile_exact import device_kernel_seconds
 
-    from jaxwarp._src.gemm.fused_kernel import KERNEL_NAME
+    from jaxwarp.backends import FUSED_KERNEL_NAME as KERNEL_NAME
 
     per = device_kernel_seconds(step, args, calls)
     total = sum(per.values())

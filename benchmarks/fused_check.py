@@ -1,9 +1,9 @@
 """The in-range fast path of exact bf16 / tf32 arithmetic: bits and speed.
 
-``datapath.IN_RANGE_PATH`` lets exact bf16 / tf32 products whose every product is a normal
-fp32 number (``datapath_blocks.in_fp32_range``) run the fast path's arithmetic, chosen by
-one ``lax.cond`` around ``matmul``'s whole k loop ("auto": from 2**22 multiply-adds on a
-CPU, 2**30 on an accelerator; "on": always). For each format this times
+``jaxwarp.config.arith_in_range_path`` lets exact bf16 / tf32 products whose every product
+is a normal fp32 number run the fast path's arithmetic, chosen by one ``lax.cond`` around
+``matmul``'s whole k loop ("auto": from 2**22 multiply-adds on a CPU, 2**30 on an
+accelerator; "on": always). For each format this times
 ``jaxwarp.matmul(a, b, operand_format=F, mode="exact")`` on M = N = K = size with the
 switch "off" (the decoded general path) and "on" (the cond), and the arithmetic of the
 in-range path alone without the cond ("nocond": valid here only because the inputs are in
@@ -30,7 +30,6 @@ import json
 import pathlib
 import sys
 import time
-import types
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's jaxwarp, before any installed one
@@ -50,6 +49,29 @@ def _inputs(fmt: str, n: int, seed: int = 0):
     a = rng.standard_normal((n, n), np.float32).astype(dt)
     b = rng.standard_normal((n, n), np.float32).astype(dt)
     return jax.device_put(a), jax.device_put(b)
+
+
+def _tf32(x):
+    """The tf32 value of fp32 words: the top 19 bits (what the tensor core reads)."""
+    import numpy as np
+
+    return (np.asarray(x).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _in_fp32_range(a, b) -> bool:
+    """The in-range path's condition on the bits: every element finite and not
+    subnormal, and every product's exponent within [-100, 126] (so exact as a normal fp32
+    number), from the largest and smallest nonzero biased exponents of a and b."""
+    import numpy as np
+
+    def exp_range(x):
+        u = np.asarray(x).astype(np.float32).view(np.int32) & 0x7FFFFFFF
+        e = u >> 23
+        return int(e.max(initial=0)), int(np.where(u == 0, 255, e).min(initial=255))
+
+    (amax, amin), (bmax, bmin) = exp_range(a), exp_range(b)
+    return (amax < 255 and bmax < 255 and amin > 0 and bmin > 0
+            and amax + bmax - 254 <= 126 and amin + bmin - 254 >= -100)
 
 
 def _best(fn, repeats: int) -> float:
@@ -74,10 +96,6 @@ def main(argv=None) -> dict:
 
     import jaxwarp
     from benchmarks._common import device_info, versions
-    from jaxwarp._src.arithmetic import datapath
-    from jaxwarp._src.arithmetic.datapath_blocks import in_fp32_range
-    from jaxwarp._src.gemm import matmul_chain
-    from jaxwarp._src.numerics import bitops
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=None)
@@ -88,22 +106,24 @@ def main(argv=None) -> dict:
     gpu = jax.default_backend() != "cpu"
     n = args.size or (4096 if gpu else 512)
     plain = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
-    real_lax = datapath.lax
-    nocond_lax = types.SimpleNamespace(**{k: getattr(real_lax, k) for k in dir(real_lax)
-                                          if not k.startswith("__")})
-    nocond_lax.cond = lambda pred, yes, no, *ops: yes(*ops)  # the in-range branch alone
+    real_cond = jax.lax.cond
+
+    def nocond(pred, yes, no, *ops, **kw):  # the in-range branch alone
+        return yes(*ops)
 
     def variant(name: str):
-        datapath.IN_RANGE_PATH = "off" if name == "off" else "on"
-        datapath.lax = matmul_chain.lax = nocond_lax if name == "nocond" else real_lax
+        # jaxwarp's arithmetic calls jax.lax.cond by that name at trace time: "nocond"
+        # traces the in-range branch alone (this process traces nothing else meanwhile)
+        jaxwarp.config.update("arith_in_range_path", "off" if name == "off" else "on")
+        jax.lax.cond = nocond if name == "nocond" else real_cond
         jax.clear_caches()
 
     record = {"benchmark": "fused_check", "size": n, **device_info(), "versions": versions(),
               "formats": {}}
     for fmt in args.formats.split(","):
         a, b = _inputs(fmt, n)
-        av, bv = (a, b) if fmt != "tf32" else (bitops.tf32_keep(a), bitops.tf32_keep(b))
-        rec = {"in_range": bool(in_fp32_range(av, b if fmt != "tf32" else bv))}
+        av, bv = (a, b) if fmt != "tf32" else (_tf32(a), _tf32(b))
+        rec = {"in_range": _in_fp32_range(av, bv)}
         big = a.at[: n // 8].multiply(2.0 ** 70) if fmt != "f16" else a  # out of range
         rec["xla_seconds"] = _best(lambda a=a, b=b: plain(a, b).block_until_ready(),
                                    args.repeats)

@@ -1,4 +1,4 @@
-"""The fused exact kernel (``gemm/fused_kernel.py``) on a GPU: bits and speed.
+"""The fused exact kernel (``jaxwarp.backends.fused_chain``) on a GPU: bits and speed.
 
 Parts (one process; each case in its own try/except that prints the traceback):
 
@@ -7,11 +7,11 @@ Parts (one process; each case in its own try/except that prints the traceback):
   the step loop, ``_uN``; f16 also without the "finite" knowledge), XLA's exact path and
   ``jnp.matmul``: best seconds, TFLOP/s, ratios (target: kernel >= 3x the XLA exact
   path), and each kernel's bits against XLA's exact path;
-* ``bits``: exact ``matmul`` with the kernel (``matmul_chain.FUSED_KERNEL="on"``: the
+* ``bits``: exact ``matmul`` with the kernel (``jaxwarp.config.gemm_fused_kernel="on"``: the
   kernel at every size; on a CPU Pallas' interpreter) against XLA's exact path
   (``"off"``), bf16 and f16, random GEMMs: odd shapes (wgmma tiles: M, N padded), wide
   exponents, zeros, cancellation, f16 subnormals, inf and NaN, bf16 out of fp32's
-  range (the host branch of the cond; below ``fused_kernel.ANY_RANGE_BELOW`` multiply-adds
+  range (the host branch of the cond; below ``gemm_kernel_any_range_below`` multiply-adds
   the kernel for any value), with C; equal / total per case;
 * ``ptx``: (``--ptx``, a child process with XLA's dump) the PTX opcodes of one small
   kernel, counted.
@@ -83,7 +83,7 @@ CASES = [  # (fmt, M, N, K, kind, with C, instruction); 4096^3 with C: the timin
     ("f16", 256, 384, 512, "wide", True, "wmma"),
     ("f16", 256, 256, 256, "special", True, "wmma"),
     ("bf16", 256, 256, 256, "out_of_range", True, "wmma"),
-    # below fused_kernel.ANY_RANGE_BELOW: the kernel for any bf16 value, no cond
+    # below gemm_kernel_any_range_below: the kernel for any bf16 value, no cond
     ("bf16", 128, 96, 128, "out_of_range", True, "wmma"),
     ("bf16", 128, 96, 128, "special", True, "wgmma"),
     ("bf16", 256, 256, 256, "cancel", True, "wmma"),
@@ -101,7 +101,6 @@ def part_bits(dry: bool, budget: float) -> dict:
     import numpy as np
 
     import jaxwarp
-    from jaxwarp._src.gemm import matmul_chain
 
     rng = np.random.default_rng(0)
     cases = DRY_CASES if dry else CASES
@@ -113,7 +112,7 @@ def part_bits(dry: bool, budget: float) -> dict:
         inputs.append((a, b, c))
     results = {}
     for switch in ("off", "on"):  # "on": the kernel at every size (auto: from 2**24 MACs)
-        matmul_chain.FUSED_KERNEL = switch
+        jaxwarp.config.update("gemm_fused_kernel", switch)
         jax.clear_caches()
         for (fmt, M, N, K, kind, with_c, ins), (a, b, c) in zip(cases, inputs, strict=True):
             name = f"{fmt}_{M}x{N}x{K}_{kind}{'_C' if with_c else ''}_{ins}"
@@ -129,7 +128,7 @@ def part_bits(dry: bool, budget: float) -> dict:
             except Exception as e:  # noqa: BLE001
                 traceback.print_exc()
                 results.setdefault(name, {})[switch] = repr(e)[:400]
-    matmul_chain.FUSED_KERNEL = "auto"
+    jaxwarp.config.update("gemm_fused_kernel", "auto")
     jax.clear_caches()
     out = {}
     for name, r in results.items():
@@ -203,8 +202,7 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None,
     import numpy as np
 
     import jaxwarp
-    from jaxwarp._src.catalogue import arch
-    from jaxwarp._src.gemm import fused_kernel, matmul_chain
+    from jaxwarp import backends
 
     M, N, K = shape or ((64,) * 3 if dry else (4096,) * 3)
     rng = np.random.default_rng(1)
@@ -217,16 +215,16 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None,
     for name, (fmt, block, warps, finite, form, rounding, f32) in VARIANTS.items():
         if only and name not in only:
             continue
-        dp = arch.datapath_for("sm_90", "wmma", fmt, 16)
+        dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
         unroll = _unroll(name)
         fns[name] = jax.jit(lambda a, b, c, dp=dp, fmt=fmt, block=block, warps=warps,
                             finite=finite, form=form, rounding=rounding, f32=f32,
                             unroll=unroll:
-                            fused_kernel.chain(a, b, c, dp, fmt, finite=finite, block=block,
+                            backends.fused_chain(a, b, c, dp, fmt, finite=finite, block=block,
                                                num_warps=warps, interpret=dry, form=form,
                                                rounding=rounding, f32_operands=f32,
                                                unroll=unroll))
-    matmul_chain.FUSED_KERNEL = "off"
+    jaxwarp.config.update("gemm_fused_kernel", "off")
     jax.clear_caches()
     for fmt in ("bf16", "f16"):
         fns[f"{fmt}_xla_exact"] = jax.jit(lambda a, b, c, fmt=fmt: jaxwarp.matmul(
@@ -239,19 +237,15 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None,
         try:
             t = time.perf_counter()
             if "probe_noconv" in name:  # traced with bitcasts for the conversions
-                keep = fused_kernel._trunc
-                fused_kernel._trunc = lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)
-                try:
+                with backends.fused_conversions_as_bitcasts():
                     ready[name] = jax.block_until_ready(fn(*ops[fmt]))
-                finally:
-                    fused_kernel._trunc = keep
             else:
                 ready[name] = jax.block_until_ready(fn(*ops[fmt]))
             first[name] = time.perf_counter() - t
             log(f"timing: {name} compiled and ran in {first[name]:.1f} s")
         except Exception:  # noqa: BLE001
             traceback.print_exc()
-    matmul_chain.FUSED_KERNEL = "auto"
+    jaxwarp.config.update("gemm_fused_kernel", "auto")
     times: dict[str, list[float]] = {k: [] for k in ready}
     rounds = 0
     while rounds < 2 or (rounds < 5 and time.perf_counter() - T0 < budget):
@@ -290,12 +284,11 @@ def part_ptx(out_dir: pathlib.Path) -> dict:
     """A child process compiles one small kernel with XLA's dump on; PTX opcodes counted."""
     dump = pathlib.Path(tempfile.mkdtemp())
     env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}")
-    code = ("import jax, jax.numpy as jnp; from jaxwarp._src.catalogue import arch; "
-            "from jaxwarp._src.gemm import "
-            "fused_kernel as fk; dp = arch.datapath_for('sm_90', 'wmma', 'bf16', 16); "
+    code = ("import jax, jax.numpy as jnp, jaxwarp; from jaxwarp import backends; "
+            "dp = jaxwarp.datapath_for('sm_90', 'wmma', 'bf16', 16); "
             "a = jnp.ones((64, 64), jnp.bfloat16); "
-            "jax.block_until_ready(jax.jit(lambda a, b, c: fk.chain(a, b, c, dp, 'bf16', "
-            "finite=True))(a, a, jnp.ones((64, 64))))")
+            "jax.block_until_ready(jax.jit(lambda a, b, c: backends.fused_chain(a, b, c, dp, "
+            "'bf16', finite=True))(a, a, jnp.ones((64, 64))))")
     r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, timeout=60,
                        capture_output=True, text=True)
     out: dict = {"rc": r.returncode, "stderr_tail": r.stderr[-1500:]}

@@ -41,26 +41,26 @@ def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    from jaxwarp._src.gemm import fused_kernel as fk
+    from jaxwarp import backends
 
     fmt, form, tile, warps, *flags = cfg.split(":")
     bm, bn = map(int, tile.split("x"))
     warps = int(warps)
-    plan = fk.Plan(fmt, K, 25, 0x7FFFFFFF, "specials" not in flags, (bm, bn), warps,
+    plan = backends.FusedPlan(fmt, K, 25, 0x7FFFFFFF, "specials" not in flags, (bm, bn), warps,
                    form=form, rounding="int" if "int" in flags else "float",
                    f32_operands="f32" in flags)
     dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[fmt]
     args = (jax.ShapeDtypeStruct((bm, K), dt), jax.ShapeDtypeStruct((K, bn), dt),
             jax.ShapeDtypeStruct((bm, bn), jnp.float32))
     out = io.StringIO()
-    keep = fk.pl.pallas_call
-    fk.pl.pallas_call = functools.partial(pl.pallas_call, debug=True)
+    keep = pl.pallas_call  # the kernel calls jax.experimental.pallas.pallas_call by name
+    pl.pallas_call = functools.partial(keep, debug=True)
     try:
         with contextlib.redirect_stdout(out):
-            jax.jit(lambda a, b, c: fk.gemm(a, b, c, plan)).trace(*args).lower(
+            jax.jit(lambda a, b, c: backends.fused_gemm(a, b, c, plan)).trace(*args).lower(
                 lowering_platforms=("cuda",))
     finally:
-        fk.pl.pallas_call = keep
+        pl.pallas_call = keep
     text = out.getvalue()
     text = text[text.index("The Triton module"):]
     text = text[text.index("\n") + 1:]
@@ -68,7 +68,7 @@ def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
     text = re.sub(r' "[^"\n]*"\(#loc\d+\)', "", text)
     text = re.sub(r"^#loc.*\n", "", text, flags=re.M)
     text = text[text.index("module @"):text.rindex("\n}\n") + 3]  # the module alone
-    return text, warps, bm * bn * fk.IK // (32 * warps)
+    return text, warps, bm * bn * 16 // (32 * warps)  # 16: the instruction k
 
 
 def sass(cfg: str, work: pathlib.Path) -> dict:

@@ -26,7 +26,8 @@ fp8 product ``jnp.matmul(a8, b8, preferred_element_type=float32)`` where the bac
 compiles it, and, always, the f16 product of the same values (``xla_f16_*``).
 
 ``--scaling``: times the exact product while one of M, N, K grows (the other two fixed
-at ``--base``) and writes ``<out>/<device>_matmul_scaling_<date>.json`` and ``.png``.
+at ``--base``) and writes ``<out>/<device>_matmul_exact_scaling.json`` and ``.png``
+(the date inside).
 
 Usage:
     python benchmarks/matmul_exact.py [--size N] [--formats f16,bf16,e4m3]
@@ -357,8 +358,9 @@ def _scaling_main(args) -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{device_slug()}_matmul_scaling_{date}"
-    record = {"benchmark": "matmul_exact_scaling", **device_info(), "versions": versions(),
+    stem = out / f"{device_slug()}_matmul_exact_scaling"  # the results/ naming: no date
+    record = {"benchmark": "matmul_exact_scaling", "date": date, **device_info(),
+              "versions": versions(),
               **host_info(),
               "operand_format": fmt, "instruction": ins or "default", "base": base,
               "sizes": sizes, "rows": rows, "wall_seconds": time.perf_counter() - t0,

@@ -17,7 +17,7 @@ prints the traceback):
 * ``caps``: every capture configuration of ``tests/data`` (``chain/...`` keys and single
   instructions: :data:`CAPTURE_FILES`) whose chain the native kernel issues, all its
   cases in one kernel call: native D against the hardware's D and against exact mode;
-  the others listed with the reason (``native.check_chain``'s message);
+  the others listed with the reason (``jaxwarp.backends.native_check_chain``'s message);
 * ``mma``: ``jaxwarp.mma(mode="native")`` against exact mode (batch dims, tf32 words
   with their low 13 bits set, mixed fp8, f16 accumulators);
 * ``random``: random GEMMs, ``matmul(mode="native")`` against ``matmul(mode="exact")``:
@@ -146,10 +146,10 @@ def part_caps() -> dict:
     import jax
     import numpy as np
 
-    from jaxwarp._src.catalogue import isa
-    from jaxwarp._src.conformance.keys import parse_mma_name
-    from jaxwarp._src.gemm import native
-    from jaxwarp._src.gemm.matmul_chain import Cfg, tiled
+    from jaxwarp import backends, isa
+    from jaxwarp.backends import ChainConfig as Cfg
+    from jaxwarp.backends import exact_chain as tiled
+    from jaxwarp.backends import parse_mma_name
 
     out = {}
     summary = {"native_configs": 0, "native_elements": 0, "equal_hardware": 0,
@@ -174,8 +174,9 @@ def part_caps() -> dict:
                 summary["not_native"] += 1
                 continue
             why = None
-            if n.a_format not in native.NATIVE_K:
-                why = f"operand format {n.a_format} (wgmma float formats: {tuple(native.NATIVE_K)})"
+            if n.a_format not in backends.NATIVE_K:
+                why = (f"operand format {n.a_format} (wgmma float formats: "
+                       f"{tuple(backends.NATIVE_K)})")
             elif n.c_format != n.d_format:
                 why = f"C {n.c_format} / D {n.d_format}: matmul's accumulator is one format"
             elif n.neg_a or n.neg_b or n.scale_d0 or n.satf:
@@ -185,7 +186,7 @@ def part_caps() -> dict:
                       "native", None, False)
             if why is None:
                 try:
-                    native.check_chain(cfg)
+                    backends.native_check_chain(cfg)
                 except ValueError as e:
                     why = str(e)
             if why is not None:
@@ -204,7 +205,7 @@ def part_caps() -> dict:
                 a, b, c = _block_diagonal(A.view(adt), B.view(bdt), C.view(cdt))
                 ecfg = Cfg(n.a_format, n.b_format, n.c_format, tile, n.instruction,
                            "sm_90", "exact", None, False)
-                got = _diagonal(jax.jit(functools.partial(native.chain, cfg=cfg,
+                got = _diagonal(jax.jit(functools.partial(backends.native_chain, cfg=cfg,
                                                           interpret=DRY))(a, b, c),
                                 cases, M, N)
                 ex = _diagonal(jax.jit(functools.partial(tiled, cfg=ecfg))(a, b, c),
@@ -313,7 +314,7 @@ def part_timing() -> dict:
     from _common import best_time
 
     import jaxwarp
-    from jaxwarp._src.gemm.matmul import to_operand
+    from jaxwarp import to_operand
 
     n = 4096
     flops = 2 * n**3
@@ -645,11 +646,10 @@ def part_stepprod() -> dict:
     import jax
     import numpy as np
 
-    from jaxwarp._src.gemm import matmul as matmul_mod
+    from jaxwarp import backends
 
     rec: dict[str, dict] = {NATIVE: {}, "exact": {}}
     current = ["exact"]
-    chain = matmul_mod.tiled
 
     def record(a, b, c, d):
         a, b, c, d = (np.asarray(x) for x in (a, b, c, d))
@@ -659,30 +659,23 @@ def part_stepprod() -> dict:
             h.update(np.ascontiguousarray(x).tobytes())
         rec[current[0]][h.hexdigest()] = (a.shape, b.shape, d.copy())
 
-    def recorded(a_op, b_op, c_acc, cfg, scales=None):
-        d = chain(a_op, b_op, c_acc, cfg, scales)
-        jax.debug.callback(record, a_op, b_op, c_acc, d)
-        return d
-
-    matmul_mod.tiled = recorded
-    jax.clear_caches()
     m = STEP_MODEL
     params = et.init_params(jax.random.key(0), m["p"], m["width"], m["layers"], m["heads"])
     out = {}
     grads = {}
-    for mode in (NATIVE, "exact"):
-        try:
-            t = time.perf_counter()
-            current[0] = mode
-            fn = jax.jit(jax.value_and_grad(_study_loss(mode)))
-            grads[mode] = jax.block_until_ready(fn(params))
-            jax.effects_barrier()
-            print(f"stepprod {mode}: {len(rec[mode])} products recorded in "
-                  f"{time.perf_counter() - t:.1f} s", flush=True)
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            out[mode] = {"error": repr(e)[:500]}
-    matmul_mod.tiled = chain
+    with backends.record_products(record):
+        for mode in (NATIVE, "exact"):
+            try:
+                t = time.perf_counter()
+                current[0] = mode
+                fn = jax.jit(jax.value_and_grad(_study_loss(mode)))
+                grads[mode] = jax.block_until_ready(fn(params))
+                jax.effects_barrier()
+                print(f"stepprod {mode}: {len(rec[mode])} products recorded in "
+                      f"{time.perf_counter() - t:.1f} s", flush=True)
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                out[mode] = {"error": repr(e)[:500]}
     n, e = rec[NATIVE], rec["exact"]
     both = sorted(set(n) & set(e))
     per = []
@@ -736,7 +729,7 @@ def part_mma() -> dict:
     import numpy as np
 
     import jaxwarp
-    from jaxwarp._src.catalogue import isa
+    from jaxwarp import isa
 
     out = {}
     for fa, fb, acc, instruction, arch, (batch, M, K, N) in MMA_CONFIGS:
@@ -798,7 +791,7 @@ def part_ptx(dump: pathlib.Path) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-TUNE = {  # (bm, bn, bk, warps, stages, B K-major) tried at 4096^3 beside native.plan's
+TUNE = {  # (bm, bn, bk, warps, stages, B K-major) tried at 4096^3 beside native mode's plan's
     "f16": [(128, 256, 64, 8, 4, False), (128, 128, 64, 4, 4, False),
             (128, 256, 64, 8, 3, True), (256, 128, 64, 8, 3, False)],
     "e4m3": [(128, 256, 128, 8, 3, True), (128, 256, 128, 8, 4, True),
@@ -813,8 +806,7 @@ def part_tune() -> dict:
     import numpy as np
     from _common import best_time
 
-    from jaxwarp._src.gemm import native, native_kernels
-    from jaxwarp._src.gemm.matmul import to_operand
+    from jaxwarp import backends, to_operand
 
     n = 4096
     out = {}
@@ -826,9 +818,9 @@ def part_tune() -> dict:
         for bm, bn, bk, warps, stages, kmajor in configs:
             name = f"{fmt} {bm}x{bn}x{bk} w{warps} s{stages}" + (" B K-major" if kmajor else "")
             try:
-                spec = native_kernels.DotSpec(fmt, fmt, "f32", native.NATIVE_K[fmt], kmajor)
-                plan = native_kernels.Plan(spec, n, (bm, bn, bk), None, warps, stages)
-                fn = jax.jit(lambda a, b, c, plan=plan: native_kernels.gemm(a, b, c, plan))
+                spec = backends.NativeDotSpec(fmt, fmt, "f32", backends.NATIVE_K[fmt], kmajor)
+                plan = backends.NativePlan(spec, n, (bm, bn, bk), None, warps, stages)
+                fn = jax.jit(lambda a, b, c, plan=plan: backends.native_gemm(a, b, c, plan))
                 t = best_time(lambda fn=fn, a=a, c=c: jax.block_until_ready(fn(a, a, c)), 2,
                               0.2)
                 out[name] = 2 * n**3 / t / 1e12
@@ -843,10 +835,10 @@ def part_tune() -> dict:
 def run_part(part: str, out_dir: pathlib.Path) -> dict:
     import jax
 
-    from jaxwarp._src.gemm import native
+    from jaxwarp import backends
 
     head = {"part": part, "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
-            "device_error": native.device_error()}
+            "device_error": backends.native_device_error()}
     try:
         import jaxlib
 

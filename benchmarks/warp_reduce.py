@@ -54,14 +54,15 @@ it does, and what that kernel costs next to one or two short ones, is what
 read there, not guessed from the CPU numbers above. On the H100 (jax 0.11.2,
 2^22 warps) the gather path ran at 0.37-0.39 of a copy and a reshape + reverse
 butterfly (the same ops as ``static`` less the bitcasts) at 0.42
-(benchmarks/results/h100_2026-11-2[23].json, shuffle_lowering.py).
+(benchmarks/results/h100_fast_vs_exact_shuffle_lowering.json, h100_matmul_fast.json;
+shuffle_lowering.py).
 
 ``kernel``: ``jaxwarp.warp_kernel(butterfly)``, the same program as one Pallas (Triton)
 kernel on a GPU (``jax.vmap`` elsewhere, so on the CPU it is ``static``), for a few
 ``(warps_per_block, num_warps)``. Inside the kernel a block of warps sits in registers
 and each xor shuffle is a reshape, a transpose, a split into halves and a join, so the
 five steps are one pass over memory. On the H100 (jax 0.11.2, 2^22 warps, 2026-11-24,
-``results/h100_2026-11-24_warp_kernel.json``): 0.92-0.96 of a copy with 32 or 128 warps
+``results/h100_warp_reduce.json``): 0.92-0.96 of a copy with 32 or 128 warps
 per block, 0.68-0.70 with 512 (register pressure), against 0.37-0.40 for ``static``
 (three kernels); one kernel in the HLO; ``kernel_random_bits_equal_xla``, the kernel's
 bits against XLA's lowering on every bit pattern (NaN payloads, infinities, subnormals):

@@ -286,9 +286,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.products == "inline" or (args.products == "auto"
                                      and jax.default_backend() == "cpu"):
-        from jaxwarp._src.gemm import shared_chain
-
-        shared_chain.SHARED = "off"
+        jaxwarp.config.update("gemm_shared", "off")
     devices = su.pick_devices(args.devices)
     groups = args.groups
     if groups is None and len(devices) > 1:
