@@ -238,11 +238,14 @@ def _docstrings(path):
 
 def _named_paths():
     """{path as written: [where it is named]} over the Markdown files (README.md, docs/, the
-    READMEs and format files of the other folders; not CHANGELOG.md, which is history) and
+    READMEs and format files of the other folders; not CHANGELOG.md or the dated records,
+    which are history) and
     the docstrings of jaxwarp/, tools/, benchmarks/ and experiments/."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     for folder in ("tools", "benchmarks", "experiments"):
-        pages += sorted(p for p in (ROOT / folder).rglob("*.md") if "out" not in p.parts)
+        # Not the dated records of benchmarks/results/ (history, like CHANGELOG.md).
+        pages += sorted(p for p in (ROOT / folder).rglob("*.md") if "out" not in p.parts
+                        and not re.search(r"_\d{4}-\d\d-\d\d", p.name))
     texts = [(p.relative_to(ROOT).as_posix(), p.read_text()) for p in pages]
     for folder in ("jaxwarp", "tools", "benchmarks", "experiments"):
         for p in sorted((ROOT / folder).rglob("*.py")):
@@ -363,6 +366,15 @@ def test_version_has_one_source():
     assert project["tool"]["hatch"]["version"]["path"] == "jaxwarp/__init__.py"
     assert re.fullmatch(r"\d+\.\d+\.\d+([a-z]+\d+)?", jaxwarp.__version__)
     assert f"## {jaxwarp.__version__}" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_changelog_has_unreleased_then_the_release_summary():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (.+)$", text, re.M)
+    assert releases[0] == "Unreleased" and releases[1].startswith(jaxwarp.__version__ + " ")
+    section = text.split(f"## {releases[1]}", 1)[1].split(f"## {releases[2]}", 1)[0]
+    areas = re.findall(r"^### (.+)$", section, re.M)
+    assert areas[-1] == "Details" and len(areas) >= 6, areas
 
 
 def test_package_is_typed():
