@@ -1,7 +1,9 @@
 """jaxwarp: NVIDIA warp-level programming modelled bit for bit in JAX.
 
 The lane axis is the leading axis of size 32; many warps are a ``jax.vmap`` away.
-Everything public is listed here; ``jaxwarp._src`` is private.
+Everything public is listed here; ``jaxwarp._src`` is private (its layers:
+docs/architecture.md). How an exact product runs, never what it gives, is chosen by the
+switchboard ``jaxwarp.config`` (docs/config.md).
 """
 
 # The switchboard: named options (backends, forms) read at trace time, as jax.config.
@@ -183,6 +185,6 @@ from jaxwarp import mx as mx
 # Checked mode: report undefined behaviour instead of modelling it.
 from jaxwarp._src.warp.checked import checked as checked
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Do not import from jaxwarp._src: it is private and changes without notice.

@@ -87,10 +87,6 @@ def test_docstring_example(test):
 # --- The README, as a newcomer reads it. ------------------------------------------------
 
 
-def _fenced(lang):
-    return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
-
-
 def test_readme_example_prints_what_the_readme_shows():
     code = re.search(r"## Example\s+```python\n(.*?)```", README, re.S).group(1)
     shown = re.search(r"## Example\s+```python\n.*?```\s+prints\s+```text\n(.*?)```", README,
@@ -105,10 +101,10 @@ def test_readme_example_prints_what_the_readme_shows():
     assert printed[0] == comments[0] and printed[1] == comments[1]
 
 
-def _commands():
-    """Every command line of the README's shell blocks, comments stripped."""
+def _commands(text=README):
+    """Every command line of a page's shell blocks, comments stripped."""
     lines = []
-    for block in _fenced("bash"):
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.splitlines():
             line = line.split("  #")[0].strip()
             if line and not line.startswith("#"):
@@ -116,12 +112,20 @@ def _commands():
     return lines
 
 
+DOCS_PAGES = sorted((ROOT / "docs").rglob("*.md"))
+
+
 def test_readme_commands_work_in_a_fresh_clone():
-    """Files and folders a command names exist in the repository (nothing from outside
-    the clone, such as ../shared); modules it runs can be imported."""
+    """Files and folders a command of the README or of a docs page names exist in the
+    repository (nothing from outside the clone, such as ../shared); modules it runs can be
+    imported."""
     commands = _commands()
     assert "python experiments/matmul_error.py" in commands
     assert "python -m pytest -n auto" in commands
+    assert "python -m pytest -n auto -m slow" in commands
+    for page in DOCS_PAGES:
+        commands += _commands(page.read_text())
+    assert "mkdocs build --strict" in commands  # the docs pages' commands are read too
     for cmd in commands:
         words = cmd.split()
         assert not any(w.startswith("..") for w in words), cmd
@@ -129,12 +133,59 @@ def test_readme_commands_work_in_a_fresh_clone():
             assert importlib.util.find_spec(words[2]) is not None, cmd
         for w in words:
             w = w.strip("\"'")
-            if w.startswith((".venv", "-", ".[")) or "DIR" in w or "=" in w:
+            if w.startswith((".venv", "-", ".[", "$")) or "DIR" in w or "=" in w:
                 continue
             if any(ch in w for ch in "*?["):
                 assert list(ROOT.glob(w)), (cmd, w)
             elif w.endswith((".py", ".npz", ".md", ".yml")):
                 assert (ROOT / w).is_file(), (cmd, w)
+
+
+# --- Code blocks of the docs pages. -------------------------------------------------------
+
+# A page's Python block whose first line imports is a whole program: it runs as written, in
+# a fresh process. Other blocks continue the page's story with the names it set up.
+_PROGRAMS = [(page, i, code) for page in DOCS_PAGES
+             for i, code in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(),
+                                                 re.S))
+             if code.lstrip().startswith(("import ", "from "))]
+
+
+def test_docs_pages_have_whole_programs():
+    pages = {page.name for page, _, _ in _PROGRAMS}
+    assert {"config.md", "divergence.md", "sparse.md", "microscaling.md",
+            "cooperative_groups.md", "scale_out.md"} <= pages, pages
+
+
+@pytest.mark.parametrize("page, i, code", [
+    pytest.param(page, i, code, id=f"{page.name}:{i}",
+                 marks=() if page.name == "config.md" else pytest.mark.slow)
+    for page, i, code in _PROGRAMS])
+def test_docs_program_runs(page, i, code, tmp_path):
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+    assert res.returncode == 0, f"{page.name}, Python block {i}:\n{res.stderr[-3000:]}"
+    # Each print's trailing comment, where it has one, is what it printed.
+    shown = [c.strip() for c in re.findall(r"^print\(.*\)\s*#\s*(.*)$", code, re.M)]
+    if shown and len(shown) == len(res.stdout.splitlines()):
+        assert res.stdout.splitlines() == shown
+
+
+# --- The switchboard's page lists every option as the code has it. -------------------------
+
+
+def test_config_page_is_the_options():
+    text = (ROOT / "docs" / "config.md").read_text()
+    table = text.split("| option | default | allowed | layer | what it chooses |", 1)[1]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in table.strip().splitlines()[1:] if line.startswith("|")]
+    code = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in jaxwarp.config.describe().splitlines()[2:]]
+    # Names, defaults, allowed values and layers as the code has them (help texts may be
+    # reworded in the code first; jaxwarp.config.describe() prints the table to paste).
+    assert [r[:4] for r in rows] == [r[:4] for r in code], "paste jaxwarp.config.describe()"
+    assert all(r[4] for r in rows)
 
 
 def test_readme_example_says_the_lane_axis_leads():
@@ -187,11 +238,14 @@ def _docstrings(path):
 
 def _named_paths():
     """{path as written: [where it is named]} over the Markdown files (README.md, docs/, the
-    READMEs and format files of the other folders; not CHANGELOG.md, which is history) and
+    READMEs and format files of the other folders; not CHANGELOG.md or the dated records,
+    which are history) and
     the docstrings of jaxwarp/, tools/, benchmarks/ and experiments/."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     for folder in ("tools", "benchmarks", "experiments"):
-        pages += sorted(p for p in (ROOT / folder).rglob("*.md") if "out" not in p.parts)
+        # Not the dated records of benchmarks/results/ (history, like CHANGELOG.md).
+        pages += sorted(p for p in (ROOT / folder).rglob("*.md") if "out" not in p.parts
+                        and not re.search(r"_\d{4}-\d\d-\d\d", p.name))
     texts = [(p.relative_to(ROOT).as_posix(), p.read_text()) for p in pages]
     for folder in ("jaxwarp", "tools", "benchmarks", "experiments"):
         for p in sorted((ROOT / folder).rglob("*.py")):
@@ -297,6 +351,9 @@ def test_docs_build_strict(tmp_path):
     assert "block fused" in (site / "arithmetic" / "index.html").read_text()
     assert (site / "results" / "matmul_error.png").is_file()
     assert "shfl_cfg" in (site / "capture_format" / "index.html").read_text()
+    support = (site / "support" / "index.html").read_text()
+    assert "m16n16k16" in support and "Known differences from hardware" in support
+    assert "gemm_fused_kernel" in (site / "config" / "index.html").read_text()
 
 
 # --- Packaging. -------------------------------------------------------------------------
@@ -309,6 +366,15 @@ def test_version_has_one_source():
     assert project["tool"]["hatch"]["version"]["path"] == "jaxwarp/__init__.py"
     assert re.fullmatch(r"\d+\.\d+\.\d+([a-z]+\d+)?", jaxwarp.__version__)
     assert f"## {jaxwarp.__version__}" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_changelog_has_unreleased_then_the_release_summary():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (.+)$", text, re.M)
+    assert releases[0] == "Unreleased" and releases[1].startswith(jaxwarp.__version__ + " ")
+    section = text.split(f"## {releases[1]}", 1)[1].split(f"## {releases[2]}", 1)[0]
+    areas = re.findall(r"^### (.+)$", section, re.M)
+    assert areas[-1] == "Details" and len(areas) >= 6, areas
 
 
 def test_package_is_typed():
