@@ -89,7 +89,7 @@ from jaxwarp._src.catalogue.arch import ArchModel as ArchModel
 from jaxwarp._src.catalogue.arch import Target as Target
 from jaxwarp._src.catalogue.arch import parse_target as parse_target
 from jaxwarp._src.catalogue.arch import datapath_for as datapath_for
-from jaxwarp._src.arithmetic.datapath import mma as mma
+from jaxwarp._src.gemm.matmul import mma as mma
 from jaxwarp._src.arithmetic.datapath_int import bmma as bmma
 from jaxwarp._src.gemm.matmul import matmul as matmul
 from jaxwarp._src.gemm.matmul import to_operand as to_operand

@@ -96,7 +96,7 @@ def _capture_extra() -> str:
 def _arithmetic() -> str:
     import jaxwarp
 
-    doc = sys.modules[jaxwarp.mma.__module__].__doc__ or ""
+    doc = sys.modules[jaxwarp.mma.__wrapped__.__module__].__doc__ or ""
     return _rst_to_md(doc.strip())
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.arithmetic import datapath as M
-from jaxwarp._src.catalogue.arch import ARCHS
+from jaxwarp._src.catalogue.arch import ARCHS, family
 
 DATA = np.load(pathlib.Path(__file__).resolve().parents[1] / "data" / "h100_tc_edges.npz")
 CONFIGS = sorted({k.rsplit("/", 1)[0] for k in DATA.files if k.endswith("/D")})
@@ -103,7 +103,7 @@ def _run_sub(key: str, **change) -> tuple[np.ndarray, np.ndarray]:
     if a_format == "tf32cvt":
         A, B, a_format = _float_to_tf32(A), _float_to_tf32(B), "tf32"
     k = int(shape.split("k")[1])
-    dp = ARCHS["sm_90"].datapath(M._arch.family("wmma", a_format, k)).replace(**change)
+    dp = ARCHS["sm_90"].datapath(family("wmma", a_format, k)).replace(**change)
     out = M.mma(A.view(_STORAGE[a_format]), B.view(_STORAGE[a_format]),
                 C.view(_STORAGE[cd[:3]]), a_format=a_format, c_format=cd[:3], d_format=cd[3:],
                 datapath=dp if change else None)

@@ -169,7 +169,7 @@ def test_datapath_views():
     for ins in isa.INSTRUCTIONS:
         for t in isa.a_formats(ins):
             for k in {s[2] for s in isa.shapes(ins, t)}:
-                assert arch.instruction_k(ins, t, 4 * k, k) == k
+                assert arch.resolve_instruction_k(ins, t, 4 * k, k) == k
                 assert arch.family(ins, t, k) == isa.row_of(
                     ins, t, next(s for s in isa.shapes(ins, t) if s[2] == k)).datapath
 
@@ -197,7 +197,7 @@ def test_matmul_views():
 
 # Modules outside this test's folders that still name the fp8 tuple FP8_FORMATS (the number
 # layer's dict's name); remove each once it reads isa.FP8_TYPES.
-_FP8_FORMATS_NOT_YET = {"matmul_tiles", "config"}  # gemm/matmul_tiles, emulate/config
+_FP8_FORMATS_NOT_YET: set[str] = set()
 
 
 def test_fp8_formats_have_one_home_and_one_type():
@@ -254,7 +254,7 @@ def test_no_other_module_has_its_own_table(module):
 
 # Modules outside this test's folders that still state the b1 operations themselves
 # (arithmetic/datapath_checks.py: BMMA_OPS); remove each name once it reads isa.B1_OPS.
-_B1_OPS_NOT_YET = {"datapath_checks"}
+_B1_OPS_NOT_YET: set[str] = set()
 
 
 def test_b1_ops_are_stated_once():

@@ -62,9 +62,9 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.arithmetic.datapath_blocks import (
-    _Block,
-    _block_fast,
-    _f32_bits,
+    Block,
+    block_fast,
+    f32_bits,
 )
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath, parse_target
@@ -208,7 +208,7 @@ def _product_chunk(a, b, ks, c_bits, sa: _Scale, sb: _Scale, bs: BlockScaleDatap
     """``terms="product"``: one chunk whose k share one scale of A's row and of B's column.
 
     The scales' exponents ``s = e_sa + e_sb`` are common to every product, so the chunk
-    is the unscaled block FMA of ``datapath`` (``_block_fast``) with C and e_zero moved
+    is the unscaled block FMA of ``datapath`` (``block_fast``) with C and e_zero moved
     by ``2**-s``, and its exact sum moved back by ``2**s`` before the rounding to fp32.
     """
     (av, aal), (bv, bal) = a, b
@@ -221,8 +221,8 @@ def _product_chunk(a, b, ks, c_bits, sa: _Scale, sb: _Scale, bs: BlockScaleDatap
     lead = jnp.where(nz < len(ks), jnp.maximum(lead, bs.e_zero), lead)  # a zero product
     acc = t._replace(lsb=t.lsb - sigma, lead=lead - sigma)
     dp = Datapath(F=bs.F, sub_exp="emin", nan_f32=bs.nan_f32)
-    r = _block_fast((av, aal), (bv, bal), ks, acc, dp, fmts=("", ""), emin=emin)
-    return _f32_bits(r._replace(g=r.g + sigma, nan=r.nan | sa.nan | sb.nan), dp)
+    r = block_fast((av, aal), (bv, bal), ks, acc, dp, fmts=("", ""), emin=emin)
+    return f32_bits(r._replace(g=r.g + sigma, nan=r.nan | sa.nan | sb.nan), dp)
 
 
 def _limbs(neg, mag, s):
@@ -269,8 +269,8 @@ def _group_chunk(ai, bi, k0: int, k1: int, c_bits, sa: _Scale, sb: _Scale,
     drop = jnp.maximum(softfloat.bitlen(mh) + _W - 32, 0)
     mag = (mh.astype(jnp.uint32) << (_W - drop).astype(jnp.uint32)) | (
         ml.astype(jnp.uint32) >> drop.astype(jnp.uint32))
-    r = _Block(neg, mag, g + drop, nan, t.pinf, t.ninf, jnp.bool_(False))
-    return _f32_bits(r, Datapath(nan_f32=bs.nan_f32))
+    r = Block(neg, mag, g + drop, nan, t.pinf, t.ninf, jnp.bool_(False))
+    return f32_bits(r, Datapath(nan_f32=bs.nan_f32))
 
 
 # --------------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ class _Cfg(NamedTuple):
     dp: BlockScaleDatapath
 
 
-def _instruction(a, b, sa, sb, c_bits, cfg: _Cfg):
+def issue_instruction(a, b, sa, sb, c_bits, cfg: _Cfg):
     """One instruction (k = cfg.ik) from C bits: its chunks chained."""
     dp = cfg.dp
     L = min(dp.chunk, cfg.ik)
@@ -306,7 +306,7 @@ def _instruction(a, b, sa, sb, c_bits, cfg: _Cfg):
     return c_bits
 
 
-def _operands(codes: jax.Array, fmt: str, dp: BlockScaleDatapath):
+def decode_operands(codes: jax.Array, fmt: str, dp: BlockScaleDatapath):
     """Codes -> what the chunks read: (float16 values, alignments) for product terms,
     int32 ``value * 2**-lsb_min`` for group terms."""
     vals, align = _tables(fmt)
@@ -319,8 +319,8 @@ def _operands(codes: jax.Array, fmt: str, dp: BlockScaleDatapath):
 
 @functools.partial(jax.jit, static_argnums=(5,))
 def _compute(a, b, c, scale_a, scale_b, cfg: _Cfg):
-    a = _operands(a, cfg.a_format, cfg.dp)
-    b = _operands(b, cfg.b_format, cfg.dp)
+    a = decode_operands(a, cfg.a_format, cfg.dp)
+    b = decode_operands(b, cfg.b_format, cfg.dp)
     ik, nb = cfg.ik, cfg.ik // cfg.block
     k = scale_a.shape[-1] * cfg.block
 
@@ -329,7 +329,7 @@ def _compute(a, b, c, scale_a, scale_b, cfg: _Cfg):
                 jax.tree.map(lambda x: x[..., i * ik:(i + 1) * ik, :], b),
                 scale_a[..., i * nb:(i + 1) * nb], scale_b[..., i * nb:(i + 1) * nb, :])
 
-    bits = _instruction(*part(0), bitops.to_u32(c), cfg)
+    bits = issue_instruction(*part(0), bitops.to_u32(c), cfg)
     n = k // ik
     if n > 1:  # a chain: D of one instruction is C of the next (scanned, not unrolled)
         def rows(x, w):  # (..., r, K) -> (n - 1, ..., r, w), instructions 1 .. n-1
@@ -342,7 +342,7 @@ def _compute(a, b, c, scale_a, scale_b, cfg: _Cfg):
 
         xs = (jax.tree.map(lambda x: rows(x, ik), a), jax.tree.map(lambda x: cols(x, ik), b),
               rows(scale_a, nb), cols(scale_b, nb))
-        bits, _ = lax.scan(lambda d, x: (_instruction(*x, d, cfg), None), bits, xs)
+        bits, _ = lax.scan(lambda d, x: (issue_instruction(*x, d, cfg), None), bits, xs)
     return lax.bitcast_convert_type(bits, jnp.float32)
 
 
@@ -350,7 +350,7 @@ def _compute(a, b, c, scale_a, scale_b, cfg: _Cfg):
 # Public entry points.
 
 
-def _row(instruction: str, kind: str) -> isa.BlockScaleRow:
+def block_scale_row(instruction: str, kind: str) -> isa.BlockScaleRow:
     checks.static_choice(instruction, "instruction", INSTRUCTIONS)
     rows = isa.block_scale_rows(instruction)
     checks.static_choice(kind, "kind", tuple(r.kind for r in rows))
@@ -432,7 +432,7 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     """
     a, b, c, scale_a, scale_b = checks.array_args(a=a, b=b, c=c, scale_a=scale_a,
                                                   scale_b=scale_b)
-    row = _row(instruction, kind)
+    row = block_scale_row(instruction, kind)
     b_format = a_format if b_format is None else b_format
     a_format = checks.format_name(a_format, "a_format", row.a_formats, ALIASES)
     b_format = checks.format_name(b_format, "b_format", row.a_formats, ALIASES)
@@ -544,7 +544,7 @@ def parse_qualifier(family: str, qualifier: str) -> dict[str, Any]:
                          f"(mma_block_scale) or 'm128n8k64.kind::mxf4.block32.f32.e2m1.e2m1"
                          f".ue8m0' (tcgen05_block_scale)")
     kind = parts[1].removeprefix("kind::")
-    row = _row(instruction, kind)
+    row = block_scale_row(instruction, kind)
     if shape not in row.shapes:
         raise ValueError(f"qualifier={qualifier!r}: {instruction} kind::{kind} has no shape "
                          f"{isa.shape_name(shape)}")
@@ -594,7 +594,7 @@ def from_golden(family: str, qualifier: str, A: Any, B: Any, C: Any, SA: Any,
         '0x42800000'
     """
     q = parse_qualifier(family, qualifier)
-    packed = _row(q["instruction"], q["kind"]).packed
+    packed = block_scale_row(q["instruction"], q["kind"]).packed
     A, B, C, SA, SB = (jnp.asarray(x) for x in (A, B, C, SA, SB))
     a = _unpack(A.astype(jnp.uint8), q["a_format"], packed, -1)
     b = _unpack(B.astype(jnp.uint8), q["b_format"], packed, -2)

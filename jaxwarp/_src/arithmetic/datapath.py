@@ -109,12 +109,11 @@ from jaxwarp._src.arithmetic.datapath_checks import MODES as MODES
 from jaxwarp._src.arithmetic.datapath_f64 import mma_f64_exact
 from jaxwarp._src.arithmetic.datapath_int import bmma as bmma
 from jaxwarp._src.arithmetic.datapath_int import mma_int_chain
-from jaxwarp._src.catalogue import arch as _arch
 from jaxwarp._src.catalogue import isa
-from jaxwarp._src.catalogue.arch import Datapath
+from jaxwarp._src.catalogue.arch import Datapath, check_target, datapath_for, resolve_instruction_k
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.numerics import bitops, softfloat
-from jaxwarp._src.numerics.formats import ALIASES as FORMAT_ALIASES
+from jaxwarp._src.numerics.formats import ALIASES
 
 # --------------------------------------------------------------------------------------
 # The chain of instructions over k.
@@ -284,7 +283,7 @@ def matmul_datapath(arch, instruction: str, a_format: str, b_format: str,
     try:
         _, model = check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
                                  False, instruction, None)
-        return _arch.datapath_for(model, instruction, a_format, ik, b_format)
+        return datapath_for(model, instruction, a_format, ik, b_format)
     except (ValueError, TypeError):
         return None
 
@@ -584,7 +583,7 @@ def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_
     checks.static_choice(mode, "mode", MODES)
     b_format = a_format if b_format is None else b_format
     a_format, b_format, c_format, d_format = (  # format names, aliases or dtypes -> names
-        checks.format_name(v, name, allowed, FORMAT_ALIASES, need_x64=False)
+        checks.format_name(v, name, allowed, ALIASES, need_x64=False)
         for v, name, allowed in ((a_format, "a_format", A_TYPES), (b_format, "b_format", A_TYPES),
                                  (c_format, "c_format", ACC_TYPES), (d_format, "d_format",
                                                                      ACC_TYPES)))
@@ -605,13 +604,13 @@ def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_
                        jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format]))
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
-    ik = _arch.instruction_k(instruction, a_format, k, instruction_k)
+    ik = resolve_instruction_k(instruction, a_format, k, instruction_k)
     if target is not None:
-        _arch.check_target(target, instruction, a_format, b_format, ik)
+        check_target(target, instruction, a_format, b_format, ik)
     if k > ik and c_format != d_format:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
     dp = datapath
     if dp is None and a_format not in ("f64", *INT_TYPES):
-        dp = _arch.datapath_for(model, instruction, a_format, ik, b_format)
+        dp = datapath_for(model, instruction, a_format, ik, b_format)
     return Checked(a, b, c, ChainCfg(a_format, b_format, c_format, d_format, dp, ik, c_shift))

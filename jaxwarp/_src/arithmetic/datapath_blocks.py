@@ -686,6 +686,3 @@ def _instr_ffma(a, b, ks, acc_c, block, cfg: ChainCfg, c_format: str):
 
 
 INSTR_BY_C_MODE = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
-
-# The old private names that ``block_scale.py`` imports (until it imports the public ones).
-_Block, _block_fast, _f32_bits = Block, block_fast, f32_bits

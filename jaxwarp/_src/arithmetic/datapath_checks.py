@@ -16,9 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.catalogue import arch as _arch
 from jaxwarp._src.catalogue import isa
-from jaxwarp._src.catalogue.arch import ARCHS, ArchModel, Datapath, Target
+from jaxwarp._src.catalogue.arch import (
+    ARCHS,
+    TARGETS,
+    ArchModel,
+    Datapath,
+    Target,
+    check_target,
+    parse_target,
+    supported_target,
+)
 
 # --------------------------------------------------------------------------------------
 # Types and valid combinations: views of the instruction catalogue (``isa.ROWS``; b1
@@ -43,7 +51,7 @@ INT_TYPES = tuple(dict.fromkeys(t for r in _MMA_ROWS if r.datapath == "int"
                                  for t in r.a_formats))
 
 MODES = ("exact", "fast")
-BMMA_OPS = ("xor", "and")
+BMMA_OPS = isa.B1_OPS
 
 
 # --------------------------------------------------------------------------------------
@@ -64,9 +72,9 @@ class ChainCfg(NamedTuple):
 
 def _resolve_arch(arch) -> tuple[Target | None, ArchModel]:
     if isinstance(arch, ArchModel):
-        target = _arch.parse_target(arch.name) if arch.name in _arch.TARGETS else None
+        target = parse_target(arch.name) if arch.name in TARGETS else None
         return target, arch
-    target = _arch.supported_target(arch)
+    target = supported_target(arch)
     return target, ARCHS[target.name]
 
 
@@ -101,7 +109,7 @@ def check_static(a_format, b_format, c_format, d_format, arch, mode, satf, instr
                 f"Unsupported {instruction} types {(a_format, c_format, d_format)=}; valid "
                 f"(c_format, d_format) for a_format={a_format!r}: {valid}")
     if target is not None:
-        _arch.check_target(target, instruction, a_format, b_format)
+        check_target(target, instruction, a_format, b_format)
     return target, model
 
 

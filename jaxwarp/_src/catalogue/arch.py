@@ -175,7 +175,7 @@ def check_target(target: Target, instruction: str, a_format: str, b_format: str,
                              f"sm_{target.sm} does not issue it; arch={target.name!r}")
 
 
-def instruction_k(instruction: str, a_format: str, k: int, requested: int | None) -> int:
+def resolve_instruction_k(instruction: str, a_format: str, k: int, requested: int | None) -> int:
     """The k of one instruction: ``requested`` if given (checked), else the largest
     shape of the family that divides the k axis. Raises ValueError naming the shapes."""
     auto, extra = isa.instruction_ks(instruction, a_format)

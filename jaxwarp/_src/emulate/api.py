@@ -11,9 +11,9 @@ import jax.numpy as jnp  # noqa: F401  (the docstring example's namespace)
 
 from jaxwarp._src import checks
 from jaxwarp._src.emulate import delayed_sites as delayed
-from jaxwarp._src.emulate.config import make_config
 from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
 from jaxwarp._src.emulate.report import EmulationReport, Product
+from jaxwarp._src.emulate.settings import make_config
 from jaxwarp._src.recipes import recipe as recipes
 from jaxwarp._src.recipes.delayed import DelayedScaling
 from jaxwarp._src.recipes.recipe import Recipe

@@ -33,8 +33,8 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
 
-from jaxwarp._src.emulate.config import MARKER, Config, check_format
-from jaxwarp._src.emulate.interpreter import Interpreter, _contains_product, _join
+from jaxwarp._src.emulate.interpreter import Interpreter, contains_product, join_names
+from jaxwarp._src.emulate.settings import MARKER, Settings, check_format
 from jaxwarp._src.recipes.delayed import (
     DelayedScaling,
     DelayedScalingState,
@@ -91,7 +91,7 @@ def check_state(state: Any, recipe: DelayedScaling) -> tuple | None:
 class DelayedInterpreter(Interpreter):
     """The interpreter with each emulated product a delayed-scaling site."""
 
-    def __init__(self, cfg: Config, recipe: DelayedScaling, state: tuple | None):
+    def __init__(self, cfg: Settings, recipe: DelayedScaling, state: tuple | None):
         super().__init__(cfg)
         self.recipe, self.state = recipe, state
         self.new_state: list[DelayedScalingState] = []
@@ -137,11 +137,11 @@ class DelayedInterpreter(Interpreter):
     def eqn(self, eqn, invals, where):
         name = eqn.primitive.name
         subs = list(jcore.jaxprs_in_params(eqn.params))
-        if not subs or not any(_contains_product(s) for s in subs):
+        if not subs or not any(contains_product(s) for s in subs):
             return super().eqn(eqn, invals, where)
         if name in _INLINE:
             inner = eqn.params["jaxpr"]
-            child = (_join(where[0], f"{name}({eqn.params.get('name', '')})"), where[1])
+            child = (join_names(where[0], f"{name}({eqn.params.get('name', '')})"), where[1])
             if isinstance(inner, jcore.ClosedJaxpr):
                 return self.eval(inner.jaxpr, inner.consts, invals, child)
             return self.eval(inner, (), invals, child)

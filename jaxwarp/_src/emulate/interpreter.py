@@ -13,9 +13,15 @@ from jax import lax
 from jax.extend import core as jcore
 from jax.extend import linear_util as lu
 
-from jaxwarp._src.emulate.config import MARKER, OPERAND_FORMATS, OTHER_PRODUCTS, PRODUCTS, Config
 from jaxwarp._src.emulate.products import as_float_operand, gemm, sparse_gemm
 from jaxwarp._src.emulate.report import Product, ReportEntry, UnsupportedProductError
+from jaxwarp._src.emulate.settings import (
+    MARKER,
+    OPERAND_FORMATS,
+    OTHER_PRODUCTS,
+    PRODUCTS,
+    Settings,
+)
 
 try:  # name stacks on re-bound equations (as jax.core.eval_jaxpr keeps them); optional
     from jax._src import source_info_util as _siu
@@ -27,17 +33,17 @@ def _aval_struct(aval):
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
-def _contains_product(jaxpr) -> bool:
+def contains_product(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.primitive.name in PRODUCTS + OTHER_PRODUCTS:
             return True
         for sub in jcore.jaxprs_in_params(eqn.params):
-            if _contains_product(sub):
+            if contains_product(sub):
                 return True
     return False
 
 
-def _join(*parts: str) -> str:
+def join_names(*parts: str) -> str:
     return "/".join(p for p in parts if p)
 
 
@@ -46,7 +52,7 @@ def is_dynamic(x) -> bool:
 
 
 class Interpreter:
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Settings):
         self.cfg = cfg
         self.entries: list[ReportEntry] = []
         self.marked: dict = {}  # outputs of jaxwarp.sparse.as_2_4 -> their axis
@@ -107,7 +113,7 @@ class Interpreter:
         prefix, context = where
         for eqn in jaxpr.eqns:
             invals = [read(v) for v in eqn.invars]
-            ns = _join(prefix, str(eqn.source_info.name_stack))
+            ns = join_names(prefix, str(eqn.source_info.name_stack))
             if _siu is not None:
                 ctx = _siu.user_context(
                     eqn.source_info.traceback,
@@ -147,7 +153,7 @@ class Interpreter:
             info = self._info(eqn, name, invals, 1, 0, 0, 0, where)
             return self.unsupported(eqn, invals, info, f"{name} has no tensor-core emulation")
         subs = list(jcore.jaxprs_in_params(eqn.params))
-        if subs and any(_contains_product(s) for s in subs):
+        if subs and any(contains_product(s) for s in subs):
             info = self._info(eqn, name, invals, 1, 0, 0, 0, where)
             return self.unsupported(
                 eqn, invals, info,
@@ -156,7 +162,7 @@ class Interpreter:
 
     def _note_tangent_products(self, eqn, invals, where):
         if eqn.primitive.name in PRODUCTS or any(
-                _contains_product(j) for j in jcore.jaxprs_in_params(eqn.params)):
+                contains_product(j) for j in jcore.jaxprs_in_params(eqn.params)):
             info = self._info(eqn, eqn.primitive.name, invals, 1, 0, 0, 0, where)
             self.entries.append(ReportEntry(
                 info, False, None, "product on tangents in a custom_jvp rule (run as written)"))
@@ -306,7 +312,7 @@ class Interpreter:
         p = eqn.params
         inner = p["jaxpr"]
         ns, context = where
-        child = (_join(ns, f"jit({p['name']})"), context + ("jit",))
+        child = (join_names(ns, f"jit({p['name']})"), context + ("jit",))
         sharded = jax.sharding.Sharding
 
         def body(*xs):
@@ -416,7 +422,7 @@ class Interpreter:
 
         def bwd_fn(*args):
             return self.call(lambda *a: bwd.call_wrapped(*a), args, {},
-                             (_join(where[0], "bwd"), child[1]))
+                             (join_names(where[0], "bwd"), child[1]))
 
         p["fwd_jaxpr_thunk"] = lu.wrap_init(fwd_jaxpr_thunk, debug_info=fwd.debug_info)
         p["bwd"] = lu.wrap_init(bwd_fn, debug_info=bwd.debug_info)

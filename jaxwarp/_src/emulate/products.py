@@ -8,7 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxwarp._src.emulate.config import BLOCK_SCALINGS, FP8_FORMATS, MARKER, Config
+from jaxwarp._src.emulate.settings import BLOCK_SCALINGS, FP8_TYPES, MARKER, Settings
 from jaxwarp._src.gemm import matmul_sparse
 from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.recipes import recipe as recipes
@@ -29,7 +29,7 @@ def _pair(fa: str, fb: str):
 _Y_BLOCK = {"fprop": (BLOCK, BLOCK), "dgrad": (BLOCK, BLOCK), "wgrad": (BLOCK, 1)}
 
 
-def _raw_product(x, y, fx, fy, cfg: Config, batched: bool, which: str = "fprop"):
+def _raw_product(x, y, fx, fy, cfg: Settings, batched: bool, which: str = "fprop"):
     """x @ y (x: (B,)M,K, y: (B,)K,N) through matmul, with the recipe's scales.
 
     Per-tensor: ``D = rn(T * 2**-(kx + ky))`` in the accumulator's format, ``T`` the
@@ -71,7 +71,7 @@ def _recipe_bwd(cfg, batched, res, g):
     # recipe) with its own per-tensor scale, the saved operand in operand_format.
     x, y = res
     f, gf = cfg.operand_format, cfg.backward_format or cfg.operand_format
-    if not (f in FP8_FORMATS and gf in FP8_FORMATS):
+    if not (f in FP8_TYPES and gf in FP8_TYPES):
         f = gf  # no tensor core mixes other formats: both operands in the gradient's format
     g = g.astype(jnp.float32 if g.dtype != jnp.float64 else g.dtype)
     dx = _raw_product(g, jnp.swapaxes(y, -1, -2), gf, f, cfg, batched, "dgrad")
@@ -82,7 +82,7 @@ def _recipe_bwd(cfg, batched, res, g):
 _recipe_product.defvjp(_recipe_fwd, _recipe_bwd)
 
 
-def gemm(x, y, cfg: Config, batched: bool):
+def gemm(x, y, cfg: Settings, batched: bool):
     """(B,)M,K @ (B,)K,N -> (B,)M,N in the accumulator's dtype, zero-padded to the tile."""
     if cfg.recipe is not None:  # a block-scaled recipe: its own GEMM (pads K itself)
         with jax.named_scope(MARKER):
@@ -112,7 +112,7 @@ def as_float_operand(x):
 
 
 
-def sparse_gemm(x, y, cfg: Config, batched: bool, sparse: list):
+def sparse_gemm(x, y, cfg: Settings, batched: bool, sparse: list):
     """A product with a ``jaxwarp.sparse.as_2_4`` operand (``sparse``: [lhs, rhs] marked
     and contracted along its axis): ``matmul(..., sparsity="2:4")`` with it as A (a
     right-hand one as ``D^T = Y^T X^T``), K zero-padded to the sparse instruction's."""

@@ -171,7 +171,7 @@ _GEMM_FORMATS = tuple(n for n, f in MX_FORMATS.items() if f.int_lsb is None)
 
 
 def _row_target(instruction: str, kind: str, arch: Any) -> tuple[isa.BlockScaleRow, str]:
-    row = block_scale._row(instruction, kind)
+    row = block_scale.block_scale_row(instruction, kind)
     name = row.targets[0] if arch is None else parse_target(arch).name
     if name not in row.targets:
         raise ValueError(f"arch={arch!r}: block-scaled {instruction} is on {row.targets}")
@@ -317,9 +317,9 @@ def _chain(a, b, sa, sb, cfg, rows: int):
             bi = lax.dynamic_slice_in_dim(b, i * ik, ik, axis=-2)
             sai = lax.dynamic_slice_in_dim(sa, i * nb, nb, axis=-1)
             sbi = lax.dynamic_slice_in_dim(sb, i * nb, nb, axis=-2)
-            ops = (block_scale._operands(ai, cfg.a_format, cfg.dp),
-                   block_scale._operands(bi, cfg.b_format, cfg.dp))
-            return block_scale._instruction(*ops, sai, sbi, bits, cfg), None
+            ops = (block_scale.decode_operands(ai, cfg.a_format, cfg.dp),
+                   block_scale.decode_operands(bi, cfg.b_format, cfg.dp))
+            return block_scale.issue_instruction(*ops, sai, sbi, bits, cfg), None
 
         bits, _ = lax.scan(step, c, jnp.arange(n))
         return lax.bitcast_convert_type(bits, jnp.float32)
@@ -532,7 +532,7 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
     if k != k2:
         raise ValueError(f"a is (..., M, K) = {a.shape} and b (..., K, N) = {b.shape}: "
                          f"their K differ")
-    row = block_scale._row(instruction, kind)
+    row = block_scale.block_scale_row(instruction, kind)
     if k == 0 or (k % row.k and (isinstance(a, MXTensor) or isinstance(b, MXTensor))):
         raise ValueError(f"a (..., M, K) = {a.shape}: K must be positive, and with an "
                          f"MXTensor operand a multiple of the instruction's k {row.k} "

@@ -56,6 +56,7 @@ from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import wmma_table
 from jaxwarp._src.catalogue.arch import check_target, parse_target
+from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import matmul_sparse, native
 from jaxwarp._src.gemm.matmul_chain import tiled
@@ -64,7 +65,6 @@ from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
     ACCUMULATORS,
     DEFAULT_INSTRUCTION,
-    FP8_FORMATS,
     INSTRUCTIONS,
     OPERAND_FORMATS,
     PADDED,
@@ -113,6 +113,22 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         datapath=datapath, scale_input_d=scale_input_d))
 
 
+
+def _public_mma_doc() -> str:
+    """``datapath.mma``'s docstring (one home for the arguments), with native mode."""
+    doc = datapath.mma.__doc__
+    key = '      mode: ``"exact"`` reproduces'
+    native_note = ('      mode: ``"native"`` (an H100 / H200 only) runs the chain on the GPU\'s '
+                   "tensor\n        cores (``wgmma`` of the same datapath): exact mode's bits "
+                   "for the chains\n        that ``wgmma`` is, a ValueError elsewhere; its "
+                   "gradient is exact mode's.\n        ")
+    assert key in doc, "datapath.mma's docstring no longer documents mode"
+    return doc.replace(key, native_note + '``"exact"`` reproduces', 1)
+
+
+mma.__doc__ = _public_mma_doc()
+mma.__wrapped__ = datapath.mma  # the arithmetic this front-end adds native mode to
+
 def _mma(a, b, c, mode, kw: dict):
     """:func:`mma`: exact and fast mode are ``datapath.mma``; native mode its checks, the
     GPU's chain (``native.run_mma``) and its gradient."""
@@ -155,7 +171,7 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
                                         formats.ALIASES)
     x = checks.array_arg(x, "x")
     scale = None if scale is None else checks.array_arg(scale, "scale")
-    if operand_format in FP8_FORMATS:
+    if operand_format in FP8_TYPES:
         x = jnp.asarray(x)
         if scale is None and x.dtype == formats.FORMATS[operand_format].storage_dtype:
             return x  # already fp8 data: a CUDA program feeds it to the tensor core as is
@@ -166,7 +182,7 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
             x32 = divide_rn(x32, scale)
         return fp8_intrinsics.float_to_fp8(x32, operand_format, saturate=True)
     if scale is not None:
-        raise ValueError(f"scale is only for the fp8 formats {FP8_FORMATS}; "
+        raise ValueError(f"scale is only for the fp8 formats {FP8_TYPES}; "
                          f"got operand_format={operand_format!r}")
     if (operand_format, x.dtype) in (("f16", jnp.float16), ("bf16", jnp.bfloat16)):
         return x  # already in the format: nothing to round
@@ -188,10 +204,10 @@ def _parse_formats(operand_format: Any) -> tuple[str, str]:
             raise ValueError(f"operand_format as a tuple must be (a_format, b_format), got "
                              f"{operand_format!r}")
         fa, fb = (_one_format(f) for f in operand_format)
-        if fa != fb and not (fa in FP8_FORMATS and fb in FP8_FORMATS):
+        if fa != fb and not (fa in FP8_TYPES and fb in FP8_TYPES):
             raise ValueError(
                 f"operand_format={tuple(operand_format)!r} mixes formats; only the fp8 "
-                f"formats {FP8_FORMATS} can be mixed (e.g. ('e5m2', 'e4m3'))")
+                f"formats {FP8_TYPES} can be mixed (e.g. ('e5m2', 'e4m3'))")
         return fa, fb
     f = _one_format(operand_format)
     return f, f
@@ -204,7 +220,7 @@ def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
         instruction = DEFAULT_INSTRUCTION[fa]
     instruction = checks.static_choice(instruction, "instruction", INSTRUCTIONS)
     if fa not in TILES[instruction]:
-        hint = " (fp8 runs on instruction='mma_sync' or 'wgmma')" if fa in FP8_FORMATS else ""
+        hint = " (fp8 runs on instruction='mma_sync' or 'wgmma')" if fa in FP8_TYPES else ""
         raise ValueError(
             f"instruction={instruction!r} has no operand_format={fa!r}; {instruction} "
             f"operand formats: {tuple(TILES[instruction])}{hint}")

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxwarp._src.gemm.matmul_tiles import FP8_FORMATS
+from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.numerics import bitops, softfloat
 from jaxwarp._src.scaling import blockwise
 from jaxwarp._src.scaling.tensor_scale import fma_rn, multiply_rn, times_pow2
@@ -79,9 +79,9 @@ def check_scales(a_scale, b_scale, shape: tuple[int, int, int], fa: str, operand
     a_scale, b_scale = (_scale_arg(a_scale, "a_scale", a_shapes),
                         _scale_arg(b_scale, "b_scale", b_shapes))
     scaled = a_scale is not None or b_scale is not None
-    if scaled and fa not in FP8_FORMATS:
+    if scaled and fa not in FP8_TYPES:
         raise ValueError(f"a_scale / b_scale are per-tensor scales of the fp8 formats "
-                         f"{FP8_FORMATS}; got operand_format={operand_format!r}")
+                         f"{FP8_TYPES}; got operand_format={operand_format!r}")
     block = any(s is not None and s.ndim == 2 for s in (a_scale, b_scale))
     if block:
         # DeepSeek-V3's fine-grained scaling: the scales are applied on each promotion.

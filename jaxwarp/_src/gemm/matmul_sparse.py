@@ -70,7 +70,7 @@ def matmul_2_4(a, b, c, *, a_format: str, b_format: str, accumulator: str,
     m, k = a.shape
     row = sparse_row(instruction, a_format, b_format, accumulator, k)
     geo = sparse.Geometry(a_format, k, row.unit_bits)
-    vals, idx = sparse._compress(sparse._prune(a, geo.group), geo.group)
+    vals, idx = sparse.compress_groups(sparse.prune_groups(a, geo.group), geo.group)
     nib = sparse.nibbles_from_indices(geo, idx)
     pad = -m % _ROWS_PER_STEP
     blocks = [jnp.pad(x, ((0, pad), (0, 0))).reshape(-1, _ROWS_PER_STEP, x.shape[1])

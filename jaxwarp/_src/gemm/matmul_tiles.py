@@ -23,10 +23,6 @@ from jaxwarp._src.catalogue.arch import has, parse_target
 from jaxwarp._src.numerics import formats
 
 INSTRUCTIONS = isa.INSTRUCTIONS
-# The fp8 operand names (isa.FP8_TYPES, a view of the number layer's FP8_FORMATS dict),
-# under the dict's name: kept only for matmul, matmul_scales and emulate.config until they
-# read isa.FP8_TYPES. New code reads isa.FP8_TYPES.
-FP8_FORMATS = isa.FP8_TYPES
 # matmul chains the float datapaths (and f64 through WMMA): a row's types are operand
 # formats where its datapath is a float family, or f64 on WMMA. (``.kind::`` rows, whose
 # fp6 / fp4 operands have no conversion here, are left to ``jaxwarp.mma``.)

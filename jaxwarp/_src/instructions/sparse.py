@@ -249,7 +249,7 @@ def prune_2_4(x: Any, *, group: int = 4) -> jax.Array:
     if x.ndim < 1 or x.shape[-1] % group:
         raise ValueError(f"x must have a last axis that is a multiple of group={group}, "
                          f"got shape {tuple(x.shape)}")
-    return _prune(x, group)
+    return prune_groups(x, group)
 
 
 def kept(x, group):
@@ -265,7 +265,7 @@ def kept(x, group):
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _prune(x, group):
+def prune_groups(x, group):
     return jnp.where(kept(x, group), x, jnp.zeros_like(x))
 
 
@@ -308,10 +308,10 @@ def compress_2_4(x: Any, *, group: int = 4) -> tuple[jax.Array, jax.Array]:
                              f"{where[-1] * group}..{where[-1] * group + group - 1} of row "
                              f"{where[:-1]}) has {int(nz[where])} non-zeros; allowed: at most "
                              f"{group // 2} (prune_2_4 prunes by magnitude)")
-    return _compress(x, group)
+    return compress_groups(x, group)
 
 
-def _compress(x, group):
+def compress_groups(x, group):
     g = x.reshape(x.shape[:-1] + (x.shape[-1] // group, group))
     nz = g != 0
     checked.check(jnp.all(jnp.sum(nz, axis=-1) <= group // 2),

@@ -59,7 +59,7 @@ def _mask_bits(mask: jax.Array) -> jax.Array:
 
 
 @jax.jit  # traced once per shape and reused: the groups call it many times
-def _fns(mask: jax.Array, base: jax.Array, offset: jax.Array) -> jax.Array:
+def find_nth_set(mask: jax.Array, base: jax.Array, offset: jax.Array) -> jax.Array:
     """PTX ``fns.b32 d, mask, base, offset`` per lane: the position of the ``|offset|``-th
     set bit of ``mask`` counting from ``base`` up (offset > 0) or down (offset < 0), base
     itself for offset 0 if set; ``0xFFFFFFFF`` (as int32: -1) when there is none."""
@@ -87,12 +87,12 @@ def _pack(bits: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(shifted, axis=1, dtype=jnp.uint32)
 
 
-def _bits(x: jax.Array) -> jax.Array:
+def bit_view(x: jax.Array) -> jax.Array:
     u = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
     return lax.bitcast_convert_type(x, u)
 
 
-def _from_bits(b: jax.Array, dtype) -> jax.Array:
+def from_bit_view(b: jax.Array, dtype) -> jax.Array:
     return lax.bitcast_convert_type(b, dtype)
 
 
@@ -102,7 +102,7 @@ def select(p: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
     quiet a bfloat16 or float16 NaN); ``p`` broadcasts over trailing axes of a lane array."""
     p = p.reshape(p.shape + (1,) * (a.ndim - p.ndim)) if p.ndim < a.ndim else p
     if jnp.issubdtype(a.dtype, jnp.floating):
-        return _from_bits(jnp.where(p, _bits(a), _bits(b)), a.dtype)
+        return from_bit_view(jnp.where(p, bit_view(a), bit_view(b)), a.dtype)
     return jnp.where(p, a, b)
 
 
@@ -126,7 +126,7 @@ def _executing() -> jax.Array | None:
     return active_state.active_lanes()
 
 
-def _lane() -> jax.Array:
+def lane_index() -> jax.Array:
     return jnp.arange(WARP_SIZE, dtype=jnp.int32)
 
 
@@ -160,7 +160,7 @@ class ThreadBlock:
 
     def thread_rank(self) -> jax.Array:
         """int32[32]: ``32·warp + lane``."""
-        return jnp.asarray(self.warp, jnp.int32) * WARP_SIZE + _lane()
+        return jnp.asarray(self.warp, jnp.int32) * WARP_SIZE + lane_index()
 
     def num_threads(self) -> jax.Array:
         """int32[32]: the block's size."""
@@ -273,7 +273,7 @@ class Group:
 
     def _shift(self) -> jax.Array:
         """Tiles: the lane of the tile's rank 0 (``laneid & ~(N-1)``)."""
-        return (_lane() & ~(self.tile - 1)).astype(jnp.uint32)
+        return (lane_index() & ~(self.tile - 1)).astype(jnp.uint32)
 
     # -- shuffles -----------------------------------------------------------------------
 
@@ -289,8 +289,9 @@ class Group:
         if self.tile is not None:
             return lanes.shfl_sync(self._call_mask(), var, src_rank, self.tile)
         r = checks.per_lane_int(src_rank, "src_rank")
-        first = _fns(self.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
-        nth = _fns(self.mask, jnp.zeros(WARP_SIZE, jnp.int32), r + 1)
+        zeros = jnp.zeros(WARP_SIZE, jnp.int32)
+        first = find_nth_set(self.mask, zeros, jnp.ones(WARP_SIZE, jnp.int32))
+        nth = find_nth_set(self.mask, jnp.zeros(WARP_SIZE, jnp.int32), r + 1)
         src = jnp.where(r == 0, first, jnp.where(self._is_full(), r, nth))
         # A rank past the group reads lane 31 (fns finds no lane: 0xFFFFFFFF & 31). On the
         # H100 that lane's value comes back whenever lane 31 is executing the shuffle, even
@@ -304,8 +305,8 @@ class Group:
             fn = lanes.shfl_up_sync if mode == "up" else lanes.shfl_down_sync
             return fn(self._call_mask(), var, delta, self.tile)
         d = checks.per_lane_int(delta, "delta")
-        lane = _lane()
-        src = _fns(self.mask, lane, sign * (d + 1))
+        lane = lane_index()
+        src = find_nth_set(self.mask, lane, sign * (d + 1))
         src = jnp.where((src < 0) | (src >= WARP_SIZE), lane, src)
         fn = lanes.shfl_up_sync if mode == "up" else lanes.shfl_down_sync
         # A whole-warp group shuffles by lanes; the other lanes do not make that call.
@@ -435,7 +436,7 @@ def tiled_partition(parent: Any, size: int) -> Group:
 def _tile_coalesced(g: Group, n: int) -> Group:
     size = g.num_threads()
     rank = g.thread_rank()
-    lane = _lane()
+    lane = lane_index()
     if g.tiled:
         base = rank & ~(n - 1)
         length = jnp.minimum(size - base, n)
@@ -539,7 +540,7 @@ def labeled_partition(group: Any, label: Any) -> Group:
                         f"got {label.dtype}{list(label.shape)}")
     sub = vote.match_any_sync(g.mask, label)
     leader = _ffs(sub)
-    is_leader = (leader == _lane()) & (g.mask != 0)
+    is_leader = (leader == lane_index()) & (g.mask != 0)
     leaders = vote.ballot_sync(g.mask, is_leader)
     below = jnp.where(leader >= 0, (jnp.uint32(1) << jnp.clip(leader, 0, 31).astype(jnp.uint32))
                       - jnp.uint32(1), 0)
@@ -549,7 +550,7 @@ def labeled_partition(group: Any, label: Any) -> Group:
 
 def _ffs(mask: jax.Array) -> jax.Array:
     """Lowest set lane of each mask (int32), -1 for 0."""
-    return _fns(mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
+    return find_nth_set(mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
 
 
 def binary_partition(group: Any, pred: Any) -> Group:

@@ -39,7 +39,15 @@ from jax import lax
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import fma, softfloat
 from jaxwarp._src.warp import lanes
-from jaxwarp._src.warp.cg import WARP_SIZE, Group, _bits, _fns, _from_bits, _lane, select
+from jaxwarp._src.warp.cg import (
+    WARP_SIZE,
+    Group,
+    bit_view,
+    find_nth_set,
+    from_bit_view,
+    lane_index,
+    select,
+)
 
 OPS = ("plus", "less", "greater", "bit_and", "bit_or", "bit_xor")
 _INT_ONLY = ("bit_and", "bit_or", "bit_xor")
@@ -104,10 +112,10 @@ def _fadd(a: jax.Array, b: jax.Array) -> jax.Array:
 def _fadd_bits(a: jax.Array, b: jax.Array) -> jax.Array:
     fmt = _FLOATS[a.dtype.name]
     if fmt == "f64":
-        return _from_bits(_dadd(_bits(a), _bits(b)), a.dtype)
-    ua, ub = _bits(a).astype(jnp.uint32), _bits(b).astype(jnp.uint32)
+        return from_bit_view(_dadd(bit_view(a), bit_view(b)), a.dtype)
+    ua, ub = bit_view(a).astype(jnp.uint32), bit_view(b).astype(jnp.uint32)
     r = softfloat.add_rn(softfloat.term(ua, fmt), softfloat.term(ub, fmt), fmt, NAN_BITS[fmt])
-    return _from_bits(r.astype(_bits(a).dtype), a.dtype)
+    return from_bit_view(r.astype(bit_view(a).dtype), a.dtype)
 
 
 @_fadd.defjvp
@@ -120,7 +128,7 @@ def _fadd_jvp(primals, tangents):
 
 def _key(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(ordered integer key, is NaN) of a float: -0 and +0 share key 0."""
-    u = _bits(x)
+    u = bit_view(x)
     nb = 8 * x.dtype.itemsize
     sign = jnp.asarray(1 << (nb - 1), u.dtype)
     mag = u & ~sign
@@ -206,7 +214,7 @@ def _rank_table(mask: jax.Array) -> jax.Array:
     ranks = jnp.arange(WARP_SIZE, dtype=jnp.int32)[None, :, None]
     hit = member[:, None, :] & (rank[:, None, :] == ranks)
     return jnp.where(jnp.any(hit, axis=2), jnp.argmax(hit, axis=2).astype(jnp.int32),
-                     _lane()[:, None])
+                     lane_index()[:, None])
 
 
 def _scan(group: Group, v: jax.Array, op) -> jax.Array:
@@ -352,8 +360,8 @@ def elected(group: Any) -> jax.Array:
         Array([0, 1, 2, 3], dtype=int32)
     """
     g = _group_arg(group, "elected")
-    first = _fns(g.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
-    return (first == _lane()) & (g.mask != 0)
+    first = find_nth_set(g.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
+    return (first == lane_index()) & (g.mask != 0)
 
 
 def invoke_one_broadcast(group: Any, fn: Callable, *args: Any) -> Any:
@@ -371,6 +379,6 @@ def invoke_one_broadcast(group: Any, fn: Callable, *args: Any) -> Any:
     """
     g = _group_arg(group, "invoke_one_broadcast")
     out = fn(*args)
-    first = _fns(g.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
-    src = jnp.where(first < 0, _lane(), first)
+    first = find_nth_set(g.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
+    src = jnp.where(first < 0, lane_index(), first)
     return jax.tree_util.tree_map(lambda r: lanes.shfl_sync(g.mask, r, src, WARP_SIZE), out)

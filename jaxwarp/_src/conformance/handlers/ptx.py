@@ -52,7 +52,7 @@ def _sign_bit(t: str) -> int:
     return 1 << (8 * f.storage_dtype.itemsize - 1) if f.is_float else 0
 
 
-def _as_values(raw: np.ndarray, t: str, what: str) -> np.ndarray:
+def as_values(raw: np.ndarray, t: str, what: str) -> np.ndarray:
     raw = np.asarray(raw)
     want = _raw_dtype(t)
     if raw.dtype != want:
@@ -61,7 +61,7 @@ def _as_values(raw: np.ndarray, t: str, what: str) -> np.ndarray:
     return raw if dt == want else raw.view(dt)
 
 
-def _bits(x: np.ndarray, t: str) -> np.ndarray:
+def value_bits(x: np.ndarray, t: str) -> np.ndarray:
     x = np.asarray(x)
     raw = _raw_dtype(t)
     return x.view(raw) if x.dtype.itemsize == raw.itemsize else x
@@ -141,9 +141,9 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
     lacks = datapath_lacks(cfg)
     if lacks:
         raise NotImplementedError(f"datapath lacks {lacks}")
-    A = _as_values(cap[f"{base}/A"], cfg.a_format, f"{base}/A")
-    B = _as_values(cap[f"{base}/B"], cfg.b_format, f"{base}/B")
-    C = _as_values(cap[f"{base}/C"], cfg.c_format, f"{base}/C")
+    A = as_values(cap[f"{base}/A"], cfg.a_format, f"{base}/A")
+    B = as_values(cap[f"{base}/B"], cfg.b_format, f"{base}/B")
+    C = as_values(cap[f"{base}/C"], cfg.c_format, f"{base}/C")
     want = np.asarray(cap[f"{base}/D"])
     if want.dtype != _raw_dtype(cfg.d_format):
         raise CaptureError(f"{base}/D: type {cfg.d_format} is stored as "
@@ -161,10 +161,10 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
     key = (cfg.op, cfg.a_format, cfg.b_format, cfg.c_format, cfg.d_format, cfg.k, cfg.satf,
            cfg.bmma_op)
     if cfg.neg_a:
-        A = (_bits(A, cfg.a_format) ^ _raw_dtype(cfg.a_format).type(_sign_bit(cfg.a_format))
+        A = (value_bits(A, cfg.a_format) ^ _raw_dtype(cfg.a_format).type(_sign_bit(cfg.a_format))
              ).view(A.dtype)
     if cfg.neg_b:
-        B = (_bits(B, cfg.b_format) ^ _raw_dtype(cfg.b_format).type(_sign_bit(cfg.b_format))
+        B = (value_bits(B, cfg.b_format) ^ _raw_dtype(cfg.b_format).type(_sign_bit(cfg.b_format))
              ).view(B.dtype)
     if cfg.scale_d0:
         # C ignored: -0 is the additive identity (x + -0 == x for every x, +0 included,
@@ -182,7 +182,7 @@ def run_mma(cap: Any, family: str, cfg: K.MmaName) -> tuple[np.ndarray, np.ndarr
         d = fn(jnp.asarray(A[idx]), jnp.asarray(B[idx]), jnp.asarray(C[idx]))
         outs.append(np.asarray(d)[: e - s])
     got = np.concatenate(outs)
-    return _bits(got, cfg.d_format), want
+    return value_bits(got, cfg.d_format), want
 
 
 def wgmma_qualifier(cfg: K.MmaName) -> str:
@@ -197,7 +197,7 @@ def wgmma_qualifier(cfg: K.MmaName) -> str:
     return q + (f".{cfg.bmma_op}.popc" if cfg.bmma_op else "")
 
 
-def _kind_note(kinds: np.ndarray | None, ok: np.ndarray) -> str:
+def kind_note(kinds: np.ndarray | None, ok: np.ndarray) -> str:
     if kinds is None or ok.all():
         return ""
     bad = collections.Counter(str(x) for x in kinds[~ok.reshape(len(ok), -1).all(axis=1)])
@@ -280,6 +280,6 @@ def mma_configs(cap: Any, keys: set) -> Iterator[GroupResult]:
         else:
             ok = got == want
             kinds = np.asarray(cap[f"{base}/kind"]) if "kind" in subs else None
-            yield GroupResult(base, int(ok.sum()), int(ok.size), _kind_note(kinds, ok))
+            yield GroupResult(base, int(ok.sum()), int(ok.size), kind_note(kinds, ok))
         if "layout_D" in subs:
             yield _layout_d(cap, base, cfg)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwarp._src.conformance.handlers.ptx import _as_values, _bits, _kind_note
+from jaxwarp._src.conformance.handlers.ptx import as_values, kind_note, value_bits
 from jaxwarp._src.conformance.registry import CaptureError, GroupResult
 from jaxwarp._src.instructions import mma_sp, sparse, wgmma_sp
 
@@ -100,9 +100,9 @@ def configs(cap: Any, keys: set) -> Iterator[GroupResult]:
                                    f"schema; known: {sorted(_SUBKEYS)}")
             if not {"A", "meta", "B", "C", "D"} <= subs:
                 raise CaptureError(f"needs {base}/{{A,meta,B,C,D}}; has {sorted(subs)}")
-            a = _as_values(cap[f"{base}/A"], instr.a_format, f"{base}/A")
-            b = _as_values(cap[f"{base}/B"], instr.b_format, f"{base}/B")
-            c = _as_values(cap[f"{base}/C"], instr.c_format, f"{base}/C")
+            a = as_values(cap[f"{base}/A"], instr.a_format, f"{base}/A")
+            b = as_values(cap[f"{base}/B"], instr.b_format, f"{base}/B")
+            c = as_values(cap[f"{base}/C"], instr.c_format, f"{base}/C")
             want = np.asarray(cap[f"{base}/D"])
             meta = np.asarray(cap[f"{base}/meta"])
             lanes = 128 if family == "wgsp" else 32
@@ -118,11 +118,11 @@ def configs(cap: Any, keys: set) -> Iterator[GroupResult]:
         try:
             got = _run(instr, sel, steps, jnp.asarray(a), jnp.asarray(meta),
                        jnp.asarray(b), jnp.asarray(c))
-            got = _bits(np.asarray(got), instr.d_format)
+            got = value_bits(np.asarray(got), instr.d_format)
         except (TypeError, ValueError) as e:
             yield GroupResult(base, 0, int(want.size),
                               error=f"model refused it: {type(e).__name__}: {e}")
             continue
         ok = got == want
         kinds = np.asarray(cap[f"{base}/kind"]) if "kind" in subs else None
-        yield GroupResult(base, int(ok.sum()), int(ok.size), _kind_note(kinds, ok))
+        yield GroupResult(base, int(ok.sum()), int(ok.size), kind_note(kinds, ok))

@@ -1,4 +1,5 @@
-"""emulate's static settings: the allowed values, their checks and the ``Config`` record."""
+"""emulate's static settings: the allowed values, their checks and the ``Settings`` record
+(emulate's arguments, checked; the switchboard of backends is ``jaxwarp.config``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
+from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.gemm import matmul_tiles
 from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import formats
@@ -20,13 +22,12 @@ from jaxwarp._src.recipes import recipe as recipes
 
 INSTRUCTIONS = matmul_tiles.INSTRUCTIONS
 OPERAND_FORMATS = matmul_tiles.OPERAND_FORMATS
-FP8_FORMATS = matmul_tiles.FP8_FORMATS
 SCALINGS = (None, "tensor", "blockwise", "blockwise_pow2")
 #: DeepSeek-V3's fine-grained scaling (fp32 scales; TransformerEngine's power-of-two ones).
 BLOCK_SCALINGS = ("blockwise", "blockwise_pow2")
 #: Operand formats per-tensor scaling is for: scaled to the format's largest value, two
 #: operands' products and their K-long sums stay finite in the fp32 accumulator.
-SCALED_FORMATS = ("f16", *FP8_FORMATS)
+SCALED_FORMATS = ("f16", *FP8_TYPES)
 ON_UNSUPPORTED = ("error", "skip")
 # Products that emulate refuses (they are products, but not dot_general's semantics).
 OTHER_PRODUCTS = ("ragged_dot", "ragged_dot_general", "ragged_all_to_all", "bcoo_dot_general",
@@ -37,7 +38,7 @@ MARKER = "jaxwarp_emulated"
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Settings:
     operand_format: str
     accumulator: str
     instruction: str | None
@@ -87,7 +88,7 @@ def check_format(fmt: Any, name: str) -> str:
 
 
 def _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
-                   on_unsupported, scaling, backward_format, promote_every) -> Config:
+                   on_unsupported, scaling, backward_format, promote_every) -> Settings:
     """A block-scaled recipe: the recipe sets formats and blocks; ``instruction`` and
     ``arch``, when given, replace the recipe's."""
     for name, v in (("scaling", scaling), ("backward_format", backward_format),
@@ -111,13 +112,13 @@ def _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
             f"on_unsupported={on_unsupported!r} is not supported; allowed: {ON_UNSUPPORTED}")
     if filter is not None and not callable(filter):
         raise TypeError(f"filter must be None or a callable Product -> bool, got {filter!r}")
-    return Config(r.name, "f32", r.instruction, r.arch, mode, None, None, None, None, filter,
+    return Settings(r.name, "f32", r.instruction, r.arch, mode, None, None, None, None, filter,
                   on_unsupported, r, plan)
 
 
 def make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
                 on_unsupported, scaling, backward_format, promote_every,
-                recipe=None) -> Config:
+                recipe=None) -> Settings:
     """Checks emulate's settings; matmul checks the rest with its own tables and messages."""
     if recipe is not None:
         if operand_format is not None:
@@ -140,8 +141,8 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
     if scaling in BLOCK_SCALINGS:
         for name, fmt in (("operand_format", operand_format),
                           ("backward_format", backward_format)):
-            if fmt is not None and fmt not in FP8_FORMATS:
-                raise ValueError(f"scaling={scaling!r} is for the fp8 formats {FP8_FORMATS}; "
+            if fmt is not None and fmt not in FP8_TYPES:
+                raise ValueError(f"scaling={scaling!r} is for the fp8 formats {FP8_TYPES}; "
                                  f"got {name}={fmt!r}")
         if promote_every not in (None, 128):
             raise ValueError(f"scaling={scaling!r} promotes (and scales) every 128 "
@@ -168,7 +169,7 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
         if not (isinstance(tile, tuple) and len(tile) == 3
                 and all(isinstance(t, int) and t > 0 for t in tile)):
             raise TypeError(f"tile must be None or a static (m, n, k) tuple, got {tile!r}")
-    cfg = Config(operand_format, accumulator, instruction, arch, mode, tile, scaling,
+    cfg = Settings(operand_format, accumulator, instruction, arch, mode, tile, scaling,
                  backward_format, promote_every, filter, on_unsupported)
     p = cfg.pad_multiple
     dtype = jnp.float64 if operand_format == "f64" else jnp.float32
