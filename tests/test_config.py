@@ -235,3 +235,56 @@ def test_no_private_names_imported_across_modules():
                 found += [f"{p.name}: import {a.name} as {a.asname}" for a in node.names
                           if a.asname and a.asname != a.name]
     assert not found, f"private names imported across modules: {found}"
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT_FOLDERS = ("benchmarks", "experiments", "tools")
+
+
+def _python_files(*folders: str) -> list[pathlib.Path]:
+    return sorted(p for f in folders for p in (ROOT / f).rglob("*.py"))
+
+
+def test_scripts_use_only_public_names():
+    # Benchmarks, experiments and tools import jaxwarp's public surface, never jaxwarp._src.
+    found = []
+    for p in _python_files(*SCRIPT_FOLDERS):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{p.relative_to(ROOT)}:{node.lineno}" for n in names
+                      if n.startswith("jaxwarp._src")]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    "jaxwarp._src" in node.value:
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno} (in a string)")
+    assert not found, f"jaxwarp._src used outside the package: {found}"
+
+
+def _module_attribute_assignments(path: pathlib.Path) -> list[str]:
+    """``module.NAME = value`` statements whose target is an upper-case attribute: the
+    form of a switch flipped from outside its module."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                        t.value.id not in ("self", "cls") and \
+                        t.attr.lstrip("_")[:1].isupper() and t.attr.lstrip("_").isupper():
+                    out.append(f"{path.name}:{node.lineno} {t.value.id}.{t.attr}")
+    return out
+
+
+def test_no_switch_is_assigned_from_outside():
+    # Nothing outside the switchboard assigns a module's upper-case global (the old
+    # switches): tests, benchmarks, experiments and tools set jaxwarp.config instead.
+    found = [a for p in _python_files("jaxwarp", "tests", *SCRIPT_FOLDERS)
+             for a in _module_attribute_assignments(p)]
+    assert not found, found
+
+
+def test_switch_scan_sees_an_assignment(tmp_path):
+    # The scan itself on a known bad line.
+    bad = tmp_path / "probe.py"
+    bad.write_text("import m\nm.SHARED = 'off'\nm.lower = 1\nself.X = 2\n")
+    assert _module_attribute_assignments(bad) == ["probe.py:2 m.SHARED"]
