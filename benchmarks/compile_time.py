@@ -307,7 +307,7 @@ def _parts(fmt: str, size: int, block_form: str | None = None) -> dict:
 
     cases = {
         "operand conversion (one operand)": (lambda x: jaxwarp.to_operand(x, fmt), (a,)),
-        "k loop on converted operands (matmul_chain.tiled)": (
+        "k loop on converted operands (matmul.tiled)": (
             lambda x, y: backends.exact_chain(x, y, jnp.zeros((size, size)), cfg), (qa, qb)),
         "forward product (matmul)": (lambda x, y: jaxwarp.matmul(x, y, operand_format=fmt),
                                      (a, b)),

@@ -56,7 +56,8 @@ from jaxwarp._src.gemm.fused_kernel import KERNEL_NAME as FUSED_KERNEL_NAME
 from jaxwarp._src.gemm.fused_kernel import Plan as FusedPlan
 from jaxwarp._src.gemm.fused_kernel import chain as fused_chain
 from jaxwarp._src.gemm.fused_kernel import gemm as fused_gemm
-from jaxwarp._src.gemm.matmul_chain import tiled as exact_chain
+from jaxwarp._src.gemm.k_loop import wait_for_promotions as wait_for_promotions
+from jaxwarp._src.gemm.matmul import tiled as exact_chain
 from jaxwarp._src.gemm.matmul_tiles import Cfg as ChainConfig
 from jaxwarp._src.gemm.native import NATIVE_K as NATIVE_K
 from jaxwarp._src.gemm.native import chain as native_chain
@@ -65,7 +66,6 @@ from jaxwarp._src.gemm.native import device_error as native_device_error
 from jaxwarp._src.gemm.native_kernels import DotSpec as NativeDotSpec
 from jaxwarp._src.gemm.native_kernels import Plan as NativePlan
 from jaxwarp._src.gemm.native_kernels import gemm as native_gemm
-from jaxwarp._src.gemm.shared_chain import wait_for_promotions as wait_for_promotions
 
 __all__ = [
     "FUSED_KERNEL_NAME", "FusedPlan", "fused_chain", "fused_gemm",
@@ -81,7 +81,7 @@ def chain_config(a, b, operand_format: str, accumulator: str = "f32",
                  arch: str = "sm_90", mode: str = "exact") -> ChainConfig:
     """The :class:`ChainConfig` of ``jaxwarp.matmul(a, b, operand_format=...,
     accumulator=..., arch=..., mode=...)`` (the default tile and instruction)."""
-    return _matmul._check(a, b, None, operand_format, accumulator, None, arch, mode, None,
+    return _matmul.check_args(a, b, None, operand_format, accumulator, None, arch, mode, None,
                           None, None, None)[-1]
 
 
@@ -110,9 +110,9 @@ def record_products(callback: Callable[[Any, Any, Any, Any], None]) -> Iterator[
 def fused_conversions_as_bitcasts() -> Iterator[None]:
     """A probe: fused kernels traced inside run their fp32 truncations as bitcasts (the
     numbers are wrong; what the conversions cost is the difference in time)."""
-    keep = _fused_kernel._trunc
-    _fused_kernel._trunc = lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)
+    keep = _fused_kernel.trunc_f32
+    _fused_kernel.trunc_f32 = lambda x: jax.lax.bitcast_convert_type(x, jnp.int32)
     try:
         yield
     finally:
-        _fused_kernel._trunc = keep
+        _fused_kernel.trunc_f32 = keep

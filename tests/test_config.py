@@ -288,3 +288,32 @@ def test_switch_scan_sees_an_assignment(tmp_path):
     bad = tmp_path / "probe.py"
     bad.write_text("import m\nm.SHARED = 'off'\nm.lower = 1\nself.X = 2\n")
     assert _module_attribute_assignments(bad) == ["probe.py:2 m.SHARED"]
+
+
+def _private_attribute_uses(path: pathlib.Path) -> list[str]:
+    """``module._name`` where ``module`` was imported from jaxwarp: a private name reached
+    across modules."""
+    tree = ast.parse(path.read_text())
+    mods = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("jaxwarp"):
+            mods |= {a.asname or a.name for a in n.names}
+        elif isinstance(n, ast.Import):
+            mods |= {(a.asname or a.name).split(".")[0] for a in n.names
+                     if a.name.startswith("jaxwarp")}
+    return [f"{path.name}:{n.lineno} {n.value.id}.{n.attr}" for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id in mods and n.attr.startswith("_") and not n.attr.startswith("__")]
+
+
+def test_no_private_names_reached_across_modules():
+    # Neither ``from m import _x`` (above) nor ``m._x``, anywhere in the package.
+    found = [u for p in sorted((ROOT / "jaxwarp").rglob("*.py"))
+             for u in _private_attribute_uses(p)]
+    assert not found, found
+
+
+def test_private_attribute_scan_sees_a_use(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from jaxwarp._src.gemm import matmul\nmatmul._x(1)\nmatmul.y\n")
+    assert _private_attribute_uses(probe) == ["probe.py:2 matmul._x"]

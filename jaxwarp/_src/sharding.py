@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwarp._src import checks
-from jaxwarp._src.gemm import shared_chain
+from jaxwarp._src.gemm import k_loop
 
 BATCH_AXIS = "batch"
 
@@ -338,12 +338,12 @@ def _group_size(x: Any, where: str, groups: int) -> int:
 
 
 def _inline(loss: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
-    """``loss`` with its exact products traced inline (``shared_chain.inline``): the
+    """``loss`` with its exact products traced inline (``k_loop.inline``): the
     per-group program must be the same on every number of devices, and the CPU's shared
     executables are for one device only."""
     @functools.wraps(loss)
     def traced_inline(*args):
-        with shared_chain.inline():
+        with k_loop.inline():
             return loss(*args)
 
     return traced_inline

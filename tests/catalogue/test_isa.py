@@ -192,7 +192,6 @@ def test_matmul_views():
                 c for r in isa.rows(ins, f) if set(r.shapes) & set(tiles)
                 for c, d in r.cd if c == d}
     assert matmul_tiles.INSTRUCTIONS == isa.INSTRUCTIONS
-    assert matmul_tiles.FP8_FORMATS == isa.FP8_TYPES
 
 
 # Modules outside this test's folders that still name the fp8 tuple FP8_FORMATS (the number
@@ -229,7 +228,7 @@ def _module_path(module: str) -> pathlib.Path:
 # Literal (m, n, k) triples that are not instruction facts (lane-layout code of the
 # fragment front-ends, bit widths).
 _NOT_SHAPES = {("mma_sync_parse", (8, 8, 4)), ("mma_sync_registers", (8, 16, 32)),
-               ("datapath", (3, 4, 5))}
+               ("datapath", (3, 4, 5)), ("k_loop", (16, 64, 256))}  # k_loop: block groups
 _TYPE_NAMES = {"f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "u4", "b1"}
 
 
@@ -237,8 +236,7 @@ _TYPE_NAMES = {"f16", "bf16", "tf32", "f64", "e4m3", "e5m2", "s8", "u8", "s4", "
                                     "mma_sync_registers", "wgmma", "wgmma_parse",
                                     "wgmma_registers", "datapath", "datapath_checks",
                                     "datapath_blocks", "datapath_f64", "datapath_int",
-                                    "matmul", "matmul_tiles", "matmul_scales",
-                                    "matmul_chain"])
+                                    "matmul", "matmul_tiles", "matmul_scales", "k_loop"])
 def test_no_other_module_has_its_own_table(module):
     """No shape literal, and no dict literal keyed by operand types, outside isa.py."""
     tree = ast.parse(_module_path(module).read_text())
@@ -321,12 +319,12 @@ _PATCHED = textwrap.dedent('''
     import jax.numpy as jnp
     from jaxwarp._src.catalogue import arch, mma_sync_parse, wgmma_parse, wmma_table
     from jaxwarp._src.arithmetic import datapath, datapath_checks
-    from jaxwarp._src.gemm import matmul, matmul_chain, matmul_scales, matmul_tiles
+    from jaxwarp._src.gemm import matmul, matmul_scales, matmul_tiles
     from jaxwarp._src.instructions import mma_sync, wgmma
     from jaxwarp._src.layouts import mma_sync_registers, wgmma_registers
     for mod in (arch, wmma_table, datapath_checks, datapath, mma_sync_parse,
                 mma_sync_registers, mma_sync, wgmma_parse, wgmma_registers, wgmma,
-                matmul_tiles, matmul_scales, matmul_chain, matmul):
+                matmul_tiles, matmul_scales, matmul):
         importlib.reload(mod)  # this interpreter only: rebuild the views of the rows
     out = {"table": isa.support_table(), "errors": {}}
     def err(name, fn):

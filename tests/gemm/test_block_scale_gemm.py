@@ -23,7 +23,7 @@ def _chained(ta, tb, instruction):
     """The GEMM as its instructions: (M, N) tiles of the instruction's shape, K in steps of
     its k, D of one step the C of the next (mma_block_scale_logical per step)."""
     kind, kblock, scale_format = bsg.kind_for(ta.fmt, tb.fmt)
-    row = jaxwarp._src.arithmetic.block_scale._row(instruction, kind)
+    row = jaxwarp._src.arithmetic.block_scale.block_scale_row(instruction, kind)
     tm, tn, tk = 16 if instruction == "mma_sync" else 128, 8, row.k
     codes = [np.asarray(jax.lax.bitcast_convert_type(t.elements, jnp.uint8))
              if t.elements.dtype != jnp.uint8 else np.asarray(t.elements) for t in (ta, tb)]
@@ -75,7 +75,7 @@ def test_exact_gemm_row_blocks_change_no_bit():
     # memory: the blocks are independent chains.
     ta = mx.quantize(_data((64, 64), 1), "mxfp8_e5m2")
     tb = mx.quantize(_data((64, 16), 2), "mxfp8_e5m2", axis=0)
-    cfg = jaxwarp._src.arithmetic.block_scale._Cfg(
+    cfg = jaxwarp._src.arithmetic.block_scale.BlockScaleCfg(
         "e5m2", "e5m2", "ue8m0", 32, 32, jaxwarp._src.arithmetic.block_scale.PRODUCT_TERMS)
     args = (bsg._codes(ta), bsg._codes(tb), ta.scales, tb.scales, cfg)
     whole, blocks = bsg._chain(*args, 64), bsg._chain(*args, 16)

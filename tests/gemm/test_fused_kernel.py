@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp._src.gemm import fused_kernel, matmul_chain
+from jaxwarp._src.gemm import fused_kernel
+from jaxwarp._src.gemm import matmul as matmul_module
 
 _DT = {"bf16": jnp.bfloat16, "f16": jnp.float16}
 
@@ -281,12 +282,12 @@ def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch, options):
     big = jaxwarp.config.gemm_fused_min_macs
     small = big - 1
     options(gemm_fused_kernel="auto")
-    monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "cpu")
-    assert matmul_chain._fused_datapath(cfg, 16, None, big) is None  # off the GPU
-    monkeypatch.setattr(matmul_chain.jax, "default_backend", lambda: "gpu")
-    assert matmul_chain._fused_datapath(cfg, 16, None, 16 ** 3) is not None
+    monkeypatch.setattr(matmul_module.jax, "default_backend", lambda: "cpu")
+    assert matmul_module._fused_datapath(cfg, 16, None, big) is None  # off the GPU
+    monkeypatch.setattr(matmul_module.jax, "default_backend", lambda: "gpu")
+    assert matmul_module._fused_datapath(cfg, 16, None, 16 ** 3) is not None
     options(gemm_shared="off")
-    assert matmul_chain._fused_datapath(cfg, 16, None, small) is None
-    assert matmul_chain._fused_datapath(cfg, 16, None, big) is not None
+    assert matmul_module._fused_datapath(cfg, 16, None, small) is None
+    assert matmul_module._fused_datapath(cfg, 16, None, big) is not None
     options(gemm_fused_kernel="on")
-    assert matmul_chain._fused_datapath(cfg, 16, None, small) is not None
+    assert matmul_module._fused_datapath(cfg, 16, None, small) is not None

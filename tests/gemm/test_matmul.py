@@ -121,7 +121,7 @@ def test_gradients_go_through_the_tensor_core():
                     (a64, b64), order=1, modes=("rev",))
 
 
-# The CPU's shared executables (shared_chain) against the inline k loop: products, their
+# The CPU's shared executables (k_loop) against the inline k loop: products, their
 # backward products, vmapped products, odd shapes (blocks and k chunks cut mid-way), every
 # float format, with C, zeros, -0 and wide exponents.
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's shared executables")
@@ -135,7 +135,7 @@ def test_gradients_go_through_the_tensor_core():
     ("f16", ((32, 16), (16, 32)), dict(instruction="mma_sync", tile=(8, 8, 4), arch="sm_70")),
 ])
 def test_shared_executables_give_the_same_bits(monkeypatch, fmt, shapes, kw):
-    from jaxwarp._src.gemm import shared_chain
+    from jaxwarp._src.gemm import k_loop
 
     rng = np.random.default_rng(7)
 
@@ -155,13 +155,13 @@ def test_shared_executables_give_the_same_bits(monkeypatch, fmt, shapes, kw):
     def loss(a, b, c):
         return jnp.sum(jnp.sin(f(a, b, c)))
 
-    host, calls = shared_chain._host, []
+    host, calls = k_loop._host, []
 
     def counted(*args, **kwargs):
         calls.append(1)
         return host(*args, **kwargs)
 
-    monkeypatch.setattr(shared_chain, "_host", counted)
+    monkeypatch.setattr(k_loop, "_host", counted)
     got, ran = {}, {}
     for mode in ("auto", "off"):
         with jaxwarp.config.override(gemm_shared=mode):
@@ -181,7 +181,7 @@ def test_shared_executables_give_the_same_bits(monkeypatch, fmt, shapes, kw):
 def test_promoted_products_give_the_same_bits(monkeypatch, options):
     # A product promoted to its whole loop (compiled in the background) gives the bits of
     # the blocks and of the inline loop, plain and vmapped.
-    from jaxwarp._src.gemm import shared_chain
+    from jaxwarp._src.gemm import k_loop
 
     rng = np.random.default_rng(11)
     a = (rng.standard_normal((48, 96)) * np.exp2(rng.integers(-40, 40, (48, 96)))).astype(
@@ -197,16 +197,16 @@ def test_promoted_products_give_the_same_bits(monkeypatch, options):
                 np.asarray(jax.vmap(f)(np.stack([a, -a]), np.stack([b, b]))))
 
     options(gemm_promote_after=0.0)
-    shared_chain.clear_products()  # this test's products only
+    k_loop.clear_products()  # this test's products only
     blocks = run(f)  # the first calls: the blocks, then the promotions start
-    assert shared_chain.wait_for_promotions() == []
-    promoted = [p for p in shared_chain.products() if p.whole is not None]
+    assert k_loop.wait_for_promotions() == []
+    promoted = [p for p in k_loop.products() if p.whole is not None]
     assert len(promoted) >= 2
 
     def no_blocks(*args, **kwargs):
         raise AssertionError("a promoted product ran the blocks")
 
-    monkeypatch.setattr(shared_chain, "_blocks", no_blocks)
+    monkeypatch.setattr(k_loop, "_blocks", no_blocks)
     whole = run(f)
     options(gemm_shared="off")
     jax.clear_caches()
@@ -224,7 +224,7 @@ def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, options,
     # any_range_below None, the default); a larger one (0: every size) the kernel where its
     # operands are in fp32's range and the shared executables on the host for the rest.
     # Both give the bits of XLA's general loop, for operands out of range.
-    from jaxwarp._src.gemm import shared_chain
+    from jaxwarp._src.gemm import k_loop
 
     if any_range_below is not None:
         options(gemm_kernel_any_range_below=any_range_below)
@@ -235,13 +235,13 @@ def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, options,
         np.float32)
     a[0, :4] = [np.inf, np.nan, 1e-40, -0.0]
     c = rng.standard_normal((48, 48)).astype(np.float32)
-    blocks, calls = shared_chain._blocks, []
+    blocks, calls = k_loop._blocks, []
 
     def counted(*args, **kwargs):
         calls.append(1)
         return blocks(*args, **kwargs)
 
-    monkeypatch.setattr(shared_chain, "_blocks", counted)
+    monkeypatch.setattr(k_loop, "_blocks", counted)
 
     def f(a, b, c):
         return jaxwarp.matmul(a, b, c, operand_format="bf16")

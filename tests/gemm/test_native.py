@@ -20,8 +20,7 @@ import pytest
 import jaxwarp
 from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.gemm import native
-from jaxwarp._src.gemm.matmul import to_operand
-from jaxwarp._src.gemm.matmul_chain import Cfg, tiled
+from jaxwarp._src.gemm.matmul import Cfg, tiled, to_operand
 from jaxwarp._src.gemm.native_kernels import pieces
 
 HOPPER = native.device_error() is None

@@ -277,7 +277,7 @@ def _group_chunk(ai, bi, k0: int, k1: int, c_bits, sa: _Scale, sb: _Scale,
 # Instructions and chains.
 
 
-class _Cfg(NamedTuple):
+class BlockScaleCfg(NamedTuple):
     """Static configuration (hashable: a jit static argument)."""
 
     a_format: str
@@ -288,7 +288,7 @@ class _Cfg(NamedTuple):
     dp: BlockScaleDatapath
 
 
-def issue_instruction(a, b, sa, sb, c_bits, cfg: _Cfg):
+def issue_instruction(a, b, sa, sb, c_bits, cfg: BlockScaleCfg):
     """One instruction (k = cfg.ik) from C bits: its chunks chained."""
     dp = cfg.dp
     L = min(dp.chunk, cfg.ik)
@@ -318,7 +318,7 @@ def decode_operands(codes: jax.Array, fmt: str, dp: BlockScaleDatapath):
 
 
 @functools.partial(jax.jit, static_argnums=(5,))
-def _compute(a, b, c, scale_a, scale_b, cfg: _Cfg):
+def _compute(a, b, c, scale_a, scale_b, cfg: BlockScaleCfg):
     a = decode_operands(a, cfg.a_format, cfg.dp)
     b = decode_operands(b, cfg.b_format, cfg.dp)
     ik, nb = cfg.ik, cfg.ik // cfg.block
@@ -482,7 +482,7 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     except ValueError as e:
         raise ValueError(f"batch axes of a {a.shape}, b {b.shape}, c {c.shape}, scale_a "
                          f"{scale_a.shape}, scale_b {scale_b.shape} do not broadcast") from e
-    cfg = _Cfg(a_format, b_format, scale_format, block, row.k, datapath)
+    cfg = BlockScaleCfg(a_format, b_format, scale_format, block, row.k, datapath)
     return _compute(a, b, c, scale_a, scale_b, cfg)
 
 

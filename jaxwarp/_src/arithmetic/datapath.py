@@ -551,7 +551,30 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
                         datapath=datapath, scale_input_d=scale_input_d)
     if checked.d is not None:
         return checked.d
-    a, b, c, cfg = checked.a, checked.b, checked.c, checked.cfg
+    return run_chain(checked.a, checked.b, checked.c, checked.cfg, mode, satf)
+
+
+@functools.cache
+def plan_chain(a_format: str, b_format: str, c_format: str, d_format: str, arch: str,
+               instruction: str, ik: int) -> ChainCfg:
+    """The :class:`ChainCfg` that :func:`check_mma` resolves for a chain of
+    ``instruction`` (k ``ik`` each) on ``arch``, from the static arguments alone: for a
+    front-end that checks its operands once and then runs many chains through
+    :func:`run_chain` (the GEMM layer's k steps). Raises as ``mma`` does."""
+    target, model = check_static(a_format, b_format, c_format, d_format, arch, "exact",
+                                 False, instruction, None)
+    ik = resolve_instruction_k(instruction, a_format, ik, ik)
+    if target is not None:
+        check_target(target, instruction, a_format, b_format, ik)
+    dp = (None if a_format in ("f64", *INT_TYPES)
+          else datapath_for(model, instruction, a_format, ik, b_format))
+    return ChainCfg(a_format, b_format, c_format, d_format, dp, ik, 0)
+
+
+def run_chain(a, b, c, cfg: ChainCfg, mode: str = "exact", satf: bool = False):
+    """:func:`mma`'s chain on arguments it has checked (or :func:`plan_chain`'s caller
+    has): a, b, c arrays of their formats' storage dtypes, (..., m, k) x (..., k, n) and
+    (..., m, n), k a positive multiple of ``cfg.ik``. No check is repeated here."""
     if cfg.a_format in INT_TYPES:
         return mma_int_chain(a, b, c, cfg.a_format, cfg.b_format, cfg.ik, satf)
     exact = mode == "exact" and cfg.a_format != "f64"

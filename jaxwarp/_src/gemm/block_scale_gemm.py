@@ -156,7 +156,7 @@ def kind_for(a_fmt: str, b_fmt: str) -> tuple[str, int, str]:
     fa, fb = MX_FORMATS[a_fmt], MX_FORMATS[b_fmt]
     if fa.int_lsb is not None or fb.int_lsb is not None:
         raise ValueError(f"fmt {(a_fmt, b_fmt)}: MXINT8 has no block-scaled tensor-core "
-                         f"instruction; allowed: {_GEMM_FORMATS}")
+                         f"instruction; allowed: {GEMM_FORMATS}")
     if fa.tensor_scale or fb.tensor_scale:
         if not (fa.tensor_scale and fb.tensor_scale):
             raise ValueError(f"fmt {(a_fmt, b_fmt)}: NVFP4 multiplies only NVFP4 "
@@ -167,7 +167,7 @@ def kind_for(a_fmt: str, b_fmt: str) -> tuple[str, int, str]:
     return "mxf8f6f4", 32, "ue8m0"
 
 
-_GEMM_FORMATS = tuple(n for n, f in MX_FORMATS.items() if f.int_lsb is None)
+GEMM_FORMATS = tuple(n for n, f in MX_FORMATS.items() if f.int_lsb is None)
 
 
 def _row_target(instruction: str, kind: str, arch: Any) -> tuple[isa.BlockScaleRow, str]:
@@ -271,7 +271,7 @@ def _product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
     if k % row.k:
         raise ValueError(f"K = {k} must be a multiple of the instruction's k {row.k} "
                          f"(kind::{kind}); pad the operands with zeros")
-    cfg = block_scale._Cfg(fa.element, fb.element, scale_format, kblock, row.k,
+    cfg = block_scale.BlockScaleCfg(fa.element, fb.element, scale_format, kblock, row.k,
                            block_scale.DATAPATHS[kind])
     acc = _chain(_codes(ta), _codes(tb), sa, sb, cfg, _rows(ta.shape, tb.shape))
     if fa.tensor_scale:  # the epilogue: alpha = s_A * s_B, D = alpha * acc (rounded once)
@@ -425,9 +425,9 @@ def _format_pair(operand_format: Any) -> tuple[str, str]:
     else:
         pair = (fmt, fmt)
     for f in pair:
-        if not isinstance(f, str) or f not in _GEMM_FORMATS:
+        if not isinstance(f, str) or f not in GEMM_FORMATS:
             raise ValueError(f"operand_format={fmt!r} is not supported; allowed: "
-                             f"{_GEMM_FORMATS} or a pair of them (A's, B's)")
+                             f"{GEMM_FORMATS} or a pair of them (A's, B's)")
     return pair
 
 
@@ -435,11 +435,11 @@ def _operand_arg(x: Any, name: str) -> jax.Array | MXTensor:
     if isinstance(x, MXTensor):
         if x.fmt not in MX_FORMATS:  # a user-defined element format (define_format)
             raise ValueError(f"{name} is an MXTensor of the user-defined format {x.fmt!r}, "
-                             f"which no tensor core multiplies; allowed: {_GEMM_FORMATS} "
+                             f"which no tensor core multiplies; allowed: {GEMM_FORMATS} "
                              f"(multiply its elements with jaxwarp.fused_dot)")
         if MX_FORMATS[x.fmt].int_lsb is not None:
             raise ValueError(f"{name} is an MXINT8 tensor: MXINT8 has no block-scaled "
-                             f"tensor-core instruction; allowed: {_GEMM_FORMATS}")
+                             f"tensor-core instruction; allowed: {GEMM_FORMATS}")
         return x
     arr = checks.array_arg(x, name)
     if arr.dtype in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):

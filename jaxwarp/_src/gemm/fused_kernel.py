@@ -1,6 +1,6 @@
 """The exact datapath as one GPU kernel per output tile (Pallas, Triton backend).
 
-XLA runs exact ``matmul``'s k loop (``matmul_chain.tiled``) as one fused loop over the
+XLA runs exact ``matmul``'s k loop (``matmul.tiled``) as one fused loop over the
 outputs per instruction, reading and writing the fp32 accumulator at every k step. This
 kernel runs the same chain of instructions with the accumulator in registers: a grid of
 (bm, bn) output tiles, each walking k in steps of the instruction's k (16), and per step
@@ -185,7 +185,7 @@ def register_triton_rule() -> None:
     lowering.triton_lowering_rules[trunc_i32_p] = _trunc_triton
 
 
-def _trunc(x):
+def trunc_f32(x):
     return trunc_i32_p.bind(x)
 
 
@@ -257,7 +257,7 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
         return wmax, sp
 
     def terms(j, s, scale):  # the exact products' terms (exact scaling), summed
-        return _add_terms((_trunc(col(i) * row(i) * scale)
+        return _add_terms((trunc_f32(col(i) * row(i) * scale)
                            for i in (j * u + t for t in range(u))), s)
 
     wmax, sp, sums = _passes(u, products, terms, lambda: jnp.zeros(
@@ -270,7 +270,7 @@ def _step_k(at, bt, c, plan: Plan):
     products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
     w = _pow_of(at, plan.fmt)[:, None, :] * _pow_of(bt, plan.fmt)[None, :, :]
     sp = c if plan.finite else c + (at[:, None, :] * bt[None, :, :]).sum(-1)  # any order
-    return _finish(c, w.max(-1), lambda scale: _trunc(
+    return _finish(c, w.max(-1), lambda scale: trunc_f32(
         at[:, None, :] * bt[None, :, :] * scale[:, :, None]).sum(-1), sp, plan)
 
 
@@ -286,7 +286,7 @@ def _finish(c, wmax, terms, sp, plan: Plan):
     if plan.rounding == "int":
         cv = _c_term_int(cb, eb - 127, F)
     else:
-        cv = _trunc(c * scale)  # C truncated toward zero on the same grid
+        cv = trunc_f32(c * scale)  # C truncated toward zero on the same grid
     neg, mag = _signed_sum(s, cv)
     if plan.rounding == "int":
         v = _float(_rz_bits(mag, neg, eb - F - 127))
@@ -397,7 +397,7 @@ def _step_general(col, row, cb, plan: Plan):
         for i in (j * u + t for t in range(u)):
             (ma, ea), (mb, eb) = col(i), row(i)
             scale = _float(jnp.maximum(ea + eb + G, 0) << 23)  # 2**(ea + eb - E + F)
-            ts.append(_trunc(ma * mb * scale))
+            ts.append(trunc_f32(ma * mb * scale))
         return _add_terms(ts, s)
 
     wmax, sp, sums = _passes(u, products, terms,

@@ -1,33 +1,93 @@
-"""matmul's exact k loop in XLA: one tensor-core instruction per k step, scanned.
+"""matmul's exact k loop: the chain of tensor-core instructions over converted operands,
+in the calling program (XLA's ``lax.scan``) or through a few shared executables.
 
-The bottom of the GEMM layer's exact backends: :func:`k_step` is one instruction on
-every output tile at once (the k-th k-slice of the operands), :func:`xla_loop` the chain
-of them over k, with promotion and block scales, as one ``lax.scan`` in the calling
-program. ``matmul_chain.tiled`` chooses between this loop, the fused kernel, the shared
-executables (``shared_chain``, which runs :func:`k_step` per call and promotes a hot
-product to :func:`xla_loop`) and native mode; both import this module, which imports
-neither.
+Every output tile starts from its C tile (or zero, ``fill_fragment(acc, 0)``) and a loop
+over k chains the accumulator through one tensor-core instruction per step, one (m, n, k)
+tile at a time (the CUDA guide's WMMA kernel)::
+
+    for kIter in range(0, K, WMMA_K):
+        load_matrix_sync(aFrag, A + aRow * lda + kIter, lda)
+        load_matrix_sync(bFrag, B + kIter * ldb + bCol, ldb)
+        mma_sync(accFrag, aFrag, bFrag, accFrag)
+
+The fragments' lane layout does not change the arithmetic, so the loop runs on
+logical tiles (``tests/gemm/test_matmul.py`` checks it against the fragment path);
+all output tiles of a step go through the model at once, and ``jax.lax.scan``
+runs the k loop.
+
+Promotion (``promote_every=N``, DeepSeek-V3 section 3.3.2): the k loop is cut
+into intervals of N k-elements (a multiple of the instruction's k; the last
+interval is shorter when N does not divide K). Each interval's tensor-core chain
+starts from a zero accumulator, and its fp32 result ``P_i`` is added to an fp32
+accumulator in ordinary fp32 arithmetic (round to nearest even)::
+
+    acc = C (or 0 when scaled);  acc = fl32(acc + P_1);  acc = fl32(acc + P_2) ...
+
+Promotion needs ``accumulator="f32"``.
+
+With block scales each promotion applies its block's scales (``matmul_scales.promote``).
+
+The loop in the program: :func:`k_step` is one instruction on every output tile at once
+(the k-th k-slice of the operands), :func:`xla_loop` the chain of them over k, with
+promotion and block scales, as one ``lax.scan``. ``matmul.tiled`` chooses between it, the
+shared executables below, the fused kernel and native mode.
+
+The shared executables (the CPU's default, :func:`chain`):
+XLA compiles every call of a product in a program on its own: it inlines calls before it
+optimizes, and clones the ones it may not inline (``docs/compile_time.md``). An exact
+product's k loop is a few hundred instructions of the tensor core's model, so a model's
+exact step compiled that model once per product call. Here the k loop leaves the calling
+program: the program holds a host callback (``jax.pure_callback``) in its place, and the
+callback runs the chain through one executable per instruction configuration, compiled
+once per process (and kept by JAX's persistent cache), whatever the product's shape:
+
+* the output is cut into blocks of ``BLOCK`` x ``BLOCK`` elements. An instruction's
+  output element depends only on its row of A, its column of B and its C element, so the
+  cut changes no bit (the argument of :func:`k_step`'s one call per k step);
+* a call of an executable runs one instruction (one k step) on up to ``GROUPS[i]``
+  blocks; its shapes depend on the instruction's k alone, so every product shape uses
+  the same few executables (a call with fewer blocks computes zero blocks in the rest);
+* the host walks the groups of blocks and, for each, the k steps in order, each call's
+  accumulator feeding the next: the chain of instructions of the inline loop, the same
+  bits.
+
+The price is a callback per product call and the host's copies of the blocks (on a CPU
+the operands are already in host memory). Products with promotion or block scales, and
+products on accelerators (a callback would copy the operands to the host), keep the
+inline loop.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import threading
+import time
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.arithmetic.datapath_blocks import in_fp32_range
+from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm.matmul_scales import promote
 from jaxwarp._src.gemm.matmul_tiles import Cfg, issue_arch
+from jaxwarp._src.warp import checked
+
+# --- The loop in the calling program.
 
 
 def _mma(at, bt, acc, cfg: Cfg):
-    """One instruction per output tile (k = the tile's k), exact mode."""
-    arch = issue_arch(cfg.instruction, cfg.arch)
-    return datapath.mma(at, bt, acc, a_format=cfg.a_format, b_format=cfg.b_format,
-                        c_format=cfg.accumulator, d_format=cfg.accumulator, arch=arch,
-                        mode="exact", instruction=cfg.instruction,
-                        instruction_k=cfg.tile[2])
+    """One instruction per output tile (k = the tile's k), exact mode: the product was
+    checked once by ``matmul``, so the arithmetic runs without checking each step again."""
+    chain = datapath.plan_chain(cfg.a_format, cfg.b_format, cfg.accumulator, cfg.accumulator,
+                                issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+                                cfg.tile[2])
+    return datapath.run_chain(at, bt, acc, chain)
 
 
 def k_step(a_op, b_op, acc, kk, cfg: Cfg):
@@ -96,3 +156,277 @@ def xla_loop(a_op, b_op, acc, cfg: Cfg, scales=None, *, known: str | None = None
     if rem:
         acc = promote(acc, chain(zero, full * s, rem), full, scales)
     return acc
+
+
+# --- The shared executables.
+
+
+#: Rows and columns of one output block (the smallest m and n of the float tiles, so that a
+#: product's blocks cover no more than its tiles).
+BLOCK = 16
+#: Blocks per executable call: one executable per size; a product's blocks are cut into
+#: the largest groups they fill, the last few into the smallest. A call costs its dispatch and its
+#: vector operations' length, whatever the blocks in use: on the 2-core CPU a k step of 16
+#: blocks took 0.13 ms, of 256 blocks 0.4 ms.
+GROUPS = (16, 64, 256)
+
+
+# The option gemm_shared chooses whether exact products run here ("auto") or inline
+# ("off"); gemm_promote_after, after how many seconds in the blocks a product's whole k
+# loop is compiled (a product then never spends more than about twice the better of the
+# two; the blocks start a model in seconds, a training run's hot products then run at
+# the inline loop's speed). Both are read at trace time.
+
+
+def _make_state():
+    """A JAX config state in the jit cache key (so that a product traced inside
+    :func:`inline` is traced again, not taken from the cache), or None where this JAX has
+    no such API (then a context variable, which only a fresh trace reads)."""
+    try:
+        from jax._src import config as _jax_config
+
+        return _jax_config.bool_state(
+            "jaxwarp_inline_products", False,
+            help="jaxwarp: exact products inline (set by k_loop.inline; not for "
+                 "direct use)", include_in_jit_key=True, include_in_trace_context=True)
+    except Exception:  # pragma: no cover - other JAX versions
+        return None
+
+
+_INLINE_STATE = _make_state()
+_INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxwarp_inline",
+                                                               default=False)
+
+
+def _inline_now() -> bool:
+    if _INLINE_STATE is not None:
+        return bool(_INLINE_STATE.value)
+    return _INLINE.get()
+
+
+@contextlib.contextmanager
+def inline():
+    """Trace the exact products inside with the inline k loop (every call compiled in the
+    calling program), whatever the option ``gemm_shared`` says: for programs whose bits
+    must not depend on anything outside them, such as ``grouped_value_and_grad``'s, which
+    give the same bits on any number of devices (a callback changes how XLA fuses the
+    operations around it, and so the order of their own float sums)."""
+    if _INLINE_STATE is not None:
+        with _INLINE_STATE(True):
+            yield
+        return
+    token = _INLINE.set(True)
+    try:
+        yield
+    finally:
+        _INLINE.reset(token)
+
+
+def _eligible(cfg: Cfg, scales) -> bool:
+    # Not in checked mode, whose checks cannot cross a callback, and not where the program
+    # may be partitioned over several devices (a callback would gather its operands to
+    # one device: XLA's SPMD partitioner makes it a replicated, maximal-sharded op).
+    return (config.gemm_shared == "auto" and scales is None and cfg.promote_every is None
+            and not checked.enabled() and not _inline_now() and jax.device_count() == 1)
+
+
+def applies(cfg: Cfg, scales) -> bool:
+    """Whether this exact product's k loop runs through the shared executables (on the
+    CPU backend)."""
+    return _eligible(cfg, scales) and jax.default_backend() == "cpu"
+
+
+def general_on_host(cfg: Cfg, scales) -> bool:
+    """Whether, on an accelerator, the general branch of a bf16 product that the fused
+    kernel runs in fp32's range (``matmul.tiled``'s cond) runs through the shared
+    executables on the host: operands out of that range (inf, NaN, subnormals, products
+    beyond fp32's exponents) are rare, and the branch then costs no compile of its own in
+    the calling program. (The same bits: the model gives them on every backend.)"""
+    return _eligible(cfg, scales) and jax.default_backend() != "cpu"
+
+
+def _cpu():
+    return jax.local_devices(backend="cpu")[0]
+
+
+class _Product:
+    """One product signature's calls and, once compiled, its whole k loop."""
+
+    def __init__(self):
+        self.calls = 0
+        self.seconds = 0.0  # spent in the blocks, after the first call (which may compile
+        # the block executables)
+        self.thread: threading.Thread | None = None
+        self.whole = None  # the compiled whole loop
+        self.error: BaseException | None = None
+
+
+_PRODUCTS: dict = {}
+_PRODUCTS_LOCK = threading.Lock()
+
+
+def clear_products() -> None:
+    """Forget every product's calls and promoted loop (waiting for the promotions under
+    way first): for tests that count this process's products from zero."""
+    wait_for_promotions()
+    with _PRODUCTS_LOCK:
+        _PRODUCTS.clear()
+
+
+def products() -> list[_Product]:
+    """The products seen so far (their calls, seconds and promoted loops): for tests."""
+    with _PRODUCTS_LOCK:
+        return list(_PRODUCTS.values())
+
+
+def _compile_whole(prod: _Product, specs, cfg: Cfg) -> None:
+    """Compile the inline k loop (:func:`xla_loop`, with ``matmul.tiled``'s
+    in-range cond where it takes one) of one product signature (run in a thread of its
+    own)."""
+    try:
+        def loop(a, b, acc):
+            macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
+            return xla_loop(a, b, acc, cfg, cond=in_range_cond(cfg, macs))
+
+        def whole(a, b, acc):
+            fn = loop
+            for _ in range(acc.ndim - 2):  # the lead (vmapped) dimensions
+                fn = jax.vmap(fn)
+            return fn(a, b, acc)
+
+        prod.whole = jax.jit(whole).lower(*specs).compile()
+    except Exception as e:  # noqa: BLE001 - the blocks stay; wait_for_promotions says it
+        prod.error = e
+
+
+def wait_for_promotions(timeout: float | None = None) -> list[BaseException]:
+    """Wait until every promotion started so far is compiled; returns the errors of those
+    that failed (their products keep the blocks). For benchmarks and tests."""
+    with _PRODUCTS_LOCK:
+        prods = list(_PRODUCTS.values())
+    for prod in prods:
+        if prod.thread is not None:
+            prod.thread.join(timeout)
+    return [p.error for p in prods if p.error is not None]
+
+
+def _product(a, b, acc, cfg: Cfg) -> _Product:
+    # (the options too: the promoted loop is compiled with them)
+    key = (a.shape, a.dtype, b.shape, b.dtype, acc.shape, acc.dtype, cfg, config.snapshot())
+    with _PRODUCTS_LOCK:
+        return _PRODUCTS.setdefault(key, _Product())
+
+
+def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg) -> None:
+    """Add a call's seconds in the blocks; start the whole loop's compile past the option
+    ``gemm_promote_after``."""
+    after = config.gemm_promote_after
+    with _PRODUCTS_LOCK:
+        prod.seconds += seconds if prod.calls else 0.0
+        prod.calls += 1
+        if (after is None or prod.thread is not None or prod.seconds < after
+                or a.dtype.itemsize == 8):
+            # (64-bit operands stay: the compile runs in its own thread, which would not
+            # see a thread's jax_enable_x64)
+            return
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (a, b, acc)]
+        # (in this context: the thread sees the options of an override around the call)
+        ctx = contextvars.copy_context()
+        prod.thread = threading.Thread(target=ctx.run,
+                                       args=(_compile_whole, prod, specs, cfg),
+                                       name="jaxwarp-promote", daemon=True)
+        prod.thread.start()
+
+
+def _executable_cfg(cfg: Cfg) -> Cfg:
+    """The configuration the executable is compiled for: what the instruction's arithmetic
+    reads (formats, accumulator, instruction, target, k), so that a forward product and
+    its backward ones, scaled or not, share it."""
+    return dataclasses.replace(cfg, tile=(BLOCK, BLOCK, cfg.tile[2]), mode="exact",
+                               promote_every=None, scaled=False, blockwise=False)
+
+
+@functools.partial(keyed_jit, static_argnums=3)
+def _run(a, b, acc, cfg: Cfg):
+    """One instruction on every block: a (G, BLOCK, k), b (G, k, BLOCK), acc (G, BLOCK,
+    BLOCK). (One k step per call: a loop over k steps in the executable carries its
+    operands into the loop, which XLA copies on every call; a call per step keeps the
+    accumulator on the device between calls.)"""
+    return k_step(a, b, acc, 0, cfg)
+
+
+def _as_uint(x):
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+def _host(a, b, acc, *, cfg: Cfg, options):
+    """The chain over numpy operands: a (..., M, K), b (..., K, N), acc (..., M, N), M, N
+    and K already padded to the instruction's tile; ``options``: the options when the
+    calling program was traced (``config.snapshot``), read here."""
+    with config.override(**dict(options)):
+        if jax.default_backend() != "cpu":  # an accelerator's program: run on the host's CPU
+            with jax.default_device(_cpu()):
+                return _blocks(a, b, acc, cfg)
+        prod = _product(a, b, acc, cfg)
+        if prod.whole is not None:
+            return np.asarray(prod.whole(a, b, acc))
+        start = time.perf_counter()
+        out = _blocks(a, b, acc, cfg)
+        _spent(prod, time.perf_counter() - start, a, b, acc, cfg)
+        return out
+
+
+def _blocks(a, b, acc, cfg: Cfg):
+    """The chain through the shared executables."""
+    lead = acc.shape[:-2]
+    (M, K), N = a.shape[-2:], b.shape[-1]
+    # The operands' blocks are moved as unsigned integers of their width (numpy copies
+    # extension dtypes such as bfloat16 element by element) and read back in their type.
+    a, b, acc = (np.asarray(x) for x in (a, b, acc))
+    a_dt, b_dt = a.dtype, b.dtype
+    a, b, acc = (x.reshape((-1, *x.shape[-2:])) for x in (_as_uint(a), _as_uint(b), acc))
+    nb, T, k = acc.shape[0], BLOCK, cfg.tile[2]
+    mb, kb = -(-M // T), -(-N // T)
+    # Blocks: a4[p, i] rows i*T.. of product p, b4[p, j] columns j*T.., c[g] block g.
+    a4 = np.zeros((nb, mb * T, K), a.dtype)
+    a4[:, :M] = a
+    a4 = a4.reshape(nb, mb, T, K)
+    b4 = np.zeros((nb, K, kb * T), b.dtype)
+    b4[:, :, :N] = b
+    b4 = b4.reshape(nb, K, kb, T).transpose(0, 2, 1, 3)
+    c = np.zeros((nb, mb * T, kb * T), acc.dtype)
+    c[:, :M, :N] = acc
+    c = c.reshape(nb, mb, T, kb, T).transpose(0, 1, 3, 2, 4).reshape(-1, T, T)
+    blocks, steps = c.shape[0], K // k
+    g_all = np.arange(blocks)
+    p_of, i_of, j_of = g_all // (mb * kb), (g_all // kb) % mb, g_all % kb
+    ecfg = _executable_cfg(cfg)
+    g0 = 0
+    while g0 < blocks:
+        # the largest group the remaining blocks fill (the smallest for the last few)
+        size = max((g for g in GROUPS if g <= blocks - g0), default=GROUPS[0])
+        sel = slice(g0, min(g0 + size, blocks))
+        ng = sel.stop - sel.start
+        p, i, j = p_of[sel], i_of[sel], j_of[sel]
+        # The group's operands per k step, contiguous; zeros beyond the blocks in use
+        # (computed, never read).
+        ag = np.zeros((steps, size, T, k), a.dtype)
+        ag[:, :ng] = a4[p, i].reshape(ng, T, steps, k).transpose(2, 0, 1, 3)
+        bg = np.zeros((steps, size, k, T), b.dtype)
+        bg[:, :ng] = b4[p, j].reshape(ng, steps, k, T).transpose(1, 0, 2, 3)
+        out = np.zeros((size, T, T), acc.dtype)
+        out[:ng] = c[sel]
+        for kk in range(steps):
+            out = _run(ag[kk].view(a_dt), bg[kk].view(b_dt), out, ecfg)
+        c[sel] = np.asarray(out)[:ng]
+        g0 = sel.stop
+    d = c.reshape(nb, mb, kb, T, T).transpose(0, 1, 3, 2, 4).reshape(nb, mb * T, kb * T)
+    return np.ascontiguousarray(d[:, :M, :N]).reshape((*lead, M, N))
+
+
+def chain(a_op, b_op, acc, cfg: Cfg):
+    """``matmul.tiled``'s k loop, one instruction (:func:`k_step`) per call of
+    the shared executables, on operands padded to the tile."""
+    host = functools.partial(_host, cfg=cfg, options=config.snapshot())
+    return jax.pure_callback(host, jax.ShapeDtypeStruct(acc.shape, acc.dtype), a_op, b_op,
+                             acc, vmap_method="broadcast_all")

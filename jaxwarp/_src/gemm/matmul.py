@@ -2,7 +2,7 @@
 
 `matmul` is a GEMM kernel: every output tile starts from its C tile (or zero) and a loop
 over k chains the accumulator through one tensor-core instruction per step, one (m, n, k)
-tile at a time (the CUDA guide's WMMA kernel; ``matmul_chain`` runs the loop, with
+tile at a time (the CUDA guide's WMMA kernel; ``tiled`` runs the loop, with
 DeepSeek-V3's promotion). This module holds the argument checks, the operand conversion,
 the gradients and the public ``matmul``; the instruction tables and the tile chosen per
 target are ``matmul_tiles``'s, the fp8 scales (per tensor and per block) ``matmul_scales``'s.
@@ -54,12 +54,12 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import datapath
+from jaxwarp._src.arithmetic.datapath_blocks import in_fp32_range
 from jaxwarp._src.catalogue import wmma_table
 from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
-from jaxwarp._src.gemm import matmul_sparse, native
-from jaxwarp._src.gemm.matmul_chain import tiled
+from jaxwarp._src.gemm import fused_kernel, k_loop, matmul_sparse, native
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
@@ -85,6 +85,97 @@ from jaxwarp._src.scaling.tensor_scale import (
 
 #: matmul's and mma's modes: the model's (exact, fast) and the GPU's own instructions
 #: (``native``).
+# --- The k loop over the whole output, and the choice of its backend.
+
+
+def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
+    """The datapath of this product's instructions if the fused kernel runs it, else None
+    (the options ``gemm_fused_kernel`` and ``gemm_fused_min_macs``: with bf16's general
+    branch on the host, ``k_loop.general_on_host``, every size takes the kernel)."""
+    switch = config.gemm_fused_kernel
+    if (switch == "off" or scales is not None or cfg.promote_every is not None
+            or cfg.a_format != cfg.b_format or cfg.a_format not in fused_kernel.FORMATS
+            or (switch == "auto" and (jax.default_backend() != "gpu" or (
+                macs < config.gemm_fused_min_macs
+                and not k_loop.general_on_host(cfg, scales))))):
+        return None
+    dp = datapath.matmul_datapath(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+                                  cfg.a_format, cfg.b_format, cfg.accumulator, k)
+    ok = dp is not None and fused_kernel.models(dp, cfg.a_format, cfg.b_format,
+                                                cfg.accumulator, k)
+    return dp if ok else None
+
+
+def _pad_to(x, rows, cols):
+    r, c = x.shape
+    if (r, c) == (rows, cols):
+        return x
+    return jnp.pad(x, ((0, rows - r), (0, cols - c)))
+
+
+def _fast(a_op, b_op, c_acc, cfg: Cfg):
+    if cfg.legacy:
+        return datapath.mma(a_op, b_op, c_acc, a_format=cfg.a_format, c_format=cfg.accumulator,
+                            d_format=cfg.accumulator, arch=cfg.arch, mode="fast")
+    prod = jnp.matmul(datapath.as_f32(a_op), datapath.as_f32(b_op),
+                      precision=lax.Precision.HIGHEST)
+    return (prod + c_acc.astype(jnp.float32)).astype(ACC_DTYPE[cfg.accumulator])
+
+
+def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
+    """The k loop over the whole (M, N) output, on converted operands.
+
+    M, N and K are padded with zeros to the tile (only where matmul's checks allow it, or
+    in the backward products, where a zero k-slice leaves the sum as it is). ``scales``:
+    the block scales ``(sa (M, Kb), sb (Kb, N))`` applied on each promotion
+    (``matmul_scales.promote``)."""
+    if cfg.mode == "fast":
+        # Fast mode: one dot_general over the whole K (the backend's own accumulation);
+        # tiling (and promotion) change nothing there but speed.
+        return _fast(a_op, b_op, c_acc, cfg)
+    if cfg.mode == "native":  # the same chain, issued on the GPU's tensor cores
+        return native.chain(a_op, b_op, c_acc, cfg)
+    (M, K), N = a_op.shape, b_op.shape[1]
+    m, n, k = cfg.tile
+    Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
+    a_op, b_op, acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
+    if scales is not None:
+        scales = (_pad_to(scales[0], Mp, scales[0].shape[1]),
+                  _pad_to(scales[1], scales[1].shape[0], Np))
+    fused_dp = _fused_datapath(cfg, k, scales, Mp * Np * Kp)
+    if fused_dp is None and k_loop.applies(cfg, scales):
+        # One executable per instruction for every product shape (the CPU's default).
+        return k_loop.chain(a_op, b_op, acc, cfg)[:M, :N]
+    if fused_dp is None:
+        # XLA's k loop; bf16 / tf32 operands whose every product is a normal fp32 number
+        # may take the fast path's arithmetic under one cond (arith_in_range_path).
+        return k_loop.xla_loop(a_op, b_op, acc, cfg, scales,
+                        cond=k_loop.in_range_cond(cfg, Mp * Np * Kp))[:M, :N]
+    interpret = jax.default_backend() != "gpu"
+    f16 = cfg.a_format == "f16"
+    if f16 or fused_kernel.any_range(Mp, Np, Kp):
+        # The kernel alone: every f16 product is a normal fp32 number; a small bf16
+        # product takes the kernel for operands of any value, no range check.
+        return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format,
+                                  form=None if f16 else "general",
+                                  interpret=interpret)[:M, :N]
+
+    def in_range(acc):  # bf16 in fp32's range through the kernel
+        return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format, finite=True,
+                                  interpret=interpret)
+
+    # One cond for the whole product; the rest through XLA's general loop, or beside the
+    # kernel on an accelerator, through the shared executables on the host.
+    if k_loop.general_on_host(cfg, scales):
+        def general(acc):
+            return k_loop.chain(a_op, b_op, acc, cfg)
+    else:
+        def general(acc):
+            return k_loop.xla_loop(a_op, b_op, acc, cfg, scales, known="general")
+    vals = datapath.range_values(a_op, b_op, cfg.a_format, cfg.b_format)
+    return lax.cond(in_fp32_range(*vals), in_range, general, acc)[:M, :N]
+
+
 MODES = (*datapath.MODES, "native")
 
 
@@ -213,7 +304,7 @@ def _parse_formats(operand_format: Any) -> tuple[str, str]:
     return f, f
 
 
-def _check(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
+def check_args(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
            promote_every, a_scale, b_scale):
     fa, fb = _parse_formats(operand_format)
     if instruction is None:
@@ -326,7 +417,7 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
 # One jitted function per product signature (shapes, dtypes and the static Cfg): JAX
 # traces a product's k loop once per signature and lowers it to one shared function,
 # however often a model calls it (XLA inlines the calls: its own compile sees each one,
-# which is why the CPU's exact k loop runs through ``shared_chain``'s executables;
+# which is why the CPU's exact k loop runs through ``k_loop``'s executables;
 # benchmarks/compile_time.py and docs/compile_time.md measure it).
 _forward_once = keyed_jit(_forward, static_argnums=5)
 
@@ -448,7 +539,7 @@ def matmul(
         promote_every: None, or N (a multiple of the tile's k): the k loop restarts
             from zero every N k-elements and each partial result is added to an fp32
             accumulator with fp32 round-to-nearest (DeepSeek-V3's promotion; see the
-            docstring of ``matmul_chain``). Needs ``accumulator="f32"``.
+            docstring of ``k_loop``). Needs ``accumulator="f32"``.
         a_scale, b_scale: fp8 only: per-tensor fp32 scale factors (scalars, may be
             traced): the operands are ``a / a_scale``, ``b / b_scale`` in fp8
             (saturating) and the tensor core's result is multiplied by
@@ -478,7 +569,7 @@ def matmul(
         Array(64., dtype=float32)
     """
     operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
-                                        formats.ALIASES, need_x64=False)  # _check does it
+                                        formats.ALIASES, need_x64=False)  # check_args does it
     accumulator = checks.format_name(accumulator, "accumulator", None, formats.ALIASES)
     a, b = checks.array_args(a=a, b=b)
     c = None if c is None else checks.array_arg(c, "c")
@@ -487,7 +578,7 @@ def matmul(
     if sparsity is not None:
         return _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode,
                               instruction, promote_every, a_scale, b_scale, sparsity)
-    a, b, c, a_scale, b_scale, cfg = _check(
+    a, b, c, a_scale, b_scale, cfg = check_args(
         a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
         a_scale, b_scale)
     if c is None:

@@ -86,7 +86,7 @@ class Recipe:
 
     def __post_init__(self):
         for f in ("activation", "weight", "gradient"):
-            checks.static_choice(getattr(self, f), f"Recipe.{f}", bsg._GEMM_FORMATS)
+            checks.static_choice(getattr(self, f), f"Recipe.{f}", bsg.GEMM_FORMATS)
         if self.scale_rule is not None:
             for f in {self.activation, self.weight, self.gradient}:
                 checks.static_choice(self.scale_rule, "Recipe.scale_rule",

@@ -114,7 +114,7 @@ def _select_jvp(primals, tangents):
     return select(p, a, b), jnp.where(pp, ta, tb)
 
 
-def _active_mask() -> jax.Array:
+def active_mask() -> jax.Array:
     """uint32 scalar: bits of the lanes executing the traced path."""
     act = active_state.active_lanes()
     if act is None:
@@ -296,7 +296,7 @@ class Group:
         # A rank past the group reads lane 31 (fns finds no lane: 0xFFFFFFFF & 31). On the
         # H100 that lane's value comes back whenever lane 31 is executing the shuffle, even
         # from another partition; 0 when it is not: the executing lanes act as the mask.
-        calls = jnp.where(self.mask != 0, _active_mask(), jnp.uint32(0))
+        calls = jnp.where(self.mask != 0, active_mask(), jnp.uint32(0))
         return lanes.shfl_sync(calls, var, src, WARP_SIZE)
 
     def _shfl_rel(self, var, delta, sign: int, mode: str):
@@ -496,7 +496,7 @@ def coalesced_threads() -> Group:
         >>> int(g.num_threads()[0]), g.thread_rank()[:3]
         (32, Array([0, 1, 2], dtype=int32))
     """
-    m = _active_mask()
+    m = active_mask()
     act = _executing()
     mask = jnp.full((WARP_SIZE,), m, jnp.uint32)
     if act is not None:

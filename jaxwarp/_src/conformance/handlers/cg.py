@@ -209,7 +209,7 @@ def partitions(d, keys) -> Iterator[GroupResult]:
         with active.running(_lane_set(m) | everyone):
             groups = [_partition(kind, prm, lab, p) for kind, prm in made]
             g = jax.tree.map(lambda *xs: jnp.stack(xs)[i], *groups)
-            am = cg._active_mask()
+            am = cg.active_mask()
             mm, mp = g.match_all(v & 1)
             vi = jax.lax.bitcast_convert_type(v, jnp.int32)
             vf = jax.lax.bitcast_convert_type(v, jnp.float32)
