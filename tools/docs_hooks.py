@@ -60,8 +60,12 @@ def _relink(md: str, base: str) -> str:
         path, _, anchor = target.partition("#")
         repo_path = str(pathlib.PurePosixPath(base, path)) if base else path
         repo_path = re.sub(r"(^|/)\./", r"\1", repo_path).rstrip("/")
-        if repo_path in SITE_PAGES:
-            return f"[{label}]({SITE_PAGES[repo_path]}{'#' + anchor if anchor else ''})"
+        page = SITE_PAGES.get(repo_path)
+        if page is None and repo_path.startswith("docs/") and repo_path.endswith(".md") \
+                and (ROOT / repo_path).is_file():
+            page = repo_path[len("docs/"):]  # every docs page is a page of the site
+        if page is not None:
+            return f"[{label}]({page}{'#' + anchor if anchor else ''})"
         label = label if label.startswith("`") else f"`{label}`"
         return f"{label} (in the repository: `{repo_path}`)" if label.strip("`") != repo_path \
             else label
