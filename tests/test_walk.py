@@ -14,7 +14,7 @@ import jaxwarp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
 import walk  # noqa: E402
-from test_imports import LAYERS  # noqa: E402
+from layers import LAYERS  # noqa: E402
 
 
 def _layer(module: str) -> int:
