@@ -69,9 +69,8 @@ class Option:
 
     def validate(self, value: Any) -> Any:
         if self.allowed is not None:
-            if isinstance(value, str) or value is None or isinstance(value, (bool, int)):
-                if value in self.allowed and type(value) in {type(a) for a in self.allowed}:
-                    return value
+            if any(type(value) is type(a) and value == a for a in self.allowed):
+                return value
             shown = ", ".join(repr(a) for a in self.allowed)
             raise ValueError(f"{self.name}={value!r} is not allowed: one of {shown}")
         assert self.check is not None

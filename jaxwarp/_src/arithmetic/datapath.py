@@ -564,10 +564,7 @@ def plan_chain(a_format: str, b_format: str, c_format: str, d_format: str, arch:
     target, model = check_static(a_format, b_format, c_format, d_format, arch, "exact",
                                  False, instruction, None)
     ik = resolve_instruction_k(instruction, a_format, ik, ik)
-    if target is not None:
-        check_target(target, instruction, a_format, b_format, ik)
-    dp = (None if a_format in ("f64", *INT_TYPES)
-          else datapath_for(model, instruction, a_format, ik, b_format))
+    dp = _instruction_datapath(target, model, instruction, a_format, b_format, ik, None)
     return ChainCfg(a_format, b_format, c_format, d_format, dp, ik, 0)
 
 
@@ -628,12 +625,19 @@ def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_
     if instruction_k is not None:
         instruction_k = checks.static_int(instruction_k, "instruction_k")
     ik = resolve_instruction_k(instruction, a_format, k, instruction_k)
-    if target is not None:
-        check_target(target, instruction, a_format, b_format, ik)
     if k > ik and c_format != d_format:
         raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
                          f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
-    dp = datapath
-    if dp is None and a_format not in ("f64", *INT_TYPES):
-        dp = datapath_for(model, instruction, a_format, ik, b_format)
+    dp = _instruction_datapath(target, model, instruction, a_format, b_format, ik, datapath)
     return Checked(a, b, c, ChainCfg(a_format, b_format, c_format, d_format, dp, ik, c_shift))
+
+
+def _instruction_datapath(target, model, instruction: str, a_format: str, b_format: str,
+                          ik: int, datapath: Datapath | None) -> Datapath | None:
+    """Checks that ``target`` issues the instruction of k ``ik``; its ``Datapath`` (the
+    one given, else the model's; None for f64 and integer types)."""
+    if target is not None:
+        check_target(target, instruction, a_format, b_format, ik)
+    if datapath is None and a_format not in ("f64", *INT_TYPES):
+        return datapath_for(model, instruction, a_format, ik, b_format)
+    return datapath
