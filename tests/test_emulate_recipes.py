@@ -102,3 +102,21 @@ def test_recipe_docstring_points_at_public_names_only():
     doc = jaxwarp.mx.Recipe.__doc__
     assert "_src" not in doc and "module docstring" not in doc
     assert "fprop" in doc and "dgrad" in doc and "wgrad" in doc  # the table is here
+
+
+@pytest.mark.parametrize("recipe", [None, "mxfp8"])
+def test_a_key_is_accepted_and_ignored_where_unused(recipe):
+    x, w = jnp.ones((32, 64)), jnp.ones((64, 64))
+    kw = dict(recipe=recipe) if recipe else dict(operand_format="bf16")
+    f = jaxwarp.emulate(lambda x, w: x @ w, **kw)
+    want = np.asarray(f(x, w))
+    for k in (0, 1):  # a different key changes nothing: no random bits are drawn
+        np.testing.assert_array_equal(np.asarray(f(x, w, rng_key=jax.random.key(k))), want)
+    with pytest.raises(ValueError, match="rng_key must be a single PRNG key"):
+        f(x, w, rng_key=jax.random.split(jax.random.key(0), 2))  # still checked
+
+
+def test_a_missing_key_says_how_to_pass_one():
+    f = jaxwarp.emulate(lambda x, w: x @ w, recipe="nvfp4")
+    with pytest.raises(ValueError, match=r"rng_key=jax.random.key\(0\)"):
+        f(jnp.ones((32, 64)), jnp.ones((64, 64)))

@@ -140,7 +140,9 @@ def emulate(
     ``jaxwarp._src.recipes.recipe``); ``mode="fast"`` dequantizes and multiplies in
     fp32 instead. A recipe with stochastic rounding or the random Hadamard transform
     (``"nvfp4"``) needs a key when the function is called: ``f(x, w,
-    rng_key=jax.random.key(0))``.
+    rng_key=jax.random.key(0))``. Every emulated function accepts ``rng_key`` (checked:
+    one PRNG key) and ignores it where nothing draws random bits, so a training loop
+    generic over recipes passes one to each.
 
     Args:
         fn: the function. Array leaves of its arguments (``jax.Array``,
@@ -262,13 +264,15 @@ def emulate(
                                                             ds)
         if needs_key and rng is None:
             raise ValueError(f"recipe {cfg.recipe.name!r} rounds stochastically or applies "
-                             f"the random Hadamard transform: call the emulated function "
-                             f"with rng_key=jax.random.key(...)")
+                             f"the random Hadamard transform, so it needs a PRNG key: call "
+                             f"the emulated function with rng_key=..., e.g. "
+                             f"f(x, w, rng_key=jax.random.key(0)) (a new key each step)")
         if rng is not None:
-            if not needs_key:
-                raise ValueError("rng_key is only used by a recipe with stochastic rounding "
-                                 "or the random Hadamard transform (recipe='nvfp4')")
+            # Checked always; used only where the recipe draws random bits, so a training
+            # loop generic over recipes (and over no recipe) passes a key to every one.
             rng = recipes.key_arg(rng)
+            if not needs_key:
+                rng = None
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         _check_64bit(leaves, args, kwargs)
         static = tuple(_DYNAMIC if is_dynamic(x) else x for x in leaves)
