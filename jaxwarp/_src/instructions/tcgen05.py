@@ -313,8 +313,8 @@ def tcgen05_mma(opcode: Any, d: Any, a: Any, desc_b: Any, idesc: Any, smem: Any,
     enable-input-d {, scale-input-d}``: the new D.
 
     A and B are read from ``smem`` where their shared memory descriptors point, in the
-    layout the instruction descriptor's transpose bits select (``read_operand``); shape,
-    types, negation and saturation come from ``idesc``.
+    layout the instruction descriptor's transpose bits select (K-major, or M/N-major
+    when set); shape, types, negation and saturation come from ``idesc``.
 
     Args:
       opcode: ``"tcgen05.mma.cta_group::1.kind::f16"`` or just ``"kind::f16"`` (the kind
@@ -331,8 +331,9 @@ def tcgen05_mma(opcode: Any, d: Any, a: Any, desc_b: Any, idesc: Any, smem: Any,
       The new D, (..., M, N).
 
     Raises:
-      ValueError/TypeError/NotImplementedError: as :func:`decode_instr_descriptor`,
-        :func:`read_operand` and :func:`tcgen05_mma_logical`.
+      ValueError/TypeError/NotImplementedError: as :func:`decode_instr_descriptor` and
+        :func:`tcgen05_mma_logical`; a descriptor that points outside ``smem`` or a
+        shared-memory layout that is not modelled.
 
     Example:
       >>> import jax.numpy as jnp
