@@ -574,7 +574,7 @@ def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str, example: str):
     {b_doc}
 
     The source lane ``j`` is PTX ``shfl.sync``'s with the ``c`` operand CUDA passes,
-    which is what an H100 does for every ``width`` (also where CUDA says undefined)::
+    which is what an H100 does for every ``width`` (also where CUDA says undefined):
 
         c = {c};  segmask = c[12:8];  cval = c[4:0];  bval = {b_name} & 31
         maxLane = (lane & segmask) | (cval & ~segmask);  minLane = lane & segmask
