@@ -102,8 +102,11 @@ def emulate(
     accumulator, the result converted to the product's own output dtype (round to
     nearest). ``emulate(lambda a, b: a @ b, operand_format=f)(A, B)`` equals
     ``jaxwarp.matmul(A, B, operand_format=f)`` bit for bit, and so do its
-    gradients. See the module docstring for the k order of several contracting
-    dimensions and of convolutions, and for zero padding to the tile.
+    gradients. K runs row-major over the contracting dimensions in the order the
+    dimension numbers list them (the first is the slowest); a convolution is the
+    implicit (im2col) GEMM, K ordered ``(kernel spatial..., input channel)``, e.g.
+    ``(kh, kw, cin)``; M, N and K are zero-padded to the instruction tile (no bit
+    changes).
 
     What is entered: ``jit``, ``scan``, ``while_loop``, ``cond``/``switch``,
     ``checkpoint``, ``custom_jvp`` (primal and jvp rule emulated), ``custom_vjp``
@@ -137,7 +140,7 @@ def emulate(
     (``tcgen05`` on sm_100a by default; ``instruction="mma_sync"`` for sm_120a), with
     its backward products block-scaled too, each tensor in the recipe's format, block
     and rounding (TransformerEngine's MXFP8BlockScaling and NVFP4BlockScaling; see
-    ``jaxwarp._src.recipes.recipe``); ``mode="fast"`` dequantizes and multiplies in
+    :class:`jaxwarp.mx.Recipe`); ``mode="fast"`` dequantizes and multiplies in
     fp32 instead. A recipe with stochastic rounding or the random Hadamard transform
     (``"nvfp4"``) needs a key when the function is called: ``f(x, w,
     rng_key=jax.random.key(0))``. Every emulated function accepts ``rng_key`` (checked:
@@ -181,7 +184,8 @@ def emulate(
             ``scaling_state=`` (None, the default: TransformerEngine's initial buffers)
             and returns ``(out, new_state)``: a tuple of
             :class:`jaxwarp.fp8.DelayedScalingState`, one per emulated product in
-            program order (``jaxwarp._src.emulate.delayed_sites``).
+            program order (the equation order of ``fn``'s jaxpr, ``jit`` bodies
+            inlined; docs/fp8_recipes.md).
         backward_format: None (gradients in ``operand_format``, as ``matmul``'s
             own vjp) or the operand format of the gradient in backward products.
         promote_every: None or N, passed to ``matmul`` (promotion of partial sums
