@@ -21,10 +21,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxwarp._src import checks
 from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import convert
 from jaxwarp._src.numerics.bitops import tf32_keep
@@ -279,7 +279,7 @@ def fma_chain(x, y, c):
     last bit set where inexact) and that is rounded once to fp32 to nearest even on the
     bits; rounding to odd with 29 more bits then to nearest is the correctly rounded fma
     (Boldo and Melquiond, IEEE Trans. Computers 57(4), 2008). Needs ``jax_enable_x64``."""
-    if not jax.config.jax_enable_x64:
+    if not checks.x64_enabled():
         raise KernelProductError(
             "an f32 kernel product at precision HIGHEST (Triton's FMA dot) is modelled "
             "with float64 arithmetic: enable jax_enable_x64 (jax.config.update("
