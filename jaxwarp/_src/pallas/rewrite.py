@@ -205,3 +205,111 @@ def bind(eqn, invals):
         subfuns, params = params
         return eqn.primitive.bind(*subfuns, *invals, **params)
     return eqn.primitive.bind(*invals, **params)
+
+
+# -- the grid's programs at once --------------------------------------------------------
+
+try:  # JAX's Pallas interpreter pieces (JAX 0.10 / 0.11); without them the grid runs
+    # sequentially in JAX's own interpreter
+    from jax._src.pallas import core as _pallas_core
+    from jax._src.pallas import hlo_interpreter as _hlo
+except ImportError:  # pragma: no cover
+    _pallas_core = _hlo = None
+
+
+def _block_dims(bm):
+    """(sizes, squeezed) of a block mapping, or None for block dims other than Blocked /
+    Squeezed."""
+    sizes, squeezed = [], []
+    for bd in bm.block_shape:
+        name = type(bd).__name__
+        if name == "Blocked":
+            sizes.append(int(bd.block_size)), squeezed.append(False)
+        elif name == "Squeezed" or bd is None:
+            sizes.append(1), squeezed.append(True)
+        else:
+            return None
+    return tuple(sizes), tuple(squeezed)
+
+
+def parallel_grid(params, invals):
+    """The kernel's outputs with all its grid programs evaluated at once (``jax.vmap`` over
+    the programs), or None where that is not provably the sequential interpreter's result.
+
+    JAX's interpreter runs the programs one after another, carrying every block array
+    from one program to the next. Evaluating them side by side gives the same values when
+    no program can see another's writes: every block is a Blocked (or squeezed) window
+    dividing its array (no padding), no scalar prefetch, dynamic grid, scratch buffer or
+    input/output alias, the discharged kernel has no effect (no prints), writes none of
+    its input blocks, and distinct programs write distinct output blocks (the output
+    index maps, evaluated on every grid point, are injective). Then each program reads
+    only the inputs (never written) and the initial value of its own output block, and
+    the blocks it writes are put in place in any order."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+
+    gm = params["grid_mapping"]
+    if _hlo is None or not hasattr(_hlo, "kernel_to_hlo_jaxpr"):
+        return None
+    if (gm.num_dynamic_grid_bounds or gm.num_index_operands or gm.num_scratch_operands
+            or params["input_output_aliases"] or gm.local_grid_env is not None
+            or not gm.grid or not all(isinstance(g, int) for g in gm.grid)):
+        return None
+    dims = [_block_dims(bm) for bm in gm.block_mappings]
+    if any(d is None for d in dims) or any(
+            s % b for bm, (bs, _) in zip(gm.block_mappings, dims, strict=True)
+            for s, b in zip(bm.array_aval.shape, bs, strict=True)):
+        return None
+    n_in = len(invals)
+    kernel = params["jaxpr"]
+    for eff in kernel.effects:  # reads of any block, writes of output blocks only
+        kind, ref = type(eff).__name__, getattr(eff, "input", None)
+        pos = ref if isinstance(ref, int) else next(
+            (i for i, v in enumerate(kernel.invars) if v is ref), None)
+        if kind not in ("ReadEffect", "WriteEffect", "AccumEffect") or pos is None or (
+                kind != "ReadEffect" and pos < n_in):
+            return None
+    jaxpr, consts, _ = _hlo.kernel_to_hlo_jaxpr(kernel, (), gm)
+    if jaxpr.effects:
+        return None
+    grid = tuple(gm.grid)
+    loop = np.indices(grid).reshape(len(grid), -1).T.astype(np.int32)  # row-major
+    outs_bm = gm.block_mappings[n_in:]
+    for bm in outs_bm:  # injective output index maps (concrete, on every program)
+        with jax.ensure_compile_time_eval():
+            idx = jax.vmap(lambda ids, bm=bm: jnp.stack(
+                [jnp.asarray(s, jnp.int32) for s in bm.compute_start_indices_interpret(
+                    tuple(ids[d] for d in range(len(grid))))]))(loop)
+        if isinstance(idx, jax.core.Tracer) or len(
+                {tuple(r) for r in np.asarray(idx).tolist()}) != len(loop):
+            return None
+    env_dims = [d for d in range(len(grid)) if d not in gm.vmapped_dims]
+    init = [_hlo.primitives.uninitialized_value(bm.array_aval.shape, bm.array_aval.dtype)
+            for bm in outs_bm]
+    arrays = [*invals, *init]
+
+    def program(ids):
+        loop_idx = tuple(ids[d] for d in range(len(grid)))
+        env = tuple(_pallas_core.GridAxis(loop_idx[d], grid[d]) for d in env_dims)
+        with _pallas_core.grid_env(env):
+            starts = [tuple(jnp.asarray(s, jnp.int32)
+                            for s in bm.compute_start_indices_interpret(loop_idx))
+                      for bm in gm.block_mappings]
+        blocks = []
+        for x, st, (sizes, sq) in zip(arrays, starts, dims, strict=True):
+            blk = lax.dynamic_slice(x, st, sizes)
+            blocks.append(lax.squeeze(blk, [i for i, s in enumerate(sq) if s]))
+        with _pallas_core.grid_env(env):
+            outs = jcore.jaxpr_as_fun(jcore.ClosedJaxpr(jaxpr, consts))(*blocks)
+        return starts[n_in:], outs[n_in:]
+
+    starts, blocks = jax.vmap(program)(loop)
+    results = []
+    for o, st, blk, (sizes, _) in zip(init, starts, blocks, dims[n_in:], strict=True):
+        blk = blk.reshape((len(loop),) + sizes)
+        results.append(lax.fori_loop(
+            0, len(loop), lambda p, o, st=st, blk=blk: lax.dynamic_update_slice(
+                o, blk[p], [s[p] for s in st]), o))
+    return results

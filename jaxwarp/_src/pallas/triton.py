@@ -347,5 +347,10 @@ def run_kernel(eqn, invals, model: KernelModel):
 
     rw = rewrite.Rewriter(product, functools.partial(accumulates, warps=warps, model=model))
     body = rw.open(params["jaxpr"])
-    new = eqn.replace(params=dict(params, jaxpr=body, interpret=True))
-    return rewrite.bind(new, invals), tuple(products)
+    new = dict(params, jaxpr=body, interpret=True)
+    # Triton's programs are independent: evaluated side by side where that provably
+    # gives the sequential interpreter's values (rewrite.parallel_grid says when).
+    outs = rewrite.parallel_grid(new, invals)
+    if outs is None:
+        outs = rewrite.bind(eqn.replace(params=new), invals)
+    return outs, tuple(products)
