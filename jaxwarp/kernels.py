@@ -87,11 +87,12 @@ def triton_matmul(a, b, c=None, *, block=(64, 64, 32), num_warps=4, form="tiled"
 
     Example:
         >>> a = jnp.ones((32, 64), jnp.bfloat16); b = jnp.ones((64, 32), jnp.bfloat16)
-        >>> f = jaxwarp.emulate(functools.partial(jaxwarp.kernels.triton_matmul,
-        ...                                       block=(16, 16, 32), num_warps=1),
-        ...                     arch="sm_90a", operand_format=None)
-        >>> float(f(a, b)[0, 0])
-        64.0
+        >>> kernel = lambda x, y: jaxwarp.kernels.triton_matmul(x, y, block=(16, 16, 32),
+        ...                                                     num_warps=1)
+        >>> out, rep = jaxwarp.emulate(kernel, arch="sm_90a", operand_format=None,
+        ...                            report=True)(a, b)
+        >>> float(out[0, 0]), rep.entries[0].instruction, rep.entries[0].operand_format
+        (64.0, 'mma_sync', 'bf16')
     """
     if form not in FORMS:
         raise ValueError(f"form={form!r} is not supported; allowed: {FORMS}")
