@@ -217,6 +217,10 @@ except ImportError:  # pragma: no cover
     _pallas_core = _hlo = None
 
 
+def _array_aval(bm):
+    return bm.array_aval if hasattr(bm, "array_aval") else bm.array_shape_dtype
+
+
 def _block_dims(bm):
     """(sizes, squeezed) of a block mapping, or None for block dims other than Blocked /
     Squeezed."""
@@ -233,6 +237,19 @@ def _block_dims(bm):
 
 
 def parallel_grid(params, invals):
+    """:func:`grid_side_by_side` where this JAX's Pallas internals have the names it reads
+    (JAX 0.10 / 0.11), else None (JAX's sequential interpreter runs the grid)."""
+    if _hlo is None or not hasattr(_hlo, "kernel_to_hlo_jaxpr"):
+        return None
+    try:
+        return grid_side_by_side(params, invals)
+    except (AttributeError, TypeError, ImportError) as e:
+        if "Tracer" in type(e).__name__:
+            raise
+        return None
+
+
+def grid_side_by_side(params, invals):
     """The kernel's outputs with all its grid programs evaluated at once (``jax.vmap`` over
     the programs), or None where that is not provably the sequential interpreter's result.
 
@@ -251,8 +268,6 @@ def parallel_grid(params, invals):
     from jax import lax
 
     gm = params["grid_mapping"]
-    if _hlo is None or not hasattr(_hlo, "kernel_to_hlo_jaxpr"):
-        return None
     if (gm.num_dynamic_grid_bounds or gm.num_index_operands or gm.num_scratch_operands
             or params["input_output_aliases"] or gm.local_grid_env is not None
             or not gm.grid or not all(isinstance(g, int) for g in gm.grid)):
@@ -260,7 +275,7 @@ def parallel_grid(params, invals):
     dims = [_block_dims(bm) for bm in gm.block_mappings]
     if any(d is None for d in dims) or any(
             s % b for bm, (bs, _) in zip(gm.block_mappings, dims, strict=True)
-            for s, b in zip(bm.array_aval.shape, bs, strict=True)):
+            for s, b in zip(_array_aval(bm).shape, bs, strict=True)):
         return None
     n_in = len(invals)
     kernel = params["jaxpr"]
@@ -286,7 +301,7 @@ def parallel_grid(params, invals):
                 {tuple(r) for r in np.asarray(idx).tolist()}) != len(loop):
             return None
     env_dims = [d for d in range(len(grid)) if d not in gm.vmapped_dims]
-    init = [_hlo.primitives.uninitialized_value(bm.array_aval.shape, bm.array_aval.dtype)
+    init = [_hlo.primitives.uninitialized_value(_array_aval(bm).shape, _array_aval(bm).dtype)
             for bm in outs_bm]
     arrays = [*invals, *init]
 
