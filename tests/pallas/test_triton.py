@@ -326,3 +326,52 @@ def test_parallel_grid_equals_sequential(monkeypatch):
     want = jaxwarp.matmul(a[48:64, :16], b[:16, 16:32], operand_format="bf16",
                           instruction="mma_sync")  # the last program's block
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@jax.jit
+def _jitted_dot(a, b):  # a pjit inside the kernel: inlined, its add still folded
+    return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
+def _nested_kernel(a_ref, b_ref, n_ref, o_ref):
+    n = n_ref[0]  # a dynamic trip count: a while loop
+
+    def body(i, acc):
+        a = a_ref[:, pl.ds(i * 16, 16)]
+        b = b_ref[pl.ds(i * 16, 16), :]
+        return lax.cond(i % 2 == 0, lambda: acc + _jitted_dot(a, b),
+                        lambda: _jitted_dot(a, b) + acc)
+
+    o_ref[...] = lax.fori_loop(0, n, body, jnp.zeros(o_ref.shape, jnp.float32))
+
+
+def test_products_in_while_cond_and_pjit():
+    """Products inside a while loop, both branches of a cond and a jitted helper are
+    modelled, each add folded (either operand order): the whole K chain."""
+    a, b = _operands(jnp.float16, 16, 16, 64, seed=13)
+    call = pl.pallas_call(_nested_kernel, out_shape=jax.ShapeDtypeStruct((16, 16),
+                                                                          jnp.float32),
+                          compiler_params=pltriton.CompilerParams(num_warps=1))
+    out, rep = jaxwarp.emulate(call, operand_format=None, report=True)(
+        a, b, jnp.array([4], jnp.int32))
+    want = jaxwarp.matmul(a, b, operand_format="f16", instruction="mma_sync")
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    assert len(rep.entries) == 2 and all(e.instruction == "mma_sync" for e in rep.entries)
+
+
+def _plain_dot_kernel(a_ref, b_ref, o_ref):
+    o_ref[...] = jnp.dot(a_ref[...], b_ref[...])  # the operands' dtype out
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_output_in_operand_dtype(dtype):
+    """An f16 product with an f16 output accumulates in f16 (Pallas's Triton lowering); a
+    bf16 one accumulates in f32 and is rounded to bf16 once."""
+    dt = DTYPES[dtype]
+    a, b = _operands(dt, 16, 16, 64, seed=14)
+    out = jaxwarp.emulate(_call(_plain_dot_kernel, (16, 16), dt), operand_format=None)(a, b)
+    acc = "f16" if dtype == "f16" else "f32"
+    want = jaxwarp.matmul(a, b, operand_format=dtype, accumulator=acc,
+                          instruction="mma_sync").astype(dt)
+    assert out.dtype == dt
+    np.testing.assert_array_equal(_bits(out), _bits(want))

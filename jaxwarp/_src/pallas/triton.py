@@ -209,6 +209,10 @@ def plan(eqn, warps: int, model: KernelModel) -> Plan:
         instruction = "wgmma" if v3 else "mma_sync"
         note = (f"{note}; {instruction}: {warps} warps, M={M}, N={N} (wgmma needs a "
                 f"multiple of 4 warps, M % 64 == 0, N % 8 == 0)")
+    if acc == "f16" and path.k_window is not None:
+        _fail(lhs, rhs, "an f16 output of fp8 operands is not modelled (Triton accumulates "
+                        "it in f16, where its MMAv3 rule allows fp8 wgmma: unmeasured); "
+                        "use preferred_element_type=jnp.float32")
     if acc == "f16" and (instruction == "fma" or path.operand_format not in ("f16",)):
         _fail(lhs, rhs, f"an f16 output (Triton accumulates it in f16) of "
                         f"{path.operand_format} operands: modelled for f16 operands only")
