@@ -375,3 +375,15 @@ def test_output_in_operand_dtype(dtype):
                           instruction="mma_sync").astype(dt)
     assert out.dtype == dt
     np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+def _nt_kernel(a_ref, bt_ref, o_ref):  # B given as (N, K): Triton transposes it
+    o_ref[...] = lax.dot_general(a_ref[...], bt_ref[...], (((1,), (1,)), ((), ())),
+                                 preferred_element_type=jnp.float32)
+
+
+def test_transposed_operand():
+    a, b = _operands(jnp.bfloat16, 16, 16, 32, seed=15)
+    out = jaxwarp.emulate(_call(_nt_kernel, (16, 16)), operand_format=None)(a, b.T)
+    want = jaxwarp.matmul(a, b, operand_format="bf16", instruction="mma_sync")
+    np.testing.assert_array_equal(_bits(out), _bits(want))
