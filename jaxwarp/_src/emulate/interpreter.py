@@ -194,9 +194,6 @@ class Interpreter:
     def _decide(self, eqn, invals, info: Product) -> str | None:
         """None to emulate, else the reason to leave the product alone (or raise)."""
         ld, rd = (jnp.dtype(x.dtype) for x in invals[:2])
-        if self.cfg.operand_format is None and self.cfg.recipe is None \
-                and MARKER not in info.name_stack:
-            raise ValueError(NO_FORMAT)
         if MARKER in info.name_stack:
             return "skip:already emulated (a product jaxwarp.emulate itself emits)"
         if any(jnp.issubdtype(d, jnp.complexfloating) for d in (ld, rd)):
@@ -210,6 +207,8 @@ class Interpreter:
                     f"use operand_format='f64')")
         if self.cfg.filter is not None and not self.cfg.filter(info):
             return "skip:filtered out"
+        if self.cfg.operand_format is None and self.cfg.recipe is None:
+            raise ValueError(NO_FORMAT)
         return None
 
     def _product(self, eqn, invals, info, compute):
