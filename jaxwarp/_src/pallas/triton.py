@@ -81,6 +81,9 @@ SM90A = {
         "fp32 fma chain in k order starting from C")),
 }
 
+#: The operand format of each dtype that has one (a given operand_format must match it).
+_OWN_FORMAT = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3",
+               "float8_e5m2": "e5m2"}
 #: The targets whose Triton instruction selection is modelled.
 ARCHS = ("sm_90a", "sm_90")
 #: An instruction's (m, n, k) multiples for a Triton product, per (instruction, format).
@@ -182,22 +185,16 @@ def plan(eqn, warps: int, model: KernelModel) -> Plan:
     if out_name not in ("float32", "float16", "bfloat16"):
         _fail(lhs, rhs, f"output dtype {out_name}: modelled are float32, float16 and "
                         f"bfloat16 outputs")
-    fmt = path.operand_format
     given = model.operand_format
-    if given is not None and given != fmt and key != "float32/ieee":
-        own = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3",
-               "float8_e5m2": "e5m2"}.get(key)
-        if own is not None and given != own:
-            _fail(lhs, rhs, f"operand_format={given!r} differs from the kernel product's "
-                            f"dtype {key} ({own!r}); pass operand_format={own!r} or None")
+    own = _OWN_FORMAT.get(key)
+    if given is not None and own is not None and given != own:
+        _fail(lhs, rhs, f"operand_format={given!r} differs from the kernel product's "
+                        f"dtype {key} ({own!r}); pass operand_format={own!r} or None")
     note = path.evidence
     instruction = path.instruction
     if model.instruction is not None:  # the caller's instruction, on the dtype's own format
         instruction, path = model.instruction, dataclasses.replace(
-            path, operand_format=given or {"float16": "f16", "bfloat16": "bf16",
-                                           "float8_e4m3fn": "e4m3",
-                                           "float8_e5m2": "e5m2"}.get(key, "tf32"),
-            k_window=None, raw_tf32=False)
+            path, operand_format=given or own or "tf32", k_window=None, raw_tf32=False)
         note = f"instruction={model.instruction!r} given (overrides Triton's choice)"
     elif key.startswith("float32") and given is not None and given != "f32":
         path = dataclasses.replace(path, operand_format=given, instruction="hmma",
