@@ -81,8 +81,10 @@ def test_forms_equal_matmul_chains(dtype, form):
     accumulator (the add folded), C as the chain's start or added after in fp32."""
     dt = DTYPES[dtype]
     a, b, c = _operands(dt, 32, 32, 128, seed=1, c=True)
-    f = _emulated(block=(16, 16, 64), num_warps=1, form=form)
-    got = f(a, b, c) if form in ("c_init", "c_epilogue") else f(a, b)
+    f = _emulated(block=(16, 16, 64), num_warps=1, form=form, report=True)
+    got, rep = f(a, b, c) if form in ("c_init", "c_epilogue") else f(a, b)
+    assert len(rep.entries) == (2 if form == "two_dots" else 1)
+    assert all("add folded" in e.note for e in rep.entries)
     mm = functools.partial(jaxwarp.matmul, operand_format=dtype, instruction="mma_sync")
     want = {"tiled": lambda: mm(a, b), "two_dots": lambda: mm(a, b),
             "c_init": lambda: mm(a, b, c), "c_epilogue": lambda: mm(a, b) + c}[form]()

@@ -343,8 +343,9 @@ class Interpreter:
         for p in products:
             prod = Product("dot_general", p.lhs_shape, p.rhs_shape, p.lhs_dtype, p.rhs_dtype,
                            p.out_shape, p.out_dtype, 1, p.m, p.n, p.k, ns, context)
+            fold = "; C: the kernel's add folded into the accumulator" if p.c_from else ""
             self.entries.append(ReportEntry(prod, True, p.operand_format, "", p.instruction,
-                                            p.note))
+                                            p.note + fold))
         return outs
 
     # -- control flow and wrappers ---------------------------------------------------
