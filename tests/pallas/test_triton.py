@@ -389,3 +389,14 @@ def test_transposed_operand():
     out = jaxwarp.emulate(_call(_nt_kernel, (16, 16)), operand_format=None)(a, b.T)
     want = jaxwarp.matmul(a, b, operand_format="bf16", instruction="mma_sync")
     np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+def test_vmap_inside_the_function():
+    """A vmapped kernel (Pallas adds a grid axis) inside the emulated function."""
+    a = jnp.stack([_operands(jnp.bfloat16, 32, 32, 64, seed=s)[0] for s in (16, 17)])
+    b = jnp.stack([_operands(jnp.bfloat16, 32, 32, 64, seed=s)[1] for s in (16, 17)])
+    kern = functools.partial(triton_matmul, block=(16, 16, 32), num_warps=1)
+    out = jaxwarp.emulate(lambda x, y: jax.vmap(kern)(x, y), operand_format=None)(a, b)
+    for i in range(2):
+        want = jaxwarp.matmul(a[i], b[i], operand_format="bf16", instruction="mma_sync")
+        np.testing.assert_array_equal(_bits(out[i]), _bits(want))
