@@ -114,9 +114,9 @@ def emulate(
     (``pallas_call``, with or without ``interpret=True``: emulate interprets the kernel
     itself): every product of a kernel body is the chain of the instruction the kernel's
     compiler issues on the target, with an add of a product folded into its accumulator
-    as the compiler folds it (``jaxwarp._src.pallas``; Triton-style kernels on sm_90a:
-    ``pallas/triton.py`` lists each operand dtype's instruction and its evidence). The
-    report lists each kernel product with its ``instruction``. Products inside any other
+    as the compiler folds it (docs/kernels.md lists each operand dtype's instruction on
+    sm_90a and its evidence). The report lists each kernel product with its
+    ``instruction``. Products inside any other
     primitive with a sub-program are unsupported.
 
     Integer and boolean products are left alone (``jaxwarp.matmul`` has no integer
