@@ -94,6 +94,8 @@ from jaxwarp._src.arithmetic.datapath_blocks import (
     k_order,
     lead_only,
 )
+from jaxwarp._src.arithmetic.datapath_checks import A_TYPES as A_TYPES
+from jaxwarp._src.arithmetic.datapath_checks import ACC_TYPES as ACC_TYPES
 from jaxwarp._src.arithmetic.datapath_checks import (
     INT_TYPES,
     STORAGE_DTYPE,

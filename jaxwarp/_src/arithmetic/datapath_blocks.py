@@ -6,9 +6,10 @@ fp4 values, whose products fp32 holds exactly: ``block_fast``) and of the genera
 (bf16, tf32: significands and exponents, ``Operand``, which ``datapath.decode_operand``
 decodes once per chain; ``block_general``); the exact sum of a block's truncated terms
 (``_sum_terms``) with its special values; the rounding of a block's sum to fp32 or fp16
-bits, IEEE additions; and one instruction made of blocks and C as ``Datapath.c_mode`` says (``INSTR_BY_C_MODE``; ``instruction``,
-the one function the chain calls: C's bits in, D's bits out). ``block_scale.py``
-builds its product terms on the same block FMA and rounding.
+bits, IEEE additions; and one instruction made of blocks and C as ``Datapath.c_mode``
+says (``INSTR_BY_C_MODE``; ``instruction``, the one function the chain calls: C's bits
+in, D's bits out). ``block_scale.py`` builds its product terms on the same block FMA and
+rounding.
 """
 
 from __future__ import annotations
@@ -408,8 +409,8 @@ class Operand(NamedTuple):
       operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
       products get no exponent and scale to nothing).
 
-    On the CPU (``datapath.decode_operand(..., stored=True)``) sig is float32 and exp int32, the same
-    values.
+    On the CPU (``datapath.decode_operand(..., stored=True)``) sig is float32 and exp
+    int32, the same values.
     """
 
     sig: jax.Array
