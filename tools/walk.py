@@ -12,9 +12,9 @@ them to JAX, whichever frame JAX happens to run them from:
   trace of the jitted function continues the visit of the module that called it, as it
   does under ``jax.jit``;
 - a host callback (``jax.pure_callback``): the module that staged it, which XLA calls
-  back when the program runs (from the frame that runs the program where the callback
-  runs on the calling thread, from no jaxwarp frame at all where it runs on a thread of
-  XLA's own).
+  back when the program runs, from the frame that runs the program (where XLA runs the
+  callback on a thread of its own, the hook does not see it, and the walk ends at the
+  module that staged it).
 
 Two walks are reported:
 
