@@ -184,7 +184,7 @@ def plan_chain(a_format: str, b_format: str, c_format: str, d_format: str, arch:
     """The :class:`ChainCfg` that :func:`check_mma` resolves for a chain of
     ``instruction`` (k ``ik`` each) on ``arch``, from the static arguments alone: for a
     front-end that checks its operands once and then runs many chains through
-    :func:`run_chain` (the GEMM layer's k steps). Raises as ``mma`` does."""
+    ``datapath.run_chain`` (the GEMM layer's k steps). Raises as ``datapath.mma`` does."""
     target, model = check_static(a_format, b_format, c_format, d_format, arch, "exact",
                                  False, instruction, None)
     ik = resolve_instruction_k(instruction, a_format, ik, ik)
@@ -208,7 +208,7 @@ def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_
               mode="exact", satf=False, b_format: str | None = None,
               instruction: str = "wmma", instruction_k: int | None = None,
               datapath: Datapath | None = None, scale_input_d: int = 0) -> Checked:
-    """:func:`mma`'s checks of its arguments (the same arguments; ``mode`` one of
+    """``datapath.mma``'s checks of its arguments (the same arguments; ``mode`` one of
     :data:`MODES`): raises as ``mma`` does, else the operands and the chain's
     configuration. For front-ends that run the chain another way (the GEMM layer's
     native mode)."""
