@@ -1,0 +1,1 @@
+"""Pallas kernels on the emulated tensor core."""

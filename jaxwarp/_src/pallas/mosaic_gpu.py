@@ -1,0 +1,497 @@
+"""Mosaic GPU kernels on the emulated tensor core: JAX's GPU interpret mode, with every
+``wgmma`` of the kernel replaced by jaxwarp's exact wgmma chain.
+
+A Mosaic GPU kernel (``plgpu.kernel(...)``, or ``pl.pallas_call`` with Mosaic GPU compiler
+parameters) cannot be lowered for a CPU, and JAX's shipped kernels
+(``jax.experimental.pallas.ops.gpu``) give no way to ask for interpret mode. Tracing works
+on any backend, though, so ``emulate`` finds the kernel's equation in the traced jaxpr
+(:func:`is_mosaic_gpu`) and :func:`run_kernel` re-binds it with
+``interpret=InterpretGPUParams()`` after rewriting its kernel jaxpr: each
+``wgmma_ref`` equation (``acc[...] += a @ b``) becomes
+
+    acc_val = get(acc, acc_transforms); a_val = get(a, a_transforms)  (or a's registers)
+    b_val = get(b, b_transforms); acc <- wgmma_chain(acc_val, a_val, b_val)
+
+where ``wgmma_chain`` is one primitive of this module whose lowering is
+``matmul(a_val, b_val, acc_val, instruction="wgmma", arch="sm_90a")``: the chain over k
+(16 per instruction for f16 / bf16, 8 for tf32, 32 for fp8) of wgmma instructions starting
+from the accumulator's current value, exactly what one ``plgpu.wgmma`` issues on an H100
+(the warpgroup's m64 row blocks and the n columns are independent). A wgmma always
+accumulates; the accumulator's zero start is its allocation (``plgpu.ACC``, zero in the
+interpreter as on the GPU) or ``plgpu.ACC.init``. ``wgmma_wait``,
+``wgmma_accumulator_deref``, barriers and copies keep JAX's interpreter semantics.
+Transposed operands (``plgpu.transpose_ref``), which JAX's interpreter cannot read, are
+read untransposed and transposed as values; swizzle and tiling are layout only (the
+interpreter keeps buffers in their logical shape).
+
+Any other product in a kernel body (``dot_general``, ``tcgen05_mma``, the functional
+``wgmma``) is an error, not an ``np.matmul``. JAX 0.10.2's GPU interpret mode has no
+TMEM and no rule for ``tcgen05_mma`` (its scoped allocations take only GMEM, SMEM and
+REGS), so Blackwell kernels raise :class:`NotImplementedError` naming that.
+
+Kernels that ask the device for its SM count (``hopper_matmul_mgpu.get_num_sms``,
+``jax.extend.backend.get_default_device().core_count``) are traced under
+:func:`target_sm_count`.
+
+JAX internals used (present in JAX 0.10.2; looked up by name where JAX 0.11 may move
+them): ``jax._src.pallas.mosaic_gpu.interpret.params.InterpretGPUParams``, the primitives
+``wgmma_ref`` / ``tcgen05_mma`` of ``jax._src.pallas.mosaic_gpu.primitives``,
+``jax._src.state.primitives.get_p`` / ``swap_p``, the kernel equations ``mpmd_map``
+(``plgpu.kernel``; params ``jaxprs``, ``interpret``) and ``pallas_call`` (param
+``jaxpr``), and ``jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.extend import core as jcore
+from jax.interpreters import mlir
+
+from jaxwarp._src.gemm.matmul import matmul
+
+#: The JAX version this module was written against (its GPU interpret mode).
+TESTED_JAX = "0.10.2"
+
+#: Kernel equations that hold Mosaic GPU kernels, and the param holding their jaxprs.
+_KERNEL_PRIMITIVES = {"mpmd_map": "jaxprs", "pallas_call": "jaxpr"}
+
+#: wgmma operand dtypes -> jaxwarp operand format (f32 operands run as tf32).
+_WGMMA_FORMATS = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32",
+                  "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+#: wgmma accumulator dtypes -> jaxwarp accumulator; which operand formats allow f16.
+_ACCUMULATORS = {"float32": "f32", "float16": "f16"}
+_F16_ACC_FORMATS = ("f16", "e4m3", "e5m2")
+_WGMMA_K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
+_WGMMA_ARCHS = ("sm_90a", "sm_90")
+_TCGEN05_ARCHS = ("sm_100a", "sm_103a")
+#: Primitives computing products that this module does not model inside a kernel.
+_UNMODELLED = ("dot_general", "tcgen05_mma", "wgmma", "ragged_dot_general",
+               "scaled_matmul", "dot_product_attention")
+
+
+# --- JAX internals, imported where used so that importing jaxwarp needs none of them.
+
+
+def _internals():
+    try:
+        from jax._src.interpreters import partial_eval as pe
+        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+        from jax._src.state import primitives as state_primitives
+        from jax._src.state import types as state_types
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            "jaxwarp's Mosaic GPU emulation needs JAX's Mosaic GPU interpret mode "
+            f"(jax._src.pallas.mosaic_gpu.interpret, JAX >= {TESTED_JAX}); this is JAX "
+            f"{jax.__version__}: {e}") from e
+    return pe, InterpretGPUParams, state_primitives, state_types
+
+
+# --- The SM count a kernel asks for.
+
+
+class _DeviceWithCores:
+    """The default device, answering ``core_count`` with the target's SM count."""
+
+    def __init__(self, device, core_count: int):
+        self._device = device
+        self.core_count = core_count
+
+    def __getattr__(self, name):
+        return getattr(self._device, name)
+
+
+@contextlib.contextmanager
+def target_sm_count(num_sms: int, device_kind: str = "NVIDIA H100 80GB HBM3"):
+    """Answers a kernel's question "how many SMs?" with ``num_sms`` while tracing.
+
+    JAX's Hopper kernels size their grid by the device's SM count
+    (``hopper_matmul_mgpu.get_num_sms`` reads the abstract mesh's ``abstract_device``,
+    then ``jax.extend.backend.get_default_device().core_count``, which a CPU device does
+    not have). Inside this context the abstract mesh is an empty
+    ``jax.sharding.AbstractMesh`` whose ``abstract_device`` is a GPU with ``num_sms``
+    cores, and ``jax.extend.backend.get_default_device`` returns the default device with
+    ``core_count = num_sms``; both are restored on exit. An H100 SXM has 132 SMs (the
+    H200 too); a kernel's result does not depend on the number (only its grid does), so
+    a small one interprets faster.
+
+    Args:
+      num_sms: a positive int.
+      device_kind: the abstract device's ``device_kind``.
+
+    Example:
+      >>> with target_sm_count(132):
+      ...     jax.extend.backend.get_default_device().core_count
+      132
+    """
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
+        raise ValueError(f"num_sms must be a positive int, got {num_sms!r}")
+    from jax.extend import backend
+
+    device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=num_sms,
+                                         platform="gpu")
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=device)
+    original = backend.get_default_device
+    patched = functools.wraps(original)(lambda: _DeviceWithCores(original(), num_sms))
+    backend.get_default_device = patched
+    try:
+        with jax.sharding.use_abstract_mesh(mesh):
+            yield num_sms
+    finally:
+        backend.get_default_device = original
+
+
+# --- Which equations are Mosaic GPU kernels.
+
+
+def _is_gpu_compiler_params(params) -> bool:
+    cp = params.get("compiler_params")
+    if cp is None:
+        return False
+    if isinstance(cp, dict):  # older pallas_call: {"mosaic_gpu": {...}}
+        return "mosaic_gpu" in cp
+    return type(cp).__module__.startswith("jax._src.pallas.mosaic_gpu")
+
+
+def _is_gpu_mesh(mesh) -> bool:
+    return mesh is not None and type(mesh).__module__.startswith("jax._src.pallas.mosaic_gpu")
+
+
+def _kernel_eqn_is_mgpu(eqn) -> bool:
+    name = eqn.primitive.name
+    if name not in _KERNEL_PRIMITIVES:
+        return False
+    meshes = eqn.params.get("meshes", ()) or (eqn.params.get("mesh"),)
+    return _is_gpu_compiler_params(eqn.params) or any(_is_gpu_mesh(m) for m in meshes)
+
+
+def _wrapped_kernel(eqn):
+    """For a ``custom_vmap_call`` (``plgpu.kernel`` wraps its ``mpmd_map`` in one): its
+    ClosedJaxpr when that holds a Mosaic GPU kernel equation, else None."""
+    if eqn.primitive.name != "custom_vmap_call":
+        return None
+    closed = eqn.params.get("call")
+    jaxpr = getattr(closed, "jaxpr", None)
+    if jaxpr is None or not any(_kernel_eqn_is_mgpu(e) for e in jaxpr.eqns):
+        return None
+    return closed
+
+
+def is_mosaic_gpu(eqn) -> bool:
+    """True for an equation that runs a Mosaic GPU kernel: an ``mpmd_map`` (what
+    ``plgpu.kernel`` binds) or ``pallas_call`` with Mosaic GPU compiler params or mesh, or
+    the ``custom_vmap_call`` that ``plgpu.kernel`` wraps around its ``mpmd_map``."""
+    return _kernel_eqn_is_mgpu(eqn) or _wrapped_kernel(eqn) is not None
+
+
+# --- The wgmma chain: one primitive, so that the interpreter binds it as one arithmetic op.
+
+
+def _truncate_to_tf32(x):
+    """An f32 word as the tf32 datapath reads it: its 13 low significand bits dropped."""
+    u = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000)
+    return lax.bitcast_convert_type(u, jnp.float32)
+
+
+def wgmma_chain(acc, a, b, *, operand_format: str, accumulator: str):
+    """``acc + a @ b`` as one ``plgpu.wgmma`` computes it on an H100: the chain over k of
+    wgmma instructions (k 16 for f16 / bf16, 8 for tf32, 32 for fp8) starting from acc.
+
+    Args:
+      acc: (M, N) float32 (or float16 for f16 / fp8 operands).
+      a: (M, K), b: (K, N): the kernel's operands; float32 ones are read as tf32 (their
+        13 low significand bits dropped, as the tensor core reads an f32 word).
+      operand_format: jaxwarp's operand format, e.g. ``"f16"``.
+      accumulator: ``"f32"`` or ``"f16"``.
+
+    Returns:
+      (M, N) in acc's dtype.
+
+    Example:
+      >>> a = jnp.ones((64, 32), jnp.float16); b = jnp.ones((32, 8), jnp.float16)
+      >>> float(wgmma_chain(jnp.zeros((64, 8)), a, b, operand_format="f16",
+      ...                   accumulator="f32")[0, 0])
+      32.0
+    """
+    if operand_format == "tf32":
+        a = _truncate_to_tf32(a) if a.dtype == jnp.float32 else a
+        b = _truncate_to_tf32(b) if b.dtype == jnp.float32 else b
+    return matmul(a, b, acc, operand_format=operand_format, accumulator=accumulator,
+                  instruction="wgmma", arch="sm_90a")
+
+
+wgmma_chain_p = jcore.Primitive("jaxwarp_wgmma_chain")
+wgmma_chain_p.def_impl(wgmma_chain)
+wgmma_chain_p.def_abstract_eval(
+    lambda acc, a, b, **_: jax.core.ShapedArray(acc.shape, acc.dtype))
+mlir.register_lowering(wgmma_chain_p, mlir.lower_fun(wgmma_chain, multiple_results=False))
+
+
+# --- Reading and writing the refs of a wgmma the way the interpreter can.
+
+
+def _split_transforms(transforms, state_types):
+    """(before the first transpose, the rest): JAX's GPU interpreter reads only indexers
+    (after the layout-only unswizzle / untiling), so transposes are applied to values."""
+    for i, t in enumerate(transforms):
+        if isinstance(t, state_types.TransposeTransform):
+            return tuple(transforms[:i]), tuple(transforms[i:])
+    return tuple(transforms), ()
+
+
+def _index_value(val, indexer):
+    """``val[indexer]`` for an NDIndexer of slices and scalar indices."""
+    axis = 0
+    for idx in indexer.indices:
+        if hasattr(idx, "size") and hasattr(idx, "start"):
+            val = lax.dynamic_slice_in_dim(val, idx.start, idx.size * idx.stride, axis)
+            if idx.stride > 1:
+                val = lax.slice_in_dim(val, 0, None, idx.stride, axis)
+            axis += 1
+        elif jnp.ndim(idx) == 0:
+            val = lax.dynamic_index_in_dim(val, idx, axis, keepdims=False)
+        else:
+            raise NotImplementedError(f"wgmma operand indexed by an array: {indexer}")
+    return val
+
+
+def _read(ref, transforms, internals):
+    _, _, state_primitives, state_types = internals
+    before, after = _split_transforms(transforms, state_types)
+    flat, tree = jax.tree.flatten(before)
+    val = state_primitives.get_p.bind(ref, *flat, tree=tree)
+    for t in after:
+        if isinstance(t, state_types.TransposeTransform):
+            val = jnp.transpose(val, t.permutation)
+        elif hasattr(t, "indices"):
+            val = _index_value(val, t)
+        else:
+            raise NotImplementedError(f"wgmma operand transform {t} after a transpose")
+    return val
+
+
+def _write(ref, transforms, val, internals):
+    _, _, state_primitives, state_types = internals
+    if any(isinstance(t, state_types.TransposeTransform) for t in transforms):
+        raise ValueError(f"a transposed wgmma accumulator: {transforms}")
+    flat, tree = jax.tree.flatten(tuple(transforms))
+    state_primitives.swap_p.bind(ref, val, *flat, tree=tree)
+
+
+# --- The rewrite of a kernel jaxpr.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    arch: str
+    operand_format: str | None
+    instruction: str | None
+
+
+def _check_model(model) -> _Target:
+    arch = getattr(model, "arch", None)
+    mode = getattr(model, "mode", "exact")
+    instruction = getattr(model, "instruction", None)
+    if mode != "exact":
+        raise ValueError(f"Mosaic GPU kernels run in mode 'exact' only; got mode={mode!r}")
+    if arch not in _WGMMA_ARCHS + _TCGEN05_ARCHS:
+        raise ValueError(
+            f"a Mosaic GPU kernel needs arch in {_WGMMA_ARCHS + _TCGEN05_ARCHS} (wgmma is "
+            f"sm_90a's, tcgen05 sm_100a / sm_103a's); got arch={arch!r}")
+    allowed = ("wgmma",) if arch in _WGMMA_ARCHS else ("tcgen05",)
+    if instruction is not None and instruction not in allowed:
+        raise ValueError(
+            f"a Mosaic GPU kernel on {arch} issues {allowed[0]}; got "
+            f"instruction={instruction!r} (allowed: None, {allowed[0]!r})")
+    return _Target(arch, getattr(model, "operand_format", None), instruction)
+
+
+def _wgmma_formats(acc_aval, a_aval, b_aval, target: _Target):
+    """(operand_format, accumulator) of one wgmma, checked against what sm_90a issues."""
+    dt, acc_dt = str(a_aval.dtype), str(acc_aval.dtype)
+    if str(b_aval.dtype) != dt:
+        raise ValueError(f"wgmma operands of different dtypes: a {dt}, b {b_aval.dtype}")
+    if dt not in _WGMMA_FORMATS:
+        raise NotImplementedError(
+            f"wgmma with {dt} operands is not modelled; operand dtypes allowed: "
+            f"{tuple(_WGMMA_FORMATS)}")
+    fmt = target.operand_format or _WGMMA_FORMATS[dt]
+    if fmt not in _WGMMA_K:
+        raise ValueError(f"operand_format={fmt!r} is not a wgmma format; allowed: "
+                         f"{tuple(_WGMMA_K)}")
+    acc = _ACCUMULATORS.get(acc_dt)
+    if acc is None or (acc == "f16" and fmt not in _F16_ACC_FORMATS):
+        raise ValueError(
+            f"wgmma with {fmt} operands cannot accumulate in {acc_dt}; allowed: float32"
+            + (", float16" if fmt in _F16_ACC_FORMATS else ""))
+    (m, n), (m2, k), (k2, n2) = acc_aval.shape, a_aval.shape, b_aval.shape
+    if (m, n, k) != (m2, n2, k2):
+        raise ValueError(f"wgmma shapes disagree: acc {acc_aval.shape}, a {a_aval.shape}, "
+                         f"b {b_aval.shape}")
+    kk = _WGMMA_K[fmt]
+    if m % 64 or n % 8 or k % kk:
+        raise ValueError(
+            f"wgmma m64nNk{kk} ({fmt}) cannot issue an ({m}, {n}, {k}) product: M must be a "
+            f"multiple of 64, N of 8 and K of {kk}")
+    return fmt, acc
+
+
+def _wgmma_eqns(eqn, target: _Target, internals) -> list:
+    """The equations that replace one ``wgmma_ref`` equation: get the accumulator and the
+    operands, run the chain, put the accumulator back."""
+    pe = internals[0]
+    from jax._src import api_util
+    from jax.extend import linear_util as lu
+
+    if target.arch not in _WGMMA_ARCHS:
+        raise ValueError(f"the kernel issues wgmma, which {target.arch} does not have "
+                         f"(wgmma is sm_90a's); run it with arch='sm_90a'")
+    trees = [eqn.params.get(k) for k in ("acc_transforms_tree", "a_transforms_tree",
+                                         "b_transforms_tree")]
+    counts = [0 if t is None else t.num_leaves for t in trees]
+    avals = [v.aval for v in eqn.invars]
+    a_is_ref = hasattr(avals[1], "inner_aval")
+
+    def unflatten(tree, leaves):
+        return () if tree is None else tuple(tree.unflatten(leaves))
+
+    def body(acc_ref, a, b_ref, *leaves):
+        acc_l, rest = leaves[:counts[0]], leaves[counts[0]:]
+        a_l, b_l = rest[:counts[1]], rest[counts[1]:]
+        acc_t = unflatten(trees[0], acc_l)
+        acc_val = _read(acc_ref, acc_t, internals)
+        a_val = _read(a, unflatten(trees[1], a_l), internals) if a_is_ref else a
+        b_val = _read(b_ref, unflatten(trees[2], b_l), internals)
+        fmt, accumulator = _wgmma_formats(acc_val, a_val, b_val, target)
+        d = wgmma_chain_p.bind(acc_val, a_val, b_val, operand_format=fmt,
+                               accumulator=accumulator)
+        _write(acc_ref, acc_t, d, internals)
+        return []
+
+    info = api_util.debug_info("jaxwarp wgmma", body, avals, {})
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(body, debug_info=info), avals)
+    if consts or jaxpr.constvars:  # pragma: no cover
+        raise AssertionError("the wgmma replacement closed over constants")
+    rename = dict(zip(jaxpr.invars, eqn.invars, strict=True))
+
+    def sub(v):
+        return rename.get(v, v) if isinstance(v, jcore.Var) else v
+
+    return [e.replace(invars=[sub(v) for v in e.invars],
+                      source_info=eqn.source_info) for e in jaxpr.eqns]
+
+
+def _memory_space_name(aval) -> str:
+    return str(getattr(aval, "memory_space", "") or "").upper()
+
+
+def _check_no_tmem(jaxpr, target: _Target):
+    for v in list(jaxpr.invars) + list(jaxpr.constvars):
+        if "TMEM" in _memory_space_name(v.aval):
+            raise NotImplementedError(_tcgen05_message(target, "a TMEM allocation"))
+
+
+def _tcgen05_message(target: _Target, what: str) -> str:
+    return (
+        f"the kernel uses {what} (Blackwell's tensor memory / tcgen05.mma); JAX "
+        f"{jax.__version__}'s Mosaic GPU interpret mode cannot run it (its allocations take "
+        "only GMEM, SMEM and REGS memory spaces and it has no rule for tcgen05_mma), so "
+        f"jaxwarp cannot run this kernel on arch={target.arch!r}; jaxwarp's tcgen05 model "
+        "itself is jaxwarp.matmul(..., instruction='tcgen05', arch='sm_100a')")
+
+
+def _rewrite_param(value, target, internals):
+    if isinstance(value, jcore.Jaxpr):
+        return rewrite_kernel_jaxpr(value, target, internals)
+    if isinstance(value, jcore.ClosedJaxpr):
+        new = rewrite_kernel_jaxpr(value.jaxpr, target, internals)
+        return value if new is value.jaxpr else jcore.ClosedJaxpr(new, value.consts)
+    if isinstance(value, (tuple, list)) and any(
+            isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)) for v in value):
+        return type(value)(_rewrite_param(v, target, internals) for v in value)
+    return value
+
+
+def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
+    """A Mosaic GPU kernel jaxpr with every ``wgmma_ref`` replaced by the exact chain
+    (nested jaxprs included); any other product is an error."""
+    internals = internals or _internals()
+    _check_no_tmem(jaxpr, target)
+    eqns, changed = [], False
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "wgmma_ref":
+            eqns.extend(_wgmma_eqns(eqn, target, internals))
+            changed = True
+            continue
+        if name == "tcgen05_mma":
+            raise NotImplementedError(_tcgen05_message(target, "tcgen05_mma"))
+        if name in _UNMODELLED:
+            raise NotImplementedError(
+                f"a {name} inside a Mosaic GPU kernel is not modelled (the kernel products "
+                f"jaxwarp runs exactly: wgmma on sm_90a); refusing to compute it with "
+                f"numpy's matmul")
+        params = {k: _rewrite_param(v, target, internals) for k, v in eqn.params.items()}
+        if any(params[k] is not eqn.params[k] for k in params):
+            eqn = eqn.replace(params=params)
+            changed = True
+        eqns.append(eqn)
+    return jaxpr.replace(eqns=eqns) if changed else jaxpr
+
+
+# --- Running the kernel.
+
+
+def _run_kernel_eqn(eqn, invals, target: _Target):
+    internals = _internals()
+    interpret_params = internals[1]
+    key = _KERNEL_PRIMITIVES[eqn.primitive.name]
+    params = dict(eqn.params)
+    params[key] = _rewrite_param(params[key], target, internals)
+    params["interpret"] = interpret_params()
+    return eqn.primitive.bind(*invals, **params)
+
+
+def run_kernel(eqn, invals, model) -> list:
+    """Runs a Mosaic GPU kernel equation on the emulated tensor core.
+
+    The kernel runs in JAX's Mosaic GPU interpret mode with every ``wgmma`` replaced by
+    jaxwarp's exact wgmma chain (see the module docstring).
+
+    Args:
+      eqn: an equation :func:`is_mosaic_gpu` accepts.
+      invals: its input values.
+      model: a record with ``arch`` (``"sm_90a"``; ``"sm_100a"`` / ``"sm_103a"`` raise
+        for want of TMEM in JAX's interpreter), ``mode`` (``"exact"``), ``instruction``
+        (None or ``"wgmma"``), ``operand_format`` (None: the kernel's dtypes) and
+        ``promote_every`` (unused: a kernel's k loop is its own code).
+
+    Returns:
+      The list of the equation's outputs.
+    """
+    target = _check_model(model)
+    wrapped = _wrapped_kernel(eqn)
+    if wrapped is None:
+        if not _kernel_eqn_is_mgpu(eqn):
+            raise ValueError(f"not a Mosaic GPU kernel equation: {eqn.primitive.name}")
+        return list(_run_kernel_eqn(eqn, invals, target))
+    env = dict(zip(wrapped.jaxpr.constvars, wrapped.consts, strict=True))
+    env.update(zip(wrapped.jaxpr.invars, invals, strict=True))
+
+    def read(v):
+        return v.val if isinstance(v, jcore.Literal) else env[v]
+
+    for e in wrapped.jaxpr.eqns:
+        args = [read(v) for v in e.invars]
+        if _kernel_eqn_is_mgpu(e):
+            outs = _run_kernel_eqn(e, args, target)
+        else:
+            outs = e.primitive.bind(*args, **e.params)
+        outs = outs if e.primitive.multiple_results else [outs]
+        env.update(zip(e.outvars, outs, strict=True))
+    return [read(v) for v in wrapped.jaxpr.outvars]
