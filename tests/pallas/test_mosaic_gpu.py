@@ -114,13 +114,238 @@ def test_hardware_sample_full_config():
 
 def test_model_is_used():
     """Operands whose exact wgmma chain and numpy's f32 matmul differ: the kernel gives
-    the chain's bits, and JAX's plain interpret mode (np.matmul) gives the other."""
-    rng = np.random.default_rng(1)
-    a = jnp.asarray(rng.standard_normal((128, 256)), jnp.float16)
-    b = jnp.asarray(rng.standard_normal((256, 128)), jnp.float16)
+    the chain's bits, not those of JAX's plain interpret mode (np.matmul)."""
+    a, b = random((64, 256), jnp.float16, 1), random((256, 32), jnp.float16, 2)
+    got, = run(one_wgmma(64, 32, 256, jnp.float16), a, b)
+    want = chain(a, b)
+    np.testing.assert_array_equal(bits(got), bits(want))
+    npm = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
+    assert (bits(npm) != bits(want)).sum() > 0
+
+
+# --- Consistency with the chain of wgmma that each kernel's code implies (not hardware).
+
+
+def random(shape, dtype, seed):
+    x = np.random.default_rng(seed).standard_normal(shape)
+    return jnp.asarray(x, jnp.float32).astype(dtype)
+
+
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(jnp.float16, marks=SLOW),
+                                   pytest.param(jnp.bfloat16, marks=SLOW)])
+def test_hopper_without_c(dtype):
+    a, b = random((128, 128), dtype, 2), random((128, 128), dtype, 3)
     cfg = hm.TuningConfig(tile_m=64, tile_n=64, tile_k=64, max_concurrent_steps=2)
     got, = run(hopper(cfg), a, b)
-    want = chain(a, b).astype(jnp.float16)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(bits(got), bits(chain(a, b).astype(dtype)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, pytest.param(jnp.bfloat16, marks=SLOW)])
+def test_hopper_with_c(dtype):
+    """With C the kernel's epilogue adds C to the rounded product in the output dtype
+    (``out_smem += acc``: one rounding of the sum of two f16 / bf16 numbers)."""
+    a, b = random((128, 128), dtype, 4), random((128, 128), dtype, 5)
+    c = random((128, 128), dtype, 6)
+    cfg = hm.TuningConfig(tile_m=64, tile_n=64, tile_k=64, max_concurrent_steps=2)
+    got, = run(hopper(cfg, c=True), a, b, c)
+    want = (chain(a, b).astype(dtype).astype(jnp.float32) + c.astype(jnp.float32))
+    np.testing.assert_array_equal(bits(got), bits(want.astype(dtype)))
+
+
+def test_hopper_mixed_type():
+    """int8 A converted to bf16 in registers, then wgmma with A from registers."""
+    mixed = pytest.importorskip(
+        "jax.experimental.pallas.ops.gpu.hopper_mixed_type_matmul_mgpu")
+    a = jnp.asarray(np.random.default_rng(7).integers(-128, 128, (128, 128)), jnp.int8)
+    b = random((128, 128), jnp.bfloat16, 8)
+    cfg = mixed.TuningConfig(tile_m=64, tile_n=64, tile_k=64, max_concurrent_steps=2)
+    got, = run(lambda a, b: mixed.mixed_matmul_kernel(a, b, out_dtype=jnp.bfloat16,
+                                                       config=cfg), a, b)
+    want = chain(a.astype(jnp.bfloat16), b).astype(jnp.bfloat16)
     np.testing.assert_array_equal(bits(got), bits(want))
-    npm = (np.asarray(a, np.float32) @ np.asarray(b, np.float32)).astype(np.float16)
-    assert (bits(npm) != bits(want)).sum() > 0
+
+
+def ragged_chain(lhs, rhs, group_sizes):
+    """Row r of ragged_dot: lhs[r] @ rhs[group of r], one wgmma chain, rounded to f16."""
+    g_of_row = np.repeat(np.arange(rhs.shape[0]), np.asarray(group_sizes))
+    want = np.zeros((lhs.shape[0], rhs.shape[2]), lhs.dtype)
+    for g in range(rhs.shape[0]):
+        rows = g_of_row == g
+        want[rows] = np.asarray(chain(lhs[rows], rhs[g]).astype(lhs.dtype))
+    return want
+
+
+@pytest.mark.parametrize("transpose_rhs", [pytest.param(False, marks=SLOW), True])
+def test_ragged_dot(transpose_rhs):
+    """ragged_dot_mgpu (its grid is 132 SMs, fixed): rows of three groups, the rhs read
+    transposed (plgpu.transpose_ref) or not."""
+    rd = pytest.importorskip("jax.experimental.pallas.ops.gpu.ragged_dot_mgpu")
+    lhs = random((256, 128), jnp.float16, 9)
+    rhs = random((3, 128, 128), jnp.float16, 10)
+    group_sizes = jnp.array([100, 60, 96], jnp.int32)
+    r = jnp.swapaxes(rhs, 1, 2) if transpose_rhs else rhs
+
+    def f(gs, lhs, r):
+        return rd.ragged_dot(lhs, r, group_sizes=gs, block_m=64, block_n=64, block_k=64,
+                             max_concurrent_steps=2, grid_block_n=1,
+                             transpose_rhs=transpose_rhs)
+
+    got, = run(f, group_sizes, lhs, r)
+    np.testing.assert_array_equal(bits(got), bits(ragged_chain(lhs, rhs, group_sizes)))
+
+
+# --- A small kernel of one wgmma, for the formats and the errors.
+
+
+def one_wgmma(m, n, k, dtype, acc_dtype=jnp.float32, extra=None):
+    """A plgpu.kernel computing ``a @ b`` with one plgpu.wgmma (operands in SMEM)."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    def smem(shape, dt):
+        swizzle = plgpu.find_swizzle(shape[-1] * jnp.dtype(dt).itemsize * 8)
+        elems = swizzle // jnp.dtype(dt).itemsize
+        return plgpu.SMEM(shape, dt, transforms=(plgpu.TilingTransform((8, elems)),
+                                                 plgpu.SwizzleTransform(swizzle)))
+
+    def body(a_gmem, b_gmem, o_gmem, a_smem, b_smem, o_smem, barriers):
+        plgpu.copy_gmem_to_smem(a_gmem, a_smem, barriers.at[0])
+        plgpu.copy_gmem_to_smem(b_gmem, b_smem, barriers.at[1])
+        plgpu.barrier_wait(barriers.at[0])
+        plgpu.barrier_wait(barriers.at[1])
+
+        def scope(acc_ref):
+            plgpu.wgmma(acc_ref, a_smem, b_smem)
+            plgpu.wgmma_wait(0)
+            return acc_ref[...]
+
+        acc = pl.run_scoped(scope, plgpu.ACC((m, n), acc_dtype))
+        if extra is not None:
+            acc = extra(acc)
+        o_smem[...] = acc
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(o_smem, o_gmem)
+        plgpu.wait_smem_to_gmem(0)
+
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((m, n), acc_dtype),
+        scratch_types=[smem((m, k), dtype), smem((k, n), dtype),
+                       plgpu.SMEM((m, n), acc_dtype), plgpu.Barrier(num_barriers=2)],
+        compiler_params=plgpu.CompilerParams(
+            lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32,
+                                   jnp.float8_e4m3fn, jnp.float8_e5m2])
+def test_one_wgmma_formats(dtype):
+    """f16 / bf16 (k16), f32 operands as tf32 (k8, low 13 bits dropped), e4m3 / e5m2
+    (k32): the kernel's wgmma is the chain."""
+    a, b = random((64, 64), dtype, 11), random((64, 32), dtype, 12)
+    if dtype == jnp.float32:  # low bits set: the tf32 read drops them
+        a = a * jnp.float32(1 + 2 ** -20)
+    got, = run(one_wgmma(64, 32, 64, dtype), a, b)
+    np.testing.assert_array_equal(bits(got), bits(chain(a, b)))
+
+
+def test_one_wgmma_f16_accumulator():
+    a, b = random((64, 64), jnp.float16, 13), random((64, 32), jnp.float16, 14)
+    got, = run(one_wgmma(64, 32, 64, jnp.float16, jnp.float16), a, b)
+    want = mg.wgmma_chain(jnp.zeros((64, 32), jnp.float16), a, b, operand_format="f16",
+                          accumulator="f16")
+    assert got.dtype == jnp.float16
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_operand_format_override():
+    """model.operand_format: the kernel's f16 data run as bf16 operands (rounded)."""
+    a, b = random((64, 64), jnp.float16, 15), random((64, 32), jnp.float16, 16)
+    got, = run(one_wgmma(64, 32, 64, jnp.float16), a, b, model=Model(operand_format="bf16"))
+    want = mg.wgmma_chain(jnp.zeros((64, 32)), a, b, operand_format="bf16",
+                          accumulator="f32")
+    np.testing.assert_array_equal(bits(got), bits(want))
+    assert (bits(got) != bits(chain(a, b))).any()
+
+
+# --- Errors.
+
+
+@pytest.mark.parametrize("model, match", [
+    (Model(arch="sm_80"), "arch"),
+    (Model(arch="sm_120a"), "arch"),
+    (Model(mode="fast"), "mode"),
+    (Model(instruction="mma_sync"), "instruction"),
+    (Model(arch="sm_100a"), "wgmma"),
+    (Model(operand_format="f64"), "operand_format"),
+])
+def test_bad_model(model, match):
+    a, b = random((64, 64), jnp.float16, 17), random((64, 32), jnp.float16, 18)
+    eqn = kernel_eqn(one_wgmma(64, 32, 64, jnp.float16), a, b)
+    with pytest.raises(ValueError, match=match):
+        mg.run_kernel(eqn, [a, b], model)
+
+
+def test_bf16_cannot_accumulate_in_f16():
+    a, b = random((64, 64), jnp.bfloat16, 19), random((64, 32), jnp.bfloat16, 20)
+    eqn = kernel_eqn(one_wgmma(64, 32, 64, jnp.bfloat16, jnp.float16), a, b)
+    with pytest.raises(ValueError, match="bf16 operands cannot accumulate in float16"):
+        mg.run_kernel(eqn, [a, b], Model())
+
+
+def test_shape_the_target_cannot_issue():
+    """wgmma's M is 64 per warpgroup instruction: a 32-row accumulator cannot issue."""
+    a, b = random((32, 64), jnp.float16, 21), random((64, 32), jnp.float16, 22)
+    eqn = kernel_eqn(one_wgmma(32, 32, 64, jnp.float16), a, b)
+    with pytest.raises(ValueError, match=r"cannot issue an \(32, 32, 64\) product"):
+        mg.run_kernel(eqn, [a, b], Model())
+
+
+def test_int8_wgmma_is_not_modelled():
+    a = jnp.ones((64, 64), jnp.int8)
+    b = jnp.ones((64, 32), jnp.int8)
+    eqn = kernel_eqn(one_wgmma(64, 32, 64, jnp.int8, jnp.int32), a, b)
+    with pytest.raises(NotImplementedError, match="int8 operands is not modelled"):
+        mg.run_kernel(eqn, [a, b], Model())
+
+
+def test_other_products_are_refused():
+    """A dot_general on register values inside a kernel: an error, not np.matmul."""
+    a, b = random((64, 64), jnp.float16, 23), random((64, 32), jnp.float16, 24)
+    sq = one_wgmma(64, 32, 64, jnp.float16, extra=lambda acc: acc @ jnp.ones((32, 32)))
+    eqn = kernel_eqn(sq, a, b)
+    with pytest.raises(NotImplementedError, match="dot_general inside a Mosaic GPU"):
+        mg.run_kernel(eqn, [a, b], Model())
+
+
+def test_blackwell_kernel_raises():
+    """JAX's GPU interpret mode has no TMEM (JAX 0.10.2): a clear error."""
+    bm = pytest.importorskip("jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu")
+    a = jnp.ones((256, 256), jnp.float16)
+    cfg = bm.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+                          collective=False)
+    eqn = kernel_eqn(lambda a, b: bm.matmul_kernel(a, b, cfg), a, a)
+    with pytest.raises(NotImplementedError, match="TMEM"):
+        mg.run_kernel(eqn, [a, a], Model(arch="sm_100a"))
+
+
+def test_not_a_kernel():
+    closed = jax.make_jaxpr(lambda x: x + 1)(1.0)
+    assert not mg.is_mosaic_gpu(closed.jaxpr.eqns[0])
+    with pytest.raises(ValueError, match="not a Mosaic GPU kernel"):
+        mg.run_kernel(closed.jaxpr.eqns[0], [1.0], Model())
+
+
+def test_target_sm_count():
+    with mg.target_sm_count(132):
+        assert hm.get_num_sms() == 132
+        from jax.extend import backend
+        assert backend.get_default_device().core_count == 132
+    assert not hasattr(jax.extend.backend.get_default_device(), "core_count") or \
+        jax.default_backend() != "cpu"
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="num_sms"):
+            with mg.target_sm_count(bad):
+                pass
