@@ -37,9 +37,20 @@ class Model:
 
 def kernel_eqn(fn, *args, num_sms=2):
     """The Mosaic GPU equation of fn's jaxpr (traced with the target's SM count)."""
+    from jax.extend import core as jcore
+
     with mg.target_sm_count(num_sms):
         closed = jax.make_jaxpr(fn)(*args)
-    eqns = [e for e in closed.jaxpr.eqns if mg.is_mosaic_gpu(e)]
+
+    def find(jaxpr):  # entering wrappers (custom_vjp_call, jit) as emulate does
+        for e in jaxpr.eqns:
+            if mg.is_mosaic_gpu(e):
+                yield e
+            else:
+                for sub in jcore.jaxprs_in_params(e.params):
+                    yield from find(sub)
+
+    eqns = list(find(closed.jaxpr))
     assert len(eqns) == 1, [e.primitive.name for e in closed.jaxpr.eqns]
     return eqns[0]
 
@@ -196,6 +207,38 @@ def test_ragged_dot(transpose_rhs):
 
     got, = run(f, group_sizes, lhs, r)
     np.testing.assert_array_equal(bits(got), bits(ragged_chain(lhs, rhs, group_sizes)))
+
+
+def test_attention(monkeypatch):
+    """attention_mgpu (forward, with the lse residual): its run_state accumulator
+    (``plgpu.ACC.init``) and register operand (p16) included. With q = 0 every score is
+    0 and p = exp2(0) = 1 on any GPU or CPU, so out = (ones @ v) / kv_len is products
+    only: one wgmma chain over kv from zero (the kernel's kv loop continues it), divided
+    by a power of two. For general q, exp2 (ex2.approx.ftz under approx_math=True on the
+    GPU, XLA's exp2 here), the division, the row sums' order and lse's log differ between
+    GPU and CPU; the QK and PV products are exact either way."""
+    import types
+
+    am = pytest.importorskip("jax.experimental.pallas.ops.gpu.attention_mgpu")
+    # the kernel asserts JAX's CUDA plugin; the version only gates causal masking
+    monkeypatch.setattr(am, "cuda_versions",
+                        types.SimpleNamespace(cuda_runtime_get_version=lambda: 12090))
+    q = jnp.zeros((1, 128, 1, 64), jnp.float16)
+    k = random((1, 128, 1, 64), jnp.float16, 25)
+    # v: +-2048 pairs in every k16 block and small values: the chain's alignment drops
+    # low bits that numpy's f32 sum keeps (60 of the 64 outputs differ from it)
+    v = np.random.default_rng(26).standard_normal((128, 64)) * 0.01
+    v[0::16], v[1::16] = 2048, -2048
+    v = jnp.asarray(v, jnp.float16)[None, :, None, :]
+    cfg = am.TuningConfig(block_q=64, block_kv=64, max_concurrent_steps=2)
+    out, lse = run(lambda q, k, v: am.attention(q, k, v, cfg, save_residuals=True),
+                   q, k, v)
+    assert out.shape == q.shape and lse.shape == (1, 1, 128)
+    ones = jnp.ones((128, 128), jnp.float16)
+    want = (chain(ones, v[0, :, 0]) / 128).astype(jnp.float16)
+    np.testing.assert_array_equal(bits(out[0, :, 0]), bits(want))
+    npm = (np.asarray(v[0, :, 0], np.float32).sum(0) / 128).astype(np.float16)
+    assert (bits(npm) != bits(want[0])).any()
 
 
 # --- A small kernel of one wgmma, for the formats and the errors.

@@ -70,6 +70,9 @@ _F16_ACC_FORMATS = ("f16", "e4m3", "e5m2")
 _WGMMA_K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
 _WGMMA_ARCHS = ("sm_90a", "sm_90")
 _TCGEN05_ARCHS = ("sm_100a", "sm_103a")
+#: Mosaic GPU primitives that only choose a register layout (the identity on values), which
+#: JAX's GPU interpreter has no CPU rule for.
+_LAYOUT_ONLY = ("layout_cast",)
 #: Primitives computing products that this module does not model inside a kernel.
 _UNMODELLED = ("dot_general", "tcgen05_mma", "wgmma", "ragged_dot_general",
                "scaled_matmul", "dot_product_attention")
@@ -344,10 +347,6 @@ def _wgmma_formats(acc_aval, a_aval, b_aval, target: _Target):
 def _wgmma_eqns(eqn, target: _Target, internals) -> list:
     """The equations that replace one ``wgmma_ref`` equation: get the accumulator and the
     operands, run the chain, put the accumulator back."""
-    pe = internals[0]
-    from jax._src import api_util
-    from jax.extend import linear_util as lu
-
     if target.arch not in _WGMMA_ARCHS:
         raise ValueError(f"the kernel issues wgmma, which {target.arch} does not have "
                          f"(wgmma is sm_90a's); run it with arch='sm_90a'")
@@ -373,17 +372,28 @@ def _wgmma_eqns(eqn, target: _Target, internals) -> list:
         _write(acc_ref, acc_t, d, internals)
         return []
 
-    info = api_util.debug_info("jaxwarp wgmma", body, avals, {})
-    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(body, debug_info=info), avals)
+    return _traced_eqns(body, eqn.invars, eqn.source_info, internals)[0]
+
+
+def _rename(v, rename):
+    return rename.get(v, v) if isinstance(v, jcore.Var) else v
+
+
+def _traced_eqns(fn, in_vars, source_info, internals):
+    """fn traced on in_vars' avals: its equations, reading in_vars, and its outvars."""
+    pe = internals[0]
+    from jax._src import api_util
+    from jax.extend import linear_util as lu
+
+    avals = [v.aval for v in in_vars]
+    info = api_util.debug_info("jaxwarp mosaic_gpu", fn, avals, {})
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fn, debug_info=info), avals)
     if consts or jaxpr.constvars:  # pragma: no cover
-        raise AssertionError("the wgmma replacement closed over constants")
-    rename = dict(zip(jaxpr.invars, eqn.invars, strict=True))
-
-    def sub(v):
-        return rename.get(v, v) if isinstance(v, jcore.Var) else v
-
-    return [e.replace(invars=[sub(v) for v in e.invars],
-                      source_info=eqn.source_info) for e in jaxpr.eqns]
+        raise AssertionError("a replacement equation closed over constants")
+    rename = dict(zip(jaxpr.invars, in_vars, strict=True))
+    eqns = [e.replace(invars=[_rename(v, rename) for v in e.invars], source_info=source_info)
+            for e in jaxpr.eqns]
+    return eqns, [_rename(v, rename) for v in jaxpr.outvars]
 
 
 def _memory_space_name(aval) -> str:
@@ -417,14 +427,99 @@ def _rewrite_param(value, target, internals):
     return value
 
 
+def _is_ref(aval) -> bool:
+    return hasattr(aval, "inner_aval")
+
+
+def _run_state_eqns(eqn, internals, rename):
+    """``pl.run_state`` (which JAX's GPU interpreter cannot run) as plain equations: its
+    Ref arguments are passed through, its read-only value arguments substituted for their
+    reads, and its REGS (wgmma accumulator) arguments allocated by a ``run_scoped`` that
+    stores the initial value first and reads the final one last. Fills ``rename`` with
+    the outputs that are inputs."""
+    _, _, state_primitives, _ = internals
+    inner = eqn.params["jaxpr"]
+    if not all(eqn.params.get("is_initialized", ())) or inner.constvars:
+        raise NotImplementedError("run_state with uninitialized refs in a Mosaic GPU kernel")
+    sub, regs = {}, []
+    for x, r, out in zip(eqn.invars, inner.invars, eqn.outvars, strict=True):
+        if _is_ref(x.aval):
+            sub[r] = x
+            rename[out] = x
+        elif "REGS" in _memory_space_name(r.aval):
+            regs.append((x, r, out))
+        else:
+            rename[out] = x
+    body = []
+    for e in inner.eqns:
+        invars = [_rename(v, sub) for v in e.invars]
+        read_only = [v for v in e.invars if isinstance(v, jcore.Var) and v in inner.invars
+                     and v not in sub and all(v is not r for _, r, _ in regs)]
+        if read_only:
+            tree = e.params.get("tree")
+            if e.primitive is not state_primitives.get_p or tree is None or tree.num_leaves:
+                raise NotImplementedError(
+                    f"run_state in a Mosaic GPU kernel whose value argument is used by "
+                    f"{e.primitive.name} (only whole reads are supported)")
+            sub[e.outvars[0]] = eqn.invars[inner.invars.index(read_only[0])]
+            continue
+        body.append(e.replace(invars=invars))
+    if not regs:
+        return body
+    empty = jax.tree.structure(())
+
+    def store(ref, val):
+        state_primitives.swap_p.bind(ref, val, tree=empty)
+        return []
+
+    def load(ref):
+        return [state_primitives.get_p.bind(ref, tree=empty)]
+
+    init, final, outvars = [], [], []
+    for x, r, _ in regs:
+        init += _traced_eqns(store, [r, x], eqn.source_info, internals)[0]
+        eqns, outs = _traced_eqns(load, [r], eqn.source_info, internals)
+        final += eqns
+        outvars += outs
+    eqns_in = init + body + final
+    defined = {v for e in eqns_in for v in e.outvars} | {r for _, r, _ in regs}
+    free = list(dict.fromkeys(v for e in eqns_in for v in e.invars
+                              if isinstance(v, jcore.Var) and v not in defined))
+    scope = inner.replace(constvars=free, invars=[r for _, r, _ in regs], outvars=outvars,
+                          eqns=eqns_in)
+    run_scoped_p = _run_scoped_primitive()
+    return [jcore.new_jaxpr_eqn(
+        free, [out for _, _, out in regs], run_scoped_p,
+        dict(jaxpr=scope, collective_axes=(), ref_transforms=((),) * len(regs)),
+        inner.effects, eqn.source_info)]
+
+
+def _run_scoped_primitive():
+    from jax._src.pallas import primitives as pallas_primitives
+
+    return pallas_primitives.run_scoped_p
+
+
 def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
     """A Mosaic GPU kernel jaxpr with every ``wgmma_ref`` replaced by the exact chain
-    (nested jaxprs included); any other product is an error."""
+    (nested jaxprs included) and every ``run_state`` by plain equations; any other
+    product is an error."""
     internals = internals or _internals()
     _check_no_tmem(jaxpr, target)
-    eqns, changed = [], False
-    for eqn in jaxpr.eqns:
+    eqns, changed, rename, todo = [], False, {}, list(jaxpr.eqns)
+    while todo:
+        eqn = todo.pop(0)
+        if rename:
+            eqn = eqn.replace(invars=[_rename(v, rename) for v in eqn.invars])
         name = eqn.primitive.name
+        if name == "run_state":
+            todo[:0] = _run_state_eqns(eqn, internals, rename)
+            changed = True
+            continue
+        if name in _LAYOUT_ONLY:  # a register layout: no value changes
+            rename[eqn.outvars[0]] = eqn.invars[0]
+            changed = True
+            continue
         if name == "wgmma_ref":
             eqns.extend(_wgmma_eqns(eqn, target, internals))
             changed = True
@@ -441,7 +536,9 @@ def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
             eqn = eqn.replace(params=params)
             changed = True
         eqns.append(eqn)
-    return jaxpr.replace(eqns=eqns) if changed else jaxpr
+    if not changed:
+        return jaxpr
+    return jaxpr.replace(eqns=eqns, outvars=[_rename(v, rename) for v in jaxpr.outvars])
 
 
 # --- Running the kernel.
