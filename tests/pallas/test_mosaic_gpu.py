@@ -127,11 +127,19 @@ def test_model_is_used():
     """Operands whose exact wgmma chain and numpy's f32 matmul differ: the kernel gives
     the chain's bits, not those of JAX's plain interpret mode (np.matmul)."""
     a, b = random((64, 256), jnp.float16, 1), random((256, 32), jnp.float16, 2)
-    got, = run(one_wgmma(64, 32, 256, jnp.float16), a, b)
+    kernel = one_wgmma(64, 32, 256, jnp.float16)
+    got, = run(kernel, a, b)
     want = chain(a, b)
     np.testing.assert_array_equal(bits(got), bits(want))
     npm = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
     assert (bits(npm) != bits(want)).sum() > 0
+    # the kernel itself untouched (no global patch left behind): JAX's interpret mode
+    # still gives np.matmul's bits
+    eqn = kernel_eqn(kernel, a, b)
+    inner = mg._wrapped_kernel(eqn).jaxpr.eqns[0]
+    params = dict(inner.params, interpret=jax_gpu_interpret.InterpretGPUParams())
+    plain, = inner.primitive.bind(a, b, **params)
+    np.testing.assert_array_equal(bits(plain), bits(npm))
 
 
 # --- Consistency with the chain of wgmma that each kernel's code implies (not hardware).
@@ -311,6 +319,35 @@ def test_operand_format_override():
                           accumulator="f32")
     np.testing.assert_array_equal(bits(got), bits(want))
     assert (bits(got) != bits(chain(a, b))).any()
+
+
+def test_pallas_call_kernel_and_sites():
+    """A pl.pallas_call with Mosaic GPU compiler params (operands in SMEM; JAX 0.10.2's
+    interpreter cannot copy into SMEM blocks with tiling transforms), and the wgmma site
+    run_kernel_and_sites reports."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    def body(a_ref, b_ref, o_ref):
+        def scope(acc_ref):
+            plgpu.wgmma(acc_ref, a_ref, b_ref)
+            plgpu.wgmma_wait(0)
+            return acc_ref[...]
+        o_ref[...] = pl.run_scoped(scope, plgpu.ACC((64, 32), jnp.float32))
+
+    smem = plgpu.BlockSpec(memory_space=plgpu.SMEM)
+    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((64, 32), jnp.float32),
+                       in_specs=[smem, smem], out_specs=smem,
+                       compiler_params=plgpu.CompilerParams(), name="one_wgmma")
+    a, b = random((64, 64), jnp.bfloat16, 27), random((64, 32), jnp.bfloat16, 28)
+    eqn = kernel_eqn(f, a, b)
+    assert eqn.primitive.name == "pallas_call"
+    (got,), sites = mg.run_kernel_and_sites(eqn, [a, b], Model())
+    np.testing.assert_array_equal(bits(got), bits(chain(a, b)))
+    site, = sites
+    assert (site.m, site.n, site.k, site.operand_format, site.accumulator, site.instruction,
+            site.lhs_dtype, site.kernel) == (64, 32, 64, "bf16", "f32", "wgmma", "bfloat16",
+                                             "one_wgmma")
 
 
 # --- Errors.

@@ -294,6 +294,31 @@ class _Target:
     arch: str
     operand_format: str | None
     instruction: str | None
+    sites: list = dataclasses.field(default_factory=list, compare=False)
+    kernel: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class WgmmaSite:
+    """One ``plgpu.wgmma`` of a kernel and the chain that runs it (a site of the kernel's
+    code: it runs once per issue; the field names are those of the pallas layer's
+    product records)."""
+
+    lhs_shape: tuple[int, ...]
+    rhs_shape: tuple[int, ...]
+    lhs_dtype: str
+    rhs_dtype: str
+    out_shape: tuple[int, ...]
+    out_dtype: str
+    m: int
+    n: int
+    k: int
+    operand_format: str
+    instruction: str
+    accumulator: str
+    c_from: str = "accumulator"
+    note: str = ""
+    kernel: str = ""
 
 
 def _check_model(model) -> _Target:
@@ -312,6 +337,13 @@ def _check_model(model) -> _Target:
             f"a Mosaic GPU kernel on {arch} issues {allowed[0]}; got "
             f"instruction={instruction!r} (allowed: None, {allowed[0]!r})")
     return _Target(arch, getattr(model, "operand_format", None), instruction)
+
+
+def _with_kernel(target: _Target, eqn) -> _Target:
+    name = eqn.params.get("name") or ""
+    if not name and eqn.params.get("metadata"):
+        name = str(dict(eqn.params["metadata"]).get("name", ""))
+    return dataclasses.replace(target, sites=[], kernel=str(name or eqn.primitive.name))
 
 
 def _wgmma_formats(acc_aval, a_aval, b_aval, target: _Target):
@@ -367,6 +399,13 @@ def _wgmma_eqns(eqn, target: _Target, internals) -> list:
         a_val = _read(a, unflatten(trees[1], a_l), internals) if a_is_ref else a
         b_val = _read(b_ref, unflatten(trees[2], b_l), internals)
         fmt, accumulator = _wgmma_formats(acc_val, a_val, b_val, target)
+        (m, k), n = a_val.shape, b_val.shape[1]
+        target.sites.append(WgmmaSite(
+            tuple(a_val.shape), tuple(b_val.shape), str(a_val.dtype), str(b_val.dtype),
+            tuple(acc_val.shape), str(acc_val.dtype), m, n, k, fmt, "wgmma", accumulator,
+            note=f"Mosaic GPU wgmma: a chain of m64n{n}k{_WGMMA_K[fmt]} from the "
+                 f"accumulator ({'registers' if not a_is_ref else 'shared memory'} A)",
+            kernel=target.kernel))
         d = wgmma_chain_p.bind(acc_val, a_val, b_val, operand_format=fmt,
                                accumulator=accumulator)
         _write(acc_ref, acc_t, d, internals)
@@ -409,10 +448,13 @@ def _check_no_tmem(jaxpr, target: _Target):
 def _tcgen05_message(target: _Target, what: str) -> str:
     return (
         f"the kernel uses {what} (Blackwell's tensor memory / tcgen05.mma); JAX "
-        f"{jax.__version__}'s Mosaic GPU interpret mode cannot run it (its allocations take "
-        "only GMEM, SMEM and REGS memory spaces and it has no rule for tcgen05_mma), so "
-        f"jaxwarp cannot run this kernel on arch={target.arch!r}; jaxwarp's tcgen05 model "
-        "itself is jaxwarp.matmul(..., instruction='tcgen05', arch='sm_100a')")
+        f"{jax.__version__}'s Mosaic GPU interpret mode cannot run it: its allocations take "
+        "only the GMEM, SMEM and REGS memory spaces ('Unsupported memory space: tmem') and it "
+        "has no rule for tcgen05_mma, tcgen05_commit_arrive, async_load / wait_load_tmem, "
+        "try_cluster_cancel / query_cluster_cancel or a nested core_map over a WarpMesh "
+        "(what blackwell_matmul_mgpu uses), so jaxwarp cannot run this kernel on "
+        f"arch={target.arch!r}; jaxwarp's tcgen05 model itself is jaxwarp.matmul(..., "
+        "instruction='tcgen05', arch='sm_100a')")
 
 
 def _rewrite_param(value, target, internals):
@@ -554,6 +596,36 @@ def _run_kernel_eqn(eqn, invals, target: _Target):
     return eqn.primitive.bind(*invals, **params)
 
 
+def run_kernel_and_sites(eqn, invals, model) -> tuple[list, tuple[WgmmaSite, ...]]:
+    """:func:`run_kernel`, and the kernel's wgmma sites (:class:`WgmmaSite`, one per
+    ``plgpu.wgmma`` in its code) for emulate's report."""
+    target = _check_model(model)
+    wrapped = _wrapped_kernel(eqn)
+    if wrapped is None:
+        if not _kernel_eqn_is_mgpu(eqn):
+            raise ValueError(f"not a Mosaic GPU kernel equation: {eqn.primitive.name}")
+        target = _with_kernel(target, eqn)
+        return list(_run_kernel_eqn(eqn, invals, target)), tuple(target.sites)
+    env = dict(zip(wrapped.jaxpr.constvars, wrapped.consts, strict=True))
+    env.update(zip(wrapped.jaxpr.invars, invals, strict=True))
+
+    def read(v):
+        return v.val if isinstance(v, jcore.Literal) else env[v]
+
+    sites = []
+    for e in wrapped.jaxpr.eqns:
+        args = [read(v) for v in e.invars]
+        if _kernel_eqn_is_mgpu(e):
+            t = _with_kernel(target, e)
+            outs = _run_kernel_eqn(e, args, t)
+            sites += t.sites
+        else:
+            outs = e.primitive.bind(*args, **e.params)
+        outs = outs if e.primitive.multiple_results else [outs]
+        env.update(zip(e.outvars, outs, strict=True))
+    return [read(v) for v in wrapped.jaxpr.outvars], tuple(sites)
+
+
 def run_kernel(eqn, invals, model) -> list:
     """Runs a Mosaic GPU kernel equation on the emulated tensor core.
 
@@ -570,25 +642,9 @@ def run_kernel(eqn, invals, model) -> list:
 
     Returns:
       The list of the equation's outputs.
+
+    Raises:
+      ValueError: a model the kernel cannot run on, or a wgmma the target cannot issue.
+      NotImplementedError: a product in the kernel that is not modelled (named).
     """
-    target = _check_model(model)
-    wrapped = _wrapped_kernel(eqn)
-    if wrapped is None:
-        if not _kernel_eqn_is_mgpu(eqn):
-            raise ValueError(f"not a Mosaic GPU kernel equation: {eqn.primitive.name}")
-        return list(_run_kernel_eqn(eqn, invals, target))
-    env = dict(zip(wrapped.jaxpr.constvars, wrapped.consts, strict=True))
-    env.update(zip(wrapped.jaxpr.invars, invals, strict=True))
-
-    def read(v):
-        return v.val if isinstance(v, jcore.Literal) else env[v]
-
-    for e in wrapped.jaxpr.eqns:
-        args = [read(v) for v in e.invars]
-        if _kernel_eqn_is_mgpu(e):
-            outs = _run_kernel_eqn(e, args, target)
-        else:
-            outs = e.primitive.bind(*args, **e.params)
-        outs = outs if e.primitive.multiple_results else [outs]
-        env.update(zip(e.outvars, outs, strict=True))
-    return [read(v) for v in wrapped.jaxpr.outvars]
+    return run_kernel_and_sites(eqn, invals, model)[0]
