@@ -300,6 +300,11 @@ def test_one_wgmma_formats(dtype):
         a = a * jnp.float32(1 + 2 ** -20)
     got, = run(one_wgmma(64, 32, 64, dtype), a, b)
     np.testing.assert_array_equal(bits(got), bits(chain(a, b)))
+    if dtype == jnp.float32:  # not __float_to_tf32's rounding, which a CUDA program adds
+        import jaxwarp
+
+        rounded = jaxwarp.matmul(a, b, operand_format="tf32", instruction="wgmma")
+        assert (bits(rounded) != bits(got)).any()
 
 
 def test_one_wgmma_f16_accumulator():

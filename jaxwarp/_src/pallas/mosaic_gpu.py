@@ -2,43 +2,60 @@
 ``wgmma`` of the kernel replaced by jaxwarp's exact wgmma chain.
 
 A Mosaic GPU kernel (``plgpu.kernel(...)``, or ``pl.pallas_call`` with Mosaic GPU compiler
-parameters) cannot be lowered for a CPU, and JAX's shipped kernels
-(``jax.experimental.pallas.ops.gpu``) give no way to ask for interpret mode. Tracing works
-on any backend, though, so ``emulate`` finds the kernel's equation in the traced jaxpr
-(:func:`is_mosaic_gpu`) and :func:`run_kernel` re-binds it with
-``interpret=InterpretGPUParams()`` after rewriting its kernel jaxpr: each
-``wgmma_ref`` equation (``acc[...] += a @ b``) becomes
+parameters) cannot be lowered for a CPU ("Only interpret mode is supported on CPU
+backend"), and JAX's shipped kernels (``jax.experimental.pallas.ops.gpu``) give no way to
+ask for interpret mode. Tracing works on any backend, though, so ``emulate`` finds the
+kernel's equation in the traced jaxpr (:func:`is_mosaic_gpu`) and :func:`run_kernel`
+re-binds it with ``interpret=InterpretGPUParams()`` after rewriting its kernel jaxpr
+(nothing global is patched: JAX's own interpret mode still computes ``acc + np.matmul``).
+Each ``wgmma_ref`` equation (``acc[...] += a @ b``) becomes::
 
-    acc_val = get(acc, acc_transforms); a_val = get(a, a_transforms)  (or a's registers)
-    b_val = get(b, b_transforms); acc <- wgmma_chain(acc_val, a_val, b_val)
+    acc_val = get(acc); a_val = get(a) (or a's registers); b_val = get(b)
+    acc <- wgmma_chain(acc_val, a_val, b_val)
 
-where ``wgmma_chain`` is one primitive of this module whose lowering is
-``matmul(a_val, b_val, acc_val, instruction="wgmma", arch="sm_90a")``: the chain over k
-(16 per instruction for f16 / bf16, 8 for tf32, 32 for fp8) of wgmma instructions starting
-from the accumulator's current value, exactly what one ``plgpu.wgmma`` issues on an H100
-(the warpgroup's m64 row blocks and the n columns are independent). A wgmma always
-accumulates; the accumulator's zero start is its allocation (``plgpu.ACC``, zero in the
-interpreter as on the GPU) or ``plgpu.ACC.init``. ``wgmma_wait``,
-``wgmma_accumulator_deref``, barriers and copies keep JAX's interpreter semantics.
-Transposed operands (``plgpu.transpose_ref``), which JAX's interpreter cannot read, are
-read untransposed and transposed as values; swizzle and tiling are layout only (the
-interpreter keeps buffers in their logical shape).
+``wgmma_chain`` (one primitive, lowered through ``jaxwarp.matmul(a, b, acc,
+instruction="wgmma", arch="sm_90a")``) is the chain over k (16 per instruction for f16 /
+bf16, 8 for tf32, 32 for fp8) of wgmma instructions starting from the accumulator's
+current value, which is what one ``plgpu.wgmma`` issues on an H100 (its m64 row blocks
+and n columns are independent). A wgmma always accumulates: the zero start is the
+accumulator's allocation (``plgpu.ACC``: zero in the interpreter as on the GPU) or
+``plgpu.ACC.init``. f32 operands are read as tf32 (their low 13 bits ignored, as the
+tensor core does). ``wgmma_wait``, ``wgmma_accumulator_deref``, barriers and copies keep
+JAX's semantics. Transposed operands (``plgpu.transpose_ref``), which JAX's interpreter
+cannot read, are read untransposed and transposed as values; swizzle and tiling are
+layout only (the interpreter keeps buffers in their logical shape). ``pl.run_state``
+(which JAX's interpreter has no rule for) becomes a ``run_scoped`` of its accumulators,
+and ``plgpu.layout_cast`` the identity. The checked shapes and dtypes are what sm_90a
+issues: M a multiple of 64, N of 8, K of the instruction's k; f16 / bf16 / tf32 / e4m3 /
+e5m2 operands of one dtype; an f32 accumulator, or f16 for f16 and fp8.
 
 Any other product in a kernel body (``dot_general``, ``tcgen05_mma``, the functional
-``wgmma``) is an error, not an ``np.matmul``. JAX 0.10.2's GPU interpret mode has no
-TMEM and no rule for ``tcgen05_mma`` (its scoped allocations take only GMEM, SMEM and
-REGS), so Blackwell kernels raise :class:`NotImplementedError` naming that.
+``wgmma``) is an error, not an ``np.matmul``. JAX 0.10.2's GPU interpret mode has no TMEM
+and no rule for ``tcgen05_mma`` (nor for the cluster cancellation and warp-level
+``core_map`` that ``blackwell_matmul_mgpu`` uses); JAX 0.11.0 added TMEM and
+``tcgen05_mma`` to it, computed as ``acc + np.matmul``, and jaxwarp does not substitute its
+tcgen05 model there yet. Either way a Blackwell kernel raises
+:class:`NotImplementedError` saying which.
 
 Kernels that ask the device for its SM count (``hopper_matmul_mgpu.get_num_sms``,
 ``jax.extend.backend.get_default_device().core_count``) are traced under
-:func:`target_sm_count`.
+:func:`target_sm_count`. The result does not depend on the count, only the grid does,
+and interpretation time grows with it (``hopper_matmul_mgpu`` at 512 x 1024 x 512 on
+this 2-core CPU: about 9 s with 8 SMs, 500 s with 132).
 
-JAX internals used (present in JAX 0.10.2; looked up by name where JAX 0.11 may move
-them): ``jax._src.pallas.mosaic_gpu.interpret.params.InterpretGPUParams``, the primitives
-``wgmma_ref`` / ``tcgen05_mma`` of ``jax._src.pallas.mosaic_gpu.primitives``,
-``jax._src.state.primitives.get_p`` / ``swap_p``, the kernel equations ``mpmd_map``
-(``plgpu.kernel``; params ``jaxprs``, ``interpret``) and ``pallas_call`` (param
-``jaxpr``), and ``jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic``.
+JAX internals used, all present in JAX 0.10.2 (the imports fail with an error naming the
+version otherwise; names JAX 0.11 may move are looked up by name):
+``jax._src.pallas.mosaic_gpu.interpret.params.InterpretGPUParams``; the equations
+``mpmd_map`` (what ``plgpu.kernel`` binds, inside a ``custom_vmap_call``; params
+``jaxprs``, ``meshes``, ``compiler_params``, ``interpret``) and ``pallas_call`` (params
+``jaxpr``, ``mesh``, ``compiler_params``, ``interpret``); the kernel primitives
+``wgmma_ref`` (params ``{acc,a,b}_transforms_tree``), ``run_state`` (``jaxpr``,
+``is_initialized``), ``layout_cast``, ``tcgen05_mma`` and
+``jax._src.pallas.primitives.run_scoped_p`` (params ``jaxpr``, ``collective_axes``,
+``ref_transforms``); ``jax._src.state.primitives.get_p`` / ``swap_p`` (param ``tree``),
+``jax._src.state.types.TransposeTransform``; and
+``jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic`` with
+``jax._src.api_util.debug_info``.
 """
 
 from __future__ import annotations
@@ -54,6 +71,7 @@ from jax.extend import core as jcore
 from jax.interpreters import mlir
 
 from jaxwarp._src.gemm.matmul import matmul
+from jaxwarp._src.numerics import bitops
 
 #: The JAX version this module was written against (its GPU interpret mode).
 TESTED_JAX = "0.10.2"
@@ -195,12 +213,6 @@ def is_mosaic_gpu(eqn) -> bool:
 # --- The wgmma chain: one primitive, so that the interpreter binds it as one arithmetic op.
 
 
-def _truncate_to_tf32(x):
-    """An f32 word as the tf32 datapath reads it: its 13 low significand bits dropped."""
-    u = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000)
-    return lax.bitcast_convert_type(u, jnp.float32)
-
-
 def wgmma_chain(acc, a, b, *, operand_format: str, accumulator: str):
     """``acc + a @ b`` as one ``plgpu.wgmma`` computes it on an H100: the chain over k of
     wgmma instructions (k 16 for f16 / bf16, 8 for tf32, 32 for fp8) starting from acc.
@@ -222,8 +234,8 @@ def wgmma_chain(acc, a, b, *, operand_format: str, accumulator: str):
       32.0
     """
     if operand_format == "tf32":
-        a = _truncate_to_tf32(a) if a.dtype == jnp.float32 else a
-        b = _truncate_to_tf32(b) if b.dtype == jnp.float32 else b
+        a = bitops.tf32_keep(a) if a.dtype == jnp.float32 else a
+        b = bitops.tf32_keep(b) if b.dtype == jnp.float32 else b
     return matmul(a, b, acc, operand_format=operand_format, accumulator=accumulator,
                   instruction="wgmma", arch="sm_90a")
 
@@ -445,16 +457,26 @@ def _check_no_tmem(jaxpr, target: _Target):
             raise NotImplementedError(_tcgen05_message(target, "a TMEM allocation"))
 
 
+def _interpreter_has_tmem() -> bool:
+    """Whether JAX's GPU interpreter runs tcgen05_mma (JAX >= 0.11.0: as np.matmul)."""
+    from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret
+
+    return hasattr(jaxpr_interpret.JaxprInterpreter, "_interpret_tcgen05_mma_p")
+
+
 def _tcgen05_message(target: _Target, what: str) -> str:
-    return (
-        f"the kernel uses {what} (Blackwell's tensor memory / tcgen05.mma); JAX "
-        f"{jax.__version__}'s Mosaic GPU interpret mode cannot run it: its allocations take "
-        "only the GMEM, SMEM and REGS memory spaces ('Unsupported memory space: tmem') and it "
-        "has no rule for tcgen05_mma, tcgen05_commit_arrive, async_load / wait_load_tmem, "
-        "try_cluster_cancel / query_cluster_cancel or a nested core_map over a WarpMesh "
-        "(what blackwell_matmul_mgpu uses), so jaxwarp cannot run this kernel on "
-        f"arch={target.arch!r}; jaxwarp's tcgen05 model itself is jaxwarp.matmul(..., "
-        "instruction='tcgen05', arch='sm_100a')")
+    head = (f"the kernel uses {what} (Blackwell's tensor memory / tcgen05.mma), which "
+            f"jaxwarp cannot run on arch={target.arch!r} with JAX {jax.__version__}: ")
+    if _interpreter_has_tmem():
+        why = ("JAX's GPU interpret mode computes tcgen05_mma as acc + np.matmul, and "
+               "jaxwarp does not put its tcgen05 model in that place yet, so it refuses the "
+               "kernel rather than give numpy's bits")
+    else:
+        why = ("JAX's GPU interpret mode (before JAX 0.11.0) allocates only the GMEM, SMEM "
+               "and REGS memory spaces ('Unsupported memory space: tmem') and has no rule "
+               "for tcgen05_mma, tcgen05_commit_arrive or async_load / wait_load_tmem")
+    return (head + why + "; jaxwarp's tcgen05 model itself is jaxwarp.matmul(..., "
+            "instruction='tcgen05', arch='sm_100a')")
 
 
 def _rewrite_param(value, target, internals):
