@@ -239,8 +239,10 @@ def test_attention(monkeypatch):
 # --- A small kernel of one wgmma, for the formats and the errors.
 
 
-def one_wgmma(m, n, k, dtype, acc_dtype=jnp.float32, extra=None):
-    """A plgpu.kernel computing ``a @ b`` with one plgpu.wgmma (operands in SMEM)."""
+def one_wgmma(m, n, k, dtype, acc_dtype=jnp.float32, extra=None, b_view=None,
+              b_shape=None):
+    """A plgpu.kernel computing ``a @ b`` with one plgpu.wgmma (operands in SMEM; the rhs
+    read as ``b_view(b_smem)`` if given, b of shape ``b_shape``)."""
     import jax.experimental.pallas as pl
     import jax.experimental.pallas.mosaic_gpu as plgpu
 
@@ -257,7 +259,7 @@ def one_wgmma(m, n, k, dtype, acc_dtype=jnp.float32, extra=None):
         plgpu.barrier_wait(barriers.at[1])
 
         def scope(acc_ref):
-            plgpu.wgmma(acc_ref, a_smem, b_smem)
+            plgpu.wgmma(acc_ref, a_smem, b_smem if b_view is None else b_view(b_smem))
             plgpu.wgmma_wait(0)
             return acc_ref[...]
 
@@ -271,7 +273,7 @@ def one_wgmma(m, n, k, dtype, acc_dtype=jnp.float32, extra=None):
 
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), acc_dtype),
-        scratch_types=[smem((m, k), dtype), smem((k, n), dtype),
+        scratch_types=[smem((m, k), dtype), smem(b_shape or (k, n), dtype),
                        plgpu.SMEM((m, n), acc_dtype), plgpu.Barrier(num_barriers=2)],
         compiler_params=plgpu.CompilerParams(
             lowering_semantics=plgpu.LoweringSemantics.Warpgroup))
@@ -292,6 +294,18 @@ def test_one_wgmma_formats(dtype):
 
         rounded = jaxwarp.matmul(a, b, operand_format="tf32", instruction="wgmma")
         assert (bits(rounded) != bits(got)).any()
+
+
+def test_transposed_and_sliced_rhs():
+    """b stored (N', K) and read as ``transpose_ref(b, (1, 0)).at[:, 32:64]``: the
+    transpose applied to the value, then the slice (the interpreter reads neither)."""
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    a, bt = random((64, 64), jnp.float16, 29), random((96, 64), jnp.float16, 30)
+    kernel = one_wgmma(64, 32, 64, jnp.float16, b_shape=(96, 64),
+                       b_view=lambda b: plgpu.transpose_ref(b, (1, 0)).at[:, 32:64])
+    got, = run(kernel, a, bt)
+    np.testing.assert_array_equal(bits(got), bits(chain(a, bt.T[:, 32:64])))
 
 
 def test_one_wgmma_f16_accumulator():
