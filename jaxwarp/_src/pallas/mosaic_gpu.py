@@ -66,15 +66,21 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.extend import core as jcore
 from jax.interpreters import mlir
 
 from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import bitops
-
-#: The JAX version this module was written against (its GPU interpret mode).
-TESTED_JAX = "0.10.2"
+from jaxwarp._src.pallas.mosaic_gpu_refs import (
+    jax_internals,
+    memory_space_name,
+    read_ref,
+    rename_effects,
+    rename_var,
+    run_state_eqns,
+    traced_eqns,
+    write_ref,
+)
 
 #: Kernel equations that hold Mosaic GPU kernels, and the param holding their jaxprs.
 _KERNEL_PRIMITIVES = {"mpmd_map": "jaxprs", "pallas_call": "jaxpr"}
@@ -94,23 +100,6 @@ _LAYOUT_ONLY = ("layout_cast",)
 #: Primitives computing products that this module does not model inside a kernel.
 _UNMODELLED = ("dot_general", "tcgen05_mma", "wgmma", "ragged_dot_general",
                "scaled_matmul", "dot_product_attention")
-
-
-# --- JAX internals, imported where used so that importing jaxwarp needs none of them.
-
-
-def _internals():
-    try:
-        from jax._src.interpreters import partial_eval as pe
-        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
-        from jax._src.state import primitives as state_primitives
-        from jax._src.state import types as state_types
-    except ImportError as e:  # pragma: no cover
-        raise ImportError(
-            "jaxwarp's Mosaic GPU emulation needs JAX's Mosaic GPU interpret mode "
-            f"(jax._src.pallas.mosaic_gpu.interpret, JAX >= {TESTED_JAX}); this is JAX "
-            f"{jax.__version__}: {e}") from e
-    return pe, InterpretGPUParams, state_primitives, state_types
 
 
 # --- The SM count a kernel asks for.
@@ -247,57 +236,6 @@ wgmma_chain_p.def_abstract_eval(
 mlir.register_lowering(wgmma_chain_p, mlir.lower_fun(wgmma_chain, multiple_results=False))
 
 
-# --- Reading and writing the refs of a wgmma the way the interpreter can.
-
-
-def _split_transforms(transforms, state_types):
-    """(before the first transpose, the rest): JAX's GPU interpreter reads only indexers
-    (after the layout-only unswizzle / untiling), so transposes are applied to values."""
-    for i, t in enumerate(transforms):
-        if isinstance(t, state_types.TransposeTransform):
-            return tuple(transforms[:i]), tuple(transforms[i:])
-    return tuple(transforms), ()
-
-
-def _index_value(val, indexer):
-    """``val[indexer]`` for an NDIndexer of slices and scalar indices."""
-    axis = 0
-    for idx in indexer.indices:
-        if hasattr(idx, "size") and hasattr(idx, "start"):
-            val = lax.dynamic_slice_in_dim(val, idx.start, idx.size * idx.stride, axis)
-            if idx.stride > 1:
-                val = lax.slice_in_dim(val, 0, None, idx.stride, axis)
-            axis += 1
-        elif jnp.ndim(idx) == 0:
-            val = lax.dynamic_index_in_dim(val, idx, axis, keepdims=False)
-        else:
-            raise NotImplementedError(f"wgmma operand indexed by an array: {indexer}")
-    return val
-
-
-def _read(ref, transforms, internals):
-    _, _, state_primitives, state_types = internals
-    before, after = _split_transforms(transforms, state_types)
-    flat, tree = jax.tree.flatten(before)
-    val = state_primitives.get_p.bind(ref, *flat, tree=tree)
-    for t in after:
-        if isinstance(t, state_types.TransposeTransform):
-            val = jnp.transpose(val, t.permutation)
-        elif hasattr(t, "indices"):
-            val = _index_value(val, t)
-        else:
-            raise NotImplementedError(f"wgmma operand transform {t} after a transpose")
-    return val
-
-
-def _write(ref, transforms, val, internals):
-    _, _, state_primitives, state_types = internals
-    if any(isinstance(t, state_types.TransposeTransform) for t in transforms):
-        raise ValueError(f"a transposed wgmma accumulator: {transforms}")
-    flat, tree = jax.tree.flatten(tuple(transforms))
-    state_primitives.swap_p.bind(ref, val, *flat, tree=tree)
-
-
 # --- The rewrite of a kernel jaxpr.
 
 
@@ -407,9 +345,9 @@ def _wgmma_eqns(eqn, target: _Target, internals) -> list:
         acc_l, rest = leaves[:counts[0]], leaves[counts[0]:]
         a_l, b_l = rest[:counts[1]], rest[counts[1]:]
         acc_t = unflatten(trees[0], acc_l)
-        acc_val = _read(acc_ref, acc_t, internals)
-        a_val = _read(a, unflatten(trees[1], a_l), internals) if a_is_ref else a
-        b_val = _read(b_ref, unflatten(trees[2], b_l), internals)
+        acc_val = read_ref(acc_ref, acc_t, internals)
+        a_val = read_ref(a, unflatten(trees[1], a_l), internals) if a_is_ref else a
+        b_val = read_ref(b_ref, unflatten(trees[2], b_l), internals)
         fmt, accumulator = _wgmma_formats(acc_val, a_val, b_val, target)
         (m, k), n = a_val.shape, b_val.shape[1]
         target.sites.append(WgmmaSite(
@@ -420,40 +358,15 @@ def _wgmma_eqns(eqn, target: _Target, internals) -> list:
             kernel=target.kernel))
         d = wgmma_chain_p.bind(acc_val, a_val, b_val, operand_format=fmt,
                                accumulator=accumulator)
-        _write(acc_ref, acc_t, d, internals)
+        write_ref(acc_ref, acc_t, d, internals)
         return []
 
-    return _traced_eqns(body, eqn.invars, eqn.source_info, internals)[0]
-
-
-def _rename(v, rename):
-    return rename.get(v, v) if isinstance(v, jcore.Var) else v
-
-
-def _traced_eqns(fn, in_vars, source_info, internals):
-    """fn traced on in_vars' avals: its equations, reading in_vars, and its outvars."""
-    pe = internals[0]
-    from jax._src import api_util
-    from jax.extend import linear_util as lu
-
-    avals = [v.aval for v in in_vars]
-    info = api_util.debug_info("jaxwarp mosaic_gpu", fn, avals, {})
-    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fn, debug_info=info), avals)
-    if consts or jaxpr.constvars:  # pragma: no cover
-        raise AssertionError("a replacement equation closed over constants")
-    rename = dict(zip(jaxpr.invars, in_vars, strict=True))
-    eqns = [e.replace(invars=[_rename(v, rename) for v in e.invars], source_info=source_info)
-            for e in jaxpr.eqns]
-    return eqns, [_rename(v, rename) for v in jaxpr.outvars]
-
-
-def _memory_space_name(aval) -> str:
-    return str(getattr(aval, "memory_space", "") or "").upper()
+    return traced_eqns(body, eqn.invars, eqn.source_info, internals)[0]
 
 
 def _check_no_tmem(jaxpr, target: _Target):
     for v in list(jaxpr.invars) + list(jaxpr.constvars):
-        if "TMEM" in _memory_space_name(v.aval):
+        if "TMEM" in memory_space_name(v.aval):
             raise NotImplementedError(_tcgen05_message(target, "a TMEM allocation"))
 
 
@@ -491,93 +404,21 @@ def _rewrite_param(value, target, internals):
     return value
 
 
-def _is_ref(aval) -> bool:
-    return hasattr(aval, "inner_aval")
-
-
-def _run_state_eqns(eqn, internals, rename):
-    """``pl.run_state`` (which JAX's GPU interpreter cannot run) as plain equations: its
-    Ref arguments are passed through, its read-only value arguments substituted for their
-    reads, and its REGS (wgmma accumulator) arguments allocated by a ``run_scoped`` that
-    stores the initial value first and reads the final one last. Fills ``rename`` with
-    the outputs that are inputs."""
-    _, _, state_primitives, _ = internals
-    inner = eqn.params["jaxpr"]
-    if not all(eqn.params.get("is_initialized", ())) or inner.constvars:
-        raise NotImplementedError("run_state with uninitialized refs in a Mosaic GPU kernel")
-    sub, regs = {}, []
-    for x, r, out in zip(eqn.invars, inner.invars, eqn.outvars, strict=True):
-        if _is_ref(x.aval):
-            sub[r] = x
-            rename[out] = x
-        elif "REGS" in _memory_space_name(r.aval):
-            regs.append((x, r, out))
-        else:
-            rename[out] = x
-    body = []
-    for e in inner.eqns:
-        invars = [_rename(v, sub) for v in e.invars]
-        read_only = [v for v in e.invars if isinstance(v, jcore.Var) and v in inner.invars
-                     and v not in sub and all(v is not r for _, r, _ in regs)]
-        if read_only:
-            tree = e.params.get("tree")
-            if e.primitive is not state_primitives.get_p or tree is None or tree.num_leaves:
-                raise NotImplementedError(
-                    f"run_state in a Mosaic GPU kernel whose value argument is used by "
-                    f"{e.primitive.name} (only whole reads are supported)")
-            sub[e.outvars[0]] = eqn.invars[inner.invars.index(read_only[0])]
-            continue
-        body.append(e.replace(invars=invars))
-    if not regs:
-        return body
-    empty = jax.tree.structure(())
-
-    def store(ref, val):
-        state_primitives.swap_p.bind(ref, val, tree=empty)
-        return []
-
-    def load(ref):
-        return [state_primitives.get_p.bind(ref, tree=empty)]
-
-    init, final, outvars = [], [], []
-    for x, r, _ in regs:
-        init += _traced_eqns(store, [r, x], eqn.source_info, internals)[0]
-        eqns, outs = _traced_eqns(load, [r], eqn.source_info, internals)
-        final += eqns
-        outvars += outs
-    eqns_in = init + body + final
-    defined = {v for e in eqns_in for v in e.outvars} | {r for _, r, _ in regs}
-    free = list(dict.fromkeys(v for e in eqns_in for v in e.invars
-                              if isinstance(v, jcore.Var) and v not in defined))
-    scope = inner.replace(constvars=free, invars=[r for _, r, _ in regs], outvars=outvars,
-                          eqns=eqns_in)
-    run_scoped_p = _run_scoped_primitive()
-    return [jcore.new_jaxpr_eqn(
-        free, [out for _, _, out in regs], run_scoped_p,
-        dict(jaxpr=scope, collective_axes=(), ref_transforms=((),) * len(regs)),
-        inner.effects, eqn.source_info)]
-
-
-def _run_scoped_primitive():
-    from jax._src.pallas import primitives as pallas_primitives
-
-    return pallas_primitives.run_scoped_p
-
-
 def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
     """A Mosaic GPU kernel jaxpr with every ``wgmma_ref`` replaced by the exact chain
     (nested jaxprs included) and every ``run_state`` by plain equations; any other
     product is an error."""
-    internals = internals or _internals()
+    internals = internals or jax_internals()
     _check_no_tmem(jaxpr, target)
     eqns, changed, rename, todo = [], False, {}, list(jaxpr.eqns)
     while todo:
         eqn = todo.pop(0)
         if rename:
-            eqn = eqn.replace(invars=[_rename(v, rename) for v in eqn.invars])
+            eqn = eqn.replace(invars=[rename_var(v, rename) for v in eqn.invars],
+                              effects=rename_effects(eqn.effects, rename))
         name = eqn.primitive.name
         if name == "run_state":
-            todo[:0] = _run_state_eqns(eqn, internals, rename)
+            todo[:0] = run_state_eqns(eqn, internals, rename)
             changed = True
             continue
         if name in _LAYOUT_ONLY:  # a register layout: no value changes
@@ -602,14 +443,14 @@ def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
         eqns.append(eqn)
     if not changed:
         return jaxpr
-    return jaxpr.replace(eqns=eqns, outvars=[_rename(v, rename) for v in jaxpr.outvars])
+    return jaxpr.replace(eqns=eqns, outvars=[rename_var(v, rename) for v in jaxpr.outvars])
 
 
 # --- Running the kernel.
 
 
 def _run_kernel_eqn(eqn, invals, target: _Target):
-    internals = _internals()
+    internals = jax_internals()
     interpret_params = internals[1]
     key = _KERNEL_PRIMITIVES[eqn.primitive.name]
     params = dict(eqn.params)
