@@ -365,6 +365,7 @@ def test_pallas_call_kernel_and_sites():
     (Model(mode="fast"), "mode"),
     (Model(instruction="mma_sync"), "instruction"),
     (Model(arch="sm_100a"), "wgmma"),
+    (Model(arch="sm_100a", instruction="wgmma"), "instruction"),
     (Model(operand_format="f64"), "operand_format"),
 ])
 def test_bad_model(model, match):
@@ -407,14 +408,86 @@ def test_other_products_are_refused():
 
 
 def test_blackwell_kernel_raises():
-    """JAX's GPU interpret mode has no TMEM (JAX 0.10.2): a clear error."""
+    """blackwell_matmul_mgpu uses what JAX 0.10.2's GPU interpret mode cannot run (a
+    warp-level core_map, dynamic_scheduling_loop, inline_mgpu): a clear error."""
     bm = pytest.importorskip("jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu")
     a = jnp.ones((256, 256), jnp.float16)
     cfg = bm.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
                           collective=False)
     eqn = kernel_eqn(lambda a, b: bm.matmul_kernel(a, b, cfg), a, a)
-    with pytest.raises(NotImplementedError, match="TMEM"):
+    with pytest.raises(NotImplementedError, match="Mosaic GPU interpret mode cannot run"):
         mg.run_kernel(eqn, [a, a], Model(arch="sm_100a"))
+
+
+def tcgen05_kernel(m, n, k, tile_k, dtype):
+    """A plgpu.kernel with a k loop of plgpu.tcgen05_mma into TMEM (accumulate=(ki > 0):
+    the first step ignores the uninitialized accumulator), its completion observed on a
+    barrier, the result read with async_load_tmem."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    def smem(shape, dt):
+        swizzle = plgpu.find_swizzle(shape[-1] * jnp.dtype(dt).itemsize * 8)
+        elems = swizzle // jnp.dtype(dt).itemsize
+        return plgpu.SMEM(shape, dt, transforms=(plgpu.TilingTransform((8, elems)),
+                                                 plgpu.SwizzleTransform(swizzle)))
+
+    def body(a_gmem, b_gmem, o_gmem, a_smem, b_smem, acc_tmem, o_smem, tma, mma):
+        def step(ki, _):
+            plgpu.copy_gmem_to_smem(a_gmem.at[:, pl.ds(ki * tile_k, tile_k)], a_smem,
+                                    tma.at[0])
+            plgpu.copy_gmem_to_smem(b_gmem.at[pl.ds(ki * tile_k, tile_k), :], b_smem,
+                                    tma.at[1])
+            plgpu.barrier_wait(tma.at[0])
+            plgpu.barrier_wait(tma.at[1])
+            plgpu.tcgen05_mma(acc_tmem, a_smem, b_smem, mma.at[0], accumulate=ki > 0)
+            plgpu.barrier_wait(mma.at[0])
+
+        jax.lax.fori_loop(0, k // tile_k, step, None)
+        o_smem[...] = plgpu.async_load_tmem(acc_tmem)
+        plgpu.wait_load_tmem()
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(o_smem, o_gmem)
+        plgpu.wait_smem_to_gmem(0)
+
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        scratch_types=[smem((m, tile_k), dtype), smem((tile_k, n), dtype),
+                       plgpu.TMEM((m, n), jnp.float32), plgpu.SMEM((m, n), jnp.float32),
+                       plgpu.Barrier(num_barriers=2),
+                       plgpu.Barrier(num_arrivals=1, num_barriers=1,
+                                     orders_tensor_core=True)])
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_tcgen05_kernel(dtype):
+    """On sm_100a a kernel's tcgen05_mma is the chain of tcgen05_mma_logical over k
+    (MMA-Sim's Blackwell model), starting from zero where accumulate is false; numpy's
+    f32 matmul gives other bits."""
+    from jaxwarp._src.instructions.tcgen05 import tcgen05_mma_logical
+
+    a, b = random((128, 128), dtype, 31), random((128, 64), dtype, 32)
+    (got,), sites = mg.run_kernel_and_sites(
+        kernel_eqn(tcgen05_kernel(128, 64, 128, 64, dtype), a, b), [a, b],
+        Model(arch="sm_100a"))
+    fmt = {jnp.float16: "f16", jnp.bfloat16: "bf16"}[dtype]
+    d = jnp.zeros((128, 64), jnp.float32)
+    for k0 in range(0, 128, 16):
+        d = tcgen05_mma_logical(f"m128n64k16.kind::f16.f32.{fmt}.{fmt}", a[:, k0:k0 + 16],
+                                b[k0:k0 + 16], d)
+    np.testing.assert_array_equal(bits(got), bits(d))
+    npm = np.asarray(a, np.float32) @ np.asarray(b, np.float32)
+    assert (bits(npm) != bits(d)).any()
+    site, = sites
+    assert (site.instruction, site.m, site.n, site.k, site.operand_format) == (
+        "tcgen05", 128, 64, 64, fmt)
+
+
+def test_tcgen05_kernel_needs_blackwell():
+    a, b = random((128, 64), jnp.float16, 33), random((64, 64), jnp.float16, 34)
+    eqn = kernel_eqn(tcgen05_kernel(128, 64, 64, 64, jnp.float16), a, b)
+    with pytest.raises(ValueError, match="tcgen05"):
+        mg.run_kernel(eqn, [a, b], Model(arch="sm_90a"))
 
 
 def test_not_a_kernel():

@@ -29,13 +29,14 @@ and ``plgpu.layout_cast`` the identity. The checked shapes and dtypes are what s
 issues: M a multiple of 64, N of 8, K of the instruction's k; f16 / bf16 / tf32 / e4m3 /
 e5m2 operands of one dtype; an f32 accumulator, or f16 for f16 and fp8.
 
-Any other product in a kernel body (``dot_general``, ``tcgen05_mma``, the functional
-``wgmma``) is an error, not an ``np.matmul``. JAX 0.10.2's GPU interpret mode has no TMEM
-and no rule for ``tcgen05_mma`` (nor for the cluster cancellation and warp-level
-``core_map`` that ``blackwell_matmul_mgpu`` uses); JAX 0.11.0 added TMEM and
-``tcgen05_mma`` to it, computed as ``acc + np.matmul``, and jaxwarp does not substitute its
-tcgen05 model there yet. Either way a Blackwell kernel raises
-:class:`NotImplementedError` saying which.
+On ``arch="sm_100a"`` / ``"sm_103a"``, ``tcgen05_mma`` goes through jaxwarp's tcgen05
+model the same way, with its ``accumulate`` flag and TMEM accumulator
+(``mosaic_gpu_tmem``; TMEM is held in shared memory where JAX's interpreter has none, as
+in JAX 0.10.2). JAX's own ``blackwell_matmul_mgpu`` still cannot run: it uses a
+warp-level ``core_map``, ``dynamic_scheduling_loop`` and ``inline_mgpu``, which JAX
+0.10.2's GPU interpret mode has no rule for (a :class:`NotImplementedError` says so).
+Any other product in a kernel body (``dot_general``, the functional ``wgmma``, a
+block-scaled, sparse or collective ``tcgen05_mma``) is an error, not an ``np.matmul``.
 
 Kernels that ask the device for its SM count (``hopper_matmul_mgpu.get_num_sms``,
 ``jax.extend.backend.get_default_device().core_count``) are traced under
@@ -50,7 +51,11 @@ version otherwise; names JAX 0.11 may move are looked up by name):
 ``jaxprs``, ``meshes``, ``compiler_params``, ``interpret``) and ``pallas_call`` (params
 ``jaxpr``, ``mesh``, ``compiler_params``, ``interpret``); the kernel primitives
 ``wgmma_ref`` (params ``{acc,a,b}_transforms_tree``), ``run_state`` (``jaxpr``,
-``is_initialized``), ``layout_cast``, ``tcgen05_mma`` and
+``is_initialized``), ``layout_cast``, ``tcgen05_mma`` (params ``*_transforms_tree``,
+``arrive``, ``scaled``, ``sparse``, ``collective_axis``),
+``tcgen05_commit_arrive``, ``async_load`` / ``async_store_tmem`` / ``wait_load_tmem`` /
+``commit_tmem``, ``barrier_arrive`` (``transforms_treedef``), the memory spaces of
+``jax._src.pallas.mosaic_gpu.core`` and
 ``jax._src.pallas.primitives.run_scoped_p`` (params ``jaxpr``, ``collective_axes``,
 ``ref_transforms``); ``jax._src.state.primitives.get_p`` / ``swap_p`` (param ``tree``),
 ``jax._src.state.types.TransposeTransform``; and
@@ -73,13 +78,18 @@ from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import bitops
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
     jax_internals,
-    memory_space_name,
     read_ref,
     rename_effects,
     rename_var,
     run_state_eqns,
     traced_eqns,
     write_ref,
+)
+from jaxwarp._src.pallas.mosaic_gpu_tmem import (
+    TMEM_PRIMITIVES,
+    retype_tmem,
+    tcgen05_eqns,
+    tmem_access_eqns,
 )
 
 #: Kernel equations that hold Mosaic GPU kernels, and the param holding their jaxprs.
@@ -98,7 +108,7 @@ _TCGEN05_ARCHS = ("sm_100a", "sm_103a")
 #: JAX's GPU interpreter has no CPU rule for.
 _LAYOUT_ONLY = ("layout_cast",)
 #: Primitives computing products that this module does not model inside a kernel.
-_UNMODELLED = ("dot_general", "tcgen05_mma", "wgmma", "ragged_dot_general",
+_UNMODELLED = ("dot_general", "wgmma", "ragged_dot_general",
                "scaled_matmul", "dot_product_attention")
 
 
@@ -364,32 +374,23 @@ def _wgmma_eqns(eqn, target: _Target, internals) -> list:
     return traced_eqns(body, eqn.invars, eqn.source_info, internals)[0]
 
 
-def _check_no_tmem(jaxpr, target: _Target):
-    for v in list(jaxpr.invars) + list(jaxpr.constvars):
-        if "TMEM" in memory_space_name(v.aval):
-            raise NotImplementedError(_tcgen05_message(target, "a TMEM allocation"))
-
-
-def _interpreter_has_tmem() -> bool:
-    """Whether JAX's GPU interpreter runs tcgen05_mma (JAX >= 0.11.0: as np.matmul)."""
+def _interpreter_runs(primitive: str) -> bool:
+    """Whether JAX's GPU interpreter has a rule for the primitive (tcgen05_mma and TMEM:
+    JAX >= 0.11.0)."""
     from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret
 
-    return hasattr(jaxpr_interpret.JaxprInterpreter, "_interpret_tcgen05_mma_p")
+    return hasattr(jaxpr_interpret.JaxprInterpreter, f"_interpret_{primitive}_p")
 
 
-def _tcgen05_message(target: _Target, what: str) -> str:
-    head = (f"the kernel uses {what} (Blackwell's tensor memory / tcgen05.mma), which "
-            f"jaxwarp cannot run on arch={target.arch!r} with JAX {jax.__version__}: ")
-    if _interpreter_has_tmem():
-        why = ("JAX's GPU interpret mode computes tcgen05_mma as acc + np.matmul, and "
-               "jaxwarp does not put its tcgen05 model in that place yet, so it refuses the "
-               "kernel rather than give numpy's bits")
-    else:
-        why = ("JAX's GPU interpret mode (before JAX 0.11.0) allocates only the GMEM, SMEM "
-               "and REGS memory spaces ('Unsupported memory space: tmem') and has no rule "
-               "for tcgen05_mma, tcgen05_commit_arrive or async_load / wait_load_tmem")
-    return (head + why + "; jaxwarp's tcgen05 model itself is jaxwarp.matmul(..., "
-            "instruction='tcgen05', arch='sm_100a')")
+#: Kernel primitives that JAX 0.10.2's GPU interpreter has no rule for (its error would be
+#: "Higher-order primitive ..." or a missing CPU lowering), with what uses them.
+_NOT_INTERPRETED = {
+    "core_map": "a warp-level pl.core_map (plgpu.WarpMesh) inside the kernel",
+    "mpmd_map": "a nested kernel mesh inside the kernel",
+    "try_cluster_cancel": "plgpu.dynamic_scheduling_loop (cluster launch control)",
+    "query_cluster_cancel": "plgpu.dynamic_scheduling_loop (cluster launch control)",
+    "inline_mgpu_p": "plgpu.inline_mgpu (hand-written Mosaic GPU code)",
+}
 
 
 def _rewrite_param(value, target, internals):
@@ -409,7 +410,6 @@ def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
     (nested jaxprs included) and every ``run_state`` by plain equations; any other
     product is an error."""
     internals = internals or jax_internals()
-    _check_no_tmem(jaxpr, target)
     eqns, changed, rename, todo = [], False, {}, list(jaxpr.eqns)
     while todo:
         eqn = todo.pop(0)
@@ -429,8 +429,20 @@ def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
             eqns.extend(_wgmma_eqns(eqn, target, internals))
             changed = True
             continue
-        if name == "tcgen05_mma":
-            raise NotImplementedError(_tcgen05_message(target, "tcgen05_mma"))
+        if name in _NOT_INTERPRETED and not _interpreter_runs(name):
+            raise NotImplementedError(
+                f"the kernel uses {_NOT_INTERPRETED[name]} ({name}), which JAX "
+                f"{jax.__version__}'s Mosaic GPU interpret mode cannot run, so neither can "
+                f"jaxwarp (blackwell_matmul_mgpu uses a warp-level core_map and "
+                f"dynamic_scheduling_loop)")
+        if name in TMEM_PRIMITIVES:
+            if target.arch not in _TCGEN05_ARCHS:
+                raise ValueError(f"the kernel issues {name} (tcgen05, Blackwell's), which "
+                                 f"{target.arch} does not have; allowed: {_TCGEN05_ARCHS}")
+            eqns.extend(tcgen05_eqns(eqn, target, internals) if name == "tcgen05_mma"
+                        else tmem_access_eqns(eqn, target, internals))
+            changed = True
+            continue
         if name in _UNMODELLED:
             raise NotImplementedError(
                 f"a {name} inside a Mosaic GPU kernel is not modelled (the kernel products "
@@ -454,7 +466,11 @@ def _run_kernel_eqn(eqn, invals, target: _Target):
     interpret_params = internals[1]
     key = _KERNEL_PRIMITIVES[eqn.primitive.name]
     params = dict(eqn.params)
-    params[key] = _rewrite_param(params[key], target, internals)
+    kernel = params[key]
+    if not _interpreter_runs("tcgen05_mma"):  # TMEM held in SMEM (JAX < 0.11.0)
+        kernel = (tuple(retype_tmem(j, {}) for j in kernel) if isinstance(kernel, tuple)
+                  else retype_tmem(kernel, {}))
+    params[key] = _rewrite_param(kernel, target, internals)
     params["interpret"] = interpret_params()
     return eqn.primitive.bind(*invals, **params)
 
@@ -498,9 +514,9 @@ def run_kernel(eqn, invals, model) -> list:
     Args:
       eqn: an equation :func:`is_mosaic_gpu` accepts.
       invals: its input values.
-      model: a record with ``arch`` (``"sm_90a"``; ``"sm_100a"`` / ``"sm_103a"`` raise
-        for want of TMEM in JAX's interpreter), ``mode`` (``"exact"``), ``instruction``
-        (None or ``"wgmma"``), ``operand_format`` (None: the kernel's dtypes) and
+      model: a record with ``arch`` (``"sm_90a"`` for wgmma kernels, ``"sm_100a"`` /
+        ``"sm_103a"`` for tcgen05 ones), ``mode`` (``"exact"``), ``instruction`` (None,
+        or the one the arch issues), ``operand_format`` (None: the kernel's dtypes) and
         ``promote_every`` (unused: a kernel's k loop is its own code).
 
     Returns:
