@@ -262,7 +262,8 @@ class _Target:
 class WgmmaSite:
     """One ``plgpu.wgmma`` of a kernel and the chain that runs it (a site of the kernel's
     code: it runs once per issue; the field names are those of the pallas layer's
-    product records)."""
+    product records; ``c_from`` is empty: C is the kernel's own accumulator, no add
+    folded into it)."""
 
     lhs_shape: tuple[int, ...]
     rhs_shape: tuple[int, ...]
@@ -276,7 +277,7 @@ class WgmmaSite:
     operand_format: str
     instruction: str
     accumulator: str
-    c_from: str = "accumulator"
+    c_from: str = ""
     note: str = ""
     kernel: str = ""
 

@@ -87,7 +87,7 @@ class Tcgen05Site:
     operand_format: str
     instruction: str
     accumulator: str
-    c_from: str = "accumulator (where accumulate)"
+    c_from: str = ""
     note: str = ""
     kernel: str = ""
 
