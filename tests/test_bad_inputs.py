@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import pathlib
 import re
@@ -2518,4 +2519,92 @@ def _cg_params():
 
 @pytest.mark.parametrize("c, mode", _cg_params())
 def test_bad_input_cg(c: Case, mode: str):
+    test_bad_input(c, mode)
+
+
+# --------------------------------------------------------------------------------------
+# No silent wrong answer (microscaling, sparse and descriptor APIs): capture files whose
+# labels or keys the command used to accept or blame on the wrong key.
+
+def _relabel(src: str, old: str, new: str, *, keep: str) -> bytes:
+    with np.load(DATA / src) as z:
+        return _npz(**{k.replace(old, new): z[k] for k in z.files if k.startswith(keep)})
+
+
+def _sparse_group(base: str, new_base: str | None = None, **replace) -> bytes:
+    with np.load(DATA / "h100_sparse.npz") as z:
+        out = {k.replace(base, new_base or base): z[k] for k in z.files if k.startswith(base)}
+    for field, fn in replace.items():
+        key = f"{new_base or base}/{field}"
+        out[key] = fn(out[key])
+    return _npz(**out)
+
+
+_SPG = "sp/bf16.bf16.f32f32.m16n8k16.ordered.sel0"
+_UNDEF = {"undef/cfg": np.zeros((1, 3), np.int32), "undef/x": np.zeros((1, 32), np.uint32),
+          "undef/out": np.zeros((1, 32, 4), np.uint32)}
+TRUST_FILE_CASES = [
+    FileCase("golden-mma-block-scale-on-blackwell", _relabel(
+        "mmasim_block_scale_sample.npz", "/RTX_Blackwell/", "/Blackwell/",
+        keep="golden/mma_block_scale/"), 2,
+        ("Blackwell (sm_100a) cannot issue block-scaled mma_sync", "sm_120a",
+         "(RTX_Blackwell)")),
+    FileCase("golden-tcgen05-block-scale-on-rtx-blackwell", _relabel(
+        "mmasim_block_scale_sample.npz", "/Blackwell/", "/RTX_Blackwell/",
+        keep="golden/tcgen05_block_scale/"), 2,
+        ("RTX_Blackwell (sm_120a) cannot issue block-scaled tcgen05", "sm_100a",
+         "(Blackwell)")),
+    FileCase("sparse-a-trials-differ", _sparse_group(_SPG, A=lambda a: a[:5]), 2,
+             ("A, B, C and D must hold the same number of trials",
+              "'A': 5, 'B': 12"), must_not=("/meta must be",)),
+    FileCase("sparse-chain-x0", _sparse_group(_SPG, f"chain/{_SPG}x0"), 2,
+             ("a chain key needs x{steps} with steps >= 2", "got x0")),
+    FileCase("sparse-steps-outside-chain", _sparse_group(_SPG, f"{_SPG}x3"), 2,
+             ("x3: x{steps} belongs to chain keys (chain/sp/...) only",)),
+    FileCase("undef-without-status", _npz(**_UNDEF), 2,
+             ("need keys", "missing ['undef/status']"), must_not=("no handler understands",)),
+]
+FILE_CASES.extend(TRUST_FILE_CASES)
+
+
+@pytest.mark.parametrize("fc", [pytest.param(fc, id=fc.id) for fc in TRUST_FILE_CASES])
+def test_conformance_bad_file_trust(fc: FileCase, conformance_runs):
+    test_conformance_bad_file(fc, conformance_runs)
+
+
+def test_conformance_json_into_a_folder_is_an_error(tmp_path, capsys):
+    status = conformance.main([str(DATA / "h100_cg.npz"), "--json", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert f"--json {tmp_path} is a folder" in err and "conformance.json" in err
+
+
+# Bad inputs that used to give a silent wrong answer or an unclear error (microscaling,
+# sparse, descriptors, recipes, cooperative groups); their own test at the end.
+_TR0 = len(CATALOGUE)
+_BSQ = "m128n8k32.kind::mxf8f6f4.{}.f32.e4m3.e4m3.{}"
+for _blk, _sc in (("block32", "ue4m3"), ("block24", "ue8m0"), ("block16", "ue8m0"),
+                  ("block7", "ue8m0"), ("blockx", "ue8m0")):
+    case(3, f"block-scale-descriptor-{_blk}-{_sc}",
+         functools.partial(jaxwarp.make_block_scale_instr_descriptor, _BSQ.format(_blk, _sc)),
+         exc=ValueError, must=(f"no {_blk} with {_sc} scales",
+                               "allowed (block, scale type): block32.ue8m0"), modes=EAGER)
+case(6, "block-scale-descriptor-mxf4-e4m3", lambda: jaxwarp.make_block_scale_instr_descriptor(
+    "m128n8k64.kind::mxf4.block32.f32.e4m3.e4m3.ue8m0"), exc=ValueError,
+     must=("A type 'e4m3' is not a type of tcgen05 kind::mxf4", "allowed: ('e2m1',)"),
+     modes=EAGER)
+case(3, "block-scale-descriptor-nvf4-block16-ue4m3-ok-block8", lambda: (
+    jaxwarp.make_block_scale_instr_descriptor(
+        "m128n8k64.kind::mxf4nvf4.block8.f32.e2m1.e2m1.ue4m3")), exc=ValueError,
+     must=("no block8 with ue4m3", "block16.ue4m3"), modes=EAGER)
+# (the cases above run in test_bad_input_trust)
+
+
+def _trust_params():
+    new = {id(c) for c in CATALOGUE[_TR0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _trust_params())
+def test_bad_input_trust(c: Case, mode: str):
     test_bad_input(c, mode)

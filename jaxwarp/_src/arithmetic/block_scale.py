@@ -548,8 +548,18 @@ def parse_qualifier(family: str, qualifier: str) -> dict[str, Any]:
     if shape not in row.shapes:
         raise ValueError(f"qualifier={qualifier!r}: {instruction} kind::{kind} has no shape "
                          f"{isa.shape_name(shape)}")
-    return dict(instruction=instruction, kind=kind, block=int(parts[2][5:]),
-                a_format=parts[4], b_format=parts[5], scale_format=parts[-1], shape=shape)
+    for what, fmt in (("A", parts[4]), ("B", parts[5])):
+        if fmt not in row.a_formats:
+            raise ValueError(f"qualifier={qualifier!r}: {what} type {fmt!r} is not a type of "
+                             f"{instruction} kind::{kind}; allowed: {row.a_formats}")
+    block, scale = parts[2][5:], parts[-1]
+    pairs = ", ".join(f"block{b}.{s}" for b, s in row.scales)
+    if not block.isdigit() or (int(block), scale) not in row.scales:
+        raise ValueError(f"qualifier={qualifier!r}: {instruction} kind::{kind} has no "
+                         f"{parts[2]} with {scale} scales; allowed (block, scale type): "
+                         f"{pairs}")
+    return dict(instruction=instruction, kind=kind, block=int(block),
+                a_format=parts[4], b_format=parts[5], scale_format=scale, shape=shape)
 
 
 def _unpack(x: jax.Array, fmt: str, packed: bool, axis: int) -> jax.Array:
