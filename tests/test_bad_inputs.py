@@ -2597,6 +2597,19 @@ case(3, "block-scale-descriptor-nvf4-block16-ue4m3-ok-block8", lambda: (
     jaxwarp.make_block_scale_instr_descriptor(
         "m128n8k64.kind::mxf4nvf4.block8.f32.e2m1.e2m1.ue4m3")), exc=ValueError,
      must=("no block8 with ue4m3", "block16.ue4m3"), modes=EAGER)
+_DEC = (np.float32([[3, 4]]),)
+for _bad in (4, -1):
+    case(3, f"decompress-index-{_bad}", jaxwarp.sparse.decompress_2_4, *_DEC,
+         np.int32([[1, _bad]]), exc=ValueError,
+         must=(f"indices holds {_bad} at index (0, 1)", "allowed: 0 .. 3"), modes=EAGER)
+case(3, "decompress-index-float", jaxwarp.sparse.decompress_2_4, *_DEC,
+     np.float32([[1.5, 2.7]]), exc=TypeError, must=("indices must be integers", "float32"))
+case(3, "metadata-f16-index-5", lambda i: jaxwarp.sparse.metadata_words(
+    i, a_format="f16", k=32), np.full((16, 16), 5, np.int32), exc=ValueError,
+     must=("indices holds 5 at index (0, 0)", "allowed: 0 .. 3"), modes=EAGER)
+case(3, "metadata-tf32-index-2", lambda i: jaxwarp.sparse.metadata_words(
+    i, a_format="tf32", k=16), np.full((16, 8), 2, np.int32), exc=ValueError,
+     must=("indices holds 2 at index (0, 0)", "allowed: 0 .. 1", "tf32"), modes=EAGER)
 # (the cases above run in test_bad_input_trust)
 
 
@@ -2608,3 +2621,36 @@ def _trust_params():
 @pytest.mark.parametrize("c, mode", _trust_params())
 def test_bad_input_trust(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+def test_traced_sparse_indices_are_reported_never_a_number():
+    """Out-of-range indices that are traced: jaxwarp.checked reports them; outside it
+    decompress_2_4 drops the element, metadata_words keeps a field's bits, and
+    mma_sp_logical / wgmma_sp_logical give NaN rows, never a plausible D."""
+    dec = jax.jit(jaxwarp.sparse.decompress_2_4)
+    v, bad = np.float32([[3, 4]]), np.int32([[1, 4]])
+    err, _ = jaxwarp.checked(dec)(v, bad)
+    assert "indices has value 4 at flat index 1; allowed: 0 .. 3" in err.get()
+    np.testing.assert_array_equal(dec(v, bad), [[0, 3, 0, 0]])
+    np.testing.assert_array_equal(dec(v, np.int32([[1, -1]])), [[0, 3, 0, 0]])  # no wrap
+    meta = jax.jit(lambda i: jaxwarp.sparse.metadata_words(i, a_format="f16", k=32))
+    err, _ = jaxwarp.checked(meta)(np.full((16, 16), 5, np.int32))
+    assert "indices has value 5" in err.get()
+    assert int(meta(np.full((16, 16), 5, np.int32))[0]) == 0x55555555  # no spill
+    q = "m16n8k16.row.col.f32.f16.f16.f32"
+    f = jax.jit(lambda a, b, c, i: jaxwarp.mma_sp_logical(q, a, b, c, indices=i))
+    idx = np.tile(np.array([0, 2], np.int32), (16, 4))
+    idx[3, 1] = 7
+    args = (np.ones((16, 8), np.float16), np.ones((16, 8), np.float16),
+            np.zeros((16, 8), np.float32), idx)
+    err, _ = jaxwarp.checked(f)(*args)
+    assert "indices has value 7 at flat index 25; allowed: 0 .. 3" in err.get()
+    d = np.asarray(f(*args))
+    assert np.isnan(d[3]).all() and not np.isnan(np.delete(d, 3, axis=0)).any()
+    wq = "m64n8k32.f32.f16.f16"
+    g = jax.jit(lambda a, b, c, i: jaxwarp.wgmma_sp_logical(wq, a, b, c, indices=i))
+    widx = np.tile(np.array([0, 2], np.int32), (64, 8))
+    widx[10, 0] = -1
+    d = np.asarray(g(np.ones((64, 16), np.float16), np.ones((32, 8), np.float16),
+                     np.zeros((64, 8), np.float32), widx))
+    assert np.isnan(d[10]).all() and not np.isnan(np.delete(d, 10, axis=0)).any()
