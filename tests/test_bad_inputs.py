@@ -2610,6 +2610,34 @@ case(3, "metadata-f16-index-5", lambda i: jaxwarp.sparse.metadata_words(
 case(3, "metadata-tf32-index-2", lambda i: jaxwarp.sparse.metadata_words(
     i, a_format="tf32", k=16), np.full((16, 8), 2, np.int32), exc=ValueError,
      must=("indices holds 2 at index (0, 0)", "allowed: 0 .. 1", "tf32"), modes=EAGER)
+_MXT = jaxwarp.mx.MXTensor
+_E8 = np.zeros((2, 32), jnp.float8_e4m3fn)
+
+
+def _mx_hand(el, sc, ts=None, fmt="mxfp8_e4m3", block=32, axis=-1):
+    return lambda e, s: jaxwarp.mx.dequantize(_MXT(e, s, ts, fmt, block, axis))
+
+
+case(3, "mx-hand-scales-per-16", _mx_hand(None, None), _E8, np.zeros((2, 2), np.uint8),
+     exc=ValueError, must=("t.scales has dtype uint8 and shape (2, 2)",
+                           "needs uint8 scales of shape (2, 1)"))
+case(3, "mx-hand-f32-elements", _mx_hand(None, None), np.zeros((2, 32), np.float32),
+     np.zeros((2, 1), np.uint8), exc=TypeError,
+     must=("t.elements of shape (2, 32) has dtype float32", "t.fmt='mxfp8_e4m3'",
+           "float8_e4m3fn"))
+case(3, "mx-hand-block16-one-scale", _mx_hand(None, None, block=16), _E8,
+     np.zeros((2, 1), np.uint8), exc=ValueError,
+     must=("block=16", "needs uint8 scales of shape (2, 2)"))
+case(6, "mx-hand-nvfp4-no-tensor-scale", _mx_hand(None, None, fmt="nvfp4", block=16),
+     np.zeros((2, 32), np.uint8), np.zeros((2, 2), np.uint8), exc=ValueError,
+     must=("t.tensor_scale is None", "t.fmt='nvfp4' needs its float32 per-tensor scale"))
+case(6, "mx-hand-mx-with-tensor-scale", _mx_hand(None, None, ts=np.float32(1)), _E8,
+     np.zeros((2, 1), np.uint8), exc=ValueError,
+     must=("t.tensor_scale must be None for t.fmt='mxfp8_e4m3'",))
+case(6, "mx-matmul-hand-mxtensor", lambda e, s: jaxwarp.mx.matmul(
+    _MXT(e, s, None, "mxfp8_e4m3", 32, -1), np.ones((64, 8), np.float32)),
+     np.zeros((16, 64), jnp.float8_e4m3fn), np.zeros((16, 1), np.uint8), exc=ValueError,
+     must=("a.scales", "needs uint8 scales of shape (16, 2)"))
 # (the cases above run in test_bad_input_trust)
 
 
@@ -2654,3 +2682,12 @@ def test_traced_sparse_indices_are_reported_never_a_number():
     d = np.asarray(g(np.ones((64, 16), np.float16), np.ones((32, 8), np.float16),
                      np.zeros((64, 8), np.float32), widx))
     assert np.isnan(d[10]).all() and not np.isnan(np.delete(d, 10, axis=0)).any()
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxint8", "nvfp4"])
+def test_mx_empty_batches_give_empty_results(fmt):
+    for shape, kw in (((0, 32), {}), ((3, 0), {}), ((0, 32), {"block": (16, 16)})):
+        x = np.zeros(shape, np.float32)
+        t = jaxwarp.mx.quantize(x, fmt, **kw)
+        assert t.elements.shape == shape and jaxwarp.mx.dequantize(t).shape == shape
+        assert jax.jit(lambda v, kw=kw: jaxwarp.mx.fake_quantize(v, fmt, **kw))(x).shape == shape
