@@ -2638,6 +2638,31 @@ case(6, "mx-matmul-hand-mxtensor", lambda e, s: jaxwarp.mx.matmul(
     _MXT(e, s, None, "mxfp8_e4m3", 32, -1), np.ones((64, 8), np.float32)),
      np.zeros((16, 64), jnp.float8_e4m3fn), np.zeros((16, 1), np.uint8), exc=ValueError,
      must=("a.scales", "needs uint8 scales of shape (16, 2)"))
+_NV = ("x", "nvfp4", "nvfp4", "nvfp4")
+case(6, "recipe-weight-block-1-tuple", lambda: jaxwarp.mx.Recipe(*_NV, weight_block=(16,)),
+     exc=ValueError, must=("Recipe.weight_block=(16,) is not supported",
+                           "a pair of positive ints (rows, columns)"), modes=EAGER)
+for _f in ("stochastic_gradients", "rht_wgrad"):
+    case(6, f"recipe-{_f}-str", functools.partial(jaxwarp.mx.Recipe, *_NV, **{_f: "yes"}),
+         exc=ValueError, must=(f"Recipe.{_f}='yes' is not supported", "(True, False)"),
+         modes=EAGER)
+case(6, "cg-invoke-one-broadcast-fn-not-callable",
+     lambda v: jaxwarp.cg.invoke_one_broadcast(jaxwarp.cg.thread_block_tile(4), 3, v), i32,
+     exc=TypeError, must=("invoke_one_broadcast: fn must be callable", "got int 3"))
+case(6, "lane_while-grad-without-max-trips", jax.grad(lambda x: jaxwarp.lane_while(
+    lambda s: s < 3.0, lambda s: s * 1.5, x).sum()), np.ones(32, np.float32),
+     exc=ValueError, must=("max_trips=None is a lax.while_loop", "pass max_trips=N"),
+     modes=EAGER)
+case(6, "grouped_value_and_grad-mesh-str", _grouped(2, mesh="cpu"), exc=TypeError,
+     must=("mesh must be None or a jax.sharding.Mesh", "jaxwarp.batch_mesh", "str 'cpu'"),
+     modes=EAGER)
+for _dispatch in ("spmd", "per_device"):
+    case(6, f"grouped_value_and_grad-batch-keywords-{_dispatch}",
+         lambda w, x, d=_dispatch: jaxwarp.grouped_value_and_grad(
+             _mse, 2, mesh=_MESH1, dispatch=d)(w, x=x),
+         np.ones(3, np.float32), np.ones((4, 3), np.float32), exc=TypeError,
+         must=("takes the batch as positional arguments after params", "['x']"),
+         modes=EAGER)
 # (the cases above run in test_bad_input_trust)
 
 
