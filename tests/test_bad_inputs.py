@@ -2663,6 +2663,27 @@ for _dispatch in ("spmd", "per_device"):
          np.ones(3, np.float32), np.ones((4, 3), np.float32), exc=TypeError,
          must=("takes the batch as positional arguments after params", "['x']"),
          modes=EAGER)
+_FP4_WRONG_LOW = np.full((16, 32), 0x3C, np.uint8)  # e2m1 in bits 5:2: not bits 3:0
+case(3, "mma_sync_ptx-e2m1-bits-5-2", lambda a: jaxwarp.mma_sync_ptx_logical(
+    "m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m1.f32", a, np.full((32, 8), 2, np.uint8),
+    np.zeros((16, 8), np.float32), arch="sm_120a"), _FP4_WRONG_LOW, exc=ValueError,
+     must=("a holds 60 at index (0, 0)", "e2m1 codes in bits 3:0",
+           "tcgen05_mma_logical takes it in bits 5:2"), modes=EAGER)
+case(3, "tcgen05-e2m1-bits-3-0", lambda a: jaxwarp.tcgen05_mma_logical(
+    "m64n8k32.kind::f8f6f4.f32.e2m1.e2m1", a, np.full((32, 8), 8, np.uint8),
+    np.zeros((64, 8), np.float32)), np.full((64, 32), 0x2, np.uint8), exc=ValueError,
+     must=("a holds 2 at index (0, 0)", "e2m1 codes in bits 5:2",
+           "mma_sync_ptx_logical and mma_block_scale_logical take it in bits 3:0"),
+     modes=EAGER)
+case(3, "block-scale-e2m1-bits-5-2", lambda a: jaxwarp.mma_block_scale_logical(
+    a, np.full((64, 8), 2, np.uint8), np.zeros((16, 8), np.float32),
+    np.full((16, 2), 127, np.uint8), np.full((2, 8), 127, np.uint8), a_format="e2m1",
+    kind="mxf4"), np.full((16, 64), 0x3C, np.uint8), exc=ValueError,
+     must=("e2m1 codes in bits 3:0", "mma_block_scale_logical takes e2m1 there"), modes=EAGER)
+case(3, "mma_sync_ptx-e3m2-bit-7", lambda b: jaxwarp.mma_sync_ptx_logical(
+    "m16n8k32.row.col.kind::f8f6f4.f32.e3m2.e3m2.f32", np.ones((16, 32), np.uint8), b,
+    np.zeros((16, 8), np.float32), arch="sm_120a"), np.full((32, 8), 0x81, np.uint8),
+     exc=ValueError, must=("b holds 129", "e3m2 codes in bits 5:0"), modes=EAGER)
 # (the cases above run in test_bad_input_trust)
 
 
@@ -2716,3 +2737,13 @@ def test_mx_empty_batches_give_empty_results(fmt):
         t = jaxwarp.mx.quantize(x, fmt, **kw)
         assert t.elements.shape == shape and jaxwarp.mx.dequantize(t).shape == shape
         assert jax.jit(lambda v, kw=kw: jaxwarp.mx.fake_quantize(v, fmt, **kw))(x).shape == shape
+
+
+def test_traced_codes_outside_their_bits_are_reported_in_checked_mode():
+    q = "m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m1.f32"
+    f = jax.jit(lambda a: jaxwarp.mma_sync_ptx_logical(
+        q, a, np.full((32, 8), 2, np.uint8), np.zeros((16, 8), np.float32), arch="sm_120a"))
+    err, _ = jaxwarp.checked(f)(np.full((16, 32), 0x3C, np.uint8))
+    assert "a has value 60 at flat index 0" in err.get() and "bits 3:0" in err.get()
+    err, d = jaxwarp.checked(f)(np.full((16, 32), 0xC, np.uint8))
+    assert err.get() is None and float(d[0, 0]) == -64.0  # the valid result, unchanged

@@ -66,6 +66,7 @@ from jaxwarp._src.arithmetic.datapath_blocks import (
     block_fast,
     f32_bits,
 )
+from jaxwarp._src.arithmetic.datapath_checks import check_code_bits
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath, parse_target
 from jaxwarp._src.numerics import bitops, softfloat
@@ -387,7 +388,8 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
 
     Args:
       a: (..., M, K) uint8 codes of ``a_format``, one element per entry in its low bits
-        (e2m1 in bits 3:0, e2m3 / e3m2 in bits 5:0; higher bits are ignored), or for
+        (e2m1 in bits 3:0, e2m3 / e3m2 in bits 5:0; higher bits set: ``ValueError``,
+        reported by ``jaxwarp.checked`` when traced, else ignored), or for
         e4m3 / e5m2 also ``float8_e4m3fn`` / ``float8_e5m2`` values. M is 16 (mma.sync)
         or 128 (tcgen05); K a multiple of the instruction's k (32 for mxf8f6f4, 64 for
         mxf4 / mxf4nvf4): a longer K is a chain of instructions, the D of one the C of
@@ -455,6 +457,8 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     _check_datapath(datapath, a_format, b_format, scale_format, block, row.k)
     a = _code_array(a, "a", a_format)
     b = _code_array(b, "b", b_format)
+    check_code_bits(a, "a", a_format, "low", "mma_block_scale_logical")
+    check_code_bits(b, "b", b_format, "low", "mma_block_scale_logical")
     m, k = a.shape[-2:]
     k2, n = b.shape[-2:]
     shapes = {s[:2] for s in row.shapes}
