@@ -2747,3 +2747,15 @@ def test_traced_codes_outside_their_bits_are_reported_in_checked_mode():
     assert "a has value 60 at flat index 0" in err.get() and "bits 3:0" in err.get()
     err, d = jaxwarp.checked(f)(np.full((16, 32), 0xC, np.uint8))
     assert err.get() is None and float(d[0, 0]) == -64.0  # the valid result, unchanged
+
+
+def test_lane_while_without_max_trips_still_differentiates_where_it_can():
+    def f(x, **kw):
+        s = (jnp.zeros(32), jnp.argmax(x) * jnp.ones(32, jnp.int32))  # no float gradient
+        return jaxwarp.lane_while(lambda s: s[1] < 3, lambda s: (s[0] * 1.5, s[1] + 1), s,
+                                  **kw)[0].sum() + x.sum()
+
+    np.testing.assert_array_equal(jax.grad(f)(jnp.ones(32)), np.ones(32, np.float32))
+    g = jax.jvp(lambda x: jaxwarp.lane_while(lambda s: s < 3.0, lambda s: s * 1.5, x),
+                (jnp.ones(32),), (jnp.ones(32),))[1]  # forward mode needs no max_trips
+    np.testing.assert_array_equal(g, np.full(32, 3.375, np.float32))

@@ -162,7 +162,8 @@ def branch(pred: Any, then_fn: Callable[..., Any], else_fn: Callable[..., Any],
 def _reverse_mode(tree: Any) -> bool:
     """True when a leaf of ``tree`` is being linearized (``jax.grad`` / ``jax.vjp`` traced
     eagerly; under ``jax.jit`` the loop is linearized after tracing and JAX says so)."""
-    todo = list(jax.tree_util.tree_leaves(tree))
+    todo = [x for x in jax.tree_util.tree_leaves(tree)  # integers carry no gradient
+            if jnp.issubdtype(getattr(x, "dtype", jnp.int32), jnp.inexact)]
     for _ in range(64):
         if not todo:
             return False
