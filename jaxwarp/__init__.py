@@ -193,3 +193,17 @@ __version__ = "0.2.0"
 __all__ = sorted(_n for _n in dir() if not _n.startswith("_"))
 
 # Do not import from jaxwarp._src: it is private and changes without notice.
+
+# Names of 0.1.0 that were renamed resolve for one more release, with a DeprecationWarning
+# naming the replacement (tests/test_names_010.py lists every public name of 0.1.0).
+_RENAMED = {"bits": "to_bits", "ArchParams": "ArchModel"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"jaxwarp.{name} is deprecated and will be removed in the next release; "
+                      f"use jaxwarp.{_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'jaxwarp' has no attribute {name!r}")
