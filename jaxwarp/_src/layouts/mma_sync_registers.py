@@ -247,8 +247,8 @@ def operand_instruction(qualifier: Any, use: str) -> tuple[MmaInstruction, str]:
         raise TypeError(f"{ptx} is not a warp-level instruction: its registers are a "
                         f"warpgroup's (jaxwarp.wgmma_sp; the accumulator as the dense "
                         f"wgmma's)")
-    return instr, f"{ptx} (its {use.upper()}: the fragment layout of dense m{instr.m}n" \
-                  f"{instr.n}k{instr.k})"
+    part = f"stored A ({instr.m} x {instr.k})" if use == "a" else use.upper()
+    return instr, f"{ptx} (its {part}: the fragment layout of dense m{instr.m}n{instr.n}k{instr.k})"
 
 
 def to_registers(qualifier: Any, use: str, x: Any) -> jax.Array:
