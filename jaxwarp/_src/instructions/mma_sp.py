@@ -297,9 +297,10 @@ def mma_sp(qualifier: str | Instr, a_regs: Any, b_regs: Any, c_regs: Any, e: Any
     Args:
       qualifier: as :func:`mma_sp_logical`.
       a_regs: (..., 32, nregs("a")) uint32: the stored A in the layout of the dense
-        m16n8k(K/2) A (as :func:`jaxwarp.to_registers` lays it out; docs/sparse.md,
-        "Register layouts"); b_regs, c_regs: of the dense m16n8kK.
-        ``parse_mma_sp(qualifier).nregs(use)`` gives nregs.
+        m16n8k(K/2) A; b_regs, c_regs: of the dense m16n8kK (docs/sparse.md, "Register
+        layouts"). :func:`to_registers` with the ``mma.sp`` opcode (or this record)
+        builds them, :func:`from_registers` reads d; ``parse_mma_sp(qualifier).nregs(use)``
+        gives nregs.
       e: (..., 32) uint32: every lane's metadata register
         (``jaxwarp.sparse.metadata_words``); only the lanes ``selector`` names count.
       selector: the sparsity selector F, static (``jaxwarp.isa.SPARSE_ROWS``: 0..3, 0..1

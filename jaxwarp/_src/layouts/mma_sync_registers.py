@@ -4,7 +4,9 @@ The register side of the PTX warp-level ``mma`` front-end (PTX ISA 9.7.14.5): th
 layouts of every operand (:func:`operand_layout`, :func:`fragment_coords`) and the maps
 between logical operands and one warp's registers (:func:`to_registers`,
 :func:`from_registers`). The qualifiers are parsed in
-:mod:`jaxwarp._src.catalogue.mma_sync_parse`.
+:mod:`jaxwarp._src.catalogue.mma_sync_parse`. A sparse ``mma.sp`` record (``parse_mma_sp``'s)
+is taken too: its operands have the layouts of the dense instructions its ``dense(use)``
+names (:func:`operand_instruction`); ``jaxwarp.to_registers`` parses ``mma.sp`` opcodes.
 
 Registers
 ---------
