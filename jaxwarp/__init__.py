@@ -106,8 +106,9 @@ from jaxwarp._src.layouts.ldmatrix import movmatrix as movmatrix
 # PTX mma.sync.aligned, named by its qualifier string: registers or logical matrices.
 from jaxwarp._src.catalogue.mma_sync_parse import parse_mma as parse_mma
 from jaxwarp._src.catalogue.mma_sync_parse import mma_instructions as mma_instructions
-from jaxwarp._src.layouts.mma_sync_registers import to_registers as to_registers
-from jaxwarp._src.layouts.mma_sync_registers import from_registers as from_registers
+# (to_registers / from_registers take mma.sp opcodes too: they live with parse_mma_sp)
+from jaxwarp._src.instructions.mma_sp import to_registers as to_registers
+from jaxwarp._src.instructions.mma_sp import from_registers as from_registers
 from jaxwarp._src.instructions.mma_sync import mma_sync_ptx as mma_sync_ptx
 from jaxwarp._src.instructions.mma_sync import mma_sync_ptx_logical as mma_sync_ptx_logical
 

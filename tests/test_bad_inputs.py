@@ -2399,6 +2399,38 @@ case(6, "sparse-metadata-float", lambda i: jaxwarp.sparse.metadata_words(
     must=("indices must be integers",))
 
 
+# to_registers / from_registers with mma.sp opcodes (the sparse register layouts).
+_QSPK32 = "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32"
+case(6, "to_registers-sparse-unprefixed", lambda x: jaxwarp.to_registers(
+    "m16n8k32.row.col.f32.f16.f16.f32", "b", x), np.ones((32, 8), np.float16),
+    exc=ValueError, must=("shape m16n8k32 with a type f16 is not allowed", "is an mma.sp shape",
+                          f"qualifier={_QSPK32!r}"))
+case(6, "to_registers-sparse-opcode", lambda x: jaxwarp.to_registers(
+    "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "b", x),
+    np.ones((32, 8), np.float16), exc=ValueError,
+    must=("not an mma.sp instruction", "m16n8k64 e4m3/e5m2"))
+case(6, "to_registers-sparse-b-shape", lambda x: jaxwarp.to_registers(_QSPK32, "b", x),
+     np.ones((16, 8), np.float16), exc=ValueError,
+     must=(f"b: the logical operand of {_QSPK32}", "dense m16n8k32", "(..., 32, 8)",
+           "got (16, 8)"))
+case(6, "to_registers-sparse-a-dense", lambda x: jaxwarp.to_registers(_QSPK32, "a", x),
+     np.ones((16, 32), np.float16), exc=ValueError,
+     must=("stored A", "(..., 16, 16)", "got (16, 32)"))
+case(6, "to_registers-sparse-dtype", lambda x: jaxwarp.to_registers(_QSPK32, "c", x),
+     np.ones((16, 8), np.float16), exc=TypeError,
+     must=(f"c: the logical f32 operand of {_QSPK32}", "float32", "got float16"))
+case(6, "to_registers-sparse-use", lambda x: jaxwarp.to_registers(_QSPK32, "e", x),
+     np.ones((16, 8), np.float16), exc=ValueError, must=("use", "'e'"))
+case(6, "from_registers-sparse-regs", lambda r: jaxwarp.from_registers(_QSPK32, "a", r),
+     np.ones((32, 2), np.uint32), exc=TypeError,
+     must=(f"a registers of {_QSPK32}", "(..., 32, 4) uint32", "shape (32, 2)"))
+case(6, "to_registers-wgmma_sp-record", lambda x: jaxwarp.to_registers(
+    jaxwarp.parse_wgmma_sp("m64n8k32.f32.f16.f16"), "a", x), np.ones((64, 16), np.float16),
+    exc=TypeError, must=("wgmma.mma_async.sp", "not a warp-level instruction"))
+case(6, "to_registers-qualifier-type", lambda x: jaxwarp.to_registers(3, "a", x),
+     np.ones((16, 16), np.float16), exc=TypeError, must=("qualifier must be a str", "int"))
+
+
 def _sparse_params():
     new = {id(c) for c in CATALOGUE[_SP0:]}
     return [p for p in _params() if id(p.values[0]) in new]
