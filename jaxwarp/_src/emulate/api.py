@@ -158,8 +158,9 @@ def emulate(
         accumulator: ``"f32"``, ``"f16"`` (f16 operands) or ``"f64"`` (f64).
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"``, or None for matmul's
             default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8).
-        arch: ``matmul``'s architecture preset (None: ``"sm_90"``, the H100's); with a
-            recipe its target (None: the recipe's).
+        arch: ``matmul``'s architecture preset (None: as ``matmul``'s, the
+            instruction's target, ``"sm_100a"`` for tcgen05, else ``"sm_90"``, the
+            H100's); with a recipe its target (None: the recipe's).
         mode: ``"exact"`` (bit for bit), ``"fast"`` or, on an H100 / H200,
             ``"native"`` (exact mode's bits from the tensor cores themselves; not with a
             recipe) (see ``matmul``).

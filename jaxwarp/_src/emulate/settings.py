@@ -129,7 +129,7 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
     if operand_format is None:
         raise ValueError("emulate needs operand_format= (e.g. 'bf16', 'e4m3') or recipe= "
                          f"(one of {tuple(recipes.RECIPES)} or a jaxwarp.mx.Recipe)")
-    arch = "sm_90" if arch is None else arch
+    arch = matmul_tiles.default_arch(instruction) if arch is None else arch
     operand_format = check_format(operand_format, "operand_format")
     if backward_format is not None:
         backward_format = check_format(backward_format, "backward_format")

@@ -532,10 +532,10 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
         raise ValueError(f"a is (..., M, K) = {a.shape} and b (..., K, N) = {b.shape}: "
                          f"their K differ")
     row = block_scale.block_scale_row(instruction, kind)
-    if k == 0 or (k % row.k and (isinstance(a, MXTensor) or isinstance(b, MXTensor))):
-        raise ValueError(f"a (..., M, K) = {a.shape}: K must be positive, and with an "
-                         f"MXTensor operand a multiple of the instruction's k {row.k} "
-                         f"(kind::{kind}): pad with zeros before quantizing")
+    if k == 0 or k % row.k:  # as jaxwarp.matmul: the caller pads K, as a kernel's would
+        raise ValueError(f"a (..., M, K) = {a.shape}: K must be a positive multiple of the "
+                         f"instruction's k {row.k} (kind::{kind}); pad K (A's columns, B's "
+                         f"rows) with zeros to a multiple of {row.k}, before quantizing")
     try:
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError as e:

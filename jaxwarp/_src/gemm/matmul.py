@@ -70,6 +70,7 @@ from jaxwarp._src.gemm.matmul_tiles import (
     PADDED,
     TILES,
     Cfg,
+    default_arch,
     default_tile,
     issue_arch,
     tiles_text,
@@ -493,7 +494,7 @@ def matmul(
     operand_format: str | tuple[str, str] = "f16",
     accumulator: str = "f32",
     tile: tuple[int, int, int] | None = None,
-    arch: str = "sm_90",
+    arch: str | None = None,
     mode: str = "exact",
     instruction: str | None = None,
     promote_every: int | None = None,
@@ -525,7 +526,9 @@ def matmul(
             columns beyond M and N are zero padding.
         arch: architecture preset of the arithmetic model (``"sm_90"`` is
             verified against an H100; with ``instruction="wgmma"`` it stands for
-            ``"sm_90a"``, the only target that has wgmma).
+            ``"sm_90a"``, the only target that has wgmma). None (default): the
+            instruction's target, ``"sm_100a"`` for tcgen05, else ``"sm_90"``
+            (:func:`default_arch`), as ``jaxwarp.mx.matmul`` takes its instruction's.
         mode: ``"exact"`` (the tensor core's own arithmetic, bit for bit),
             ``"fast"`` (operands rounded, one ``dot_general`` over all of K with fp32
             accumulation: round-to-nearest on a CPU; promotion changes nothing there) or
@@ -575,6 +578,7 @@ def matmul(
     c = None if c is None else checks.array_arg(c, "c")
     a_scale = None if a_scale is None else checks.array_arg(a_scale, "a_scale")
     b_scale = None if b_scale is None else checks.array_arg(b_scale, "b_scale")
+    arch = default_arch(instruction) if arch is None else arch
     if sparsity is not None:
         return _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode,
                               instruction, promote_every, a_scale, b_scale, sparsity)
