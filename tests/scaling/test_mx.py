@@ -318,6 +318,26 @@ def test_stochastic_rounding_matches_reference(fmt):
     _check(fmt, "ocp", make_blocks(fmt, 64, seed=11), mode="rs", key=key)
 
 
+def test_one_default_scale_rule():
+    # The registry's default rule is what quantize and fake_quantize use when given none:
+    # rceil for every MX format (user-defined too), NVFP4's own for NVFP4.
+    p3 = jaxwarp.define_format("mx_default_p3", exponent_bits=5, mantissa_bits=2,
+                               specials="p3109")
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.uniform(0, 1, (4, 64)), jnp.float32)  # all positive: rules differ
+    for fmt in (*mx.MX_FORMATS, p3):
+        f = mx.MX_FORMATS[fmt] if isinstance(fmt, str) else None
+        rule = "nvfp4" if fmt == "nvfp4" else mx.DEFAULT_SCALE_RULE
+        assert f is None or f.default_scale_rule == rule
+        want = mx.quantize(x, fmt, scale_rule=rule)
+        got = mx.quantize(x, fmt)
+        np.testing.assert_array_equal(np.asarray(got.scales), np.asarray(want.scales))
+        np.testing.assert_array_equal(np.asarray(mx.fake_quantize(x, fmt)).view(np.uint32),
+                                      np.asarray(mx.dequantize(want)).view(np.uint32))
+    assert mx.DEFAULT_SCALE_RULE == "rceil"
+    assert mx.RECIPES["mxfp8"].scale_rule == mx.DEFAULT_SCALE_RULE
+
+
 def test_floor_equals_ocp_on_float32():
     """torchao's FLOOR (the fp32 exponent field) and OCP's floor(log2(amax)) agree on
     every float32 input once clamped to ue8m0's range."""
