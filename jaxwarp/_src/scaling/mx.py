@@ -69,8 +69,8 @@ class MXTensor:
     Example:
       >>> import jax.numpy as jnp
       >>> t = quantize(jnp.arange(32, dtype=jnp.float32), "mxfp8_e4m3")
-      >>> t.elements.dtype, t.scales.shape, int(t.scales[0]) - 127  # 31 -> 2**(4 - 8)
-      (dtype(float8_e4m3fn), (1,), -4)
+      >>> t.elements.dtype, t.scales.shape, int(t.scales[0]) - 127  # 31 / 448 <= 2**-3
+      (dtype(float8_e4m3fn), (1,), -3)
     """
 
     elements: jax.Array
