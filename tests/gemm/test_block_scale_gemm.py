@@ -104,10 +104,11 @@ def test_fast_mode_is_the_dequantized_product():
     a, b = rng.integers(-8, 9, (4, 64)), rng.integers(-8, 9, (64, 8))
     got = mx.matmul(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32), mode="fast")
     np.testing.assert_array_equal(np.asarray(got), (a @ b).astype(np.float32))
-    # e2m1 rounds 5 to 4 (a tie, to even; MXFP4 block scale 2**(2 - 2) = 1).
-    got = mx.matmul(jnp.full((2, 32), 5.0), jnp.full((32, 2), 3.0).at[0].set(-6.0),
+    # e2m1 rounds 5 to 4 (a tie, to even; A's MXFP4 block scale 1 by either rule).
+    # K = 64, kind::mxf4's k; B's second block (amax 3) gets 2**-1, 3 / 2**-1 = 6 exact.
+    got = mx.matmul(jnp.full((2, 64), 5.0), jnp.full((64, 2), 3.0).at[0].set(-6.0),
                     "mxfp4_e2m1", mode="fast")
-    np.testing.assert_array_equal(np.asarray(got), np.full((2, 2), 4.0 * (31 * 3 - 6)))
+    np.testing.assert_array_equal(np.asarray(got), np.full((2, 2), 4.0 * (63 * 3 - 6)))
 
 
 def test_default_is_the_mxfp8_recipe_and_rceil():
