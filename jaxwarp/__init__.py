@@ -122,6 +122,7 @@ from jaxwarp._src.instructions.wgmma_sp import parse_wgmma_sp as parse_wgmma_sp
 from jaxwarp._src.instructions.wgmma_sp import wgmma_sp as wgmma_sp
 from jaxwarp._src.instructions.wgmma_sp import wgmma_sp_logical as wgmma_sp_logical
 from jaxwarp import sparse as sparse
+from jaxwarp import kernels as kernels  # Triton-style Pallas kernels (triton_matmul)
 
 # PTX wgmma.mma_async on a warpgroup (128 lanes): descriptors, shared memory, registers.
 from jaxwarp._src.catalogue.wgmma_parse import parse_wgmma as parse_wgmma
@@ -192,3 +193,17 @@ __version__ = "0.2.0"
 __all__ = sorted(_n for _n in dir() if not _n.startswith("_"))
 
 # Do not import from jaxwarp._src: it is private and changes without notice.
+
+# Names of 0.1.0 that were renamed resolve for one more release, with a DeprecationWarning
+# naming the replacement (tests/test_names_010.py lists every public name of 0.1.0).
+_RENAMED = {"bits": "to_bits", "ArchParams": "ArchModel"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"jaxwarp.{name} is deprecated and will be removed in the next release; "
+                      f"use jaxwarp.{_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'jaxwarp' has no attribute {name!r}")

@@ -234,7 +234,10 @@ def logical_operands(instr, a, b, c, indices):
                 indices.dtype, jnp.integer):
             raise ValueError(f"indices must be integers of shape (..., {m}, {instr.k // 2}), "
                              f"got {indices.dtype} {tuple(indices.shape)}")
-        if not isinstance(indices, jax.core.Tracer):
+        if isinstance(indices, jax.core.Tracer):  # reported in checked mode
+            checked.refuse_values(indices, lambda i: (i < 0) | (i >= geo.group), "indices",
+                                  f"0 .. {geo.group - 1} (columns in a group of {geo.group})")
+        else:
             iv = np.asarray(indices)
             if iv.size and (iv.min() < 0 or iv.max() >= geo.group):
                 raise ValueError(f"indices must be in [0, {geo.group}) (columns in a group of "
@@ -245,6 +248,15 @@ def logical_operands(instr, a, b, c, indices):
         raise ValueError(f"batch axes of a {a.shape}, b {b.shape}, c {c.shape}, indices "
                          f"{indices.shape} do not broadcast") from e
     return a, sparse.nibbles_from_indices(geo, indices), b, c
+
+
+def poison_rows(d: jax.Array, indices: Any, group: int) -> jax.Array:
+    """D with NaN in the rows whose traced ``indices`` leave ``[0, group)`` (a float D;
+    checked mode reports them, concrete ones were refused): never a plausible number."""
+    if not isinstance(indices, jax.core.Tracer) or not jnp.issubdtype(d.dtype, jnp.floating):
+        return d
+    bad = jnp.any((indices < 0) | (indices >= group), axis=-1)
+    return jnp.where(bad[..., None], jnp.asarray(jnp.nan, d.dtype), d)
 
 
 def mma_sp_logical(qualifier: str | Instr, a: Any, b: Any, c: Any, *,
@@ -263,7 +275,9 @@ def mma_sp_logical(qualifier: str | Instr, a: Any, b: Any, c: Any, *,
       indices: with stored ``a``: (..., 16, K/2) ints, each stored element's column in
         its group (``sparse.compress_2_4``). Repeated or (ordered) decreasing indices are
         what the ISA leaves undefined: the model does what an H100 does, checked mode
-        reports them.
+        reports them. Indices outside ``[0, group)``: concrete ones raise ``ValueError``;
+        traced ones are reported by ``jaxwarp.checked``, and outside it their rows of a
+        float D are NaN (an integer D's are not meaningful).
       arch: a target with the instruction (``"sm_90"`` default; fp8 needs sm_89+).
 
     Returns:
@@ -280,7 +294,7 @@ def mma_sp_logical(qualifier: str | Instr, a: Any, b: Any, c: Any, *,
     arch = check_arch(instr, arch)
     a, b, c = checks.array_args(a=a, b=b, c=c)
     a, nib, b, c = logical_operands(instr, a, b, c, indices)
-    return _logical_jit(instr, arch, a, nib, b, c)
+    return poison_rows(_logical_jit(instr, arch, a, nib, b, c), indices, instr.geometry.group)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
