@@ -144,6 +144,13 @@ def test_k_rule_is_matmuls():
         mx.matmul(a, b)
     with pytest.raises(ValueError, match="K=100 is not a multiple of the tile's 32"):
         jaxwarp.matmul(a, b, operand_format="e4m3", instruction="tcgen05")
+    # K = 0: no instruction runs, D = +0 in both.
+    d = mx.matmul(jnp.ones((2, 4, 0)), jnp.ones((0, 8)))
+    assert d.shape == (2, 4, 8)
+    np.testing.assert_array_equal(np.asarray(d).view(np.uint32), 0)
+    np.testing.assert_array_equal(
+        np.asarray(jaxwarp.matmul(jnp.ones((64, 0)), jnp.ones((0, 8)), operand_format="e4m3",
+                                  instruction="tcgen05")).view(np.uint32), 0)
 
 
 def test_gradients_quantize_along_each_contraction_axis():

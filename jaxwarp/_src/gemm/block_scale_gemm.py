@@ -492,7 +492,8 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
       a: (..., M, K) float32 (float16 / bfloat16 widened exactly) or an MXTensor.
       b: (..., K, N) float32 or an MXTensor. Batch axes broadcast. K must be a
         multiple of the instruction's k (32; 64 for ``kind::mxf4`` / ``mxf4nvf4``), as
-        ``jaxwarp.matmul``'s K of its tile's k: pad K with zeros before the call.
+        ``jaxwarp.matmul``'s K of its tile's k: pad K with zeros before the call. K = 0
+        gives +0 (no instruction runs), as there.
       operand_format: static format of float operands (a key of
         ``jaxwarp.mx.MX_FORMATS`` but ``"mxint8"``), or a pair (A's, B's); as
         ``jaxwarp.matmul``'s. Its old name ``fmt=`` still works, with a
@@ -539,15 +540,17 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
         raise ValueError(f"a is (..., M, K) = {a.shape} and b (..., K, N) = {b.shape}: "
                          f"their K differ")
     row = block_scale.block_scale_row(instruction, kind)
-    if k == 0 or k % row.k:  # as jaxwarp.matmul: the caller pads K, as a kernel's would
-        raise ValueError(f"a (..., M, K) = {a.shape}: K must be a positive multiple of the "
+    if k % row.k:  # as jaxwarp.matmul: the caller pads K, as a kernel's would
+        raise ValueError(f"a (..., M, K) = {a.shape}: K must be a multiple of the "
                          f"instruction's k {row.k} (kind::{kind}); pad K (A's columns, B's "
                          f"rows) with zeros to a multiple of {row.k}, before quantizing")
     try:
-        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError as e:
         raise ValueError(f"batch axes of a {a.shape} and b {b.shape} do not broadcast") \
             from e
+    if k == 0:  # as jaxwarp.matmul: no instruction runs, D is C = +0
+        return jnp.zeros((*batch, a.shape[-2], b.shape[-1]), jnp.float32)
     if not isinstance(a, MXTensor) and not isinstance(b, MXTensor):
         qa, qb = Quantizer(fa, scale_rule=scale_rule), Quantizer(fb, scale_rule=scale_rule)
         plan = Plan((qa, qb), (qa, qb), (qa, qa), instruction, arch, mode).check()
