@@ -9,7 +9,9 @@ Series (all emulated bit for bit):
 
 * sm_100a ``tcgen05`` block-scaled, exact (``jaxwarp.mx.matmul``): MXFP8 e4m3, MXFP8
   e5m2, MXFP6 e2m3, MXFP6 e3m2, MXFP4, NVFP4 (operands quantized along K, the format's
-  default block and scale rule);
+  default block; the MX formats with OCP's scale rule, ``scale_rule="ocp"``, the rule
+  the recorded results used (the library's default has since become ``"rceil"``),
+  NVFP4 with its own);
 * sm_90a ``wgmma`` e4m3, per-tensor scaled (a power-of-two scale that maps the amax
   to at most 448, so scaling is exact), without promotion and with
   ``promote_every=128``;
@@ -128,8 +130,9 @@ def _one(s: Series, a: jax.Array, b: jax.Array):
     multiplied."""
     one = jnp.ones((), jnp.float32)
     if s.family == "mx":
-        qa = jaxwarp.mx.quantize(a, s.fmt, axis=-1)
-        qb = jaxwarp.mx.quantize(b, s.fmt, axis=-2)
+        rule = "nvfp4" if s.fmt == "nvfp4" else "ocp"  # the recorded results' rules
+        qa = jaxwarp.mx.quantize(a, s.fmt, axis=-1, scale_rule=rule)
+        qb = jaxwarp.mx.quantize(b, s.fmt, axis=-2, scale_rule=rule)
         d = jaxwarp.mx.matmul(qa, qb)
         if qa.tensor_scale is None:
             return d, jaxwarp.mx.dequantize(qa), jaxwarp.mx.dequantize(qb), one, one

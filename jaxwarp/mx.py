@@ -12,6 +12,7 @@ from jaxwarp._src.scaling.mx import MXTensor as MXTensor
 from jaxwarp._src.scaling.mx import dequantize as dequantize
 from jaxwarp._src.scaling.mx import fake_quantize as fake_quantize
 from jaxwarp._src.scaling.mx import quantize as quantize
+from jaxwarp._src.scaling.mx_formats import DEFAULT_SCALE_RULE as DEFAULT_SCALE_RULE
 from jaxwarp._src.scaling.mx_formats import MODES as MODES
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS as MX_FORMATS
 from jaxwarp._src.scaling.mx_formats import SCALE_RULES as SCALE_RULES

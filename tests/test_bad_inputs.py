@@ -2250,6 +2250,11 @@ case(6, "mx-matmul-b-1d", _mxm(), _MA, np.ones(64, np.float32), exc=ValueError,
      must=("b must be at least 2-D", "(64,)"))
 case(6, "mx-matmul-k-differs", _mxm(), _MA, _MB[:32], exc=ValueError,
      must=("their K differ", "(16, 64)", "(32, 8)"))
+case(6, "mx-matmul-k-not-multiple", _mxm(), _MA[:, :40], _MB[:40], exc=ValueError,
+     must=("(16, 40)", "multiple of the instruction's k 32", "pad K", "with zeros"))
+case(6, "mx-matmul-k-not-multiple-fp4", _mxm(operand_format="nvfp4"), np.ones((16, 96),
+     np.float32), np.ones((96, 8), np.float32), exc=ValueError,
+     must=("(16, 96)", "multiple of the instruction's k 64", "kind::mxf4nvf4", "pad K"))
 case(6, "mx-matmul-mxtensor-wrong-axis",
      lambda a, b: jaxwarp.mx.matmul(a, jaxwarp.mx.quantize(b, axis=-1)), _MA,
      np.ones((64, 32), np.float32), exc=ValueError,

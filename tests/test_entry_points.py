@@ -797,7 +797,8 @@ def test_mx_matmul_old_and_new_keyword_together_is_an_error():
 
 
 def test_old_keyword_is_a_static_argname_under_jit():
-    a, b = jnp.asarray(X32), jnp.asarray(X32.T)
+    a = jnp.asarray(X32.reshape(1, 64))  # K = 64: kind::mxf4nvf4's k
+    b = jnp.asarray(X32.reshape(64, 1))
     f = jax.jit(jaxwarp.mx.matmul, static_argnames=("fmt", "mode"))
     with pytest.warns(DeprecationWarning, match="use operand_format="):
         got = np.asarray(f(a, b, fmt="nvfp4", mode="fast"))

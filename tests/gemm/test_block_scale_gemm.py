@@ -97,16 +97,60 @@ def test_exact_gemm_chain_formats(fmt, instruction, shape, b_block):
 
 
 def test_fast_mode_is_the_dequantized_product():
-    # Integers up to 8 are exact MXFP8 e4m3 values (OCP scale rule), and their products'
-    # sums are exact in fp32 in any order: fast mode must give the exact product.
+    # Integers up to 8 are exact MXFP8 e4m3 values (under the default rule, rceil, as under
+    # OCP's), and their products' sums are exact in fp32 in any order: fast mode must give
+    # the exact product.
     rng = np.random.default_rng(3)
     a, b = rng.integers(-8, 9, (4, 64)), rng.integers(-8, 9, (64, 8))
     got = mx.matmul(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32), mode="fast")
     np.testing.assert_array_equal(np.asarray(got), (a @ b).astype(np.float32))
-    # e2m1 rounds 5 to 4 (a tie, to even; MXFP4 block scale 2**(2 - 2) = 1).
-    got = mx.matmul(jnp.full((2, 32), 5.0), jnp.full((32, 2), 3.0).at[0].set(-6.0),
+    # e2m1 rounds 5 to 4 (a tie, to even; A's MXFP4 block scale 1 by either rule).
+    # K = 64, kind::mxf4's k; B's second block (amax 3) gets 2**-1, 3 / 2**-1 = 6 exact.
+    got = mx.matmul(jnp.full((2, 64), 5.0), jnp.full((64, 2), 3.0).at[0].set(-6.0),
                     "mxfp4_e2m1", mode="fast")
-    np.testing.assert_array_equal(np.asarray(got), np.full((2, 2), 4.0 * (31 * 3 - 6)))
+    np.testing.assert_array_equal(np.asarray(got), np.full((2, 2), 4.0 * (63 * 3 - 6)))
+
+
+def test_default_is_the_mxfp8_recipe_and_rceil():
+    # One default scale rule: mx.matmul on defaults quantizes as emulate(recipe="mxfp8")
+    # does (rceil), bit for bit; OCP's rule, the old default, saturates U[0, 1) blocks'
+    # largest elements and gives other bits.
+    rng = np.random.default_rng(11)
+    a = jnp.asarray(rng.uniform(0, 1, (8, 64)), jnp.float32)
+    b = jnp.asarray(rng.uniform(0, 1, (64, 8)), jnp.float32)
+    bits = {}
+    for name, f in (("default", lambda x, w: mx.matmul(x, w, "mxfp8_e4m3")),
+                    ("rceil", lambda x, w: mx.matmul(x, w, "mxfp8_e4m3", scale_rule="rceil")),
+                    ("ocp", lambda x, w: mx.matmul(x, w, "mxfp8_e4m3", scale_rule="ocp")),
+                    ("recipe", jaxwarp.emulate(lambda x, w: x @ w, recipe="mxfp8"))):
+        bits[name] = np.asarray(f(a, b)).view(np.uint32)
+    np.testing.assert_array_equal(bits["default"], bits["rceil"])
+    np.testing.assert_array_equal(bits["default"], bits["recipe"])
+    assert (bits["default"] != bits["ocp"]).any()
+
+
+def test_k_rule_is_matmuls():
+    # K a multiple of the instruction's k (both GEMM entry points refuse others, saying
+    # to pad); a K that is not a multiple of 64 takes one all-zero k step inside, which
+    # leaves the bits those of the MXTensor path (no padding there).
+    a, b = _data((4, 96), 21), _data((96, 8), 22)
+    got = mx.matmul(a, b, "mxfp6_e3m2")
+    want = mx.matmul(mx.quantize(a, "mxfp6_e3m2", axis=-1),
+                     mx.quantize(b, "mxfp6_e3m2", axis=-2))
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32),
+                                  np.asarray(want).view(np.uint32))
+    a, b = _data((4, 100), 23), _data((100, 8), 24)
+    with pytest.raises(ValueError, match="pad K .* with zeros to a multiple of 32"):
+        mx.matmul(a, b)
+    with pytest.raises(ValueError, match="K=100 is not a multiple of the tile's 32"):
+        jaxwarp.matmul(a, b, operand_format="e4m3", instruction="tcgen05")
+    # K = 0: no instruction runs, D = +0 in both.
+    d = mx.matmul(jnp.ones((2, 4, 0)), jnp.ones((0, 8)))
+    assert d.shape == (2, 4, 8)
+    np.testing.assert_array_equal(np.asarray(d).view(np.uint32), 0)
+    np.testing.assert_array_equal(
+        np.asarray(jaxwarp.matmul(jnp.ones((64, 0)), jnp.ones((0, 8)), operand_format="e4m3",
+                                  instruction="tcgen05")).view(np.uint32), 0)
 
 
 def test_gradients_quantize_along_each_contraction_axis():

@@ -345,6 +345,24 @@ def test_defaults_and_tables():
                                   _MATMUL(a, b))  # aliases keep working
 
 
+def test_arch_defaults_to_the_instructions_target():
+    # arch=None: tcgen05 runs on sm_100a (as jaxwarp.mx.matmul takes its instruction's
+    # target), every other instruction on sm_90 (sm_90a for wgmma), the same bits as
+    # naming them; an explicit target the instruction lacks is still an error.
+    assert [matmul_tiles.default_arch(i) for i in ("wmma", "mma_sync", "wgmma", "tcgen05",
+                                                   None)] == ["sm_90"] * 3 + ["sm_100a",
+                                                                                "sm_90"]
+    a, b = _rand((64, 64), 0), _rand((64, 16), 1)
+    for kw, arch in ((dict(operand_format="e4m3", instruction="tcgen05"), "sm_100a"),
+                     (dict(operand_format="e4m3", instruction="wgmma"), "sm_90"),
+                     (dict(operand_format="bf16"), "sm_90")):
+        np.testing.assert_array_equal(
+            np.asarray(jaxwarp.matmul(a, b, **kw)).view(np.uint32),
+            np.asarray(jaxwarp.matmul(a, b, arch=arch, **kw)).view(np.uint32))
+    with pytest.raises(ValueError, match="needs sm_100a"):
+        jaxwarp.matmul(a, b, operand_format="e4m3", instruction="tcgen05", arch="sm_90")
+
+
 def test_fp8_operand_conversion_saturates():
     x = jnp.asarray([500.0, -1e9, 1.0, 0.3, jnp.inf], jnp.float32)
     to_jit = jax.jit(to_operand, static_argnums=1)

@@ -318,6 +318,28 @@ def test_stochastic_rounding_matches_reference(fmt):
     _check(fmt, "ocp", make_blocks(fmt, 64, seed=11), mode="rs", key=key)
 
 
+def test_one_default_scale_rule():
+    # The registry's default rule is what quantize and fake_quantize use when given none:
+    # rceil for every MX format (user-defined too), NVFP4's own for NVFP4.
+    p3 = jaxwarp.define_format("mx_default_p3", exponent_bits=5, mantissa_bits=2,
+                               specials="p3109")
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.uniform(0, 1, (4, 64)), jnp.float32)  # all positive: rules differ
+    for fmt in (*mx.MX_FORMATS, p3):
+        f = mx.MX_FORMATS[fmt] if isinstance(fmt, str) else None
+        rule = "nvfp4" if fmt == "nvfp4" else mx.DEFAULT_SCALE_RULE
+        assert f is None or f.default_scale_rule == rule
+        want = mx.quantize(x, fmt, scale_rule=rule)
+        got = mx.quantize(x, fmt)
+        np.testing.assert_array_equal(np.asarray(got.scales), np.asarray(want.scales))
+        if fmt in ("mxfp8_e4m3", p3):  # fake_quantize reads the same default
+            np.testing.assert_array_equal(
+                np.asarray(mx.fake_quantize(x, fmt)).view(np.uint32),
+                np.asarray(mx.dequantize(want)).view(np.uint32))
+    assert mx.DEFAULT_SCALE_RULE == "rceil"
+    assert mx.RECIPES["mxfp8"].scale_rule == mx.DEFAULT_SCALE_RULE
+
+
 def test_floor_equals_ocp_on_float32():
     """torchao's FLOOR (the fp32 exponent field) and OCP's floor(log2(amax)) agree on
     every float32 input once clamped to ue8m0's range."""
@@ -342,7 +364,7 @@ def test_axis_and_2d_blocks_are_the_1d_reference_on_views():
                                   np.asarray(mx.dequantize(t1)).view(np.uint32))
     # A 16x16 block is the 1D reference on the tile's 256 elements.
     w = make_blocks("mxfp8_e4m3", 32, seed=9, bs=32).reshape(32, 32)
-    t2 = mx.quantize(w.view(np.float32), "mxfp8_e4m3", block=(16, 16))
+    t2 = mx.quantize(w.view(np.float32), "mxfp8_e4m3", block=(16, 16), scale_rule="ocp")
     tiles = w.reshape(2, 16, 2, 16).transpose(0, 2, 1, 3).reshape(4, 256)
     codes, _, deq = ref_mx(tiles, "mxfp8_e4m3", "ocp")
     np.testing.assert_array_equal(np.asarray(t2.scales).reshape(4), codes)
@@ -542,7 +564,7 @@ def test_saturate_argument(fmt, big, sat, nosat):
     x = np.zeros(32, np.float32)
     x[:2] = big, -big
     for saturate, want in ((True, sat), (False, nosat)):
-        t = mx.quantize(x, fmt, saturate=saturate)
+        t = mx.quantize(x, fmt, scale_rule="ocp", saturate=saturate)
         assert int(t.scales[0]) == 127
         got = np.asarray(mx.dequantize(t))[:2]
         np.testing.assert_array_equal(got, np.array([want, -want], np.float32))

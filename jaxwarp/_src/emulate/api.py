@@ -168,8 +168,9 @@ def emulate(
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"``, or None for matmul's
             default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8); in a Pallas
             kernel None is the compiler's instruction, and a given one replaces it.
-        arch: ``matmul``'s architecture preset (None: ``"sm_90"``, the H100's); with a
-            recipe its target (None: the recipe's).
+        arch: ``matmul``'s architecture preset (None: as ``matmul``'s, the
+            instruction's target, ``"sm_100a"`` for tcgen05, else ``"sm_90"``, the
+            H100's); with a recipe its target (None: the recipe's).
         mode: ``"exact"`` (bit for bit), ``"fast"`` or, on an H100 / H200,
             ``"native"`` (exact mode's bits from the tensor cores themselves; not with a
             recipe) (see ``matmul``).

@@ -135,7 +135,7 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
                              f"give one of them (the recipe sets every format)")
         return _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
                               on_unsupported, scaling, backward_format, promote_every)
-    arch = "sm_90" if arch is None else arch
+    arch = matmul_tiles.default_arch(instruction) if arch is None else arch
     if operand_format is not None:  # None: each Pallas kernel product's own dtype
         operand_format = check_format(operand_format, "operand_format")
     if backward_format is not None:

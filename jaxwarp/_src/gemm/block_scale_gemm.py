@@ -337,9 +337,11 @@ def _chain(a, b, sa, sb, cfg, rows: int):
 # The differentiable GEMM of float operands.
 
 
-#: K is zero-padded to a multiple of this (every block size and instruction k divides it),
-#: as a kernel's out-of-bounds tile loads fill zeros: a zero element adds nothing to a
-#: block's amax, an NVFP4 tensor's amax or a product.
+#: A product's contraction axis is zero-padded to a multiple of this (every block size and
+#: instruction k divides it), as a kernel's out-of-bounds tile loads fill zeros: a zero
+#: element adds nothing to a block's amax, an NVFP4 tensor's amax or a product. The public
+#: ``matmul`` takes only a K that needs none (or one all-zero k step at most, which leaves
+#: the bits as they are); the backward products' M or N and emulate's recipe products may.
 K_PAD = 64
 
 
@@ -460,10 +462,11 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
     """``A @ B`` as a block-scaled tensor-core GEMM (MXFP8, MXFP6, MXFP4 or NVFP4).
 
     Float operands are quantized along K with :func:`jaxwarp.mx.quantize` (rounded to
-    nearest even; ``scale_rule`` or the format's default rule; NVFP4 with its 1x16
-    blocks and per-tensor scale); :class:`~jaxwarp.mx.MXTensor` operands are used as
-    they are (A quantized along its last axis, B along its second to last, in the
-    instruction's block, or 2D blocks with that extent along K). Then:
+    nearest even; ``scale_rule`` or the format's default rule, ``"rceil"`` for the MX
+    formats; NVFP4 with its 1x16 blocks and per-tensor scale);
+    :class:`~jaxwarp.mx.MXTensor` operands are used as they are (A quantized along its
+    last axis, B along its second to last, in the instruction's block, or 2D blocks
+    with that extent along K). Then:
 
     * ``mode="exact"``: the tensor core's arithmetic, bit for bit as MMA-Sim 2.1.1
       models it: K in steps of the instruction's k (``kind::mxf8f6f4`` 32,
@@ -487,7 +490,10 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
 
     Args:
       a: (..., M, K) float32 (float16 / bfloat16 widened exactly) or an MXTensor.
-      b: (..., K, N) float32 or an MXTensor. Batch axes broadcast.
+      b: (..., K, N) float32 or an MXTensor. Batch axes broadcast. K must be a
+        multiple of the instruction's k (32; 64 for ``kind::mxf4`` / ``mxf4nvf4``), as
+        ``jaxwarp.matmul``'s K of its tile's k: pad K with zeros before the call. K = 0
+        gives +0 (no instruction runs), as there.
       operand_format: static format of float operands (a key of
         ``jaxwarp.mx.MX_FORMATS`` but ``"mxint8"``), or a pair (A's, B's); as
         ``jaxwarp.matmul``'s. Its old name ``fmt=`` still works, with a
@@ -496,7 +502,8 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
       arch: the target (default the instruction's first: ``"sm_100a"``, ``"sm_120a"``).
       mode: ``"exact"`` or ``"fast"``.
       scale_rule: the MX scale rule of float operands (``jaxwarp.mx.SCALE_RULES``),
-        None for the format's default.
+        None for the format's default (``jaxwarp.mx.DEFAULT_SCALE_RULE``, ``"rceil"``,
+        for MX; ``"nvfp4"`` for NVFP4).
 
     Returns:
       (..., M, N) float32.
@@ -533,15 +540,17 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
         raise ValueError(f"a is (..., M, K) = {a.shape} and b (..., K, N) = {b.shape}: "
                          f"their K differ")
     row = block_scale.block_scale_row(instruction, kind)
-    if k == 0 or (k % row.k and (isinstance(a, MXTensor) or isinstance(b, MXTensor))):
-        raise ValueError(f"a (..., M, K) = {a.shape}: K must be positive, and with an "
-                         f"MXTensor operand a multiple of the instruction's k {row.k} "
-                         f"(kind::{kind}): pad with zeros before quantizing")
+    if k % row.k:  # as jaxwarp.matmul: the caller pads K, as a kernel's would
+        raise ValueError(f"a (..., M, K) = {a.shape}: K must be a multiple of the "
+                         f"instruction's k {row.k} (kind::{kind}); pad K (A's columns, B's "
+                         f"rows) with zeros to a multiple of {row.k}, before quantizing")
     try:
-        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError as e:
         raise ValueError(f"batch axes of a {a.shape} and b {b.shape} do not broadcast") \
             from e
+    if k == 0:  # as jaxwarp.matmul: no instruction runs, D is C = +0
+        return jnp.zeros((*batch, a.shape[-2], b.shape[-1]), jnp.float32)
     if not isinstance(a, MXTensor) and not isinstance(b, MXTensor):
         qa, qb = Quantizer(fa, scale_rule=scale_rule), Quantizer(fb, scale_rule=scale_rule)
         plan = Plan((qa, qb), (qa, qb), (qa, qa), instruction, arch, mode).check()

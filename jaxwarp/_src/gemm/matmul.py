@@ -70,6 +70,7 @@ from jaxwarp._src.gemm.matmul_tiles import (
     PADDED,
     TILES,
     Cfg,
+    default_arch,
     default_tile,
     issue_arch,
     tiles_text,
@@ -499,7 +500,7 @@ def matmul(
     operand_format: str | tuple[str, str] = "f16",
     accumulator: str = "f32",
     tile: tuple[int, int, int] | None = None,
-    arch: str = "sm_90",
+    arch: str | None = None,
     mode: str = "exact",
     instruction: str | None = None,
     promote_every: int | None = None,
@@ -531,7 +532,9 @@ def matmul(
             columns beyond M and N are zero padding.
         arch: architecture preset of the arithmetic model (``"sm_90"`` is
             verified against an H100; with ``instruction="wgmma"`` it stands for
-            ``"sm_90a"``, the only target that has wgmma).
+            ``"sm_90a"``, the only target that has wgmma). None (default): the
+            instruction's target, ``"sm_100a"`` for tcgen05, else ``"sm_90"``
+            (:func:`default_arch`), as ``jaxwarp.mx.matmul`` takes its instruction's.
         mode: ``"exact"`` (the tensor core's own arithmetic, bit for bit),
             ``"fast"`` (operands rounded, one ``dot_general`` over all of K with fp32
             accumulation: round-to-nearest on a CPU; promotion changes nothing there) or
@@ -585,6 +588,7 @@ def matmul(
     given = dict(zip(given, checks.array_args(**given), strict=True))
     a, b, c, a_scale, b_scale = (given.get(name) for name in ("a", "b", "c", "a_scale",
                                                                "b_scale"))
+    arch = default_arch(instruction) if arch is None else arch
     if sparsity is not None:
         return _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode,
                               instruction, promote_every, a_scale, b_scale, sparsity)

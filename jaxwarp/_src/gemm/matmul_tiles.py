@@ -72,6 +72,22 @@ DEFAULT_TILE = {f: TILES[DEFAULT_INSTRUCTION[f]][f][0] for f in OPERAND_FORMATS}
 PADDED = ("wgmma", "tcgen05")
 
 
+def default_arch(instruction: Any) -> str:
+    """The target ``matmul`` models when given ``arch=None``: ``"sm_90"`` (the H100's,
+    verified against one; it stands for ``"sm_90a"`` with wgmma, :func:`issue_arch`),
+    or the first target of an instruction that sm_90 lacks (tcgen05: ``"sm_100a"``).
+
+    Example:
+        >>> default_arch("wgmma"), default_arch("tcgen05"), default_arch(None)
+        ('sm_90', 'sm_100a', 'sm_90')
+    """
+    rows = [(r.min_sm, r.arch_specific) for r in isa.ROWS if r.instruction == instruction]
+    if not rows:  # None (the format's default instruction, sm_90's) or not one: checked later
+        return "sm_90"
+    sm, specific = min(rows)
+    return "sm_90" if sm <= 90 else f"sm_{sm}{'a' if specific else ''}"
+
+
 def issue_arch(instruction: str, arch: Any) -> Any:
     """wgmma is only in the architecture-specific target: sm_90 means sm_90a for it."""
     return "sm_90a" if instruction == "wgmma" and arch == "sm_90" else arch

@@ -69,8 +69,8 @@ class MXTensor:
     Example:
       >>> import jax.numpy as jnp
       >>> t = quantize(jnp.arange(32, dtype=jnp.float32), "mxfp8_e4m3")
-      >>> t.elements.dtype, t.scales.shape, int(t.scales[0]) - 127  # 31 -> 2**(4 - 8)
-      (dtype(float8_e4m3fn), (1,), -4)
+      >>> t.elements.dtype, t.scales.shape, int(t.scales[0]) - 127  # 31 / 448 <= 2**-3
+      (dtype(float8_e4m3fn), (1,), -3)
     """
 
     elements: jax.Array
@@ -253,7 +253,7 @@ def _checked(x, fmt, block, axis, scale_rule, mode, key, saturate):
     arr = _x_arg(x)
     blk = _block_arg(block, f)
     ax = _axis_arg(axis, arr.ndim, blk)
-    rule = f.scale_rules[0] if scale_rule is None else checks.static_choice(
+    rule = f.default_scale_rule if scale_rule is None else checks.static_choice(
         scale_rule, "scale_rule", f.scale_rules)
     mode = checks.static_choice(mode, "mode", MODES)
     lay = f.user_layout
@@ -327,7 +327,10 @@ def quantize(x: Any, fmt: str | Format = "mxfp8_e4m3",
         ``-1``.
       scale_rule: static, one of the format's ``scale_rules`` (MX and user-defined
         formats: ``"ocp"``, ``"floor"``, ``"ceil"``, ``"even"``, ``"rceil"``; NVFP4:
-        ``"nvfp4"``); default the first (``"ocp"``, ``"nvfp4"``).
+        ``"nvfp4"``); None (default): the format's ``default_scale_rule``, ``"rceil"``
+        for every MX format (cuBLAS's rule, which never saturates; ``"ocp"`` is the
+        OCP specification's, which clamps a block's largest elements when their
+        significand exceeds the element's largest), ``"nvfp4"`` for NVFP4.
       mode: static, ``"rn"`` or ``"rs"``.
       key: a PRNG key for ``mode="rs"`` (``jax.random.key(0)`` or a raw uint32 (2,) key);
         None for ``"rn"``.
@@ -347,7 +350,7 @@ def quantize(x: Any, fmt: str | Format = "mxfp8_e4m3",
       >>> import jax.numpy as jnp
       >>> x = jnp.array([1.0, -2.5, 3.0, 0.1] * 8, jnp.float32)
       >>> t = quantize(x, "mxfp8_e4m3")
-      >>> int(t.scales[0]) - 127  # floor(log2(3.0)) - emax(e4m3) = 1 - 8
+      >>> int(t.scales[0]) - 127  # "rceil": ceil(log2(3.0 / 448)) = ceil(-7.2)
       -7
       >>> dequantize(t)[:4]  # 0.1 / 2**-7 = 12.8 rounds to the e4m3 value 13
       Array([ 1.       , -2.5      ,  3.       ,  0.1015625], dtype=float32)

@@ -44,6 +44,9 @@ largest normal value, ``max`` that value):
   before the PTX ``cvt.rp.satfinite.ue8m0x2.f32`` (or its software form). For every
   element format that is the exact quotient's ceiling (clamped to ue8m0).
 
+The default, for every MX format, is ``"rceil"`` (:data:`DEFAULT_SCALE_RULE`, which says
+why); NVFP4's own rule is ``"nvfp4"``.
+
 ``e`` is clamped to ue8m0's range ``[-127, 127]`` (an all-zero block gets ``2**-127``). A
 block holding a NaN or an infinity gets the NaN scale 0xFF, and dequantizes to NaN.
 
@@ -69,6 +72,18 @@ from jaxwarp._src.numerics import formats, softfloat, user_formats
 from jaxwarp._src.numerics.formats import FORMATS, Format, get_format
 from jaxwarp._src.scaling.tensor_scale import divide_rn
 
+#: The scale rule of every MX format (OCP's and user-defined) when none is given: the
+#: library's one default, read by ``quantize``, ``fake_quantize``, ``jaxwarp.mx.matmul``
+#: and ``Recipe`` through ``MXFormat.default_scale_rule`` (NVFP4 has its own rule,
+#: ``"nvfp4"``). ``"rceil"`` (the smallest power of two at least ``amax / max``) is what
+#: cuBLAS / cuDNN and TransformerEngine's MXFP8 recipe compute, and it never saturates:
+#: the block's amax lands at or below the element's ``max``. OCP's ``"ocp"`` rule
+#: (``floor(log2(amax)) - emax``) puts amax in the element's top binade, above ``max``
+#: when amax's significand is larger than max's, and clamps it there: on all-positive
+#: U[0, 1) blocks that is a biased -1.6% per MXFP8 e4m3 operand (docs/microscaling.md,
+#: "Scale rules"). ``scale_rule="ocp"`` gives the OCP specification's rule.
+DEFAULT_SCALE_RULE = "rceil"
+
 
 @dataclasses.dataclass(frozen=True)
 class MXFormat:
@@ -83,12 +98,16 @@ class MXFormat:
       tensor_scale: whether a float32 per-tensor scale sits above the block scales.
       int_lsb: for an integer element, the exponent of its last bit (MXINT8: ``-6``,
         values ``code * 2**-6``); None for float elements.
-      scale_rules: the scale rules this format accepts; the first is the default.
+      scale_rules: the scale rules this format accepts.
+      default_scale_rule: the rule :func:`quantize`, ``fake_quantize``,
+        ``jaxwarp.mx.matmul`` and a ``Recipe`` use when given none: ``"rceil"`` for
+        every MX format (OCP's and user-defined), ``"nvfp4"`` for NVFP4 (see
+        :data:`DEFAULT_SCALE_RULE`).
 
     Example:
       >>> f = MX_FORMATS["mxfp4_e2m1"]
-      >>> f.element, f.scale, f.block
-      ('e2m1', 'ue8m0', 32)
+      >>> f.element, f.scale, f.block, f.default_scale_rule
+      ('e2m1', 'ue8m0', 32, 'rceil')
     """
 
     name: str
@@ -98,6 +117,12 @@ class MXFormat:
     tensor_scale: bool = False
     int_lsb: int | None = None
     scale_rules: tuple[str, ...] = ("ocp", "floor", "ceil", "even", "rceil")
+    default_scale_rule: str = DEFAULT_SCALE_RULE
+
+    def __post_init__(self):
+        if self.default_scale_rule not in self.scale_rules:  # pragma: no cover - the table
+            raise AssertionError(f"{self.name}: default rule {self.default_scale_rule!r} "
+                                 f"is not one of its rules {self.scale_rules}")
 
     @property
     def element_format(self) -> Format:
@@ -148,7 +173,8 @@ MX_FORMATS: dict[str, MXFormat] = {f.name: f for f in (
     MXFormat("mxfp6_e3m2", "e3m2", "ue8m0", 32),
     MXFormat("mxfp4_e2m1", "e2m1", "ue8m0", 32),
     MXFormat("mxint8", "s8", "ue8m0", 32, int_lsb=-6),
-    MXFormat("nvfp4", "e2m1", "ue4m3", 16, tensor_scale=True, scale_rules=("nvfp4",)),
+    MXFormat("nvfp4", "e2m1", "ue4m3", 16, tensor_scale=True, scale_rules=("nvfp4",),
+             default_scale_rule="nvfp4"),
 )}
 
 @functools.cache
