@@ -333,8 +333,9 @@ def groups(keys: set) -> dict[str, set[str]]:
     """Keys -> {group: its sub-keys}; a group is a key without its last ``/`` part.
 
     Example:
-      >>> groups({"pallas/x/t0/a", "pallas/x/t0/out", "pallas_mgpu/y/meta"})
-      {'pallas/x/t0': {'a', 'out'}, 'pallas_mgpu/y': {'meta'}}
+      >>> g = groups({"pallas/x/t0/a", "pallas/x/t0/out", "pallas_mgpu/y/meta"})
+      >>> {k: sorted(v) for k, v in g.items()}
+      {'pallas/x/t0': ['a', 'out'], 'pallas_mgpu/y': ['meta']}
     """
     out: dict[str, set[str]] = collections.defaultdict(set)
     for key in sorted(keys):
