@@ -255,7 +255,22 @@ def _mgpu_matmul(case: Case) -> Callable:
     from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
 
     config = hm.TuningConfig(**_tuning(case, hm.MatmulDimension))
-    return lambda a, b, c=None: hm.matmul(a, b, c, config)
+    # The kernel wants M and N in whole CTA tiles (two warpgroups side by side along
+    # wg_dimension); a capture cut to fewer rows / columns (tests/data's sample) is padded
+    # with zeros and cut back: each output element depends on its own row of A and column
+    # of B only.
+    dims = (config.wg_dimension, config.cluster_dimension)
+    tm = config.tile_m * 2 ** dims.count(hm.MatmulDimension.M)
+    tn = config.tile_n * 2 ** dims.count(hm.MatmulDimension.N)
+
+    def kernel(a, b, c=None):
+        m, n = a.shape[0], b.shape[1]
+        pm, pn = -m % tm, -n % tn
+        a = jnp.pad(a, ((0, pm), (0, 0)))
+        b = jnp.pad(b, ((0, 0), (0, pn)))
+        c = None if c is None else jnp.pad(c, ((0, pm), (0, pn)))
+        return hm.matmul(a, b, c, config)[:m, :n]
+    return kernel
 
 
 def _mgpu_mixed(case: Case) -> Callable:
@@ -300,7 +315,7 @@ def _tuning(case: Case, dims: Any) -> dict:
     return kw
 
 
-_BUILD: dict[str, Callable[[Case], Callable]] = {
+BUILD: dict[str, Callable[[Case], Callable]] = {
     "triton_matmul": _triton_matmul, "attention": _triton_attention,
     "hopper_matmul": _mgpu_matmul, "hopper_mixed_type_matmul": _mgpu_mixed,
     "ragged_dot": _mgpu_ragged, "attention_mgpu": _mgpu_attention,
@@ -316,7 +331,7 @@ def run_case(case: Case, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """
     from jaxwarp._src.emulate.api import emulate
 
-    kernel = _BUILD[case.kernel](case)
+    kernel = BUILD[case.kernel](case)
     args = [jnp.asarray(inputs[k]) for k in _INPUTS[case.kernel]]
     if "c" in inputs:
         args.append(jnp.asarray(inputs["c"]))
