@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,9 +39,12 @@ PREFIXES = (f"{TRITON}/", f"{MGPU}/")
 
 #: Operand element types of the kernels' inputs (meta ``dtype``).
 OPERAND_TYPES = ("f16", "bf16", "e4m3", "e5m2", "f32")
-#: ``operand_format`` of ``emulate`` for each meta ``dtype``: Triton's ``tl.dot`` on
-#: f32 operands issues tf32 tensor-core instructions (its default input precision).
-OPERAND_FORMAT = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2", "f32": "tf32"}
+#: ``operand_format`` of ``emulate`` for each meta ``dtype``. f32: None, the kernel's own
+#: product (Triton's tf32 ``dot`` hands the raw fp32 words to the tensor core, which reads
+#: their top 19 bits; ``"tf32"`` would round them first, as ``jaxwarp.matmul`` does).
+OPERAND_FORMAT = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2", "f32": None}
+#: SM count the Mosaic GPU kernels are traced with (their grid; no element depends on it).
+NUM_SMS = 2
 #: Output element types, by jaxwarp's name and by NumPy's (meta ``out_dtype`` may use either).
 _OUT_NAMES = {"f32": "f32", "float32": "f32", "f16": "f16", "float16": "f16",
               "bf16": "bf16", "bfloat16": "bf16"}
@@ -114,7 +118,7 @@ class Case:
         return self.meta[name]
 
     @property
-    def operand_format(self) -> str:
+    def operand_format(self) -> str | None:
         """``emulate``'s ``operand_format`` for this kernel."""
         return OPERAND_FORMAT[self.dtype]
 
@@ -228,15 +232,15 @@ def _jnp_dtype(t: str) -> np.dtype:
 
 
 def _triton_matmul(case: Case) -> Callable:
-    from jaxwarp._src.pallas import triton as pallas_triton
-
+    # The capture ran the public example kernel jaxwarp.kernels.triton_matmul, which sits
+    # above every private layer; it is looked up when a capture needs it.
+    triton_matmul = importlib.import_module("jaxwarp.kernels").triton_matmul
     block = (case["bm"], case["bn"], case["bk"])
     out_dtype = _jnp_dtype(case.out)
 
     def kernel(a, b, c=None):
-        return pallas_triton.triton_matmul(a, b, c, block=block, num_warps=case["num_warps"],
-                                           form=case["form"], interpret=True,
-                                           out_dtype=out_dtype)
+        return triton_matmul(a, b, c, block=block, num_warps=case["num_warps"],
+                             form=case["form"], interpret=True, out_dtype=out_dtype)
     return kernel
 
 
@@ -258,7 +262,8 @@ def _mgpu_matmul(case: Case) -> Callable:
     # The kernel wants M and N in whole CTA tiles (two warpgroups side by side along
     # wg_dimension); a capture cut to fewer rows / columns (tests/data's sample) is padded
     # with zeros and cut back: each output element depends on its own row of A and column
-    # of B only.
+    # of B only. At least two tiles: with one, XLA's CPU compiler (JAX 0.10.2) folds the
+    # kernel's tile order to a remainder by zero (SIGFPE).
     dims = (config.wg_dimension, config.cluster_dimension)
     tm = config.tile_m * 2 ** dims.count(hm.MatmulDimension.M)
     tn = config.tile_n * 2 ** dims.count(hm.MatmulDimension.N)
@@ -266,6 +271,8 @@ def _mgpu_matmul(case: Case) -> Callable:
     def kernel(a, b, c=None):
         m, n = a.shape[0], b.shape[1]
         pm, pn = -m % tm, -n % tn
+        if (m + pm) // tm * ((n + pn) // tn) == 1:
+            pm += tm
         a = jnp.pad(a, ((0, pm), (0, 0)))
         b = jnp.pad(b, ((0, 0), (0, pn)))
         c = None if c is None else jnp.pad(c, ((0, pm), (0, pn)))
@@ -336,7 +343,13 @@ def run_case(case: Case, inputs: dict[str, np.ndarray]) -> np.ndarray:
     if "c" in inputs:
         args.append(jnp.asarray(inputs["c"]))
     fn = emulate(kernel, operand_format=case.operand_format, arch="sm_90a")
-    got = np.asarray(fn(*args))
+    if case.family == MGPU:  # the Hopper kernels size their grid by the device's SM count
+        from jaxwarp._src.pallas import mosaic_gpu
+
+        with mosaic_gpu.target_sm_count(NUM_SMS):
+            got = np.asarray(fn(*args))
+    else:
+        got = np.asarray(fn(*args))
     want = _jnp_dtype(case.out)
     if got.dtype != want:
         raise CaptureError(f"the {case.kernel} kernel returned {got.dtype}; the capture's "
