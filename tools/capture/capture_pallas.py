@@ -323,25 +323,30 @@ def _jax():
     return jax
 
 
-def device_name() -> str:
-    """``"NVIDIA H100 80GB HBM3 sm_90"``: the GPU and its sm_XY (conformance reads it)."""
+def device_name(interpret: bool = False) -> str:
+    """``"NVIDIA H100 80GB HBM3 sm_90"``: the GPU and its sm_XY (conformance reads it).
+    ``interpret`` (--interpret, a dry run of this tool without a GPU: Pallas' interpret
+    mode): the files say that their values are not hardware."""
     jax = _jax()
     d = jax.devices()[0]
+    if interpret:
+        return f"interpret mode on {d.platform}, not hardware"
     cc = str(getattr(d, "compute_capability", "")).replace(".", "")
     return f"{d.device_kind} sm_{cc}" if cc else d.device_kind
 
 
-def check_jax(log_file=None) -> str:
+def check_jax(log_file=None, interpret: bool = False) -> str:
     jax = _jax()
     v = jax.__version__
     if not v.startswith("0.11."):
         log(f"WARNING: this tool was written for JAX 0.11.x; this is {v}", file=log_file)
-    if jax.devices()[0].platform != "gpu":
+    if jax.devices()[0].platform != "gpu" and not interpret:
         sys.exit(f"no GPU: JAX's default device is {jax.devices()[0]} (install jax[cuda13])")
     return v
 
 
-def run_triton(cfg: TritonCfg, inputs: list[dict]) -> list[np.ndarray]:
+def run_triton(cfg: TritonCfg, inputs: list[dict], interpret: bool = False
+               ) -> list[np.ndarray]:
     """Compiles ``triton_matmul`` for ``cfg`` once and runs it on each input set."""
     jax = _jax()
     import jax.numpy as jnp
@@ -352,7 +357,7 @@ def run_triton(cfg: TritonCfg, inputs: list[dict]) -> list[np.ndarray]:
 
     def kernel(a, b, c=None):
         return triton_matmul(a, b, c, block=block, num_warps=cfg.num_warps, form=cfg.form,
-                             interpret=False, out_dtype=jnp.float32)
+                             interpret=interpret, out_dtype=jnp.float32)
 
     fn = jax.jit(kernel)
     outs = []
@@ -459,7 +464,11 @@ class Writer:
 
 
 def _error_text(e: BaseException) -> str:
+    """The exception's type and message; where the message is empty, where it was raised."""
     text = f"{type(e).__name__}: {e}"
+    if not str(e) and e.__traceback__ is not None:
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        text += f"(raised at {frame.filename}:{frame.lineno}: {frame.line})"
     return text if len(text) < 4000 else text[:4000] + " [...]"
 
 
@@ -487,7 +496,7 @@ def capture_triton(args, out: pathlib.Path, device: str, jax_version: str, log_f
                 sets.append(x)
             t0 = time.time()
             try:
-                outs = run_triton(cfg, sets)
+                outs = run_triton(cfg, sets, args.interpret)
             except Exception as e:  # the compiler refused it (or it failed): logged, kept
                 file_meta["rejected"].append({"name": cfg.name, "error": _error_text(e)})
                 log(f"REJECTED {cfg.name}: {_error_text(e)}", file=log_file)
@@ -574,7 +583,7 @@ def probe_worker(args) -> None:
 
         def kernel(a, b, block=block, cfg=cfg):
             return triton_matmul(a, b, block=block, num_warps=cfg.num_warps, form=cfg.form,
-                                 interpret=False, out_dtype=jnp.float32)
+                                 interpret=args.interpret, out_dtype=jnp.float32)
 
         kernel.__name__ = f"probe_{i}"
         try:
@@ -625,6 +634,7 @@ def capture_probe(args, out: pathlib.Path, device: str, jax_version: str, log_fi
         while start < len(plan) and time.time() < deadline:
             budget = max(10, int(deadline - time.time()))
             cmd = [sys.executable, __file__, "--probe-worker", "--status", str(status_path),
+                   *(["--interpret"] if args.interpret else []),
                    "--start", str(start), "--budget", str(budget),
                    "--dtypes", ",".join(args.dtypes)] + (["--small"] if args.small else [])
             try:
@@ -647,7 +657,7 @@ def capture_probe(args, out: pathlib.Path, device: str, jax_version: str, log_fi
             uses = "rejected" if status[str(i)] else summarize(counts) if files else "no dump"
             rows.append({"dtype": cfg.dtype, "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
                          "num_warps": cfg.num_warps, "form": cfg.form, "M": m, "N": n, "K": k,
-                         "uses": uses, "instructions": counts, "files": files,
+                         "uses": uses, "instructions": counts, "files": files[:8],
                          "error": status[str(i)]})
         if args.keep_dump:
             import shutil
@@ -735,6 +745,8 @@ def main(argv=None):
                     help="seconds after which no new configuration is started")
     ap.add_argument("--keep-dump", action="store_true",
                     help="keep XLA's probe dump as DIR/pallas_probe_dump (large)")
+    ap.add_argument("--interpret", action="store_true",
+                    help="dry run without a GPU: Pallas' interpret mode (values not hardware)")
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--trim-sample", metavar="SAMPLE.npz")
     ap.add_argument("--probe-worker", action="store_true", help=argparse.SUPPRESS)
@@ -763,8 +775,8 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "pallas_capture.log", "a") as log_file:
-        jax_version = check_jax(log_file)
-        device = device_name()
+        jax_version = check_jax(log_file, args.interpret)
+        device = device_name(args.interpret)
         log(f"GPU: {device}, JAX {jax_version}, seed {args.seed}, options {sys.argv[1:]}",
             file=log_file)
         # The budget is shared in order: triton first, then mgpu, then the probe.
