@@ -23,8 +23,8 @@ Writes (schema: FORMAT_PALLAS.md)
 
 Every file has ``device`` (``"NVIDIA H100 80GB HBM3 sm_90"``) and ``meta`` (a JSON object:
 the tool, JAX's version, the options). Inputs are drawn with ``numpy.random.default_rng``
-from ``--seed`` and are finite values of their format. ``--small`` writes a few-MB file
-for tests/data. ``--trim-sample`` makes tests/data/pallas_sample.npz from a recorded file
+from ``--seed`` and are finite values of their format. ``--small`` writes one few-MB file,
+``DIR/pallas_small.npz``, for tests/data. ``--trim-sample`` makes tests/data/pallas_sample.npz from a recorded file
 (numpy only; see FORMAT_PALLAS.md). Each run stops starting new configurations after
 ``--budget`` seconds and writes what it has (the device lends 10 minutes a command).
 """
@@ -186,8 +186,8 @@ def triton_plan(dtypes=DTYPES, small: bool = False) -> list[TritonCfg]:
     out = []
     for t in dtypes:
         if small:
-            out += [TritonCfg(t, 16, 16, 32, 1, "tiled"), TritonCfg(t, 64, 64, 64, 4, "tiled"),
-                    TritonCfg(t, 64, 64, 32, 4, "c_init")]
+            out += [TritonCfg(t, 16, 16, 32, 1, "tiled"), TritonCfg(t, 64, 64, 64, 4, "tiled")]
+            out += [TritonCfg(t, 64, 64, 32, 4, "c_init")] if t == "bf16" else []
             continue
         out += [TritonCfg(t, *blk, w, "tiled") for blk in BLOCKS for w in WARPS]
         out += [TritonCfg(t, *blk, w, f) for f in FORMS[1:] for blk in FORM_BLOCKS
@@ -227,6 +227,9 @@ class MgpuCfg:
 
 def mgpu_plan(small: bool = False) -> list[MgpuCfg]:
     # hopper_matmul sizes: (M, N, K, tile_m, tile_n, tile_k, max_concurrent_steps)
+    if small:
+        return [MgpuCfg("hopper_matmul", "f16", (256, 256, 512, 128, 128, 64, 2), c)
+                for c in (False, True)]
     mm = [(512, 512, 1024, 128, 128, 64, 2)]
     if not small:
         mm += [(512, 512, 1024, 128, 128, 64, 4), (512, 512, 1024, 128, 64, 64, 2),
@@ -234,8 +237,6 @@ def mgpu_plan(small: bool = False) -> list[MgpuCfg]:
                (256, 512, 2048, 128, 128, 128, 2)]
     out = [MgpuCfg("hopper_matmul", t, s, c) for t in ("f16", "bf16") for s in mm
            for c in (False, True)]
-    if small:
-        return out
     # mixed: (M, N, K, tile_m, tile_n, tile_k, steps); a is s8, b and out of dtype
     out += [MgpuCfg("hopper_mixed_type_matmul", t, (512, 512, 1024, 128, 128, 64, 4))
             for t in ("bf16", "f16")]
@@ -453,6 +454,7 @@ class Writer:
         return True
 
     def save(self) -> None:
+        """Writes the file (again, with what was added since, when called again)."""
         if len(self.arrays) == 1:
             log(f"nothing recorded for {self.path.name}", file=self.log_file)
             return
@@ -461,6 +463,25 @@ class Writer:
         np.savez_compressed(self.path, **self.arrays)
         log(f"wrote {self.path} ({self.path.stat().st_size >> 10} KiB, "
             f"{sum(k.endswith('/out') for k in self.arrays)} entries)", file=self.log_file)
+
+
+class Files:
+    """The npz files of a run: ``pallas_{dtype}.npz`` and ``pallas_mgpu.npz``, or with
+    ``--small`` all in one ``pallas_small.npz``."""
+
+    def __init__(self, out: pathlib.Path, device: str, args, jax_version: str, log_file):
+        self.out, self.device, self.args, self.log_file = out, device, args, log_file
+        self.jax_version, self.writers = jax_version, {}
+
+    def get(self, stem: str) -> Writer:
+        stem = "pallas_small" if self.args.small else stem
+        if stem not in self.writers:
+            meta = {"tool": "tools/capture/capture_pallas.py", "jax": self.jax_version,
+                    "seed": self.args.seed, "small": self.args.small, "rejected": [],
+                    "not_run": []}
+            self.writers[stem] = Writer(self.out / f"{stem}.npz", self.device, meta,
+                                        self.log_file)
+        return self.writers[stem]
 
 
 def _error_text(e: BaseException) -> str:
@@ -472,19 +493,17 @@ def _error_text(e: BaseException) -> str:
     return text if len(text) < 4000 else text[:4000] + " [...]"
 
 
-def capture_triton(args, out: pathlib.Path, device: str, jax_version: str, log_file,
-                   deadline: float) -> None:
+def capture_triton(args, files: Files, log_file, deadline: float) -> None:
+    jax_version = files.jax_version
     for t in args.dtypes:
         plan = triton_plan((t,), args.small)
-        file_meta = {"tool": "tools/capture/capture_pallas.py", "family": "pallas",
-                     "jax": jax_version, "seed": args.seed, "small": args.small,
-                     "rejected": []}
-        w = Writer(out / f"pallas_{t}.npz", device, file_meta, log_file)
+        w = files.get(f"pallas_{t}")
+        file_meta = w.meta
         log(f"== Triton-style {t}: {len(plan)} configurations", file=log_file)
         for i, cfg in enumerate(plan):
             if time.time() > deadline:
                 log(f"budget spent: {len(plan) - i} {t} configurations not run", file=log_file)
-                file_meta["not_run"] = [c.name for c in plan[i:]]
+                file_meta["not_run"] += [c.name for c in plan[i:]]
                 break
             m, n, k = cfg.shape
             rng = np.random.default_rng([args.seed, i, DTYPES.index(t)])
@@ -512,17 +531,16 @@ def capture_triton(args, out: pathlib.Path, device: str, jax_version: str, log_f
         w.save()
 
 
-def capture_mgpu(args, out: pathlib.Path, device: str, jax_version: str, log_file,
-                 deadline: float) -> None:
+def capture_mgpu(args, files: Files, log_file, deadline: float) -> None:
+    jax_version = files.jax_version
     plan = mgpu_plan(args.small)
-    file_meta = {"tool": "tools/capture/capture_pallas.py", "family": "pallas_mgpu",
-                 "jax": jax_version, "seed": args.seed, "small": args.small, "rejected": []}
-    w = Writer(out / "pallas_mgpu.npz", device, file_meta, log_file)
+    w = files.get("pallas_mgpu")
+    file_meta = w.meta
     log(f"== Mosaic GPU kernels: {len(plan)} configurations", file=log_file)
     for i, cfg in enumerate(plan):
         if time.time() > deadline:
             log(f"budget spent: {len(plan) - i} kernel configurations not run", file=log_file)
-            file_meta["not_run"] = [c.name for c in plan[i:]]
+            file_meta["not_run"] += [c.name for c in plan[i:]]
             break
         rng = np.random.default_rng([args.seed, 1000 + i])
         metas = [mgpu_meta(cfg, kind, args.seed, jax_version) for kind in KINDS]
@@ -618,8 +636,8 @@ def summarize(counts: dict[str, int]) -> str:
     return "none"
 
 
-def capture_probe(args, out: pathlib.Path, device: str, jax_version: str, log_file,
-                  deadline: float) -> None:
+def capture_probe(args, files: Files, log_file, deadline: float) -> None:
+    out, device, jax_version = files.out, files.device, files.jax_version
     plan = probe_plan(args.dtypes, args.small)
     log(f"== probe: {len(plan)} configurations", file=log_file)
     rows, start = [], 0
@@ -779,6 +797,7 @@ def main(argv=None):
         device = device_name(args.interpret)
         log(f"GPU: {device}, JAX {jax_version}, seed {args.seed}, options {sys.argv[1:]}",
             file=log_file)
+        files = Files(out, device, args, jax_version, log_file)
         # The budget is shared in order: triton first, then mgpu, then the probe.
         steps = [s for s in ("triton", "mgpu", "probe") if s in only]
         for j, step in enumerate(steps):
@@ -786,7 +805,7 @@ def main(argv=None):
             deadline = time.time() + left / (len(steps) - j)
             fn = {"triton": capture_triton, "mgpu": capture_mgpu, "probe": capture_probe}[step]
             try:
-                fn(args, out, device, jax_version, log_file, deadline)
+                fn(args, files, log_file, deadline)
             except Exception:
                 log(f"{step} failed:\n{traceback.format_exc()}", file=log_file)
         log(f"done in {time.time() - t0:.0f} s", file=log_file)
