@@ -23,10 +23,11 @@ Writes (schema: FORMAT_PALLAS.md)
 
 Every file has ``device`` (``"NVIDIA H100 80GB HBM3 sm_90"``) and ``meta`` (a JSON object:
 the tool, JAX's version, the options). Inputs are drawn with ``numpy.random.default_rng``
-from ``--seed`` and are finite values of their format. ``--small`` writes one few-MB file,
-``DIR/pallas_small.npz``, for tests/data. ``--trim-sample`` makes tests/data/pallas_sample.npz from a recorded file
-(numpy only; see FORMAT_PALLAS.md). Each run stops starting new configurations after
-``--budget`` seconds and writes what it has (the device lends 10 minutes a command).
+from ``--seed`` and are finite values of their format. ``--small`` writes one few-MB
+file, ``DIR/pallas_small.npz``, for tests/data. ``--trim-sample`` makes
+tests/data/pallas_sample.npz from a recorded file (numpy only; see FORMAT_PALLAS.md).
+Each run stops starting new configurations after ``--budget`` seconds and writes what it
+has (the device lends 10 minutes a command).
 """
 
 from __future__ import annotations
