@@ -187,4 +187,8 @@ from jaxwarp._src.warp.checked import checked as checked
 
 __version__ = "0.2.0"
 
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))
+
 # Do not import from jaxwarp._src: it is private and changes without notice.

@@ -36,3 +36,7 @@ from jaxwarp._src.warp.cg_reduce import plus as plus
 from jaxwarp._src.warp.cg_reduce import reduce as reduce
 
 # Do not import jaxwarp._src directly: it is private and may change.
+
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))

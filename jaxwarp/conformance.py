@@ -21,5 +21,9 @@ from jaxwarp._src.conformance.registry import CaptureError as CaptureError
 from jaxwarp._src.conformance.registry import GroupResult as GroupResult
 from jaxwarp._src.conformance.registry import floor_percent as floor_percent
 
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))
+
 if __name__ == "__main__":
     raise SystemExit(main())

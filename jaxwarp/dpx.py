@@ -44,3 +44,7 @@ from jaxwarp._src.warp.dpx import vimin3_u16x2 as vimin3_u16x2
 from jaxwarp._src.warp.dpx import vimin3_u32 as vimin3_u32
 from jaxwarp._src.warp.dpx import vimin_s16x2_relu as vimin_s16x2_relu
 from jaxwarp._src.warp.dpx import vimin_s32_relu as vimin_s32_relu
+
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))

@@ -17,3 +17,7 @@ from jaxwarp._src.numerics.fp4 import fp4_to_halfraw as fp4_to_halfraw
 from jaxwarp._src.numerics.fp4 import fp4x2_to_halfraw2 as fp4x2_to_halfraw2
 from jaxwarp._src.numerics.fp4 import halfraw2_to_fp4x2 as halfraw2_to_fp4x2
 from jaxwarp._src.numerics.fp4 import halfraw_to_fp4 as halfraw_to_fp4
+
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))

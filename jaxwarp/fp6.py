@@ -20,3 +20,7 @@ from jaxwarp._src.numerics.fp6 import fp6_to_halfraw as fp6_to_halfraw
 from jaxwarp._src.numerics.fp6 import fp6x2_to_halfraw2 as fp6x2_to_halfraw2
 from jaxwarp._src.numerics.fp6 import halfraw2_to_fp6x2 as halfraw2_to_fp6x2
 from jaxwarp._src.numerics.fp6 import halfraw_to_fp6 as halfraw_to_fp6
+
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))

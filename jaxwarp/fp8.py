@@ -43,3 +43,7 @@ from jaxwarp._src.scaling.ue8m0 import e8m0_to_bf16raw as e8m0_to_bf16raw
 from jaxwarp._src.scaling.ue8m0 import e8m0x2_to_bf162raw as e8m0x2_to_bf162raw
 from jaxwarp._src.scaling.ue8m0 import float2_to_e8m0x2 as float2_to_e8m0x2
 from jaxwarp._src.scaling.ue8m0 import float_to_e8m0 as float_to_e8m0
+
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))

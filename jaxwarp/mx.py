@@ -16,3 +16,7 @@ from jaxwarp._src.scaling.mx_formats import MODES as MODES
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS as MX_FORMATS
 from jaxwarp._src.scaling.mx_formats import SCALE_RULES as SCALE_RULES
 from jaxwarp._src.scaling.mx_formats import MXFormat as MXFormat
+
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))

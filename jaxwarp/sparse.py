@@ -10,3 +10,7 @@ from jaxwarp._src.instructions.sparse import decompress_2_4 as decompress_2_4
 from jaxwarp._src.instructions.sparse import metadata_words as metadata_words
 from jaxwarp._src.instructions.sparse import prune_2_4 as prune_2_4
 from jaxwarp._src.instructions.sparse_marker import as_2_4 as as_2_4
+
+# The public names: what ``help()``, ``pydoc`` and ``from ... import *`` list (the
+# re-exports above; a test checks the two agree).
+__all__ = sorted(_n for _n in dir() if not _n.startswith("_"))

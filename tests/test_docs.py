@@ -143,12 +143,28 @@ def test_readme_commands_work_in_a_fresh_clone():
 
 # --- Code blocks of the docs pages. -------------------------------------------------------
 
-# A page's Python block whose first line imports is a whole program: it runs as written, in
-# a fresh process. Other blocks continue the page's story with the names it set up.
-_PROGRAMS = [(page, i, code) for page in DOCS_PAGES
-             for i, code in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(),
-                                                 re.S))
-             if code.lstrip().startswith(("import ", "from "))]
+# Every Python block of a docs page runs as written. A block whose first line imports is a
+# whole program; any other block continues the page's story: it runs after the blocks
+# before it, back to the last whole program. A block preceded by a line
+# ``<!-- runs on an H100 or H200 only: why -->`` runs only where JAX has a GPU.
+_BLOCK = re.compile(r"(?:<!-- runs on an H100 or H200 only: (.*?) -->\n)?```python\n(.*?)```",
+                    re.S)
+
+
+def _page_blocks(page):
+    """(i, code to run, GPU-only reason or None) for every Python block of a page."""
+    out, story = [], []
+    for i, m in enumerate(_BLOCK.finditer(page.read_text())):
+        gpu, code = m.group(1), m.group(2)
+        if code.lstrip().startswith(("import ", "from ")):
+            story = []
+        story.append(code)
+        out.append((i, "\n".join(story), gpu))
+    return out
+
+
+_BLOCKS = [(page, i, code, gpu) for page in DOCS_PAGES for i, code, gpu in _page_blocks(page)]
+_PROGRAMS = [(page, i, code) for page, i, code, _ in _BLOCKS]
 
 
 def test_docs_pages_have_whole_programs():
@@ -157,14 +173,32 @@ def test_docs_pages_have_whole_programs():
             "cooperative_groups.md", "scale_out.md"} <= pages, pages
 
 
-@pytest.mark.parametrize("page, i, code", [
-    pytest.param(page, i, code, id=f"{page.name}:{i}",
+def test_a_story_block_runs_after_its_page_program(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```python\nimport math\nx = 1\n```\ntext\n```python\nprint(x)\n```\n"
+                    "<!-- runs on an H100 or H200 only: native -->\n```python\nimport os\n```\n")
+    assert _page_blocks(page) == [(0, "import math\nx = 1\n", None),
+                                  (1, "import math\nx = 1\n\nprint(x)\n", None),
+                                  (2, "import os\n", "native")]
+
+
+def _has_gpu():
+    import jax  # noqa: PLC0415
+    return any(d.platform == "gpu" for d in jax.devices())
+
+
+@pytest.mark.parametrize("page, i, code, gpu", [
+    pytest.param(page, i, code, gpu, id=f"{page.name}:{i}",
                  marks=() if page.name == "config.md" else pytest.mark.slow)
-    for page, i, code in _PROGRAMS])
-def test_docs_program_runs(page, i, code, tmp_path):
+    for page, i, code, gpu in _BLOCKS])
+def test_docs_program_runs(page, i, code, gpu, tmp_path):
+    if gpu and not _has_gpu():
+        pytest.skip(f"{page.name}, Python block {i} runs on an H100 or H200 only ({gpu})")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if not gpu:
+        env["JAX_PLATFORMS"] = "cpu"
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=600,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+                         text=True, timeout=600, env=env)
     assert res.returncode == 0, f"{page.name}, Python block {i}:\n{res.stderr[-3000:]}"
     # Each print's trailing comment, where it has one, is what it printed.
     shown = [c.strip() for c in re.findall(r"^print\(.*\)\s*#\s*(.*)$", code, re.M)]

@@ -86,3 +86,37 @@ def test_recipe_report_and_instruction():
     assert rep.entries[0].operand_format == "mxfp8"
     assert f.config["recipe"].instruction == "mma_sync"
     assert f.config["arch"] is None  # the instruction's first target (sm_120a)
+
+
+def test_report_header_names_the_recipe_not_an_operand_format():
+    x, w = jnp.ones((32, 64)), jnp.ones((64, 64))
+    _, rep = jaxwarp.emulate(lambda x, w: x @ w, recipe="mxfp8", report=True)(x, w)
+    header = str(rep).splitlines()[0]
+    assert "recipe=mxfp8" in header
+    assert "operand_format" not in header and "Plan(" not in header
+    _, rep = jaxwarp.emulate(lambda x, w: x @ w, operand_format="bf16", report=True)(x, w)
+    assert "operand_format=bf16" in str(rep).splitlines()[0]
+
+
+def test_recipe_docstring_points_at_public_names_only():
+    doc = jaxwarp.mx.Recipe.__doc__
+    assert "_src" not in doc and "module docstring" not in doc
+    assert "fprop" in doc and "dgrad" in doc and "wgrad" in doc  # the table is here
+
+
+@pytest.mark.parametrize("recipe", [None, "mxfp8"])
+def test_a_key_is_accepted_and_ignored_where_unused(recipe):
+    x, w = jnp.ones((32, 64)), jnp.ones((64, 64))
+    kw = dict(recipe=recipe) if recipe else dict(operand_format="bf16")
+    f = jaxwarp.emulate(lambda x, w: x @ w, **kw)
+    want = np.asarray(f(x, w))
+    for k in (0, 1):  # a different key changes nothing: no random bits are drawn
+        np.testing.assert_array_equal(np.asarray(f(x, w, rng_key=jax.random.key(k))), want)
+    with pytest.raises(ValueError, match="rng_key must be a single PRNG key"):
+        f(x, w, rng_key=jax.random.split(jax.random.key(0), 2))  # still checked
+
+
+def test_a_missing_key_says_how_to_pass_one():
+    f = jaxwarp.emulate(lambda x, w: x @ w, recipe="nvfp4")
+    with pytest.raises(ValueError, match=r"rng_key=jax.random.key\(0\)"):
+        f(jnp.ones((32, 64)), jnp.ones((64, 64)))

@@ -190,8 +190,9 @@ def _parse_env(option: Option, raw: str) -> Any:
 
 
 class Config:
-    """The options of :data:`OPTIONS`: read as attributes, set with :meth:`update` or
-    :meth:`override`. ``jaxwarp.config`` is the one instance."""
+    """The library's options (:meth:`options` lists them; docs/config.md describes them):
+    read as attributes, set with :meth:`update` or :meth:`override`. ``jaxwarp.config`` is
+    the one instance."""
 
     def __init__(self, options: tuple[Option, ...]):
         self._options = {o.name: o for o in options}
@@ -250,12 +251,12 @@ class Config:
 
     def snapshot(self) -> tuple[tuple[str, Any], ...]:
         """Every option's value now, as a hashable tuple (a static argument of the
-        library's own jitted functions, so that their caches are keyed on the options:
-        :func:`keyed_jit`)."""
+        library's own jitted functions, so that their caches are keyed on the options)."""
         return tuple(self.values().items())
 
     def options(self) -> tuple[Option, ...]:
-        """Every option, in the order of :data:`OPTIONS`."""
+        """Every option (its ``name``, ``default``, ``help``, ``allowed`` values, ``env``
+        variable), in a fixed order."""
         return tuple(self._options.values())
 
     def values(self) -> dict[str, Any]:

@@ -83,7 +83,18 @@ TERMS = ("product", "group")
 
 @dataclasses.dataclass(frozen=True)
 class BlockScaleDatapath:
-    """Arithmetic of one block-scaled MMA kind (see the module docstring).
+    """Arithmetic of one block-scaled MMA kind, its parameters as data.
+
+    ``D = (A * SA) @ (B * SB) + C`` in fp32, as MMA-Sim 2.1.1 models it: the terms of one
+    fused sum (below), and C as one more term at its exponent (at least -126), are each
+    truncated toward zero to a multiple of ``2**(E - F)``, E the largest term exponent,
+    then added exactly; the sum is truncated to fp32 (-0 becomes +0). A k longer than
+    ``chunk`` is a chain: one chunk's fp32 result is the next one's C. The kinds' own:
+    kind::mxf8f6f4 ``BlockScaleDatapath("product", F=25, group=1, chunk=32,
+    e_zero=-133)``, kind::mxf4 and mxf4nvf4 ``BlockScaleDatapath("group", F=35,
+    group=16, chunk=64, e_zero=-139)``; :func:`jaxwarp.mma_block_scale_logical` takes
+    another as ``datapath=``. The API reference's "Block-scaled MMA (microscaling)"
+    section (docs/api/tensorcore.md) states the whole arithmetic.
 
     Attributes:
       terms: ``"product"``: every scaled product is a term at its own exponent plus the
@@ -97,10 +108,10 @@ class BlockScaleDatapath:
       nan_f32: bits of a NaN result.
 
     Example:
-        >>> PRODUCT_TERMS.F, PRODUCT_TERMS.chunk, GROUP_TERMS.group, GROUP_TERMS.e_zero
-        (25, 32, 16, -139)
-        >>> GROUP_TERMS.replace(group=8).group
-        8
+        >>> mxf4 = jaxwarp.BlockScaleDatapath("group", F=35, group=16, chunk=64,
+        ...                                   e_zero=-139)
+        >>> mxf4.replace(group=8).group, mxf4.nan_f32 == 0x7FFFFFFF
+        (8, True)
     """
 
     terms: str
@@ -381,8 +392,9 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
 
     PTX ``mma.sync.aligned.m16n8k{32,64}.row.col.kind::{kind}.block_scale.scale_vec::{n}X
     .f32.{a}.{b}.f32.{scale}`` (sm_120a) or ``tcgen05.mma.cta_group::1.kind::{kind}
-    .block_scale`` (sm_100a), computed as MMA-Sim 2.1.1 models them (see the module
-    docstring; :class:`BlockScaleDatapath`). The register form of mma.sync, with its
+    .block_scale`` (sm_100a), computed as MMA-Sim 2.1.1 models them (the summary:
+    :class:`jaxwarp.BlockScaleDatapath`; in full: docs/api/tensorcore.md, "Block-scaled
+    MMA (microscaling)"). The register form of mma.sync, with its
     scale selectors (``byte-id``, ``thread-id``), is ``jaxwarp.mma_block_scale``.
 
     Args:

@@ -499,7 +499,7 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         needs ``"sm_90a"``, fp8 ``mma_sync`` sm_89 or newer, fp6 / fp4 ``"sm_120a"``);
         its datapath model gives the arithmetic (sm_90 verified on hardware, the others
         against MMA-Sim or not at all: ``ArchModel.verified``, ``arch.py``).
-      mode: ``"exact"`` reproduces the hardware bits (see the module docstring for
+      mode: ``"exact"`` reproduces the hardware bits (docs/arithmetic.md describes
         the model). ``"fast"`` uses ``lax.dot_general`` with fp32 (fp64 for f64) accumulation of
         the operands (tf32 low bits dropped), then one conversion to
         d_format: it rounds to nearest instead of truncating each aligned term and the

@@ -96,8 +96,8 @@ class Target:
 def parse_target(arch: Any, argname: str = "arch") -> Target:
     """The one parser of an architecture name: ``"sm_90a"`` -> ``Target("sm_90a", 90,
     True)``. ``"sm90"`` is read as ``"sm_90"``; any ``sm_XY[a|f]`` is a target (what it
-    can issue is the catalogue's business); :func:`supported_target` also asks for a
-    datapath model.
+    can issue is jaxwarp.isa's business); a function that computes on the target also
+    asks for a datapath model of it (a key of ``jaxwarp.ARCHS``).
 
     Raises:
       ValueError: naming ``argname``, if ``arch`` is not an ``sm_XY`` name.
@@ -354,7 +354,7 @@ class ArchModel:
       datapaths: ``((family, Datapath), ...)``; a family missing here has no model
         (an error says so, with ``missing_note``).
       verified: what the datapaths were checked against bit for bit, one of
-        :data:`VERIFICATIONS`: ``"hardware"`` (captures of the GPU), ``"MMA-Sim
+        ``"hardware"`` (captures of the GPU), ``"MMA-Sim
         2.1.1"`` (the published reference model, validated on the GPUs by its
         authors, on every ``mma.sync`` configuration it models) or ``"unverified"``.
       unverified: families modelled without such a check (by analogy or from the
@@ -403,7 +403,8 @@ class ArchModel:
                              f"datapaths {fams}, got {self.unverified!r}")
 
     def verification(self, fam: str) -> str:
-        """How family ``fam``'s datapath was checked (one of :data:`VERIFICATIONS`)."""
+        """How family ``fam``'s datapath was checked: ``"hardware"``, ``"MMA-Sim 2.1.1"``
+        or ``"unverified"``."""
         self.datapath(fam)
         return "unverified" if fam in self.unverified else self.verified
 

@@ -327,15 +327,20 @@ def _parse(qual: str) -> MmaInstruction:
 
 
 def parse_mma(qualifier: str | MmaInstruction) -> MmaInstruction:
-    """Parses a PTX ``mma.sync.aligned`` qualifier string into an :class:`MmaInstruction`.
+    """Parses a PTX ``mma.sync.aligned`` qualifier string into a frozen instruction record.
 
     Args:
       qualifier: the text after ``mma.sync.aligned.`` (the prefix itself may be
-        included), e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``. An ``MmaInstruction`` is
-        returned unchanged.
+        included), e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``. A record this function
+        returned is returned unchanged.
 
     Returns:
-      The frozen :class:`MmaInstruction`.
+      The frozen, hashable record (a static argument of every ``mma.sync`` function):
+      ``m``, ``n``, ``k``; ``a_layout``, ``b_layout`` (``"row"`` / ``"col"``);
+      ``a_format``, ``b_format``, ``c_format``, ``d_format`` (PTX type names);
+      ``satfinite``; ``b1_op`` (``"xor"`` / ``"and"`` for b1, else None); ``kind``
+      (``"f8f6f4"`` or ``""``); ``qualifier`` (the canonical text) and ``nregs(use)``
+      (registers per lane of operand ``"a"``, ``"b"``, ``"c"`` or ``"d"``).
 
     Raises:
       TypeError: not a string.

@@ -26,8 +26,8 @@ def check_file(path: str, progress: Callable[[GroupResult], None] | None = None
     Every key must be understood by a handler: a key none understands becomes an error
     result (``GroupResult.error``), as do a configuration the model cannot run yet, a
     group with nothing to compare (zero trials) and a configuration the capture's
-    ``device`` cannot have run (``targets.refusal``). The file-wide keys
-    (``registry.FILE_KEYS``: ``device``, the capture tool's ``meta`` JSON) are read here.
+    ``device`` cannot have run (an instruction its architecture lacks). The file-wide
+    keys (``device``, the capture tool's ``meta`` JSON) are read here.
 
     Args:
       path: the ``.npz`` capture file.

@@ -102,8 +102,11 @@ def emulate(
     accumulator, the result converted to the product's own output dtype (round to
     nearest). ``emulate(lambda a, b: a @ b, operand_format=f)(A, B)`` equals
     ``jaxwarp.matmul(A, B, operand_format=f)`` bit for bit, and so do its
-    gradients. See the module docstring for the k order of several contracting
-    dimensions and of convolutions, and for zero padding to the tile.
+    gradients. K runs row-major over the contracting dimensions in the order the
+    dimension numbers list them (the first is the slowest); a convolution is the
+    implicit (im2col) GEMM, K ordered ``(kernel spatial..., input channel)``, e.g.
+    ``(kh, kw, cin)``; M, N and K are zero-padded to the instruction tile (no bit
+    changes).
 
     What is entered: ``jit``, ``scan``, ``while_loop``, ``cond``/``switch``,
     ``checkpoint``, ``custom_jvp`` (primal and jvp rule emulated), ``custom_vjp``
@@ -137,10 +140,12 @@ def emulate(
     (``tcgen05`` on sm_100a by default; ``instruction="mma_sync"`` for sm_120a), with
     its backward products block-scaled too, each tensor in the recipe's format, block
     and rounding (TransformerEngine's MXFP8BlockScaling and NVFP4BlockScaling; see
-    ``jaxwarp._src.recipes.recipe``); ``mode="fast"`` dequantizes and multiplies in
+    :class:`jaxwarp.mx.Recipe`); ``mode="fast"`` dequantizes and multiplies in
     fp32 instead. A recipe with stochastic rounding or the random Hadamard transform
     (``"nvfp4"``) needs a key when the function is called: ``f(x, w,
-    rng_key=jax.random.key(0))``.
+    rng_key=jax.random.key(0))``. Every emulated function accepts ``rng_key`` (checked:
+    one PRNG key) and ignores it where nothing draws random bits, so a training loop
+    generic over recipes passes one to each.
 
     Args:
         fn: the function. Array leaves of its arguments (``jax.Array``,
@@ -179,7 +184,8 @@ def emulate(
             ``scaling_state=`` (None, the default: TransformerEngine's initial buffers)
             and returns ``(out, new_state)``: a tuple of
             :class:`jaxwarp.fp8.DelayedScalingState`, one per emulated product in
-            program order (``jaxwarp._src.emulate.delayed_sites``).
+            program order (the equation order of ``fn``'s jaxpr, ``jit`` bodies
+            inlined; docs/fp8_recipes.md).
         backward_format: None (gradients in ``operand_format``, as ``matmul``'s
             own vjp) or the operand format of the gradient in backward products.
         promote_every: None or N, passed to ``matmul`` (promotion of partial sums
@@ -262,13 +268,15 @@ def emulate(
                                                             ds)
         if needs_key and rng is None:
             raise ValueError(f"recipe {cfg.recipe.name!r} rounds stochastically or applies "
-                             f"the random Hadamard transform: call the emulated function "
-                             f"with rng_key=jax.random.key(...)")
+                             f"the random Hadamard transform, so it needs a PRNG key: call "
+                             f"the emulated function with rng_key=..., e.g. "
+                             f"f(x, w, rng_key=jax.random.key(0)) (a new key each step)")
         if rng is not None:
-            if not needs_key:
-                raise ValueError("rng_key is only used by a recipe with stochastic rounding "
-                                 "or the random Hadamard transform (recipe='nvfp4')")
+            # Checked always; used only where the recipe draws random bits, so a training
+            # loop generic over recipes (and over no recipe) passes a key to every one.
             rng = recipes.key_arg(rng)
+            if not needs_key:
+                rng = None
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         _check_64bit(leaves, args, kwargs)
         static = tuple(_DYNAMIC if is_dynamic(x) else x for x in leaves)

@@ -180,7 +180,7 @@ class EmulationReport:
 
     def __str__(self) -> str:
         lines = [f"jaxwarp.emulate: {self.count} of {len(self.entries)} products emulated "
-                 f"({', '.join(f'{k}={v}' for k, v in self.config if v is not None)})"]
+                 f"({', '.join(_settings_text(self.config))})"]
         for e in self.entries:
             p = e.product
             what = f"{e.operand_format}" if e.emulated else f"skipped: {e.reason}"
@@ -190,6 +190,18 @@ class EmulationReport:
                 f"[{p.batch}x {p.m}x{p.n}x{p.k}] {p.name_stack or '-'}: {what}")
         lines.append(f"  backward: {self.backward}")
         return "\n".join(lines)
+
+
+def _settings_text(items) -> list[str]:
+    """The header's ``name=value`` list: a recipe by its name, in place of the operand
+    format and GEMM plan it implies (those are the recipe's fields, not settings)."""
+    recipe = dict(items).get("recipe")
+    out = []
+    for k, v in items:
+        if v is None or (recipe is not None and k in ("operand_format", "plan")):
+            continue
+        out.append(f"recipe={v.name}" if k == "recipe" else f"{k}={v}")
+    return out
 
 
 # A pytree with no leaves: returned through jax.jit, jax.vmap and grad(has_aux=True).

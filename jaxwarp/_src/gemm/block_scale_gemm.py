@@ -462,13 +462,12 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
     nearest even; ``scale_rule`` or the format's default rule; NVFP4 with its 1x16
     blocks and per-tensor scale); :class:`~jaxwarp.mx.MXTensor` operands are used as
     they are (A quantized along its last axis, B along its second to last, in the
-    instruction's block, or 2D blocks with that extent along K). Then (see the module
-    docstring):
+    instruction's block, or 2D blocks with that extent along K). Then:
 
     * ``mode="exact"``: the tensor core's arithmetic, bit for bit as MMA-Sim 2.1.1
       models it: K in steps of the instruction's k (``kind::mxf8f6f4`` 32,
       ``kind::mxf4`` / ``mxf4nvf4`` 64), every output at once, the fp32 accumulator
-      chained from step to step (the same bits as chaining
+      chained from step to step from C = +0 (the same bits as chaining
       ``jaxwarp.mma_block_scale_logical``). NVFP4: ``D = (s_A * s_B) * acc``, one fp32
       multiplication in the epilogue, rounded once to nearest even (``s_A * s_B`` is
       itself an fp32 product, as a GEMM's ``alpha``).

@@ -532,7 +532,7 @@ def matmul(
             ``"native"`` (on an H100 / H200 only: exact mode's chain of instructions run
             on the tensor cores by a GPU kernel, the same bits at GPU speed; for the
             chains wgmma issues: f16 / bf16 at k = 16, tf32 at k = 8, fp8 wgmma; see
-            ``jaxwarp._src.gemm.native``).
+            docs/native.md).
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"`` or ``"tcgen05"`` (with
             ``arch="sm_100a"`` or ``"sm_103a"``); None: ``"wmma"`` for f16/bf16/tf32/f64,
             ``"wgmma"`` for fp8 (:data:`DEFAULT_INSTRUCTION`).

@@ -109,9 +109,9 @@ def check_chain(cfg: Any) -> None:
     sm_90, the instruction and tile k of wgmma's datapath, no block scales.
 
     Example:
-        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
-        >>> check_chain(Cfg("f16", "f16", "f32", (16, 16, 16), "wmma", "sm_90", "native",
-        ...                 None, False))  # WMMA f16 k16: wgmma's 16-product blocks
+        >>> from jaxwarp.backends import ChainConfig
+        >>> check_chain(ChainConfig("f16", "f16", "f32", (16, 16, 16), "wmma", "sm_90",
+        ...                         "native", None, False))  # WMMA f16 k16: wgmma's blocks
     """
     fa, fb = cfg.a_format, cfg.b_format
     if not isinstance(cfg.arch, str) or cfg.arch not in NATIVE_ARCHS:
@@ -176,7 +176,8 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
     Args:
         a_op, b_op: operands in their formats' storage dtypes (tf32: rounded fp32).
         c_acc: (M, N) accumulator input in the accumulator's dtype.
-        cfg: ``matmul_tiles.Cfg`` (checked by :func:`check`).
+        cfg: a ``jaxwarp.backends.ChainConfig`` (``jaxwarp.backends.chain_config``
+            gives ``jaxwarp.matmul``'s), with ``mode="native"``.
         interpret: run the kernel in Pallas' interpreter with the exact model as each
             block's arithmetic (for checking the kernel's structure on a CPU).
 
@@ -184,9 +185,9 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
         (M, N) in the accumulator's dtype.
 
     Example:
-        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
-        >>> cfg = Cfg("bf16", "bf16", "f32", (64, 8, 16), "wgmma", "sm_90", "native",
-        ...           None, False)
+        >>> from jaxwarp.backends import ChainConfig
+        >>> cfg = ChainConfig("bf16", "bf16", "f32", (64, 8, 16), "wgmma", "sm_90",
+        ...                   "native", None, False)
         >>> a = jnp.ones((8, 32), jnp.bfloat16); b = jnp.ones((32, 8), jnp.bfloat16)
         >>> jax.eval_shape(lambda: chain(a, b, jnp.zeros((8, 8), jnp.float32), cfg,
         ...                              interpret=True))

@@ -82,8 +82,11 @@ def mma_sp_instructions() -> tuple[str, ...]:
 
 def parse_mma_sp(qualifier: str | Instr) -> Instr:
     """The opcode ``mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32``
-    (or its text after the prefix: ordered; ``mma.sp.sync.aligned.…``: legacy) -> the
-    :class:`~jaxwarp._src.instructions.sparse.SparseInstruction`.
+    (or its text after the prefix: ordered; ``mma.sp.sync.aligned.…``: legacy) -> a
+    frozen record of it: ``family`` (``"mma_sp"``), ``m``, ``n``, ``k`` (the dense K),
+    ``a_format``, ``b_format``, ``c_format``, ``d_format``, ``satfinite``, ``ordered``
+    (False: legacy), ``qualifier``, ``ptx`` and ``nregs(use)`` (registers per lane of
+    operand ``"a"``, ``"b"``, ``"c"`` or ``"d"``).
 
     Raises:
       ValueError: not one of :func:`mma_sp_instructions` (the message lists the shapes
@@ -292,11 +295,13 @@ def mma_sp(qualifier: str | Instr, a_regs: Any, b_regs: Any, c_regs: Any, e: Any
     Args:
       qualifier: as :func:`mma_sp_logical`.
       a_regs: (..., 32, nregs("a")) uint32: the stored A in the layout of the dense
-        m16n8k(K/2) A (module docstring); b_regs, c_regs: of the dense m16n8kK.
+        m16n8k(K/2) A (as :func:`jaxwarp.to_registers` lays it out; docs/sparse.md,
+        "Register layouts"); b_regs, c_regs: of the dense m16n8kK.
         ``parse_mma_sp(qualifier).nregs(use)`` gives nregs.
-      e: (..., 32) uint32: every lane's metadata register (``sparse.metadata_words``);
-        only the lanes ``selector`` names count.
-      selector: the sparsity selector F, static (``isa.SPARSE_ROWS``: 0..3, 0..1 or 0).
+      e: (..., 32) uint32: every lane's metadata register
+        (``jaxwarp.sparse.metadata_words``); only the lanes ``selector`` names count.
+      selector: the sparsity selector F, static (``jaxwarp.isa.SPARSE_ROWS``: 0..3, 0..1
+        or 0).
       arch: as :func:`mma_sp_logical`.
 
     Returns:

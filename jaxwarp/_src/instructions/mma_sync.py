@@ -63,12 +63,16 @@ def mma_sync_ptx_logical(qualifier: str | MmaInstruction, a: Any, b: Any, c: Any
     Args:
       qualifier: static, e.g. ``"m16n8k32.row.col.f32.e4m3.e5m2.f32"`` (see
         :func:`parse_mma`).
-      a: (..., m, k) in the A type's logical dtype (module docstring).
+      a: (..., m, k) in the A type's logical dtype: f16 float16, bf16 bfloat16, tf32
+        float32 (the whole word; the tensor core ignores its low 13 bits), f32 float32,
+        f64 float64, e4m3 ``float8_e4m3fn``, e5m2 ``float8_e5m2``, s8 int8, u8 uint8, s4
+        int8 in [-8, 7], u4 uint8 in [0, 15], b1 uint8 0/1 (sub-byte types: only the low
+        bits count), s32 int32.
       b: (..., k, n) in the B type's logical dtype.
       c: (..., m, n) in the C type's logical dtype. Leading batch axes of a, b, c
         broadcast. Layouts (``.row``/``.col``) only matter for registers.
-      arch: a key of ``arch.ARCHS`` (``"sm_70"`` ... ``"sm_90"``, ``"sm_100a"``,
-        ``"sm_120a"`` ...) or an ``arch.ArchModel``; it must have the instruction
+      arch: a key of ``jaxwarp.ARCHS`` (``"sm_70"`` ... ``"sm_90"``, ``"sm_100a"``,
+        ``"sm_120a"`` ...) or a ``jaxwarp.ArchModel``; it must have the instruction
         (fp8 needs sm_89 or newer, ``.kind::f8f6f4`` sm_120a or sm_121a).
 
     Returns:
@@ -120,8 +124,9 @@ def mma_sync_ptx(qualifier: str | MmaInstruction, a_regs: Any, b_regs: Any, c_re
     Args:
       qualifier: static, e.g. ``"m16n8k16.row.col.f32.f16.f16.f32"``.
       a_regs, b_regs, c_regs: (..., 32, nregs) uint32 register words (uint64 for f64) in
-        the fragment layouts of the module docstring; leading batch axes (many warps)
-        broadcast. ``MmaInstruction.nregs(use)`` gives nregs.
+        the instruction's fragment layouts (as :func:`jaxwarp.to_registers` lays the
+        logical matrices out); leading batch axes (many warps) broadcast.
+        ``jaxwarp.parse_mma(qualifier).nregs(use)`` gives nregs.
       arch: as in :func:`mma_sync_ptx_logical`.
 
     Returns:

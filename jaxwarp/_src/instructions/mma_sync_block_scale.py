@@ -305,13 +305,20 @@ def mma_block_scale(qualifier: Any, a_regs: Any, b_regs: Any, c_regs: Any,
     """One warp's ``mma.sync.aligned ... .block_scale`` on registers.
 
     ``d = mma(a, b, c, scale-a-data, {byte-id-a, thread-id-a}, scale-b-data,
-    {byte-id-b, thread-id-b})``: the registers and selectors of the module docstring,
-    reduced to :func:`~jaxwarp._src.arithmetic.block_scale.mma_block_scale_logical`
-    (``instruction="mma_sync"``), bit for bit.
+    {byte-id-b, thread-id-b})``, reduced to :func:`jaxwarp.mma_block_scale_logical`
+    (``instruction="mma_sync"``), bit for bit. A, B, C and D are where the unscaled
+    instructions hold them (:func:`jaxwarp.to_registers` with ``m16n8k32 .kind::f8f6f4``
+    for mxf8f6f4, ``m16n8k64`` u4 for the mxf4 kinds). The scales of rows ``g`` and
+    ``g + 8`` of A come from lanes ``4 g + 2 thread_id_a`` and ``4 g + 2 thread_id_a +
+    1``, those of column ``n`` of B from lane ``4 n + thread_id_b``; scale ``j`` (block
+    ``j`` along k) is byte ``byte_id + j`` of that lane's register. docs/microscaling.md
+    ("Block-scaled MMA on registers") has the whole layout.
 
     Args:
       qualifier: static, e.g. ``"m16n8k32.row.col.kind::mxf8f6f4.block_scale
-        .scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0"`` (see :func:`parse_mma_block_scale`).
+        .scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0"``: m16n8k32 ``kind::mxf8f6f4`` or
+        m16n8k64 ``kind::mxf4`` / ``kind::mxf4nvf4`` (the ``"mma_sync"`` rows of
+        ``jaxwarp.isa.BLOCK_SCALE_ROWS``).
       a_regs: (..., 32, 4) uint32, A's registers. b_regs: (..., 32, 2) uint32.
       c_regs: (..., 32, 4) uint32, the bits of C's f32 elements.
       scale_a_data, scale_b_data: (..., 32, 1) uint32, one register per lane. Leading

@@ -144,7 +144,7 @@ def read_operand(smem: Any, desc: Any, qualifier: Any, operand: str, *,
     Example:
       >>> import jax.numpy as jnp
       >>> smem = jnp.arange(4096, dtype=jnp.uint32).astype(jnp.uint8)
-      >>> from jaxwarp._src.layouts.smem import make_smem_descriptor
+      >>> from jaxwarp import make_smem_descriptor
       >>> b = read_operand(smem, make_smem_descriptor(2048, 128, 256),
       ...                  "m64n8k32.kind::i8.s32.u8.u8", "b")
       >>> b.shape, int(b[1, 0]), int(b[0, 1])
@@ -173,7 +173,7 @@ def write_operand(smem: Any, desc: Any, qualifier: Any, operand: str, x: Any, *,
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from jaxwarp._src.layouts.smem import make_smem_descriptor
+      >>> from jaxwarp import make_smem_descriptor
       >>> q = "m64n8k16.kind::f16.f32.f16.f16"
       >>> b = jnp.arange(128, dtype=jnp.uint16).reshape(16, 8)
       >>> d = make_smem_descriptor(0, 16, 256, swizzle=32)
@@ -260,7 +260,11 @@ def tcgen05_mma_logical(qualifier: Any, a: Any, b: Any, d: Any, *, neg_a: bool =
     """One ``tcgen05.mma.cta_group::1`` on logical matrices: the new D.
 
     ``D = (±A) @ (±B) + D * 2**-scale_input_d`` (``D = (±A) @ (±B)`` when
-    ``enable_input_d`` is false), in the arithmetic of the module docstring.
+    ``enable_input_d`` is false): one truncated fused dot-product-add per instruction
+    (F = 25, toward zero to fp32 or to nearest even to f16; kind::i8 exact modulo
+    2**32, or clamped with ``saturate``), checked against MMA-Sim 2.1.1's Blackwell
+    model, not against hardware. ``scale_input_d`` lowers D's exponent before D enters
+    the fused sum exactly (a model: MMA-Sim does not cover it).
 
     Args:
       qualifier: ``m{M}n{N}k{K}.kind::{kind}.{D}.{A}.{B}`` (MMA-Sim's spelling, optionally
@@ -309,8 +313,8 @@ def tcgen05_mma(opcode: Any, d: Any, a: Any, desc_b: Any, idesc: Any, smem: Any,
     enable-input-d {, scale-input-d}``: the new D.
 
     A and B are read from ``smem`` where their shared memory descriptors point, in the
-    layout the instruction descriptor's transpose bits select (``read_operand``); shape,
-    types, negation and saturation come from ``idesc``.
+    layout the instruction descriptor's transpose bits select (K-major, or M/N-major
+    when set); shape, types, negation and saturation come from ``idesc``.
 
     Args:
       opcode: ``"tcgen05.mma.cta_group::1.kind::f16"`` or just ``"kind::f16"`` (the kind
@@ -327,13 +331,14 @@ def tcgen05_mma(opcode: Any, d: Any, a: Any, desc_b: Any, idesc: Any, smem: Any,
       The new D, (..., M, N).
 
     Raises:
-      ValueError/TypeError/NotImplementedError: as :func:`decode_instr_descriptor`,
-        :func:`read_operand` and :func:`tcgen05_mma_logical`.
+      ValueError/TypeError/NotImplementedError: as :func:`decode_instr_descriptor` and
+        :func:`tcgen05_mma_logical`; a descriptor that points outside ``smem`` or a
+        shared-memory layout that is not modelled.
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from jaxwarp._src.layouts.smem import make_smem_descriptor
-      >>> from jaxwarp._src.instructions.tcgen05_parse import make_instr_descriptor
+      >>> from jaxwarp import make_smem_descriptor
+      >>> from jaxwarp import make_instr_descriptor
       >>> q = "m64n8k32.kind::i8.s32.s8.s8"
       >>> da, db = make_smem_descriptor(0, 128, 256), make_smem_descriptor(2048, 128, 256)
       >>> smem = jnp.zeros(4096, jnp.uint8).at[:2048].set(1).at[2048:].set(2)

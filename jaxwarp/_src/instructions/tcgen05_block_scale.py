@@ -266,7 +266,7 @@ def tcgen05_mma_block_scale(opcode: Any, d: Any, a: Any, desc_b: Any, idesc: Any
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from jaxwarp._src.layouts.smem import make_smem_descriptor
+      >>> from jaxwarp import make_smem_descriptor
       >>> q = "m128n8k32.kind::mxf8f6f4.block32.f32.e4m3.e4m3.ue8m0"
       >>> da, db = make_smem_descriptor(0, 128, 256), make_smem_descriptor(4096, 128, 256)
       >>> smem = jnp.full(8192, 0x38, jnp.uint8)                 # every e4m3 is 1.0

@@ -151,7 +151,9 @@ def parse_tcgen05(qualifier: Any) -> Tcgen05Instruction:
         ``"m64n16k32.kind::i8.s32.s8.u8"``.
 
     Returns:
-      The :class:`Tcgen05Instruction`.
+      A frozen, hashable record: ``m``, ``n``, ``k`` (M 64 or 128; K = 32 bytes of
+      operand), ``kind``, ``d_format``, ``a_format``, ``b_format`` (C has D's type),
+      ``qualifier`` (MMA-Sim's spelling) and ``opcode`` (the PTX opcode).
 
     Raises:
       TypeError: not a str. ValueError: a part that is not allowed (named, with what is).

@@ -224,19 +224,23 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
     imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b`` followed by its
     ``commit_group`` / ``wait_group 0``: returns the new accumulator registers.
 
-    Operands are read from ``smem`` exactly where the descriptors point (see
-    ``operand_addresses``): a wrong LBO/SBO/swizzle reads the wrong bytes, as on the GPU;
-    an address beyond ``smem`` is a ``ValueError``. The arithmetic is ``datapath.mma``
-    (``datapath.bmma`` for b1) on the logical matrices.
+    Operands are read from ``smem`` exactly where the descriptors point (start address,
+    LBO, SBO and swizzle; ``jaxwarp.decode_descriptor`` shows them): a wrong
+    LBO/SBO/swizzle reads the wrong bytes, as on the GPU; an address beyond ``smem`` is a
+    ``ValueError``. The arithmetic is :func:`jaxwarp.mma` (:func:`jaxwarp.bmma` for b1) on
+    the logical matrices.
 
     Args:
       qualifier: e.g. ``"m64n64k16.f32.f16.f16"`` (see ``parse_wgmma``).
       a: A's descriptor (a static Python/numpy int), or A in registers: (..., 128, 4)
-        uint32 (layout ``a_layout``).
+        uint32 (layout ``WGMMA_A`` of docs/lane_maps.md: warp w holds rows 16w ..
+        16w + 15 as an ``mma.sync`` m16n8k* A of the type, 4 registers).
       desc_b: B's descriptor (static int).
       smem: (..., nbytes) uint8 shared memory (byte address = index).
       d_regs: (..., 128, NR) accumulator registers: float32 (f32), int32 (s32) or uint32
-        (f16, two halves per word). Batch axes of a, smem and d_regs broadcast.
+        (f16, two halves per word), in layout ``WGMMA_D`` of docs/lane_maps.md (warp w
+        holds rows 16w .. 16w + 15 as ``mma.sync`` m16n8k* holds C, repeated every 8
+        columns). Batch axes of a, smem and d_regs broadcast.
       scale_d: the scale-d predicate (may be traced, any shape broadcasting to the batch):
         0 gives ``D = A @ B`` as if C were +0 (C's NaN/inf are ignored; the sign of an
         exactly zero result is unverified: the captures have none); 1 ``D = A @ B + C``.
@@ -245,7 +249,7 @@ def wgmma(qualifier: Any, a: Any, desc_b: Any, smem: Any, d_regs: Any, *, scale_
       imm_scale_a, imm_scale_b: 1 or -1 (negate A or B: the sign bit of every element is
         flipped); floating-point types only.
       tnsp_a, tnsp_b: imm-trans-a/b, 0 (K-major) or 1 (M/N-major); f16/bf16 only.
-      arch: ``"sm_90a"`` (a target that has wgmma: ``isa.ROWS``).
+      arch: ``"sm_90a"`` (a target that has wgmma: ``jaxwarp.isa.ROWS``).
 
     Returns:
       The accumulator registers after the instruction, same shape/dtype as ``d_regs``
@@ -316,7 +320,7 @@ def wgmma_logical(qualifier: Any, a: Any, b: Any, c: Any, *, scale_d: Any = True
     Args:
       qualifier: e.g. ``"m64n8k32.f32.e4m3.e5m2"`` (see ``parse_wgmma``).
       a: (..., 64, K), b: (..., K, N): raw bits (uint16 f16/bf16, uint32 tf32, uint8
-        e4m3/e5m2/u8/b1, int8 s8) or the dtype ``datapath.mma`` takes for the type
+        e4m3/e5m2/u8/b1, int8 s8) or the dtype :func:`jaxwarp.mma` takes for the type
         (float16, bfloat16, float32 for tf32).
       c: (..., 64, N): float32 (f32), float16 (f16) or int32 (s32).
       scale_d: the scale-d predicate (may be traced); False: ``D = A @ B`` (C as +0).

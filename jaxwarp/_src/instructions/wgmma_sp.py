@@ -60,8 +60,10 @@ _QUAL = re.compile(r"m64n(\d+)k(\d+)(\.satfinite)?\.(\w+)\.(\w+)\.(\w+)")
 
 def parse_wgmma_sp(qualifier: str | sparse.SparseInstruction) -> sparse.SparseInstruction:
     """``"m64n64k32.f32.f16.f16"`` (D, A, B types; the text after
-    ``wgmma.mma_async.sp.sync.aligned.``, or the whole opcode) -> its
-    :class:`~jaxwarp._src.instructions.sparse.SparseInstruction`.
+    ``wgmma.mma_async.sp.sync.aligned.``, or the whole opcode) -> a frozen record of
+    it: ``family`` (``"wgmma_sp"``), ``m``, ``n``, ``k`` (the dense K), ``a_format``,
+    ``b_format``, ``c_format`` (= ``d_format``), ``d_format``, ``satfinite``,
+    ``qualifier`` and ``ptx``.
 
     Example:
       >>> parse_wgmma_sp("m64n8k64.satfinite.s32.s8.u8").b_format
@@ -156,7 +158,7 @@ def read_b(smem: Any, desc_b: Any, qualifier: str | sparse.SparseInstruction) ->
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from jaxwarp._src.layouts.smem import make_descriptor
+      >>> from jaxwarp import make_descriptor
       >>> smem = jnp.arange(4096, dtype=jnp.uint32).astype(jnp.uint8)
       >>> read_b(smem, make_descriptor(2048, 128, 512), "m64n8k64.s32.u8.u8").shape
       (64, 8)
@@ -181,15 +183,15 @@ def wgmma_sp(qualifier: str | sparse.SparseInstruction, a: Any, desc_b: Any, sme
     Args:
       qualifier: e.g. ``"m64n64k32.f32.f16.f16"`` (:func:`parse_wgmma_sp`).
       a: the stored A (64 x K/2): registers (..., 128, 4) uint32 in the layout of the
-        dense m64nNk(K/2) A (``wgmma_registers.a_layout``), or a descriptor (static int)
-        of it in shared memory (K-major, as a dense A of K/2 columns).
+        dense m64nNk(K/2) A (as :func:`jaxwarp.wgmma` takes it), or a descriptor (static
+        int) of it in shared memory (K-major, as a dense A of K/2 columns).
       desc_b: B's descriptor (static int): B (K x N, K-major) of the logical K
-        (:func:`read_b`).
+        (read as :func:`jaxwarp.wgmma` reads B).
       smem: (..., nbytes) uint8 shared memory.
       d_regs: (..., 128, NR) accumulator registers in the layout of the dense wgmma
-        (``wgmma_registers.d_layout``): float32, int32, or uint32 for f16 (two halves).
+        (as :func:`jaxwarp.wgmma`'s): float32, int32, or uint32 for f16 (two halves).
       e: (..., 128) uint32: every thread's metadata register; warp w holds rows
-        16w .. 16w + 15 as ``mma.sp`` m16n8kK does (``sparse.metadata_words(...,
+        16w .. 16w + 15 as ``mma.sp`` m16n8kK does (``jaxwarp.sparse.metadata_words(...,
         instruction="wgmma_sp")``); only the threads ``selector`` names count.
       selector: the sparsity selector F, static (f16 / bf16 / tf32 0..1, 8-bit 0).
       scale_d: 0 (``D = A @ B``) or 1 (``D = A @ B + D``), as the dense ``wgmma``.
@@ -200,7 +202,7 @@ def wgmma_sp(qualifier: str | sparse.SparseInstruction, a: Any, desc_b: Any, sme
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from jaxwarp._src.layouts.smem import make_descriptor
+      >>> from jaxwarp import make_descriptor
       >>> q = "m64n8k32.f32.f16.f16"
       >>> a = jnp.full((128, 4), 0x3C003C00, jnp.uint32)   # every stored f16 is 1.0
       >>> smem = jnp.zeros(4096, jnp.uint8).at[2048:].set(

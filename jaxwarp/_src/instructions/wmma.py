@@ -156,14 +156,20 @@ def load_matrix_sync(frag: Fragment | FragmentType, memory: Any, ldm: Any,
     """``wmma::load_matrix_sync(frag, memory + offset, ldm[, layout])``.
 
     Reads the fragment's logical matrix (m x k for matrix_a, k x n for matrix_b,
-    m x n for accumulators) from flat memory and distributes it over the lanes (see
-    ``fragments`` for where each element lands). Values are copied bit for bit (no
-    rounding; tf32 fragments keep all 32 bits of the loaded float).
+    m x n for accumulators) from flat memory and distributes it over the lanes
+    (:func:`jaxwarp.lane_map` tells where each element lands). Values are copied bit for
+    bit (no rounding; tf32 fragments keep all 32 bits of the loaded float). Element
+    (r, c) of a row-major matrix is at ``offset + r * ldm + c``, of a column-major one
+    at ``offset + c * ldm + r``.
 
     Args:
         frag: the fragment to fill, or its ``FragmentType`` (only use/shape/type/layout
             are read; an old ``x`` is discarded).
-        memory: 1-D buffer, dtype as in the module docstring (uint8 bytes for s4/u4/b1).
+        memory: 1-D buffer of the fragment's storage dtype (float16, bfloat16,
+            float32 for tf32 and f32, float64, int8, uint8, int32); s4, u4 and b1 as
+            uint8 bytes packed as on the GPU (two 4-bit or eight 1-bit elements a
+            byte, the lower-indexed element in the low bits; ``offset`` and ``ldm``
+            still count elements).
         ldm: leading dimension in elements (static int): the stride between rows
             (row-major) or columns (column-major).
         layout: for accumulators, ``"mem_row_major"`` or ``"mem_col_major"``
@@ -175,7 +181,10 @@ def load_matrix_sync(frag: Fragment | FragmentType, memory: Any, ldm: Any,
         The loaded fragment.
 
     Raises:
-        ValueError / TypeError: naming the argument (see the module docstring).
+        ValueError / TypeError: naming the argument, where CUDA says "must": ``ldm``
+            not a multiple of 16 bytes or shorter than a row (column), ``offset`` not
+            a multiple of 32 bytes (256-bit alignment), the matrix outside the memory,
+            a wrong memory dtype.
 
     Example:
         >>> t = fragment_type("matrix_a", 16, 16, 16, "f16", "row_major")
@@ -276,9 +285,9 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
     """``wmma::mma_sync(d, a, b, c, satf)``: returns the accumulator ``d = a @ b + c``.
 
     The fragments are gathered into logical matrices, multiplied by the arithmetic
-    model of ``arch`` (``jaxwarp._src.arithmetic.datapath.mma``), and the result distributed
-    back into an accumulator fragment. See ``mma_arith`` for the rounding, NaN, inf
-    and subnormal behaviour of each type.
+    model of ``arch`` (:func:`jaxwarp.mma`), and the result distributed back into an
+    accumulator fragment. See :func:`jaxwarp.mma` for the rounding, NaN, inf and
+    subnormal behaviour of each type.
 
     Args:
         a: matrix_a fragment. b: matrix_b fragment (same element type and shape).
@@ -286,7 +295,7 @@ def mma_sync(a: Fragment, b: Fragment, c: Fragment, *, satf: bool = False,
         satf: saturate the result (integers: clamp to int32 instead of wrapping).
         arch: target architecture, e.g. ``"sm_80"``, ``"sm_90"`` (static); must have
             the type combination (``wmma_table``).
-        mode: arithmetic model selector passed to ``mma_arith`` (static).
+        mode: arithmetic model selector passed to :func:`jaxwarp.mma` (static).
         d_format: accumulator type of ``d``; defaults to ``c.type``. With f16 A/B, C
             and D may each be f16 or f32.
 

@@ -153,7 +153,8 @@ class FragmentType:
         return fragment_layouts.layout_bases_of(*self._key)
 
     def register_layout(self) -> layouts.Layout:
-        """The layout of this type's registers as a ``layouts.Layout``."""
+        """The layout of this type's registers as a named linear layout over GF(2)
+        (docs/lane_maps.md, "mma.sync and wgmma register layouts"); ``text()`` draws it."""
         return fragment_layouts.register_layout_of(*self._key)
 
     def lane_map(self) -> tuple[np.ndarray, np.ndarray]:

@@ -220,11 +220,17 @@ def _bits_elem(v: jax.Array, ty: str, lsb: int = 0) -> jax.Array:
 def to_registers(qualifier: str | MmaInstruction, use: str, x: Any) -> jax.Array:
     """Logical operand -> one warp's registers (the fragment the instruction reads).
 
+    A register holds ``32 // bits`` elements, the lower-numbered element in the lower
+    bits (``.kind::f8f6f4``: one element per byte, e2m3 / e3m2 codes in bits 5:0, e2m1
+    in bits 5:2); which lane and register hold which element is the PTX ISA's fragment
+    layout of the instruction (its "Matrix Fragments for mma.mMnNkK" sections).
+
     Args:
-      qualifier: the instruction (string or :class:`MmaInstruction`), static.
+      qualifier: the instruction (a string or :func:`jaxwarp.parse_mma`'s result), static.
       use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
-      x: (..., rows, cols) in the logical dtype of the operand's type (module docstring);
-        for f16 m8n8k4 (..., 4, rows, cols), one matrix per quadpair.
+      x: (..., rows, cols) in the logical dtype of the operand's type (as
+        :func:`jaxwarp.mma_sync_ptx_logical` takes it; ``.kind::f8f6f4``'s elements as
+        uint8 codes); for f16 m8n8k4 (..., 4, rows, cols), one matrix per quadpair.
 
     Returns:
       (..., 32, nregs) uint32 (uint64 for f64).
@@ -272,7 +278,7 @@ def from_registers(qualifier: str | MmaInstruction, use: str, regs: Any) -> jax.
     """One warp's registers -> the logical operand (inverse of :func:`to_registers`).
 
     Args:
-      qualifier: the instruction (string or :class:`MmaInstruction`), static.
+      qualifier: the instruction (a string or :func:`jaxwarp.parse_mma`'s result), static.
       use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
       regs: (..., 32, nregs) uint32 (uint64 for f64).
 

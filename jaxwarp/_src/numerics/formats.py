@@ -57,7 +57,7 @@ class Format:
     Attributes:
       name: the PTX name (``"f16"``, ``"tf32"``, ``"e4m3"``, ``"s8"`` ...). Older names
         (``"fp16"``, ``"fp32"``, ``"fp64"``) and dtype names are accepted as aliases by
-        :func:`get_format` and by every function that takes a format (:data:`ALIASES`).
+        ``jaxwarp.get_format`` and by every function that takes a format.
       kind: ``"float"`` or ``"int"``.
       bits: significant bits of one element (19 for tf32, 4 for int4, 1 for b1).
       storage_dtype: the dtype jaxwarp holds one element in (tf32 lives in a float32
@@ -95,7 +95,8 @@ class Format:
         - 1`` (None: IEEE's; a format made by ``jaxwarp.define_format`` has its own).
       specials: None for the built-in formats (``has_inf`` / ``has_nan`` and IEEE's
         encodings say it all); for a user-defined format where its infinities and NaN
-        sit, one of :data:`SPECIALS` (see ``jaxwarp.define_format``).
+        sit, one of ``"ieee"``, ``"fn"``, ``"fnuz"``, ``"p3109"``, ``"none"`` (see
+        ``jaxwarp.define_format``).
       saturate: a user-defined format's overflow rule: a finite value beyond the
         largest one becomes ±max in every rounding mode (False: as the built-ins).
 

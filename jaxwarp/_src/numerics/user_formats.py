@@ -168,7 +168,7 @@ def define_format(name: str, *, exponent_bits: int, mantissa_bits: int,
       exponent bits, bias ``2**(7 - P)``; one zero 0x00, NaN 0x80, +inf 0x7F, -inf 0xFF);
     * ``"none"``: every code is a number (as e2m1).
 
-    Rounding onto it (:func:`~jaxwarp._src.numerics.convert.round_to`,
+    Rounding onto it (:func:`jaxwarp.round_to`,
     :func:`to_format`): ``"rn"`` to nearest, ties to even, ``"rz"`` toward zero,
     ``"rna"`` ties away, subnormals on their grid. A finite value beyond the largest one
     becomes ±max if ``saturate`` (every mode) or under ``"rz"``, else ±inf where the
@@ -195,7 +195,7 @@ def define_format(name: str, *, exponent_bits: int, mantissa_bits: int,
       saturate: overflow gives ±max instead of inf / NaN.
 
     Returns:
-      The :class:`~jaxwarp._src.numerics.formats.Format` (``user_defined``;
+      The :class:`jaxwarp.Format` (``user_defined``;
       ``code_storage``: held as uint8 codes, uint16 above 8 bits).
 
     Raises:
@@ -385,7 +385,7 @@ def to_format(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
 
     One rounding (``"rn"``, ``"rz"``, ``"rna"``) onto ``fmt``'s grid, then its overflow
     and special-value rules (:func:`define_format`; for a built-in format they are
-    :func:`~jaxwarp._src.numerics.convert.round_to`'s, but a NaN becomes the format's
+    :func:`jaxwarp.round_to`'s, but a NaN becomes the format's
     all-ones NaN).
 
     Args:

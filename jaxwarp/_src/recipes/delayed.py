@@ -171,8 +171,11 @@ def delayed_matmul(a: Any, b: Any, state: DelayedScalingState, recipe: DelayedSc
     fl32(1 / sb)))``. The new state records ``amax(|a|)`` and ``amax(|b|)`` (of the
     unscaled operands) and is updated by :meth:`DelayedScaling.update`. Every step is IEEE
     fp32, rounded once, on the bits. Gradients: straight through the casts, the backward
-    products those of ``jaxwarp.matmul`` (its per-tensor current power-of-two scales; see
-    the module docstring for this deviation from TransformerEngine); the state has none.
+    products those of ``jaxwarp.matmul`` (its per-tensor current power-of-two scales);
+    the state has none. This deviates from TransformerEngine, which also gives the
+    gradients delayed scales from their own amax history: a ``custom_vjp`` cannot return
+    a new state from the backward pass without threading it through the caller's
+    gradient.
 
     Args:
         a: (M, K) floats.

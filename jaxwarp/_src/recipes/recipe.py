@@ -1,18 +1,6 @@
 """Block-scaled training recipes of ``emulate(fn, recipe=...)``: MXFP8 and NVFP4.
 
-A :class:`Recipe` is data: which format, block and rounding each tensor of a linear
-layer's three products gets, and which tensor core runs them. ``emulate`` runs every
-product ``x @ w`` of ``fn`` (the right-hand operand counts as the weight) as
-:func:`~jaxwarp._src.gemm.block_scale_gemm.gemm` of the recipe's
-:class:`~jaxwarp._src.gemm.block_scale_gemm.Plan`:
-
-======================  =======================  =================================
-product                 operands (along)         recipe fields
-======================  =======================  =================================
-fprop  ``y = x @ w``    x (K), w (K)             activation, weight + weight_block
-dgrad  ``dx = dy @ wT`` dy (N), w (N)            gradient (+ stochastic), weight
-wgrad  ``dw = xT @ dy`` x (M), dy (M)            activation, gradient; both + rht
-======================  =======================  =================================
+A :class:`Recipe` is data (its docstring has the table of the three products).
 
 The two recipes (:data:`RECIPES`), following TransformerEngine's documentation of its
 ``MXFP8BlockScaling`` and ``NVFP4BlockScaling`` recipes and the NVFP4 training paper
@@ -50,7 +38,23 @@ from jaxwarp._src.scaling.mx_formats import MX_FORMATS
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """A block-scaled training recipe (see the module docstring's table).
+    """A block-scaled training recipe: which format, block and rounding each tensor of a
+    linear layer's three products gets, and which tensor core runs them.
+
+    ``jaxwarp.emulate(fn, recipe=...)`` runs every product ``x @ w`` of ``fn`` (the
+    right-hand operand counts as the weight) as a block-scaled GEMM (``jaxwarp.mx.matmul``'s
+    arithmetic), each operand quantized along its contraction axis:
+
+    ======================  =======================  =================================
+    product                 operands (along)         recipe fields
+    ======================  =======================  =================================
+    fprop  ``y = x @ w``    x (K), w (K)             activation, weight + weight_block
+    dgrad  ``dx = dy @ wT`` dy (N), w (N)            gradient (+ stochastic), weight
+    wgrad  ``dw = xT @ dy`` x (M), dy (M)            activation, gradient; both + rht
+    ======================  =======================  =================================
+
+    The recipes ``"mxfp8"`` and ``"nvfp4"`` are ``jaxwarp.mx.RECIPES``; docs/microscaling.md
+    describes them and their sources.
 
     Attributes:
       name: a label (reports).

@@ -218,19 +218,19 @@ def quantize(x: Any, fmt: str | Format = "mxfp8_e4m3",
     """Quantizes ``x`` to a block-scaled format (OCP MX or NVFP4).
 
     MX formats: each block of ``block`` elements gets the shared exponent ``e`` of
-    ``scale_rule`` (clamped to ``[-127, 127]``; see the module docstring and
-    ``docs/microscaling.md``) stored as a ue8m0 code, and each element is ``x / 2**e``
-    rounded once onto the element format (OCP MX v1.0 section 6.3), saturating: a
-    result beyond the element's largest magnitude becomes ±max (``saturate=True``, the
-    specification's clamping of normal numbers; ``saturate=False``, for e4m3 / e5m2 and
-    user-defined formats, gives NaN / ±inf instead, as a conversion without
-    ``.satfinite`` does). MXINT8
-    elements are ``round(x / 2**e * 64)`` clamped to ``[-127, 127]`` (no -0).
+    ``scale_rule`` (clamped to ``[-127, 127]``; the rules' formulas and sources:
+    docs/microscaling.md, "Scale rules") stored as a ue8m0 code, and each element is
+    ``x / 2**e`` rounded once onto the element format (OCP MX v1.0 section 6.3),
+    saturating: a result beyond the element's largest magnitude becomes ±max
+    (``saturate=True``, the specification's clamping of normal numbers;
+    ``saturate=False``, for e4m3 / e5m2 and user-defined formats, gives NaN / ±inf
+    instead, as a conversion without ``.satfinite`` does). MXINT8 elements are
+    ``round(x / 2**e * 64)`` clamped to ``[-127, 127]`` (no -0).
 
     User-defined element formats (``fmt`` a format made by ``jaxwarp.define_format``, or
     its name; it must be signed): ue8m0 scales by the same rules, ``emax`` and ``max``
-    those of the format (``mx_formats.mx_format``), each element ``x / 2**e`` rounded
-    once onto the format's grid by ``jaxwarp.to_format``'s rounder (``"rn"``: ties to
+    those of the format, each element ``x / 2**e`` rounded once onto the format's grid
+    by ``jaxwarp.to_format``'s rounder (``"rn"``: ties to
     even; ``"rs"`` as below), subnormals included. A result beyond the format's largest
     value becomes ±max with ``saturate`` (default: the format's own ``saturate`` flag),
     else the format's overflow value (±inf, else its NaN). A format without -0 (P3109,
@@ -247,7 +247,7 @@ def quantize(x: Any, fmt: str | Format = "mxfp8_e4m3",
     Such blocks dequantize to NaN. Zeros keep their sign. Subnormal inputs are exact
     inputs like any other (float32 bits, no flush).
 
-    Rounding (``mode``): ``"rn"`` to nearest, ties to even (``softfloat.round_sig``);
+    Rounding (``mode``): ``"rn"`` to nearest, ties to even;
     ``"rs"`` stochastic, with 32 random bits per element from
     ``jax.random.bits(key, ...)``: they are added to the bits the rounding drops, aligned
     with the first dropped bit, and the sum is truncated (so a value ``d / 2**s`` of the
@@ -257,7 +257,7 @@ def quantize(x: Any, fmt: str | Format = "mxfp8_e4m3",
     Args:
       x: float32 array (float16 / bfloat16 are widened exactly).
       fmt: static, a key of :data:`MX_FORMATS`, or a signed user-defined format (the
-        :class:`~jaxwarp._src.numerics.formats.Format` ``jaxwarp.define_format``
+        :class:`jaxwarp.Format` ``jaxwarp.define_format``
         returned, or its name).
       block: static block size: an int (1D blocks along ``axis``) or a pair ``(rows,
         cols)`` (2D blocks over the last two axes, e.g. ``(16, 16)`` for weights);

@@ -101,7 +101,7 @@ class MXFormat:
 
     @property
     def element_format(self) -> Format:
-        """The element's :class:`~jaxwarp._src.numerics.formats.Format`."""
+        """The element's :class:`jaxwarp.Format`."""
         if self.element in formats.user_formats():
             return get_format(self.element, "fmt", (), user=True)
         if self.element not in FORMATS:  # pragma: no cover - registry without fp6/fp4

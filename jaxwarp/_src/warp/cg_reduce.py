@@ -269,8 +269,12 @@ def reduce(group: Any, value: Any, op: Any) -> jax.Array:
             header's generic path).
 
     Returns:
-        (32,) of ``value``'s dtype: per lane, the reduction in the CUDA 13 order (see the
-        module docstring); lanes outside any group get an unspecified value.
+        (32,) of ``value``'s dtype: per lane, the reduction in the CUDA 13 header's
+        order: over a tile of N lanes (or a coalesced group of all 32) a butterfly,
+        ``out = op(out, shfl_xor(out, m))`` for m = N/2, ..., 1; over a smaller
+        coalesced group the inclusive scan, then the group's highest lane's result
+        (docs/cooperative_groups.md has the NaN and signed-zero rules); lanes outside
+        any group get an unspecified value.
 
     Raises:
         TypeError: an unsupported dtype, a bitwise op on floats, or not a group.

@@ -217,11 +217,19 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int = 128,
     ``warp_kernel(fn)(x, y, ...)`` equals ``jax.vmap(fn)(x, y, ...)`` bit for bit,
     where every argument is a (warps, 32) array and ``fn`` maps one warp's (32,)
     lanes to a (32,) array or a tuple of them. On a GPU, when every operation of
-    ``fn`` has a bit-exact Triton lowering (see the module docstring), it runs as a
-    Pallas kernel over blocks of ``warps_per_block`` warps, which keeps a chain of
-    shuffles in registers instead of device memory; otherwise, and on other
-    backends, it runs ``jax.vmap(fn)``. Derivatives (``jax.grad``, ``jax.jvp``) are
-    ``jax.vmap(fn)``'s in either case.
+    ``fn`` gives the same bits in Triton as in XLA, it runs as a Pallas kernel over
+    blocks of ``warps_per_block`` warps, which keeps a chain of shuffles in registers
+    instead of device memory; otherwise, and on other backends, it runs
+    ``jax.vmap(fn)``. Derivatives (``jax.grad``, ``jax.jvp``) are ``jax.vmap(fn)``'s
+    in either case.
+
+    The kernel runs data movement (reshapes, transposes, splits, joins, broadcasts,
+    selects, bit casts), integer arithmetic and comparisons, and float32 addition and
+    subtraction; anything else (a float product, which Triton may contract into an
+    FMA; a float division, which Triton computes approximately; a shuffle with a traced
+    offset; the ``up`` / ``down`` shuffles) makes it run ``jax.vmap(fn)``, with the
+    same bits. ``warp_kernel(fn).explain(*args)`` is None where the kernel runs, else
+    it says why not.
 
     Args:
       fn: the warp program.

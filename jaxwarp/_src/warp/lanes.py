@@ -556,11 +556,29 @@ def _move(var, j, src_ok, calls):
     return _move_values(var, j, src_ok, calls)
 
 
+# Each shuffle's source lane j in PTX shfl.sync's terms (its docstring shows its own).
+_SOURCE_LANE = {
+    "idx": ("((32 - width) << 8) | 0x1f", "j = minLane | (bval & ~segmask)", "j <= maxLane"),
+    "up": ("(32 - width) << 8", "j = lane - bval", "j >= maxLane"),
+    "down": ("((32 - width) << 8) | 0x1f", "j = lane + bval", "j <= maxLane"),
+    "bfly": ("((32 - width) << 8) | 0x1f", "j = lane ^ bval", "j <= maxLane"),
+}
+
+
 def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str, example: str):
+    c, j, valid = _SOURCE_LANE[mode]
+
     def wrap(fn):
         fn.__doc__ = f"""``{cuda}(mask, var, {b_name}, width)`` for one warp.
 
     {b_doc}
+
+    The source lane ``j`` is PTX ``shfl.sync``'s with the ``c`` operand CUDA passes,
+    which is what an H100 does for every ``width`` (also where CUDA says undefined):
+
+        c = {c};  segmask = c[12:8];  cval = c[4:0];  bval = {b_name} & 31
+        maxLane = (lane & segmask) | (cval & ~segmask);  minLane = lane & segmask
+        {j};  valid = {valid};  if not valid: j = lane
 
     Args:
         mask: lanes taking part: a 32-bit int, or a uint32/int32 scalar or (32,)
@@ -571,7 +589,7 @@ def _shuffle_doc(mode: str, cuda: str, b_name: str, b_doc: str, example: str):
             traced. Only its low 5 bits count, as on the hardware.
         width: static Python int, the CUDA ``width`` (default 32). CUDA defines
             powers of two in [1, 32]; other values do what an H100 does (the
-            PTX formula in this module's docstring).
+            formula above).
 
     Returns:
         (32, ...) array of ``var``'s dtype. Lanes outside ``mask`` get their own

@@ -72,7 +72,7 @@ def _datapath_params() -> set[str]:
 
 
 def datapath_lacks(cfg: K.MmaName) -> str:
-    """What ``datapath.mma`` lacks to run ``cfg`` (``""``: nothing).
+    """What :func:`jaxwarp.mma` lacks to run ``cfg`` (``""``: nothing).
 
     Example:
       >>> cfg = K.parse_mma_name("ptx", "s8.s8.s32s32.m16n8k32")
