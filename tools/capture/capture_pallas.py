@@ -793,6 +793,9 @@ def main(argv=None):
     t0 = time.time()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # JAX takes 75% of the GPU's memory at start by default; the probe's child process
+    # needs some too.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     with open(out / "pallas_capture.log", "a") as log_file:
         jax_version = check_jax(log_file, args.interpret)
         device = device_name(args.interpret)
