@@ -2,17 +2,20 @@
 
 ``pallas/{name}/t{i}/{a,b,c,out,meta}``: a Triton-style matmul kernel (``pl.pallas_call``
 lowered by Triton) that the capture ran on the GPU. The kernel is rebuilt from ``meta``
-with jaxwarp's ``triton_matmul`` (its ``form``, block ``(bm, bn, bk)`` and
-``num_warps``), run in Pallas' interpret mode under
-``emulate(kernel, operand_format=<meta dtype>, arch="sm_90a")`` on the decoded inputs,
-and every element of ``out`` is compared bit for bit.
+with the example kernel ``jaxwarp.kernels.triton_matmul`` (its ``form``, block
+``(bm, bn, bk)`` and ``num_warps``), run in Pallas' interpret mode under
+``emulate(kernel, operand_format=<meta dtype>, arch="sm_90a")`` on the decoded inputs
+(f32: ``operand_format=None``, see `OPERAND_FORMAT`), and every element of ``out`` is
+compared bit for bit.
 
 ``pallas_mgpu/{name}[/t{i}]/{a,b,c,out,meta}``: one of JAX's own Mosaic GPU kernels
 (``jax.experimental.pallas.ops.gpu``), called unchanged under ``emulate`` with the tile
-configuration of ``meta``. ``meta["kernel"]`` names it: ``hopper_matmul`` (the default,
-``hopper_matmul_mgpu.matmul``), ``hopper_mixed_type_matmul``, ``ragged_dot``,
-``attention_mgpu``; ``pallas/`` entries may name ``attention`` (the Triton-style
-``attention.mha``) instead of the default ``triton_matmul``.
+configuration of ``meta``, traced for a GPU of `NUM_SMS` SMs. ``meta["kernel"]`` names
+it: ``hopper_matmul`` (the default, ``hopper_matmul_mgpu.matmul``; a capture cut to fewer
+rows or columns than whole CTA tiles is padded with zeros and cut back),
+``hopper_mixed_type_matmul``, ``ragged_dot``, ``attention_mgpu``; ``pallas/`` entries may
+name ``attention`` (the Triton-style ``attention.mha``) instead of the default
+``triton_matmul``.
 
 A group whose kernel this version of jaxwarp cannot enter (no Pallas layer, a product
 ``emulate`` does not support) is reported as not modelled, never as a pass.
