@@ -94,3 +94,39 @@ def test_trim_sample_keeps_a_trimmed_sample_as_it_is(tmp_path):
     for k in a.files:
         assert a[k].dtype == b[k].dtype
         np.testing.assert_array_equal(a[k], b[k])
+
+
+def _entry_keys(cfg, meta_text, x, out):
+    return {**x, "out": out, "meta": np.asarray(meta_text)}
+
+
+def test_every_planned_entry_is_read_by_the_conformance_handler():
+    # What the tool writes, the handler reads: meta, inputs and out of every configuration
+    # of the plans (out as zeros of the entry's type and shape).
+    from jaxwarp._src.conformance.handlers import pallas as handler
+
+    rng = np.random.default_rng(0)
+    for cfg in cp.triton_plan(small=True) + [c for c in cp.triton_plan() if c.bm == 128]:
+        m, n, k = cfg.shape
+        for kind in cp.KINDS:
+            x = {"a": cp.draw(rng, cfg.dtype, (m, k), kind),
+                 "b": cp.draw(rng, cfg.dtype, (k, n), kind)}
+            if cfg.form in cp.FORMS_WITH_C:
+                x["c"] = cp.draw(rng, "f32", (m, n), kind)
+            group = f"pallas/{cfg.name}/t0"
+            case = handler.parse_meta(cfg.meta(kind, 0, "0.11.2"), "pallas", group)
+            d = {f"{group}/{s}": v for s, v in _entry_keys(
+                cfg, cfg.meta(kind, 0, "0.11.2"), x, np.zeros((m, n), np.uint32)).items()}
+            got = handler.decode(d, group, {"a", "b", "out", "meta", *x}, case)
+            assert set(got) == {"a", "b", "out", *x} and case.kernel == "triton_matmul"
+    for cfg in cp.mgpu_plan() + cp.mgpu_plan(small=True):
+        meta = cp.mgpu_meta(cfg, "wide", 0, "0.11.2")
+        x = cp.mgpu_inputs(cfg, meta, "wide", rng)
+        shape = x["q"].shape if "q" in x else (meta["M"], meta["N"])
+        group = f"{cfg.family}/{cfg.name}" + ("/t1" if cfg.family == "pallas" else "_wide")
+        assert handler.is_pallas_key(f"{group}/out")
+        case = handler.parse_meta(json.dumps(meta), cfg.family, group)
+        out = np.zeros(shape, cp.RAW[cfg.dtype])
+        d = {f"{group}/{s}": v for s, v in _entry_keys(cfg, json.dumps(meta), x, out).items()}
+        got = handler.decode(d, group, {"out", "meta", *x}, case)
+        assert case.kernel == cfg.kernel and set(got) == {"out", *x}, cfg.name
