@@ -97,16 +97,13 @@ def _np_dtype(t: str):
 
 
 def to_bits(x: np.ndarray, t: str) -> np.ndarray:
-    """float64 values -> raw bits of format ``t``, round to nearest even; values must be
-    within the format's finite range (the generators make sure of it)."""
+    """float64 values -> raw bits of format ``t``: rounded to f32, then (narrower
+    formats) to ``t``, each to nearest even. The values must lie within the format's
+    finite range (the generators make sure of it)."""
     x = np.asarray(x, np.float64)
     if not np.all(np.abs(x) <= FLOATS[t][2]):
         raise ValueError(f"to_bits: values outside the finite range of {t}")
-    if t in ("bf16", "e4m3", "e5m2"):  # through f32: exact, then one rounding
-        v = x.astype(np.float32).astype(_np_dtype(t))
-    else:
-        v = x.astype(_np_dtype(t))
-    return v.view(RAW[t])
+    return x.astype(np.float32).astype(_np_dtype(t)).view(RAW[t])
 
 
 def from_bits(bits: np.ndarray, t: str) -> np.ndarray:
