@@ -132,7 +132,8 @@ def draw(rng: np.random.Generator, t: str, shape: tuple[int, ...], kind: str,
 
 
 def ref_error(a, b, c, out, ta: str, tout: str) -> float:
-    """max |out - (A@B + C)| / (|A|@|B| + |C| + tiny), float64 reference."""
+    """max |out - (A@B + C)| / (|A|@|B| + |C| + tiny), float64 reference; tiny is the
+    output format's smallest subnormal (an output rounded to it is not suspect)."""
     fa, fb = from_bits(a, ta), from_bits(b, ta)
     ref, mag = fa @ fb, np.abs(fa) @ np.abs(fb)
     if c is not None:
@@ -140,7 +141,8 @@ def ref_error(a, b, c, out, ta: str, tout: str) -> float:
         ref, mag = ref + fc, mag + np.abs(fc)
     got = from_bits(out, tout)
     with np.errstate(invalid="ignore", divide="ignore"):
-        err = np.abs(got - ref) / (mag + 1e-300)
+        tiny = {"f16": 2.0**-24, "bf16": 2.0**-133, "f32": 2.0**-149}[tout]
+        err = np.abs(got - ref) / (mag + tiny)
     return float(np.nanmax(err)) if np.isfinite(got).all() else float("inf")
 
 
