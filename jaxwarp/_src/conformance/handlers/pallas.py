@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import importlib
 import json
 from collections.abc import Callable, Iterator
@@ -332,6 +333,21 @@ BUILD: dict[str, Callable[[Case], Callable]] = {
 }
 
 
+#: Meta keys that differ between the trials of one configuration (not the kernel's).
+_PER_TRIAL = ("kind", "seed", "jax", "device")
+
+
+@functools.lru_cache(maxsize=64)
+def _emulated(family: str, meta_items: tuple) -> Callable:
+    """The configuration's kernel under ``emulate``, built once for all its trials (their
+    inputs then share one compilation)."""
+    from jaxwarp._src.emulate.api import emulate
+
+    case = parse_meta(json.dumps(dict(meta_items)), family, "cached configuration")
+    return emulate(BUILD[case.kernel](case), operand_format=case.operand_format,
+                   arch="sm_90a")
+
+
 def run_case(case: Case, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """Runs the case's kernel under ``emulate`` on its inputs. Returns ``out``'s raw bits.
 
@@ -339,13 +355,11 @@ def run_case(case: Case, inputs: dict[str, np.ndarray]) -> np.ndarray:
       ImportError: this jaxwarp has no Pallas layer, or this JAX lacks the kernel.
       NotImplementedError: ``emulate`` cannot run a product of the kernel.
     """
-    from jaxwarp._src.emulate.api import emulate
-
-    kernel = BUILD[case.kernel](case)
     args = [jnp.asarray(inputs[k]) for k in _INPUTS[case.kernel]]
     if "c" in inputs:
         args.append(jnp.asarray(inputs["c"]))
-    fn = emulate(kernel, operand_format=case.operand_format, arch="sm_90a")
+    key = tuple(sorted((k, v) for k, v in case.meta.items() if k not in _PER_TRIAL))
+    fn = _emulated(case.family, key)
     if case.family == MGPU:  # the Hopper kernels size their grid by the device's SM count
         from jaxwarp._src.pallas import mosaic_gpu
 
