@@ -130,3 +130,17 @@ def test_every_planned_entry_is_read_by_the_conformance_handler():
         d = {f"{group}/{s}": v for s, v in _entry_keys(cfg, json.dumps(meta), x, out).items()}
         got = handler.decode(d, group, {"out", "meta", *x}, case)
         assert case.kernel == cfg.kernel and set(got) == {"out", *x}, cfg.name
+
+
+def test_probe_pivot_reads_the_choice_at_a_glance():
+    rows = [{"dtype": "bf16", "bm": bm, "bn": 64, "bk": 32, "num_warps": w,
+             "uses": "wgmma" if bm == 64 and w == 4 else "mma.sync"}
+            for bm in (16, 64) for w in (1, 4)]
+    rows.append({"dtype": "bf16", "bm": 16, "bn": 16, "bk": 32, "num_warps": 8,
+                 "uses": "rejected"})
+    lines = cp.pivot(rows)
+    i = lines.index("bf16, bk=32, by num_warps:")
+    assert lines[i + 1:] == ["                1 4 8",
+                             "  bm=16  bn=16      x",
+                             "  bm=16  bn=64  m m  ",
+                             "  bm=64  bn=64  m W  "]

@@ -642,6 +642,26 @@ def summarize(counts: dict[str, int]) -> str:
     return "none"
 
 
+_SHORT = {"wgmma": "W", "mma.sync": "m", "none": ".", "rejected": "x", "no dump": "?"}
+
+
+def pivot(rows: list[dict]) -> list[str]:
+    """The probe as one grid per (dtype, bk): a row per block (bm, bn), a column per
+    num_warps, each cell W (wgmma), m (mma.sync), . (no tensor-core instruction), x (the
+    compiler refused it) or ? (no PTX found): the choice read off at a glance."""
+    out = ["W wgmma, m mma.sync, . no tensor-core instruction, x refused, ? no PTX found"]
+    for t, bk in sorted({(r["dtype"], r["bk"]) for r in rows}, key=lambda x: (
+            DTYPES.index(x[0]) if x[0] in DTYPES else 99, x[1])):
+        mine = [r for r in rows if (r["dtype"], r["bk"]) == (t, bk)]
+        warps = sorted({r["num_warps"] for r in mine})
+        cell = {(r["bm"], r["bn"], r["num_warps"]): _SHORT.get(r["uses"], "?") for r in mine}
+        out += ["", f"{t}, bk={bk}, by num_warps:", " " * 16 + " ".join(map(str, warps))]
+        for bm, bn in sorted({(r["bm"], r["bn"]) for r in mine}):
+            cells = " ".join(cell.get((bm, bn, w), " ").rjust(len(str(w))) for w in warps)
+            out.append(f"  bm={bm:<4}bn={bn:<4}{cells}")
+    return out
+
+
 def capture_probe(args, files: Files, log_file, deadline: float) -> None:
     out, device, jax_version = files.out, files.device, files.jax_version
     plan = probe_plan(args.dtypes, args.small)
@@ -698,6 +718,7 @@ def capture_probe(args, files: Files, log_file, deadline: float) -> None:
                          if k.startswith(("wgmma", "mma")))
         lines.append(f"{r['dtype']:6} {r['bm']:4} {r['bn']:4} {r['bk']:4} {r['num_warps']:5}  "
                      f"{r['uses']:9} {what or r['error'][:120]}")
+    lines += ["", *pivot(rows)]
     (out / "pallas_probe.txt").write_text("\n".join(lines) + "\n")
     log(f"wrote {out / 'pallas_probe.json'} ({len(rows)} configurations)", file=log_file)
 
