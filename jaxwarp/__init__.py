@@ -122,6 +122,7 @@ from jaxwarp._src.instructions.wgmma_sp import parse_wgmma_sp as parse_wgmma_sp
 from jaxwarp._src.instructions.wgmma_sp import wgmma_sp as wgmma_sp
 from jaxwarp._src.instructions.wgmma_sp import wgmma_sp_logical as wgmma_sp_logical
 from jaxwarp import sparse as sparse
+from jaxwarp import kernels as kernels  # Triton-style Pallas kernels (triton_matmul)
 
 # PTX wgmma.mma_async on a warpgroup (128 lanes): descriptors, shared memory, registers.
 from jaxwarp._src.catalogue.wgmma_parse import parse_wgmma as parse_wgmma

@@ -15,6 +15,7 @@ LAYERS = (
     ("instructions",),      # WMMA, mma.sync, mma.sp, wgmma(.sp), tcgen05 front-ends
     ("gemm",),              # matmul, the block-scaled GEMM and their backends
     ("recipes",),           # MXFP8 / NVFP4 recipes, fp8 delayed scaling
+    ("pallas",),            # Pallas kernels: their products as the kernel compiler issues them
     ("emulate",),           # any JAX function's products through the tensor core
     ("sharding",),          # many devices
     ("conformance",),       # capture files, handlers, report, CLI

@@ -478,7 +478,7 @@ def test_gradient_program_is_backend_independent(kw):
     # dot at DEFAULT precision runs as TF32 on an H100), and off the CPU there is no float
     # division (XLA's GPU division is div.full.f32, not correctly rounded). On a CPU the
     # exact datapath stores decoded operands through divisions by +-1
-    # (datapath_blocks.decode_operand: exact, and XLA's CPU division is IEEE); that program
+    # (datapath.decode_operand: exact, and XLA's CPU division is IEEE); that program
     # is traced on the CPU only.
     cpu = jax.default_backend() == "cpu"
     from jax.extend import core as jcore

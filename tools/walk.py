@@ -2,8 +2,21 @@
 
 A profile hook (``sys.setprofile``, and ``threading.setprofile`` for the threads a call
 starts) sees every Python function call. A call *enters* a module when the function
-called is in a jaxwarp module and the nearest jaxwarp frame below it is in another one
-(or there is none: the user's call). Two walks are reported:
+called is in a jaxwarp module and the module that called it is another one (or there is
+none: the user's call). The module that called it is that of the nearest jaxwarp frame
+below it, with two functions that JAX calls back attributed to the module that handed
+them to JAX, whichever frame JAX happens to run them from:
+
+- a function jitted by ``jaxwarp.config.keyed_jit`` (``jax.jit`` keyed on the options):
+  the wrapper's own frames (in ``config.py``) are skipped, as JAX's frames are, so the
+  trace of the jitted function continues the visit of the module that called it, as it
+  does under ``jax.jit``;
+- a host callback (``jax.pure_callback``): the module that staged it, which XLA calls
+  back when the program runs, from the frame that runs the program (where XLA runs the
+  callback on a thread of its own, the hook does not see it, and the walk ends at the
+  module that staged it).
+
+Two walks are reported:
 
 - the operands' walk: entries whose call carries an array (a NumPy array, a JAX array or
   a tracer) among its arguments -- the path the data takes down the layers;
@@ -45,19 +58,39 @@ def _module_of(filename: str) -> str | None:
     return "/".join(parts)
 
 
+#: The frames of ``jaxwarp.config.keyed_jit``'s wrapper (``config.py``): the call and the
+#: traced function around the one it jits.
+_JIT_WRAPPER = {("config.py", "call"), ("config.py", "traced")}
+
+
 def _carries_array(frame) -> bool:
     import jax
 
+    def is_array(x):
+        return isinstance(x, (np.ndarray, jax.Array, jax.core.Tracer))
+
     code = frame.f_code
-    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
-    for n in names:
-        v = frame.f_locals.get(n)
-        if isinstance(v, (np.ndarray, jax.Array, jax.core.Tracer)):
+    n_args = code.co_argcount + code.co_kwonlyargcount
+    flags = code.co_flags
+    values = [frame.f_locals.get(n) for n in code.co_varnames[:n_args]]
+    if flags & 0x04:  # *args
+        values += list(frame.f_locals.get(code.co_varnames[n_args], ()))
+        n_args += 1
+    if flags & 0x08:  # **kwargs
+        values += list(frame.f_locals.get(code.co_varnames[n_args], {}).values())
+    for v in values:
+        if is_array(v):
             return True
-        if isinstance(v, (tuple, list)) and any(
-                isinstance(x, (np.ndarray, jax.Array, jax.core.Tracer)) for x in v[:4]):
+        if isinstance(v, (tuple, list)) and any(is_array(x) for x in v[:4]):
             return True
     return False
+
+
+def _callback_code(fn):
+    """The code object a function handed to JAX runs (through ``functools.partial``)."""
+    while hasattr(fn, "func"):
+        fn = fn.func
+    return getattr(fn, "__code__", None)
 
 
 def record(fn, *args, **kwargs):
@@ -67,26 +100,43 @@ def record(fn, *args, **kwargs):
 
     entries: list[tuple[str | None, str, str, bool]] = []
     cache: dict[str, str | None] = {}
+    staged: dict = {}  # host callbacks' code -> the module that staged them
 
     def mod(filename):
         if filename not in cache:
             cache[filename] = _module_of(filename)
         return cache[filename]
 
+    def jaxwarp_caller(frame):
+        """The module of the nearest jaxwarp frame below ``frame`` (keyed_jit's wrapper
+        skipped), or None."""
+        caller = frame.f_back
+        while caller is not None:
+            cm = mod(caller.f_code.co_filename)
+            if (cm is not None and not cm.startswith("(public)")
+                    and (cm, caller.f_code.co_name) not in _JIT_WRAPPER):
+                return cm
+            caller = caller.f_back
+        return None
+
     def hook(frame, event, arg):
         if event != "call":
             return
-        m = mod(frame.f_code.co_filename)
-        if m is None or m.startswith("(public)"):
+        code = frame.f_code
+        m = mod(code.co_filename)
+        if m is None:
+            if code.co_name == "pure_callback" and "callback" in frame.f_locals:
+                cb = _callback_code(frame.f_locals["callback"])
+                if cb is not None:
+                    staged[cb] = jaxwarp_caller(frame)
             return
-        caller = frame.f_back
-        cm = None
-        while caller is not None:
-            cm = mod(caller.f_code.co_filename)
-            if cm is not None and not cm.startswith("(public)"):
-                break
-            cm = None
-            caller = caller.f_back
+        if m.startswith("(public)") or (m, code.co_name) in _JIT_WRAPPER:
+            return
+        back = frame.f_back
+        if code in staged and (back is None or mod(back.f_code.co_filename) is None):
+            cm = staged[code]  # a host callback, called back by XLA
+        else:
+            cm = jaxwarp_caller(frame)
         if cm != m:
             entries.append((cm, m, frame.f_code.co_name, _carries_array(frame)))
 

@@ -509,7 +509,7 @@ def test_e8_operand_decoding_equals_softfloat_decode():
     # decode_operand's short decoding of bf16 / tf32 (_decode_e8) against softfloat.decode's
     # fields: every bf16 pattern; tf32 words with every sign / exponent / 7 high fraction
     # bits, both values of the 3 low kept ones, and noise in the 13 ignored bits.
-    from jaxwarp._src.arithmetic import datapath_blocks as B
+    from jaxwarp._src.arithmetic import datapath as B
     from jaxwarp._src.numerics import softfloat
 
     hi = np.arange(1 << 16, dtype=np.uint32)

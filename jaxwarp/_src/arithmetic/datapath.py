@@ -61,9 +61,11 @@ products to C modulo 2**32, or with ``satf`` clamps each instruction's exact
 ``A @ B + C`` to the int32 range. ``bmma`` (b1) adds ``popc(a_row op b_col)`` to C
 modulo 2**32.
 
-This module has ``mma``, the chain of instructions over k and the rule for storing
-decoded operands. One instruction (operand decoding, block FMAs, rounding, ``c_mode``)
-is ``datapath_blocks.py``; the argument checks and valid types ``datapath_checks.py``;
+This module has ``mma``, the chain of instructions over k: the operands decoded once
+(``decode_operand``) and the rule for storing them, and the instructions in k order, each
+one call of ``datapath_blocks.instruction`` (C's bits in, D's bits out: its block FMAs,
+rounding, ``c_mode``). The argument checks, valid types and the chain's configuration
+(``check_mma``, ``plan_chain``) are ``datapath_checks.py``;
 the f64 chain ``datapath_f64.py``; integer mma and ``bmma`` ``datapath_int.py``
 (``bmma`` and ``MODES`` are imported here, where the front-ends and ``matmul`` take them).
 """
@@ -73,47 +75,45 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxwarp._src import checks
 from jaxwarp._src.arithmetic.datapath_blocks import (
     FAST_FORMATS,
-    INSTR_BY_C_MODE,
     RANGE_LO,
+    Operand,
     as_f16,
     block_fast,
     block_general,
-    decode_acc,
-    decode_operand,
     fast_align,
     in_fp32_range,
+    instruction,
     k_order,
+    lead_only,
 )
+from jaxwarp._src.arithmetic.datapath_checks import A_TYPES as A_TYPES
+from jaxwarp._src.arithmetic.datapath_checks import ACC_TYPES as ACC_TYPES
 from jaxwarp._src.arithmetic.datapath_checks import (
-    A_TYPES,
-    ACC_TYPES,
     INT_TYPES,
     STORAGE_DTYPE,
     ChainCfg,
-    check_array,
-    check_scale_input_d,
-    check_shapes,
-    check_static,
 )
 from jaxwarp._src.arithmetic.datapath_checks import MODES as MODES
+from jaxwarp._src.arithmetic.datapath_checks import Checked as Checked
+from jaxwarp._src.arithmetic.datapath_checks import check_mma as check_mma
+from jaxwarp._src.arithmetic.datapath_checks import matmul_datapath as matmul_datapath
+from jaxwarp._src.arithmetic.datapath_checks import plan_chain as plan_chain
 from jaxwarp._src.arithmetic.datapath_f64 import mma_f64_exact
 from jaxwarp._src.arithmetic.datapath_int import bmma as bmma
 from jaxwarp._src.arithmetic.datapath_int import mma_int_chain
 from jaxwarp._src.catalogue import isa
-from jaxwarp._src.catalogue.arch import Datapath, check_target, datapath_for, resolve_instruction_k
+from jaxwarp._src.catalogue.arch import Datapath
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.numerics import bitops, softfloat
-from jaxwarp._src.numerics.formats import ALIASES
+from jaxwarp._src.numerics.formats import FORMATS
 
 # --------------------------------------------------------------------------------------
 # The chain of instructions over k.
@@ -142,17 +142,16 @@ def _chain(a, b, c, cfg: ChainCfg, block):
     whose leaves are (..., m, k) / (..., k, n)): the first from C, the rest scanned."""
     dp = cfg.dp
     k = jax.tree.leaves(a)[0].shape[-1]
-    instr = INSTR_BY_C_MODE[dp.c_mode]
     ks = k_order(list(range(cfg.ik)), dp)
     n = k // cfg.ik
     # Slices of a chain with k < 8 stored (see stored_f16): f16 leaves on the CPU only.
     store = (n > 1 and cfg.ik < 8 and jax.default_backend() == "cpu"
              and all(x.dtype == jnp.float16 for x in jax.tree.leaves((a, b))))
     keep = (lambda t: jax.tree.map(stored_f16, t)) if store else (lambda t: t)
-    acc = decode_acc(bitops.to_u32(c), cfg.c_format, dp, cfg.d_format, cfg.c_shift)
+    c_bits = bitops.to_u32(c)
     first = keep(jax.tree.map(lambda x: x[..., :cfg.ik], a)), keep(jax.tree.map(
         lambda x: x[..., :cfg.ik, :], b))
-    bits = instr(*first, ks, acc, block, cfg, cfg.c_format)
+    bits = instruction(*first, ks, c_bits, cfg.c_format, block, cfg, cfg.c_shift)
     if n > 1:  # a chain: D of one instruction is C of the next (scanned, not unrolled)
         a_s = jax.tree.map(lambda x: jnp.moveaxis(
             x[..., cfg.ik:].reshape(*x.shape[:-1], n - 1, cfg.ik), -2, 0), a)
@@ -160,8 +159,7 @@ def _chain(a, b, c, cfg: ChainCfg, block):
             x[..., cfg.ik:, :].reshape(*x.shape[:-2], n - 1, cfg.ik, x.shape[-1]), -3, 0), b)
 
         def step(d_bits, ab):
-            acc = decode_acc(d_bits, cfg.d_format, dp)
-            return instr(*keep(ab), ks, acc, block, cfg, cfg.d_format), None
+            return instruction(*keep(ab), ks, d_bits, cfg.d_format, block, cfg), None
 
         bits, _ = lax.scan(step, bits, (a_s, b_s))
     return bits
@@ -275,19 +273,6 @@ def in_range_eligible(dp: Datapath, a_format: str, b_format: str) -> bool:
             and dp.zero == "plus" and dp.sub_exp == "emin")
 
 
-def matmul_datapath(arch, instruction: str, a_format: str, b_format: str,
-                    acc_format: str, ik: int) -> Datapath | None:
-    """The :class:`Datapath` of ``matmul``'s exact instructions (k ``ik``, C and D in
-    ``acc_format``) on ``arch``, or None where the call is not valid (``mma``'s own checks
-    then name what is wrong)."""
-    try:
-        _, model = check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
-                                 False, instruction, None)
-        return datapath_for(model, instruction, a_format, ik, b_format)
-    except (ValueError, TypeError):
-        return None
-
-
 def in_range_matmul(arch, instruction: str, a_format: str, b_format: str, acc_format: str,
                     ik: int, macs: int) -> bool:
     """Whether ``matmul``'s exact k loop of ``macs`` multiply-adds (instructions of k
@@ -350,6 +335,67 @@ def _range_values(a, b, cfg: ChainCfg):
 def _range_block(cfg: ChainCfg):
     return functools.partial(block_fast, fmts=(cfg.a_format, cfg.b_format),
                              emin=RANGE_LO, finite=True)
+
+
+def decode_operand(bits, fmt, dp: Datapath, stored: bool = False) -> Operand:
+    """Decoded operands; ``stored``: as divisions that XLA's CPU backend stores.
+
+    XLA's CPU fusion copies a cheap producer into every consumer that reads it through
+    at most 15 indexings (``kAllowedCodeDuplication``), and the loop over a block's
+    outputs then recomputes it for each output element: with fewer than 16 k elements
+    per instruction (tf32 k4 / k8, bf16 k8) it decoded every operand element, and read
+    ``matmul``'s dynamic slice of the k step, once per output (exact tf32 ``matmul`` ran
+    about 15x slower than bf16). A division counts as expensive there and is not copied
+    into a consumer that reuses its elements, so ``stored`` divides both arrays, by the
+    sign (+-1, exact; a NaN's sign is never read) and by ``sign * sign`` (1, which XLA
+    cannot fold away as it would a constant; an int32 division for exp, so that the
+    blocks read it without a conversion per k index). The bits of every result are the
+    same.
+    """
+    if lead_only(dp) and _e8_format(fmt):
+        neg, mag, exp = _decode_e8(bits, fmt)
+    else:
+        neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
+        mag = jnp.where(nan, jnp.float32(jnp.nan),
+                        jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
+        if lead_only(dp):
+            exp = jnp.where(sig != 0, lead, -1000)
+        else:
+            exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
+    sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
+    if stored:
+        one = jnp.where(neg, jnp.int32(-1), jnp.int32(1))
+        return Operand(mag / sign, lax.div(exp.astype(jnp.int32), one * one))
+    return Operand((sign * mag).astype(jnp.float16), exp.astype(jnp.int16))
+
+
+def _e8_format(fmt: str) -> bool:
+    """Whether ``_decode_e8`` decodes ``fmt``: a format with fp32's 8 exponent bits held
+    in fp32's layout (bf16: the high half of an fp32 word, tf32: an fp32 word whose low
+    bits are ignored), from the format registry's fields."""
+    f, f32 = FORMATS.get(fmt), FORMATS["f32"]
+    return (f is not None and fmt != "f32" and f.exponent_bits == f32.exponent_bits
+            and f.mantissa_bits < f32.mantissa_bits and not f.code_storage)
+
+
+def _decode_e8(bits, fmt: str):
+    """``decode_operand``'s decoding of bf16 / tf32 bits (uint32 as ``bitops.to_u32`` gives
+    them) for an alignment exponent alone (``datapath_blocks.lead_only``), on the fields of the fp32
+    word: (neg, magnitude (fp32: the significand, an integer below 2**11; inf; NaN),
+    alignment exponent: the biased exponent field, at least 1, less 127, or -1000 for
+    zero, inf and NaN). The same values as ``softfloat.decode`` with ``sub_emin``
+    (``tests/arithmetic/test_datapath.py`` compares every bf16 bit pattern), in fewer
+    operations: compile time grows with them."""
+    f32, fm = FORMATS["f32"], FORMATS[fmt]
+    mbits = fm.mantissa_bits  # the fraction bits the format keeps
+    u = bits << (f32.bits - fm.bits) if fm.bits == 16 else bits  # bf16: the high half
+    e = ((u >> 23) & 0xFF).astype(jnp.int32)
+    f = ((u & 0x7FFFFF) >> (f32.mantissa_bits - mbits)).astype(jnp.int32)
+    sig = jnp.where(e == 0, f, f | (1 << mbits)).astype(jnp.float32)
+    mag = jnp.where(e == 0xFF, jnp.where(f == 0, jnp.float32(jnp.inf), jnp.float32(jnp.nan)),
+                    sig)
+    exp = jnp.where((e == 0xFF) | ((e == 0) & (f == 0)), -1000, jnp.maximum(e, 1) - 127)
+    return (u >> 31) != 0, mag, exp
 
 
 def _general_chain(a, b, c, cfg: ChainCfg):
@@ -554,20 +600,6 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
     return run_chain(checked.a, checked.b, checked.c, checked.cfg, mode, satf)
 
 
-@functools.cache
-def plan_chain(a_format: str, b_format: str, c_format: str, d_format: str, arch: str,
-               instruction: str, ik: int) -> ChainCfg:
-    """The :class:`ChainCfg` that :func:`check_mma` resolves for a chain of
-    ``instruction`` (k ``ik`` each) on ``arch``, from the static arguments alone: for a
-    front-end that checks its operands once and then runs many chains through
-    :func:`run_chain` (the GEMM layer's k steps). Raises as ``mma`` does."""
-    target, model = check_static(a_format, b_format, c_format, d_format, arch, "exact",
-                                 False, instruction, None)
-    ik = resolve_instruction_k(instruction, a_format, ik, ik)
-    dp = _instruction_datapath(target, model, instruction, a_format, b_format, ik, None)
-    return ChainCfg(a_format, b_format, c_format, d_format, dp, ik, 0)
-
-
 def run_chain(a, b, c, cfg: ChainCfg, mode: str = "exact", satf: bool = False):
     """:func:`mma`'s chain on arguments it has checked (or :func:`plan_chain`'s caller
     has): a, b, c arrays of their formats' storage dtypes, (..., m, k) x (..., k, n) and
@@ -577,67 +609,3 @@ def run_chain(a, b, c, cfg: ChainCfg, mode: str = "exact", satf: bool = False):
     exact = mode == "exact" and cfg.a_format != "f64"
     path = _float_path(cfg, a, b, c) if exact else None
     return _mma_float(a, b, c, cfg, mode, satf, path, config.snapshot())
-
-
-class Checked(NamedTuple):
-    """What :func:`check_mma` returns: the operands as arrays of their types, the
-    chain's :class:`ChainCfg` (``dp`` None for integer and f64 types), or ``d``, the
-    result, where no instruction runs (k = 0)."""
-
-    a: Any
-    b: Any
-    c: Any
-    cfg: ChainCfg | None
-    d: Any = None
-
-
-def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90",
-              mode="exact", satf=False, b_format: str | None = None,
-              instruction: str = "wmma", instruction_k: int | None = None,
-              datapath: Datapath | None = None, scale_input_d: int = 0) -> Checked:
-    """:func:`mma`'s checks of its arguments (the same arguments; ``mode`` one of
-    :data:`MODES`): raises as ``mma`` does, else the operands and the chain's
-    configuration. For front-ends that run the chain another way (the GEMM layer's
-    native mode)."""
-    checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
-    checks.static_choice(mode, "mode", MODES)
-    b_format = a_format if b_format is None else b_format
-    a_format, b_format, c_format, d_format = (  # format names, aliases or dtypes -> names
-        checks.format_name(v, name, allowed, ALIASES, need_x64=False)
-        for v, name, allowed in ((a_format, "a_format", A_TYPES), (b_format, "b_format", A_TYPES),
-                                 (c_format, "c_format", ACC_TYPES), (d_format, "d_format",
-                                                                     ACC_TYPES)))
-    target, model = check_static(a_format, b_format, c_format, d_format, arch,
-                                  mode, satf, instruction, datapath)
-    c_shift = check_scale_input_d(scale_input_d, instruction, a_format)
-    if a_format == "f64":
-        checks.require_x64("mma with a_format='f64'")
-    a, b, c = checks.array_args(a=a, b=b, c=c)
-    a = check_array(a, "a", STORAGE_DTYPE[a_format])
-    b = check_array(b, "b", STORAGE_DTYPE[b_format])
-    c = check_array(c, "c", STORAGE_DTYPE[c_format])
-    batch, _, _, k = check_shapes(a, b, c)
-    if k == 0:  # no instruction runs: D is C converted to d_format (round to nearest)
-        if c_shift:
-            raise ValueError("scale_input_d needs at least one instruction (k > 0)")
-        return Checked(a, b, c, None,
-                       jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format]))
-    if instruction_k is not None:
-        instruction_k = checks.static_int(instruction_k, "instruction_k")
-    ik = resolve_instruction_k(instruction, a_format, k, instruction_k)
-    if k > ik and c_format != d_format:
-        raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
-                         f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
-    dp = _instruction_datapath(target, model, instruction, a_format, b_format, ik, datapath)
-    return Checked(a, b, c, ChainCfg(a_format, b_format, c_format, d_format, dp, ik, c_shift))
-
-
-def _instruction_datapath(target, model, instruction: str, a_format: str, b_format: str,
-                          ik: int, datapath: Datapath | None) -> Datapath | None:
-    """Checks that ``target`` issues the instruction of k ``ik``; its ``Datapath`` (the
-    one given, else the model's; None for f64 and integer types)."""
-    if target is not None:
-        check_target(target, instruction, a_format, b_format, ik)
-    if datapath is None and a_format not in ("f64", *INT_TYPES):
-        return datapath_for(model, instruction, a_format, ik, b_format)
-    return datapath

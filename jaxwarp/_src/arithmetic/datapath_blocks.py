@@ -3,11 +3,13 @@ docstring).
 
 Decoded accumulator terms (``decode_acc``); the operands of the fast path (f16, fp8, fp6 and
 fp4 values, whose products fp32 holds exactly: ``block_fast``) and of the general path
-(bf16, tf32: decoded significands and exponents, ``decode_operand``, ``block_general``); the
-exact sum of a block's truncated terms (``_sum_terms``) with its special values; the
-rounding of a block's sum to fp32 or fp16 bits, IEEE additions; and one instruction
-made of blocks and C as ``Datapath.c_mode`` says (``INSTR_BY_C_MODE``). ``block_scale.py``
-builds its product terms on the same block FMA and rounding.
+(bf16, tf32: significands and exponents, ``Operand``, which ``datapath.decode_operand``
+decodes once per chain; ``block_general``); the exact sum of a block's truncated terms
+(``_sum_terms``) with its special values; the rounding of a block's sum to fp32 or fp16
+bits, IEEE additions; and one instruction made of blocks and C as ``Datapath.c_mode``
+says (``INSTR_BY_C_MODE``; ``instruction``, the one function the chain calls: C's bits
+in, D's bits out). ``block_scale.py`` builds its product terms on the same block FMA and
+rounding.
 """
 
 from __future__ import annotations
@@ -206,7 +208,7 @@ class Block(NamedTuple):
 # block exponent E, the product scaled onto the grid of 2**(E - F), one conversion to
 # int32 (the truncation) and one int32 addition. inf and NaN follow from the IEEE fp32
 # sum of the products, which is NaN / +-inf exactly when the block result is. bf16 and
-# tf32 take the general path (``_Operand``): their products may leave fp32's range.
+# tf32 take the general path (``Operand``): their products may leave fp32's range.
 # (On the H100, jax 0.11, a 2**18-tile batch: XLA stores each k slice of the operands
 # once and fuses the rest; folding the slices into k reductions, or a cond choosing
 # this path for bf16 in range, measured slower.)
@@ -397,7 +399,7 @@ def _in_fp32_range_vmap(axis_size, in_batched, a, b):
     return _in_range_all(a, b), False
 
 
-class _Operand(NamedTuple):
+class Operand(NamedTuple):
     """Operands of the general path, decoded once per element into 4 bytes.
 
     sig: float16 signed significand (an integer below 2**11, exact in fp16), +-inf or
@@ -407,93 +409,32 @@ class _Operand(NamedTuple):
       operand's alignment exponent (lsb -1000 for zero, inf and NaN, so that their
       products get no exponent and scale to nothing).
 
-    On the CPU (``decode_operand(..., stored=True)``) sig is float32 and exp int32, the same
-    values.
+    On the CPU (``datapath.decode_operand(..., stored=True)``) sig is float32 and exp
+    int32, the same values.
     """
 
     sig: jax.Array
     exp: jax.Array
 
 
-def _lead_only(dp: Datapath) -> bool:
+def lead_only(dp: Datapath) -> bool:
     """Whether the alignment exponent alone gives the lsb: with nominal alignment and a
     subnormal at the minimum normal exponent, lsb = align - mbits for every non-zero
     finite operand (a normal's exponent, a subnormal's emin, less the fraction bits)."""
     return dp.align == "nominal" and dp.sub_exp == "emin"
 
 
-def decode_operand(bits, fmt, dp: Datapath, stored: bool = False) -> _Operand:
-    """Decoded operands; ``stored``: as divisions that XLA's CPU backend stores.
-
-    XLA's CPU fusion copies a cheap producer into every consumer that reads it through
-    at most 15 indexings (``kAllowedCodeDuplication``), and the loop over a block's
-    outputs then recomputes it for each output element: with fewer than 16 k elements
-    per instruction (tf32 k4 / k8, bf16 k8) it decoded every operand element, and read
-    ``matmul``'s dynamic slice of the k step, once per output (exact tf32 ``matmul`` ran
-    about 15x slower than bf16). A division counts as expensive there and is not copied
-    into a consumer that reuses its elements, so ``stored`` divides both arrays, by the
-    sign (+-1, exact; a NaN's sign is never read) and by ``sign * sign`` (1, which XLA
-    cannot fold away as it would a constant; an int32 division for exp, so that the
-    blocks read it without a conversion per k index). The bits of every result are the
-    same.
-    """
-    if _lead_only(dp) and _e8_format(fmt):
-        neg, mag, exp = _decode_e8(bits, fmt)
-    else:
-        neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, dp.sub_exp == "emin")
-        mag = jnp.where(nan, jnp.float32(jnp.nan),
-                        jnp.where(inf, jnp.float32(jnp.inf), sig.astype(jnp.float32)))
-        if _lead_only(dp):
-            exp = jnp.where(sig != 0, lead, -1000)
-        else:
-            exp = jnp.where(sig != 0, 16 * lsb + (lead - lsb), -16000)
-    sign = jnp.where(neg, jnp.float32(-1), jnp.float32(1))
-    if stored:
-        one = jnp.where(neg, jnp.int32(-1), jnp.int32(1))
-        return _Operand(mag / sign, lax.div(exp.astype(jnp.int32), one * one))
-    return _Operand((sign * mag).astype(jnp.float16), exp.astype(jnp.int16))
-
-
-def _e8_format(fmt: str) -> bool:
-    """Whether ``_decode_e8`` decodes ``fmt``: a format with fp32's 8 exponent bits held
-    in fp32's layout (bf16: the high half of an fp32 word, tf32: an fp32 word whose low
-    bits are ignored), from the format registry's fields."""
-    f, f32 = FORMATS.get(fmt), FORMATS["f32"]
-    return (f is not None and fmt != "f32" and f.exponent_bits == f32.exponent_bits
-            and f.mantissa_bits < f32.mantissa_bits and not f.code_storage)
-
-
-def _decode_e8(bits, fmt: str):
-    """``decode_operand``'s decoding of bf16 / tf32 bits (uint32 as ``bitops.to_u32`` gives
-    them) for an alignment exponent alone (``_lead_only``), on the fields of the fp32
-    word: (neg, magnitude (fp32: the significand, an integer below 2**11; inf; NaN),
-    alignment exponent: the biased exponent field, at least 1, less 127, or -1000 for
-    zero, inf and NaN). The same values as ``softfloat.decode`` with ``sub_emin``
-    (``tests/arithmetic/test_datapath.py`` compares every bf16 bit pattern), in fewer
-    operations: compile time grows with them."""
-    f32, fm = FORMATS["f32"], FORMATS[fmt]
-    mbits = fm.mantissa_bits  # the fraction bits the format keeps
-    u = bits << (f32.bits - fm.bits) if fm.bits == 16 else bits  # bf16: the high half
-    e = ((u >> 23) & 0xFF).astype(jnp.int32)
-    f = ((u & 0x7FFFFF) >> (f32.mantissa_bits - mbits)).astype(jnp.int32)
-    sig = jnp.where(e == 0, f, f | (1 << mbits)).astype(jnp.float32)
-    mag = jnp.where(e == 0xFF, jnp.where(f == 0, jnp.float32(jnp.inf), jnp.float32(jnp.nan)),
-                    sig)
-    exp = jnp.where((e == 0xFF) | ((e == 0) & (f == 0)), -1000, jnp.maximum(e, 1) - 127)
-    return (u >> 31) != 0, mag, exp
-
-
-def block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
+def block_general(a: Operand, b: Operand, ks, acc: _Acc, dp: Datapath, *,
                    emin: int, mbits: int) -> Block:
     """One block FMA for any operand formats (bf16, tf32, fp8: products may leave
-    fp32's range): like ``block_fast`` on decoded operands (``decode_operand``), each
+    fp32's range): like ``block_fast`` on decoded operands (``datapath.decode_operand``), each
     product of significands scaled by its own power of two. ``mbits``: the fraction
     bits of a's format plus b's."""
-    lead_only = _lead_only(dp)  # exp is the alignment exponent; lsb_a + lsb_b = pe - mbits
+    align_only = lead_only(dp)  # exp is the alignment exponent; lsb_a + lsb_b = pe - mbits
 
     def unpack(s, e):  # -> (fp32 significand, int32 lsb, int32 alignment exponent)
         e = e.astype(jnp.int32)
-        if lead_only:
+        if align_only:
             return s.astype(jnp.float32), None, e
         lsb = e >> 4
         return s.astype(jnp.float32), lsb, lsb + (e & 15)
@@ -509,10 +450,10 @@ def block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
 
         E = jnp.maximum(exps(x, y, prods).max(-1), acc.lead)
         fe = dp.F - jnp.maximum(E, emin) + 127
-        fe = fe - mbits if lead_only else fe
+        fe = fe - mbits if align_only else fe
 
         def terms_of(x, y, p):
-            lsbs = exps(x, y, p) if lead_only else x[1] + y[1]
+            lsbs = exps(x, y, p) if align_only else x[1] + y[1]
             return _trunc(p * _pow2(jnp.maximum(lsbs + fe[..., None], 1)), p, dp.trunc)
 
         if form == "rolled":
@@ -538,7 +479,7 @@ def block_general(a: _Operand, b: _Operand, ks, acc: _Acc, dp: Datapath, *,
     E = functools.reduce(jnp.maximum, pe, acc.lead)
     # Products only need a valid scale when one is non-zero (then E >= emin).
     fe = dp.F - jnp.maximum(E, emin) + 127
-    if lead_only:
+    if align_only:
         lsbs, fe = pe, fe - mbits
     else:
         lsbs = [x[1] + y[1] for x, y in zip(ops_a, ops_b, strict=True)]
@@ -686,3 +627,15 @@ def _instr_ffma(a, b, ks, acc_c, block, cfg: ChainCfg, c_format: str):
 
 
 INSTR_BY_C_MODE = {"fused": _instr_fused, "end": _instr_end, "ffma": _instr_ffma}
+
+
+def instruction(a, b, ks, c_bits, c_format: str, block, cfg: ChainCfg, shift: int = 0):
+    """One instruction of a chain, as bits of D (uint32): its C given as bits
+    (``bitops.to_u32``) of ``c_format`` (the chain's C, or the previous instruction's D),
+    decoded here as its blocks see it (``decode_acc``: ``shift`` is tcgen05's
+    scale-input-d, the first instruction's only), then the blocks over the k indices
+    ``ks`` in order, as ``cfg.dp.c_mode`` says (``INSTR_BY_C_MODE``); ``a``, ``b``: the
+    prepared operands (f16 values, or ``Operand``) and ``block`` the block FMA that reads
+    them."""
+    acc = decode_acc(c_bits, c_format, cfg.dp, cfg.d_format, shift)
+    return INSTR_BY_C_MODE[cfg.dp.c_mode](a, b, ks, acc, block, cfg, c_format)

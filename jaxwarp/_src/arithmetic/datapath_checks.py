@@ -1,15 +1,18 @@
-"""Argument checks of ``datapath.mma`` and ``bmma``.
+"""Argument checks of ``datapath.mma`` and ``bmma``, and the configuration of a chain.
 
 The valid operand and accumulator types are views of the instruction catalogue
 (``isa.ROWS``); ``check_static`` checks the static arguments of ``mma`` and resolves its
 ``arch`` to a target and a datapath model (``arch.py``); ``ChainCfg`` is the static
-configuration of one exact float mma.
+configuration of one exact float mma: ``check_mma`` checks a whole call and returns it
+with the operands, ``plan_chain`` resolves it from the static arguments alone (for
+front-ends that check their operands once, the GEMM layer's k loop).
 """
 
 from __future__ import annotations
 
+import functools
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +27,12 @@ from jaxwarp._src.catalogue.arch import (
     Datapath,
     Target,
     check_target,
+    datapath_for,
     parse_target,
+    resolve_instruction_k,
     supported_target,
 )
+from jaxwarp._src.numerics.formats import ALIASES
 
 # --------------------------------------------------------------------------------------
 # Types and valid combinations: views of the instruction catalogue (``isa.ROWS``; b1
@@ -153,3 +159,98 @@ def check_scale_input_d(value, instruction: str, a_format: str) -> int:
     if not 0 <= v <= 15:
         raise ValueError(f"scale_input_d={v} must be in 0..15")
     return v
+
+
+# --------------------------------------------------------------------------------------
+# The checks of one call and the chain's configuration.
+
+
+def matmul_datapath(arch, instruction: str, a_format: str, b_format: str,
+                    acc_format: str, ik: int) -> Datapath | None:
+    """The :class:`Datapath` of ``matmul``'s exact instructions (k ``ik``, C and D in
+    ``acc_format``) on ``arch``, or None where the call is not valid (``mma``'s own checks
+    then name what is wrong)."""
+    try:
+        _, model = check_static(a_format, b_format, acc_format, acc_format, arch, "exact",
+                                 False, instruction, None)
+        return datapath_for(model, instruction, a_format, ik, b_format)
+    except (ValueError, TypeError):
+        return None
+
+
+@functools.cache
+def plan_chain(a_format: str, b_format: str, c_format: str, d_format: str, arch: str,
+               instruction: str, ik: int) -> ChainCfg:
+    """The :class:`ChainCfg` that :func:`check_mma` resolves for a chain of
+    ``instruction`` (k ``ik`` each) on ``arch``, from the static arguments alone: for a
+    front-end that checks its operands once and then runs many chains through
+    ``datapath.run_chain`` (the GEMM layer's k steps). Raises as ``datapath.mma`` does."""
+    target, model = check_static(a_format, b_format, c_format, d_format, arch, "exact",
+                                 False, instruction, None)
+    ik = resolve_instruction_k(instruction, a_format, ik, ik)
+    dp = instruction_datapath(target, model, instruction, a_format, b_format, ik, None)
+    return ChainCfg(a_format, b_format, c_format, d_format, dp, ik, 0)
+
+
+class Checked(NamedTuple):
+    """What :func:`check_mma` returns: the operands as arrays of their types, the
+    chain's :class:`ChainCfg` (``dp`` None for integer and f64 types), or ``d``, the
+    result, where no instruction runs (k = 0)."""
+
+    a: Any
+    b: Any
+    c: Any
+    cfg: ChainCfg | None
+    d: Any = None
+
+
+def check_mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90",
+              mode="exact", satf=False, b_format: str | None = None,
+              instruction: str = "wmma", instruction_k: int | None = None,
+              datapath: Datapath | None = None, scale_input_d: int = 0) -> Checked:
+    """``datapath.mma``'s checks of its arguments (the same arguments; ``mode`` one of
+    :data:`MODES`): raises as ``mma`` does, else the operands and the chain's
+    configuration. For front-ends that run the chain another way (the GEMM layer's
+    native mode)."""
+    checks.static_choice(instruction, "instruction", isa.INSTRUCTIONS)
+    checks.static_choice(mode, "mode", MODES)
+    b_format = a_format if b_format is None else b_format
+    a_format, b_format, c_format, d_format = (  # format names, aliases or dtypes -> names
+        checks.format_name(v, name, allowed, ALIASES, need_x64=False)
+        for v, name, allowed in ((a_format, "a_format", A_TYPES), (b_format, "b_format", A_TYPES),
+                                 (c_format, "c_format", ACC_TYPES), (d_format, "d_format",
+                                                                     ACC_TYPES)))
+    target, model = check_static(a_format, b_format, c_format, d_format, arch,
+                                  mode, satf, instruction, datapath)
+    c_shift = check_scale_input_d(scale_input_d, instruction, a_format)
+    if a_format == "f64":
+        checks.require_x64("mma with a_format='f64'")
+    a, b, c = checks.array_args(a=a, b=b, c=c)
+    a = check_array(a, "a", STORAGE_DTYPE[a_format])
+    b = check_array(b, "b", STORAGE_DTYPE[b_format])
+    c = check_array(c, "c", STORAGE_DTYPE[c_format])
+    batch, _, _, k = check_shapes(a, b, c)
+    if k == 0:  # no instruction runs: D is C converted to d_format (round to nearest)
+        if c_shift:
+            raise ValueError("scale_input_d needs at least one instruction (k > 0)")
+        return Checked(a, b, c, None,
+                       jnp.broadcast_to(c, batch + c.shape[-2:]).astype(STORAGE_DTYPE[d_format]))
+    if instruction_k is not None:
+        instruction_k = checks.static_int(instruction_k, "instruction_k")
+    ik = resolve_instruction_k(instruction, a_format, k, instruction_k)
+    if k > ik and c_format != d_format:
+        raise ValueError(f"k = {k} is a chain of {k // ik} instructions (k {ik}) whose D "
+                         f"is the next C: c_format ({c_format}) must equal d_format ({d_format})")
+    dp = instruction_datapath(target, model, instruction, a_format, b_format, ik, datapath)
+    return Checked(a, b, c, ChainCfg(a_format, b_format, c_format, d_format, dp, ik, c_shift))
+
+
+def instruction_datapath(target, model, instruction: str, a_format: str, b_format: str,
+                          ik: int, datapath: Datapath | None) -> Datapath | None:
+    """Checks that ``target`` issues the instruction of k ``ik``; its ``Datapath`` (the
+    one given, else the model's; None for f64 and integer types)."""
+    if target is not None:
+        check_target(target, instruction, a_format, b_format, ik)
+    if datapath is None and a_format not in ("f64", *INT_TYPES):
+        return datapath_for(model, instruction, a_format, ik, b_format)
+    return datapath

@@ -110,8 +110,14 @@ def emulate(
 
     What is entered: ``jit``, ``scan``, ``while_loop``, ``cond``/``switch``,
     ``checkpoint``, ``custom_jvp`` (primal and jvp rule emulated), ``custom_vjp``
-    (primal, fwd and the user's bwd emulated), ``shard_map``. Products inside
-    any other primitive with a sub-program (e.g. ``pallas_call``) are unsupported.
+    (primal, fwd and the user's bwd emulated), ``shard_map``, and Pallas kernels
+    (``pallas_call``, with or without ``interpret=True``: emulate interprets the kernel
+    itself): every product of a kernel body is the chain of the instruction the kernel's
+    compiler issues on the target, with an add of a product folded into its accumulator
+    as the compiler folds it (docs/kernels.md lists each operand dtype's instruction on
+    sm_90a and its evidence). The report lists each kernel product with its
+    ``instruction``. Products inside any other
+    primitive with a sub-program are unsupported.
 
     Integer and boolean products are left alone (``jaxwarp.matmul`` has no integer
     operand format). Unsupported products (complex, f64 operands with a non-f64
@@ -154,10 +160,14 @@ def emulate(
             ``equinox.filter_jit``. Non-array output leaves are returned as they are.
         operand_format: ``"f16"``, ``"bf16"``, ``"tf32"``, ``"f64"`` (needs
             ``jax_enable_x64``), ``"e4m3"`` or ``"e5m2"``; an alias (``"fp16"``) or a
-            dtype (``jnp.bfloat16``) works too. Give it or ``recipe``.
+            dtype (``jnp.bfloat16``) works too. Give it or ``recipe``; or None: each
+            Pallas kernel product in its own dtype (a kernel product of an f16 / bf16 /
+            fp8 dtype other than a given format is an error), and a ValueError for a
+            product outside a kernel.
         accumulator: ``"f32"``, ``"f16"`` (f16 operands) or ``"f64"`` (f64).
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"``, or None for matmul's
-            default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8).
+            default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8); in a Pallas
+            kernel None is the compiler's instruction, and a given one replaces it.
         arch: ``matmul``'s architecture preset (None: ``"sm_90"``, the H100's); with a
             recipe its target (None: the recipe's).
         mode: ``"exact"`` (bit for bit), ``"fast"`` or, on an H100 / H200,

@@ -13,10 +13,12 @@ from jax import lax
 from jax.extend import core as jcore
 from jax.extend import linear_util as lu
 
+from jaxwarp._src import pallas
 from jaxwarp._src.emulate.products import as_float_operand, gemm, sparse_gemm
 from jaxwarp._src.emulate.report import Product, ReportEntry, UnsupportedProductError
 from jaxwarp._src.emulate.settings import (
     MARKER,
+    NO_FORMAT,
     OPERAND_FORMATS,
     OTHER_PRODUCTS,
     PRODUCTS,
@@ -205,6 +207,8 @@ class Interpreter:
                     f"use operand_format='f64')")
         if self.cfg.filter is not None and not self.cfg.filter(info):
             return "skip:filtered out"
+        if self.cfg.operand_format is None and self.cfg.recipe is None:
+            raise ValueError(NO_FORMAT)
         return None
 
     def _product(self, eqn, invals, info, compute):
@@ -305,6 +309,44 @@ class Interpreter:
     def as_2_4(self, eqn, invals, where):
         self.marked[eqn.outvars[0]] = eqn.params["axis"]
         return self.bind(eqn, invals)
+
+    def pallas_call(self, eqn, invals, where):
+        """A Pallas kernel: its products through the instruction its compiler issues
+        (``jaxwarp._src.pallas``), the rest of the kernel run by JAX's interpreter."""
+        name = eqn.params.get("name") or "kernel"
+        ns, context = join_names(where[0], f"pallas_call({name})"), where[1] + ("pallas_call",)
+        info = self._info(eqn, "pallas_call", invals, 1, 0, 0, 0, (ns, context))
+        cfg = self.cfg
+        extra = {k: v for k, v in (("tile", cfg.tile), ("scaling", cfg.scaling),
+                                   ("backward_format", cfg.backward_format),
+                                   ("recipe", cfg.recipe)) if v is not None}
+        try:
+            if extra or cfg.accumulator != "f32":
+                raise pallas.KernelProductError(
+                    "a Pallas kernel's products run as its compiler issues them: "
+                    + ", ".join(f"{k}={v!r}" for k, v in extra.items())
+                    + (f", accumulator={cfg.accumulator!r}" if cfg.accumulator != "f32"
+                       else "") + " is not for kernels (allowed: operand_format, "
+                    "instruction, arch, mode, promote_every)")
+            model = pallas.KernelModel(cfg.operand_format, cfg.instruction,
+                                       cfg.kernel_arch, cfg.mode, cfg.promote_every)
+            outs, products = pallas.run_pallas_call(eqn, invals, model)
+        except pallas.KernelProductError as e:
+            if cfg.on_unsupported == "error":
+                raise UnsupportedProductError(
+                    f"jaxwarp.emulate cannot run the Pallas kernel {name!r} (name stack "
+                    f"{ns!r}) on the tensor core: {e}. Pass on_unsupported='skip' to run "
+                    f"it unemulated and list it in the report.") from e
+            self.entries.append(ReportEntry(info, False, None, f"Pallas kernel: {e}"))
+            return self.bind(eqn.replace(params=dict(eqn.params, interpret=(
+                eqn.params["interpret"] or True))), invals)
+        for p in products:
+            prod = Product("dot_general", p.lhs_shape, p.rhs_shape, p.lhs_dtype, p.rhs_dtype,
+                           p.out_shape, p.out_dtype, 1, p.m, p.n, p.k, ns, context)
+            fold = "; C: the kernel's add folded into the accumulator" if p.c_from else ""
+            self.entries.append(ReportEntry(prod, True, p.operand_format, "", p.instruction,
+                                            p.note + fold))
+        return outs
 
     # -- control flow and wrappers ---------------------------------------------------
 
@@ -462,5 +504,6 @@ _HANDLERS = {
     "custom_vjp_call": Interpreter.custom_vjp,
     "shard_map": Interpreter.shard_map,
     "jaxwarp_as_2_4": Interpreter.as_2_4,
+    "pallas_call": Interpreter.pallas_call,
 }
 

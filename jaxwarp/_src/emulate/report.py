@@ -121,6 +121,9 @@ class ReportEntry:
         operand_format: the format it ran in (None when not emulated).
         reason: why it was not emulated (``"filtered out"``, ``"integer product"``,
             an unsupported dtype or primitive), or ``""``.
+        instruction: for a product in a Pallas kernel, the instruction its chain is
+            (``"wgmma"``, ``"mma_sync"``, ``"fma"``); None otherwise.
+        note: for a product in a Pallas kernel, how its model was derived and its evidence.
 
     Example:
         >>> a = jnp.ones((16, 32), jnp.float32)
@@ -134,6 +137,8 @@ class ReportEntry:
     emulated: bool
     operand_format: str | None
     reason: str = ""
+    instruction: str | None = None
+    note: str = ""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -184,6 +189,8 @@ class EmulationReport:
         for e in self.entries:
             p = e.product
             what = f"{e.operand_format}" if e.emulated else f"skipped: {e.reason}"
+            if e.instruction is not None:
+                what += f" ({e.instruction})"
             lines.append(
                 f"  {p.primitive} {p.lhs_dtype}{list(p.lhs_shape)} x {p.rhs_dtype}"
                 f"{list(p.rhs_shape)} -> {p.out_dtype}{list(p.out_shape)} "

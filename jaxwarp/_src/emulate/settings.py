@@ -16,7 +16,7 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.gemm import matmul_tiles
-from jaxwarp._src.gemm.matmul import matmul
+from jaxwarp._src.gemm.matmul import MODES, matmul
 from jaxwarp._src.numerics import formats
 from jaxwarp._src.recipes import recipe as recipes
 
@@ -33,6 +33,10 @@ ON_UNSUPPORTED = ("error", "skip")
 OTHER_PRODUCTS = ("ragged_dot", "ragged_dot_general", "ragged_all_to_all", "bcoo_dot_general",
                   "bcoo_dot_general_sampled", "bcsr_dot_general", "bcoo_spdot_general")
 PRODUCTS = ("dot_general", "conv_general_dilated")
+#: The error of a product outside a Pallas kernel when emulate has no operand format.
+NO_FORMAT = ("emulate needs operand_format= (e.g. 'bf16', 'e4m3') or recipe= for products "
+             "outside Pallas kernels (operand_format=None means each Pallas kernel "
+             "product's own dtype)")
 # Products emitted by emulate itself carry this name scope; an outer emulate leaves them alone.
 MARKER = "jaxwarp_emulated"
 
@@ -52,6 +56,11 @@ class Settings:
     on_unsupported: str
     recipe: Any = None  # a block-scaled recipe (recipes.Recipe) and its GEMM plan
     plan: Any = None
+
+    @property
+    def kernel_arch(self) -> str:
+        """The target of a Pallas kernel's products (``sm_90`` is the H100's ``sm_90a``)."""
+        return "sm_90a" if self.arch == "sm_90" else self.arch
 
     @property
     def pad_multiple(self) -> int:
@@ -126,11 +135,9 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
                              f"give one of them (the recipe sets every format)")
         return _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
                               on_unsupported, scaling, backward_format, promote_every)
-    if operand_format is None:
-        raise ValueError("emulate needs operand_format= (e.g. 'bf16', 'e4m3') or recipe= "
-                         f"(one of {tuple(recipes.RECIPES)} or a jaxwarp.mx.Recipe)")
     arch = "sm_90" if arch is None else arch
-    operand_format = check_format(operand_format, "operand_format")
+    if operand_format is not None:  # None: each Pallas kernel product's own dtype
+        operand_format = check_format(operand_format, "operand_format")
     if backward_format is not None:
         backward_format = check_format(backward_format, "backward_format")
     if instruction is not None and instruction not in INSTRUCTIONS:
@@ -171,6 +178,9 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
             raise TypeError(f"tile must be None or a static (m, n, k) tuple, got {tile!r}")
     cfg = Settings(operand_format, accumulator, instruction, arch, mode, tile, scaling,
                  backward_format, promote_every, filter, on_unsupported)
+    if operand_format is None:  # matmul checks each kernel product's settings
+        checks.static_choice(mode, "mode", MODES)
+        return cfg
     p = cfg.pad_multiple
     dtype = jnp.float64 if operand_format == "f64" else jnp.float32
     for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):

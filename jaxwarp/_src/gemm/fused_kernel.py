@@ -351,7 +351,7 @@ def _decode(bits):
     -126) and m a normal fp32 number in [1, 2) or, for a subnormal, the fraction in
     (0, 1) (1.f - 1, exact); a zero m = 0 and an inf or NaN m = the value itself, both
     with e = ``_NO_EXP``. No float operation reads a subnormal (a GPU may flush them).
-    The fields are ``datapath_blocks._decode_e8``'s; its significand is an integer, which
+    The fields are ``datapath._decode_e8``'s; its significand is an integer, which
     takes an int32 -> fp32 conversion per element, and the kernel's bound is the
     conversion pipe: here the fraction is set into the bits of 1.0 instead."""
     field = (bits >> 23) & 0xFF

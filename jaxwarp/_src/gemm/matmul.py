@@ -262,6 +262,12 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
                                         formats.ALIASES)
     x = checks.array_arg(x, "x")
     scale = None if scale is None else checks.array_arg(scale, "scale")
+    return _to_operand(x, operand_format, scale)
+
+
+def _to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:
+    """:func:`to_operand` on arguments ``matmul`` has checked (JAX arrays, a format name):
+    its operands are checked once, at its front door, and converted here."""
     if operand_format in FP8_TYPES:
         x = jnp.asarray(x)
         if scale is None and x.dtype == formats.FORMATS[operand_format].storage_dtype:
@@ -278,8 +284,8 @@ def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Arra
     if (operand_format, x.dtype) in (("f16", jnp.float16), ("bf16", jnp.bfloat16)):
         return x  # already in the format: nothing to round
     if operand_format in ("f16", "bf16", "tf32"):  # a float64 is rounded once, not via f32
-        return convert.narrow_to(x if x.dtype == jnp.float64 else x.astype(jnp.float32),
-                                 operand_format)
+        return convert.narrow(x if x.dtype == jnp.float64 else x.astype(jnp.float32),
+                              operand_format)
     return x.astype(jnp.float64)
 
 
@@ -387,8 +393,8 @@ def _block_forward(a, b, c, sa, sb, cfg: Cfg):
     (M, K), N = a.shape, b.shape[1]
     bm = (1 if sa.shape[0] == M else blockwise.BLOCK, blockwise.BLOCK)
     bn = (blockwise.BLOCK, 1 if sb.shape[1] == N else blockwise.BLOCK)
-    qa = to_operand(a, cfg.a_format, blockwise.expand_scales(sa, (M, K), bm))
-    qb = to_operand(b, cfg.b_format, blockwise.expand_scales(sb, (K, N), bn))
+    qa = _to_operand(a, cfg.a_format, blockwise.expand_scales(sa, (M, K), bm))
+    qb = _to_operand(b, cfg.b_format, blockwise.expand_scales(sb, (K, N), bn))
     sa_rows = jnp.repeat(sa, bm[0], axis=0)[:M]  # (M, Kb)
     sb_cols = jnp.repeat(sb, bn[1], axis=1)[:, :N]  # (Kb, N)
     acc = c.astype(jnp.float32)
@@ -407,9 +413,9 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
     if cfg.blockwise:
         return _block_forward(a, b, c, sa, sb, cfg)
     if not cfg.scaled:
-        return tiled(to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
+        return tiled(_to_operand(a, cfg.a_format), _to_operand(b, cfg.b_format),
                      c.astype(acc_dt), cfg)
-    t = tiled(to_operand(a, cfg.a_format, sa), to_operand(b, cfg.b_format, sb),
+    t = tiled(_to_operand(a, cfg.a_format, sa), _to_operand(b, cfg.b_format, sb),
               jnp.zeros(c.shape, acc_dt), cfg)
     return epilogue(t, multiply_rn(sa, sb), c).astype(acc_dt)
 
@@ -448,12 +454,12 @@ def _bwd_product(x, y, cfg: Cfg):
         # the bits (times_pow2): the same bits on every backend.
         kx = tensor_scale_exponent(x, cfg.a_format)
         ky = tensor_scale_exponent(y, cfg.b_format)
-        t = tiled(to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
-                  to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
+        t = tiled(_to_operand(times_pow2(x, kx, "f32"), cfg.a_format),
+                  _to_operand(times_pow2(y, ky, "f32"), cfg.b_format),
                   jnp.zeros((M, N), acc_dt), bcfg)
         return times_pow2(t, -(kx + ky), cfg.accumulator)
     if not cfg.legacy:
-        return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+        return tiled(_to_operand(x, cfg.a_format), _to_operand(y, cfg.b_format),
                      jnp.zeros((M, N), acc_dt), bcfg)
     # WMMA: the tile permuted to fit, as before.
     m, n, k = cfg.tile
@@ -463,7 +469,7 @@ def _bwd_product(x, y, cfg: Cfg):
             promote = cfg.promote_every if cfg.promote_every and \
                 cfg.promote_every % t[2] == 0 else None
             tcfg = dataclasses.replace(bcfg, tile=t, promote_every=promote)
-            return tiled(to_operand(x, cfg.a_format), to_operand(y, cfg.b_format),
+            return tiled(_to_operand(x, cfg.a_format), _to_operand(y, cfg.b_format),
                          jnp.zeros((M, N), acc_dt), tcfg)
     raise ValueError(
         f"the backward product {M}x{K} @ {K}x{N} fits no {cfg.a_format} WMMA tile; "
@@ -571,10 +577,14 @@ def matmul(
     operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
                                         formats.ALIASES, need_x64=False)  # check_args does it
     accumulator = checks.format_name(accumulator, "accumulator", None, formats.ALIASES)
-    a, b = checks.array_args(a=a, b=b)
-    c = None if c is None else checks.array_arg(c, "c")
-    a_scale = None if a_scale is None else checks.array_arg(a_scale, "a_scale")
-    b_scale = None if b_scale is None else checks.array_arg(b_scale, "b_scale")
+    # The data arguments, checked once here (the conversions and the k loop below take
+    # them as they are).
+    given = {name: x for name, x in (("a", a), ("b", b), ("c", c), ("a_scale", a_scale),
+                                     ("b_scale", b_scale))
+             if x is not None or name in ("a", "b")}
+    given = dict(zip(given, checks.array_args(**given), strict=True))
+    a, b, c, a_scale, b_scale = (given.get(name) for name in ("a", "b", "c", "a_scale",
+                                                               "b_scale"))
     if sparsity is not None:
         return _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode,
                               instruction, promote_every, a_scale, b_scale, sparsity)
@@ -626,7 +636,7 @@ def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instr
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def _matmul_2_4(a, b, c, cfg: Cfg, options):
     return matmul_sparse.matmul_2_4(
-        to_operand(a, cfg.a_format), to_operand(b, cfg.b_format),
+        _to_operand(a, cfg.a_format), _to_operand(b, cfg.b_format),
         c.astype(ACC_DTYPE[cfg.accumulator]), a_format=cfg.a_format, b_format=cfg.b_format,
         accumulator=cfg.accumulator, instruction=cfg.instruction,
         arch=issue_arch(cfg.instruction, cfg.arch))
@@ -643,7 +653,7 @@ def _bwd_2_4(cfg: Cfg, options, res, g):
     # dense products of the same instruction on the emulated tensor core (neither is
     # 2:4), dC = dD. Bit for bit the gradient of matmul(where(mask, a, 0), b).
     a, b, c = res
-    keep = matmul_sparse.kept_2_4(to_operand(a, cfg.a_format), a_format=cfg.a_format,
+    keep = matmul_sparse.kept_2_4(_to_operand(a, cfg.a_format), a_format=cfg.a_format,
                                   b_format=cfg.b_format, accumulator=cfg.accumulator,
                                   instruction=cfg.instruction)
     g = g.astype(ACC_DTYPE[cfg.accumulator])

@@ -363,9 +363,21 @@ def narrow_to(x: Any, fmt: str) -> jax.Array:
       Array(1., dtype=float16)
     """
     fmt = checks.format_name(fmt, "fmt", tuple(_NARROW), ALIASES)
-    arr = _float_input(x, "x")
+    return narrow(_float_input(x, "x"), fmt)
+
+
+def narrow(x: jax.Array, fmt: str) -> jax.Array:
+    """:func:`narrow_to` on arguments already checked: ``x`` a float32 / float64 JAX array
+    (or tracer), ``fmt`` ``"f16"``, ``"bf16"`` or ``"tf32"``. For front-ends that check
+    their operands once (``matmul``), so that the conversion does not check them again.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> narrow(jnp.float32(1 + 2**-8), "bf16")  # a tie: to even
+      Array(1, dtype=bfloat16)
+    """
     kernel, dtype = _NARROW[fmt]
-    out = kernel(bitops.uint_view(arr), _SOURCE_FORMAT[arr.dtype])
+    out = kernel(bitops.uint_view(x), _SOURCE_FORMAT[x.dtype])
     return lax.bitcast_convert_type(out.astype(bitops.uint_dtype(8 * np.dtype(dtype).itemsize)),
                                     dtype)
 
