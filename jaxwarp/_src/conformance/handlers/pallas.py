@@ -31,6 +31,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -360,13 +361,17 @@ def run_case(case: Case, inputs: dict[str, np.ndarray]) -> np.ndarray:
         args.append(jnp.asarray(inputs["c"]))
     key = tuple(sorted((k, v) for k, v in case.meta.items() if k not in _PER_TRIAL))
     fn = _emulated(case.family, key)
-    if case.family == MGPU:  # the Hopper kernels size their grid by the device's SM count
-        from jaxwarp._src.pallas import mosaic_gpu
+    # The kernels run as a user runs them, in 32-bit mode (the conformance check turns
+    # 64-bit mode on; under it Mosaic GPU's loop counters mix i32 and i64 and fail to
+    # lower); the Hopper kernels size their grid by the device's SM count.
+    with jax.enable_x64(False):
+        if case.family == MGPU:
+            from jaxwarp._src.pallas import mosaic_gpu
 
-        with mosaic_gpu.target_sm_count(NUM_SMS):
+            with mosaic_gpu.target_sm_count(NUM_SMS):
+                got = np.asarray(fn(*args))
+        else:
             got = np.asarray(fn(*args))
-    else:
-        got = np.asarray(fn(*args))
     want = _jnp_dtype(case.out)
     if got.dtype != want:
         raise CaptureError(f"the {case.kernel} kernel returned {got.dtype}; the capture's "
