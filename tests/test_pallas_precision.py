@@ -21,7 +21,7 @@ _NO_KERNELS = importlib.util.find_spec("jaxwarp.kernels") is None
 @pytest.mark.xfail(_NO_KERNELS, run=False,
                    reason="jaxwarp.kernels (the Triton-style kernel) is not in this version")
 def test_tiny_run_writes_csv_and_plot(tmp_path, capsys):
-    rows = pp.main(["--ks", "256", "--trials", "1", "--no-progress", "--out", str(tmp_path),
+    rows = pp.main(["--ks", "128", "--trials", "1", "--no-progress", "--out", str(tmp_path),
                     "--series", "triton bf16,triton e4m3,matmul e4m3 wgmma"])
     with open(tmp_path / "pallas_precision.csv", newline="") as f:
         table = list(csv.DictReader(f))
