@@ -17,6 +17,7 @@ from jaxwarp._src.conformance.handlers import cg as cg
 from jaxwarp._src.conformance.handlers import diverge as diverge
 from jaxwarp._src.conformance.handlers import golden as golden
 from jaxwarp._src.conformance.handlers import movcvt as movcvt
+from jaxwarp._src.conformance.handlers import pallas as pallas
 from jaxwarp._src.conformance.handlers import ptx as ptx
 from jaxwarp._src.conformance.handlers import sparse as sparse
 from jaxwarp._src.conformance.handlers import warp as warp
@@ -63,6 +64,8 @@ HANDLERS: tuple[Handler, ...] = (
     under("fp8 cvt", ("cvt/",), movcvt.conversions),
     under("ldmatrix/stmatrix/movmatrix", ("ldmatrix/", "stmatrix/", "movmatrix/"),
           movcvt.matrix_moves, keys_where(movcvt.is_matrix_move_key)),
+    # pallas_sample.npz (tools/capture/FORMAT_PALLAS.md): Pallas kernels under emulate
+    under("pallas kernels", pallas.PREFIXES, pallas.configs, keys_where(pallas.is_pallas_key)),
     # reference-model files (tools/crosscheck: MMA-Sim), golden/{family}/{arch}/...
     under("golden (reference model)", ("golden/",), golden.configs,
           keys_where(golden_keys.is_golden_key)),
