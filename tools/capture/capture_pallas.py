@@ -351,6 +351,7 @@ def run_triton(cfg: TritonCfg, inputs: list[dict], interpret: bool = False
     """Compiles ``triton_matmul`` for ``cfg`` once and runs it on each input set."""
     jax = _jax()
     import jax.numpy as jnp
+
     from jaxwarp.kernels import triton_matmul
 
     dt = _np_dtype(cfg.dtype)
@@ -593,6 +594,7 @@ def probe_worker(args) -> None:
     probe plan under the jit name ``probe_{i}``; XLA dumps the PTX of each module."""
     jax = _jax()
     import jax.numpy as jnp
+
     from jaxwarp.kernels import triton_matmul
 
     plan = probe_plan(args.dtypes, args.small)
