@@ -231,7 +231,8 @@ def emulate(
             product, e.g. attention's ``QK^T`` and ``PV``, runs as written, in the
             program's dtypes), ``"all"`` (every product, the right-hand operand as the
             weight) or None: ``"linear"`` with a recipe, ``"all"`` otherwise. ``filter``
-            then narrows the products in scope (docs/microscaling.md, "Recipes").
+            then narrows the products in scope (docs/microscaling.md, "Recipes"). A
+            Pallas kernel's products run as its compiler issues them, whatever the scope.
         params_argnums: with ``scope="linear"``, the positional argument(s) holding the
             parameters (jax.grad's default argnums: ``model.apply(params, x)``,
             ``loss(model, x, y)``); their array leaves are the weights.
@@ -249,6 +250,8 @@ def emulate(
         TypeError: (when called) a 64-bit NumPy or JAX array argument with
             ``jax_enable_x64`` off (JAX would narrow it silently).
         UnsupportedProductError: (when called) a product emulate cannot run.
+        ValueError: (when called) ``scope="linear"`` and a ``params_argnums`` argument
+            that the call does not pass positionally or that holds no arrays.
 
     Example:
         >>> a = jnp.ones((16, 32), jnp.float32); b = jnp.full((32, 16), 1 / 3, jnp.float32)
