@@ -455,9 +455,8 @@ class Interpreter:
             # Newer JAX versions name scan's parameters differently: re-bind the same
             # primitive with its body emulated (the body's signature is unchanged).
             q = dict(p)
-            q["jaxpr"] = self.trace(p["jaxpr"], (where[0], where[1] + ("scan",)),
-                                    weights=self._loop_mask(invals, p.get("num_consts", 0),
-                                                            p.get("num_carry", 0)))
+            # Which inputs are carries is not known here: no weights inside.
+            q["jaxpr"] = self.trace(p["jaxpr"], (where[0], where[1] + ("scan",)))
             return self.bind(eqn.replace(params=q), invals)
         nc, ncar = p["num_consts"], p["num_carry"]
         consts, init, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
