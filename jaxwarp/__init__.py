@@ -106,8 +106,9 @@ from jaxwarp._src.layouts.ldmatrix import movmatrix as movmatrix
 # PTX mma.sync.aligned, named by its qualifier string: registers or logical matrices.
 from jaxwarp._src.catalogue.mma_sync_parse import parse_mma as parse_mma
 from jaxwarp._src.catalogue.mma_sync_parse import mma_instructions as mma_instructions
-from jaxwarp._src.layouts.mma_sync_registers import to_registers as to_registers
-from jaxwarp._src.layouts.mma_sync_registers import from_registers as from_registers
+# (to_registers / from_registers take mma.sp opcodes too: they live with parse_mma_sp)
+from jaxwarp._src.instructions.mma_sp import to_registers as to_registers
+from jaxwarp._src.instructions.mma_sp import from_registers as from_registers
 from jaxwarp._src.instructions.mma_sync import mma_sync_ptx as mma_sync_ptx
 from jaxwarp._src.instructions.mma_sync import mma_sync_ptx_logical as mma_sync_ptx_logical
 
@@ -193,3 +194,17 @@ __version__ = "0.2.0"
 __all__ = sorted(_n for _n in dir() if not _n.startswith("_"))
 
 # Do not import from jaxwarp._src: it is private and changes without notice.
+
+# Names of 0.1.0 that were renamed resolve for one more release, with a DeprecationWarning
+# naming the replacement (tests/test_names_010.py lists every public name of 0.1.0).
+_RENAMED = {"bits": "to_bits", "ArchParams": "ArchModel"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"jaxwarp.{name} is deprecated and will be removed in the next release; "
+                      f"use jaxwarp.{_RENAMED[name]}", DeprecationWarning, stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'jaxwarp' has no attribute {name!r}")

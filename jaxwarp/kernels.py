@@ -17,7 +17,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-__all__ = ["FORMS", "triton_matmul"]
+from jaxwarp._src.pallas import target_sm_count as target_sm_count
+
+__all__ = ["FORMS", "target_sm_count", "triton_matmul"]
 
 #: The kernel's forms: how C enters (see :func:`triton_matmul`).
 FORMS = ("tiled", "c_init", "c_epilogue", "two_dots")

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import pathlib
 import re
@@ -2409,6 +2410,38 @@ case(6, "sparse-metadata-float", lambda i: jaxwarp.sparse.metadata_words(
     must=("indices must be integers",))
 
 
+# to_registers / from_registers with mma.sp opcodes (the sparse register layouts).
+_QSPK32 = "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32"
+case(6, "to_registers-sparse-unprefixed", lambda x: jaxwarp.to_registers(
+    "m16n8k32.row.col.f32.f16.f16.f32", "b", x), np.ones((32, 8), np.float16),
+    exc=ValueError, must=("shape m16n8k32 with a type f16 is not allowed", "is an mma.sp shape",
+                          f"qualifier={_QSPK32!r}"))
+case(6, "to_registers-sparse-opcode", lambda x: jaxwarp.to_registers(
+    "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "b", x),
+    np.ones((32, 8), np.float16), exc=ValueError,
+    must=("not an mma.sp instruction", "m16n8k64 e4m3/e5m2"))
+case(6, "to_registers-sparse-b-shape", lambda x: jaxwarp.to_registers(_QSPK32, "b", x),
+     np.ones((16, 8), np.float16), exc=ValueError,
+     must=(f"b: the logical operand of {_QSPK32}", "dense m16n8k32", "(..., 32, 8)",
+           "got (16, 8)"))
+case(6, "to_registers-sparse-a-dense", lambda x: jaxwarp.to_registers(_QSPK32, "a", x),
+     np.ones((16, 32), np.float16), exc=ValueError,
+     must=("stored A", "(..., 16, 16)", "got (16, 32)"))
+case(6, "to_registers-sparse-dtype", lambda x: jaxwarp.to_registers(_QSPK32, "c", x),
+     np.ones((16, 8), np.float16), exc=TypeError,
+     must=(f"c: the logical f32 operand of {_QSPK32}", "float32", "got float16"))
+case(6, "to_registers-sparse-use", lambda x: jaxwarp.to_registers(_QSPK32, "e", x),
+     np.ones((16, 8), np.float16), exc=ValueError, must=("use", "'e'"))
+case(6, "from_registers-sparse-regs", lambda r: jaxwarp.from_registers(_QSPK32, "a", r),
+     np.ones((32, 2), np.uint32), exc=TypeError,
+     must=(f"a registers of {_QSPK32}", "(..., 32, 4) uint32", "shape (32, 2)"))
+case(6, "to_registers-wgmma_sp-record", lambda x: jaxwarp.to_registers(
+    jaxwarp.parse_wgmma_sp("m64n8k32.f32.f16.f16"), "a", x), np.ones((64, 16), np.float16),
+    exc=TypeError, must=("wgmma.mma_async.sp", "not a warp-level instruction"))
+case(6, "to_registers-qualifier-type", lambda x: jaxwarp.to_registers(3, "a", x),
+     np.ones((16, 16), np.float16), exc=TypeError, must=("qualifier must be a str", "int"))
+
+
 def _sparse_params():
     new = {id(c) for c in CATALOGUE[_SP0:]}
     return [p for p in _params() if id(p.values[0]) in new]
@@ -2530,3 +2563,242 @@ def _cg_params():
 @pytest.mark.parametrize("c, mode", _cg_params())
 def test_bad_input_cg(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# --------------------------------------------------------------------------------------
+# No silent wrong answer (microscaling, sparse and descriptor APIs): capture files whose
+# labels or keys the command used to accept or blame on the wrong key.
+
+def _relabel(src: str, old: str, new: str, *, keep: str) -> bytes:
+    with np.load(DATA / src) as z:
+        return _npz(**{k.replace(old, new): z[k] for k in z.files if k.startswith(keep)})
+
+
+def _sparse_group(base: str, new_base: str | None = None, **replace) -> bytes:
+    with np.load(DATA / "h100_sparse.npz") as z:
+        out = {k.replace(base, new_base or base): z[k] for k in z.files if k.startswith(base)}
+    for field, fn in replace.items():
+        key = f"{new_base or base}/{field}"
+        out[key] = fn(out[key])
+    return _npz(**out)
+
+
+_SPG = "sp/bf16.bf16.f32f32.m16n8k16.ordered.sel0"
+_UNDEF = {"undef/cfg": np.zeros((1, 3), np.int32), "undef/x": np.zeros((1, 32), np.uint32),
+          "undef/out": np.zeros((1, 32, 4), np.uint32)}
+TRUST_FILE_CASES = [
+    FileCase("golden-mma-block-scale-on-blackwell", _relabel(
+        "mmasim_block_scale_sample.npz", "/RTX_Blackwell/", "/Blackwell/",
+        keep="golden/mma_block_scale/"), 2,
+        ("Blackwell (sm_100a) cannot issue block-scaled mma_sync", "sm_120a",
+         "(RTX_Blackwell)")),
+    FileCase("golden-tcgen05-block-scale-on-rtx-blackwell", _relabel(
+        "mmasim_block_scale_sample.npz", "/Blackwell/", "/RTX_Blackwell/",
+        keep="golden/tcgen05_block_scale/"), 2,
+        ("RTX_Blackwell (sm_120a) cannot issue block-scaled tcgen05", "sm_100a",
+         "(Blackwell)")),
+    FileCase("sparse-a-trials-differ", _sparse_group(_SPG, A=lambda a: a[:5]), 2,
+             ("A, B, C and D must hold the same number of trials",
+              "'A': 5, 'B': 12"), must_not=("/meta must be",)),
+    FileCase("sparse-chain-x0", _sparse_group(_SPG, f"chain/{_SPG}x0"), 2,
+             ("a chain key needs x{steps} with steps >= 2", "got x0")),
+    FileCase("sparse-steps-outside-chain", _sparse_group(_SPG, f"{_SPG}x3"), 2,
+             ("x3: x{steps} belongs to chain keys (chain/sp/...) only",)),
+    FileCase("undef-without-status", _npz(**_UNDEF), 2,
+             ("need keys", "missing ['undef/status']"), must_not=("no handler understands",)),
+]
+FILE_CASES.extend(TRUST_FILE_CASES)
+
+
+@pytest.mark.parametrize("fc", [pytest.param(fc, id=fc.id) for fc in TRUST_FILE_CASES])
+def test_conformance_bad_file_trust(fc: FileCase, conformance_runs):
+    test_conformance_bad_file(fc, conformance_runs)
+
+
+def test_conformance_json_into_a_folder_is_an_error(tmp_path, capsys):
+    status = conformance.main([str(DATA / "h100_cg.npz"), "--json", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert f"--json {tmp_path} is a folder" in err and "conformance.json" in err
+
+
+# Bad inputs that used to give a silent wrong answer or an unclear error (microscaling,
+# sparse, descriptors, recipes, cooperative groups); their own test at the end.
+_TR0 = len(CATALOGUE)
+_BSQ = "m128n8k32.kind::mxf8f6f4.{}.f32.e4m3.e4m3.{}"
+for _blk, _sc in (("block32", "ue4m3"), ("block24", "ue8m0"), ("block16", "ue8m0"),
+                  ("block7", "ue8m0"), ("blockx", "ue8m0")):
+    case(3, f"block-scale-descriptor-{_blk}-{_sc}",
+         functools.partial(jaxwarp.make_block_scale_instr_descriptor, _BSQ.format(_blk, _sc)),
+         exc=ValueError, must=(f"no {_blk} with {_sc} scales",
+                               "allowed (block, scale type): block32.ue8m0"), modes=EAGER)
+case(6, "block-scale-descriptor-mxf4-e4m3", lambda: jaxwarp.make_block_scale_instr_descriptor(
+    "m128n8k64.kind::mxf4.block32.f32.e4m3.e4m3.ue8m0"), exc=ValueError,
+     must=("A type 'e4m3' is not a type of tcgen05 kind::mxf4", "allowed: ('e2m1',)"),
+     modes=EAGER)
+case(3, "block-scale-descriptor-nvf4-block16-ue4m3-ok-block8", lambda: (
+    jaxwarp.make_block_scale_instr_descriptor(
+        "m128n8k64.kind::mxf4nvf4.block8.f32.e2m1.e2m1.ue4m3")), exc=ValueError,
+     must=("no block8 with ue4m3", "block16.ue4m3"), modes=EAGER)
+_DEC = (np.float32([[3, 4]]),)
+for _bad in (4, -1):
+    case(3, f"decompress-index-{_bad}", jaxwarp.sparse.decompress_2_4, *_DEC,
+         np.int32([[1, _bad]]), exc=ValueError,
+         must=(f"indices holds {_bad} at index (0, 1)", "allowed: 0 .. 3"), modes=EAGER)
+case(3, "decompress-index-float", jaxwarp.sparse.decompress_2_4, *_DEC,
+     np.float32([[1.5, 2.7]]), exc=TypeError, must=("indices must be integers", "float32"))
+case(3, "metadata-f16-index-5", lambda i: jaxwarp.sparse.metadata_words(
+    i, a_format="f16", k=32), np.full((16, 16), 5, np.int32), exc=ValueError,
+     must=("indices holds 5 at index (0, 0)", "allowed: 0 .. 3"), modes=EAGER)
+case(3, "metadata-tf32-index-2", lambda i: jaxwarp.sparse.metadata_words(
+    i, a_format="tf32", k=16), np.full((16, 8), 2, np.int32), exc=ValueError,
+     must=("indices holds 2 at index (0, 0)", "allowed: 0 .. 1", "tf32"), modes=EAGER)
+_MXT = jaxwarp.mx.MXTensor
+_E8 = np.zeros((2, 32), jnp.float8_e4m3fn)
+
+
+def _mx_hand(el, sc, ts=None, fmt="mxfp8_e4m3", block=32, axis=-1):
+    return lambda e, s: jaxwarp.mx.dequantize(_MXT(e, s, ts, fmt, block, axis))
+
+
+case(3, "mx-hand-scales-per-16", _mx_hand(None, None), _E8, np.zeros((2, 2), np.uint8),
+     exc=ValueError, must=("t.scales has dtype uint8 and shape (2, 2)",
+                           "needs uint8 scales of shape (2, 1)"))
+case(3, "mx-hand-f32-elements", _mx_hand(None, None), np.zeros((2, 32), np.float32),
+     np.zeros((2, 1), np.uint8), exc=TypeError,
+     must=("t.elements of shape (2, 32) has dtype float32", "t.fmt='mxfp8_e4m3'",
+           "float8_e4m3fn"))
+case(3, "mx-hand-block16-one-scale", _mx_hand(None, None, block=16), _E8,
+     np.zeros((2, 1), np.uint8), exc=ValueError,
+     must=("block=16", "needs uint8 scales of shape (2, 2)"))
+case(6, "mx-hand-nvfp4-no-tensor-scale", _mx_hand(None, None, fmt="nvfp4", block=16),
+     np.zeros((2, 32), np.uint8), np.zeros((2, 2), np.uint8), exc=ValueError,
+     must=("t.tensor_scale is None", "t.fmt='nvfp4' needs its float32 per-tensor scale"))
+case(6, "mx-hand-mx-with-tensor-scale", _mx_hand(None, None, ts=np.float32(1)), _E8,
+     np.zeros((2, 1), np.uint8), exc=ValueError,
+     must=("t.tensor_scale must be None for t.fmt='mxfp8_e4m3'",))
+case(6, "mx-matmul-hand-mxtensor", lambda e, s: jaxwarp.mx.matmul(
+    _MXT(e, s, None, "mxfp8_e4m3", 32, -1), np.ones((64, 8), np.float32)),
+     np.zeros((16, 64), jnp.float8_e4m3fn), np.zeros((16, 1), np.uint8), exc=ValueError,
+     must=("a.scales", "needs uint8 scales of shape (16, 2)"))
+_NV = ("x", "nvfp4", "nvfp4", "nvfp4")
+case(6, "recipe-weight-block-1-tuple", lambda: jaxwarp.mx.Recipe(*_NV, weight_block=(16,)),
+     exc=ValueError, must=("Recipe.weight_block=(16,) is not supported",
+                           "a pair of positive ints (rows, columns)"), modes=EAGER)
+for _f in ("stochastic_gradients", "rht_wgrad"):
+    case(6, f"recipe-{_f}-str", functools.partial(jaxwarp.mx.Recipe, *_NV, **{_f: "yes"}),
+         exc=ValueError, must=(f"Recipe.{_f}='yes' is not supported", "(True, False)"),
+         modes=EAGER)
+case(6, "cg-invoke-one-broadcast-fn-not-callable",
+     lambda v: jaxwarp.cg.invoke_one_broadcast(jaxwarp.cg.thread_block_tile(4), 3, v), i32,
+     exc=TypeError, must=("invoke_one_broadcast: fn must be callable", "got int 3"))
+case(6, "lane_while-grad-without-max-trips", jax.grad(lambda x: jaxwarp.lane_while(
+    lambda s: s < 3.0, lambda s: s * 1.5, x).sum()), np.ones(32, np.float32),
+     exc=ValueError, must=("max_trips=None is a lax.while_loop", "pass max_trips=N"),
+     modes=EAGER)
+case(6, "grouped_value_and_grad-mesh-str", _grouped(2, mesh="cpu"), exc=TypeError,
+     must=("mesh must be None or a jax.sharding.Mesh", "jaxwarp.batch_mesh", "str 'cpu'"),
+     modes=EAGER)
+for _dispatch in ("spmd", "per_device"):
+    case(6, f"grouped_value_and_grad-batch-keywords-{_dispatch}",
+         lambda w, x, d=_dispatch: jaxwarp.grouped_value_and_grad(
+             _mse, 2, mesh=_MESH1, dispatch=d)(w, x=x),
+         np.ones(3, np.float32), np.ones((4, 3), np.float32), exc=TypeError,
+         must=("takes the batch as positional arguments after params", "['x']"),
+         modes=EAGER)
+_FP4_WRONG_LOW = np.full((16, 32), 0x3C, np.uint8)  # e2m1 in bits 5:2: not bits 3:0
+case(3, "mma_sync_ptx-e2m1-bits-5-2", lambda a: jaxwarp.mma_sync_ptx_logical(
+    "m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m1.f32", a, np.full((32, 8), 2, np.uint8),
+    np.zeros((16, 8), np.float32), arch="sm_120a"), _FP4_WRONG_LOW, exc=ValueError,
+     must=("a holds 60 at index (0, 0)", "e2m1 codes in bits 3:0",
+           "tcgen05_mma_logical takes it in bits 5:2"), modes=EAGER)
+case(3, "tcgen05-e2m1-bits-3-0", lambda a: jaxwarp.tcgen05_mma_logical(
+    "m64n8k32.kind::f8f6f4.f32.e2m1.e2m1", a, np.full((32, 8), 8, np.uint8),
+    np.zeros((64, 8), np.float32)), np.full((64, 32), 0x2, np.uint8), exc=ValueError,
+     must=("a holds 2 at index (0, 0)", "e2m1 codes in bits 5:2",
+           "mma_sync_ptx_logical and mma_block_scale_logical take it in bits 3:0"),
+     modes=EAGER)
+case(3, "block-scale-e2m1-bits-5-2", lambda a: jaxwarp.mma_block_scale_logical(
+    a, np.full((64, 8), 2, np.uint8), np.zeros((16, 8), np.float32),
+    np.full((16, 2), 127, np.uint8), np.full((2, 8), 127, np.uint8), a_format="e2m1",
+    kind="mxf4"), np.full((16, 64), 0x3C, np.uint8), exc=ValueError,
+     must=("e2m1 codes in bits 3:0", "mma_block_scale_logical takes e2m1 there"), modes=EAGER)
+case(3, "mma_sync_ptx-e3m2-bit-7", lambda b: jaxwarp.mma_sync_ptx_logical(
+    "m16n8k32.row.col.kind::f8f6f4.f32.e3m2.e3m2.f32", np.ones((16, 32), np.uint8), b,
+    np.zeros((16, 8), np.float32), arch="sm_120a"), np.full((32, 8), 0x81, np.uint8),
+     exc=ValueError, must=("b holds 129", "e3m2 codes in bits 5:0"), modes=EAGER)
+# (the cases above run in test_bad_input_trust)
+
+
+def _trust_params():
+    new = {id(c) for c in CATALOGUE[_TR0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _trust_params())
+def test_bad_input_trust(c: Case, mode: str):
+    test_bad_input(c, mode)
+
+
+def test_traced_sparse_indices_are_reported_never_a_number():
+    """Out-of-range indices that are traced: jaxwarp.checked reports them; outside it
+    decompress_2_4 drops the element, metadata_words keeps a field's bits, and
+    mma_sp_logical / wgmma_sp_logical give NaN rows, never a plausible D."""
+    dec = jax.jit(jaxwarp.sparse.decompress_2_4)
+    v, bad = np.float32([[3, 4]]), np.int32([[1, 4]])
+    err, _ = jaxwarp.checked(dec)(v, bad)
+    assert "indices has value 4 at flat index 1; allowed: 0 .. 3" in err.get()
+    np.testing.assert_array_equal(dec(v, bad), [[0, 3, 0, 0]])
+    np.testing.assert_array_equal(dec(v, np.int32([[1, -1]])), [[0, 3, 0, 0]])  # no wrap
+    meta = jax.jit(lambda i: jaxwarp.sparse.metadata_words(i, a_format="f16", k=32))
+    err, _ = jaxwarp.checked(meta)(np.full((16, 16), 5, np.int32))
+    assert "indices has value 5" in err.get()
+    assert int(meta(np.full((16, 16), 5, np.int32))[0]) == 0x55555555  # no spill
+    q = "m16n8k16.row.col.f32.f16.f16.f32"
+    f = jax.jit(lambda a, b, c, i: jaxwarp.mma_sp_logical(q, a, b, c, indices=i))
+    idx = np.tile(np.array([0, 2], np.int32), (16, 4))
+    idx[3, 1] = 7
+    args = (np.ones((16, 8), np.float16), np.ones((16, 8), np.float16),
+            np.zeros((16, 8), np.float32), idx)
+    err, _ = jaxwarp.checked(f)(*args)
+    assert "indices has value 7 at flat index 25; allowed: 0 .. 3" in err.get()
+    d = np.asarray(f(*args))
+    assert np.isnan(d[3]).all() and not np.isnan(np.delete(d, 3, axis=0)).any()
+    wq = "m64n8k32.f32.f16.f16"
+    g = jax.jit(lambda a, b, c, i: jaxwarp.wgmma_sp_logical(wq, a, b, c, indices=i))
+    widx = np.tile(np.array([0, 2], np.int32), (64, 8))
+    widx[10, 0] = -1
+    d = np.asarray(g(np.ones((64, 16), np.float16), np.ones((32, 8), np.float16),
+                     np.zeros((64, 8), np.float32), widx))
+    assert np.isnan(d[10]).all() and not np.isnan(np.delete(d, 10, axis=0)).any()
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxint8", "nvfp4"])
+def test_mx_empty_batches_give_empty_results(fmt):
+    for shape, kw in (((0, 32), {}), ((3, 0), {}), ((0, 32), {"block": (16, 16)})):
+        x = np.zeros(shape, np.float32)
+        t = jaxwarp.mx.quantize(x, fmt, **kw)
+        assert t.elements.shape == shape and jaxwarp.mx.dequantize(t).shape == shape
+        assert jax.jit(lambda v, kw=kw: jaxwarp.mx.fake_quantize(v, fmt, **kw))(x).shape == shape
+
+
+def test_traced_codes_outside_their_bits_are_reported_in_checked_mode():
+    q = "m16n8k32.row.col.kind::f8f6f4.f32.e2m1.e2m1.f32"
+    f = jax.jit(lambda a: jaxwarp.mma_sync_ptx_logical(
+        q, a, np.full((32, 8), 2, np.uint8), np.zeros((16, 8), np.float32), arch="sm_120a"))
+    err, _ = jaxwarp.checked(f)(np.full((16, 32), 0x3C, np.uint8))
+    assert "a has value 60 at flat index 0" in err.get() and "bits 3:0" in err.get()
+    err, d = jaxwarp.checked(f)(np.full((16, 32), 0xC, np.uint8))
+    assert err.get() is None and float(d[0, 0]) == -64.0  # the valid result, unchanged
+
+
+def test_lane_while_without_max_trips_still_differentiates_where_it_can():
+    def f(x, **kw):
+        s = (jnp.zeros(32), jnp.argmax(x) * jnp.ones(32, jnp.int32))  # no float gradient
+        return jaxwarp.lane_while(lambda s: s[1] < 3, lambda s: (s[0] * 1.5, s[1] + 1), s,
+                                  **kw)[0].sum() + x.sum()
+
+    np.testing.assert_array_equal(jax.grad(f)(jnp.ones(32)), np.ones(32, np.float32))
+    g = jax.jvp(lambda x: jaxwarp.lane_while(lambda s: s < 3.0, lambda s: s * 1.5, x),
+                (jnp.ones(32),), (jnp.ones(32),))[1]  # forward mode needs no max_trips
+    np.testing.assert_array_equal(g, np.full(32, 3.375, np.float32))

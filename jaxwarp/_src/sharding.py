@@ -461,6 +461,11 @@ def grouped_value_and_grad(
     if groups < 1:
         raise ValueError(f"groups must be an int >= 1, got {groups}")
     mesh = batch_mesh() if mesh is None else mesh
+    if (not isinstance(mesh, (Mesh, jax.sharding.AbstractMesh))
+            or BATCH_AXIS not in mesh.axis_names):
+        raise TypeError(f"mesh must be None or a jax.sharding.Mesh with a {BATCH_AXIS!r} "
+                        f"axis (jaxwarp.batch_mesh(devices)), got {type(mesh).__name__} "
+                        f"{mesh!r}")
     if groups % mesh.size:
         raise ValueError(f"groups must be a multiple of the mesh size {mesh.size} (each "
                          f"device computes whole groups), got groups={groups}")
@@ -469,7 +474,7 @@ def grouped_value_and_grad(
     if dispatch not in ("spmd", "per_device"):
         raise ValueError(f"dispatch must be 'spmd' or 'per_device', got {dispatch!r}")
     if dispatch == "per_device":
-        return _per_device_value_and_grad(loss, groups, mesh)
+        return _positional_batch(_per_device_value_and_grad(loss, groups, mesh))
     replicated = NamedSharding(mesh, P())
     value_and_grad = jax.value_and_grad(_inline(loss))
 
@@ -497,4 +502,19 @@ def grouped_value_and_grad(
         values, grads = lax.with_sharding_constraint((values, grads), replicated)
         return _fixed_order_mean(values), jax.tree_util.tree_map(_fixed_order_mean, grads)
 
-    return f
+    return _positional_batch(f)
+
+
+def _positional_batch(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f(params, *batch)`` that names the rule when the batch comes as keywords."""
+
+    @functools.wraps(f)
+    def wrapper(params, *batch, **kwargs):
+        if kwargs:
+            raise TypeError(f"grouped_value_and_grad's function takes the batch as "
+                            f"positional arguments after params, f(params, x, y), each "
+                            f"split into groups along its axis 0; got keyword argument(s) "
+                            f"{sorted(kwargs)}")
+        return f(params, *batch)
+
+    return wrapper

@@ -66,6 +66,7 @@ from jaxwarp._src.arithmetic.datapath_blocks import (
     block_fast,
     f32_bits,
 )
+from jaxwarp._src.arithmetic.datapath_checks import check_code_bits
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath, parse_target
 from jaxwarp._src.numerics import bitops, softfloat
@@ -399,7 +400,8 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
 
     Args:
       a: (..., M, K) uint8 codes of ``a_format``, one element per entry in its low bits
-        (e2m1 in bits 3:0, e2m3 / e3m2 in bits 5:0; higher bits are ignored), or for
+        (e2m1 in bits 3:0, e2m3 / e3m2 in bits 5:0; higher bits set: ``ValueError``,
+        reported by ``jaxwarp.checked`` when traced, else ignored), or for
         e4m3 / e5m2 also ``float8_e4m3fn`` / ``float8_e5m2`` values. M is 16 (mma.sync)
         or 128 (tcgen05); K a multiple of the instruction's k (32 for mxf8f6f4, 64 for
         mxf4 / mxf4nvf4): a longer K is a chain of instructions, the D of one the C of
@@ -467,6 +469,8 @@ def mma_block_scale_logical(a: Any, b: Any, c: Any, scale_a: Any, scale_b: Any, 
     _check_datapath(datapath, a_format, b_format, scale_format, block, row.k)
     a = _code_array(a, "a", a_format)
     b = _code_array(b, "b", b_format)
+    check_code_bits(a, "a", a_format, "low", "mma_block_scale_logical")
+    check_code_bits(b, "b", b_format, "low", "mma_block_scale_logical")
     m, k = a.shape[-2:]
     k2, n = b.shape[-2:]
     shapes = {s[:2] for s in row.shapes}
@@ -560,8 +564,18 @@ def parse_qualifier(family: str, qualifier: str) -> dict[str, Any]:
     if shape not in row.shapes:
         raise ValueError(f"qualifier={qualifier!r}: {instruction} kind::{kind} has no shape "
                          f"{isa.shape_name(shape)}")
-    return dict(instruction=instruction, kind=kind, block=int(parts[2][5:]),
-                a_format=parts[4], b_format=parts[5], scale_format=parts[-1], shape=shape)
+    for what, fmt in (("A", parts[4]), ("B", parts[5])):
+        if fmt not in row.a_formats:
+            raise ValueError(f"qualifier={qualifier!r}: {what} type {fmt!r} is not a type of "
+                             f"{instruction} kind::{kind}; allowed: {row.a_formats}")
+    block, scale = parts[2][5:], parts[-1]
+    pairs = ", ".join(f"block{b}.{s}" for b, s in row.scales)
+    if not block.isdigit() or (int(block), scale) not in row.scales:
+        raise ValueError(f"qualifier={qualifier!r}: {instruction} kind::{kind} has no "
+                         f"{parts[2]} with {scale} scales; allowed (block, scale type): "
+                         f"{pairs}")
+    return dict(instruction=instruction, kind=kind, block=int(block),
+                a_format=parts[4], b_format=parts[5], scale_format=scale, shape=shape)
 
 
 def _unpack(x: jax.Array, fmt: str, packed: bool, axis: int) -> jax.Array:

@@ -32,7 +32,8 @@ from jaxwarp._src.catalogue.arch import (
     resolve_instruction_k,
     supported_target,
 )
-from jaxwarp._src.numerics.formats import ALIASES
+from jaxwarp._src.numerics.formats import ALIASES, FORMATS
+from jaxwarp._src.warp import checked
 
 # --------------------------------------------------------------------------------------
 # Types and valid combinations: views of the instruction catalogue (``isa.ROWS``; b1
@@ -254,3 +255,30 @@ def instruction_datapath(target, model, instruction: str, a_format: str, b_forma
     if datapath is None and a_format not in ("f64", *INT_TYPES):
         return datapath_for(model, instruction, a_format, ik, b_format)
     return datapath
+
+
+#: Where each entry point takes an fp6 / fp4 code in its byte: ``"low"`` (bits
+#: ``code_bits - 1 .. 0``: ``mma_sync_ptx_logical``, ``mma_block_scale_logical``) or
+#: ``"smem"`` (from the format's ``unpacked_lsb``, as shared memory and registers hold it:
+#: e2m1 in bits 5:2; ``tcgen05_mma_logical``).
+CODE_PACKINGS = ("low", "smem")
+_TAKES = {"low": "mma_sync_ptx_logical and mma_block_scale_logical take it in bits 3:0",
+          "smem": "tcgen05_mma_logical takes it in bits 5:2, as shared memory holds it"}
+
+
+def check_code_bits(x: Any, name: str, fmt: str, packing: str, where: str) -> None:
+    """Refuses fp6 / fp4 codes (one per uint8 byte) with bits set outside the code's
+    field for ``packing`` (`CODE_PACKINGS`): concrete values raise ``ValueError`` naming
+    the packing ``where`` expects; traced ones are reported by ``jaxwarp.checked``
+    (outside it the other bits are ignored). Other formats and dtypes: nothing."""
+    f = FORMATS.get(fmt)
+    if f is None or not f.code_storage or f.code_bits >= 8 or x.dtype != np.uint8:
+        return
+    lsb = f.unpacked_lsb if packing == "smem" else 0
+    field = ((1 << f.code_bits) - 1) << lsb
+    other = f"; {_TAKES[next(p for p in CODE_PACKINGS if p != packing)]}" \
+        if f.unpacked_lsb else ""
+    checked.refuse_values(
+        x, lambda v: (v & (0xFF ^ field)) != 0, name,
+        f"{fmt} codes in bits {lsb + f.code_bits - 1}:{lsb} of each byte and the other bits "
+        f"0 ({where} takes {fmt} there{other})")

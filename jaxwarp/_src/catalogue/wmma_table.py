@@ -302,3 +302,22 @@ def check_mma(operand_format: str, c_format: str, d_format: str, shape: Shape, a
                          f"bmma_sync(a, b, c, op=...), "
                          f"not mma_sync")
     return e
+
+
+def __getattr__(name: str):
+    """``parse_arch`` of 0.1.0 (``"sm_90"`` -> 90) resolves for one more release, with a
+    DeprecationWarning naming its replacement, ``jaxwarp.parse_target(arch).sm``."""
+    if name == "parse_arch":
+        import warnings
+
+        warnings.warn("jaxwarp.wmma_table.parse_arch is deprecated and will be removed in "
+                      "the next release; use jaxwarp.parse_target(arch).sm",
+                      DeprecationWarning, stacklevel=2)
+        return _parse_arch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _parse_arch(arch: Any, name: str = "arch") -> int:
+    from jaxwarp._src.catalogue.arch import parse_target
+
+    return parse_target(arch, name).sm

@@ -39,6 +39,11 @@ def main(argv: Iterable[str] | None = None) -> int:
                    help="progress bar on stderr (auto: when stderr is a terminal)")
     args = p.parse_args(list(argv) if argv is not None else None)
     if args.json:  # checked before the (long) run, not after it
+        if os.path.isdir(args.json):
+            print(f"error: --json {args.json} is a folder; give the path of the JSON file "
+                  f"to write, e.g. --json {os.path.join(args.json, 'conformance.json')}",
+                  file=sys.stderr)
+            return 2
         parent = os.path.dirname(os.path.abspath(args.json))
         if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             print(f"error: --json {args.json}: folder {parent} does not exist or is not "

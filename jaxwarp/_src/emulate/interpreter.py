@@ -199,6 +199,11 @@ class Interpreter:
         handler = _HANDLERS.get(name)
         if handler is not None:
             return handler(self, eqn, invals, where)
+        return self.generic(eqn, invals, where)
+
+    def generic(self, eqn, invals, where):
+        """An equation with no handler: bound as written (refused if it holds products)."""
+        name = eqn.primitive.name
         if name in OTHER_PRODUCTS:
             info = self._info(eqn, name, invals, 1, 0, 0, 0, where)
             return self.unsupported(eqn, invals, info, f"{name} has no tensor-core emulation")
@@ -376,6 +381,13 @@ class Interpreter:
 
         return self._product(eqn, invals, info, compute)
 
+    def mosaic_gpu_kernel(self, eqn, invals, where):
+        """``plgpu.kernel``'s equations (a ``custom_vmap_call`` around an ``mpmd_map``):
+        a Mosaic GPU kernel runs as a Pallas kernel; any other such equation as written."""
+        if pallas.is_mosaic_gpu(eqn):
+            return self.pallas_call(eqn, invals, where)
+        return self.generic(eqn, invals, where)
+
     def as_2_4(self, eqn, invals, where):
         self.marked[eqn.outvars[0]] = eqn.params["axis"]
         return self.bind(eqn, invals)
@@ -408,6 +420,8 @@ class Interpreter:
                     f"{ns!r}) on the tensor core: {e}. Pass on_unsupported='skip' to run "
                     f"it unemulated and list it in the report.") from e
             self.entries.append(ReportEntry(info, False, None, f"Pallas kernel: {e}"))
+            if pallas.is_mosaic_gpu(eqn):  # as written: it runs on a GPU (JAX refuses a CPU)
+                return self.bind(eqn, invals)
             return self.bind(eqn.replace(params=dict(eqn.params, interpret=(
                 eqn.params["interpret"] or True))), invals)
         for p in products:
@@ -597,5 +611,7 @@ _HANDLERS = {
     "shard_map": Interpreter.shard_map,
     "jaxwarp_as_2_4": Interpreter.as_2_4,
     "pallas_call": Interpreter.pallas_call,
+    "custom_vmap_call": Interpreter.mosaic_gpu_kernel,
+    "mpmd_map": Interpreter.mosaic_gpu_kernel,
 }
 

@@ -52,7 +52,7 @@ from jaxwarp._src.arithmetic import block_scale
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import parse_target
 from jaxwarp._src.numerics import softfloat
-from jaxwarp._src.scaling.mx import MXTensor, dequantize, quantize
+from jaxwarp._src.scaling.mx import MXTensor, check_tensor, dequantize, quantize
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS
 from jaxwarp._src.scaling.tensor_scale import multiply_rn, times_pow2
 
@@ -433,6 +433,7 @@ def _format_pair(operand_format: Any) -> tuple[str, str]:
 
 def _operand_arg(x: Any, name: str) -> jax.Array | MXTensor:
     if isinstance(x, MXTensor):
+        check_tensor(x, name)  # its fields agree, as quantize makes them
         if x.fmt not in MX_FORMATS:  # a user-defined element format (define_format)
             raise ValueError(f"{name} is an MXTensor of the user-defined format {x.fmt!r}, "
                              f"which no tensor core multiplies; allowed: {GEMM_FORMATS} "

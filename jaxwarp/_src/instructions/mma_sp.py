@@ -40,13 +40,15 @@ from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import check_target, parse_target, supported_target
-from jaxwarp._src.catalogue.mma_sync_parse import LOGICAL_DTYPE
+from jaxwarp._src.catalogue.mma_sync_parse import LOGICAL_DTYPE, parse_mma
 from jaxwarp._src.instructions import sparse
+from jaxwarp._src.layouts import mma_sync_registers
 from jaxwarp._src.layouts.mma_sync_registers import pack, regs_arg, unpack
 from jaxwarp._src.warp import checked
 
 __all__ = ["parse_mma_sp", "mma_sp_instructions", "mma_sp", "mma_sp_logical", "compute",
-           "check_arch", "check_selector"]
+           "check_arch", "check_selector", "to_registers", "from_registers",
+           "register_qualifier"]
 
 Instr = sparse.SparseInstruction
 
@@ -234,7 +236,10 @@ def logical_operands(instr, a, b, c, indices):
                 indices.dtype, jnp.integer):
             raise ValueError(f"indices must be integers of shape (..., {m}, {instr.k // 2}), "
                              f"got {indices.dtype} {tuple(indices.shape)}")
-        if not isinstance(indices, jax.core.Tracer):
+        if isinstance(indices, jax.core.Tracer):  # reported in checked mode
+            checked.refuse_values(indices, lambda i: (i < 0) | (i >= geo.group), "indices",
+                                  f"0 .. {geo.group - 1} (columns in a group of {geo.group})")
+        else:
             iv = np.asarray(indices)
             if iv.size and (iv.min() < 0 or iv.max() >= geo.group):
                 raise ValueError(f"indices must be in [0, {geo.group}) (columns in a group of "
@@ -245,6 +250,15 @@ def logical_operands(instr, a, b, c, indices):
         raise ValueError(f"batch axes of a {a.shape}, b {b.shape}, c {c.shape}, indices "
                          f"{indices.shape} do not broadcast") from e
     return a, sparse.nibbles_from_indices(geo, indices), b, c
+
+
+def poison_rows(d: jax.Array, indices: Any, group: int) -> jax.Array:
+    """D with NaN in the rows whose traced ``indices`` leave ``[0, group)`` (a float D;
+    checked mode reports them, concrete ones were refused): never a plausible number."""
+    if not isinstance(indices, jax.core.Tracer) or not jnp.issubdtype(d.dtype, jnp.floating):
+        return d
+    bad = jnp.any((indices < 0) | (indices >= group), axis=-1)
+    return jnp.where(bad[..., None], jnp.asarray(jnp.nan, d.dtype), d)
 
 
 def mma_sp_logical(qualifier: str | Instr, a: Any, b: Any, c: Any, *,
@@ -263,7 +277,9 @@ def mma_sp_logical(qualifier: str | Instr, a: Any, b: Any, c: Any, *,
       indices: with stored ``a``: (..., 16, K/2) ints, each stored element's column in
         its group (``sparse.compress_2_4``). Repeated or (ordered) decreasing indices are
         what the ISA leaves undefined: the model does what an H100 does, checked mode
-        reports them.
+        reports them. Indices outside ``[0, group)``: concrete ones raise ``ValueError``;
+        traced ones are reported by ``jaxwarp.checked``, and outside it their rows of a
+        float D are NaN (an integer D's are not meaningful).
       arch: a target with the instruction (``"sm_90"`` default; fp8 needs sm_89+).
 
     Returns:
@@ -280,7 +296,7 @@ def mma_sp_logical(qualifier: str | Instr, a: Any, b: Any, c: Any, *,
     arch = check_arch(instr, arch)
     a, b, c = checks.array_args(a=a, b=b, c=c)
     a, nib, b, c = logical_operands(instr, a, b, c, indices)
-    return _logical_jit(instr, arch, a, nib, b, c)
+    return poison_rows(_logical_jit(instr, arch, a, nib, b, c), indices, instr.geometry.group)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -295,9 +311,10 @@ def mma_sp(qualifier: str | Instr, a_regs: Any, b_regs: Any, c_regs: Any, e: Any
     Args:
       qualifier: as :func:`mma_sp_logical`.
       a_regs: (..., 32, nregs("a")) uint32: the stored A in the layout of the dense
-        m16n8k(K/2) A (as :func:`jaxwarp.to_registers` lays it out; docs/sparse.md,
-        "Register layouts"); b_regs, c_regs: of the dense m16n8kK.
-        ``parse_mma_sp(qualifier).nregs(use)`` gives nregs.
+        m16n8k(K/2) A; b_regs, c_regs: of the dense m16n8kK (docs/sparse.md, "Register
+        layouts"). :func:`to_registers` with the ``mma.sp`` opcode (or this record)
+        builds them, :func:`from_registers` reads d; ``parse_mma_sp(qualifier).nregs(use)``
+        gives nregs.
       e: (..., 32) uint32: every lane's metadata register
         (``jaxwarp.sparse.metadata_words``); only the lanes ``selector`` names count.
       selector: the sparsity selector F, static (``jaxwarp.isa.SPARSE_ROWS``: 0..3, 0..1
@@ -349,3 +366,97 @@ def _regs_jit(instr, arch, selector, a_regs, b_regs, c_regs, e):
     c = unpack(instr.dense("c"), "c", c_regs)
     nib = sparse.nibbles_from_words(instr.geometry, e, selector)
     return pack(instr.dense("d"), "d", compute(instr, a, nib, b, c, arch))
+
+
+# --------------------------------------------------------------------------------------
+# jaxwarp.to_registers / from_registers: mma.sync and mma.sp qualifiers alike (the
+# layouts are ``mma_sync_registers``'; the sparse operands' are ``Instr.dense``'s).
+
+
+def register_qualifier(qualifier: Any) -> Any:
+    """The record whose register layouts :func:`to_registers` uses: an ``mma.sp`` opcode
+    (``mma.sp::ordered_metadata.…``, ``mma.sp.sync.aligned.…``) -> :func:`parse_mma_sp`'s
+    record; an ``mma.sync`` qualifier -> ``parse_mma``'s. A qualifier without prefix
+    is ``mma.sync``'s (f16 m16n8k16 is both, with different A layouts); one that only
+    ``mma.sp`` has is a ValueError naming the sparse opcode to write."""
+    if not isinstance(qualifier, str):
+        return qualifier
+    q = qualifier.strip()
+    if q.startswith("mma.sp"):
+        return parse_mma_sp(q)
+    try:
+        return parse_mma(q)
+    except ValueError as err:
+        try:
+            sparse_instr = parse_mma_sp(q)
+        except ValueError:
+            raise err from None
+        raise ValueError(f"{err}. {q!r} is an mma.sp shape: for its registers name the "
+                         f"sparse opcode, qualifier={sparse_instr.ptx!r} (or "
+                         f"jaxwarp.parse_mma_sp's record)") from None
+
+
+def to_registers(qualifier: Any, use: str, x: Any) -> jax.Array:
+    """Logical operand -> one warp's registers, for ``mma.sync`` and ``mma.sp``.
+
+    ``mma.sync``: the fragment layouts of the PTX ISA ("Matrix Fragments for
+    mma.mMnNkK"), a register holding ``32 // bits`` elements, the lower-numbered element
+    in the lower bits (``.kind::f8f6f4``: one element per byte, e2m3 / e3m2 codes in bits
+    5:0, e2m1 in bits 5:2). ``mma.sp`` (its whole opcode, or :func:`parse_mma_sp`'s
+    record): ``"a"`` is the stored half of A (16 x K/2, ``jaxwarp.sparse.compress_2_4``'s
+    values) in the layout of A of the dense m16n8k(K/2); ``"b"`` (K x 8), ``"c"`` and
+    ``"d"`` are laid out as those of the dense m16n8kK, which need not exist as a dense
+    instruction (f16 m16n8k32). The metadata register: ``jaxwarp.sparse.metadata_words``.
+
+    Args:
+      qualifier: static: an ``mma.sync`` qualifier (``"m16n8k16.row.col.f32.f16.f16.f32"``,
+        with or without ``mma.sync.aligned.``, or :func:`jaxwarp.parse_mma`'s record), or
+        an ``mma.sp`` opcode (``"mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.
+        f32.f16.f16.f32"``; ``mma.sp.sync.aligned.…``) or :func:`parse_mma_sp`'s record.
+      use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
+      x: (..., rows, cols) in the logical dtype of the operand's type (as
+        :func:`jaxwarp.mma_sync_ptx_logical` / :func:`mma_sp_logical` take it;
+        ``.kind::f8f6f4``'s elements as uint8 codes); for f16 m8n8k4 (..., 4, rows,
+        cols), one matrix per quadpair.
+
+    Returns:
+      (..., 32, nregs) uint32 (uint64 for f64).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> a = jnp.arange(256, dtype=jnp.float16).reshape(16, 16)
+      >>> r = to_registers("m16n8k16.row.col.f32.f16.f16.f32", "a", a)
+      >>> r.shape, hex(int(r[1, 0]))    # lane 1: row 0, cols 2 (low half), 3 (high half)
+      ((32, 4), '0x42004000')
+      >>> q = "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32"
+      >>> b = jnp.arange(256, dtype=jnp.float16).reshape(32, 8)
+      >>> r = to_registers(q, "b", b)
+      >>> r.shape, hex(int(r[1, 2]))    # lane 1: column 0, rows 18 (low), 19 (high)
+      ((32, 4), '0x58c05880')
+    """
+    return mma_sync_registers.to_registers(register_qualifier(qualifier), use, x)
+
+
+def from_registers(qualifier: Any, use: str, regs: Any) -> jax.Array:
+    """One warp's registers -> the logical operand (inverse of :func:`to_registers`), for
+    ``mma.sync`` and ``mma.sp`` qualifiers alike.
+
+    Args:
+      qualifier: as :func:`to_registers`, static.
+      use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
+      regs: (..., 32, nregs) uint32 (uint64 for f64).
+
+    Returns:
+      (..., rows, cols) (f16 m8n8k4: (..., 4, rows, cols)) in the logical dtype;
+      ``mma.sp``'s ``"a"``: the stored half (..., 16, K/2).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> regs = jnp.full((32, 1), 0x89ABCDEF, jnp.uint32)
+      >>> from_registers("m8n8k32.row.col.s32.s4.s4.s32", "a", regs)[0, :8].tolist()
+      [-1, -2, -3, -4, -5, -6, -7, -8]
+      >>> q = "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32"
+      >>> from_registers(q, "d", jnp.zeros((32, 4), jnp.uint32)).shape
+      (16, 8)
+    """
+    return mma_sync_registers.from_registers(register_qualifier(qualifier), use, regs)

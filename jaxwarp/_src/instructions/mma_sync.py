@@ -32,6 +32,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import datapath
+from jaxwarp._src.arithmetic.datapath_checks import check_code_bits
 from jaxwarp._src.catalogue.mma_sync_parse import (
     LOGICAL_DTYPE,
     MmaInstruction,
@@ -102,6 +103,7 @@ def mma_sync_ptx_logical(qualifier: str | MmaInstruction, a: Any, b: Any, c: Any
         if x.ndim < 2 or tuple(x.shape[-2:]) != dims:
             raise ValueError(f"{use} of {instr.qualifier} must have shape (..., {dims[0]}, "
                              f"{dims[1]}), got {tuple(x.shape)}")
+        check_code_bits(x, use, ty, "low", "mma_sync_ptx_logical")
         ops.append(x)
     try:
         np.broadcast_shapes(*(x.shape[:-2] for x in ops))

@@ -330,6 +330,18 @@ def decompress_2_4(values: Any, indices: Any, *, group: int = 4) -> jax.Array:
     groups -> the dense (..., K) matrix (zeros elsewhere; a repeated index keeps the
     later value).
 
+    Args:
+      values: (..., K/2) stored elements.
+      indices: (..., K/2) integers in ``[0, group)``: each stored element's column in its
+        group. Concrete indices outside it raise ``ValueError``; traced ones are reported
+        by ``jaxwarp.checked`` (outside it such an element is dropped: its group keeps
+        zeros there).
+      group: 4 (2:4), 2 (1:2) or 8 (4:8).
+
+    Raises:
+      TypeError: ``indices`` are not integers.
+      ValueError: shapes that differ, an index outside ``[0, group)``.
+
     Example:
       >>> import jax.numpy as jnp
       >>> decompress_2_4(jnp.array([[3.0, 4.0]]), jnp.array([[1, 3]])).tolist()
@@ -342,9 +354,17 @@ def decompress_2_4(values: Any, indices: Any, *, group: int = 4) -> jax.Array:
     if kh % per or indices.shape[-1] != kh:
         raise ValueError(f"values {tuple(values.shape)} and indices {tuple(indices.shape)} "
                          f"must share a last axis that is a multiple of {per}")
-    col = jnp.arange(kh) // per * group + indices.astype(jnp.int32)
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise TypeError(f"indices must be integers (columns in a group of {group}), got "
+                        f"{indices.dtype}")
+    checked.refuse_values(indices, lambda i: (i < 0) | (i >= group), "indices",
+                          f"0 .. {group - 1} (the column of a stored element in its group "
+                          f"of {group})")
+    idx = indices.astype(jnp.int32)
+    col = jnp.arange(kh) // per * group + idx
+    col = jnp.where((idx >= 0) & (idx < group), col, kh * 2)  # out of range: dropped
     out = jnp.zeros(values.shape[:-1] + (kh * 2,), values.dtype)
-    return jnp.put_along_axis(out, col, values, axis=-1, inplace=False)
+    return jnp.put_along_axis(out, col, values, axis=-1, inplace=False, mode="drop")
 
 
 # --------------------------------------------------------------------------------------
@@ -401,7 +421,10 @@ def metadata_words(indices: Any, *, a_format: str, k: int, selector: int = 0,
 
     Args:
       indices: (..., m, K/2) ints: the column of each stored element inside its group
-        (:func:`compress_2_4`'s second result; tf32 0 or 1; s4/u4 0..7 in pairs).
+        (:func:`compress_2_4`'s second result; tf32 0 or 1; s4/u4 0..7 in pairs; else
+        0..3). Concrete values outside the range raise ``ValueError``; traced ones are
+        reported by ``jaxwarp.checked`` (outside it only the low bits of each field are
+        kept).
         m = 16 (``mma_sp``) or 64 (``wgmma_sp``).
       a_format, k: A's type and the logical K (a row of ``isa.SPARSE_ROWS``).
       selector: the sparsity selector (which lanes hold the metadata).
@@ -432,7 +455,11 @@ def metadata_words(indices: Any, *, a_format: str, k: int, selector: int = 0,
                          f"{tuple(indices.shape)}")
     if not jnp.issubdtype(indices.dtype, jnp.integer):
         raise TypeError(f"indices must be integers, got {indices.dtype}")
-    return words_from_nibbles(geo, nibbles_from_indices(geo, indices), selector)
+    checked.refuse_values(indices, lambda i: (i < 0) | (i >= geo.group), "indices",
+                          f"0 .. {geo.group - 1} (a column in a group of {geo.group} for "
+                          f"{a_format})")
+    keep = 1 if a_format == "tf32" else geo.group - 1  # the bits of a field (traced)
+    return words_from_nibbles(geo, nibbles_from_indices(geo, indices & keep), selector)
 
 
 def undefined_nibbles(geo: Geometry, nib: jax.Array, ordered: bool) -> jax.Array:

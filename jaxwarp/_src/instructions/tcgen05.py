@@ -29,7 +29,8 @@ swizzle, the 128-byte swizzle with 32-byte atoms and the absolute LBO mode.
 
 Operands are arrays of raw bits (uint16 f16/bf16, uint32 tf32: the whole fp32 word,
 uint8 e4m3/e5m2/u8, int8 s8; fp6 / fp4 one element per uint8 byte as in shared memory,
-e3m2 / e2m3 in bits 5:0 and e2m1 in bits 5:2, the other bits ignored) or the dtype
+e3m2 / e2m3 in bits 5:0 and e2m1 in bits 5:2, the other bits 0: ``tcgen05_mma_logical``
+refuses others, or reports them in ``jaxwarp.checked`` when traced) or the dtype
 ``datapath.mma`` takes (float16, bfloat16, float32, float8_*); D is float32 (f32),
 float16 (f16) or int32 (s32). Leading batch axes broadcast.
 
@@ -52,6 +53,7 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.arithmetic import datapath
+from jaxwarp._src.arithmetic.datapath_checks import check_code_bits
 from jaxwarp._src.catalogue.arch import Target, check_target, supported_target
 from jaxwarp._src.instructions.tcgen05_parse import (
     BITS_DTYPE,
@@ -301,6 +303,8 @@ def tcgen05_mma_logical(qualifier: Any, a: Any, b: Any, d: Any, *, neg_a: bool =
     s = _scale_input_d(scale_input_d, instr)
     a_bits = _bits_arg(a, "a", instr.a_format, (instr.m, instr.k))
     b_bits = _bits_arg(b, "b", instr.b_format, (instr.k, instr.n))
+    check_code_bits(a_bits, "a", instr.a_format, "smem", "tcgen05_mma_logical")
+    check_code_bits(b_bits, "b", instr.b_format, "smem", "tcgen05_mma_logical")
     return _arith(instr, a_bits, b_bits, _d_arg(d, instr), neg_a=flags[0], neg_b=flags[1],
                   saturate=flags[2], enable_input_d=enable_input_d, scale_input_d=s,
                   target=target)

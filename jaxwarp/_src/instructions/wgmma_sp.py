@@ -35,7 +35,13 @@ from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.mma_sync_parse import LOGICAL_DTYPE
 from jaxwarp._src.catalogue.wgmma_parse import BITS_DTYPE, WARPGROUP_SIZE
 from jaxwarp._src.instructions import sparse
-from jaxwarp._src.instructions.mma_sp import check_arch, check_selector, compute, logical_operands
+from jaxwarp._src.instructions.mma_sp import (
+    check_arch,
+    check_selector,
+    compute,
+    logical_operands,
+    poison_rows,
+)
 from jaxwarp._src.layouts.smem import (
     as_smem,
     check_range,
@@ -116,7 +122,8 @@ def wgmma_sp_logical(qualifier: str | sparse.SparseInstruction, a: Any, b: Any, 
       a: the stored A (..., 64, K/2) with ``indices`` or ``e``, or the dense A (..., 64,
         K), checked to be 2:4 and compressed.
       b: (..., K, N); c: (..., 64, N) (logical dtypes as ``wgmma_logical``).
-      indices: (..., 64, K/2) ints: each stored element's column in its group.
+      indices: (..., 64, K/2) ints: each stored element's column in its group (outside
+        ``[0, group)``: as ``mma_sp_logical``).
       e: instead of indices, every thread's metadata register (..., 128) uint32, read
         with ``selector`` (``sparse.metadata_words(..., instruction="wgmma_sp")``).
       selector: the sparsity selector, static (f16 / bf16 / tf32 0..1, 8-bit 0).
@@ -144,6 +151,7 @@ def wgmma_sp_logical(qualifier: str | sparse.SparseInstruction, a: Any, b: Any, 
         nib = sparse.nibbles_from_words(geo, e, selector)  # the words, not their decoding
     else:
         a, nib, b, c = logical_operands(instr, a, b, c, indices)
+        return poison_rows(_jit(instr, arch, a, nib, b, c), indices, geo.group)
     return _jit(instr, arch, a, nib, b, c)
 
 

@@ -4,7 +4,9 @@ The register side of the PTX warp-level ``mma`` front-end (PTX ISA 9.7.14.5): th
 layouts of every operand (:func:`operand_layout`, :func:`fragment_coords`) and the maps
 between logical operands and one warp's registers (:func:`to_registers`,
 :func:`from_registers`). The qualifiers are parsed in
-:mod:`jaxwarp._src.catalogue.mma_sync_parse`.
+:mod:`jaxwarp._src.catalogue.mma_sync_parse`. A sparse ``mma.sp`` record (``parse_mma_sp``'s)
+is taken too: its operands have the layouts of the dense instructions its ``dense(use)``
+names (:func:`operand_instruction`); ``jaxwarp.to_registers`` parses ``mma.sp`` opcodes.
 
 Registers
 ---------
@@ -96,6 +98,7 @@ from jaxwarp._src.numerics.formats import FORMATS
 
 __all__ = [
     "fragment_coords",
+    "operand_instruction",
     "operand_layout",
     "to_registers",
     "from_registers",
@@ -217,7 +220,40 @@ def _bits_elem(v: jax.Array, ty: str, lsb: int = 0) -> jax.Array:
     return v.astype(dt)
 
 
-def to_registers(qualifier: str | MmaInstruction, use: str, x: Any) -> jax.Array:
+def operand_instruction(qualifier: Any, use: str) -> tuple[MmaInstruction, str]:
+    """The dense instruction whose fragment layout operand ``use`` of ``qualifier`` has,
+    and the instruction's name for messages.
+
+    ``qualifier`` is an ``mma.sync`` qualifier (a string or :func:`parse_mma`'s record),
+    or a sparse record (:func:`jaxwarp.parse_mma_sp`'s): its ``dense(use)`` names the dense
+    layout (the stored A: A of m16n8k(K/2); B, C, D: those of m16n8kK, which need not
+    exist as a dense instruction).
+
+    Example:
+      >>> operand_instruction("m16n8k16.row.col.f32.f16.f16.f32", "b")[0].shape
+      (16, 8, 16)
+    """
+    if isinstance(qualifier, (str, MmaInstruction)):
+        instr = parse_mma(qualifier)
+        checks.static_choice(use, "use", USES)
+        return instr, instr.qualifier
+    dense, ptx = getattr(qualifier, "dense", None), getattr(qualifier, "ptx", None)
+    if not callable(dense) or not isinstance(ptx, str):
+        raise TypeError(f"qualifier must be a str like 'm16n8k16.row.col.f32.f16.f16.f32' or "
+                        f"'mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16."
+                        f"f16.f32' (static), or parse_mma / parse_mma_sp's record; got "
+                        f"{type(qualifier).__name__}")
+    checks.static_choice(use, "use", USES)
+    instr = dense(use)
+    if not isinstance(instr, MmaInstruction):
+        raise TypeError(f"{ptx} is not a warp-level instruction: its registers are a "
+                        f"warpgroup's (jaxwarp.wgmma_sp; the accumulator as the dense "
+                        f"wgmma's)")
+    part = f"stored A ({instr.m} x {instr.k})" if use == "a" else use.upper()
+    return instr, f"{ptx} (its {part}: the fragment layout of dense m{instr.m}n{instr.n}k{instr.k})"
+
+
+def to_registers(qualifier: Any, use: str, x: Any) -> jax.Array:
     """Logical operand -> one warp's registers (the fragment the instruction reads).
 
     A register holds ``32 // bits`` elements, the lower-numbered element in the lower
@@ -225,8 +261,15 @@ def to_registers(qualifier: str | MmaInstruction, use: str, x: Any) -> jax.Array
     in bits 5:2); which lane and register hold which element is the PTX ISA's fragment
     layout of the instruction (its "Matrix Fragments for mma.mMnNkK" sections).
 
+    Sparse ``mma.sp`` (a :func:`jaxwarp.parse_mma_sp` record here; ``jaxwarp.to_registers``
+    also parses its opcode strings): ``"a"`` is the stored half of A (16 x K/2, as
+    ``jaxwarp.sparse.compress_2_4`` gives it) in the layout of A of the dense
+    m16n8k(K/2); ``"b"`` (K x 8), ``"c"`` and ``"d"`` are laid out as those of the dense
+    m16n8kK (docs/sparse.md, "Register layouts").
+
     Args:
-      qualifier: the instruction (a string or :func:`jaxwarp.parse_mma`'s result), static.
+      qualifier: the instruction (a string or :func:`jaxwarp.parse_mma`'s result, or
+        :func:`jaxwarp.parse_mma_sp`'s), static.
       use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
       x: (..., rows, cols) in the logical dtype of the operand's type (as
         :func:`jaxwarp.mma_sync_ptx_logical` takes it; ``.kind::f8f6f4``'s elements as
@@ -243,18 +286,17 @@ def to_registers(qualifier: str | MmaInstruction, use: str, x: Any) -> jax.Array
       >>> r.shape, hex(int(r[1, 0]))    # lane 1: row 0, cols 2 (low half), 3 (high half)
       ((32, 4), '0x42004000')
     """
-    instr = parse_mma(qualifier)
-    checks.static_choice(use, "use", USES)
+    instr, name = operand_instruction(qualifier, use)
     need_x64(instr, "to_registers")
     x = checks.array_arg(x, "x")
     ty = instr.elem_type(use)
     x = jnp.asarray(x)
     want = instr.logical_shape(use)
     if x.dtype != LOGICAL_DTYPE[ty]:
-        raise TypeError(f"{use}: the logical {ty} operand of {instr.qualifier} must have dtype "
+        raise TypeError(f"{use}: the logical {ty} operand of {name} must have dtype "
                         f"{LOGICAL_DTYPE[ty]}, got {x.dtype}")
     if x.ndim < len(want) or tuple(x.shape[x.ndim - len(want):]) != want:
-        raise ValueError(f"{use}: the logical operand of {instr.qualifier} must have shape "
+        raise ValueError(f"{use}: the logical operand of {name} must have shape "
                          f"(..., {', '.join(map(str, want))}), got {tuple(x.shape)}")
     return pack(instr, use, x)
 
@@ -274,11 +316,12 @@ def pack(instr: MmaInstruction, use: str, x: jax.Array) -> jax.Array:
     return jnp.sum(el << shifts, axis=-1, dtype=word)  # disjoint bit fields: sum == or
 
 
-def from_registers(qualifier: str | MmaInstruction, use: str, regs: Any) -> jax.Array:
+def from_registers(qualifier: Any, use: str, regs: Any) -> jax.Array:
     """One warp's registers -> the logical operand (inverse of :func:`to_registers`).
 
     Args:
-      qualifier: the instruction (a string or :func:`jaxwarp.parse_mma`'s result), static.
+      qualifier: the instruction (a string or :func:`jaxwarp.parse_mma`'s result, or
+        :func:`jaxwarp.parse_mma_sp`'s: the layouts of :func:`to_registers`), static.
       use: ``"a"``, ``"b"``, ``"c"`` or ``"d"``, static.
       regs: (..., 32, nregs) uint32 (uint64 for f64).
 
@@ -292,11 +335,10 @@ def from_registers(qualifier: str | MmaInstruction, use: str, regs: Any) -> jax.
       >>> from_registers(i, "a", regs)[0, :8].tolist()   # low nibble first, sign-extended
       [-1, -2, -3, -4, -5, -6, -7, -8]
     """
-    instr = parse_mma(qualifier)
-    checks.static_choice(use, "use", USES)
+    instr, name = operand_instruction(qualifier, use)
     need_x64(instr, "from_registers")
     regs = checks.array_arg(regs, "regs")
-    r = regs_arg(instr, use, regs, f"{use} registers")
+    r = regs_arg(instr, use, regs, f"{use} registers", name)
     return unpack(instr, use, r)
 
 
@@ -317,15 +359,16 @@ def unpack(instr: MmaInstruction, use: str, r: jax.Array) -> jax.Array:
     return out if instr.quadpair else out[..., 0, :, :]
 
 
-def regs_arg(instr: MmaInstruction, use: str, regs: Any, name: str) -> jax.Array:
+def regs_arg(instr: MmaInstruction, use: str, regs: Any, name: str,
+             instr_name: str | None = None) -> jax.Array:
     """Registers of operand ``use`` as a (..., 32, nregs) array of the register dtype, or a
-    TypeError naming ``name``."""
+    TypeError naming ``name`` (and ``instr_name``, ``instr``'s qualifier when None)."""
     r = jnp.asarray(regs)
     n = instr.nregs(use)
     want = instr.reg_dtype()
     if r.ndim < 2 or r.shape[-2:] != (WARP_SIZE, n) or r.dtype != want:
-        raise TypeError(f"{name} of {instr.qualifier} must be a (..., 32, {n}) {want} array "
-                        f"(a lane axis of 32 and {n} register(s) per lane, raw bits); got "
-                        f"shape {tuple(r.shape)} dtype {r.dtype}")
+        raise TypeError(f"{name} of {instr_name or instr.qualifier} must be a (..., 32, {n}) "
+                        f"{want} array (a lane axis of 32 and {n} register(s) per lane, raw "
+                        f"bits); got shape {tuple(r.shape)} dtype {r.dtype}")
     return r
 

@@ -385,8 +385,9 @@ def to_format(x: Any, fmt: str | Format, mode: str = "rn") -> jax.Array:
 
     One rounding (``"rn"``, ``"rz"``, ``"rna"``) onto ``fmt``'s grid, then its overflow
     and special-value rules (:func:`define_format`; for a built-in format they are
-    :func:`jaxwarp.round_to`'s, but a NaN becomes the format's
-    all-ones NaN).
+    :func:`jaxwarp.round_to`'s, but a NaN becomes the format's all-ones NaN where it has
+    one). e2m1, e2m3 and e3m2 have no NaN and no infinity: there NaN becomes +max (code
+    0b0111 / 0b011111), ±inf and overflows ±max.
 
     Args:
       x: float32 array (float64 with ``jax_enable_x64``: rounded once).

@@ -10,39 +10,31 @@ the settings and the records of what ran.
 
 from __future__ import annotations
 
-import importlib
-
+from jaxwarp._src.pallas import mosaic_gpu, triton
 from jaxwarp._src.pallas.model import KernelModel, KernelProduct, KernelProductError
+from jaxwarp._src.pallas.mosaic_gpu import is_mosaic_gpu, target_sm_count
 from jaxwarp._src.pallas.rewrite import contains_dot
 
 __all__ = ["KernelModel", "KernelProduct", "KernelProductError", "contains_dot",
-           "run_pallas_call"]
-
-
-def _looks_mosaic_gpu(eqn) -> bool:
-    p = eqn.params
-    return any("mosaic_gpu" in type(x).__module__
-               for x in (p.get("compiler_params"), p.get("interpret"), p.get("mesh")))
+           "is_mosaic_gpu", "run_pallas_call", "target_sm_count"]
 
 
 def run_pallas_call(eqn, invals, model: KernelModel):
-    """Runs a ``pallas_call`` equation with its products modelled: ``(outputs,
+    """Runs a Pallas kernel equation (a ``pallas_call``, or the ``custom_vmap_call`` /
+    ``mpmd_map`` of ``plgpu.kernel``) with its products modelled: ``(outputs,
     products)``, ``products`` a tuple of :class:`KernelProduct`.
 
     Raises:
-        KernelProductError: a kernel or a product no modelled instruction runs.
+        KernelProductError: a kernel, a setting or a product no modelled instruction runs.
     """
-    try:
-        mosaic_gpu = importlib.import_module("jaxwarp._src.pallas.mosaic_gpu")
-    except ModuleNotFoundError as e:
-        if e.name != "jaxwarp._src.pallas.mosaic_gpu":
+    if is_mosaic_gpu(eqn):
+        try:
+            outs, products = mosaic_gpu.run_kernel_and_sites(eqn, invals, model)
+        except KernelProductError:
             raise
-        mosaic_gpu = None
-    if mosaic_gpu is not None and mosaic_gpu.is_mosaic_gpu(eqn):
-        return mosaic_gpu.run_kernel(eqn, invals, model)
-    if mosaic_gpu is None and _looks_mosaic_gpu(eqn):
-        raise KernelProductError("Mosaic GPU kernels are not modelled")
-    triton = importlib.import_module("jaxwarp._src.pallas.triton")
+        except (ValueError, NotImplementedError) as e:  # the model's refusals, named there
+            raise KernelProductError(f"Mosaic GPU kernel: {e}") from e
+        return outs, products
     if not triton.is_triton_style(eqn):
         cp = eqn.params.get("compiler_params")
         raise KernelProductError(

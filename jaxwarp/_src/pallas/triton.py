@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src import checks
+from jaxwarp._src.gemm import matmul_tiles
 from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import convert
 from jaxwarp._src.numerics.bitops import tf32_keep
@@ -86,9 +87,10 @@ _OWN_FORMAT = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3",
                "float8_e5m2": "e5m2"}
 #: The targets whose Triton instruction selection is modelled.
 ARCHS = ("sm_90a", "sm_90")
-#: An instruction's (m, n, k) multiples for a Triton product, per (instruction, format).
-_STEPS = {"mma_sync": {"f16": (16, 8, 16), "bf16": (16, 8, 16), "tf32": (16, 8, 8)},
-          "wgmma": {"f16": (64, 8, 16), "bf16": (64, 8, 16), "tf32": (64, 8, 8)}}
+#: An instruction's (m, n, k) multiples for a Triton product, per (instruction, format):
+#: the catalogue's tiles on sm_90a (mma.sync m16n8k16 / k8 tf32, wgmma m64n8k16 / k8).
+_STEPS = {i: {f: matmul_tiles.default_tile(i, f, "sm_90a") for f in ("f16", "bf16", "tf32")}
+          for i in ("mma_sync", "wgmma")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +217,7 @@ def plan(eqn, warps: int, model: KernelModel) -> Plan:
                         f"{path.operand_format} operands: modelled for f16 operands only")
     step = _STEPS.get(instruction, {}).get(path.operand_format)
     if path.k_window is not None:
-        step = (16, 8, 16)
+        step = _STEPS["mma_sync"]["f16"]
         if K != 16 and K % path.k_window:
             _fail(lhs, rhs, f"K={K}: the fp8 path needs K = 16 or a multiple of "
                             f"{path.k_window}")

@@ -93,6 +93,16 @@ class Recipe:
     def __post_init__(self):
         for f in ("activation", "weight", "gradient"):
             checks.static_choice(getattr(self, f), f"Recipe.{f}", bsg.GEMM_FORMATS)
+        wb = self.weight_block
+        pair = isinstance(wb, tuple) and len(wb) == 2
+        if not (wb is None or pair or isinstance(wb, int)) or isinstance(wb, bool) or any(
+                isinstance(b, bool) or not isinstance(b, int) or b < 1
+                for b in (wb if pair else () if wb is None else (wb,))):
+            raise ValueError(f"Recipe.weight_block={wb!r} is not supported; allowed: None "
+                             f"(the format's 1D block), a positive int, or a pair of "
+                             f"positive ints (rows, columns) such as (16, 16)")
+        for f in ("stochastic_gradients", "rht_wgrad"):
+            checks.static_choice(getattr(self, f), f"Recipe.{f}", (True, False))
         if self.scale_rule is not None:
             for f in {self.activation, self.weight, self.gradient}:
                 checks.static_choice(self.scale_rule, "Recipe.scale_rule",

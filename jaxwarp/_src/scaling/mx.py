@@ -162,6 +162,67 @@ def _check_divisible(shape: tuple[int, ...], axis: int, block: int | tuple[int, 
                          f"length {shape[axis]}, not a multiple of {block} (pad x first)")
 
 
+@functools.lru_cache(maxsize=256)
+def _element_dtype(fmt: str, block: int | tuple[int, int]) -> Any:
+    """The elements' dtype :func:`quantize` writes for ``fmt`` (one block, traced only)."""
+    shape = block if isinstance(block, tuple) else (block,)
+    return jax.eval_shape(lambda x: quantize(x, fmt, block), jax.ShapeDtypeStruct(
+        shape, jnp.float32)).elements.dtype
+
+
+def check_tensor(t: Any, name: str = "t") -> MXTensor:
+    """Checks that the fields of an :class:`MXTensor` ``t`` agree, as :func:`quantize`
+    makes them (a hand-built one may not): the format, block and axis; the elements'
+    dtype for the format; the scales' dtype and shape for the elements' shape, block
+    and axis; the per-tensor scale (NVFP4: a float32 scalar; the MX formats: None).
+
+    Raises:
+      TypeError / ValueError: naming the field (``t.scales``, ...), what it is and what
+        the other fields allow.
+    """
+    if not isinstance(t, MXTensor):
+        raise TypeError(f"{name} must be an MXTensor (from jaxwarp.mx.quantize), got "
+                        f"{type(t).__name__}")
+    if not isinstance(t.fmt, (str, Format)):
+        raise ValueError(f"{name}.fmt={t.fmt!r} is not supported; allowed: "
+                         f"{tuple(MX_FORMATS)} or a format made by jaxwarp.define_format")
+    f = mx_format(t.fmt, f"{name}.fmt")
+    elements = checks.array_arg(t.elements, f"{name}.elements")
+    blk = _block_arg(t.block, f)
+    ax = _axis_arg(t.axis, elements.ndim, blk)
+    where = f"{name}.elements of shape {tuple(elements.shape)}"
+    if isinstance(blk, tuple):
+        for i, b in zip((-2, -1), blk, strict=True):
+            if elements.shape[i] % b:
+                raise ValueError(f"{where}: axis {i} is not a multiple of {name}.block={blk}")
+    elif elements.shape[ax] % blk:
+        raise ValueError(f"{where}: axis {ax} is not a multiple of {name}.block={blk}")
+    want = _element_dtype(f.name, blk)
+    if elements.dtype != want:
+        raise TypeError(f"{where} has dtype {elements.dtype}; {name}.fmt={f.name!r} stores "
+                        f"its elements as {want} (what jaxwarp.mx.quantize writes)")
+    scales = checks.array_arg(t.scales, f"{name}.scales")
+    shape = list(elements.shape)
+    for i, b in ((-2, blk[0]), (-1, blk[1])) if isinstance(blk, tuple) else ((ax, blk),):
+        shape[i] //= b
+    if scales.dtype != jnp.uint8 or tuple(scales.shape) != tuple(shape):
+        raise ValueError(f"{name}.scales has dtype {scales.dtype} and shape "
+                         f"{tuple(scales.shape)}; {where} with block={blk}, axis={ax} needs "
+                         f"uint8 scales of shape {tuple(shape)} (one per block)")
+    if f.tensor_scale:
+        if t.tensor_scale is None:
+            raise ValueError(f"{name}.tensor_scale is None; {name}.fmt={f.name!r} needs its "
+                             f"float32 per-tensor scale (shape ()), as quantize returns it")
+        ts = checks.array_arg(t.tensor_scale, f"{name}.tensor_scale")
+        if ts.dtype != jnp.float32 or ts.shape != ():
+            raise ValueError(f"{name}.tensor_scale must be a float32 scalar (shape ()), got "
+                             f"{ts.dtype} of shape {tuple(ts.shape)}")
+    elif t.tensor_scale is not None:
+        raise ValueError(f"{name}.tensor_scale must be None for {name}.fmt={f.name!r} (only "
+                         f"NVFP4 has a per-tensor scale)")
+    return t
+
+
 # --------------------------------------------------------------------------------------
 # Public functions.
 
@@ -322,7 +383,8 @@ def dequantize(t: MXTensor) -> jax.Array:
       float32 array of ``t.shape``.
 
     Raises:
-      TypeError: ``t`` is not an :class:`MXTensor`.
+      TypeError, ValueError: ``t`` is not an :class:`MXTensor`, or its fields disagree
+        (:func:`check_tensor`).
 
     Example:
       >>> import jax.numpy as jnp
@@ -330,10 +392,7 @@ def dequantize(t: MXTensor) -> jax.Array:
       >>> bool((dequantize(quantize(x, "mxfp8_e4m3")) == fake_quantize(x)).all())
       True
     """
-    if not isinstance(t, MXTensor):
-        raise TypeError(f"t must be an MXTensor (from jaxwarp.mx.quantize), got "
-                        f"{type(t).__name__}")
-    return _dequantize_kernel(t)
+    return _dequantize_kernel(check_tensor(t))
 
 
 # Straight-through estimator, stated once: quantize-dequantize is piecewise constant, so

@@ -50,7 +50,7 @@ def _from_blocks(y: jax.Array, shape: tuple[int, ...], axis: int,
         *lead, rr, cc, _ = y.shape
         y = y.reshape(*lead, rr, cc, br, bc)
         return jnp.swapaxes(y, -3, -2).reshape(shape)
-    y = y.reshape(*y.shape[:-2], -1)
+    y = y.reshape(*y.shape[:-2], y.shape[-2] * y.shape[-1])  # no -1: empty batches
     return jnp.moveaxis(y, -1, axis)
 
 
@@ -219,7 +219,7 @@ def _quantize_mx(x, key_data, *, f: MXFormat, block, axis, rule, mode, saturate)
 def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
     f32 = jnp.float32
     tmax = lax.bitcast_convert_type(jnp.max(lax.bitcast_convert_type(x, jnp.uint32)
-                                            & jnp.uint32(0x7FFFFFFF)), f32)
+                                            & jnp.uint32(0x7FFFFFFF), initial=0), f32)
     e4m3, e2m1 = FORMATS[f.scale], f.element_format
     denom = f32(float(Fraction(e4m3.max_value) * Fraction(e2m1.max_value)))  # 2688, exact
     s_t = divide_rn(tmax, denom)

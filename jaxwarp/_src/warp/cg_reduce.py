@@ -382,6 +382,10 @@ def invoke_one_broadcast(group: Any, fn: Callable, *args: Any) -> Any:
         Array([200, 200, 216, 216], dtype=int32)
     """
     g = _group_arg(group, "invoke_one_broadcast")
+    if not callable(fn):
+        raise TypeError(f"invoke_one_broadcast: fn must be callable (the function the "
+                        f"elected lane runs), got {type(fn).__name__} {fn!r}; call it as "
+                        f"invoke_one_broadcast(group, fn, *args)")
     out = fn(*args)
     first = find_nth_set(g.mask, jnp.zeros(WARP_SIZE, jnp.int32), jnp.ones(WARP_SIZE, jnp.int32))
     src = jnp.where(first < 0, lane_index(), first)

@@ -19,7 +19,9 @@ What is reported:
 * with ``nan_inf=True``, NaN or inf among the operands of ``mma_sync``;
 * sub-byte values (s4, u4, b1) out of range in ``fragment_from_matrix`` and
   ``fill_fragment``, and non-finite or out-of-range floats filled into integer
-  fragments, when they are traced (concrete ones raise at once).
+  fragments, when they are traced (concrete ones raise at once);
+* 2:4 sparse indices outside their group (``sparse.decompress_2_4``,
+  ``sparse.metadata_words``, ``mma_sp_logical``, ``wgmma_sp_logical``) when traced.
 
 Checked mode is part of JAX's jit cache key (a JAX config state), so a function
 jitted before (``checked(jax.jit(f))``) or called inside (``checked(lambda x:
@@ -37,6 +39,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import checkify
 
 _STATE = threading.local()
@@ -90,6 +93,30 @@ def check(pred: Any, msg: str, **fmt: Any) -> None:
     """``checkify.check(pred, msg, **fmt)`` when checked mode is on; nothing otherwise."""
     if enabled():
         checkify.check(jnp.asarray(pred), msg, **fmt)
+
+
+def refuse_values(values: Any, bad: Callable[[Any], Any], name: str, allowed: str) -> None:
+    """Checks data ``values`` with the predicate ``bad`` (True where a value is not
+    allowed; written with operators so that it takes NumPy and JAX arrays alike).
+
+    Concrete values: ``ValueError`` naming ``name``, the first bad value, its index and
+    ``allowed``. Traced values: reported by `checked` (the first bad value and its flat
+    index); outside it nothing is checked, and the caller documents what happens.
+    """
+    if isinstance(values, jax.core.Tracer):
+        if enabled():
+            v = values.astype(jnp.int32) if jnp.issubdtype(values.dtype, jnp.integer) \
+                else values
+            flags = jnp.asarray(bad(v)).reshape(-1)
+            flat = jnp.argmax(flags)
+            check(~jnp.any(flags), f"{name} has value {{value}} at flat index {{index}}; "
+                  f"allowed: {allowed}", value=v.reshape(-1)[flat], index=flat)
+        return
+    v = np.asarray(values)
+    flags = np.asarray(bad(v.astype(np.int64) if v.dtype.kind in "iu" else v))
+    if flags.any():
+        idx = tuple(int(i) for i in np.argwhere(flags)[0])
+        raise ValueError(f"{name} holds {v[idx].item()!r} at index {idx}; allowed: {allowed}")
 
 
 def first_lane(bad: jax.Array) -> jax.Array:

@@ -159,6 +159,21 @@ def branch(pred: Any, then_fn: Callable[..., Any], else_fn: Callable[..., Any],
     return _select(p, on, off)
 
 
+def _reverse_mode(tree: Any) -> bool:
+    """True when a leaf of ``tree`` is being linearized (``jax.grad`` / ``jax.vjp`` traced
+    eagerly; under ``jax.jit`` the loop is linearized after tracing and JAX says so)."""
+    todo = [x for x in jax.tree_util.tree_leaves(tree)  # integers carry no gradient
+            if jnp.issubdtype(getattr(x, "dtype", jnp.int32), jnp.inexact)]
+    for _ in range(64):
+        if not todo:
+            return False
+        x = todo.pop()
+        if type(x).__name__ in ("LinearizeTracer", "JaxprTracer"):
+            return True
+        todo += [getattr(x, a) for a in ("val", "primal") if hasattr(x, a)]
+    return False
+
+
 def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], init: Any, *,
                max_trips: int | None = None) -> Any:
     """``while (cond(v)) v = body(v);`` in a one-warp program, with per-lane trip counts.
@@ -180,7 +195,9 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
             shapes and dtypes).
         init: the state: a pytree of per-lane (32, ...) arrays (a 0-d leaf counts
             as the same value in every lane and is carried as (32,)).
-        max_trips: static; None (no limit) or the number of iterations to run.
+        max_trips: static; None (no limit) or the number of iterations to run. Reverse-mode
+            differentiation (``jax.grad``) needs an int: with None, a state being
+            differentiated raises ``ValueError`` saying so.
 
     Returns:
         The state after every lane has left the loop.
@@ -229,6 +246,13 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
 
     carry = (state, test(everyone, state))
     if max_trips is None:
+        if _reverse_mode(state):
+            raise ValueError(
+                "lane_while with max_trips=None is a lax.while_loop, which reverse-mode "
+                "differentiation (jax.grad, jax.vjp, jax.linearize) cannot go through; "
+                "pass max_trips=N (a static bound: a lax.scan of N iterations, "
+                "differentiable; lanes still looping after N are reported by "
+                "jaxwarp.checked)")
         state, _ = lax.while_loop(lambda c: jnp.any(c[1]), step, carry)
         return state
     (state, looping), _ = lax.scan(lambda c, _: (step(c), None), carry, None,

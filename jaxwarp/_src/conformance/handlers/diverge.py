@@ -288,10 +288,23 @@ for _p in (2, 4, 6):
     _UNDEF_NOTES[_p] = _UNDEF_NOTES[0]
 
 
+#: The keys of the ``undef`` family (tools/capture/capture_cg.py).
+UNDEF_KEYS = ("undef/cfg", "undef/x", "undef/out", "undef/status")
+
+
 def undefined_uses(d, keys) -> Iterator[GroupResult]:
     """``undef/*``: calls whose mask names lanes of the other path (CUDA: undefined),
     compared where the program returned (``undef/status`` 0), on the words the model
-    claims (``_UNDEF_WORDS``; the notes say what the H100 did otherwise)."""
+    claims (``_UNDEF_WORDS``; the notes say what the H100 did otherwise). The family
+    claims every ``undef/`` key and needs all four of ``UNDEF_KEYS``."""
+    missing = [k for k in UNDEF_KEYS if k not in keys]
+    unknown = sorted(set(keys) - set(UNDEF_KEYS))
+    if missing or unknown:
+        yield GroupResult("undef", 0, 0, error=(
+            f"the undefined-use programs need keys {list(UNDEF_KEYS)}"
+            + (f"; missing {missing}" if missing else "")
+            + (f"; keys {unknown} are not in the schema" if unknown else "")))
+        return
     cfg, x, want = np.asarray(d["undef/cfg"]), np.asarray(d["undef/x"]), d["undef/out"]
     status = np.asarray(d["undef/status"])
     for prog, sel in _by_program(cfg, UNDEF_PROGRAMS, "undef/cfg").items():

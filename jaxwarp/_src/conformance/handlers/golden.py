@@ -78,9 +78,16 @@ def model_status(name: G.GoldenName) -> str:
     """
     if name.family.endswith("block_scale"):
         try:
-            block_scale.parse_qualifier(name.family, name.qualifier)
+            q = block_scale.parse_qualifier(name.family, name.qualifier)
         except ValueError as e:
             return f"block-scaled {name.family} {name.qualifier} is not modelled: {e}"
+        targets = block_scale.block_scale_row(q["instruction"], q["kind"]).targets
+        if name.target not in targets:
+            issuers = [a for a, t in G.ARCH_TARGETS.items() if t in targets]
+            raise CaptureError(
+                f"{name.arch} ({name.target}) cannot issue block-scaled "
+                f"{q['instruction']} kind::{q['kind']}: it is on {targets} "
+                f"({', '.join(issuers) or 'no architecture of the files'})")
         return ""
     if name.family == "tcgen05":
         missing = [t for t in dict.fromkeys((name.a_format, name.b_format))

@@ -50,10 +50,15 @@ def parse_name(family: str, name: str):
         raise CaptureError(f"{family}/{name}: not a sparse configuration name "
                            f"(FORMAT_SP.md: atype.btype.ctypedtype.mMnNkK[.satfinite]"
                            f"[.ordered][.areg][.selF][xSTEPS])")
-    a, b, c, d, mm, n, k, sat, ordered, _areg, sel, steps = m.groups()
-    sel, steps = int(sel or 0), int(steps or 1)
-    if (steps > 1) != family.startswith("chain/"):
-        raise CaptureError(f"{family}/{name}: x{{steps}} belongs to chain keys only")
+    a, b, c, d, mm, n, k, sat, ordered, _areg, sel, steps_text = m.groups()
+    sel, steps = int(sel or 0), int(steps_text or 1)
+    if family.startswith("chain/") and steps < 2:
+        got = f"x{steps_text}" if steps_text else "no x{steps}"
+        raise CaptureError(f"{family}/{name}: a chain key needs x{{steps}} with steps >= 2 "
+                           f"(the number of chained instructions); got {got}")
+    if not family.startswith("chain/") and steps_text is not None:
+        raise CaptureError(f"{family}/{name}: x{steps_text}: x{{steps}} belongs to chain "
+                           f"keys (chain/sp/...) only")
     try:
         if family == "wgsp":
             instr = wgmma_sp.parse_wgmma_sp(f"m{mm}n{n}k{k}{sat or ''}.{d}.{a}.{b}")
@@ -100,6 +105,11 @@ def configs(cap: Any, keys: set) -> Iterator[GroupResult]:
                                    f"schema; known: {sorted(_SUBKEYS)}")
             if not {"A", "meta", "B", "C", "D"} <= subs:
                 raise CaptureError(f"needs {base}/{{A,meta,B,C,D}}; has {sorted(subs)}")
+            trials = {f: (np.shape(cap[f"{base}/{f}"]) or (None,))[0]
+                      for f in ("A", "B", "C", "D")}
+            if len(set(trials.values())) > 1:
+                raise CaptureError(f"A, B, C and D must hold the same number of "
+                                   f"trials (leading axis); got {trials}")
             a = as_values(cap[f"{base}/A"], instr.a_format, f"{base}/A")
             b = as_values(cap[f"{base}/B"], instr.b_format, f"{base}/B")
             c = as_values(cap[f"{base}/C"], instr.c_format, f"{base}/C")
