@@ -192,9 +192,17 @@ def test_scope_all_is_every_product(grads):
 
 
 def test_without_a_recipe_every_product_stays_the_default():
+    p = dict(wq=WQ, wo=WO)
     f = jaxwarp.emulate(_block, operand_format="bf16", report=True)
     assert f.config["scope"] == "all" and f.config["params_argnums"] is None
-    assert f(dict(wq=WQ, wo=WO), XA)[1].count == 3
+    assert f(p, XA)[1].count == 3
+    # The scope is there when asked for: bf16, and delayed scaling (one state per product
+    # in scope).
+    assert jaxwarp.emulate(_block, operand_format="bf16", report=True, scope="linear")(
+        p, XA)[1].count == 2
+    (_, state), rep = jaxwarp.emulate(_block, scaling=jaxwarp.fp8.DelayedScaling(),
+                                      mode="fast", scope="linear", report=True)(p, XA)
+    assert len(state) == rep.count == 2
 
 
 #: A recipe whose weight has its own format, so that which operand is the weight shows.
