@@ -298,3 +298,13 @@ def test_equinox_linear_weights_are_left_operands():
     _, rep = jaxwarp.emulate(lambda m, x: jax.vmap(m)(x), recipe="mxfp8", mode="fast",
                              report=True)(mlp, X)
     assert rep.count == 3 and {e.product.weight for e in rep.entries} == {"lhs"}
+
+
+def test_blockwise_scaling_moves_a_left_weight_too():
+    # DeepSeek-V3's blockwise fp8 scaling gives the weight 128x128 blocks: under
+    # scope="linear" a left-hand weight gets them, as in the layer written x @ W.
+    w, x = _data((128, 256), 7), _data((256, 128), 8) * 100
+    kw = dict(operand_format="e4m3", scaling="blockwise", scope="linear", mode="fast")
+    got = jaxwarp.emulate(lambda w, x: w @ x, **kw)(w, x)
+    assert _equal(got, jaxwarp.emulate(lambda w, x: (x.T @ w.T).T, **kw)(w, x))
+    assert not _equal(got, jaxwarp.emulate(lambda w, x: w @ x, **{**kw, "scope": "all"})(w, x))
