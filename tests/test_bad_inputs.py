@@ -1070,6 +1070,17 @@ case(6, "emulate-recipe-needs-key", _emulate(recipe="nvfp4", mode="fast"), F32_1
 case(6, "emulate-recipe-bad-field",
      lambda a, b: jaxwarp.mx.Recipe("x", "mxint8", "mxfp8_e4m3", "mxfp8_e4m3"), F32_16, F32_16,
      exc=ValueError, must=("Recipe.activation='mxint8' is not supported", "mxfp8_e4m3"))
+case(6, "emulate-scope-unknown", _emulate(recipe="mxfp8", scope="te"), F32_16, F32_16,
+     exc=ValueError, must=("scope='te' is not supported", "('linear', 'all')"))
+case(6, "emulate-params-argnums-negative", _emulate(recipe="mxfp8", params_argnums=-1),
+     F32_16, F32_16, exc=ValueError, must=("params_argnums must be", "got -1"))
+case(6, "emulate-params-argnums-beyond-the-call", _emulate(recipe="mxfp8", params_argnums=2),
+     F32_16, F32_16, exc=ValueError,
+     must=("scope='linear'", "positional argument(s) (2,)", "the call has 2", "scope='all'"))
+case(6, "emulate-params-argument-without-arrays",
+     lambda a, b: jaxwarp.emulate(lambda s, x, y: x @ y, recipe="mxfp8")("cfg", a, b),
+     F32_16, F32_16, exc=ValueError,
+     must=("positional argument 0", "no array leaves", "got str", "params_argnums"))
 case(6, "emulate-f64-format-x64-off", _emulate(operand_format="f64"), F32_16, F32_16,
      exc=RuntimeError, must=("operand_format='f64'", "jax_enable_x64"))
 case(6, "emulate-unknown-format", _emulate(operand_format="fp12"), F32_16, F32_16,

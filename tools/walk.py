@@ -176,7 +176,7 @@ def call_emulate():
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.standard_normal((32, 64)), jnp.float32)
     w = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
-    f = jaxwarp.emulate(lambda x, w: jnp.tanh(x @ w), recipe="nvfp4")
+    f = jaxwarp.emulate(lambda x, w: jnp.tanh(x @ w), recipe="nvfp4", params_argnums=1)
     return record(f, x, w, rng_key=jax.random.key(0))
 
 

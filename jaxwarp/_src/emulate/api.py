@@ -75,6 +75,24 @@ def _check_64bit(leaves, args, kwargs) -> None:
                 checks.check_64bit(x, f"emulate's argument {where}")
 
 
+def _check_params(args, argnums) -> None:
+    """scope="linear": the parameter arguments exist and hold arrays (else no product
+    would be in scope, silently)."""
+    for i in argnums:
+        if i >= len(args):
+            raise ValueError(
+                f"scope='linear' takes the array leaves of positional argument(s) "
+                f"{argnums} as the parameters (params_argnums), but the call has "
+                f"{len(args)} positional argument(s): pass the parameters positionally, "
+                f"set params_argnums, or use scope='all'")
+        if not any(is_dynamic(x) for x in jax.tree_util.tree_leaves(args[i])):
+            raise ValueError(
+                f"scope='linear' takes the array leaves of positional argument {i} as the "
+                f"parameters (params_argnums={argnums}), but it has no array leaves "
+                f"(got {type(args[i]).__name__}): set params_argnums to the argument "
+                f"holding the parameters, or use scope='all'")
+
+
 def emulate(
     fn: Callable,
     *,
@@ -91,6 +109,8 @@ def emulate(
     backward_format: str | None = None,
     promote_every: int | None = None,
     recipe: str | Recipe | None = None,
+    scope: str | None = None,
+    params_argnums: int | tuple[int, ...] = 0,
 ) -> Callable:
     """Returns ``fn`` with every matrix product run as the emulated tensor core runs it.
 
@@ -142,8 +162,9 @@ def emulate(
 
     Block-scaled recipes (``recipe="mxfp8"``, ``"nvfp4"`` or a
     :class:`jaxwarp.mx.Recipe`, instead of ``operand_format``): every product ``x @ w``
-    is ``jaxwarp.mx.matmul``'s block-scaled GEMM on the recipe's tensor core
-    (``tcgen05`` on sm_100a by default; ``instruction="mma_sync"`` for sm_120a), with
+    of a weight ``w`` (see ``scope``) is ``jaxwarp.mx.matmul``'s block-scaled GEMM on the
+    recipe's tensor core (``tcgen05`` on sm_100a by default; ``instruction="mma_sync"``
+    for sm_120a), with
     its backward products block-scaled too, each tensor in the recipe's format, block
     and rounding (TransformerEngine's MXFP8BlockScaling and NVFP4BlockScaling; see
     :class:`jaxwarp.mx.Recipe`); ``mode="fast"`` dequantizes and multiplies in
@@ -204,6 +225,18 @@ def emulate(
         recipe: None, ``"mxfp8"``, ``"nvfp4"`` or a :class:`jaxwarp.mx.Recipe` (a
             block-scaled training recipe; then ``operand_format``, ``scaling``,
             ``backward_format``, ``promote_every`` and ``tile`` stay unset).
+        scope: which products are emulated: ``"linear"`` (TransformerEngine's scope:
+            only a product one of whose operands is a weight, i.e. computed from the
+            parameters alone -- a transpose, reshape, cast or slice of a leaf of the
+            ``params_argnums`` arguments --, the weight being that operand; every other
+            product, e.g. attention's ``QK^T`` and ``PV``, runs as written, in the
+            program's dtypes), ``"all"`` (every product, the right-hand operand as the
+            weight) or None: ``"linear"`` with a recipe, ``"all"`` otherwise. ``filter``
+            then narrows the products in scope (docs/microscaling.md, "Recipes"). A
+            Pallas kernel's products run as its compiler issues them, whatever the scope.
+        params_argnums: with ``scope="linear"``, the positional argument(s) holding the
+            parameters (jax.grad's default argnums: ``model.apply(params, x)``,
+            ``loss(model, x, y)``); their array leaves are the weights.
 
     Returns:
         A function with ``fn``'s signature (returning ``(out, report)`` when
@@ -218,6 +251,8 @@ def emulate(
         TypeError: (when called) a 64-bit NumPy or JAX array argument with
             ``jax_enable_x64`` off (JAX would narrow it silently).
         UnsupportedProductError: (when called) a product emulate cannot run.
+        ValueError: (when called) ``scope="linear"`` and a ``params_argnums`` argument
+            that the call does not pass positionally or that holds no arrays.
 
     Example:
         >>> a = jnp.ones((16, 32), jnp.float32); b = jnp.full((32, 16), 1 / 3, jnp.float32)
@@ -237,7 +272,8 @@ def emulate(
                                                backward_format, recipe)
         scaling = None
     cfg = make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
-                      on_unsupported, scaling, backward_format, promote_every, recipe)
+                      on_unsupported, scaling, backward_format, promote_every, recipe, scope,
+                      params_argnums)
     needs_key = cfg.plan is not None and cfg.plan.needs_key
     config_items = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                          if f.name != "filter") + (("filter", filter),) + (
@@ -259,7 +295,7 @@ def emulate(
         leaves = [next(it) if s is _DYNAMIC else s for s in key.static]
         args, kwargs = jax.tree_util.tree_unflatten(key.treedef, leaves)
         with recipes.call_key(rng):
-            out = interp.call(fn, args, kwargs)
+            out = interp.call(fn, args, kwargs, params_argnums=cfg.params_argnums)
         if ds is not None:
             out = (out, interp.result_state())
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
@@ -288,6 +324,8 @@ def emulate(
             rng = recipes.key_arg(rng)
             if not needs_key:
                 rng = None
+        if cfg.params_argnums is not None:
+            _check_params(args, cfg.params_argnums)
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         _check_64bit(leaves, args, kwargs)
         static = tuple(_DYNAMIC if is_dynamic(x) else x for x in leaves)

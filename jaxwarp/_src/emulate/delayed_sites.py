@@ -142,9 +142,10 @@ class DelayedInterpreter(Interpreter):
         if name in _INLINE:
             inner = eqn.params["jaxpr"]
             child = (join_names(where[0], f"{name}({eqn.params.get('name', '')})"), where[1])
+            wmask = self.weight_mask(invals)
             if isinstance(inner, jcore.ClosedJaxpr):
-                return self.eval(inner.jaxpr, inner.consts, invals, child)
-            return self.eval(inner, (), invals, child)
+                return self.eval(inner.jaxpr, inner.consts, invals, child, weights=wmask)
+            return self.eval(inner, (), invals, child, weights=wmask)
         if name in ("closed_call", "core_call"):
             return super().eqn(eqn, invals, where)
         info = self._info(eqn, name, invals, 1, 0, 0, 0, where)

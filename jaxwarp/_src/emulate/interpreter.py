@@ -17,6 +17,7 @@ from jaxwarp._src import pallas
 from jaxwarp._src.emulate.products import as_float_operand, gemm, sparse_gemm
 from jaxwarp._src.emulate.report import Product, ReportEntry, UnsupportedProductError
 from jaxwarp._src.emulate.settings import (
+    BLOCK_SCALINGS,
     MARKER,
     NO_FORMAT,
     OPERAND_FORMATS,
@@ -58,14 +59,52 @@ class Interpreter:
         self.cfg = cfg
         self.entries: list[ReportEntry] = []
         self.marked: dict = {}  # outputs of jaxwarp.sparse.as_2_4 -> their axis
+        # scope "linear": the values derived from the parameters alone (weights), by id
+        # (the value is kept so that its id is not reused)
+        self.track = cfg.scope == "linear"
+        self.weights: dict[int, object] = {}
+
+    # -- weights (scope "linear") ----------------------------------------------------
+
+    def is_weight(self, x) -> bool:
+        return self.weights.get(id(x)) is x
+
+    def mark(self, xs, mask) -> None:
+        """Marks the values ``xs`` where ``mask`` (None: none) is True as weights."""
+        if self.track and mask is not None:
+            for x, m in zip(xs, mask, strict=True):
+                if m:
+                    self.weights[id(x)] = x
+
+    def weight_mask(self, xs) -> list[bool] | None:
+        return [self.is_weight(x) for x in xs] if self.track else None
+
+    def _derived(self, eqn, invals, consts) -> bool:
+        """Whether an equation's outputs are weights: its inputs are weights, literals or
+        constants of the program, and at least one is a weight (a transpose, reshape,
+        conversion, slice of a weight, a product of two weights, a scan over stacked ones)."""
+        seen = False
+        for v, x in zip(eqn.invars, invals, strict=True):
+            if isinstance(v, jcore.Literal) or v in consts:
+                continue
+            if not self.is_weight(x):
+                return False
+            seen = True
+        return seen
 
     # -- whole functions -------------------------------------------------------------
 
-    def call(self, fn, args, kwargs, where=("", ())):
-        """Traces fn(*args, **kwargs) and evaluates it emulated; non-array leaves are static."""
+    def call(self, fn, args, kwargs, where=("", ()), params_argnums=None):
+        """Traces fn(*args, **kwargs) and evaluates it emulated; non-array leaves are static.
+        The array leaves of the positional arguments ``params_argnums`` are weights."""
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         mask = [is_dynamic(x) for x in leaves]
         dyn = [x for x, m in zip(leaves, mask, strict=True) if m]
+        weights = None
+        if params_argnums is not None:
+            owner = [i for i, a in enumerate(args) for _ in jax.tree_util.tree_leaves(a)]
+            owner += [-1] * (len(leaves) - len(owner))
+            weights = [o in params_argnums for o, m in zip(owner, mask, strict=True) if m]
         out_info = {}
 
         def flat(*dyn_leaves):
@@ -81,25 +120,32 @@ class Interpreter:
             return [x for x, m in zip(out_leaves, omask, strict=True) if m]
 
         closed = jax.make_jaxpr(flat)(*dyn)
-        outs = self.eval(closed.jaxpr, closed.consts, dyn, where)
+        outs = self.eval(closed.jaxpr, closed.consts, dyn, where, weights=weights)
         it = iter(outs)
         full = [next(it) if m else s
                 for s, m in zip(out_info["static"], out_info["mask"], strict=True)]
         return jax.tree_util.tree_unflatten(out_info["tree"], full)
 
-    def trace(self, closed: jcore.ClosedJaxpr, where, n_linear: int = 0) -> jcore.ClosedJaxpr:
-        """The emulated version of a closed jaxpr (last ``n_linear`` inputs are tangents)."""
+    def trace(self, closed: jcore.ClosedJaxpr, where, n_linear: int = 0,
+              weights=None) -> jcore.ClosedJaxpr:
+        """The emulated version of a closed jaxpr (last ``n_linear`` inputs are tangents;
+        ``weights``: which inputs are weights, None for none)."""
         lin = closed.jaxpr.invars[len(closed.jaxpr.invars) - n_linear:] if n_linear else ()
+        if weights is not None and len(weights) != len(closed.in_avals):
+            weights = None
         return jax.make_jaxpr(
-            lambda *xs: self.eval(closed.jaxpr, closed.consts, xs, where, lin))(
+            lambda *xs: self.eval(closed.jaxpr, closed.consts, xs, where, lin, weights))(
             *[_aval_struct(a) for a in closed.in_avals])
 
-    def eval(self, jaxpr, consts, args, where, linear_invars=()) -> list:
+    def eval(self, jaxpr, consts, args, where, linear_invars=(), weights=None) -> list:
         """Evaluates a jaxpr emulated; equations that depend on ``linear_invars`` (the
         tangent inputs of a custom_jvp rule) run as written, so the result stays
-        transposable (``matmul`` is a custom_vjp, which JAX cannot transpose)."""
+        transposable (``matmul`` is a custom_vjp, which JAX cannot transpose).
+        ``weights``: which of ``args`` are weights (scope "linear"), None for none."""
         env: dict = {}
         linear = set(linear_invars)
+        constvars = set(jaxpr.constvars)
+        self.mark(args, weights)
 
         def read(v):
             return v.val if isinstance(v, jcore.Literal) else env[v]
@@ -133,6 +179,8 @@ class Interpreter:
                     outs = self.eqn(eqn, invals, (ns, context))
             if not eqn.primitive.multiple_results:
                 outs = [outs]
+            if self.track and not tangent and self._derived(eqn, invals, constvars):
+                self.mark(outs, [True] * len(outs))
             for v, x in zip(eqn.outvars, outs, strict=True):
                 write(v, x)
         return [read(v) for v in jaxpr.outvars]
@@ -189,12 +237,21 @@ class Interpreter:
         """One emulated product, (B,)M,K @ (B,)K,N (emulate/delayed.py replaces it)."""
         return gemm(x, y, self.cfg, batched)
 
-    def _info(self, eqn, prim, invals, batch, m, n, k, where) -> Product:
+    def _info(self, eqn, prim, invals, batch, m, n, k, where, weight=None) -> Product:
         shp = [tuple(getattr(x, "shape", ())) for x in invals[:2]] + [(), ()]
         dts = [str(getattr(x, "dtype", type(x).__name__)) for x in invals[:2]] + ["", ""]
         out = eqn.outvars[0].aval
         return Product(prim, shp[0], shp[1], dts[0], dts[1], tuple(out.shape), str(out.dtype),
-                       int(batch), int(m), int(n), int(k), where[0], where[1])
+                       int(batch), int(m), int(n), int(k), where[0], where[1], weight)
+
+    def _weight(self, invals, sides=("lhs", "rhs")) -> str | None:
+        """The operand a recipe treats as the weight: under scope "linear" the one derived
+        from the parameters (the right-hand one if both are), else the right-hand one."""
+        if not self.track:
+            return "rhs"
+        found = [s for s, x in zip(("lhs", "rhs"), invals[:2], strict=True)
+                 if s in sides and self.is_weight(x)]
+        return found[-1] if found else None
 
     def _decide(self, eqn, invals, info: Product) -> str | None:
         """None to emulate, else the reason to leave the product alone (or raise)."""
@@ -210,6 +267,10 @@ class Interpreter:
             return (f"unsupported:f64 operands with operand_format="
                     f"{self.cfg.operand_format!r} (converting f64 through f32 rounds twice; "
                     f"use operand_format='f64')")
+        if info.weight is None and self.track:
+            return ("skip:outside scope='linear' (no operand is a weight, i.e. derived from "
+                    "the parameters alone: attention's batched products, products of "
+                    "activations; run as written, in the program's dtypes)")
         if self.cfg.filter is not None and not self.cfg.filter(info):
             return "skip:filtered out"
         if self.cfg.operand_format is None and self.cfg.recipe is None:
@@ -238,7 +299,7 @@ class Interpreter:
         M = math.prod(lhs.shape[d] for d in lfree)
         N = math.prod(rhs.shape[d] for d in rfree)
         K = math.prod(lhs.shape[d] for d in lc)
-        info = self._info(eqn, "dot_general", invals, B, M, N, K, where)
+        info = self._info(eqn, "dot_general", invals, B, M, N, K, where, self._weight(invals))
         out_aval = eqn.outvars[0].aval
         # contracted along as_2_4's axis
         sparse = [isinstance(v, jcore.Var) and c == (self.marked.get(v),)
@@ -252,8 +313,17 @@ class Interpreter:
             batched = bool(lb)
             x = x.reshape((B, M, K) if batched else (M, K))
             y = y.reshape((B, K, N) if batched else (K, N))
-            d = sparse_gemm(x, y, self.cfg, batched, sparse) if any(sparse) \
-                else self.gemm(x, y, batched)
+            cfg = self.cfg
+            if any(sparse):
+                d = sparse_gemm(x, y, cfg, batched, sparse)
+            elif info.weight == "lhs" and (cfg.recipe is not None
+                                           or cfg.scaling in BLOCK_SCALINGS):
+                # The weight is the left operand (W @ x): the recipe's roles need it on
+                # the right, so D^T = x^T @ W^T (each element the same sum over K).
+                d = jnp.swapaxes(self.gemm(jnp.swapaxes(y, -1, -2), jnp.swapaxes(x, -1, -2),
+                                           batched), -1, -2)
+            else:
+                d = self.gemm(x, y, batched)
             shape = bshape + tuple(lhs.shape[i] for i in lfree) + tuple(
                 rhs.shape[i] for i in rfree)
             return d.reshape(shape).astype(out_aval.dtype)
@@ -274,7 +344,7 @@ class Interpreter:
         S_out = tuple(out_aval.shape[d] for d in out_spec[2:])
         Rt = math.prod(R)
         info = self._info(eqn, "conv_general_dilated", invals, G, Nb * math.prod(S_out),
-                          O // G, Rt * Cg, where)
+                          O // G, Rt * Cg, where, self._weight(invals, ("rhs",)))
         if p["batch_group_count"] != 1:
             return self.unsupported(eqn, invals, info,
                                     "batch_group_count > 1 has no implicit-GEMM form here")
@@ -364,6 +434,14 @@ class Interpreter:
 
     # -- control flow and wrappers ---------------------------------------------------
 
+    def _loop_mask(self, invals, n_consts: int, n_carry: int):
+        """A loop body's weights: its constants and scanned inputs as outside, never its
+        carry (a carry is whatever the previous iteration made of it)."""
+        mask = self.weight_mask(invals)
+        if mask is not None:
+            mask[n_consts:n_consts + n_carry] = [False] * n_carry
+        return mask
+
     def jit(self, eqn, invals, where):
         p = eqn.params
         inner = p["jaxpr"]
@@ -374,11 +452,12 @@ class Interpreter:
         def body(*xs):
             xs = [lax.with_sharding_constraint(x, s) if isinstance(s, sharded) else x
                   for x, s in zip(xs, p["in_shardings"], strict=True)]
-            outs = self.eval(inner.jaxpr, inner.consts, xs, child)
+            outs = self.eval(inner.jaxpr, inner.consts, xs, child, weights=wmask)
             return [lax.with_sharding_constraint(x, s) if isinstance(s, sharded) else x
                     for x, s in zip(outs, p["out_shardings"], strict=True)]
 
         body.__name__ = body.__qualname__ = p["name"]
+        wmask = self.weight_mask(invals)
         kw = dict(inline=p.get("inline", False), keep_unused=p.get("keep_unused", False))
         if p.get("compiler_options_kvs"):
             kw["compiler_options"] = dict(p["compiler_options_kvs"])
@@ -390,15 +469,18 @@ class Interpreter:
             # Newer JAX versions name scan's parameters differently: re-bind the same
             # primitive with its body emulated (the body's signature is unchanged).
             q = dict(p)
+            # Which inputs are carries is not known here: no weights inside.
             q["jaxpr"] = self.trace(p["jaxpr"], (where[0], where[1] + ("scan",)))
             return self.bind(eqn.replace(params=q), invals)
         nc, ncar = p["num_consts"], p["num_carry"]
         consts, init, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
         inner = p["jaxpr"]
         child = (where[0], where[1] + ("scan",))
+        wmask = self._loop_mask(invals, nc, ncar)
 
         def body(carry, x):
-            outs = self.eval(inner.jaxpr, inner.consts, [*consts, *carry, *x], child)
+            outs = self.eval(inner.jaxpr, inner.consts, [*consts, *carry, *x], child,
+                             weights=wmask)
             return outs[:ncar], outs[ncar:]
 
         carry, ys = lax.scan(body, list(init), list(xs), length=p["length"],
@@ -411,21 +493,24 @@ class Interpreter:
         cconsts, bconsts, init = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
         cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
         child = (where[0], where[1] + ("while",))
+        cmask = self._loop_mask([*cconsts, *init], cn, len(init))
+        bmask = self._loop_mask([*bconsts, *init], bn, len(init))
 
         def cond_fun(c):
-            return self.eval(cj.jaxpr, cj.consts, [*cconsts, *c], child)[0]
+            return self.eval(cj.jaxpr, cj.consts, [*cconsts, *c], child, weights=cmask)[0]
 
         def body_fun(c):
-            return self.eval(bj.jaxpr, bj.consts, [*bconsts, *c], child)
+            return self.eval(bj.jaxpr, bj.consts, [*bconsts, *c], child, weights=bmask)
 
         return lax.while_loop(cond_fun, body_fun, list(init))
 
     def cond(self, eqn, invals, where):
         index, *ops = invals
         child = (where[0], where[1] + ("cond",))
+        wmask = self.weight_mask(ops)
 
         def branch(br):
-            return lambda *xs: self.eval(br.jaxpr, br.consts, xs, child)
+            return lambda *xs: self.eval(br.jaxpr, br.consts, xs, child, weights=wmask)
 
         return lax.switch(index, [branch(br) for br in eqn.params["branches"]], *ops)
 
@@ -433,15 +518,17 @@ class Interpreter:
         p = eqn.params
         inner = p["jaxpr"]
         child = (where[0], where[1] + ("checkpoint",))
-        fn = jax.checkpoint(lambda *xs: self.eval(inner, (), xs, child),
+        wmask = self.weight_mask(invals)
+        fn = jax.checkpoint(lambda *xs: self.eval(inner, (), xs, child, weights=wmask),
                             prevent_cse=p["prevent_cse"], policy=p["policy"])
         return fn(*invals)
 
     def closed_call(self, eqn, invals, where):
         inner = eqn.params["call_jaxpr"]
+        wmask = self.weight_mask(invals)
         if isinstance(inner, jcore.ClosedJaxpr):
-            return self.eval(inner.jaxpr, inner.consts, invals, where)
-        return self.eval(inner, (), invals, where)
+            return self.eval(inner.jaxpr, inner.consts, invals, where, weights=wmask)
+        return self.eval(inner, (), invals, where, weights=wmask)
 
     def custom_jvp(self, eqn, invals, where):
         # The primal runs emulated, and so do the products of the user's jvp rule that
@@ -450,13 +537,15 @@ class Interpreter:
         # must stay linear and transposable, which matmul's custom_vjp is not.
         p = dict(eqn.params)
         child = (where[0], where[1] + ("custom_jvp",))
-        p["call_jaxpr"] = self.trace(p["call_jaxpr"], child)
+        wmask = self.weight_mask(invals)
+        p["call_jaxpr"] = self.trace(p["call_jaxpr"], child, weights=wmask)
         orig = p["jvp_jaxpr_fun"]
 
         def jvp_jaxpr_fun(*zeros):
             jaxpr, consts, out_zeros = orig.call_wrapped(*zeros)
             n_tangents = sum(not z for z in zeros)
-            new = self.trace(jcore.ClosedJaxpr(jaxpr, consts), child, n_tangents)
+            new = self.trace(jcore.ClosedJaxpr(jaxpr, consts), child, n_tangents,
+                             None if wmask is None else wmask + [False] * n_tangents)
             return new.jaxpr, new.consts, out_zeros
 
         p["jvp_jaxpr_fun"] = lu.wrap_init(jvp_jaxpr_fun, debug_info=orig.debug_info)
@@ -468,12 +557,13 @@ class Interpreter:
         # products of a custom_vjp are tensor-core products on a GPU as well.
         p = dict(eqn.params)
         child = (where[0], where[1] + ("custom_vjp",))
-        p["call_jaxpr"] = self.trace(p["call_jaxpr"], child)
+        wmask = self.weight_mask(invals)
+        p["call_jaxpr"] = self.trace(p["call_jaxpr"], child, weights=wmask)
         fwd, bwd = p["fwd_jaxpr_thunk"], p["bwd"]
 
         def fwd_jaxpr_thunk(*nonzeros):
             jaxpr, consts = fwd.call_wrapped(*nonzeros)
-            new = self.trace(jcore.ClosedJaxpr(jaxpr, consts), child)
+            new = self.trace(jcore.ClosedJaxpr(jaxpr, consts), child, weights=wmask)
             return new.jaxpr, new.consts
 
         def bwd_fn(*args):
@@ -489,8 +579,10 @@ class Interpreter:
         inner = p["jaxpr"]
         child = (where[0], where[1] + ("shard_map",))
 
+        wmask = self.weight_mask(invals)
+
         def body(*xs):
-            return tuple(self.eval(inner, (), xs, child))
+            return tuple(self.eval(inner, (), xs, child, weights=wmask))
 
         fn = jax.shard_map(body, mesh=p["mesh"], in_specs=tuple(p["in_specs"]),
                            out_specs=tuple(p["out_specs"]),

@@ -24,6 +24,9 @@ class Product:
             (``jax.named_scope`` names, Flax module paths where Flax sets them,
             ``jit(f)`` names, ``transpose(jvp(...))`` for derivative products).
         context: enclosing primitives, outermost first (``("jit", "scan")``).
+        weight: the operand a recipe treats as the weight: ``"lhs"`` or ``"rhs"``, the one
+            derived from the parameters under ``scope="linear"``, always ``"rhs"`` under
+            ``scope="all"``; None where no operand is a weight (outside ``"linear"``).
 
     Example:
         >>> a = jnp.ones((16, 32), jnp.float32)
@@ -46,6 +49,7 @@ class Product:
     k: int
     name_stack: str = ""
     context: tuple[str, ...] = ()
+    weight: str | None = None
 
     @property
     def flops(self) -> int:
@@ -189,6 +193,8 @@ class EmulationReport:
         for e in self.entries:
             p = e.product
             what = f"{e.operand_format}" if e.emulated else f"skipped: {e.reason}"
+            if e.emulated and p.weight == "lhs":
+                what += " (weight: lhs)"
             if e.instruction is not None:
                 what += f" ({e.instruction})"
             lines.append(

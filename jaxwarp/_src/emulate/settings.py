@@ -29,6 +29,9 @@ BLOCK_SCALINGS = ("blockwise", "blockwise_pow2")
 #: operands' products and their K-long sums stay finite in the fp32 accumulator.
 SCALED_FORMATS = ("f16", *FP8_TYPES)
 ON_UNSUPPORTED = ("error", "skip")
+#: Which products a recipe covers: ``"linear"`` (TransformerEngine's: a product one of
+#: whose operands is a weight, i.e. derived from the parameters alone) or ``"all"``.
+SCOPES = ("linear", "all")
 # Products that emulate refuses (they are products, but not dot_general's semantics).
 OTHER_PRODUCTS = ("ragged_dot", "ragged_dot_general", "ragged_all_to_all", "bcoo_dot_general",
                   "bcoo_dot_general_sampled", "bcsr_dot_general", "bcoo_spdot_general")
@@ -56,6 +59,8 @@ class Settings:
     on_unsupported: str
     recipe: Any = None  # a block-scaled recipe (recipes.Recipe) and its GEMM plan
     plan: Any = None
+    scope: str = "all"  # SCOPES
+    params_argnums: tuple[int, ...] | None = None  # scope "linear": the parameter arguments
 
     @property
     def kernel_arch(self) -> str:
@@ -96,8 +101,26 @@ def check_format(fmt: Any, name: str) -> str:
     return fmt
 
 
+def check_scope(scope: Any, params_argnums: Any, recipe: Any) -> dict:
+    """``scope`` (None: ``"linear"`` with a recipe, else ``"all"``) and, for ``"linear"``,
+    ``params_argnums`` as a tuple (Settings fields)."""
+    if scope is None:
+        scope = "linear" if recipe is not None else "all"
+    if not isinstance(scope, str) or scope not in SCOPES:
+        raise ValueError(f"scope={scope!r} is not supported; allowed: {SCOPES}, or None "
+                         f"('linear' with a recipe, else 'all')")
+    nums = params_argnums if isinstance(params_argnums, tuple) else (params_argnums,)
+    if not nums or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in nums):
+        raise ValueError(f"params_argnums must be a non-negative int or a non-empty tuple of "
+                         f"them (the positional arguments holding the parameters), got "
+                         f"{params_argnums!r}")
+    return dict(scope=scope, params_argnums=tuple(sorted(set(nums))) if scope == "linear"
+                else None)
+
+
 def _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
-                   on_unsupported, scaling, backward_format, promote_every) -> Settings:
+                   on_unsupported, scaling, backward_format, promote_every,
+                   scope: dict) -> Settings:
     """A block-scaled recipe: the recipe sets formats and blocks; ``instruction`` and
     ``arch``, when given, replace the recipe's."""
     for name, v in (("scaling", scaling), ("backward_format", backward_format),
@@ -122,19 +145,20 @@ def _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
     if filter is not None and not callable(filter):
         raise TypeError(f"filter must be None or a callable Product -> bool, got {filter!r}")
     return Settings(r.name, "f32", r.instruction, r.arch, mode, None, None, None, None, filter,
-                  on_unsupported, r, plan)
+                    on_unsupported, r, plan, **scope)
 
 
 def make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
                 on_unsupported, scaling, backward_format, promote_every,
-                recipe=None) -> Settings:
+                recipe=None, scope=None, params_argnums=0) -> Settings:
     """Checks emulate's settings; matmul checks the rest with its own tables and messages."""
+    scope = check_scope(scope, params_argnums, recipe)
     if recipe is not None:
         if operand_format is not None:
             raise ValueError(f"operand_format={operand_format!r} with recipe={recipe!r}: "
                              f"give one of them (the recipe sets every format)")
         return _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
-                              on_unsupported, scaling, backward_format, promote_every)
+                              on_unsupported, scaling, backward_format, promote_every, scope)
     arch = matmul_tiles.default_arch(instruction) if arch is None else arch
     if operand_format is not None:  # None: each Pallas kernel product's own dtype
         operand_format = check_format(operand_format, "operand_format")
@@ -177,7 +201,7 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
                 and all(isinstance(t, int) and t > 0 for t in tile)):
             raise TypeError(f"tile must be None or a static (m, n, k) tuple, got {tile!r}")
     cfg = Settings(operand_format, accumulator, instruction, arch, mode, tile, scaling,
-                 backward_format, promote_every, filter, on_unsupported)
+                   backward_format, promote_every, filter, on_unsupported, **scope)
     if operand_format is None:  # matmul checks each kernel product's settings
         checks.static_choice(mode, "mode", MODES)
         return cfg

@@ -41,8 +41,10 @@ class Recipe:
     """A block-scaled training recipe: which format, block and rounding each tensor of a
     linear layer's three products gets, and which tensor core runs them.
 
-    ``jaxwarp.emulate(fn, recipe=...)`` runs every product ``x @ w`` of ``fn`` (the
-    right-hand operand counts as the weight) as a block-scaled GEMM (``jaxwarp.mx.matmul``'s
+    ``jaxwarp.emulate(fn, recipe=...)`` runs every product ``x @ w`` of ``fn`` whose
+    operand ``w`` is a weight (computed from the parameters alone: emulate's
+    ``scope="linear"``, TransformerEngine's; ``scope="all"`` takes every product, its
+    right-hand operand the weight) as a block-scaled GEMM (``jaxwarp.mx.matmul``'s
     arithmetic), each operand quantized along its contraction axis:
 
     ======================  =======================  =================================
