@@ -12,7 +12,8 @@ and B (K x N):
 
 * ``mx.matmul default``: ``jaxwarp.mx.matmul(A, B, "mxfp8_e4m3")``;
 * ``mx.matmul ocp``: the same with ``scale_rule="ocp"`` (the old default);
-* ``emulate recipe mxfp8``: ``jaxwarp.emulate(lambda x, w: x @ w, recipe="mxfp8")``;
+* ``emulate recipe mxfp8``: ``jaxwarp.emulate(lambda x, w: x @ w, recipe="mxfp8",
+  params_argnums=1)`` (w the weight);
 * ``per-tensor e4m3``: ``jaxwarp.matmul(A, B, operand_format="e4m3",
   instruction="tcgen05")`` with a power-of-two per-tensor scale that maps each operand's
   amax to at most 448 (exact scaling).
@@ -59,7 +60,8 @@ def products(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
     out = {
         "mx.matmul default": jaxwarp.mx.matmul(x, w, "mxfp8_e4m3"),
         "mx.matmul ocp": jaxwarp.mx.matmul(x, w, "mxfp8_e4m3", scale_rule="ocp"),
-        "emulate recipe mxfp8": jaxwarp.emulate(lambda u, v: u @ v, recipe="mxfp8")(x, w),
+        "emulate recipe mxfp8": jaxwarp.emulate(lambda u, v: u @ v, recipe="mxfp8",
+                                               params_argnums=1)(x, w),
         "per-tensor e4m3": jaxwarp.matmul(x, w, operand_format="e4m3",
                                           instruction="tcgen05", a_scale=sa, b_scale=sb),
     }
