@@ -272,26 +272,38 @@ def _coalesced_steps(group: Group, v: jax.Array, op, full, shfl=None) -> jax.Arr
     ..., 16, where ``i <= rank``); with ``full`` (bool[32] or None), a lane of a whole-warp
     group runs the butterfly's step ``op(out, shfl_xor(out, m))`` (m = 16, ..., 1) instead:
     the two trees share each step's shuffle and ``op`` (each lane picks its source and its
-    operands), so every lane gets the bits of its own tree at the cost of one."""
+    operands), so every lane gets the bits of its own tree at the cost of one.
+
+    The five steps are a ``fori_loop``: each step gathers the partials of the step before
+    at data-dependent lanes, and unrolled, XLA (CPU) fused those gathers into the next
+    step's loop, evaluating the earlier steps' float additions again for every read (an
+    optimization barrier did not stop it); the loop stores each step's partials once.
+    Checked mode unrolls the steps (its reports are not made inside loops)."""
     rank = group.thread_rank()
     src = _rank_sources(group.mask)
     lane = lane_index()
     swap = op == plus and jnp.issubdtype(v.dtype, jnp.floating)
     shfl = _Shuffler(group.mask) if shfl is None else shfl
-    out = v
-    for k, i in enumerate(_STEPS):
-        take = i <= rank
+
+    def step(k, out):
+        take = jnp.left_shift(1, k) <= rank
         j = src[k]
         if full is not None:
-            j = jnp.where(full, lane ^ _STEPS[-1 - k], j)
+            j = jnp.where(full, lane ^ jnp.right_shift(_STEPS[-1], k), j)
             take = take | full
         other = shfl(out, j)
         if full is not None and swap:  # the butterfly adds partner + own (see _butterfly)
             res = op(select(full, other, out), select(full, out, other))
         else:
             res = op(out, other)
-        out = select(take, res, out)
-    return out
+        return select(take, res, out)
+
+    if shfl.checked:
+        out = v
+        for k in range(len(_STEPS)):
+            out = step(k, out)
+        return out
+    return lax.fori_loop(0, len(_STEPS), step, v)
 
 
 def _scan(group: Group, v: jax.Array, op) -> jax.Array:
