@@ -30,7 +30,6 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from _common import device_info, emit, host_info, versions
 
