@@ -260,7 +260,7 @@ class _Shuffler:
         if self.checked:
             return lanes.shfl_sync(self.mask, v, src, WARP_SIZE)
         s = src.astype(jnp.uint32)
-        ok = (((self.mask >> s) & 1) & ((self.callers >> s) & 1)) == 1
+        ok = (((self.mask.astype(jnp.uint32) >> s) & 1) & ((self.callers >> s) & 1)) == 1
         moved = select(ok, _take_bits(v, src), jnp.zeros_like(v))
         return select(self.calls, moved, v)
 
