@@ -122,3 +122,31 @@ def test_guide_examples_print_what_the_h100_printed(capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main([]) == (DATA / "h100_cg_examples.txt").read_text()
+
+
+@pytest.mark.slow
+def test_checked_mode_gives_the_same_bits_over_partitions():
+    # Checked mode runs the coalesced trees unrolled through jaxwarp.shfl_sync (for its
+    # reports); the default runs them in a loop with one gather a step: the same bits.
+    # (Its report on the partitions, lanes of two partitions calling with different
+    # masks, is not asserted: the masks are disjoint, which CUDA allows.)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 32)).astype(np.float32) * np.float32(1e4)
+    x[:, ::5] = np.float32(-0.0)
+    x[0, 3] = np.float32("nan")
+    label = rng.integers(0, 3, (8, 32)).astype(np.int32)
+    k = np.array([32, 1, 5, 17, 31, 32, 9, 24], np.int32)
+
+    def program(v, lab, kk):
+        def body(u):
+            part = cg.labeled_partition(cg.coalesced_threads(), lab)
+            whole = cg.coalesced_threads()
+            return jnp.stack([cg.reduce(part, u, "plus"), cg.inclusive_scan(part, u, "plus"),
+                              cg.reduce(whole, u, "plus"), cg.exclusive_scan(whole, u, "less")], 1)
+        return jaxwarp.branch(jaxwarp.lane_id() < kk, body, lambda u: jnp.stack([u] * 4, 1), v)
+
+    args = (jnp.asarray(x), jnp.asarray(label), jnp.asarray(k))
+    plain = jax.jit(jax.vmap(program))(*args)
+    _, checked = jax.jit(jax.vmap(jaxwarp.checked(program)))(*args)
+    np.testing.assert_array_equal(np.asarray(checked).view(np.uint32),
+                                  np.asarray(plain).view(np.uint32))

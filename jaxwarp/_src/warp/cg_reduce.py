@@ -38,7 +38,8 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.numerics import fma, softfloat
-from jaxwarp._src.warp import lanes
+from jaxwarp._src.warp import checked, lanes
+from jaxwarp._src.warp.active import lanes_mask
 from jaxwarp._src.warp.cg import (
     WARP_SIZE,
     Group,
@@ -201,37 +202,119 @@ def _group_arg(group: Any, fn: str) -> Group:
 # The trees.
 
 
-def _rank_lanes(group: Group) -> jax.Array:
-    """int32[32, 32]: [l, r] = the lane of rank r in lane l's group (a coalesced group);
-    lane l itself where its group has no rank r."""
-    return _rank_table(group.mask)
+_STEPS = (1, 2, 4, 8, 16)  # the scan's strides over ranks, and the butterfly's (reversed)
+_BELOW = np.uint32(1) << np.arange(WARP_SIZE, dtype=np.uint32)
+_BELOW = _BELOW - np.uint32(1)  # [l]: the bits of the lanes below lane l
 
 
 @jax.jit  # traced once per shape and reused
-def _rank_table(mask: jax.Array) -> jax.Array:
-    member = ((mask[:, None] >> jnp.arange(WARP_SIZE, dtype=jnp.uint32)[None, :]) & 1) == 1
-    rank = jnp.cumsum(member, axis=1, dtype=jnp.int32) - 1  # [l, p]: rank of lane p
-    ranks = jnp.arange(WARP_SIZE, dtype=jnp.int32)[None, :, None]
-    hit = member[:, None, :] & (rank[:, None, :] == ranks)
-    return jnp.where(jnp.any(hit, axis=2), jnp.argmax(hit, axis=2).astype(jnp.int32),
-                     lane_index()[:, None])
+def _rank_sources(mask: jax.Array) -> jax.Array:
+    """int32[5, 32]: [k, l] = the lane of rank ``rank(l) - 2**k`` in lane l's group, i.e.
+    the ``2**k``-th set bit of ``mask[l]`` below lane l; lane l itself where there is none.
+
+    Elementwise on the masks (the highest set bit, cleared, 16 times): no table over ranks
+    and no gather."""
+    lane = lane_index()
+    m = mask.astype(jnp.uint32) & jnp.asarray(_BELOW)
+    out = []
+    for k in range(1, _STEPS[-1] + 1):
+        top = 31 - lax.clz(m).astype(jnp.int32)  # -1 where m == 0
+        if k in _STEPS:
+            out.append(jnp.where(top >= 0, top, lane))
+        m = m & ~jnp.where(top >= 0, jnp.uint32(1) << jnp.clip(top, 0, 31).astype(jnp.uint32),
+                           jnp.uint32(0))
+    return jnp.stack(out)
+
+
+@jax.custom_jvp
+def _take_bits(v: jax.Array, src: jax.Array) -> jax.Array:
+    """``v[src]`` along the lane axis, moving the bits (a float NaN keeps its payload)."""
+    if jnp.issubdtype(v.dtype, jnp.floating):
+        return from_bit_view(bit_view(v)[src], v.dtype)
+    return v[src]
+
+
+@_take_bits.defjvp
+def _take_bits_jvp(primals, tangents):
+    v, src = primals
+    return _take_bits(v, src), tangents[0][src]
+
+
+class _Shuffler:
+    """``__shfl_sync(group mask, var, src)`` for the lanes of one group, many times.
+
+    The lanes that call (own bit in their mask, executing) and, as one 32-bit word, the
+    lanes a source may be, are found once; each shuffle is then one gather: a lane whose
+    source is outside its mask or does not call reads 0, a lane that does not call keeps
+    its own value, as `jaxwarp.shfl_sync` does (which checked mode still calls, for its
+    reports)."""
+
+    def __init__(self, mask: jax.Array):
+        self.mask = mask
+        self.checked = checked.enabled()
+        if not self.checked:
+            self.calls = lanes.participating(mask)
+            self.callers = lanes_mask(self.calls)
+
+    def __call__(self, v: jax.Array, src: jax.Array) -> jax.Array:
+        if self.checked:
+            return lanes.shfl_sync(self.mask, v, src, WARP_SIZE)
+        s = src.astype(jnp.uint32)
+        ok = (((self.mask.astype(jnp.uint32) >> s) & 1) & ((self.callers >> s) & 1)) == 1
+        moved = select(ok, _take_bits(v, src), jnp.zeros_like(v))
+        return select(self.calls, moved, v)
+
+
+def _coalesced_steps(group: Group, v: jax.Array, op, full, shfl=None) -> jax.Array:
+    """The header's trees over a coalesced group, one shuffle and one ``op`` per step.
+
+    A lane of a smaller group runs the scan's step ``op(out, out of rank - i)`` (i = 1, 2,
+    ..., 16, where ``i <= rank``); with ``full`` (bool[32] or None), a lane of a whole-warp
+    group runs the butterfly's step ``op(out, shfl_xor(out, m))`` (m = 16, ..., 1) instead:
+    the two trees share each step's shuffle and ``op`` (each lane picks its source and its
+    operands), so every lane gets the bits of its own tree at the cost of one.
+
+    The five steps are a ``fori_loop``: each step gathers the partials of the step before
+    at data-dependent lanes, and unrolled, XLA (CPU) fused those gathers into the next
+    step's loop, evaluating the earlier steps' float additions again for every read (an
+    optimization barrier did not stop it); the loop stores each step's partials once.
+    Checked mode unrolls the steps (its reports are not made inside loops)."""
+    rank = group.thread_rank()
+    src = _rank_sources(group.mask)
+    lane = lane_index()
+    swap = op == plus and jnp.issubdtype(v.dtype, jnp.floating)
+    shfl = _Shuffler(group.mask) if shfl is None else shfl
+
+    def step(k, out):
+        take = jnp.left_shift(1, k) <= rank
+        j = src[k]
+        if full is not None:
+            j = jnp.where(full, lane ^ jnp.right_shift(_STEPS[-1], k), j)
+            take = take | full
+        other = shfl(out, j)
+        if full is not None and swap:  # the butterfly adds partner + own (see _butterfly)
+            res = op(select(full, other, out), select(full, out, other))
+        else:
+            res = op(out, other)
+        return select(take, res, out)
+
+    if shfl.checked:
+        out = v
+        for k in range(len(_STEPS)):
+            out = step(k, out)
+        return out
+    return lax.fori_loop(0, len(_STEPS), step, v)
 
 
 def _scan(group: Group, v: jax.Array, op) -> jax.Array:
+    if group.tile is None:
+        return _coalesced_steps(group, v, op, None)
     rank = group.thread_rank()
-    size = WARP_SIZE if group.tile is None else group.tile
-    table = _rank_lanes(group) if group.tile is None else None
     out = v
     i = 1
-    while i < size:
-        take = i <= rank
-        if group.tile is not None:
-            tmp = lanes.shfl_up_sync(group._call_mask(), out, i, group.tile)
-        else:
-            below = jnp.maximum(rank - i, 0)[:, None]
-            src = jnp.take_along_axis(table, below, axis=1)[:, 0]
-            tmp = lanes.shfl_sync(group.mask, out, src, WARP_SIZE)
-        out = select(take, op(out, tmp), out)
+    while i < group.tile:
+        tmp = lanes.shfl_up_sync(group._call_mask(), out, i, group.tile)
+        out = select(i <= rank, op(out, tmp), out)
         i *= 2
     return out
 
@@ -293,12 +376,13 @@ def reduce(group: Any, value: Any, op: Any) -> jax.Array:
         return _butterfly(g.mask if not isinstance(g.mask, np.ndarray) else 0xFFFFFFFF,
                           v, op, g.tile)
     is_full = g.mask == jnp.uint32(0xFFFFFFFF)
-    # Only a whole-warp group takes the butterfly: the other lanes do not call it.
-    full = _butterfly(jnp.where(is_full, g.mask, jnp.uint32(0)), v, op, WARP_SIZE)
-    scanned = _scan(g, v, op)
+    # A whole-warp group's lanes run the butterfly, the others the scan, step by step.
+    shfl = _Shuffler(g.mask)
+    out = _coalesced_steps(g, v, op, is_full, shfl)
+    # Then every lane of a smaller group reads the result of its group's highest lane.
     last = 31 - lax.clz(g.mask.astype(jnp.uint32)).astype(jnp.int32)
-    part = lanes.shfl_sync(g.mask, scanned, jnp.clip(last, 0, 31), WARP_SIZE)
-    return select(is_full, full, part)
+    src = jnp.where(is_full, lane_index(), jnp.clip(last, 0, 31))
+    return shfl(out, src)
 
 
 def inclusive_scan(group: Any, value: Any, op: Any = "plus") -> jax.Array:
