@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxwarp._src.config import config
+from jaxwarp._src.gemm.matmul import matmul
+
 #: The modes a kernel product runs in: ``matmul``'s (``"native"`` only where matmul has it).
 MODES = ("exact", "fast", "native")
 
@@ -68,3 +71,13 @@ class KernelProduct:
     c_from: str = ""
     note: str = ""
     kernel: str = ""
+
+
+def kernel_matmul(*args, **kwargs):
+    """``jaxwarp.matmul`` for a product inside a kernel body: the k loop inline in the
+    kernel (``gemm_shared="off"``), never the shared executables' host callback. A
+    kernel body runs inside JAX's interpreter loop; a callback there that dispatches
+    executables of its own, on a CPU whose thread pool runs the loop, can wait on the
+    loop forever (seen as a hang of the test suite on a 2-core machine)."""
+    with config.override(gemm_shared="off"):
+        return matmul(*args, **kwargs)

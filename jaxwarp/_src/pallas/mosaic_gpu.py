@@ -75,9 +75,8 @@ from jax.extend import core as jcore
 from jax.interpreters import mlir
 
 from jaxwarp._src.gemm import matmul_tiles
-from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import bitops
-from jaxwarp._src.pallas.model import KernelProduct
+from jaxwarp._src.pallas.model import KernelProduct, kernel_matmul
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
     jax_internals,
     read_ref,
@@ -239,7 +238,7 @@ def wgmma_chain(acc, a, b, *, operand_format: str, accumulator: str):
     if operand_format == "tf32":
         a = bitops.tf32_keep(a) if a.dtype == jnp.float32 else a
         b = bitops.tf32_keep(b) if b.dtype == jnp.float32 else b
-    return matmul(a, b, acc, operand_format=operand_format, accumulator=accumulator,
+    return kernel_matmul(a, b, acc, operand_format=operand_format, accumulator=accumulator,
                   instruction="wgmma", arch="sm_90a")
 
 

@@ -24,9 +24,8 @@ from jax.extend import core as jcore
 from jax.interpreters import mlir
 
 from jaxwarp._src.gemm import matmul_tiles
-from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import bitops
-from jaxwarp._src.pallas.model import KernelProduct
+from jaxwarp._src.pallas.model import KernelProduct, kernel_matmul
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
     memory_space_name,
     read_ref,
@@ -61,7 +60,7 @@ def tcgen05_chain(acc, a, b, accumulate, *, operand_format: str, accumulator: st
         b = bitops.tf32_keep(b) if b.dtype == jnp.float32 else b
     c = lax.select(jnp.broadcast_to(jnp.asarray(accumulate, bool), acc.shape), acc,
                    jnp.zeros_like(acc))
-    return matmul(a, b, c, operand_format=operand_format, accumulator=accumulator,
+    return kernel_matmul(a, b, c, operand_format=operand_format, accumulator=accumulator,
                   instruction="tcgen05", arch=arch)
 
 

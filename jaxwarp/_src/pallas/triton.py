@@ -26,11 +26,10 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.gemm import matmul_tiles
-from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import convert
 from jaxwarp._src.numerics.bitops import tf32_keep
 from jaxwarp._src.pallas import rewrite
-from jaxwarp._src.pallas.model import KernelModel, KernelProduct, KernelProductError
+from jaxwarp._src.pallas.model import KernelModel, KernelProduct, KernelProductError, kernel_matmul
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,7 +316,7 @@ def compute(p: Plan, model: KernelModel, x, y, c):
             x, y = permute_k(x, path.k_window, 1), permute_k(y, path.k_window, 0)
         if path.raw_tf32:
             x, y = tf32_keep(x.astype(jnp.float32)), tf32_keep(y.astype(jnp.float32))
-        d = matmul(x, y, c, operand_format=path.operand_format, accumulator=p.accumulator,
+        d = kernel_matmul(x, y, c, operand_format=path.operand_format, accumulator=p.accumulator,
                    instruction=p.instruction, arch="sm_90a", mode=model.mode,
                    promote_every=model.promote_every)
     if p.out_dtype == "bfloat16":
