@@ -185,3 +185,28 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
                         "(default experiments/out)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar on stderr (default: show it)")
+
+
+def parse_ks(parser, text: str, multiple: int) -> tuple[int, ...]:
+    """``--ks``: comma-separated K values, each a positive multiple of ``multiple``
+    (the parser's error otherwise)."""
+    try:
+        ks = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        parser.error(f"--ks: expected comma-separated integers, got {text!r}")
+    if any(k < multiple or k % multiple for k in ks):
+        parser.error(f"--ks: every K must be a multiple of {multiple}, got {text!r}")
+    return ks
+
+
+def pick_series(parser, text: str | None, series: tuple) -> tuple:
+    """``--series``: the named entries of ``series`` (tuples whose first item is the
+    name), all of them when ``text`` is empty (the parser's error for an unknown name)."""
+    if not text:
+        return series
+    names = [s.strip() for s in text.split(",")]
+    known = [s[0] for s in series]
+    bad = [n for n in names if n not in known]
+    if bad:
+        parser.error(f"--series: unknown {bad}; allowed: {known}")
+    return tuple(s for s in series if s[0] in names)

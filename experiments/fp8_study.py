@@ -205,20 +205,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                           128 <= k <= args.kmax)
         cfg["ks"] = tuple(sorted(set(cfg["ks"])))
     if args.ks:
-        try:
-            ks = tuple(int(k) for k in args.ks.split(","))
-        except ValueError:
-            p.error(f"--ks: expected comma-separated integers, got {args.ks!r}")
-        if any(k < 128 or k % 128 for k in ks):
-            p.error(f"--ks: every K must be a multiple of 128, got {args.ks!r}")
-        cfg["ks"] = ks
-    series = SERIES
-    if args.series:
-        names = [s.strip() for s in args.series.split(",")]
-        bad = [n for n in names if n not in [s[0] for s in SERIES]]
-        if bad:
-            p.error(f"--series: unknown {bad}; allowed: {[s[0] for s in SERIES]}")
-        series = tuple(s for s in SERIES if s[0] in names)
+        cfg["ks"] = su.parse_ks(p, args.ks, multiple=128)
+    series = su.pick_series(p, args.series, SERIES)
     print(su.run_header(argv, devices))
     rows = model_rows(cfg, args.seed, not args.no_progress, series, devices=devices)
     if args.captures is None:

@@ -12,25 +12,8 @@ datapath. With the parameters of a GPU it is that GPU's model (the tests reprodu
 ``jaxwarp.mma`` bit for bit for e4m3 on sm_89, sm_90a ``wgmma``, sm_100a ``tcgen05``
 and sm_120).
 
-One block, for each output element:
-
-1. every operand is split into a significand and the exponent of its exponent field (a
-   subnormal counts at the format's minimum normal exponent); a product's exponent is
-   the sum of its operands' and its value is exact;
-2. C (the accumulator: D of the previous block, or the C given) is one more term, its
-   exponent taken likewise;
-3. ``E`` is the largest exponent of the non-zero terms, but at least
-   ``emin(accumulator) - e_floor`` (MMA-Sim's exponent of a zero term);
-4. every term is truncated toward zero to a multiple of ``2**(E - alignment_bits)``;
-   the truncated terms are summed exactly;
-5. the sum is rounded once into the accumulator format (``"rz"`` or ``"rn"``; cut to
-   ``sum_mantissa_bits`` fraction bits first, if given), -0 becoming +0; beyond the
-   format's range it is ±inf (also under ``"rz"``, as on the GPUs), or for a format
-   without infinities its overflow rule.
-
-Special values: a NaN operand, ``0 * inf`` or infinities of both signs in one block give
-the accumulator's NaN (the all-ones NaN 0x7FFFFFFF for f32, as the tensor cores write
-it); otherwise an infinity gives that infinity.
+The model's five steps and its special values are stated once, in :func:`fused_dot`'s
+docstring (public as ``jaxwarp.fused_dot``).
 """
 
 from __future__ import annotations
