@@ -17,7 +17,10 @@ persistent compilation cache is off):
   they are promoted, ``jaxwarp.config.gemm_promote_after``: ``--warm 10`` lets them get
   there); then, after ``jaxwarp.backends.wait_for_promotions()``, ``step_s``: the best
   steady step;
-* ``digest``: a SHA-256 of the first step's loss and updated parameters (their bits).
+* ``digest``: a SHA-256 of the first step's loss and gradients (their bits; the emulated
+  arithmetic), ``update_digest`` of the updated parameters (``p - 1e-3 * g`` is plain XLA
+  arithmetic, which XLA may compile differently, e.g. as one fused multiply-add, when
+  the program around it changes).
 
 Configurations (``--configs``): ``bf16:exact`` (``operand_format="bf16"``, the
 reference), ``bf16:fast``, ``mxfp8:exact``, ``mxfp8:fast``, ``nvfp4:exact``,
@@ -148,7 +151,7 @@ def _measure(model: str, config: str, steps: int, warm_s: float, options: dict,
     def step(prm, key, *data):
         kw = dict(rng_key=key) if needs_key else {}
         value, grads = jax.value_and_grad(lambda q: fn(q, *data, **kw))(prm)
-        return jax.tree_util.tree_map(lambda p, g: p - 1e-3 * g, prm, grads), value
+        return jax.tree_util.tree_map(lambda p, g: p - 1e-3 * g, prm, grads), value, grads
 
     key = jax.random.key(7)
     args = (params, key, *data)
@@ -176,7 +179,8 @@ def _measure(model: str, config: str, steps: int, warm_s: float, options: dict,
            "promotions_failed": [repr(e) for e in failed],
            "step_s": best_time(lambda: jax.block_until_ready(compiled(*args)), 3, 0.2),
            "lowered_lines": len(lowered.as_text().splitlines()),
-           "digest": _digest(first), "loss": float(first[1]),
+           "digest": _digest(first[1:]), "update_digest": _digest(first[0]),
+           "loss": float(first[1]),
            "options": options}
     try:
         text = compiled.as_text()
