@@ -434,10 +434,12 @@ def test_scales(datapath_mma):
     assert np.asarray(to_operand(b * 100, "e4m3"), np.float32).max() == 448
 
 
-def test_scale_division_is_correctly_rounded():
+@pytest.mark.parametrize("rolled", [False, True])
+def test_scale_division_is_correctly_rounded(rolled):
     # to_operand's x / scale is IEEE fp32 division rounded once (on the bits, subnormal
     # operands and results kept). Reference: the float64 quotient rounded to float32
-    # (double rounding is innocuous for division when 53 >= 2 * 24 + 2).
+    # (double rounding is innocuous for division when 53 >= 2 * 24 + 2). rolled: the
+    # division's steps as a loop (the NVFP4 quantizer's), the same bits.
     from jaxwarp._src.scaling.tensor_scale import divide_rn
 
     rng = np.random.default_rng(30)
@@ -448,7 +450,7 @@ def test_scale_division_is_correctly_rounded():
                    448.0, 2.0 ** -126], np.float32)
     sx, sy = np.meshgrid(sp, sp)
     x, y = np.concatenate([x, sx.ravel(), x[:50]]), np.concatenate([y, sy.ravel(), x[:50]])
-    got = np.asarray(jax.jit(divide_rn)(x, y))
+    got = np.asarray(jax.jit(functools.partial(divide_rn, rolled=rolled))(x, y))
     with np.errstate(all="ignore"):
         want = (x.astype(np.float64) / y.astype(np.float64)).astype(np.float32)
     nan = np.isnan(want)

@@ -11,6 +11,7 @@ import jax.numpy as jnp  # noqa: F401  (the docstring example's namespace)
 
 from jaxwarp._src import checks
 from jaxwarp._src.emulate import delayed_sites as delayed
+from jaxwarp._src.emulate import progress
 from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
 from jaxwarp._src.emulate.report import EmulationReport, Product
 from jaxwarp._src.emulate.settings import make_config
@@ -289,13 +290,19 @@ def emulate(
                 f"{_SCALING_TEXT[cfg.scaling]}, saved "
                 f"operands in {operand_format}")
 
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    what = (f"recipe {cfg.recipe.name!r}" if cfg.recipe is not None else
+            f"{cfg.operand_format}") + f", {cfg.mode} mode"
+
     def run(key: _Key, rng, state, *dyn):
         interp = Interpreter(cfg) if ds is None else delayed.DelayedInterpreter(cfg, ds, state)
         it = iter(dyn)
         leaves = [next(it) if s is _DYNAMIC else s for s in key.static]
         args, kwargs = jax.tree_util.tree_unflatten(key.treedef, leaves)
+        start = progress.trace_started(what)
         with recipes.call_key(rng):
             out = interp.call(fn, args, kwargs, params_argnums=cfg.params_argnums)
+        progress.trace_done(start, name, len(interp.entries), what)
         if ds is not None:
             out = (out, interp.result_state())
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)

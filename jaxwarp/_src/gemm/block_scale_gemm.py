@@ -213,15 +213,19 @@ def random_hadamard(x: jax.Array, axis: int, key_data: jax.Array) -> jax.Array:
     xb = lax.bitcast_convert_type(x.reshape(*shape[:-1], -1, RHT_SIZE), jnp.uint32)
     neg = _hadamard_signs(key_data)
     xb = xb ^ (neg.astype(jnp.uint32) << 31)
-    h = 1
-    while h < RHT_SIZE:  # butterflies: (u, v) -> (u + v, u - v) on pairs h apart
-        y = xb.reshape(*xb.shape[:-1], RHT_SIZE // (2 * h), 2, h)
-        u, v = y[..., 0, :], y[..., 1, :]
-        tu, tv = softfloat.term(u, "f32"), softfloat.term(v, "f32")
-        s = softfloat.add_rn(tu, tv, "f32", 0x7FC00000)
-        d = softfloat.add_rn(tu, tv._replace(neg=~tv.neg), "f32", 0x7FC00000)
-        xb = jnp.stack([s, d], axis=-2).reshape(xb.shape)
-        h *= 2
+    lane = jnp.arange(RHT_SIZE, dtype=jnp.int32)
+
+    def butterfly(r, xb):  # (u, v) -> (u + v, u - v) on the pairs h = 2**r apart
+        h = jnp.left_shift(jnp.int32(1), r)
+        u = jnp.take(xb, lane & ~h, axis=-1)  # lane i: the pair's first entry ...
+        v = jnp.take(xb, lane | h, axis=-1)  # ... and its second; the second of a pair
+        tu, tv = softfloat.term(u, "f32"), softfloat.term(v, "f32")  # takes u - v
+        tv = tv._replace(neg=tv.neg ^ ((lane & h) != 0))
+        return softfloat.add_rn(tu, tv, "f32", 0x7FC00000)
+
+    # One loop over the log2(16) = 4 rounds: the program holds one fp32 adder, not
+    # eight (the same additions, element by element).
+    xb = lax.fori_loop(0, RHT_SIZE.bit_length() - 1, butterfly, xb)
     out = times_pow2(lax.bitcast_convert_type(xb, jnp.float32), jnp.int32(-2), "f32")
     return jnp.moveaxis(out.reshape(shape), -1, axis)
 
