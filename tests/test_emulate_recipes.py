@@ -130,7 +130,10 @@ WQ, WO = _data((64, 64), 2), _data((16, 48), 3)
 XA = _data((2, 16, 64), 4)
 
 
-def _mx(a, b):  # one product of the mxfp8 recipe, fast mode
+def _mx(a, b):  # one product of the mxfp8 recipe, fast mode, K zero-padded as emulate pads
+    pad = -a.shape[-1] % 32
+    a = jnp.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)])
+    b = jnp.pad(b, [(0, 0)] * (b.ndim - 2) + [(0, pad), (0, 0)])
     return mx.matmul(a, b, "mxfp8_e4m3", scale_rule="rceil", mode="fast")
 
 
