@@ -140,6 +140,9 @@ def record(fn, *args, **kwargs):
         if cm != m:
             entries.append((cm, m, frame.f_code.co_name, _carries_array(frame)))
 
+    # A fresh trace: a jitted step compiled by an earlier call (a test run before this
+    # one, in the same process) would run without entering the modules it is made of.
+    jax.clear_caches()
     sys.setprofile(hook)
     threading.setprofile(hook)
     try:
