@@ -319,7 +319,7 @@ def test_filter_predicate_and_report_through_jit_and_grad():
     assert rep2.count == 1 and g.shape == a.shape
     assert rep.entries[0].product == Product(
         "dot_general", (16, 32), (32, 16), "float32", "float32", (16, 16), "float32",
-        1, 16, 16, 32, rep.entries[0].product.name_stack, ())
+        1, 16, 16, 32, rep.entries[0].product.name_stack, (), weight="rhs")
 
 
 def test_integer_products_left_alone():
