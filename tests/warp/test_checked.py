@@ -38,6 +38,20 @@ def test_calling_lane_missing_from_its_own_mask():
     assert "lane 9 calls __shfl_down_sync with mask 255, which lacks its own bit" in msg
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_disjoint_groups_may_pass_different_masks(jit):
+    # Two groups (even and odd lanes) each passing its own members, as a labeled partition
+    # does: CUDA allows it (the lanes a mask names all pass that mask).
+    even = jnp.uint32(0x55555555)
+    masks = jnp.where(X % 2 == 0, even, ~even).astype(jnp.uint32)
+    assert _error(lambda m, x: jaxwarp.reduce_add_sync(m, x), masks, X.astype(jnp.uint32),
+                  jit=jit) is None
+    # A group whose mask names a lane of the other group still fails.
+    bad = masks.at[0].set(even | 2)
+    msg = _error(lambda m, x: jaxwarp.reduce_add_sync(m, x), bad, X.astype(jnp.uint32), jit=jit)
+    assert "lanes 0 and 1 call __reduce_add_sync with different masks" in msg
+
+
 def test_lanes_with_different_masks():
     masks = jnp.full((32,), FULL, jnp.uint32).at[5].set(0x7FFFFFFF).astype(jnp.uint32)
     msg = _error(lambda m, x: jaxwarp.reduce_add_sync(m, x), masks, X.astype(jnp.uint32))

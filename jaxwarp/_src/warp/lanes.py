@@ -258,17 +258,21 @@ def participating(mask: Any, what: str = "") -> jax.Array:
             lane=l,
             mask=m[l],
         )
-        lead = checked.first_lane(calls)
-        differ = calls & (m != m[lead])
-        l = checked.first_lane(differ)
+        # CUDA: the lanes a mask names must pass that same mask; lanes whose masks name
+        # disjoint sets of lanes (a labeled partition's groups) may pass different ones.
+        named = ((m[:, None] >> _LANES.astype(np.uint32)[None, :]) & 1) == 1
+        clash = named & calls[:, None] & calls[None, :] & (m[None, :] != m[:, None])
+        a = checked.first_lane(jnp.any(clash, axis=1))
+        b = checked.first_lane(clash[a])
         checked.check(
-            ~jnp.any(differ),
-            "lanes {a} and {b} call " + what + " with different masks {ma} and {mb} "
-            "(CUDA: all lanes of mask must pass the same mask)",
-            a=lead,
-            b=l,
-            ma=m[lead],
-            mb=m[l],
+            ~jnp.any(clash),
+            "lanes {a} and {b} call " + what + " with different masks {ma} and {mb}, "
+            "and lane {a}'s mask names lane {b} (CUDA: all lanes of mask must pass the "
+            "same mask)",
+            a=a,
+            b=b,
+            ma=m[a],
+            mb=m[b],
         )
     if what and checked.enabled() and act is not None:
         outside = m & ~lanes_mask(act)
