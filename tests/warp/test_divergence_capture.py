@@ -135,5 +135,5 @@ def test_undefined_use(prog):
     keep = d["undef/cfg"][:, 0] == prog
     sub = {k: d[k][keep] for k in ("undef/cfg", "undef/x", "undef/out")}
     sub["undef/status"] = d["undef/status"]
-    (r,) = hd.undefined_uses(sub, set())
+    (r,) = hd.undefined_uses(sub, set(sub))
     assert r.ok and r.total > 0, r
