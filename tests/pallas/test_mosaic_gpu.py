@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from jaxwarp._src.pallas import mosaic_gpu as mg
+from jaxwarp._src.pallas.model import dtype_format
 
 jax_gpu_interpret = pytest.importorskip("jax._src.pallas.mosaic_gpu.interpret.params")
 hm = pytest.importorskip("jax.experimental.pallas.ops.gpu.hopper_matmul_mgpu")
@@ -68,7 +69,7 @@ def hopper(config, c=False):
 def chain(a, b, c=None, acc_dtype=jnp.float32, **kw):
     """What one wgmma chain over all of K gives (the kernel's k loop continues the same
     chain from tile to tile), rounded to the kernel's output dtype."""
-    fmt = mg._WGMMA_FORMATS[str(a.dtype)]
+    fmt = dtype_format(a.dtype)
     acc = jnp.zeros((a.shape[0], b.shape[1]), acc_dtype) if c is None else c
     return mg.wgmma_chain(acc, a, b, operand_format=fmt, accumulator="f32", **kw)
 

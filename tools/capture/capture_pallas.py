@@ -500,6 +500,27 @@ def _error_text(e: BaseException) -> str:
     return text if len(text) < 4000 else text[:4000] + " [...]"
 
 
+def _budget_spent(deadline: float, plan, i: int, what: str, file_meta, log_file) -> bool:
+    """Past the deadline: logs and records the configurations not run; True to stop."""
+    if time.time() <= deadline:
+        return False
+    log(f"budget spent: {len(plan) - i} {what} configurations not run", file=log_file)
+    file_meta["not_run"] += [c.name for c in plan[i:]]
+    return True
+
+
+def _rejected(cfg, e: Exception, file_meta, log_file) -> None:
+    """A configuration the compiler refused (or that failed): logged and kept."""
+    file_meta["rejected"].append({"name": cfg.name, "error": _error_text(e)})
+    log(f"REJECTED {cfg.name}: {_error_text(e)}", file=log_file)
+
+
+def _ref_line(name: str, errs, seconds: float) -> str:
+    flag = "  SUSPECT" if errs and max(errs) > 1e-2 else ""
+    return (f"{name}: ref-err {' '.join(f'{e:.1e}' for e in errs) or '-'} "
+            f"({seconds:.1f} s){flag}")
+
+
 def capture_triton(args, files: Files, log_file, deadline: float) -> None:
     jax_version = files.jax_version
     for t in args.dtypes:
@@ -508,9 +529,7 @@ def capture_triton(args, files: Files, log_file, deadline: float) -> None:
         file_meta = w.meta
         log(f"== Triton-style {t}: {len(plan)} configurations", file=log_file)
         for i, cfg in enumerate(plan):
-            if time.time() > deadline:
-                log(f"budget spent: {len(plan) - i} {t} configurations not run", file=log_file)
-                file_meta["not_run"] += [c.name for c in plan[i:]]
+            if _budget_spent(deadline, plan, i, t, file_meta, log_file):
                 break
             m, n, k = cfg.shape
             rng = np.random.default_rng([args.seed, i, DTYPES.index(t)])
@@ -523,18 +542,15 @@ def capture_triton(args, files: Files, log_file, deadline: float) -> None:
             t0 = time.time()
             try:
                 outs = run_triton(cfg, sets, args.interpret)
-            except Exception as e:  # the compiler refused it (or it failed): logged, kept
-                file_meta["rejected"].append({"name": cfg.name, "error": _error_text(e)})
-                log(f"REJECTED {cfg.name}: {_error_text(e)}", file=log_file)
+            except Exception as e:  # noqa: BLE001 - the compiler refused it: logged, kept
+                _rejected(cfg, e, file_meta, log_file)
                 continue
             errs = []
             for kind, x, o in zip(KINDS, sets, outs, strict=True):
                 errs.append(ref_error(x["a"], x["b"], x.get("c"), o, t, "f32"))
                 w.add(f"pallas/{cfg.name}/t{KINDS.index(kind)}", {**x, "out": o},
                       cfg.meta(kind, args.seed, jax_version))
-            flag = "  SUSPECT" if max(errs) > 1e-2 else ""
-            log(f"{cfg.name} {m}x{n}x{k}: ref-err {' '.join(f'{e:.1e}' for e in errs)} "
-                f"({time.time() - t0:.1f} s){flag}", file=log_file)
+            log(_ref_line(f"{cfg.name} {m}x{n}x{k}", errs, time.time() - t0), file=log_file)
         w.save()
 
 
@@ -545,9 +561,7 @@ def capture_mgpu(args, files: Files, log_file, deadline: float) -> None:
     file_meta = w.meta
     log(f"== Mosaic GPU kernels: {len(plan)} configurations", file=log_file)
     for i, cfg in enumerate(plan):
-        if time.time() > deadline:
-            log(f"budget spent: {len(plan) - i} kernel configurations not run", file=log_file)
-            file_meta["not_run"] += [c.name for c in plan[i:]]
+        if _budget_spent(deadline, plan, i, "kernel", file_meta, log_file):
             break
         rng = np.random.default_rng([args.seed, 1000 + i])
         metas = [mgpu_meta(cfg, kind, args.seed, jax_version) for kind in KINDS]
@@ -555,9 +569,8 @@ def capture_mgpu(args, files: Files, log_file, deadline: float) -> None:
         t0 = time.time()
         try:
             outs = run_mgpu(cfg, metas[0], sets)
-        except Exception as e:
-            file_meta["rejected"].append({"name": cfg.name, "error": _error_text(e)})
-            log(f"REJECTED {cfg.name}: {_error_text(e)}", file=log_file)
+        except Exception as e:  # noqa: BLE001 - the compiler refused it: logged, kept
+            _rejected(cfg, e, file_meta, log_file)
             continue
         errs = []
         for j, (mt, x, o) in enumerate(zip(metas, sets, outs, strict=True)):
@@ -566,9 +579,7 @@ def capture_mgpu(args, files: Files, log_file, deadline: float) -> None:
             key = (f"{cfg.family}/{cfg.name}/t{j}" if cfg.family == "pallas"
                    else f"{cfg.family}/{cfg.name}_{KINDS[j]}")
             w.add(key, {**x, "out": o}, json.dumps(mt))
-        flag = "  SUSPECT" if errs and max(errs) > 1e-2 else ""
-        log(f"{cfg.kernel} {cfg.name}: ref-err {' '.join(f'{e:.1e}' for e in errs) or '-'} "
-            f"({time.time() - t0:.1f} s){flag}", file=log_file)
+        log(_ref_line(f"{cfg.kernel} {cfg.name}", errs, time.time() - t0), file=log_file)
     w.save()
 
 

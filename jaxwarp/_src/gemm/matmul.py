@@ -607,7 +607,7 @@ def matmul(
         return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     d = _matmul(a, b, c, one if a_scale is None else a_scale,
                 one if b_scale is None else b_scale, cfg, config.snapshot())
-    if config.gemm_shared == "auto" and not isinstance(d, jax.core.Tracer):
+    if not isinstance(d, jax.core.Tracer) and k_loop.applies(cfg, None):
         # An eager call: wait for it. Its host callback runs the shared executables; eager
         # products dispatched back to back on the CPU (a Python loop of matmuls) waited on
         # each other forever (a deadlock of dispatch from inside the callback), where one

@@ -5,8 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from jaxwarp._src.config import config
+from jaxwarp._src.gemm import matmul_tiles
 from jaxwarp._src.gemm.matmul import matmul
+from jaxwarp._src.numerics import formats
+
+
+def dtype_format(dtype) -> str | None:
+    """The operand format a kernel's tensor-core product of ``dtype`` runs in (the format
+    registry's name; float32 words go to the tensor core as tf32), or None."""
+    name = np.dtype(dtype).name
+    return "tf32" if name == "float32" else formats.ALIASES.get(name)
+
+
+def instruction_formats(instruction: str) -> dict[str, tuple[str, ...]]:
+    """The catalogue's operand formats of ``instruction`` and the accumulators each
+    chains (``matmul_tiles.ACCUMULATORS``)."""
+    return matmul_tiles.ACCUMULATORS[instruction]
+
 
 #: The modes a kernel product runs in: ``matmul``'s (``"native"`` only where matmul has it).
 MODES = ("exact", "fast", "native")

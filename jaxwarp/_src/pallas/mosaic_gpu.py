@@ -75,8 +75,13 @@ from jax.extend import core as jcore
 from jax.interpreters import mlir
 
 from jaxwarp._src.gemm import matmul_tiles
-from jaxwarp._src.numerics import bitops
-from jaxwarp._src.pallas.model import KernelProduct, kernel_matmul
+from jaxwarp._src.numerics import bitops, formats
+from jaxwarp._src.pallas.model import (
+    KernelProduct,
+    dtype_format,
+    instruction_formats,
+    kernel_matmul,
+)
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
     jax_internals,
     read_ref,
@@ -96,15 +101,9 @@ from jaxwarp._src.pallas.mosaic_gpu_tmem import (
 #: Kernel equations that hold Mosaic GPU kernels, and the param holding their jaxprs.
 _KERNEL_PRIMITIVES = {"mpmd_map": "jaxprs", "pallas_call": "jaxpr"}
 
-#: wgmma operand dtypes -> jaxwarp operand format (f32 operands run as tf32).
-_WGMMA_FORMATS = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32",
-                  "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
-#: wgmma accumulator dtypes -> jaxwarp accumulator; which operand formats allow f16.
-_ACCUMULATORS = {"float32": "f32", "float16": "f16"}
-_F16_ACC_FORMATS = ("f16", "e4m3", "e5m2")
 #: k of one wgmma per operand format (the catalogue's tiles: 16 f16/bf16, 8 tf32, 32 fp8).
 _WGMMA_K = {f: matmul_tiles.default_tile("wgmma", f, "sm_90a")[2]
-            for f in ("f16", "bf16", "tf32", "e4m3", "e5m2")}
+            for f in instruction_formats("wgmma")}
 _WGMMA_ARCHS = ("sm_90a", "sm_90")
 _TCGEN05_ARCHS = ("sm_100a", "sm_103a")
 #: Mosaic GPU primitives that only choose a register layout (the identity on values), which
@@ -291,19 +290,20 @@ def _wgmma_formats(acc_aval, a_aval, b_aval, target: _Target):
     dt, acc_dt = str(a_aval.dtype), str(acc_aval.dtype)
     if str(b_aval.dtype) != dt:
         raise ValueError(f"wgmma operands of different dtypes: a {dt}, b {b_aval.dtype}")
-    if dt not in _WGMMA_FORMATS:
+    if dtype_format(dt) not in _WGMMA_K:
         raise NotImplementedError(
-            f"wgmma with {dt} operands is not modelled; operand dtypes allowed: "
-            f"{tuple(_WGMMA_FORMATS)}")
-    fmt = target.operand_format or _WGMMA_FORMATS[dt]
+            f"wgmma with {dt} operands is not modelled; operand formats allowed: "
+            f"{tuple(_WGMMA_K)} (float32 as tf32)")
+    fmt = target.operand_format or dtype_format(dt)
     if fmt not in _WGMMA_K:
         raise ValueError(f"operand_format={fmt!r} is not a wgmma format; allowed: "
                          f"{tuple(_WGMMA_K)}")
-    acc = _ACCUMULATORS.get(acc_dt)
-    if acc is None or (acc == "f16" and fmt not in _F16_ACC_FORMATS):
+    accs = instruction_formats("wgmma")[fmt]
+    acc = formats.ALIASES.get(acc_dt)
+    if acc not in accs:
         raise ValueError(
-            f"wgmma with {fmt} operands cannot accumulate in {acc_dt}; allowed: float32"
-            + (", float16" if fmt in _F16_ACC_FORMATS else ""))
+            f"wgmma with {fmt} operands cannot accumulate in {acc_dt}; allowed: "
+            + ", ".join(str(matmul_tiles.ACC_DTYPE[a]) for a in accs))
     (m, n), (m2, k), (k2, n2) = acc_aval.shape, a_aval.shape, b_aval.shape
     if (m, n, k) != (m2, n2, k2):
         raise ValueError(f"wgmma shapes disagree: acc {acc_aval.shape}, a {a_aval.shape}, "

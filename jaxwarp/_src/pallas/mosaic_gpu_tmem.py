@@ -24,8 +24,13 @@ from jax.extend import core as jcore
 from jax.interpreters import mlir
 
 from jaxwarp._src.gemm import matmul_tiles
-from jaxwarp._src.numerics import bitops
-from jaxwarp._src.pallas.model import KernelProduct, kernel_matmul
+from jaxwarp._src.numerics import bitops, formats
+from jaxwarp._src.pallas.model import (
+    KernelProduct,
+    dtype_format,
+    instruction_formats,
+    kernel_matmul,
+)
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
     memory_space_name,
     read_ref,
@@ -34,11 +39,8 @@ from jaxwarp._src.pallas.mosaic_gpu_refs import (
     write_ref,
 )
 
-#: tcgen05 operand dtypes -> jaxwarp operand format (f32 operands run as tf32).
-TCGEN05_FORMATS = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32",
-                   "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 TCGEN05_K = {f: matmul_tiles.default_tile("tcgen05", f, "sm_100a")[2]
-             for f in ("f16", "bf16", "tf32", "e4m3", "e5m2")}
+             for f in instruction_formats("tcgen05")}
 #: The TMEM primitives of a kernel this module replaces.
 TMEM_PRIMITIVES = ("tcgen05_mma", "tcgen05_commit_arrive", "async_load", "async_store_tmem",
                    "wait_load_tmem", "commit_tmem")
@@ -73,16 +75,16 @@ mlir.register_lowering(tcgen05_chain_p, mlir.lower_fun(tcgen05_chain, multiple_r
 
 def _formats(acc, a, b, operand_format):
     dt = str(a.dtype)
-    if str(b.dtype) != dt or dt not in TCGEN05_FORMATS:
+    if str(b.dtype) != dt or dtype_format(dt) not in TCGEN05_K:
         raise NotImplementedError(
-            f"tcgen05_mma with a {a.dtype}, b {b.dtype} is not modelled; operand dtypes "
-            f"allowed (one for both): {tuple(TCGEN05_FORMATS)}")
-    fmt = operand_format or TCGEN05_FORMATS[dt]
+            f"tcgen05_mma with a {a.dtype}, b {b.dtype} is not modelled; operand formats "
+            f"allowed (one for both): {tuple(TCGEN05_K)} (float32 as tf32)")
+    fmt = operand_format or dtype_format(dt)
     if fmt not in TCGEN05_K:
         raise ValueError(f"operand_format={fmt!r} is not a tcgen05 format here; allowed: "
                          f"{tuple(TCGEN05_K)}")
-    accumulator = {"float32": "f32", "float16": "f16"}.get(str(acc.dtype))
-    if accumulator is None or (accumulator == "f16" and fmt in ("bf16", "tf32")):
+    accumulator = formats.ALIASES.get(str(acc.dtype))
+    if accumulator not in instruction_formats("tcgen05")[fmt]:
         raise ValueError(f"tcgen05_mma with {fmt} operands cannot accumulate in {acc.dtype}")
     (m, n), (m2, k), (k2, n2) = acc.shape, a.shape, b.shape
     kk = TCGEN05_K[fmt]

@@ -29,7 +29,13 @@ from jaxwarp._src.gemm import matmul_tiles
 from jaxwarp._src.numerics import convert
 from jaxwarp._src.numerics.bitops import tf32_keep
 from jaxwarp._src.pallas import rewrite
-from jaxwarp._src.pallas.model import KernelModel, KernelProduct, KernelProductError, kernel_matmul
+from jaxwarp._src.pallas.model import (
+    KernelModel,
+    KernelProduct,
+    KernelProductError,
+    dtype_format,
+    kernel_matmul,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,9 +87,6 @@ SM90A = {
         "fp32 fma chain in k order starting from C")),
 }
 
-#: The operand format of each dtype that has one (a given operand_format must match it).
-_OWN_FORMAT = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3",
-               "float8_e5m2": "e5m2"}
 #: The targets whose Triton instruction selection is modelled.
 ARCHS = ("sm_90a", "sm_90")
 #: An instruction's (m, n, k) multiples for a Triton product, per (instruction, format):
@@ -187,7 +190,7 @@ def plan(eqn, warps: int, model: KernelModel) -> Plan:
         _fail(lhs, rhs, f"output dtype {out_name}: modelled are float32, float16 and "
                         f"bfloat16 outputs")
     given = model.operand_format
-    own = _OWN_FORMAT.get(key)
+    own = None if key.startswith("float32/") else dtype_format(key)  # f32: no own format
     if given is not None and own is not None and given != own:
         _fail(lhs, rhs, f"operand_format={given!r} differs from the kernel product's "
                         f"dtype {key} ({own!r}); pass operand_format={own!r} or None")

@@ -5,7 +5,7 @@ lowered by Triton) that the capture ran on the GPU. The kernel is rebuilt from `
 with the example kernel ``jaxwarp.kernels.triton_matmul`` (its ``form``, block
 ``(bm, bn, bk)`` and ``num_warps``), run in Pallas' interpret mode under
 ``emulate(kernel, operand_format=<meta dtype>, arch="sm_90a")`` on the decoded inputs
-(f32: ``operand_format=None``, see `OPERAND_FORMAT`), and every element of ``out`` is
+(f32: ``operand_format=None``, see `Case.operand_format`), and every element of ``out`` is
 compared bit for bit.
 
 ``pallas_mgpu/{name}[/t{i}]/{a,b,c,out,meta}``: one of JAX's own Mosaic GPU kernels
@@ -43,10 +43,6 @@ PREFIXES = (f"{TRITON}/", f"{MGPU}/")
 
 #: Operand element types of the kernels' inputs (meta ``dtype``).
 OPERAND_TYPES = ("f16", "bf16", "e4m3", "e5m2", "f32")
-#: ``operand_format`` of ``emulate`` for each meta ``dtype``. f32: None, the kernel's own
-#: product (Triton's tf32 ``dot`` hands the raw fp32 words to the tensor core, which reads
-#: their top 19 bits; ``"tf32"`` would round them first, as ``jaxwarp.matmul`` does).
-OPERAND_FORMAT = {"f16": "f16", "bf16": "bf16", "e4m3": "e4m3", "e5m2": "e5m2", "f32": None}
 #: SM count the Mosaic GPU kernels are traced with (their grid; no element depends on it).
 NUM_SMS = 2
 #: Output element types, by jaxwarp's name and by NumPy's (meta ``out_dtype`` may use either).
@@ -123,8 +119,11 @@ class Case:
 
     @property
     def operand_format(self) -> str | None:
-        """``emulate``'s ``operand_format`` for this kernel."""
-        return OPERAND_FORMAT[self.dtype]
+        """``emulate``'s ``operand_format`` for this kernel: the meta ``dtype``, but None
+        (the kernel's own product) for f32: Triton's tf32 ``dot`` hands the raw fp32 words
+        to the tensor core, which reads their top 19 bits, where ``"tf32"`` would round
+        them first, as ``jaxwarp.matmul`` does."""
+        return None if self.dtype == "f32" else self.dtype
 
 
 def parse_meta(text: Any, family: str, where: str) -> Case:
