@@ -2807,3 +2807,43 @@ def test_lane_while_without_max_trips_still_differentiates_where_it_can():
     g = jax.jvp(lambda x: jaxwarp.lane_while(lambda s: s < 3.0, lambda s: s * 1.5, x),
                 (jnp.ones(32),), (jnp.ones(32),))[1]  # forward mode needs no max_trips
     np.testing.assert_array_equal(g, np.full(32, 3.375, np.float32))
+
+
+# --------------------------------------------------------------------------------------
+# Pallas kernels: the example kernel and the SM count of jaxwarp.kernels, and a kernel's
+# products under emulate that the target's compiler cannot issue or the model lacks.
+_PK0 = len(CATALOGUE)
+_BF64 = np.ones((64, 64), jnp.bfloat16)
+
+
+def _kernel(**kw):
+    return lambda a, b: jaxwarp.kernels.triton_matmul(a, b, interpret=True, **kw)
+
+
+case(6, "kernels-triton-form", _kernel(form="tile"), _BF64, _BF64, exc=ValueError,
+     must=("form='tile' is not supported", "allowed", "'tiled'"))
+case(6, "kernels-triton-block", _kernel(block=(48, 16, 32)), _BF64, _BF64, exc=ValueError,
+     must=("M=64 is not a multiple of its block 48",))
+case(6, "kernels-triton-dtype", _kernel(), np.ones((64, 64), np.int8),
+     np.ones((64, 64), np.int8), exc=TypeError, must=("a has dtype int8", "allowed"))
+case(6, "kernels-triton-mixed", _kernel(), _BF64, np.ones((64, 64), np.float16),
+     exc=TypeError, must=("one dtype", "bfloat16", "float16"))
+case(6, "kernels-sm-count", lambda n: jaxwarp.kernels.target_sm_count(n).__enter__(), 0,
+     exc=ValueError, must=("num_sms must be a positive int",))
+case(6, "emulate-kernel-format", lambda a, b: jaxwarp.emulate(
+    _kernel(block=(64, 64, 32)), operand_format="f16", arch="sm_90a")(a, b), _BF64, _BF64,
+     exc=jaxwarp.UnsupportedProductError, must=("operand_format='f16'", "bfloat16"))
+case(6, "emulate-kernel-arch", lambda a, b: jaxwarp.emulate(
+    _kernel(block=(64, 64, 32)), arch="sm_100a")(a, b), _BF64, _BF64,
+     exc=jaxwarp.UnsupportedProductError, must=("sm_100a",))
+# (the cases above run in test_bad_input_pallas)
+
+
+def _pallas_params():
+    new = {id(c) for c in CATALOGUE[_PK0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _pallas_params())
+def test_bad_input_pallas(c: Case, mode: str):
+    test_bad_input(c, mode)
