@@ -42,6 +42,7 @@ from jaxwarp._src.warp.vote import elect_sync as elect_sync
 
 # Divergence: branches and per-lane loops, each path run by the lanes that took it.
 from jaxwarp._src.warp.divergence import branch as branch
+from jaxwarp._src.warp.divergence import lane_for as lane_for
 from jaxwarp._src.warp.divergence import lane_while as lane_while
 
 # Number formats and the CUDA conversions.

@@ -521,6 +521,23 @@ case(6, "lane_while-init-not-per-lane", lambda v: jaxwarp.lane_while(
 case(6, "lane_while-max_trips-float", lambda v: jaxwarp.lane_while(
     lambda x: x < 3, lambda x: x + 1, v, max_trips=2.5), zi32, exc=TypeError,
      must=("max_trips",))
+case(6, "lane_for-trips-float", lambda v: jaxwarp.lane_for(
+    v, lambda i, x: x + 1, zi32), zf32, exc=TypeError, must=("trips must be integer", "float32"))
+case(6, "lane_for-trips-lanes-16", lambda v: jaxwarp.lane_for(
+    v, lambda i, x: x + 1, zi32), np.zeros(16, np.int32), exc=ValueError,
+     must=("trips must be per-lane", "(16,)"))
+case(6, "lane_for-unroll-0", lambda v: jaxwarp.lane_for(
+    v, lambda i, x: x + 1, zi32, unroll=0), zi32, exc=ValueError, must=("unroll=0", "allowed"))
+case(6, "lane_for-unroll-float", lambda v: jaxwarp.lane_for(
+    v, lambda i, x: x + 1, zi32, unroll=4.0), zi32, exc=TypeError, must=("unroll",))
+case(6, "lane_for-remainder-unknown", lambda v: jaxwarp.lane_for(
+    v, lambda i, x: x + 1, zi32, unroll=4, remainder="epilogue"), zi32, exc=ValueError,
+     must=("remainder='epilogue'", "after", "before"))
+case(6, "lane_for-body-not-callable", lambda v: jaxwarp.lane_for(v, 3, zi32), zi32,
+     exc=TypeError, must=("body_fn must be callable",))
+case(6, "lane_for-body-changes-dtype", lambda v: jaxwarp.lane_for(
+    v, lambda i, x: x.astype(np.float32), zi32), zi32 + 1, exc=TypeError,
+     must=("lane_for body_fn",))
 # --------------------------------------------------------------------------------------
 # Class 6, continued: number formats and DPX.
 

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("jaxwarp_active_lanes", default=None)
+# The innermost per-lane loop being traced: (lanes that reached it, lanes looping now).
+_LOOP: contextvars.ContextVar = contextvars.ContextVar("jaxwarp_loop_lanes", default=None)
 _LANE_BITS = tuple(1 << l for l in range(32))
 
 
@@ -38,6 +40,22 @@ def running(active: jax.Array | None) -> Iterator[None]:
         yield
     finally:
         _ACTIVE.reset(token)
+
+
+@contextlib.contextmanager
+def looping(entry: jax.Array, now: jax.Array) -> Iterator[None]:
+    """Traces a loop's body with ``entry`` (the lanes that reached the loop) and ``now``
+    (those running this trip), both ``bool[32]``, as the innermost loop's lanes."""
+    token = _LOOP.set((entry, now))
+    try:
+        yield
+    finally:
+        _LOOP.reset(token)
+
+
+def loop_lanes() -> tuple[jax.Array, jax.Array] | None:
+    """``(entry, now)`` of the innermost per-lane loop being traced, or ``None``."""
+    return _LOOP.get()
 
 
 def lanes_mask(lanes: jax.Array) -> jax.Array:

@@ -1,4 +1,5 @@
-"""Divergent control flow inside a one-warp program: ``branch`` and ``lane_while``.
+"""Divergent control flow inside a one-warp program: ``branch``, ``lane_while`` and
+``lane_for``.
 
 On a GPU, the lanes of a warp that disagree on a branch condition run the two paths
 one after the other, each with only its own lanes executing, and meet again after
@@ -34,6 +35,7 @@ from jax import lax
 from jaxwarp._src import checks
 from jaxwarp._src.warp import checked
 from jaxwarp._src.warp.active import active_lanes, lanes_mask, running
+from jaxwarp._src.warp.active import looping as in_loop
 from jaxwarp._src.warp.vote import lane_predicate
 
 WARP_SIZE = checks.WARP_SIZE
@@ -238,7 +240,7 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
 
     def step(carry):
         s, looping = carry
-        with running(looping):
+        with running(looping), in_loop(everyone, looping):
             new = _per_lane(body_fn(s), "body_fn's result")
         _same_structure(s, new, "lane_while body_fn")
         s = _select(looping, new, s)
@@ -261,4 +263,130 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
                   "lane_while(max_trips={n}): lanes {lanes} still loop after max_trips "
                   "iterations (they stop there)", n=jnp.int32(max_trips),
                   lanes=lanes_mask(looping))
+    return state
+
+
+_REMAINDERS = ("after", "before")
+
+
+def lane_for(trips: Any, body_fn: Callable[[Any, Any], Any], init: Any, *, unroll: int = 1,
+             remainder: str = "after", max_trips: int | None = None) -> Any:
+    """``for (int i = 0; i < n; ++i) v = body(i, v);`` with a per-lane ``n``, in the loop
+    shape the compiler gives it.
+
+    Which lanes run a trip together is not the source's to say: CUDA promises no
+    reconvergence inside a loop, and nvcc may unroll a loop whose trip count is known
+    at entry by ``U`` behind a *remainder* loop. With ``unroll=1`` the loop runs as
+    written (each trip by the lanes still looping, as ``lane_while``). With
+    ``unroll=U`` it runs in the unrolled shape: a main loop whose iteration ``t`` runs
+    the body ``U`` times (``i = U t .. U t + U - 1``) with the lanes that have
+    ``n // U > t`` executing all ``U`` copies, and a remainder loop of ``n % U`` trips
+    (``i`` from ``n - n % U``), its trip ``e`` run by the lanes with ``n % U > e``. The
+    warp reconverges between the two. ``remainder="before"`` runs the remainder trips
+    first (``i`` from 0), then the main loop. Only what the lanes see together changes
+    (``jaxwarp.activemask()``, shuffles, votes, reductions in the body, and branches
+    inside it, which split the lanes running that copy); a body without warp
+    intrinsics gives the same values in every shape. ``docs/divergence.md`` says which
+    shape nvcc chose for which flags on an H100.
+
+    Args:
+        trips: per-lane trip counts, (32,) integers (or 0-d, the same in every lane); a
+            count below 1 runs no trip.
+        body_fn: function of ``(i, state)``, ``i`` the (32,) int32 trip index of each
+            lane, returning the next state (same structure, shapes and dtypes).
+        init: the state: a pytree of per-lane (32, ...) arrays (0-d leaves as in
+            ``lane_while``).
+        unroll: static int >= 1, the unroll factor of the main loop.
+        remainder: ``"after"`` (the remainder loop follows the main loop) or
+            ``"before"``.
+        max_trips: static; None, or a bound on every lane's ``n``: the loops become
+            ``lax.scan``s that ``jax.grad`` differentiates, and ``jaxwarp.checked``
+            reports a lane whose ``n`` is above it (it stops after ``max_trips``).
+
+    Returns:
+        The state after every lane has made its trips.
+
+    Raises:
+        TypeError: ``body_fn`` is not callable or changes the state's structure, a shape
+            or a dtype; ``trips`` is not integer; ``unroll`` or ``max_trips`` is not an
+            int.
+        ValueError: ``unroll`` < 1, ``max_trips`` < 0, ``remainder`` not one of the
+            allowed values, a leaf without a leading lane axis of 32.
+
+    Example:
+        Each lane reads ``__activemask()`` on its last trip. As written, lanes read it
+        with the lanes that loop at least as long; unrolled by 4 with the remainder
+        after, lanes whose counts differ by a multiple of 4 read it together:
+
+        >>> n = jnp.array([1, 5, 2, 4, 8] + [0] * 27, jnp.int32)
+        >>> def body(i, m):
+        ...     last = i == n - 1
+        ...     return jaxwarp.branch(last, lambda m: jaxwarp.activemask() + 0 * m,
+        ...                           lambda m: m, m)
+        >>> m0 = jnp.zeros(32, jnp.uint32)
+        >>> [hex(int(v)) for v in jaxwarp.lane_for(n, body, m0)[:5]]
+        ['0x1', '0x2', '0x4', '0x8', '0x10']
+        >>> [hex(int(v)) for v in jaxwarp.lane_for(n, body, m0, unroll=4)[:5]]
+        ['0x3', '0x3', '0x4', '0x8', '0x10']
+    """
+    _callable(body_fn, "body_fn")
+    unroll = checks.static_int(unroll, "unroll")
+    if unroll < 1:
+        raise ValueError(f"unroll={unroll}; allowed: an int >= 1 (1: the loop as written)")
+    if remainder not in _REMAINDERS:
+        raise ValueError(f"remainder={remainder!r}; allowed: {', '.join(_REMAINDERS)}")
+    if max_trips is not None:
+        max_trips = checks.static_int(max_trips, "max_trips")
+        if max_trips < 0:
+            raise ValueError(f"max_trips={max_trips}; allowed: None or an int >= 0")
+    n = checks.array_arg(trips, "trips")
+    if not jnp.issubdtype(n.dtype, jnp.integer):
+        raise TypeError(f"trips must be integer trip counts, got dtype {n.dtype}")
+    n = _per_lane(n, "trips").astype(jnp.int32)
+    if n.ndim != 1:
+        raise ValueError(f"trips must be (32,) per-lane counts or 0-d, got shape {n.shape}")
+    state = _per_lane(init, "init")
+    outer = active_lanes()
+    everyone = jnp.ones((WARP_SIZE,), jnp.bool_) if outer is None else outer
+    n = jnp.where(everyone, jnp.maximum(n, 0), 0)
+    if max_trips is not None:
+        checked.check(jnp.all(n <= max_trips),
+                      "lane_for(max_trips={m}): lanes {lanes} have more trips (they stop "
+                      "after max_trips)", m=jnp.int32(max_trips), lanes=lanes_mask(n > max_trips))
+        n = jnp.minimum(n, max_trips)
+    main, rest = n // unroll, n % unroll
+
+    def trip(s, i, lanes):
+        with running(lanes), in_loop(everyone, lanes):
+            new = _per_lane(body_fn(i, s), "body_fn's result")
+        _same_structure(s, new, "lane_for body_fn")
+        return _select(lanes, new, s)
+
+    def main_iter(t, s):
+        lanes = everyone & (main > t)
+        for j in range(unroll):
+            s = trip(s, t * unroll + j + (rest if remainder == "before" else 0), lanes)
+        return s
+
+    def remainder_loop(s):
+        base = n - rest if remainder == "after" else jnp.zeros_like(n)
+        for e in range(unroll - 1):
+            s = trip(s, base + e, everyone & (rest > e))
+        return s
+
+    if remainder == "before":
+        state = remainder_loop(state)
+    if max_trips is None:
+        if _reverse_mode(state):
+            raise ValueError("lane_for with max_trips=None is a lax.while_loop, which "
+                             "reverse-mode differentiation cannot go through; pass "
+                             "max_trips=N (a static bound on every lane's trips)")
+        _, state = lax.while_loop(lambda c: jnp.any(main > c[0]),
+                                  lambda c: (c[0] + 1, main_iter(c[0], c[1])),
+                                  (jnp.int32(0), state))
+    else:
+        state, _ = lax.scan(lambda s, t: (main_iter(t, s), None), state,
+                            jnp.arange(max_trips // unroll, dtype=jnp.int32))
+    if remainder == "after":
+        state = remainder_loop(state)
     return state

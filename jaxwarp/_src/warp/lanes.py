@@ -49,7 +49,7 @@ from jax import lax
 
 from jaxwarp._src import checks
 from jaxwarp._src.warp import checked
-from jaxwarp._src.warp.active import active_lanes, lanes_mask
+from jaxwarp._src.warp.active import active_lanes, lanes_mask, loop_lanes
 
 WARP_SIZE = checks.WARP_SIZE
 FULL_MASK = 0xFFFFFFFF
@@ -86,6 +86,15 @@ def activemask() -> jax.Array:
         '0xaaaaaaaa'
     """
     act = active_lanes()
+    loop = loop_lanes()
+    if loop is not None:  # which lanes read it together is the compiler's loop shape
+        entry, now = loop
+        checked.check(jnp.all(entry == now) | ~jnp.any(now),
+                      "activemask() inside a loop whose lanes diverged (reached the loop: "
+                      "{entry}, running this trip: {now}): which lanes run a trip together is "
+                      "the compiler's choice, which CUDA leaves open (nvcc may unroll the "
+                      "loop behind a remainder loop; jaxwarp.lane_for(..., unroll=U) models "
+                      "that shape)", entry=lanes_mask(entry), now=lanes_mask(now))
     if act is None:
         return jnp.uint32(FULL_MASK)
     return lanes_mask(act)
