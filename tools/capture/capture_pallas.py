@@ -189,9 +189,12 @@ def triton_plan(dtypes=DTYPES, small: bool = False) -> list[TritonCfg]:
             out += [TritonCfg(t, 16, 16, 32, 1, "tiled"), TritonCfg(t, 64, 64, 64, 4, "tiled")]
             out += [TritonCfg(t, 64, 64, 32, 4, "c_init")] if t == "bf16" else []
             continue
-        out += [TritonCfg(t, *blk, w, "tiled") for blk in BLOCKS for w in WARPS]
-        out += [TritonCfg(t, *blk, w, f) for f in FORMS[1:] for blk in FORM_BLOCKS
-                for w in WARPS]
+        tiled = [TritonCfg(t, *blk, w, "tiled") for blk in BLOCKS for w in WARPS]
+        forms = [TritonCfg(t, *blk, w, f) for blk in FORM_BLOCKS for w in WARPS
+                 for f in FORMS[1:]]
+        # interleaved (two tiled, one other form) so that a short budget records some of each
+        for j in range(max(len(tiled), 2 * len(forms))):
+            out += tiled[2 * j:2 * j + 2] + forms[j:j + 1]
     return out
 
 
@@ -523,13 +526,16 @@ def _ref_line(name: str, errs, seconds: float) -> str:
 
 def capture_triton(args, files: Files, log_file, deadline: float) -> None:
     jax_version = files.jax_version
-    for t in args.dtypes:
+    for j, t in enumerate(args.dtypes):
         plan = triton_plan((t,), args.small)
+        # each operand type gets an equal share of what is left of the budget
+        share = (deadline - time.time()) / (len(args.dtypes) - j)
+        t_deadline = min(deadline, time.time() + share)
         w = files.get(f"pallas_{t}")
         file_meta = w.meta
         log(f"== Triton-style {t}: {len(plan)} configurations", file=log_file)
         for i, cfg in enumerate(plan):
-            if _budget_spent(deadline, plan, i, t, file_meta, log_file):
+            if _budget_spent(t_deadline, plan, i, t, file_meta, log_file):
                 break
             m, n, k = cfg.shape
             rng = np.random.default_rng([args.seed, i, DTYPES.index(t)])
