@@ -361,9 +361,11 @@ def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg) -> None:
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (a, b, acc)]
         # (in this context: the thread sees the options of an override around the call)
         ctx = contextvars.copy_context()
+        # (not a daemon: the interpreter's exit waits for the compile, where a daemon
+        # thread stopped inside XLA's compiler aborted the process, 1 exit in 5)
         prod.thread = threading.Thread(target=ctx.run,
                                        args=(_compile_whole, prod, specs, cfg),
-                                       name="jaxwarp-promote", daemon=True)
+                                       name="jaxwarp-promote", daemon=False)
         prod.thread.start()
 
 
