@@ -49,7 +49,9 @@ once per process (and kept by JAX's persistent cache), whatever the product's sh
   the same few executables (a call with fewer blocks computes zero blocks in the rest);
 * the host walks the groups of blocks and, for each, the k steps in order, each call's
   accumulator feeding the next: the chain of instructions of the inline loop, the same
-  bits.
+  bits;
+* the executables run on a CPU client of their own (:func:`host_device`), never on the
+  calling program's, so that a callback never waits for a resource its caller holds.
 
 The price is a callback per product call and the host's copies of the blocks (on a CPU
 the operands are already in host memory). Products with promotion or block scales, and
