@@ -49,7 +49,9 @@ once per process (and kept by JAX's persistent cache), whatever the product's sh
   the same few executables (a call with fewer blocks computes zero blocks in the rest);
 * the host walks the groups of blocks and, for each, the k steps in order, each call's
   accumulator feeding the next: the chain of instructions of the inline loop, the same
-  bits.
+  bits;
+* the executables run on a CPU client of their own (:func:`host_device`), never on the
+  calling program's, so that a callback never waits for a resource its caller holds.
 
 The price is a callback per product call and the host's copies of the blocks (on a CPU
 the operands are already in host memory). Products with promotion or block scales, and
@@ -245,8 +247,35 @@ def general_on_host(cfg: Cfg, scales) -> bool:
     return _eligible(cfg, scales) and jax.default_backend() != "cpu"
 
 
-def _cpu():
-    return jax.local_devices(backend="cpu")[0]
+_HOST: list = []  # the host device of the shared executables, once made
+_HOST_LOCK = threading.Lock()
+
+
+def host_device():
+    """The CPU device that runs the shared executables: the one device of a PJRT CPU client
+    of their own (synchronous: each call runs on the calling thread), not JAX's.
+
+    The shared executables run from inside a host callback of the calling program. On
+    JAX's CPU client every dispatch takes a unit of the device's in-flight semaphore (32
+    computations with asynchronous dispatch) until its computation finishes, including
+    a dispatch from inside a callback. A program that waits in its callback therefore
+    holds a unit while the callback waits for one: once the caller has dispatched enough
+    programs after it (a loop of jitted products that does not wait for them), every
+    unit is held by the program in its callback or by those queued behind it, and the
+    callback's dispatch waits forever. This client's units, queue and thread pool are the
+    shared executables' alone, so a callback's dispatch never waits for the caller's.
+
+    Example:
+        >>> host_device().platform
+        'cpu'
+    """
+    with _HOST_LOCK:
+        if not _HOST:
+            from jaxlib import xla_client
+
+            client = xla_client.make_cpu_client(asynchronous=False, num_devices=1)
+            _HOST.append(client.local_devices()[0])
+        return _HOST[0]
 
 
 class _Product:
@@ -294,6 +323,8 @@ def _compile_whole(prod: _Product, specs, cfg: Cfg) -> None:
                 fn = jax.vmap(fn)
             return fn(a, b, acc)
 
+        sharding = jax.sharding.SingleDeviceSharding(host_device())
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding) for x in specs]
         prod.whole = jax.jit(whole).lower(*specs).compile()
     except Exception as e:  # noqa: BLE001 - the blocks stay; wait_for_promotions says it
         prod.error = e
@@ -332,9 +363,11 @@ def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg) -> None:
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (a, b, acc)]
         # (in this context: the thread sees the options of an override around the call)
         ctx = contextvars.copy_context()
+        # (not a daemon: the interpreter's exit waits for the compile, where a daemon
+        # thread stopped inside XLA's compiler aborted the process, 1 exit in 5)
         prod.thread = threading.Thread(target=ctx.run,
                                        args=(_compile_whole, prod, specs, cfg),
-                                       name="jaxwarp-promote", daemon=True)
+                                       name="jaxwarp-promote", daemon=False)
         prod.thread.start()
 
 
@@ -364,12 +397,12 @@ def _host(a, b, acc, *, cfg: Cfg, options):
     and K already padded to the instruction's tile; ``options``: the options when the
     calling program was traced (``config.snapshot``), read here."""
     with config.override(**dict(options)):
-        if jax.default_backend() != "cpu":  # an accelerator's program: run on the host's CPU
-            with jax.default_device(_cpu()):
-                return _blocks(a, b, acc, cfg)
+        if jax.default_backend() != "cpu":  # an accelerator's program: the blocks alone
+            return _blocks(a, b, acc, cfg)
         prod = _product(a, b, acc, cfg)
         if prod.whole is not None:
-            return np.asarray(prod.whole(a, b, acc))
+            dev = host_device()
+            return np.asarray(prod.whole(*(jax.device_put(x, dev) for x in (a, b, acc))))
         start = time.perf_counter()
         out = _blocks(a, b, acc, cfg)
         _spent(prod, time.perf_counter() - start, a, b, acc, cfg)
@@ -401,6 +434,7 @@ def _blocks(a, b, acc, cfg: Cfg):
     g_all = np.arange(blocks)
     p_of, i_of, j_of = g_all // (mb * kb), (g_all // kb) % mb, g_all % kb
     ecfg = _executable_cfg(cfg)
+    dev = host_device()
     g0 = 0
     while g0 < blocks:
         # the largest group the remaining blocks fill (the smallest for the last few)
@@ -416,8 +450,11 @@ def _blocks(a, b, acc, cfg: Cfg):
         bg[:, :ng] = b4[p, j].reshape(ng, steps, k, T).transpose(1, 0, 2, 3)
         out = np.zeros((size, T, T), acc.dtype)
         out[:ng] = c[sel]
+        # (on the shared executables' own device, host_device: never JAX's CPU client)
+        out = jax.device_put(out, dev)
         for kk in range(steps):
-            out = _run(ag[kk].view(a_dt), bg[kk].view(b_dt), out, ecfg)
+            at, bt = jax.device_put((ag[kk].view(a_dt), bg[kk].view(b_dt)), dev)
+            out = _run(at, bt, out, ecfg)
         c[sel] = np.asarray(out)[:ng]
         g0 = sel.stop
     d = c.reshape(nb, mb, kb, T, T).transpose(0, 1, 3, 2, 4).reshape(nb, mb * T, kb * T)

@@ -605,15 +605,8 @@ def matmul(
         s = multiply_rn(one if a_scale is None else a_scale,
                         one if b_scale is None else b_scale)
         return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
-    d = _matmul(a, b, c, one if a_scale is None else a_scale,
-                one if b_scale is None else b_scale, cfg, config.snapshot())
-    if not isinstance(d, jax.core.Tracer) and k_loop.applies(cfg, None):
-        # An eager call: wait for it. Its host callback runs the shared executables; eager
-        # products dispatched back to back on the CPU (a Python loop of matmuls) waited on
-        # each other forever (a deadlock of dispatch from inside the callback), where one
-        # product at a time never did.
-        d = jax.block_until_ready(d)
-    return d
+    return _matmul(a, b, c, one if a_scale is None else a_scale,
+                   one if b_scale is None else b_scale, cfg, config.snapshot())
 
 
 def _matmul_sparse(a, b, c, operand_format, accumulator, tile, arch, mode, instruction,
