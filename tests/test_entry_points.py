@@ -112,6 +112,10 @@ def _lane_while(init):
     return jaxwarp.lane_while(lambda v: v < 3, lambda v: v + 1, init)
 
 
+def _lane_for(trips, init):
+    return jaxwarp.lane_for(trips, lambda i, v: v + i, init, unroll=2)
+
+
 def _redux_f32(mask, value):
     return jaxwarp.redux_sync("max.abs.NaN.f32", mask, value)
 
@@ -146,6 +150,7 @@ ENTRY_POINTS: dict[str, Entry] = {
     "syncwarp": Entry(jaxwarp.syncwarp, {"mask": FULL}),
     "branch": Entry(_branch, {"pred": I32 % 2, "operands": U32}),
     "lane_while": Entry(_lane_while, {"init": I32}),
+    "lane_for": Entry(_lane_for, {"trips": I32 % 5, "init": I32}),
     "warp_kernel": Entry(_warp_kernel, {"v": np.ones((2, 32), np.uint32)},
                          wide=()),  # named "argument 0": see test_warp_kernel_64bit
     # Number formats.
