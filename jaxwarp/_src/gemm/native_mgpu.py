@@ -43,7 +43,7 @@ accumulator's value), which checks its structure (blocks, promotion, k order, C,
 against ``matmul(mode="exact")`` on a CPU; only the GPU run is the tensor core.
 
 JAX API used (public ``jax.experimental.pallas.mosaic_gpu``, the same in JAX 0.10.2 and
-0.11): ``kernel`` (``out_shape``, ``grid``, ``grid_names``, ``num_threads``,
+0.11): ``kernel`` (``out_type``, ``grid``, ``grid_names``, ``num_threads``,
 ``thread_name``), ``emit_pipeline_warp_specialized`` (``compute_context`` carries,
 ``get_allocations``, ``allocations=``), ``BlockSpec`` with ``transforms``,
 ``TilingTransform``, ``SwizzleTransform``, ``find_swizzle``, ``SMEM``, ``Barrier``,
@@ -101,6 +101,24 @@ def api_error() -> str | None:
     return None
 
 
+def unsupported(a_format: str, b_format: str, accumulator: str) -> str | None:
+    """Why the kernel cannot run a chain of these formats on the installed JAX, or None.
+
+    Example:
+        >>> unsupported("e5m2", "e4m3", "f32")
+        "operands of two formats (a 'e5m2', b 'e4m3'): plgpu.wgmma takes one dtype"
+    """
+    if a_format != b_format:
+        return (f"operands of two formats (a {a_format!r}, b {b_format!r}): plgpu.wgmma "
+                f"takes one dtype")
+    if a_format not in DTYPES:
+        return f"operand format {a_format!r}: the kernel issues {tuple(DTYPES)}"
+    if accumulator not in ACC_DTYPES or (accumulator == "f16" and a_format in ("bf16",
+                                                                               "tf32")):
+        return f"accumulator {accumulator!r} for {a_format}"
+    return api_error()
+
+
 def block_k(a_format: str, K: int, promote_every: int | None = None) -> int:
     """The kernel's k block: the largest power of two multiple of the instruction's k, at
     most 128 bytes of A's row, that divides K and the promotion interval.
@@ -156,12 +174,9 @@ def plan(a_format: str, accumulator: str, M: int, K: int, N: int,
         (256, 64, 3)
     """
     del M
-    if a_format not in DTYPES:
-        raise ValueError(f"native kernel: operand format {a_format!r} is not one wgmma "
-                         f"issues: {tuple(DTYPES)}")
-    if accumulator not in ACC_DTYPES or (accumulator == "f16" and a_format in ("bf16",
-                                                                               "tf32")):
-        raise ValueError(f"native kernel: no accumulator={accumulator!r} for {a_format}")
+    why = unsupported(a_format, a_format, accumulator)
+    if why is not None:
+        raise ValueError(f"native Mosaic GPU kernel: {why}")
     bk = block_k(a_format, K, promote_every)
     wn = 64 if promote_every is not None else 128
     while wn > 16 and 2 * wn >= 2 * N:
@@ -288,7 +303,7 @@ def gemm(a, b, c, p: Plan, *, interpret=None):
     kwargs = {} if interpret is None else {"interpret": interpret}
     f = plgpu.kernel(
         functools.partial(_kernel, p=p),
-        out_shape=jax.ShapeDtypeStruct((M, N), c.dtype),
+        out_type=jax.ShapeDtypeStruct((M, N), c.dtype),
         grid=(M // BM, N // p.bn), grid_names=("m", "n"),
         num_threads=3, thread_name="wg", **kwargs)
     return f(a, b, c)

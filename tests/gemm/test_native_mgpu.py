@@ -1,0 +1,136 @@
+"""Native mode's Mosaic GPU kernel (``native_mgpu``): its structure on a CPU, the backend
+choice.
+
+The kernel runs unchanged under ``jaxwarp.emulate(fn, arch="sm_90a")``: JAX's GPU
+interpret mode with every ``plgpu.wgmma`` the exact model's wgmma chain from the
+accumulator's value. Its blocks, pipeline, promotion, C, padding and K-major B must then
+give exact mode's bits (``matmul``'s k loop on the same converted operands). On an H100
+the tensor cores' bits are checked by ``benchmarks/native_mgpu.py --check`` and by
+``tests/gemm/test_native.py`` (whose GPU tests run the backend ``native_backend`` picks).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp._src.gemm import native, native_mgpu
+from jaxwarp._src.gemm.matmul import Cfg, tiled, to_operand
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint16)
+
+
+def _operands(fmt, acc, M, K, N, seed=0, spread=4):
+    rng = np.random.default_rng(seed)
+
+    def draw(shape):
+        x = rng.standard_normal(shape).astype(np.float32)
+        return x * np.exp2(rng.integers(-spread, spread + 1, shape)).astype(np.float32)
+
+    c = jnp.asarray(draw((M, N))).astype(jnp.float32 if acc == "f32" else jnp.float16)
+    a, b = to_operand(jnp.asarray(draw((M, K))), fmt), to_operand(jnp.asarray(draw((K, N))), fmt)
+    return a, b, c
+
+
+def _check(fmt, acc, promote, shape, c_given=True):
+    """native.chain through the Mosaic GPU backend, emulated, against exact mode."""
+    M, K, N = shape
+    k = native.NATIVE_K[fmt]
+    a, b, c = _operands(fmt, acc, M, K, N, seed=K + N)
+    if not c_given:
+        c = jnp.zeros_like(c)
+    cfg = Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "native", promote, False)
+    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+        assert native.backend(cfg) == "mosaic_gpu"
+        got = jaxwarp.emulate(lambda a, b, c: native.chain(a, b, c, cfg), arch="sm_90a")(a, b, c)
+    want = tiled(a, b, c, Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "exact", promote,
+                              False))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+# One tile each (a few seconds in the interpreter).
+@pytest.mark.parametrize("fmt, acc, promote, shape", [
+    ("f16", "f32", None, (128, 128, 256)),  # the 4096^3 tile: bk 64, C as the chain's start
+    ("e4m3", "f32", 64, (64, 256, 40)),  # promotion from +0, B K-major, M and N padded
+], ids=["f16", "e4m3-promote64"])
+def test_kernel_structure_under_emulate(fmt, acc, promote, shape):
+    _check(fmt, acc, promote, shape)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt, acc, promote, shape", [
+    ("bf16", "f32", 64, (128, 192, 256)),  # promotion every block of 64
+    ("bf16", "f32", 32, (128, 112, 128)),  # K = 112: blocks of 16; a shorter last interval
+    ("f16", "f16", None, (100, 48, 24)),  # f16 accumulator; K below one block
+    ("e4m3", "f32", None, (128, 256, 256)),  # the 13-bit C of fp8 across the blocks
+    ("e4m3", "f16", None, (128, 160, 128)),  # K = 160: blocks of 32
+    ("e5m2", "f32", 64, (64, 96, 40)),
+    ("tf32", "f32", None, (128, 56, 64)),  # k-8 blocks, B K-major
+    ("tf32", "f32", 16, (64, 96, 32)),
+], ids=["bf16-promote64", "bf16-K112-promote32", "f16-f16acc", "e4m3", "e4m3-f16acc-K160",
+        "e5m2-promote64", "tf32", "tf32-promote16"])
+def test_kernel_structure_under_emulate_every_format(fmt, acc, promote, shape):
+    _check(fmt, acc, promote, shape)
+
+
+@pytest.mark.slow
+def test_kernel_without_c_and_several_tiles():
+    _check("bf16", "f32", None, (256, 64, 512), c_given=False)
+
+
+def test_block_k_divides_k_and_the_interval():
+    assert native_mgpu.block_k("f16", 4096) == 64
+    assert native_mgpu.block_k("f16", 4096 + 48) == 16
+    assert native_mgpu.block_k("e4m3", 4096) == 128
+    assert native_mgpu.block_k("e4m3", 4096, 64) == 64
+    assert native_mgpu.block_k("tf32", 56) == 8
+    with pytest.raises(ValueError, match="multiples of the f16 instruction's k=16"):
+        native_mgpu.block_k("f16", 40)
+
+
+def test_plan_fits_shared_memory():
+    for fmt in native_mgpu.DTYPES:
+        for promote in (None, 128):
+            p = native_mgpu.plan(fmt, "f32", 4096, 4096, 4096, promote)
+            size = jnp.dtype(native_mgpu.DTYPES[fmt]).itemsize
+            smem = p.stages * (native_mgpu.BM + p.bn) * p.bk * size + 2 * 64 * p.wn * 4
+            assert 3 <= p.stages <= 4 and smem <= 227 * 1024, (fmt, promote, p)
+            assert p.bn == (128 if promote else 256)
+
+
+def _cfg(fa, fb, acc="f32"):
+    return Cfg(fa, fb, acc, (64, 8, native.NATIVE_K[fa]), "wgmma", "sm_90", "native", None,
+               False)
+
+
+def test_backend_follows_the_option():
+    assert native.backend(_cfg("bf16", "bf16")) == "mosaic_gpu"  # JAX 0.10.2 has the API
+    assert native.backend(_cfg("e5m2", "e4m3")) == "triton"  # one dtype a plgpu.wgmma
+    with jaxwarp.config.override(native_backend="triton"):
+        assert native.backend(_cfg("bf16", "bf16")) == "triton"
+    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+        with pytest.raises(ValueError, match=r"native_backend='mosaic_gpu'.*two formats"):
+            native.backend(_cfg("e5m2", "e4m3"))
+    with pytest.raises(ValueError, match="native_backend='cuda' is not allowed"):
+        jaxwarp.config.update("native_backend", "cuda")
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_mosaic_backend_refusal_is_eager_and_under_jit(jit):
+    a = jnp.ones((64, 32), jnp.float8_e5m2)
+    b = jnp.ones((32, 64), jnp.float8_e4m3fn)
+
+    def f(a, b):
+        return jaxwarp.mma(a, b, jnp.zeros((64, 64), jnp.float32), a_format="e5m2",
+                           b_format="e4m3", c_format="f32", d_format="f32",
+                           instruction="wgmma", arch="sm_90a", mode="native")
+
+    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+        with pytest.raises(ValueError, match=r"native_backend='mosaic_gpu'.*two formats"):
+            (jax.jit(f) if jit else f)(a, b)
