@@ -231,7 +231,7 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
         chains = pl.run_state(issue)(tuple(plgpu.ACC.init(c) for c in chains))
         if interval is not None:  # promotion: at an interval's last block
             last = jnp.logical_or((k_idx + 1) % interval == 0, k_idx + 1 == p.steps)
-            totals = tuple(jnp.where(last, t + c, t) for t, c in zip(totals, chains))
+            totals = tuple(jnp.where(last, t + c, t) for t, c in zip(totals, chains, strict=True))
             chains = tuple(jnp.where(last, jnp.zeros_like(c), c) for c in chains)
         return chains, totals
 
