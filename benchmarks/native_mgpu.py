@@ -167,7 +167,7 @@ def run_timing(n: int) -> dict:
             for what, fn in fns.items():
                 try:
                     results[what] = fn(a, b)
-                    t = best_time(lambda fn=fn: fn(a, b), 5, 0.3)
+                    t = best_time(lambda fn=fn, a=a, b=b: fn(a, b), 5, 0.3)
                     r[what] = {"seconds": t, "tflops": flops / t / 1e12}
                 except Exception as e:  # noqa: BLE001
                     r[what] = _error(e)
@@ -202,10 +202,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import jax
-
     from _common import device_info
 
-    caught: list = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         record: dict = {"benchmark": "native_mgpu", **device_info()}
