@@ -48,7 +48,8 @@ JAX API used (public ``jax.experimental.pallas.mosaic_gpu``, the same in JAX 0.1
 ``get_allocations``, ``allocations=``), ``BlockSpec`` with ``transforms``,
 ``TilingTransform``, ``SwizzleTransform``, ``find_swizzle``, ``SMEM``, ``Barrier``,
 ``ACC.init`` inside ``pl.run_state``, ``wgmma``, ``transpose_ref``, ``copy_gmem_to_smem``,
-``barrier_wait``, ``commit_smem``, ``copy_smem_to_gmem``, ``wait_smem_to_gmem``.
+``barrier_wait``, ``commit_smem``, ``copy_smem_to_gmem``, ``wait_smem_to_gmem``,
+``layout_cast`` to ``Layout.WGMMA`` (the patterns of JAX's own ``attention_mgpu``).
 :func:`api_error` says which is missing on another JAX.
 """
 
@@ -78,7 +79,7 @@ ROW_BYTES = 128
 API = ("kernel", "emit_pipeline_warp_specialized", "BlockSpec", "TilingTransform",
        "SwizzleTransform", "find_swizzle", "SMEM", "Barrier", "ACC", "wgmma",
        "transpose_ref", "copy_gmem_to_smem", "barrier_wait", "commit_smem",
-       "copy_smem_to_gmem", "wait_smem_to_gmem")
+       "copy_smem_to_gmem", "wait_smem_to_gmem", "layout_cast", "Layout")
 
 
 def api_error() -> str | None:
@@ -215,6 +216,9 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
         b_spec = plgpu.BlockSpec((bk, bn), lambda k: (k, 0), transforms=b_tf)
     interval = None if p.promote_every is None else p.promote_every // bk
 
+    def zero(like):  # +0 in wgmma's register layout (what plgpu.ACC.init takes)
+        return plgpu.layout_cast(jnp.full(like.shape, 0, like.dtype), plgpu.Layout.WGMMA)
+
     def body(idxs, a_smem, b_smem, carry):
         (k_idx,) = idxs
         chains, totals = carry
@@ -232,7 +236,7 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
         if interval is not None:  # promotion: at an interval's last block
             last = jnp.logical_or((k_idx + 1) % interval == 0, k_idx + 1 == p.steps)
             totals = tuple(jnp.where(last, t + c, t) for t, c in zip(totals, chains, strict=True))
-            chains = tuple(jnp.where(last, jnp.zeros_like(c), c) for c in chains)
+            chains = tuple(jnp.where(last, zero(c), c) for c in chains)
         return chains, totals
 
     def pipeline(compute_context):
@@ -269,9 +273,8 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
             c_vals = tuple(c_vals)
             if interval is None:
                 carry = (c_vals, ())
-            else:  # +0 in C's register layout (an ACC takes only wgmma's layout)
-                carry = (tuple(jnp.where(True, jnp.zeros((), c.dtype), c) for c in c_vals),
-                         c_vals)
+            else:
+                carry = (tuple(zero(c) for c in c_vals), c_vals)
             chains, totals = eval_pipeline(carry)
             outs = chains if interval is None else totals
             for h in range(2):
