@@ -80,8 +80,26 @@ def test_kernel_structure_under_emulate_every_format(fmt, acc, promote, shape):
 
 
 @pytest.mark.slow
-def test_kernel_without_c_and_several_tiles():
+def test_kernel_with_a_zero_c_and_several_tiles():
     _check("bf16", "f32", None, (256, 64, 512), c_given=False)
+
+
+@pytest.mark.parametrize("fmt, promote", [
+    ("f16", None), pytest.param("e5m2", 64, marks=pytest.mark.slow)])
+def test_kernel_without_c_reads_none_and_starts_from_zero(fmt, promote):
+    """``c_acc=None``: the kernel has no C operand; its chains (and the promoted total)
+    start from +0, as exact mode's from a zero C."""
+    M, K, N = 64, 128, 64
+    a, b, c = _operands(fmt, "f32", M, K, N, seed=3)
+    cfg = Cfg(fmt, fmt, "f32", (64, 8, native.NATIVE_K[fmt]), "wgmma", "sm_90", "native",
+              promote, False)
+    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+        got, report = jaxwarp.emulate(lambda a, b: native.chain(a, b, None, cfg),
+                                      arch="sm_90a", report=True)(a, b)
+    want = tiled(a, b, jnp.zeros_like(c), Cfg(fmt, fmt, "f32", cfg.tile, "wgmma", "sm_90",
+                                               "exact", promote, False))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert report.entries and all(e.instruction == "wgmma" for e in report.entries)
 
 
 def test_block_k_divides_k_and_the_interval():

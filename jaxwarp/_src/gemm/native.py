@@ -207,7 +207,8 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
 
     Args:
         a_op, b_op: operands in their formats' storage dtypes (tf32: rounded fp32).
-        c_acc: (M, N) accumulator input in the accumulator's dtype.
+        c_acc: (M, N) accumulator input in the accumulator's dtype, or None: C = +0 (the
+            Mosaic GPU kernel then reads no C).
         cfg: a ``jaxwarp.backends.ChainConfig`` (``jaxwarp.backends.chain_config``
             gives ``jaxwarp.matmul``'s), with ``mode="native"``.
         interpret: run the Triton kernel in Pallas' interpreter with the exact model as
@@ -231,6 +232,8 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
     if not interpret and backend(cfg) == "mosaic_gpu":
         return native_mgpu.chain(a_op, b_op, c_acc, cfg.a_format, cfg.accumulator,
                                  cfg.promote_every)
+    if c_acc is None:
+        c_acc = jnp.zeros((M, N), native_mgpu.ACC_DTYPES[cfg.accumulator])
     p = plan(cfg, M, K, N)
     bm, bn, _ = p.block
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn

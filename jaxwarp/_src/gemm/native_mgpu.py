@@ -197,10 +197,11 @@ def _swizzle_transforms(plgpu, minor: int, dtype) -> tuple:
     return (plgpu.TilingTransform((8, swizzle // size)), plgpu.SwizzleTransform(swizzle))
 
 
-def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
+def _kernel(*refs, p: Plan, has_c: bool):
     from jax.experimental import pallas as pl  # noqa: PLC0415
     from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: PLC0415
 
+    a_gmem, b_gmem, c_gmem, o_gmem = refs if has_c else (refs[0], refs[1], None, refs[2])
     bk, wn, bn = p.bk, p.wn, p.bn
     kmajor = B_KMAJOR[p.a_format]
     op_dtype, acc_dtype = DTYPES[p.a_format], ACC_DTYPES[p.accumulator]
@@ -216,8 +217,9 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
         b_spec = plgpu.BlockSpec((bk, bn), lambda k: (k, 0), transforms=b_tf)
     interval = None if p.promote_every is None else p.promote_every // bk
 
-    def zero(like):  # +0 in wgmma's register layout (what plgpu.ACC.init takes)
-        return plgpu.layout_cast(jnp.full(like.shape, 0, like.dtype), plgpu.Layout.WGMMA)
+    def zero(like=None):  # +0 in wgmma's register layout (what plgpu.ACC.init takes)
+        shape, dtype = ((CHAIN_M, wn), acc_dtype) if like is None else (like.shape, like.dtype)
+        return plgpu.layout_cast(jnp.full(shape, 0, dtype), plgpu.Layout.WGMMA)
 
     def body(idxs, a_smem, b_smem, carry):
         (k_idx,) = idxs
@@ -266,6 +268,9 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
             buf, bar = stage.at[wg], barrier.at[wg]
             c_vals = []
             for h in range(2):  # C's two 64-row halves, through the staging buffer
+                if not has_c:  # C = +0 (matmul without c): nothing to read
+                    c_vals.append(zero())
+                    continue
                 plgpu.copy_gmem_to_smem(c_gmem.at[rows(h), cols], buf, bar)
                 plgpu.barrier_wait(bar)
                 c_vals.append(buf[...])
@@ -291,8 +296,9 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
 def gemm(a, b, c, p: Plan, *, interpret=None):
     """``D = A @ B + C`` through the Mosaic GPU kernel: (M, K) @ (K, N) + (M, N), M a
     multiple of 128, N of ``p.bn``, K ``p.K``; B given as (N, K) where the format reads it
-    K-major (:data:`B_KMAJOR`). ``interpret``: passed to ``plgpu.kernel`` (JAX's GPU
-    interpret mode; ``jaxwarp.emulate`` sets its own)."""
+    K-major (:data:`B_KMAJOR`). ``c=None``: C = +0, not read (a zero C costs the kernel
+    a read of M x N accumulators and XLA a write of them). ``interpret``: passed to
+    ``plgpu.kernel`` (JAX's GPU interpret mode; ``jaxwarp.emulate`` sets its own)."""
     from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: PLC0415
 
     err = api_error()
@@ -300,23 +306,24 @@ def gemm(a, b, c, p: Plan, *, interpret=None):
         raise RuntimeError(err)
     kmajor = B_KMAJOR[p.a_format]
     (M, K), N = a.shape, b.shape[0 if kmajor else 1]
-    if K != p.K or M % BM or N % p.bn or c.shape != (M, N):
-        raise ValueError(f"native Mosaic GPU gemm: {a.shape} @ {b.shape} + {c.shape} does "
+    c_shape = None if c is None else c.shape
+    if K != p.K or M % BM or N % p.bn or c_shape not in (None, (M, N)):
+        raise ValueError(f"native Mosaic GPU gemm: {a.shape} @ {b.shape} + {c_shape} does "
                          f"not fit the plan {p}")
     kwargs = {} if interpret is None else {"interpret": interpret}
     f = plgpu.kernel(
-        functools.partial(_kernel, p=p),
-        out_type=jax.ShapeDtypeStruct((M, N), c.dtype),
+        functools.partial(_kernel, p=p, has_c=c is not None),
+        out_type=jax.ShapeDtypeStruct((M, N), ACC_DTYPES[p.accumulator]),
         grid=(M // BM, N // p.bn), grid_names=("m", "n"),
         num_threads=3, thread_name="wg", **kwargs)
-    return f(a, b, c)
+    return f(a, b) if c is None else f(a, b, c)
 
 
 def chain(a_op, b_op, c_acc, a_format: str, accumulator: str,
           promote_every: int | None) -> jax.Array:
     """``matmul``'s k loop in native mode on Mosaic GPU: (M, K) @ (K, N) + C on converted
     operands (tf32: fp32 words already rounded to tf32), rows and columns padded to the
-    tile, K never padded.
+    tile, K never padded; ``c_acc=None`` is C = +0, not read.
 
     Example:
         >>> a = jnp.ones((8, 32), jnp.bfloat16); b = jnp.ones((32, 8), jnp.bfloat16)
@@ -331,7 +338,7 @@ def chain(a_op, b_op, c_acc, a_format: str, accumulator: str,
         a_op = jnp.pad(a_op, ((0, Mp - M), (0, 0)))
     if Np != N:
         b_op = jnp.pad(b_op, ((0, 0), (0, Np - N)))
-    if (Mp, Np) != (M, N):
+    if (Mp, Np) != (M, N) and c_acc is not None:
         c_acc = jnp.pad(c_acc, ((0, Mp - M), (0, Np - N)))
     if B_KMAJOR[a_format]:
         b_op = b_op.T
