@@ -152,3 +152,23 @@ def test_mosaic_backend_refusal_is_eager_and_under_jit(jit):
     with jaxwarp.config.override(native_backend="mosaic_gpu"):
         with pytest.raises(ValueError, match=r"native_backend='mosaic_gpu'.*two formats"):
             (jax.jit(f) if jit else f)(a, b)
+
+
+@pytest.mark.slow
+def test_mma_batch_dims_through_one_vmap():
+    """``mma(mode="native")``'s batch dims (broadcast, two of them) become one vmap: one
+    more grid dim of the Mosaic GPU kernel, whatever the batch rank."""
+    from jaxwarp._src.arithmetic import datapath
+
+    rng = np.random.default_rng(2)
+    a = jnp.asarray(rng.standard_normal((2, 3, 64, 32)), jnp.float32).astype(jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((3, 32, 16)), jnp.float32).astype(jnp.bfloat16)
+    c = jnp.asarray(rng.standard_normal((64, 16)), jnp.float32)
+    cfg = datapath.ChainCfg("bf16", "bf16", "f32", "f32", None, 16)
+    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+        got = jaxwarp.emulate(lambda a, b, c: native.run_mma(a, b, c, cfg),
+                              arch="sm_90a")(a, b, c)
+    want = jaxwarp.mma(a, b, c, a_format="bf16", c_format="f32", d_format="f32",
+                       instruction="wgmma", arch="sm_90a")
+    assert got.shape == (2, 3, 64, 16)
+    np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -288,7 +288,7 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``ChainCfg`` of a chain
     that :func:`check_mma` accepted, so it is ``wgmma`` of the same k and datapath.
 
-    Leading batch dims broadcast as in ``mma`` (one kernel per batch element, through
+    Leading batch dims broadcast as in ``mma`` (flattened into one, through one
     ``jax.vmap``). tf32 operands are cut to their top 19 bits first, as the tensor core
     reads them (``bitops.tf32_keep``): the kernel must not round them. ``interpret``:
     as :func:`chain`'s.
@@ -306,11 +306,12 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     chain_cfg = Cfg(cfg.a_format, cfg.b_format, cfg.c_format, (64, 8, cfg.ik), "wgmma",
                     "sm_90a", "native", None, False)
     batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
-    a = jnp.broadcast_to(a, batch + a.shape[-2:])
-    b = jnp.broadcast_to(b, batch + b.shape[-2:])
-    c = jnp.broadcast_to(c, batch + c.shape[-2:])
     fn = functools.partial(chain, cfg=chain_cfg, interpret=interpret)
-    for _ in batch:
-        fn = jax.vmap(fn)
-    return fn(a, b, c)
+    if not batch:
+        return fn(a, b, c)
+    # One batch dim (one vmap: a Mosaic GPU kernel's grid gains one dim a vmap).
+    a, b, c = (jnp.broadcast_to(x, batch + x.shape[-2:]).reshape((-1, *x.shape[-2:]))
+               for x in (a, b, c))
+    d = jax.vmap(fn)(a, b, c)
+    return d.reshape(batch + d.shape[-2:])
 
