@@ -19,7 +19,7 @@ Usage (from the repository root, on an H100 / H200)::
 
     python benchmarks/native_mgpu.py                  # timing, 4096^3
     python benchmarks/native_mgpu.py --check          # bits, Mosaic GPU vs exact
-    python benchmarks/native_mgpu.py --check --timing --out native_mgpu.json
+    python benchmarks/native_mgpu.py --check --timing --tiles --out native_mgpu.json
 """
 
 from __future__ import annotations
@@ -98,8 +98,9 @@ def _operands(fmt, acc, M, K, N, seed, c_given=True):
     return a, b, (c if c_given else jnp.zeros_like(c))
 
 
-def _native(backend: str, kw: dict):
-    """A jitted ``matmul(mode="native")`` traced (at its first call) under ``backend``."""
+def _native(backend: str, kw: dict, tile: str = "auto"):
+    """A jitted ``matmul(mode="native")`` traced (at its first call) under ``backend``
+    (and, for Mosaic GPU, the option ``native_mgpu_tile``)."""
     import jax
 
     import jaxwarp
@@ -107,7 +108,7 @@ def _native(backend: str, kw: dict):
     fn = jax.jit(functools.partial(jaxwarp.matmul, mode="native", **kw))
 
     def call(*args):
-        with jaxwarp.config.override(native_backend=backend):
+        with jaxwarp.config.override(native_backend=backend, native_mgpu_tile=tile):
             return jax.block_until_ready(fn(*args))
 
     return call
@@ -146,7 +147,7 @@ def run_check() -> list:
     return out
 
 
-def run_timing(n: int) -> dict:
+def run_timing(n: int, tiles: bool) -> dict:
     import jax
     import jax.numpy as jnp
     from _common import best_time
@@ -160,6 +161,9 @@ def run_timing(n: int) -> dict:
             a, b, _ = _operands(fmt, "f32", n, n, n, seed=0)
             kw = dict(operand_format=fmt, promote_every=promote, instruction="wgmma")
             fns = {"mosaic_gpu": _native("mosaic_gpu", kw), "triton": _native("triton", kw)}
+            if tiles:  # the other tiles of the Mosaic GPU kernel (native_mgpu_tile)
+                for tile in ("128x256", "128x128"):
+                    fns[f"mosaic_gpu_{tile}"] = _native("mosaic_gpu", kw, tile)
             if promote is None:
                 xla = jax.jit(functools.partial(jnp.matmul, preferred_element_type=jnp.float32))
                 fns["xla"] = lambda a, b, xla=xla: jax.block_until_ready(xla(a, b))
@@ -171,15 +175,16 @@ def run_timing(n: int) -> dict:
                     r[what] = {"seconds": t, "tflops": flops / t / 1e12}
                 except Exception as e:  # noqa: BLE001
                     r[what] = _error(e)
-            for x, y in (("mosaic_gpu", "xla"), ("triton", "xla"), ("mosaic_gpu", "triton")):
+            pairs = [(x, "xla") for x in fns if x != "xla"] + [("mosaic_gpu", "triton")]
+            for x, y in pairs:
                 if "tflops" in r.get(x, {}) and "tflops" in r.get(y, {}):
                     r[f"{x}_over_{y}"] = r[x]["tflops"] / r[y]["tflops"]
             if "mosaic_gpu_over_xla" in r:
                 r["meets_target"] = r["mosaic_gpu_over_xla"] >= 0.9
             try:
                 want = _exact(kw)(a, b)
-                for what in ("mosaic_gpu", "triton"):
-                    if what in results:
+                for what in results:
+                    if what != "xla":
                         r[f"{what}_bits_equal_exact"] = _compare(results[what], want)
                 if "mosaic_gpu" in results and "triton" in results:
                     r["mosaic_gpu_bits_equal_triton"] = _compare(results["mosaic_gpu"],
@@ -198,6 +203,8 @@ def main() -> None:
     ap.add_argument("--timing", action="store_true",
                     help="timing as well as --check (the default without --check)")
     ap.add_argument("--size", type=int, default=None, help="M = N = K of the timing")
+    ap.add_argument("--tiles", action="store_true",
+                    help="time each native_mgpu_tile as well (128x256, 128x128)")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
     args = ap.parse_args()
 
@@ -220,7 +227,7 @@ def main() -> None:
             record["check_summary"] = f"{n_ok} of {len(record['check'])} cases bit-equal"
         if args.timing or not args.check:
             gpu = jax.default_backend() == "gpu"
-            record["timing"] = run_timing(args.size or (4096 if gpu else 256))
+            record["timing"] = run_timing(args.size or (4096 if gpu else 256), args.tiles)
     record["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}"
                                  for w in caught})
     text = json.dumps(record, indent=1)

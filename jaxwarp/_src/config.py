@@ -151,6 +151,10 @@ OPTIONS: tuple[Option, ...] = (
         "(Mosaic GPU where the installed JAX has the API its kernel uses and the operands "
         "are one format, else Triton), 'mosaic_gpu' or 'triton' (an error where that "
         "backend cannot run the product).")),
+    Option("native_mgpu_tile", "auto", allowed=("auto", "128x256", "128x128"), help=(
+        "Output tile of the Mosaic GPU native kernel (the same bits, another speed): 'auto' "
+        "(128x256 with 3 stages of 64-element k blocks, 128x128 with promotion), "
+        "'128x256' or '128x128' (4 stages).")),
     # --- arithmetic: how the block FMA is written out for XLA (the same bits).
     Option("arith_in_range_path", "auto", allowed=_AUTO_ON_OFF, layer="arithmetic", help=(
         "Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic "

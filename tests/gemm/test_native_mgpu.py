@@ -38,7 +38,7 @@ def _operands(fmt, acc, M, K, N, seed=0, spread=4):
     return a, b, c
 
 
-def _check(fmt, acc, promote, shape, c_given=True):
+def _check(fmt, acc, promote, shape, c_given=True, tile="auto"):
     """native.chain through the Mosaic GPU backend, emulated, against exact mode."""
     M, K, N = shape
     k = native.NATIVE_K[fmt]
@@ -46,7 +46,7 @@ def _check(fmt, acc, promote, shape, c_given=True):
     if not c_given:
         c = jnp.zeros_like(c)
     cfg = Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "native", promote, False)
-    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+    with jaxwarp.config.override(native_backend="mosaic_gpu", native_mgpu_tile=tile):
         assert native.backend(cfg) == "mosaic_gpu"
         got = jaxwarp.emulate(lambda a, b, c: native.chain(a, b, c, cfg), arch="sm_90a")(a, b, c)
     want = tiled(a, b, c, Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "exact", promote,
@@ -82,6 +82,20 @@ def test_kernel_structure_under_emulate_every_format(fmt, acc, promote, shape):
 @pytest.mark.slow
 def test_kernel_with_a_zero_c_and_several_tiles():
     _check("bf16", "f32", None, (256, 64, 512), c_given=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tile", ["128x128", "128x256"])
+def test_kernel_tiles_the_option_asks_for(tile):
+    _check("f16", "f32", 32, (128, 96, 256), tile=tile)
+    _check("e4m3", "f32", None, (128, 256, 256), tile=tile)
+
+
+def test_tile_option_sets_the_plan():
+    p = native_mgpu.plan("bf16", "f32", 4096, 4096, 4096, None, "128x128")
+    assert (p.bn, p.stages) == (128, 4)
+    p = native_mgpu.plan("bf16", "f32", 4096, 4096, 4096, 128, "128x256")
+    assert (p.bn, p.stages) == (256, 3)
 
 
 @pytest.mark.parametrize("fmt, promote", [

@@ -62,6 +62,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxwarp._src.config import config
+
 #: Operand formats the kernel issues, with their storage dtype and the wgmma k.
 DTYPES = {"f16": jnp.float16, "bf16": jnp.bfloat16, "tf32": jnp.float32,
           "e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
@@ -162,12 +164,13 @@ class Plan:
 
 
 def plan(a_format: str, accumulator: str, M: int, K: int, N: int,
-         promote_every: int | None) -> Plan:
-    """The kernel for an (M, K) @ (K, N) product: (128, 256) tiles (each compute warpgroup
-    a (128, 128) half: 128 accumulator registers a thread), (128, 128) with promotion
-    (the fp32 total doubles the registers), narrower for small N; 4 stages of
-    (128 + bn) x bk operand blocks where shared memory allows, with the C / D staging
-    buffer (64 x wn accumulators a warpgroup).
+         promote_every: int | None, tile: str = "auto") -> Plan:
+    """The kernel for an (M, K) @ (K, N) product. ``tile`` (the option
+    ``native_mgpu_tile``): "auto" is (128, 256) tiles (each compute warpgroup a (128, 128)
+    half: 128 accumulator registers a thread), (128, 128) with promotion (the fp32 total
+    doubles the registers); "128x256" or "128x128" asks for one. Narrower for small N.
+    As many stages (up to 4) of (128 + bn) x bk operand blocks as shared memory holds
+    beside the C / D staging buffer (64 x bn / 2 accumulators a warpgroup).
 
     Example:
         >>> p = plan("f16", "f32", 4096, 4096, 4096, None)
@@ -179,7 +182,10 @@ def plan(a_format: str, accumulator: str, M: int, K: int, N: int,
     if why is not None:
         raise ValueError(f"native Mosaic GPU kernel: {why}")
     bk = block_k(a_format, K, promote_every)
-    wn = 64 if promote_every is not None else 128
+    if tile == "auto":
+        wn = 64 if promote_every is not None else 128
+    else:
+        wn = {"128x256": 128, "128x128": 64}[tile]
     while wn > 16 and 2 * wn >= 2 * N:
         wn //= 2
     size = jnp.dtype(DTYPES[a_format]).itemsize
@@ -236,7 +242,7 @@ def _kernel(*refs, p: Plan, has_c: bool):
 
         chains = pl.run_state(issue)(tuple(plgpu.ACC.init(c) for c in chains))
         if interval is not None:  # promotion: at an interval's last block
-            last = jnp.logical_or((k_idx + 1) % interval == 0, k_idx + 1 == p.steps)
+            last = jnp.logical_or(lax.rem(k_idx + 1, interval) == 0, k_idx + 1 == p.steps)
             totals = tuple(jnp.where(last, t + c, t) for t, c in zip(totals, chains, strict=True))
             chains = tuple(jnp.where(last, zero(c), c) for c in chains)
         return chains, totals
@@ -332,7 +338,7 @@ def chain(a_op, b_op, c_acc, a_format: str, accumulator: str,
         ShapeDtypeStruct(shape=(8, 8), dtype=float32)
     """
     (M, K), N = a_op.shape, b_op.shape[1]
-    p = plan(a_format, accumulator, M, K, N, promote_every)
+    p = plan(a_format, accumulator, M, K, N, promote_every, config.native_mgpu_tile)
     Mp, Np = -(-M // BM) * BM, -(-N // p.bn) * p.bn
     if Mp != M:
         a_op = jnp.pad(a_op, ((0, Mp - M), (0, 0)))
