@@ -92,15 +92,16 @@ def api_error() -> str | None:
         True
     """
     try:
+        from jax.experimental import pallas as pl  # noqa: PLC0415
         from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: PLC0415
     except Exception as e:  # noqa: BLE001 (an ImportError, or a jaxlib without Mosaic)
         return (f"the native kernel on Mosaic GPU needs jax.experimental.pallas.mosaic_gpu "
                 f"(JAX >= 0.10.2); importing it failed with JAX {jax.__version__}: {e}")
-    missing = [n for n in API if not hasattr(plgpu, n)]
-    if missing or not hasattr(jax.experimental.pallas, "run_state"):
-        missing += [] if hasattr(jax.experimental.pallas, "run_state") else ["pl.run_state"]
-        return (f"the native kernel on Mosaic GPU needs plgpu.{', plgpu.'.join(missing)}, "
-                f"which JAX {jax.__version__} lacks (written against JAX 0.10.2 and 0.11)")
+    missing = [f"plgpu.{n}" for n in API if not hasattr(plgpu, n)]
+    missing += [] if hasattr(pl, "run_state") else ["pl.run_state"]
+    if missing:
+        return (f"the native kernel on Mosaic GPU needs {', '.join(missing)}, which JAX "
+                f"{jax.__version__} lacks (written against JAX 0.10.2 and 0.11)")
     return None
 
 
@@ -186,7 +187,7 @@ def plan(a_format: str, accumulator: str, M: int, K: int, N: int,
         wn = 64 if promote_every is not None else 128
     else:
         wn = {"128x256": 128, "128x128": 64}[tile]
-    while wn > 16 and 2 * wn >= 2 * N:
+    while wn > 16 and wn >= N:  # no wider than N needs
         wn //= 2
     size = jnp.dtype(DTYPES[a_format]).itemsize
     stage = (BM + 2 * wn) * bk * size
