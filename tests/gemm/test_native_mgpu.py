@@ -186,3 +186,15 @@ def test_mma_batch_dims_through_one_vmap():
                        instruction="wgmma", arch="sm_90a")
     assert got.shape == (2, 3, 64, 16)
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_a_jax_without_the_api_takes_triton_or_says_what_is_missing(monkeypatch):
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    monkeypatch.delattr(plgpu, "emit_pipeline_warp_specialized")
+    err = native_mgpu.api_error()
+    assert "plgpu.emit_pipeline_warp_specialized" in err and jax.__version__ in err
+    assert native.backend(_cfg("f16", "f16")) == "triton"
+    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+        with pytest.raises(ValueError, match=r"needs plgpu\.emit_pipeline_warp_specialized"):
+            native.backend(_cfg("f16", "f16"))
