@@ -198,3 +198,40 @@ def test_a_jax_without_the_api_takes_triton_or_says_what_is_missing(monkeypatch)
     with jaxwarp.config.override(native_backend="mosaic_gpu"):
         with pytest.raises(ValueError, match=r"needs plgpu\.emit_pipeline_warp_specialized"):
             native.backend(_cfg("f16", "f16"))
+
+
+_PTX_TYPE = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "e4m3": "e4m3", "e5m2": "e5m2"}
+
+
+@pytest.mark.parametrize("fmt, acc, promote, c_given, tile", [
+    ("f16", "f32", None, True, "auto"),
+    ("bf16", "f32", 64, True, "auto"),
+    ("tf32", "f32", None, True, "auto"),
+    ("e4m3", "f32", 128, False, "auto"),
+    ("e5m2", "f16", None, True, "auto"),
+    ("f16", "f16", None, False, "128x128"),
+])
+def test_kernel_lowers_for_cuda_to_its_formats_wgmma(fmt, acc, promote, c_given, tile):
+    """Mosaic GPU lowers the kernel on a CPU (``jax.export`` for the CUDA platform): every
+    layout, copy and wgmma of it is one the backend builds, and its only tensor-core
+    instruction is wgmma m64nNkK of the format, with the accumulator's type."""
+    import re
+
+    from jax import export
+
+    M, K, N = 256, 512, 512
+    a = jax.ShapeDtypeStruct((M, K), native_mgpu.DTYPES[fmt])
+    b = jax.ShapeDtypeStruct((K, N), native_mgpu.DTYPES[fmt])
+    c = jax.ShapeDtypeStruct((M, N), native_mgpu.ACC_DTYPES[acc])
+    with jaxwarp.config.override(native_mgpu_tile=tile):
+        if c_given:
+            fn = jax.jit(lambda a, b, c: native_mgpu.chain(a, b, c, fmt, acc, promote))
+            text = export.export(fn, platforms=["cuda"])(a, b, c).mlir_module()
+        else:
+            fn = jax.jit(lambda a, b: native_mgpu.chain(a, b, None, fmt, acc, promote))
+            text = export.export(fn, platforms=["cuda"])(a, b).mlir_module()
+        p = native_mgpu.plan(fmt, acc, M, K, N, promote, tile)
+    k, t = native.NATIVE_K[fmt], _PTX_TYPE[fmt]
+    want = f"wgmma.mma_async.sync.aligned.m64n{p.wn}k{k}.{acc}.{t}.{t}"
+    assert set(re.findall(r"wgmma\.mma_async[\w.]*", text)) == {want}
+    assert "mma.sync" not in text and "@mosaic_gpu" in text
