@@ -144,6 +144,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("gemm_kernel_any_range_below", 1 << 24, check=_int_at_least(0), help=(
         "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
         "with no range check and no cond in the calling program.")),
+    # native_backend: JAX 0.11 deprecates Pallas' Triton backend; 'auto' takes the kernel
+    # of the backend JAX keeps wherever the installed JAX has its API.
+    Option("native_backend", "auto", allowed=("auto", "mosaic_gpu", "triton"), help=(
+        "Which Pallas backend runs mode='native' (the same chain, the same bits): 'auto' "
+        "(Mosaic GPU where the installed JAX has the API its kernel uses and the operands "
+        "are one format, else Triton), 'mosaic_gpu' or 'triton' (an error where that "
+        "backend cannot run the product).")),
+    Option("native_mgpu_tile", "auto", allowed=("auto", "128x256", "128x128"), help=(
+        "Output tile of the Mosaic GPU native kernel (the same bits, another speed): 'auto' "
+        "(128x256 with 3 stages of 64-element k blocks, 128x128 with promotion), "
+        "'128x256' or '128x128' (4 stages).")),
     # --- arithmetic: how the block FMA is written out for XLA (the same bits).
     Option("arith_in_range_path", "auto", allowed=_AUTO_ON_OFF, layer="arithmetic", help=(
         "Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic "

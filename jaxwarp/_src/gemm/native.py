@@ -1,13 +1,16 @@
 """``mode="native"``: the exact model's instruction chain, run on a Hopper GPU's tensor cores.
 
 On an H100 / H200 the instruction that ``matmul`` models exists, so instead of emulating
-it the GEMM can issue it: ``native_kernels`` runs a Pallas (Triton backend) kernel whose
-every output element goes through the same sequence of ``wgmma.mma_async`` k-steps as
-exact mode's chain -- same instruction k, same ascending k order, C first, the accumulator
-kept in registers between instructions, promotion (``promote_every``) as an fp32
-round-to-nearest addition of each interval's chain from zero -- so its bits equal
-``mode="exact"``'s by construction (and ``benchmarks/native_check.py`` checks them on the
-GPU).
+it the GEMM can issue it: a Pallas kernel whose every output element goes through the same
+sequence of ``wgmma.mma_async`` k-steps as exact mode's chain -- same instruction k, same
+ascending k order, C first, the accumulator kept in registers between instructions,
+promotion (``promote_every``) as an fp32 round-to-nearest addition of each interval's
+chain from zero -- so its bits equal ``mode="exact"``'s by construction (and
+``benchmarks/native_check.py`` and ``benchmarks/native_mgpu.py --check`` check them on the
+GPU). Two kernels issue it, chosen by the option ``native_backend`` (:func:`backend`):
+``native_mgpu`` on Pallas' Mosaic GPU backend (``plgpu.wgmma``, TMA pipeline; "auto"
+wherever the installed JAX has its API and the operands are one format) and
+``native_kernels`` on the Triton backend (which JAX 0.11 deprecates).
 
 Which exact chains a wgmma chain *is* (:func:`check`): the kernel issues ``wgmma`` m64nNkK
 with the format's k (:data:`NATIVE_K`: 16 for f16 / bf16, 8 for tf32, 32 for e4m3 / e5m2);
@@ -45,7 +48,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxwarp._src.catalogue import isa
-from jaxwarp._src.gemm import native_kernels
+from jaxwarp._src.config import config
+from jaxwarp._src.gemm import native_kernels, native_mgpu
 from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg
 from jaxwarp._src.numerics import bitops
 
@@ -139,6 +143,34 @@ def check_chain(cfg: Any) -> None:
     if cfg.blockwise:
         raise ValueError("mode='native' does not take block scales (2-D a_scale / b_scale); "
                          "use per-tensor scales or mode='exact'")
+    backend(cfg)
+
+
+def backend(cfg: Any) -> str:
+    """Which Pallas backend runs ``cfg``'s chain: the option ``native_backend``, "auto"
+    being Mosaic GPU wherever its kernel (``native_mgpu``) can run the chain on the
+    installed JAX, Triton otherwise.
+
+    Raises:
+        ValueError: ``native_backend="mosaic_gpu"`` for a chain that kernel cannot run.
+
+    Example:
+        >>> from jaxwarp.backends import ChainConfig
+        >>> cfg = ChainConfig("e5m2", "e4m3", "f32", (64, 8, 32), "wgmma", "sm_90",
+        ...                   "native", None, False)
+        >>> backend(cfg)  # mixed fp8 operands: one dtype a plgpu.wgmma
+        'triton'
+    """
+    choice = config.native_backend
+    if choice == "triton":
+        return choice
+    why = native_mgpu.unsupported(cfg.a_format, cfg.b_format, cfg.accumulator)
+    if why is None:
+        return "mosaic_gpu"
+    if choice == "mosaic_gpu":
+        raise ValueError(f"mode='native' with native_backend='mosaic_gpu' cannot run this "
+                         f"chain: {why}; use native_backend='triton' or 'auto'")
+    return "triton"
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
@@ -175,11 +207,13 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
 
     Args:
         a_op, b_op: operands in their formats' storage dtypes (tf32: rounded fp32).
-        c_acc: (M, N) accumulator input in the accumulator's dtype.
+        c_acc: (M, N) accumulator input in the accumulator's dtype, or None: C = +0 (the
+            Mosaic GPU kernel then reads no C).
         cfg: a ``jaxwarp.backends.ChainConfig`` (``jaxwarp.backends.chain_config``
             gives ``jaxwarp.matmul``'s), with ``mode="native"``.
-        interpret: run the kernel in Pallas' interpreter with the exact model as each
-            block's arithmetic (for checking the kernel's structure on a CPU).
+        interpret: run the Triton kernel in Pallas' interpreter with the exact model as
+            each block's arithmetic (for checking the kernel's structure on a CPU); the
+            Mosaic GPU kernel is checked on a CPU under ``jaxwarp.emulate`` instead.
 
     Returns:
         (M, N) in the accumulator's dtype.
@@ -195,6 +229,11 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
     """
     (M, K), N = a_op.shape, b_op.shape[1]
     check_chain(cfg)
+    if not interpret and backend(cfg) == "mosaic_gpu":
+        return native_mgpu.chain(a_op, b_op, c_acc, cfg.a_format, cfg.accumulator,
+                                 cfg.promote_every)
+    if c_acc is None:
+        c_acc = jnp.zeros((M, N), native_mgpu.ACC_DTYPES[cfg.accumulator])
     p = plan(cfg, M, K, N)
     bm, bn, _ = p.block
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
@@ -249,7 +288,7 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     """``mma``'s chain on the tensor cores: ``cfg`` is ``datapath``'s ``ChainCfg`` of a chain
     that :func:`check_mma` accepted, so it is ``wgmma`` of the same k and datapath.
 
-    Leading batch dims broadcast as in ``mma`` (one kernel per batch element, through
+    Leading batch dims broadcast as in ``mma`` (flattened into one, through one
     ``jax.vmap``). tf32 operands are cut to their top 19 bits first, as the tensor core
     reads them (``bitops.tf32_keep``): the kernel must not round them. ``interpret``:
     as :func:`chain`'s.
@@ -267,11 +306,12 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     chain_cfg = Cfg(cfg.a_format, cfg.b_format, cfg.c_format, (64, 8, cfg.ik), "wgmma",
                     "sm_90a", "native", None, False)
     batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
-    a = jnp.broadcast_to(a, batch + a.shape[-2:])
-    b = jnp.broadcast_to(b, batch + b.shape[-2:])
-    c = jnp.broadcast_to(c, batch + c.shape[-2:])
     fn = functools.partial(chain, cfg=chain_cfg, interpret=interpret)
-    for _ in batch:
-        fn = jax.vmap(fn)
-    return fn(a, b, c)
+    if not batch:
+        return fn(a, b, c)
+    # One batch dim (one vmap: a Mosaic GPU kernel's grid gains one dim a vmap).
+    a, b, c = (jnp.broadcast_to(x, batch + x.shape[-2:]).reshape((-1, *x.shape[-2:]))
+               for x in (a, b, c))
+    d = jax.vmap(fn)(a, b, c)
+    return d.reshape(batch + d.shape[-2:])
 
