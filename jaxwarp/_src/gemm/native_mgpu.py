@@ -123,6 +123,30 @@ def unsupported(a_format: str, b_format: str, accumulator: str) -> str | None:
     return api_error()
 
 
+def auto_fits(a_format: str, K: int | None, promote_every: int | None) -> bool:
+    """Whether ``native_backend="auto"`` takes this kernel: where it was measured on an
+    H100 (JAX 0.11.2, ``benchmarks/native_mgpu.py``) to compile, to give exact mode's bits
+    and to run at least as fast as the Triton kernel: f16 and bf16 operands, no
+    promotion, and a K whose k block is a whole 128-byte row (K a multiple of 64).
+
+    There, at 4096^3, it ran at 1.03x (f16) and 1.04x (bf16) of ``jnp.matmul``, where the
+    Triton kernel ran at 0.84x and 0.91x. e4m3 compiled and was bit-exact but ran at 0.86x
+    (Triton 1.03x); with ``promote_every`` JAX 0.11.2's lowering refused the kernel
+    ("implicit broadcast not implemented with warpgroup semantics"), and f16 / bf16 with
+    a k block of 16 failed its layout inference. ``native_backend="mosaic_gpu"`` still
+    asks for the kernel in every case it models.
+
+    Example:
+        >>> auto_fits("bf16", 4096, None), auto_fits("bf16", 4096 + 48, None)
+        (True, False)
+        >>> auto_fits("e4m3", 4096, None), auto_fits("f16", 4096, 128)
+        (False, False)
+    """
+    if a_format not in ("f16", "bf16") or promote_every is not None:
+        return False
+    return K is None or block_k(a_format, K) * jnp.dtype(DTYPES[a_format]).itemsize == ROW_BYTES
+
+
 def block_k(a_format: str, K: int, promote_every: int | None = None) -> int:
     """The kernel's k block: the largest power of two multiple of the instruction's k, at
     most 128 bytes of A's row, that divides K and the promotion interval.

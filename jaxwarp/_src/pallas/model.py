@@ -92,10 +92,11 @@ class KernelProduct:
 
 
 def kernel_matmul(*args, **kwargs):
-    """``jaxwarp.matmul`` for a product inside a kernel body: the k loop inline in the
-    kernel (``gemm_shared="off"``), never the shared executables' host callback. A
-    kernel body runs inside JAX's interpreter loop; a callback there that dispatches
-    executables of its own, on a CPU whose thread pool runs the loop, can wait on the
-    loop forever (seen as a hang of the test suite on a 2-core machine)."""
-    with config.override(gemm_shared="off"):
+    """``jaxwarp.matmul`` for a product inside a kernel body: the model's k loop inline in
+    the interpreted kernel (``gemm_shared="off"``, ``gemm_fused_kernel="off"``), never a
+    host callback or a GPU kernel of jaxwarp's own launched from inside it (on a GPU
+    with JAX 0.11.2, the fused kernel traced inside an interpreted Triton-style kernel
+    failed: "lax.shift_right_logical requires arguments to have the same dtypes, got
+    int32, int64")."""
+    with config.override(gemm_shared="off", gemm_fused_kernel="off"):
         return matmul(*args, **kwargs)
