@@ -357,6 +357,7 @@ def lane_for(trips: Any, body_fn: Callable[[Any, Any], Any], init: Any, *, unrol
     main, rest = n // unroll, n % unroll
 
     def trip(s, i, lanes):
+        i = jnp.broadcast_to(jnp.asarray(i, jnp.int32), (WARP_SIZE,))
         with running(lanes), in_loop(everyone, lanes):
             new = _per_lane(body_fn(i, s), "body_fn's result")
         _same_structure(s, new, "lane_for body_fn")
