@@ -24,17 +24,23 @@ One instruction computes each output element as a chain of *block fused multiply
    operands' exponents (``align="nominal"``), a subnormal operand counting with the
    format's minimum normal exponent (``sub_exp="emin"``: what an adder of biased
    exponent fields sees); the accumulator counts with its leading-bit exponent, but at
-   least D's minimum normal exponent (``c_sub_exp="emin"``: a subnormal C of D's
-   format counts at emin, an f16 subnormal C of an fp32 D with its own leading bit);
+   least the minimum normal exponent of the format the block sums into
+   (``c_sub_exp="emin"``): fp32 when C is fp32 (also with an f16 D), else D's format (a
+   subnormal C of D's format counts at emin, an f16 subnormal C of an fp32 D with its
+   own leading bit);
 3. ``E`` is the largest alignment exponent of the non-zero terms, but never below
-   ``emin(D) - 7`` (``e_floor=7``; -21 with an f16 D, -133 with an fp32 D or block
-   result, also when C is zero); every term is truncated toward zero (``trunc="rz"``)
+   ``emin - 7`` of that format (``e_floor=7``; -21 with an f16 C and D, -133 with an
+   fp32 C or D or a block result, also when C is zero); every term is truncated toward
+   zero (``trunc="rz"``)
    to a multiple of ``2**(E - F)``;
 4. the truncated terms are added exactly;
 5. the sum becomes fp32 toward zero (``block_round``; cut to ``sum_mbits`` fraction
    bits first: 13 for fp8 ``wgmma``) or, with an f16 C, f16 to nearest even directly
-   (``f16_out="direct"``, a -0 result becomes +0: ``f16_zero="plus"``). Beyond the
-   format's range the result is inf (also toward zero).
+   (``f16_out="direct"``, a -0 result becomes +0: ``f16_zero="plus"``); with an fp32 C
+   and an f16 D, D is the fp32 result rounded to f16 (nearest even), exactly as the
+   fp32-D instruction's result would be (H100: 100% of a dense probe of sums next to
+   f16 rounding points, ``tools/capture/probe_f16d.py``). Beyond the format's range
+   the result is inf (also toward zero).
 
 Each block after the first takes the previous block's fp32 result as its accumulator
 (``block_out="f32"``), or its result rounded as D (``block_out="d"``: the older

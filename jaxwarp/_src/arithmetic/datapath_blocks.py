@@ -637,5 +637,8 @@ def instruction(a, b, ks, c_bits, c_format: str, block, cfg: ChainCfg, shift: in
     ``ks`` in order, as ``cfg.dp.c_mode`` says (``INSTR_BY_C_MODE``); ``a``, ``b``: the
     prepared operands (f16 values, or ``Operand``) and ``block`` the block FMA that reads
     them."""
-    acc = decode_acc(c_bits, c_format, cfg.dp, cfg.d_format, shift)
+    # An fp32 C makes the instruction an fp32-accumulating one: its blocks sum into fp32
+    # (subnormal rule and floor of fp32) and an f16 D is that fp32 result rounded.
+    out = "f32" if c_format == "f32" else cfg.d_format
+    acc = decode_acc(c_bits, c_format, cfg.dp, out, shift)
     return INSTR_BY_C_MODE[cfg.dp.c_mode](a, b, ks, acc, block, cfg, c_format)

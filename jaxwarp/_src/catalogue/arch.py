@@ -243,7 +243,7 @@ class Datapath:
         own leading bit.
       e_floor: ``None``, or E is at least that format's minimum normal exponent less
         ``e_floor`` (also with a zero accumulator: sm_90 cuts terms at
-        ``2**(emin - 7 - F)`` at the finest, ``2**-46`` with an f16 D, ``2**-158`` with
+        ``2**(emin - 7 - F)`` at the finest, ``2**-46`` with an f16 C and D, ``2**-158`` with
         an fp32 one).
       trunc: aligned terms are truncated toward zero (``"rz"``) or toward minus
         infinity (``"floor"``).
