@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
+from jaxwarp._src.config import config
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.gemm import matmul_tiles
 from jaxwarp._src.gemm.matmul import MODES, matmul
@@ -207,7 +208,11 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
         return cfg
     p = cfg.pad_multiple
     dtype = jnp.float64 if operand_format == "f64" else jnp.float32
-    for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):
-        jax.eval_shape(functools.partial(matmul, **cfg.matmul_kwargs(fmt)),
-                       jax.ShapeDtypeStruct((p, p), dtype), jax.ShapeDtypeStruct((p, p), dtype))
+    # A check of the arguments only: matmul's inline path (no GPU kernel is traced, which
+    # inside a caller's 64-bit context would not trace; seen under Pallas on a GPU)
+    with config.override(gemm_fused_kernel="off", gemm_shared="off"):
+        for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):
+            jax.eval_shape(functools.partial(matmul, **cfg.matmul_kwargs(fmt)),
+                           jax.ShapeDtypeStruct((p, p), dtype),
+                           jax.ShapeDtypeStruct((p, p), dtype))
     return cfg

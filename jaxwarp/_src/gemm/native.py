@@ -146,7 +146,8 @@ def check_chain(cfg: Any) -> None:
     backend(cfg)
 
 
-def backend(cfg: Any, K: int | None = None) -> str:
+def backend(cfg: Any, K: int | None = None, M: int | None = None,
+            N: int | None = None) -> str:
     """Which Pallas backend runs ``cfg``'s chain (over ``K``, when known): the option
     ``native_backend``; "auto" is Mosaic GPU where its kernel (``native_mgpu``) can run
     the chain on the installed JAX and was measured to compile and to be at least as fast
@@ -167,7 +168,7 @@ def backend(cfg: Any, K: int | None = None) -> str:
         return choice
     why = native_mgpu.unsupported(cfg.a_format, cfg.b_format, cfg.accumulator)
     if why is None and (choice == "mosaic_gpu"
-                        or native_mgpu.auto_fits(cfg.a_format, K, cfg.promote_every)):
+                        or native_mgpu.auto_fits(cfg.a_format, K, cfg.promote_every, M, N)):
         return "mosaic_gpu"
     if why is not None and choice == "mosaic_gpu":
         raise ValueError(f"mode='native' with native_backend='mosaic_gpu' cannot run this "
@@ -231,7 +232,7 @@ def chain(a_op, b_op, c_acc, cfg: Any, *, interpret: bool = False) -> jax.Array:
     """
     (M, K), N = a_op.shape, b_op.shape[1]
     check_chain(cfg)
-    if not interpret and backend(cfg, K) == "mosaic_gpu":
+    if not interpret and backend(cfg, K, M, N) == "mosaic_gpu":
         return native_mgpu.chain(a_op, b_op, c_acc, cfg.a_format, cfg.accumulator,
                                  cfg.promote_every)
     if c_acc is None:

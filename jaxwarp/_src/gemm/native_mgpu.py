@@ -123,11 +123,14 @@ def unsupported(a_format: str, b_format: str, accumulator: str) -> str | None:
     return api_error()
 
 
-def auto_fits(a_format: str, K: int | None, promote_every: int | None) -> bool:
+def auto_fits(a_format: str, K: int | None, promote_every: int | None,
+              M: int | None = None, N: int | None = None) -> bool:
     """Whether ``native_backend="auto"`` takes this kernel: where it was measured on an
     H100 (JAX 0.11.2, ``benchmarks/native_mgpu.py``) to compile, to give exact mode's bits
     and to run at least as fast as the Triton kernel: f16 and bf16 operands, no
-    promotion, and a K whose k block is a whole 128-byte row (K a multiple of 64).
+    promotion, a K whose k block is a whole 128-byte row (K a multiple of 64), and M and
+    N multiples of 128 (every shape measured to pass had them; a 16 x 64 x 16 product
+    failed Mosaic GPU's layout inference).
 
     There, at 4096^3, it ran at 1.03x (f16) and 1.04x (bf16) of ``jnp.matmul``, where the
     Triton kernel ran at 0.84x and 0.91x. e4m3 compiled and was bit-exact but ran at 0.86x
@@ -143,6 +146,8 @@ def auto_fits(a_format: str, K: int | None, promote_every: int | None) -> bool:
         (False, False)
     """
     if a_format not in ("f16", "bf16") or promote_every is not None:
+        return False
+    if any(x is not None and x % 128 for x in (M, N)):
         return False
     return K is None or block_k(a_format, K) * jnp.dtype(DTYPES[a_format]).itemsize == ROW_BYTES
 
