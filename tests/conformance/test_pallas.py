@@ -241,3 +241,19 @@ def test_sample_is_bit_exact_under_emulate(group, tmp_path):
     (r,), _ = conformance.check_file(path)
     assert r.group == group
     assert r.ok and r.total == d[f"{group}/out"].size, (r.error or r.note, r.matched, r.total)
+
+
+# tests/data/h100_pallas.npz: Triton-style kernels captured on an H100 (JAX 0.11.2,
+# tools/capture/capture_pallas.py), four per operand type; the whole file runs in the slow
+# tier (test_conformance.py). By default the two paths first verified there: e5m2 (the
+# fp8 path measured on e4m3) and f32 at default precision (tf32 rounded with cvt.rna).
+@pytest.mark.parametrize("group", ["pallas/e5m2_64x64x64_w4/t1",
+                                   "pallas/f32_32x32x64_w2_c_init/t0"])
+def test_h100_capture_is_bit_exact_under_emulate(group, tmp_path):
+    d = np.load(DATA / "h100_pallas.npz")
+    assert "H100" in str(d["device"])
+    path = _write(tmp_path, {k: d[k] for k in d.files
+                             if k == "device" or k.startswith(group + "/")})
+    (r,), _ = conformance.check_file(path)
+    assert r.group == group
+    assert r.ok and r.total == d[f"{group}/out"].size, (r.error or r.note, r.matched, r.total)

@@ -140,12 +140,17 @@ def test_fp8_is_permuted_f16_mma_sync(dtype, bk):
 
 
 def test_f32_default_precision_is_tf32():
-    """f32 at default precision: Pallas lowers it with input_precision TF32."""
+    """f32 at default precision: Pallas lowers it with input_precision TF32, and Triton
+    rounds each operand to tf32 to nearest, ties away (cvt.rna), before the tf32 chain
+    (an H100 capture: 100%; the raw words, low bits ignored, 0.3%)."""
     a, b = _operands(jnp.float32, 32, 16, 64, seed=5)
     out = _emulated(block=(16, 16, 32), num_warps=1)(a, b)
-    keep = jaxwarp._src.numerics.bitops.tf32_keep  # noqa: SLF001 (the model's own rule)
-    want = jaxwarp.matmul(keep(a), keep(b), operand_format="tf32", instruction="mma_sync")
+    rna = jaxwarp.float_to_tf32
+    want = jaxwarp.matmul(rna(a), rna(b), operand_format="tf32", instruction="mma_sync")
     np.testing.assert_array_equal(_bits(out), _bits(want))
+    keep = jaxwarp._src.numerics.bitops.tf32_keep  # noqa: SLF001 (the tensor core's own cut)
+    raw = jaxwarp.matmul(keep(a), keep(b), operand_format="tf32", instruction="mma_sync")
+    assert (_bits(out) != _bits(raw)).any()
 
 
 def _round_f32(q: Fraction) -> np.float32:

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.config import config
 from jaxwarp._src.catalogue.isa import FP8_TYPES
+from jaxwarp._src.config import config
 from jaxwarp._src.gemm import matmul_tiles
 from jaxwarp._src.gemm.matmul import MODES, matmul
 from jaxwarp._src.numerics import formats
