@@ -1,0 +1,343 @@
+"""The arithmetic of AMD's matrix cores (``v_mfma_*`` of CDNA1, CDNA2, CDNA3) on bits.
+
+:func:`mfma_bits` computes one block ``D = A @ B + C`` as the instruction's
+:class:`~jaxwarp._src.catalogue.mfma_table.MfmaDatapath` says (the kinds are listed in
+``catalogue/mfma_table.py``), on raw bit patterns, with the number layer's one rounding
+engine (``softfloat.round_sig`` / ``encode_rounded``, ``softfloat.add_rn``; the fp32 and
+fp64 fused multiply-adds of ``scaling/tensor_scale`` and ``arithmetic/datapath_f64``).
+The model is the published reference model MMA-Sim 2.1.1 (Xie et al., arXiv 2511.10909);
+the steps of each kind, per output element and group of products:
+
+* ``"fma"``: ``d = fma(a[k], b[k], d)`` for k = 0, 1, ... (IEEE, nearest even, subnormals
+  kept), starting from C.
+* ``"exact"`` (CDNA1 f16 / bf16): the group's products and C summed exactly, rounded once
+  to nearest even into f32 (subnormals kept, beyond f32's range infinity).
+* ``"ftz_chain"`` (CDNA2 f16 / bf16): operands and C below f32's smallest normal become +0;
+  each product is rounded to f32; products are added in pairs (then the pairs, for groups of
+  4), the group's sum is added to C, every addition IEEE f32 to nearest even; every product
+  and sum below the smallest normal becomes a zero of its sign.
+* ``"trunc"`` (CDNA3 f16 / bf16 / xf32): each product's exponent is the sum of its
+  operands' (a subnormal counts at its format's minimum normal exponent), E the group's
+  largest; every product is truncated toward zero to a multiple of ``2**(E - F)`` and
+  the truncated products summed (a product of 2**128 or more is an infinity). Then C
+  (exponent e_c, at least -126) joins: with J = max(E, e_c), the product sum is floored to
+  a multiple of ``2**(J - F2 - 1)`` and C to one of ``2**(J - F)``; their exact sum is
+  floored to ``F2`` fraction bits below its leading bit (at least ``2**(-126 - F2)``) and
+  rounded to nearest even into f32. NaN is 0x7FFFFFFF.
+* ``"trunc_split"`` (CDNA3 fp8 / bf8): as ``"trunc"``, but the even-k and the odd-k
+  products are truncated and summed apart (each with its own E), the two sums floored to
+  the larger E's grid and added; a C below ``2**(J - F - 1)`` counts as zero.
+
+NaN bits: the ``"trunc"`` kinds write 0x7FFFFFFF, as MMA-Sim does; the others write the
+quiet NaN 0x7FFFFFFF too, where MMA-Sim passes on whatever NaN its host CPU's arithmetic
+gives (an operand's payload): a NaN is compared as a NaN there.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxwarp._src.arithmetic import datapath_f64
+from jaxwarp._src.catalogue.mfma_table import MfmaDatapath
+from jaxwarp._src.numerics import bitops, softfloat
+from jaxwarp._src.numerics.user_formats import Layout, decode_codes
+from jaxwarp._src.scaling import tensor_scale
+
+__all__ = ["F32_NAN", "NAN_EXACT_KINDS", "mfma_bits"]
+
+#: The NaN every f32 result of these datapaths carries.
+F32_NAN = 0x7FFFFFFF
+#: The kinds whose NaN bits MMA-Sim defines (0x7FFFFFFF); the others' come from its host.
+NAN_EXACT_KINDS = ("trunc", "trunc_split")
+
+_FNUZ = {"e4m3fnuz": Layout(4, 3, 8, "fnuz", True, False),
+         "e5m2fnuz": Layout(5, 2, 16, "fnuz", True, False)}
+_EMIN_F32 = -126
+_U = jnp.uint32
+_I = jnp.int32
+
+
+def _decode(bits, fmt: str):
+    """uint32 bits -> ``(neg, sig, lsb, e, inf, nan)``: value ``(-1)**neg * sig * 2**lsb``;
+    ``e`` the exponent of the leading bit (a subnormal: the format's minimum normal
+    exponent; zero, inf, NaN: ``softfloat.NEG_BIG``)."""
+    if fmt in _FNUZ:
+        neg, sig, lsb, align, inf, nan = decode_codes(bits, _FNUZ[fmt])
+        e = jnp.where(sig == 0, softfloat.NEG_BIG, align)
+        return neg, sig, lsb, e, inf, nan
+    neg, lsb, sig, lead, inf, nan = softfloat.decode(bits, fmt, sub_emin=True)
+    return neg, sig.astype(_I), lsb, lead, inf, nan
+
+
+def _products(a, b):
+    """Decoded operands (..., m, 1, L) and (..., 1, n, L) -> the exact products."""
+    na, sa, la, ea, ia, qa = a
+    nb, sb, lb, eb, ib, qb = b
+    za, zb = (sa == 0) & ~ia & ~qa, (sb == 0) & ~ib & ~qb
+    neg = na ^ nb
+    sig = sa * sb  # below 2**24 for every operand format here
+    nan = qa | qb | (ia & zb) | (ib & za)
+    inf = (ia | ib) & ~nan
+    return neg, sig, la + lb, ea + eb, inf, nan
+
+
+def _signed(neg, mag):
+    return jnp.where(neg, -mag, mag)
+
+
+# --------------------------------------------------------------------------------------
+# "trunc" and "trunc_split": truncated sums, C joined, floored, rounded.
+
+
+def _trunc_sum(neg, sig, lsb, e, F: int):
+    """Products (last axis) truncated below the largest exponent E and summed:
+    ``(D, E)``, value ``D * 2**(E - F)`` (E = NEG_BIG when every product is zero)."""
+    nz = sig != 0
+    E = jnp.max(jnp.where(nz, e, softfloat.NEG_BIG), axis=-1)
+    mag = softfloat.shift(sig, lsb - (E[..., None] - F))
+    return jnp.sum(_signed(neg, jnp.where(nz, mag, 0)), axis=-1), E
+
+
+def _floor_shift(x, s):
+    """``floor(x * 2**-s)`` for int32 x and s >= 0 (any size)."""
+    return x >> jnp.clip(s, 0, 31)
+
+
+def _hi_lo(v, t):
+    """``v * 2**t`` (int32 v, 0 <= t <= 15) as (hi, lo): hi * 2**16 + lo."""
+    return (v >> 16) << t, (v & 0xFFFF) << t
+
+
+def _round_joined(hi, lo, g, F2: int):
+    """``X = (hi * 2**16 + lo) * 2**g`` (hi, lo int32, lo >= 0) floored to ``F2`` fraction
+    bits below its leading bit (grid at least ``2**(-126 - F2)``), then rounded to nearest
+    even into f32 -> (f32 bits without the zero rule, X == 0, X < 0)."""
+    hi = hi + (lo >> 16)
+    lo = lo & 0xFFFF
+    neg = hi < 0
+    mh = jnp.where(neg, jnp.where(lo > 0, -hi - 1, -hi), hi).astype(_U)
+    ml = jnp.where(neg & (lo > 0), 0x10000 - lo, lo).astype(_U)
+    n = jnp.where(mh > 0, 16 + softfloat.bitlen(mh), softfloat.bitlen(ml))
+    lead = g + n - 1
+    G = jnp.maximum(lead - F2, _EMIN_F32 - F2)  # the floor's grid
+    k = G - g  # bits dropped (<= 16 here)
+    kk = jnp.clip(k, 0, 16).astype(_U)
+    full = (mh << 16) | ml  # exact where k <= 0 (then the value has <= 32 bits)
+    part = (mh << (16 - kk)) | (ml >> kk)
+    lost = (ml & ((_U(1) << kk) - 1)) != 0
+    r = jnp.where(k > 0, part, full << jnp.clip(-k, 0, 31).astype(_U))
+    G = jnp.where(k > 0, G, g - jnp.clip(-k, 0, 31))
+    lost = (k > 0) & lost
+    up = neg & lost  # floor of a negative value: its magnitude rounds up
+    r2 = r + up.astype(_U)
+    wrap = up & (r2 == 0)
+    r2 = jnp.where(wrap, _U(1 << 31), r2)
+    G = G + wrap.astype(_I)
+    q, qlsb = softfloat.round_sig(r2, G, _EMIN_F32, 23, "rn")
+    bits = softfloat.encode_rounded(neg, q, qlsb, "f32")
+    return bits, (mh == 0) & (ml == 0), neg
+
+
+def _trunc_group(a, b, c, dp: MfmaDatapath, split: bool):
+    """One group of a ``"trunc"`` / ``"trunc_split"`` datapath: decoded operands, C as
+    f32 bits (..., m, n) -> D's bits."""
+    F, F2 = dp.alignment_bits, dp.sum_bits
+    pneg, psig, plsb, pe, pinf, pnan = _products(a, b)
+    plead = plsb + softfloat.bitlen(psig) - 1
+    over = (psig != 0) & (plead >= 128)  # beyond f32's range: an infinity
+    pinf = pinf | over
+    psig = jnp.where(over, 0, psig)
+    if split:
+        de, ee = _trunc_sum(pneg[..., 0::2], psig[..., 0::2], plsb[..., 0::2],
+                            pe[..., 0::2], F)
+        do, eo = _trunc_sum(pneg[..., 1::2], psig[..., 1::2], plsb[..., 1::2],
+                            pe[..., 1::2], F)
+        edot = jnp.maximum(ee, eo)
+        d = _floor_shift(de, edot - ee) + _floor_shift(do, edot - eo)
+    else:
+        d, edot = _trunc_sum(pneg, psig, plsb, pe, F)
+    cn, cs, cl, ce, ci, cq = _decode(c, "f32")
+    ec = jnp.where(cs == 0, _EMIN_F32, ce)
+    J = jnp.maximum(edot, ec)
+    s1 = edot - J + (F2 + 1 - F)
+    d = jnp.where(s1 >= 0, d, _floor_shift(d, -s1))
+    lsb_d = jnp.where(s1 >= 0, edot - F, J - F2 - 1)
+    csig = _signed(cn, cs)
+    s2 = cl - (J - F)
+    csig = jnp.where(s2 >= 0, csig, _floor_shift(csig, -s2))
+    lsb_c = jnp.where(s2 >= 0, cl, J - F)
+    if split:
+        csig = jnp.where(ec < J - F - 1, 0, csig)
+    hd, ld = _hi_lo(d, 0)
+    hc, lc = _hi_lo(csig, jnp.clip(lsb_c - lsb_d, 0, 15))
+    bits, zero, _ = _round_joined(hd + hc, ld + lc, lsb_d, F2)
+    # An exact zero: -0 only from -0 terms alone (MMA-Sim's floating-point zeros).
+    negzero = jnp.all(pneg | (psig != 0), axis=-1) & cn
+    bits = jnp.where(zero, jnp.where(negzero, _U(1 << 31), _U(0)), bits)
+    ppos = jnp.any(pinf & ~pneg, axis=-1) | (ci & ~cn)
+    pmin = jnp.any(pinf & pneg, axis=-1) | (ci & cn)
+    nan = jnp.any(pnan, axis=-1) | cq | (ppos & pmin)
+    bits = jnp.where(ppos, _U(0x7F800000), jnp.where(pmin, _U(0xFF800000), bits))
+    return jnp.where(nan, _U(F32_NAN), bits)
+
+
+# --------------------------------------------------------------------------------------
+# "exact": the group's products and C summed exactly, rounded once.
+
+_LIMBS = 12  # 16-bit limbs: a 192-bit window below the largest term
+
+
+def _exact_group(a, b, c):
+    pneg, psig, plsb, _, pinf, pnan = _products(a, b)
+    cn, cs, cl, _, ci, cq = _decode(c, "f32")
+    shape = jnp.broadcast_shapes(psig.shape[:-1], cs.shape)
+    negs = [jnp.broadcast_to(x, shape) for x in (*jnp.moveaxis(pneg, -1, 0), cn)]
+    sigs = [jnp.broadcast_to(x, shape) for x in (*jnp.moveaxis(psig, -1, 0), cs)]
+    lsbs = [jnp.broadcast_to(x, shape) for x in (*jnp.moveaxis(plsb, -1, 0), cl)]
+    leads = [jnp.where(s != 0, l + softfloat.bitlen(s) - 1, softfloat.NEG_BIG)
+             for s, l in zip(sigs, lsbs, strict=True)]
+    top = functools.reduce(jnp.maximum, leads)
+    g = top - 16 * _LIMBS + 2  # the window's last bit (one spare bit at the top)
+    limbs = [jnp.zeros(shape, _I) for _ in range(_LIMBS)]
+    lost = jnp.zeros(shape, bool)
+    for neg, sig, lsb in zip(negs, sigs, lsbs, strict=True):
+        o = lsb - g
+        for j in range(_LIMBS):
+            part = softfloat.shift(sig, o - 16 * j) & 0xFFFF
+            limbs[j] = limbs[j] + _signed(neg, part)
+        drop = jnp.clip(-o, 0, 31)
+        lost = lost | ((o < 0) & ((sig & ((1 << drop) - 1)) != 0)) | ((o <= -31) & (sig != 0))
+
+    def normalized(ls):
+        out, carry = [], jnp.zeros(shape, _I)
+        for x in ls:
+            x = x + carry
+            carry = x >> 16
+            out.append(x & 0xFFFF)
+        return out, carry  # carry: the sign (0 or -1)
+
+    pos, sgn = normalized(limbs)
+    negl, _ = normalized([-x for x in limbs])
+    neg = sgn < 0
+    mag = jnp.stack([jnp.where(neg, y, x) for x, y in zip(pos, negl, strict=True)], -1)
+    mag = mag.astype(_U)
+    nz = mag != 0
+    idx = jnp.arange(_LIMBS, dtype=_I)
+    J = jnp.max(jnp.where(nz, idx, -1), axis=-1)
+    padded = jnp.concatenate([jnp.zeros(shape + (2,), _U), mag], -1)
+
+    def limb(i):  # limb i (i >= -2; below 0: zero)
+        return jnp.take_along_axis(padded, (i + 2)[..., None], -1)[..., 0]
+
+    Jc = jnp.maximum(J, 0)
+    l0, l1, l2 = limb(Jc), limb(Jc - 1), limb(Jc - 2)
+    bl = softfloat.bitlen(l0)
+    sb = bl.astype(_U)
+    r = (l0 << (32 - sb)) | (l1 << (16 - sb)) | (l2 >> jnp.clip(sb, 0, 16))
+    below = jnp.cumsum(nz.astype(_I), axis=-1) - nz.astype(_I)  # nonzero limbs below i
+    under = jnp.take_along_axis(jnp.concatenate([jnp.zeros(shape + (2,), _I), below], -1),
+                                (Jc)[..., None], -1)[..., 0] > 0  # below limb J - 2
+    sticky = lost | ((l2 & ((_U(1) << sb) - 1)) != 0) | under
+    gr = g + 16 * Jc + bl - 32
+    q, qlsb = softfloat.round_sig(r | sticky.astype(_U), gr, _EMIN_F32, 23, "rn")
+    bits = softfloat.encode_rounded(neg, q, qlsb, "f32")
+    zero = (J < 0) & ~lost
+    negzero = functools.reduce(jnp.logical_and, [n | (s != 0) for n, s in
+                                                  zip(negs, sigs, strict=True)])
+    bits = jnp.where(zero, jnp.where(negzero, _U(1 << 31), _U(0)), bits)
+    ppos = jnp.any(pinf & ~pneg, axis=-1) | (ci & ~cn)
+    pmin = jnp.any(pinf & pneg, axis=-1) | (ci & cn)
+    nan = jnp.any(pnan, axis=-1) | cq | (ppos & pmin)
+    bits = jnp.where(ppos, _U(0x7F800000), jnp.where(pmin, _U(0xFF800000), bits))
+    return jnp.where(nan, _U(F32_NAN), bits)
+
+
+# --------------------------------------------------------------------------------------
+# "ftz_chain": f32 products and additions, flushed to zero below the normal range.
+
+
+def _flush(bits, keep_sign: bool):
+    tiny = (bits & _U(0x7FFFFFFF)) < _U(0x00800000)
+    return jnp.where(tiny, bits & _U(1 << 31) if keep_sign else _U(0), bits)
+
+
+def _add(x, y):
+    s = softfloat.add_rn(softfloat.term(x, "f32"), softfloat.term(y, "f32"), "f32", F32_NAN)
+    return _flush(s, True)
+
+
+def _ftz_operand(d):
+    neg, sig, lsb, e, inf, nan = d
+    del e
+    tiny = (sig != 0) & (lsb + softfloat.bitlen(sig) - 1 < _EMIN_F32)  # bf16 subnormals
+    zero = tiny | ((sig == 0) & ~inf & ~nan)
+    return (neg & ~zero, jnp.where(tiny, 0, sig), lsb, lsb, inf, nan)
+
+
+def _ftz_group(a, b, c, P: int):
+    neg, sig, lsb, _, inf, nan = _products(_ftz_operand(a), _ftz_operand(b))
+    q, qlsb = softfloat.round_sig(sig.astype(_U), lsb, _EMIN_F32, 23, "rn")
+    p = softfloat.encode_rounded(neg, q, qlsb, "f32")
+    p = jnp.where(inf, (neg.astype(_U) << 31) | _U(0x7F800000), p)
+    p = _flush(jnp.where(nan, _U(F32_NAN), p), True)
+    for i in range(0, p.shape[-1], P):
+        s = _add(p[..., i], p[..., i + 1])
+        if P == 4:
+            s = _add(s, _add(p[..., i + 2], p[..., i + 3]))
+        c = _add(c, s)
+    return c
+
+
+# --------------------------------------------------------------------------------------
+# The entry point.
+
+
+def _groups(x, L: int, axis: int):
+    """k at ``axis`` cut into groups of L -> list of arrays with k (L) last."""
+    x = jnp.moveaxis(x, axis, -1)
+    return [x[..., i:i + L] for i in range(0, x.shape[-1], L)]
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _mfma_bits(a, b, c, a_fmt: str, b_fmt: str, dp: MfmaDatapath):
+    k = a.shape[-1]
+    if dp.kind == "fma":
+        if a_fmt == "f64":
+            f = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float64)
+            d = datapath_f64.mma_f64_exact(f(a), f(b), f(c))
+            return lax.bitcast_convert_type(d, jnp.uint64)
+        fa, fb = bitops.from_u32(a, jnp.float32), bitops.from_u32(b, jnp.float32)
+        d = bitops.from_u32(c, jnp.float32)
+        for i in range(k):
+            d = tensor_scale.fma_rn(fa[..., :, i:i + 1], fb[..., i:i + 1, :], d)
+        d = bitops.to_u32(d)
+        return jnp.where(jnp.isnan(bitops.from_u32(d, jnp.float32)), _U(F32_NAN), d)
+    a, b = a.astype(_U), b.astype(_U)
+    d = c
+    L = min(k, dp.group) if dp.kind != "ftz_chain" else k
+    for ga, gb in zip(_groups(a, L, -1), _groups(b, L, -2), strict=True):
+        da = tuple(x[..., :, None, :] for x in _decode(ga, a_fmt))
+        db = tuple(x[..., None, :, :] for x in _decode(gb, b_fmt))
+        if dp.kind == "exact":
+            d = _exact_group(da, db, d)
+        elif dp.kind == "ftz_chain":
+            d = _ftz_group(da, db, _flush(d, False), dp.group)
+        else:
+            d = _trunc_group(da, db, d, dp, dp.kind == "trunc_split")
+    return d
+
+
+def mfma_bits(a: jax.Array, b: jax.Array, c: jax.Array, a_format: str, b_format: str,
+              datapath: MfmaDatapath) -> jax.Array:
+    """One MFMA block on bits: ``a`` (..., M, K) and ``b`` (..., K, N) unsigned bit
+    patterns of ``a_format`` / ``b_format`` (f64, f32, tf32 (the whole f32 word), f16,
+    bf16, e4m3fnuz, e5m2fnuz), ``c`` (..., M, N) f32 bits (uint32) or f64 bits (uint64)
+    -> D's bits, the same dtype as ``c``. The caller checks shapes and formats
+    (``instructions/mfma.py``)."""
+    if a_format == "f64":
+        return _mfma_bits(a, b, c, a_format, b_format, datapath)
+    return _mfma_bits(a.astype(_U), b.astype(_U), c.astype(_U), a_format, b_format, datapath)
