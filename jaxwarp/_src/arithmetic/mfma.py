@@ -175,9 +175,7 @@ def _trunc_group(a, b, c, dp: MfmaDatapath, split: bool):
     hd, ld = _hi_lo(d, 0)
     hc, lc = _hi_lo(csig, jnp.clip(lsb_c - lsb_d, 0, 15))
     bits, zero, _ = _round_joined(hd + hc, ld + lc, lsb_d, F2)
-    # An exact zero: -0 only from -0 terms alone (MMA-Sim's floating-point zeros).
-    negzero = jnp.all(pneg | (psig != 0), axis=-1) & cn
-    bits = jnp.where(zero, jnp.where(negzero, _U(1 << 31), _U(0)), bits)
+    bits = jnp.where(zero, _U(0), bits)  # an exact zero sum is +0
     ppos = jnp.any(pinf & ~pneg, axis=-1) | (ci & ~cn)
     pmin = jnp.any(pinf & pneg, axis=-1) | (ci & cn)
     nan = jnp.any(pnan, axis=-1) | cq | (ppos & pmin)
@@ -201,16 +199,24 @@ def _exact_group(a, b, c):
     leads = [jnp.where(s != 0, l + softfloat.bitlen(s) - 1, softfloat.NEG_BIG)
              for s, l in zip(sigs, lsbs, strict=True)]
     top = functools.reduce(jnp.maximum, leads)
-    g = top - 16 * _LIMBS + 2  # the window's last bit (one spare bit at the top)
+    g = top - 16 * _LIMBS + 5  # the window's last bit (four spare bits at the top)
     limbs = [jnp.zeros(shape, _I) for _ in range(_LIMBS)]
     lost = jnp.zeros(shape, bool)
     for neg, sig, lsb in zip(negs, sigs, lsbs, strict=True):
+        # Bit 0 of the window is a sticky bit: a term's bits below bit 1 are floored
+        # away (toward -inf, so that the exact sum lies above the window's), and bit 0
+        # says whether any were.
         o = lsb - g
+        drop = jnp.clip(1 - o, 0, 31)
+        kept = sig >> drop
+        gone = jnp.where(1 - o >= 31, sig != 0, (sig & ((1 << drop) - 1)) != 0)
+        kept = kept + (neg & gone).astype(_I)
+        lost = lost | gone
+        at = o + jnp.maximum(1 - o, 0)
         for j in range(_LIMBS):
-            part = softfloat.shift(sig, o - 16 * j) & 0xFFFF
+            part = softfloat.shift(kept, at - 16 * j) & 0xFFFF
             limbs[j] = limbs[j] + _signed(neg, part)
-        drop = jnp.clip(-o, 0, 31)
-        lost = lost | ((o < 0) & ((sig & ((1 << drop) - 1)) != 0)) | ((o <= -31) & (sig != 0))
+    limbs[0] = limbs[0] + lost.astype(_I)
 
     def normalized(ls):
         out, carry = [], jnp.zeros(shape, _I)
@@ -241,14 +247,11 @@ def _exact_group(a, b, c):
     below = jnp.cumsum(nz.astype(_I), axis=-1) - nz.astype(_I)  # nonzero limbs below i
     under = jnp.take_along_axis(jnp.concatenate([jnp.zeros(shape + (2,), _I), below], -1),
                                 (Jc)[..., None], -1)[..., 0] > 0  # below limb J - 2
-    sticky = lost | ((l2 & ((_U(1) << sb) - 1)) != 0) | under
+    sticky = ((l2 & ((_U(1) << sb) - 1)) != 0) | under
     gr = g + 16 * Jc + bl - 32
     q, qlsb = softfloat.round_sig(r | sticky.astype(_U), gr, _EMIN_F32, 23, "rn")
     bits = softfloat.encode_rounded(neg, q, qlsb, "f32")
-    zero = (J < 0) & ~lost
-    negzero = functools.reduce(jnp.logical_and, [n | (s != 0) for n, s in
-                                                  zip(negs, sigs, strict=True)])
-    bits = jnp.where(zero, jnp.where(negzero, _U(1 << 31), _U(0)), bits)
+    bits = jnp.where(J < 0, _U(0), bits)  # an exact zero sum is +0
     ppos = jnp.any(pinf & ~pneg, axis=-1) | (ci & ~cn)
     pmin = jnp.any(pinf & pneg, axis=-1) | (ci & cn)
     nan = jnp.any(pnan, axis=-1) | cq | (ppos & pmin)
@@ -270,16 +273,17 @@ def _add(x, y):
     return _flush(s, True)
 
 
-def _ftz_operand(d):
+def _ftz_operand(d, fmt: str):
+    """An operand with its format's subnormals (and -0) read as +0."""
     neg, sig, lsb, e, inf, nan = d
     del e
-    tiny = (sig != 0) & (lsb + softfloat.bitlen(sig) - 1 < _EMIN_F32)  # bf16 subnormals
+    tiny = (sig != 0) & (lsb + softfloat.bitlen(sig) - 1 < softfloat.emin(fmt))
     zero = tiny | ((sig == 0) & ~inf & ~nan)
     return (neg & ~zero, jnp.where(tiny, 0, sig), lsb, lsb, inf, nan)
 
 
-def _ftz_group(a, b, c, P: int):
-    neg, sig, lsb, _, inf, nan = _products(_ftz_operand(a), _ftz_operand(b))
+def _ftz_group(a, b, c, P: int, a_fmt: str, b_fmt: str):
+    neg, sig, lsb, _, inf, nan = _products(_ftz_operand(a, a_fmt), _ftz_operand(b, b_fmt))
     q, qlsb = softfloat.round_sig(sig.astype(_U), lsb, _EMIN_F32, 23, "rn")
     p = softfloat.encode_rounded(neg, q, qlsb, "f32")
     p = jnp.where(inf, (neg.astype(_U) << 31) | _U(0x7F800000), p)
@@ -325,7 +329,7 @@ def _mfma_bits(a, b, c, a_fmt: str, b_fmt: str, dp: MfmaDatapath):
         if dp.kind == "exact":
             d = _exact_group(da, db, d)
         elif dp.kind == "ftz_chain":
-            d = _ftz_group(da, db, _flush(d, False), dp.group)
+            d = _ftz_group(da, db, _flush(d, False), dp.group, a_fmt, b_fmt)
         else:
             d = _trunc_group(da, db, d, dp, dp.kind == "trunc_split")
     return d
