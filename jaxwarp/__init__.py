@@ -143,6 +143,9 @@ from jaxwarp._src.layouts.smem import decode_smem_descriptor as decode_smem_desc
 from jaxwarp._src.instructions.tcgen05 import tcgen05_mma as tcgen05_mma
 from jaxwarp._src.instructions.tcgen05 import tcgen05_mma_logical as tcgen05_mma_logical
 
+# AMD Instinct matrix cores (CDNA1-3): v_mfma_* on logical matrices (docs/amd.md).
+from jaxwarp._src.instructions.amd.mfma import mfma_logical as mfma_logical
+
 # Block-scaled MMA (microscaling: mma.sync / tcgen05.mma .block_scale): logical matrices,
 # mma.sync's registers with their scale selectors, tcgen05.mma through descriptors.
 from jaxwarp._src.arithmetic.block_scale import BlockScaleDatapath as BlockScaleDatapath
