@@ -193,30 +193,29 @@ def _exact_group(a, b, c):
     pneg, psig, plsb, _, pinf, pnan = _products(a, b)
     cn, cs, cl, _, ci, cq = _decode(c, "f32")
     shape = jnp.broadcast_shapes(psig.shape[:-1], cs.shape)
-    negs = [jnp.broadcast_to(x, shape) for x in (*jnp.moveaxis(pneg, -1, 0), cn)]
-    sigs = [jnp.broadcast_to(x, shape) for x in (*jnp.moveaxis(psig, -1, 0), cs)]
-    lsbs = [jnp.broadcast_to(x, shape) for x in (*jnp.moveaxis(plsb, -1, 0), cl)]
-    leads = [jnp.where(s != 0, l + softfloat.bitlen(s) - 1, softfloat.NEG_BIG)
-             for s, l in zip(sigs, lsbs, strict=True)]
-    top = functools.reduce(jnp.maximum, leads)
-    g = top - 16 * _LIMBS + 5  # the window's last bit (four spare bits at the top)
-    limbs = [jnp.zeros(shape, _I) for _ in range(_LIMBS)]
-    lost = jnp.zeros(shape, bool)
-    for neg, sig, lsb in zip(negs, sigs, lsbs, strict=True):
-        # Bit 0 of the window is a sticky bit: a term's bits below bit 1 are floored
-        # away (toward -inf, so that the exact sum lies above the window's), and bit 0
-        # says whether any were.
-        o = lsb - g
-        drop = jnp.clip(1 - o, 0, 31)
-        kept = sig >> drop
-        gone = jnp.where(1 - o >= 31, sig != 0, (sig & ((1 << drop) - 1)) != 0)
-        kept = kept + (neg & gone).astype(_I)
-        lost = lost | gone
-        at = o + jnp.maximum(1 - o, 0)
-        for j in range(_LIMBS):
-            part = softfloat.shift(kept, at - 16 * j) & 0xFFFF
-            limbs[j] = limbs[j] + _signed(neg, part)
+
+    def terms(p, x):  # the products and C along a last axis
+        return jnp.concatenate([jnp.broadcast_to(p, shape + p.shape[-1:]),
+                                jnp.broadcast_to(x, shape)[..., None]], -1)
+
+    neg, sig, lsb = terms(pneg, cn), terms(psig, cs), terms(plsb, cl)
+    lead = jnp.where(sig != 0, lsb + softfloat.bitlen(sig) - 1, softfloat.NEG_BIG)
+    g = jnp.max(lead, axis=-1, keepdims=True) - 16 * _LIMBS + 5  # four spare top bits
+    # Bit 0 of the window is a sticky bit: a term's bits below bit 1 are floored away
+    # (toward -inf, so that the exact sum lies above the window's), and bit 0 says
+    # whether any were.
+    o = lsb - g
+    drop = jnp.clip(1 - o, 0, 31)
+    gone = jnp.where(1 - o >= 31, sig != 0, (sig & ((1 << drop) - 1)) != 0)
+    kept = (sig >> drop) + (neg & gone).astype(_I)
+    at = jnp.maximum(o, 1)
+    j16 = 16 * jnp.arange(_LIMBS, dtype=_I)
+    parts = softfloat.shift(kept[..., None], at[..., None] - j16) & 0xFFFF  # (.., T, L)
+    sums = jnp.sum(_signed(neg[..., None], parts), axis=-2)
+    lost = jnp.any(gone, axis=-1)
+    limbs = [sums[..., j] for j in range(_LIMBS)]
     limbs[0] = limbs[0] + lost.astype(_I)
+    g = g[..., 0]
 
     def normalized(ls):
         out, carry = [], jnp.zeros(shape, _I)
