@@ -97,3 +97,15 @@ def test_f64_is_an_fma_chain():
         c = jnp.asarray(np.full((4, 4), -1.0))
         d = jaxwarp.mfma_logical("f64_4x4x4_4b_f64", a, b, c, arch="gfx942")
         assert float(d[0, 0]) == 2.0**-60  # fma(1, 1, -1) = 0 exactly, then + 2**-60
+
+
+def test_cdna3_fp8_drops_a_far_smaller_c_even_nan():
+    """fp8 / bf8: a C more than F + 1 binades below the products counts as zero; an inf
+    or NaN C has exponent -1 there (MMA-Sim's frexp), so products of 2**26 drop it."""
+    big = np.full((16, 32), 0x74, np.uint8)  # 2**13 in e5m2fnuz (bias 16)
+    one = np.full((16, 32), 0x40, np.uint8)  # 1.0
+    c = np.full((16, 16), np.nan, np.float32)
+    d = jaxwarp.mfma_logical("f32_16x16x32_bf8_bf8", big, big.T.copy(), c)
+    assert float(d[0, 0]) == 2.0**31
+    d = jaxwarp.mfma_logical("f32_16x16x32_bf8_bf8", one, one.T.copy(), c)
+    assert np.isnan(float(d[0, 0]))

@@ -26,7 +26,9 @@ the steps of each kind, per output element and group of products:
   rounded to nearest even into f32. NaN is 0x7FFFFFFF.
 * ``"trunc_split"`` (CDNA3 fp8 / bf8): as ``"trunc"``, but the even-k and the odd-k
   products are truncated and summed apart (each with its own E), the two sums floored to
-  the larger E's grid and added; a C below ``2**(J - F - 1)`` counts as zero.
+  the larger E's grid and added; a C below ``2**(J - F - 1)`` counts as zero, an infinite
+  or NaN C too (its exponent is taken as -1), so that a NaN of one group can vanish in the
+  next, as in MMA-Sim.
 
 NaN bits: the ``"trunc"`` kinds write 0x7FFFFFFF, as MMA-Sim does; the others write the
 quiet NaN 0x7FFFFFFF too, where MMA-Sim passes on whatever NaN its host CPU's arithmetic
@@ -161,7 +163,9 @@ def _trunc_group(a, b, c, dp: MfmaDatapath, split: bool):
     else:
         d, edot = _trunc_sum(pneg, psig, plsb, pe, F)
     cn, cs, cl, ce, ci, cq = _decode(c, "f32")
-    ec = jnp.where(cs == 0, _EMIN_F32, ce)
+    # C's exponent: a zero's is f32's minimum normal one; an inf's or NaN's is -1 (the
+    # exponent MMA-Sim's frexp gives them).
+    ec = jnp.where(ci | cq, -1, jnp.where(cs == 0, _EMIN_F32, ce))
     J = jnp.maximum(edot, ec)
     s1 = edot - J + (F2 + 1 - F)
     d = jnp.where(s1 >= 0, d, _floor_shift(d, -s1))
@@ -170,8 +174,10 @@ def _trunc_group(a, b, c, dp: MfmaDatapath, split: bool):
     s2 = cl - (J - F)
     csig = jnp.where(s2 >= 0, csig, _floor_shift(csig, -s2))
     lsb_c = jnp.where(s2 >= 0, cl, J - F)
-    if split:
-        csig = jnp.where(ec < J - F - 1, 0, csig)
+    if split:  # a C far below the products is dropped (an inf or NaN one too)
+        gone = ec < J - F - 1
+        csig = jnp.where(gone, 0, csig)
+        ci, cq = ci & ~gone, cq & ~gone
     hd, ld = _hi_lo(d, 0)
     hc, lc = _hi_lo(csig, jnp.clip(lsb_c - lsb_d, 0, 15))
     bits, zero, _ = _round_joined(hd + hc, ld + lc, lsb_d, F2)
