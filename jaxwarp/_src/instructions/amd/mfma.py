@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src import checks
-from jaxwarp._src.arithmetic import mfma as arith
+from jaxwarp._src.arithmetic.mfma import mfma_bits
 from jaxwarp._src.catalogue import mfma_table
 from jaxwarp._src.numerics.formats import FNUZ_FORMATS, FORMATS
 
@@ -107,6 +107,6 @@ def mfma_logical(suffix: str, a: Any, b: Any, c: Any, *, arch: str = "gfx942") -
     a = jnp.broadcast_to(a, batch + a.shape[-2:])
     b = jnp.broadcast_to(b, batch + b.shape[-2:])
     c = jnp.broadcast_to(c, batch + c.shape[-2:])
-    d = arith.mfma_bits(a, b, c, row.a_format, row.b_format, row.datapath)
+    d = mfma_bits(a, b, c, row.a_format, row.b_format, row.datapath)
     out = jnp.float64 if row.c_format == "f64" else jnp.float32
     return lax.bitcast_convert_type(d, out)
