@@ -145,6 +145,7 @@ from jaxwarp._src.instructions.tcgen05 import tcgen05_mma_logical as tcgen05_mma
 
 # AMD Instinct matrix cores (CDNA1-3): v_mfma_* on logical matrices (docs/amd.md).
 from jaxwarp._src.instructions.amd.mfma import mfma_logical as mfma_logical
+from jaxwarp._src.layouts.mfma_registers import mfma_lane_map as mfma_lane_map
 
 # Block-scaled MMA (microscaling: mma.sync / tcgen05.mma .block_scale): logical matrices,
 # mma.sync's registers with their scale selectors, tcgen05.mma through descriptors.

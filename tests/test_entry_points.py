@@ -433,6 +433,8 @@ NO_ARRAY_DATA = frozenset({
     "mma_sp_instructions", "parse_mma_sp", "parse_wgmma_sp",
     "make_smem_descriptor", "make_instr_descriptor", "parse_tcgen05",
     "make_block_scale_instr_descriptor",
+    # AMD's wave64 register layouts (a table from names).
+    "mfma_lane_map",
     # Takes a function; the wrapper's arguments are that function's own.
     "emulate",
     # A format, and a datapath's parameters.
