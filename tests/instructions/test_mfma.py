@@ -109,3 +109,13 @@ def test_cdna3_fp8_drops_a_far_smaller_c_even_nan():
     assert float(d[0, 0]) == 2.0**31
     d = jaxwarp.mfma_logical("f32_16x16x32_bf8_bf8", one, one.T.copy(), c)
     assert np.isnan(float(d[0, 0]))
+
+
+def test_cdna1_exact_sum_keeps_c_below_cancelling_products():
+    """Products of bf16's largest values cancel exactly: the sum is C, 2**-149, more than
+    the 192-bit window below them (summed again in a window of its own)."""
+    big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    a, b, c = _row_col([big, -1.5], [1.5, big], k=2, dtype=ml_dtypes.bfloat16)
+    c[0, 0] = 2.0**-149
+    d = jaxwarp.mfma_logical("f32_16x16x2bf16", a[:, :2], b[:2], c, arch="gfx908")
+    assert np.asarray(d).view(np.uint32)[0, 0] == 1

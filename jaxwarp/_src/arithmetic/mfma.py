@@ -195,21 +195,13 @@ def _trunc_group(a, b, c, dp: MfmaDatapath, split: bool):
 _LIMBS = 12  # 16-bit limbs: a 192-bit window below the largest term
 
 
-def _exact_group(a, b, c):
-    pneg, psig, plsb, _, pinf, pnan = _products(a, b)
-    cn, cs, cl, _, ci, cq = _decode(c, "f32")
-    shape = jnp.broadcast_shapes(psig.shape[:-1], cs.shape)
-
-    def terms(p, x):  # the products and C along a last axis
-        return jnp.concatenate([jnp.broadcast_to(p, shape + p.shape[-1:]),
-                                jnp.broadcast_to(x, shape)[..., None]], -1)
-
-    neg, sig, lsb = terms(pneg, cn), terms(psig, cs), terms(plsb, cl)
-    lead = jnp.where(sig != 0, lsb + softfloat.bitlen(sig) - 1, softfloat.NEG_BIG)
-    g = jnp.max(lead, axis=-1, keepdims=True) - 16 * _LIMBS + 5  # four spare top bits
-    # Bit 0 of the window is a sticky bit: a term's bits below bit 1 are floored away
-    # (toward -inf, so that the exact sum lies above the window's), and bit 0 says
-    # whether any were.
+def _window_sum(neg, sig, lsb, g):
+    """Terms (last axis; int32 ``sig`` below 2**24, 0 for an unused term) summed in a
+    192-bit window of 16-bit limbs whose bit 1 is ``2**(g + 1)`` (g: (..., 1)) and whose
+    bit 0 is a sticky bit: a term's bits below bit 1 are floored away (toward -inf, so
+    that the exact sum lies above the window's) and bit 0 says whether any were. ->
+    (f32 bits rounded to nearest even, the window's sum is zero)."""
+    shape = sig.shape[:-1]
     o = lsb - g
     drop = jnp.clip(1 - o, 0, 31)
     gone = jnp.where(1 - o >= 31, sig != 0, (sig & ((1 << drop) - 1)) != 0)
@@ -218,10 +210,8 @@ def _exact_group(a, b, c):
     j16 = 16 * jnp.arange(_LIMBS, dtype=_I)
     parts = softfloat.shift(kept[..., None], at[..., None] - j16) & 0xFFFF  # (.., T, L)
     sums = jnp.sum(_signed(neg[..., None], parts), axis=-2)
-    lost = jnp.any(gone, axis=-1)
     limbs = [sums[..., j] for j in range(_LIMBS)]
-    limbs[0] = limbs[0] + lost.astype(_I)
-    g = g[..., 0]
+    limbs[0] = limbs[0] + jnp.any(gone, axis=-1).astype(_I)
 
     def normalized(ls):
         out, carry = [], jnp.zeros(shape, _I)
@@ -237,8 +227,7 @@ def _exact_group(a, b, c):
     mag = jnp.stack([jnp.where(neg, y, x) for x, y in zip(pos, negl, strict=True)], -1)
     mag = mag.astype(_U)
     nz = mag != 0
-    idx = jnp.arange(_LIMBS, dtype=_I)
-    J = jnp.max(jnp.where(nz, idx, -1), axis=-1)
+    J = jnp.max(jnp.where(nz, jnp.arange(_LIMBS, dtype=_I), -1), axis=-1)
     padded = jnp.concatenate([jnp.zeros(shape + (2,), _U), mag], -1)
 
     def limb(i):  # limb i (i >= -2; below 0: zero)
@@ -253,10 +242,36 @@ def _exact_group(a, b, c):
     under = jnp.take_along_axis(jnp.concatenate([jnp.zeros(shape + (2,), _I), below], -1),
                                 (Jc)[..., None], -1)[..., 0] > 0  # below limb J - 2
     sticky = ((l2 & ((_U(1) << sb) - 1)) != 0) | under
-    gr = g + 16 * Jc + bl - 32
+    gr = g[..., 0] + 16 * Jc + bl - 32
     q, qlsb = softfloat.round_sig(r | sticky.astype(_U), gr, _EMIN_F32, 23, "rn")
     bits = softfloat.encode_rounded(neg, q, qlsb, "f32")
-    bits = jnp.where(J < 0, _U(0), bits)  # an exact zero sum is +0
+    return jnp.where(J < 0, _U(0), bits), J < 0  # an exact zero sum is +0
+
+
+def _top(sig, lsb):
+    lead = jnp.where(sig != 0, lsb + softfloat.bitlen(sig) - 1, softfloat.NEG_BIG)
+    return jnp.max(lead, axis=-1, keepdims=True) - 16 * _LIMBS + 5  # four spare top bits
+
+
+def _exact_group(a, b, c):
+    pneg, psig, plsb, _, pinf, pnan = _products(a, b)
+    cn, cs, cl, _, ci, cq = _decode(c, "f32")
+    shape = jnp.broadcast_shapes(psig.shape[:-1], cs.shape)
+
+    def terms(p, x):  # the products and C along a last axis
+        return jnp.concatenate([jnp.broadcast_to(p, shape + p.shape[-1:]),
+                                jnp.broadcast_to(x, shape)[..., None]], -1)
+
+    neg, sig, lsb = terms(pneg, cn), terms(psig, cs), terms(plsb, cl)
+    g = _top(sig, lsb)
+    bits, _ = _window_sum(neg, sig, lsb, g)
+    # Where the terms inside the window cancel exactly, the sum is that of the terms that
+    # lose bits below it: summed again in a window of their own.
+    low = (lsb - g < 1) & (sig != 0)
+    _, high_zero = _window_sum(neg, jnp.where(low, 0, sig), lsb, g)
+    sig_low = jnp.where(low, sig, 0)
+    low_bits, _ = _window_sum(neg, sig_low, lsb, _top(sig_low, lsb))
+    bits = jnp.where(high_zero & jnp.any(low, axis=-1), low_bits, bits)
     ppos = jnp.any(pinf & ~pneg, axis=-1) | (ci & ~cn)
     pmin = jnp.any(pinf & pneg, axis=-1) | (ci & cn)
     nan = jnp.any(pnan, axis=-1) | cq | (ppos & pmin)
