@@ -11,11 +11,14 @@ the steps of each kind, per output element and group of products:
 * ``"fma"``: ``d = fma(a[k], b[k], d)`` for k = 0, 1, ... (IEEE, nearest even, subnormals
   kept), starting from C.
 * ``"exact"`` (CDNA1 f16 / bf16): the group's products and C summed exactly, rounded once
-  to nearest even into f32 (subnormals kept, beyond f32's range infinity).
-* ``"ftz_chain"`` (CDNA2 f16 / bf16): operands and C below f32's smallest normal become +0;
-  each product is rounded to f32; products are added in pairs (then the pairs, for groups of
-  4), the group's sum is added to C, every addition IEEE f32 to nearest even; every product
-  and sum below the smallest normal becomes a zero of its sign.
+  to nearest even into f32 (subnormals kept, beyond f32's range infinity); an exact zero
+  sum is +0. (Summed in a 192-bit window below the largest term, with a sticky bit; the
+  terms below it are summed in a window of their own where those inside cancel.)
+* ``"ftz_chain"`` (CDNA2 f16 / bf16): operands below their format's smallest normal (and
+  -0), and C below f32's, become +0; each product is rounded to f32; products are added
+  in pairs (then the pairs, for groups of 4), the group's sum is added to C, every
+  addition IEEE f32 to nearest even; every product and sum below f32's smallest normal
+  becomes a zero of its sign.
 * ``"trunc"`` (CDNA3 f16 / bf16 / xf32): each product's exponent is the sum of its
   operands' (a subnormal counts at its format's minimum normal exponent), E the group's
   largest; every product is truncated toward zero to a multiple of ``2**(E - F)`` and

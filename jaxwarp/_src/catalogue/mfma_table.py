@@ -18,8 +18,9 @@ CDNA1          f16 / bf16                  ``"exact"``: groups of 4 (f16) / 2 (b
                                            nearest even into f32
 CDNA2          f16 / bf16                  ``"ftz_chain"``: f32 products, pairs added,
                                            (pairs of pairs for f16 and bf16_1k), added to
-                                           C; every input, product and sum flushed to zero
-                                           below f32's normal range
+                                           C; inputs below their format's normal
+                                           range read as +0, products and sums below
+                                           f32's as zeros of their sign
 CDNA3          f32, f64                    ``"fma"``
 CDNA3          f16 / bf16 / xf32           ``"trunc"``: groups of 8 (xf32: 4) products
                                            truncated to 24 bits below the group's largest
