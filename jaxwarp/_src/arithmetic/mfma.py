@@ -33,14 +33,19 @@ the steps of each kind, per output element and group of products:
   or NaN C too (its exponent is taken as -1), so that a NaN of one group can vanish in the
   next, as in MMA-Sim.
 
-NaN bits: the ``"trunc"`` kinds write 0x7FFFFFFF, as MMA-Sim does; the others write the
-quiet NaN 0x7FFFFFFF too, where MMA-Sim passes on whatever NaN its host CPU's arithmetic
-gives (an operand's payload): a NaN is compared as a NaN there.
+NaN bits: the ``"trunc"`` kinds write 0x7FFFFFFF, as MMA-Sim does. The others compute, in
+MMA-Sim, with its host CPU's floats, whose NaN is an operand's (quieted) or, for an invalid
+operation, the default NaN 0xFFC00000 (f64: 0xFFF8000000000000); they write the NaN an
+x86-64 host gives: the C library's fma takes a's NaN, then b's, then c's; torch's float
+products and sums the second operand's, then the first's, and its float64 reduction of a
+CDNA1 group its own order (:func:`_exact_nan_bits`). These are the host's bits, not the
+hardware's (which were not measured).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +61,8 @@ __all__ = ["F32_NAN", "NAN_EXACT_KINDS", "mfma_bits"]
 
 #: The NaN every f32 result of these datapaths carries.
 F32_NAN = 0x7FFFFFFF
-#: The kinds whose NaN bits MMA-Sim defines (0x7FFFFFFF); the others' come from its host.
+#: The kinds whose NaN bits MMA-Sim defines (0x7FFFFFFF); the others' come from its host
+#: (modelled here for an x86-64 host).
 NAN_EXACT_KINDS = ("trunc", "trunc_split")
 
 _FNUZ = {"e4m3fnuz": Layout(4, 3, 8, "fnuz", True, False),
@@ -256,10 +262,52 @@ def _top(sig, lsb):
     return jnp.max(lead, axis=-1, keepdims=True) - 16 * _LIMBS + 5  # four spare top bits
 
 
-def _exact_group(a, b, c):
+class _Special(NamedTuple):
+    """A term of MMA-Sim's float64 sum of a group, as far as its specials go."""
+
+    nan: jax.Array
+    bits: jax.Array  # the f32 bits of its NaN
+    pinf: jax.Array
+    ninf: jax.Array
+
+
+def _sum_special(x: _Special, y: _Special, y_first: bool) -> _Special:
+    """``x + y`` on the host: a NaN operand's NaN (``y``'s first if ``y_first``), the
+    default NaN for inf - inf."""
+    invalid = (x.pinf & y.ninf) | (x.ninf & y.pinf)
+    nan = x.nan | y.nan | invalid
+    first, second = (y, x) if y_first else (x, y)
+    bits = jnp.where(first.nan, first.bits, jnp.where(second.nan, second.bits,
+                                                      _U(0xFFC00000)))
+    return _Special(nan, bits, (x.pinf | y.pinf) & ~nan, (x.ninf | y.ninf) & ~nan)
+
+
+def _exact_nan_bits(terms: list[_Special]) -> jax.Array:
+    """The NaN MMA-Sim's group sum gives: its float64 sum over the group's products and C
+    (torch's reduction order on the host: in order for 3 terms; for 5, partial sums of
+    the first four with the fifth added to the first, then the partial sums combined),
+    each addition passing on a NaN operand's payload."""
+    if len(terms) == 5:
+        acc0 = _sum_special(terms[0], terms[4], y_first=False)
+        for t in terms[1:4]:
+            acc0 = _sum_special(acc0, t, y_first=True)
+        return acc0.bits
+    acc = terms[0]
+    for t in terms[1:]:
+        acc = _sum_special(acc, t, y_first=False)
+    return acc.bits
+
+
+def _exact_group(a, b, c, a_fmt: str, b_fmt: str, a_bits, b_bits):
     pneg, psig, plsb, _, pinf, pnan = _products(a, b)
     cn, cs, cl, _, ci, cq = _decode(c, "f32")
     shape = jnp.broadcast_shapes(psig.shape[:-1], cs.shape)
+    # A NaN product: b's NaN, else a's (quieted), else the default NaN (0 * inf).
+    pbits = _nan_of(_f32_nan_bits(b_bits, b_fmt), _f32_nan_bits(a_bits, a_fmt), _U(0), False)
+    specials = [_Special(*(jnp.broadcast_to(x[..., i], shape) for x in (
+        pnan, pbits, pinf & ~pneg, pinf & pneg))) for i in range(psig.shape[-1])]
+    specials.append(_Special(cq, c | _U(1 << 22), ci & ~cn, ci & cn))
+    nan_bits = _exact_nan_bits(specials)
 
     def terms(p, x):  # the products and C along a last axis
         return jnp.concatenate([jnp.broadcast_to(p, shape + p.shape[-1:]),
@@ -279,7 +327,7 @@ def _exact_group(a, b, c):
     pmin = jnp.any(pinf & pneg, axis=-1) | (ci & cn)
     nan = jnp.any(pnan, axis=-1) | cq | (ppos & pmin)
     bits = jnp.where(ppos, _U(0x7F800000), jnp.where(pmin, _U(0xFF800000), bits))
-    return jnp.where(nan, _U(F32_NAN), bits)
+    return jnp.where(nan, nan_bits, bits)
 
 
 # --------------------------------------------------------------------------------------
@@ -293,7 +341,18 @@ def _flush(bits, keep_sign: bool):
 
 def _add(x, y):
     s = softfloat.add_rn(softfloat.term(x, "f32"), softfloat.term(y, "f32"), "f32", F32_NAN)
+    s = jnp.where(_is_nan(s, False), _nan_of(y, x, _U(0), False), s)  # y's NaN first
     return _flush(s, True)
+
+
+def _f32_nan_bits(bits, fmt: str):
+    """f16 / bf16 bits -> the f32 bits of the same NaN (payload shifted up); not NaN:
+    bits that are not NaN either."""
+    if fmt == "bf16":
+        return bits << 16
+    nan = (bits & _U(0x7FFF)) > _U(0x7C00)
+    return jnp.where(nan, ((bits & _U(0x8000)) << 16) | _U(0x7F800000)
+                     | ((bits & _U(0x3FF)) << 13), _U(0))
 
 
 def _ftz_operand(d, fmt: str):
@@ -305,18 +364,57 @@ def _ftz_operand(d, fmt: str):
     return (neg & ~zero, jnp.where(tiny, 0, sig), lsb, lsb, inf, nan)
 
 
-def _ftz_group(a, b, c, P: int, a_fmt: str, b_fmt: str):
+def _ftz_group(a, b, c, P: int, a_fmt: str, b_fmt: str, a_bits, b_bits):
     neg, sig, lsb, _, inf, nan = _products(_ftz_operand(a, a_fmt), _ftz_operand(b, b_fmt))
     q, qlsb = softfloat.round_sig(sig.astype(_U), lsb, _EMIN_F32, 23, "rn")
     p = softfloat.encode_rounded(neg, q, qlsb, "f32")
     p = jnp.where(inf, (neg.astype(_U) << 31) | _U(0x7F800000), p)
-    p = _flush(jnp.where(nan, _U(F32_NAN), p), True)
+    # A NaN product: b's NaN, else a's, quieted; else the default NaN (as MMA-Sim's host).
+    pnan = _nan_of(_f32_nan_bits(b_bits, b_fmt), _f32_nan_bits(a_bits, a_fmt), _U(0), False)
+    p = _flush(jnp.where(nan, pnan, p), True)
     for i in range(0, p.shape[-1], P):
         s = _add(p[..., i], p[..., i + 1])
         if P == 4:
             s = _add(s, _add(p[..., i + 2], p[..., i + 3]))
         c = _add(c, s)
     return c
+
+
+# --------------------------------------------------------------------------------------
+# "fma": IEEE fma chains, with the NaN of x86's fused multiply-add.
+
+
+def _is_nan(x, f64: bool):
+    if f64:
+        return (x & jnp.uint64(0x7FFFFFFFFFFFFFFF)) > jnp.uint64(0x7FF0000000000000)
+    return (x & _U(0x7FFFFFFF)) > _U(0x7F800000)
+
+
+def _nan_of(a, b, c, f64: bool):
+    """The NaN an x86 fma(a, b, c) gives: the first NaN operand of a, b, c, quieted; the
+    default NaN (negative, quiet) for an invalid operation (0 * inf, inf - inf). MMA-Sim's
+    fma chains run on its host, so their NaN bits are these."""
+    quiet = jnp.uint64(1 << 51) if f64 else _U(1 << 22)
+    default = jnp.uint64(0xFFF8000000000000) if f64 else _U(0xFFC00000)
+    out = jnp.where(_is_nan(c, f64), c | quiet, default)
+    out = jnp.where(_is_nan(b, f64), b | quiet, out)
+    return jnp.where(_is_nan(a, f64), a | quiet, out)
+
+
+def _fma_chain(a, b, c, f64: bool):
+    d = c
+    for i in range(a.shape[-1]):
+        ak, bk = a[..., :, i:i + 1], b[..., i:i + 1, :]
+        if f64:
+            f = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float64)
+            r = lax.bitcast_convert_type(datapath_f64.mma_f64_exact(f(ak), f(bk), f(d)),
+                                         jnp.uint64)
+        else:
+            r = bitops.to_u32(tensor_scale.fma_rn(bitops.from_u32(ak, jnp.float32),
+                                                  bitops.from_u32(bk, jnp.float32),
+                                                  bitops.from_u32(d, jnp.float32)))
+        d = jnp.where(_is_nan(r, f64), _nan_of(ak, bk, d, f64), r)
+    return d
 
 
 # --------------------------------------------------------------------------------------
@@ -333,16 +431,7 @@ def _groups(x, L: int, axis: int):
 def _mfma_bits(a, b, c, a_fmt: str, b_fmt: str, dp: MfmaDatapath):
     k = a.shape[-1]
     if dp.kind == "fma":
-        if a_fmt == "f64":
-            f = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float64)
-            d = datapath_f64.mma_f64_exact(f(a), f(b), f(c))
-            return lax.bitcast_convert_type(d, jnp.uint64)
-        fa, fb = bitops.from_u32(a, jnp.float32), bitops.from_u32(b, jnp.float32)
-        d = bitops.from_u32(c, jnp.float32)
-        for i in range(k):
-            d = tensor_scale.fma_rn(fa[..., :, i:i + 1], fb[..., i:i + 1, :], d)
-        d = bitops.to_u32(d)
-        return jnp.where(jnp.isnan(bitops.from_u32(d, jnp.float32)), _U(F32_NAN), d)
+        return _fma_chain(a, b, c, a_fmt == "f64")
     a, b = a.astype(_U), b.astype(_U)
     d = c
     L = min(k, dp.group) if dp.kind != "ftz_chain" else k
@@ -350,9 +439,10 @@ def _mfma_bits(a, b, c, a_fmt: str, b_fmt: str, dp: MfmaDatapath):
         da = tuple(x[..., :, None, :] for x in _decode(ga, a_fmt))
         db = tuple(x[..., None, :, :] for x in _decode(gb, b_fmt))
         if dp.kind == "exact":
-            d = _exact_group(da, db, d)
+            d = _exact_group(da, db, d, a_fmt, b_fmt, ga[..., :, None, :], gb[..., None, :, :])
         elif dp.kind == "ftz_chain":
-            d = _ftz_group(da, db, _flush(d, False), dp.group, a_fmt, b_fmt)
+            d = _ftz_group(da, db, _flush(d, False), dp.group, a_fmt, b_fmt,
+                           ga[..., :, None, :], gb[..., None, :, :])
         else:
             d = _trunc_group(da, db, d, dp, dp.kind == "trunc_split")
     return d

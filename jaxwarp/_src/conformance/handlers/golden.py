@@ -27,8 +27,9 @@ f64 is a chain of the host CPU's fp64 fmas and defines no NaN bits, so an f64 ou
 that is NaN on both sides counts as a match (the note says how many). Likewise MMA-Sim's
 AMD datapaths other than CDNA3's truncated fused sums (``mfma.NAN_EXACT_KINDS``: the fma
 chains, CDNA1's exact sums, CDNA2's flush-to-zero chain) compute with the host's floats
-and pass on an operand's NaN payload as the host's arithmetic does: there too a NaN on
-both sides counts as a match, with a note.
+and pass on an operand's NaN payload as the host's arithmetic does. jaxwarp writes an
+x86-64 host's NaN there (bit for bit on MMA-Sim's AMD files), but the bits are the host's,
+not the hardware's: a NaN on both sides with other bits counts as a match, with a note.
 """
 
 from __future__ import annotations
@@ -211,8 +212,8 @@ def _compare(name: G.GoldenName, got: np.ndarray, want: np.ndarray) -> tuple[np.
             return ok, ""
         both_nan = np.isnan(got.view(np.float32)) & np.isnan(want.view(np.float32))
         n = int((both_nan & ~ok).sum())
-        note = (f"{n} f32 NaN with other bits than MMA-Sim's (the host's NaN payloads of "
-                f"its {kind} datapath) counted as NaN") if n else ""
+        note = (f"{n} f32 NaN with other bits than MMA-Sim's (its host's NaN, {kind} "
+                f"datapath) counted as NaN") if n else ""
         return ok | both_nan, note
     if name.d_format != "f64":
         return ok, ""
