@@ -63,6 +63,7 @@ from jaxwarp._src.numerics.convert import bfloat162float as bfloat162float
 from jaxwarp._src.numerics.user_formats import define_format as define_format
 from jaxwarp._src.numerics.user_formats import to_format as to_format
 from jaxwarp._src.numerics.user_formats import from_format as from_format
+from jaxwarp._src.numerics.user_formats import to_fnuz as to_fnuz
 
 # WMMA: fragments, the warp matrix functions, the shape/type table.
 from jaxwarp._src.layouts.fragment_types import Fragment as Fragment

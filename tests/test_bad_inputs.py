@@ -2906,3 +2906,18 @@ def _mfma_params():
 @pytest.mark.parametrize("c, mode", _mfma_params())
 def test_bad_input_mfma(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+_FZ0 = len(CATALOGUE)
+case(6, "to_fnuz-fmt", lambda x: jaxwarp.to_fnuz(x, "e5m2"), np.ones(4, np.float32),
+     exc=ValueError, must=("fmt='e5m2'", "allowed", "e5m2fnuz"))
+case(6, "to_fnuz-saturate", lambda x: jaxwarp.to_fnuz(x, saturate=1), np.ones(4, np.float32),
+     exc=TypeError, must=("saturate must be a bool",))
+case(6, "to_fnuz-int", lambda x: jaxwarp.to_fnuz(x), np.ones(4, np.int32), exc=TypeError,
+     must=("x must be a float32 array",))
+
+
+@pytest.mark.parametrize("c, mode", [p for p in _params()
+                                     if id(p.values[0]) in {id(c) for c in CATALOGUE[_FZ0:]}])
+def test_bad_input_to_fnuz(c: Case, mode: str):
+    test_bad_input(c, mode)

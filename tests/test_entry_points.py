@@ -267,6 +267,7 @@ ENTRY_POINTS: dict[str, Entry] = {
                                  {"a": np.ones((64, 32), np.int8),
                                   "b": np.ones((32, 8), np.int8),
                                   "d": np.zeros((64, 8), np.int32)}),
+    "to_fnuz": Entry(jaxwarp.to_fnuz, {"x": F32}),
     "mfma_logical": Entry(jaxwarp.mfma_logical,
                           {"a": np.ones((16, 16), np.float16), "b": np.ones((16, 16), np.float16),
                            "c": np.zeros((16, 16), np.float32)},

@@ -50,3 +50,19 @@ def test_conversion_matches_ml_dtypes(name, dtype, top, bias):
     want = x.astype(dtype).astype(np.float32)
     np.testing.assert_array_equal(np.isnan(r), np.isnan(want))
     np.testing.assert_array_equal(r[~np.isnan(r)], want[~np.isnan(want)])
+
+
+@pytest.mark.parametrize("name, dtype, top, bias", FNUZ)
+def test_to_fnuz_saturates_finite_values_as_hip(name, dtype, top, bias):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(4000) * 2.0 ** rng.integers(-20, 20, 4000)).astype(np.float32)
+    x[:6] = [np.inf, -np.inf, np.nan, 1e30, -1e30, top * 1.07]
+    sat = np.asarray(jaxwarp.to_fnuz(jnp.asarray(x), name)).view(np.uint8)
+    want = np.clip(x, -top, top).astype(dtype).view(np.uint8)
+    want[:3] = 0x80  # inf and NaN are not clipped: they give the NaN
+    np.testing.assert_array_equal(sat, want)
+    assert list(sat[3:6]) == [0x7F, 0xFF, 0x7F]
+    nosat = np.asarray(jaxwarp.to_fnuz(jnp.asarray(x), name, saturate=False)).view(np.uint8)
+    np.testing.assert_array_equal(nosat, x.astype(dtype).view(np.uint8))
+    with pytest.raises(ValueError, match=r"fmt='e4m3'.*allowed.*'e4m3fnuz', 'e5m2fnuz'"):
+        jaxwarp.to_fnuz(jnp.asarray(x), "e4m3")
