@@ -35,26 +35,27 @@ def test_the_three_generations_round_differently():
     # Products 1 and 3 * 2**-25: CDNA1 sums exactly and rounds once (up); CDNA2 adds f32
     # products (up); CDNA3 truncates 3 * 2**-25 to 2**-24 below the group's exponent,
     # and 1 + 2**-24 is a tie: to even.
-    a, b, c = _row_col([1.0, 3 * 2.0**-13], [1.0, 2.0**-12])
-    got = {g: float(jaxwarp.mfma_logical("f32_16x16x16f16", a, b, c, arch=g)[0, 0])
-           for g in ("gfx908", "gfx90a", "gfx942")}
+    a, b, c = _row_col([1.0, 3 * 2.0**-13], [1.0, 2.0**-12], m=4, n=4, k=4)
+    got = {g: float(jaxwarp.mfma_logical(suffix, a, b, c, arch=g)[0, 0])
+           for g, suffix in (("gfx908", "f32_4x4x4f16"), ("gfx90a", "f32_4x4x4f16"),
+                             ("gfx942", "f32_4x4x4_16b_f16"))}
     assert got == {"gfx908": 1 + 2.0**-23, "gfx90a": 1 + 2.0**-23, "gfx942": 1.0}
 
 
 def test_cdna2_flushes_products_and_sums_below_f32_normals():
-    a, b, c = _row_col([-(2.0**-70)], [2.0**-70], k=8, dtype=ml_dtypes.bfloat16)
-    d2 = jaxwarp.mfma_logical("f32_16x16x8bf16", a, b, c, arch="gfx90a")
+    a, b, c = _row_col([-(2.0**-70)], [2.0**-70], k=2, dtype=ml_dtypes.bfloat16)
+    d2 = jaxwarp.mfma_logical("f32_16x16x2bf16", a, b, c, arch="gfx90a")
     assert np.asarray(d2).view(np.uint32)[0, 0] == 0  # -0 product + 0 product + 0 = +0
     # CDNA1 keeps f32 subnormals: -2**-140 is one, 2**9 times f32's smallest.
-    d1 = jaxwarp.mfma_logical("f32_16x16x8bf16", a, b, c, arch="gfx908")
+    d1 = jaxwarp.mfma_logical("f32_16x16x2bf16", a, b, c, arch="gfx908")
     assert np.asarray(d1).view(np.uint32)[0, 0] == 0x80000000 | (1 << 9)
     # A sum below the normal range is a zero of its sign: -1.5 * 2**-126 + 2**-126 (one
     # group: a next group's +0 would make it +0).
     a, b, c = _row_col([2.0**-63], [2.0**-63], k=2, dtype=ml_dtypes.bfloat16)
     c[0, 0] = -1.5 * 2.0**-126
-    d2 = jaxwarp.mfma_logical("f32_16x16x2bf16", a[:, :2], b[:2], c, arch="gfx90a")
+    d2 = jaxwarp.mfma_logical("f32_16x16x2bf16", a, b, c, arch="gfx90a")
     assert np.asarray(d2).view(np.uint32)[0, 0] == 0x80000000
-    d1 = jaxwarp.mfma_logical("f32_16x16x2bf16", a[:, :2], b[:2], c, arch="gfx908")
+    d1 = jaxwarp.mfma_logical("f32_16x16x2bf16", a, b, c, arch="gfx908")
     assert float(d1[0, 0]) == -(2.0**-127)
 
 
