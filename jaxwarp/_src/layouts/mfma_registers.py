@@ -20,8 +20,8 @@ instructions (the tests keep its output), not against hardware.
 
 Example:
     >>> m = mfma_lane_map("v_mfma_f32_32x32x8_f16", "D", arch="gfx942")
-    >>> m.shape, tuple(m[40, 9])  # lane 40, register v9: D[21][8]
-    ((64, 16, 3), (0, 21, 8))
+    >>> m.shape, m[40, 9].tolist()  # lane 40, register v9: D[21][8]
+    ((64, 16, 3), [0, 21, 8])
 """
 
 from __future__ import annotations
