@@ -64,6 +64,7 @@ from jaxwarp._src.numerics.convert import bfloat162float as bfloat162float
 from jaxwarp._src.numerics.user_formats import define_format as define_format
 from jaxwarp._src.numerics.user_formats import to_format as to_format
 from jaxwarp._src.numerics.user_formats import from_format as from_format
+from jaxwarp._src.numerics.user_formats import to_fnuz as to_fnuz
 
 # WMMA: fragments, the warp matrix functions, the shape/type table.
 from jaxwarp._src.layouts.fragment_types import Fragment as Fragment
@@ -143,6 +144,10 @@ from jaxwarp._src.layouts.smem import make_smem_descriptor as make_smem_descript
 from jaxwarp._src.layouts.smem import decode_smem_descriptor as decode_smem_descriptor
 from jaxwarp._src.instructions.tcgen05 import tcgen05_mma as tcgen05_mma
 from jaxwarp._src.instructions.tcgen05 import tcgen05_mma_logical as tcgen05_mma_logical
+
+# AMD Instinct matrix cores (CDNA1-3): v_mfma_* on logical matrices (docs/amd.md).
+from jaxwarp._src.instructions.amd.mfma import mfma_logical as mfma_logical
+from jaxwarp._src.layouts.mfma_registers import mfma_lane_map as mfma_lane_map
 
 # Block-scaled MMA (microscaling: mma.sync / tcgen05.mma .block_scale): logical matrices,
 # mma.sync's registers with their scale selectors, tcgen05.mma through descriptors.

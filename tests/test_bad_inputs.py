@@ -2864,3 +2864,77 @@ def _pallas_params():
 @pytest.mark.parametrize("c, mode", _pallas_params())
 def test_bad_input_pallas(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# AMD matrix cores: jaxwarp.mfma_logical. Architecture, instruction and operand types are
+# checked eagerly and under jit, each message listing what is allowed.
+
+_MF0 = len(CATALOGUE)
+_MF = (np.ones((16, 16), np.float16), np.ones((16, 16), np.float16),
+       np.zeros((16, 16), np.float32))
+
+
+def _mfma(suffix="f32_16x16x16_f16", **kw):
+    return lambda a, b, c: jaxwarp.mfma_logical(suffix, a, b, c, **kw)
+
+
+case(6, "mfma-arch-unknown", _mfma(arch="gfx1100"), *_MF, exc=ValueError,
+     must=("arch='gfx1100'", "allowed", "gfx942", "CDNA3", "MI300"))
+case(6, "mfma-arch-nvidia", _mfma(arch="sm_90a"), *_MF, exc=ValueError,
+     must=("arch='sm_90a'", "allowed", "gfx908"))
+case(6, "mfma-suffix-unknown", _mfma("f32_16x16x17_f16"), *_MF, exc=ValueError,
+     must=("suffix='f32_16x16x17_f16'", "allowed", "v_mfma_f32_16x16x16_f16"))
+case(6, "mfma-suffix-other-generation", _mfma("f32_16x16x32_fp8_fp8", arch="gfx90a"), *_MF,
+     exc=ValueError, must=("not an MFMA of CDNA2", "it is on ['CDNA3']", "allowed",
+                           "v_mfma_f32_16x16x16bf16_1k"))
+case(6, "mfma-suffix-1k-on-cdna1", _mfma("f32_32x32x8bf16_1k", arch="CDNA1"), *_MF,
+     exc=ValueError, must=("not an MFMA of CDNA1", "CDNA2", "allowed"))
+case(6, "mfma-a-format", _mfma(), np.ones((16, 16), np.float32), *_MF[1:], exc=TypeError,
+     must=("a of v_mfma_f32_16x16x16_f16", "f16", "float16", "uint16", "float32"))
+case(6, "mfma-fp8-format", _mfma("f32_16x16x32_fp8_bf8"), np.ones((16, 32), np.float16),
+     np.ones((32, 16), np.uint8), _MF[2], exc=TypeError,
+     must=("a of v_mfma_f32_16x16x32_fp8_bf8", "e4m3fnuz", "float8_e4m3fnuz", "uint8"))
+case(6, "mfma-c-format", _mfma(), *_MF[:2], np.zeros((16, 16), np.float16), exc=TypeError,
+     must=("c of v_mfma_f32_16x16x16_f16", "f32", "float32"))
+case(6, "mfma-b-shape", _mfma(), _MF[0], np.ones((8, 16), np.float16), _MF[2],
+     exc=ValueError, must=("b of v_mfma_f32_16x16x16_f16", "(..., 16, 16)", "(8, 16)"))
+case(6, "mfma-batch", _mfma(), np.ones((2, 16, 16), np.float16),
+     np.ones((3, 16, 16), np.float16), _MF[2], exc=ValueError,
+     must=("batch dims", "do not broadcast"))
+case(6, "mfma-f64-no-x64", _mfma("f64_4x4x4_4b_f64"), np.ones((4, 4), np.float32),
+     np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), exc=RuntimeError,
+     must=("v_mfma_f64_4x4x4_4b_f64", "jax_enable_x64"))
+case(6, "mfma-suffix-traced", lambda a, b, c, s: jaxwarp.mfma_logical(s, a, b, c), *_MF,
+     np.int32(0), exc=TypeError, must=("suffix is a static argument",), modes=JIT)
+case(6, "mfma-arch-traced", lambda a, b, c, s: jaxwarp.mfma_logical(
+    "f32_16x16x16_f16", a, b, c, arch=s), *_MF, np.int32(0), exc=TypeError,
+     must=("arch is a static argument",), modes=JIT)
+for _i, _arg in enumerate(("a", "b", "c")):
+    case(1, f"mfma-{_arg}-float64", lambda x, _i=_i: jaxwarp.mfma_logical(
+        "f32_16x16x16_f16", *(x if j == _i else v for j, v in enumerate(_MF))),
+        _MF[_i].astype(np.float64), exc=TypeError, regex=f"{_arg} has " + X64, modes=CONST)
+
+
+def _mfma_params():
+    new = {id(c) for c in CATALOGUE[_MF0:]}
+    return [p for p in _params() if id(p.values[0]) in new]
+
+
+@pytest.mark.parametrize("c, mode", _mfma_params())
+def test_bad_input_mfma(c: Case, mode: str):
+    test_bad_input(c, mode)
+
+
+_FZ0 = len(CATALOGUE)
+case(6, "to_fnuz-fmt", lambda x: jaxwarp.to_fnuz(x, "e5m2"), np.ones(4, np.float32),
+     exc=ValueError, must=("fmt='e5m2'", "allowed", "e5m2fnuz"))
+case(6, "to_fnuz-saturate", lambda x: jaxwarp.to_fnuz(x, saturate=1), np.ones(4, np.float32),
+     exc=TypeError, must=("saturate must be a bool",))
+case(6, "to_fnuz-int", lambda x: jaxwarp.to_fnuz(x), np.ones(4, np.int32), exc=TypeError,
+     must=("x must be a float32 array",))
+
+
+@pytest.mark.parametrize("c, mode", [p for p in _params()
+                                     if id(p.values[0]) in {id(c) for c in CATALOGUE[_FZ0:]}])
+def test_bad_input_to_fnuz(c: Case, mode: str):
+    test_bad_input(c, mode)

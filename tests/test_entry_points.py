@@ -272,6 +272,11 @@ ENTRY_POINTS: dict[str, Entry] = {
                                  {"a": np.ones((64, 32), np.int8),
                                   "b": np.ones((32, 8), np.int8),
                                   "d": np.zeros((64, 8), np.int32)}),
+    "to_fnuz": Entry(jaxwarp.to_fnuz, {"x": F32}),
+    "mfma_logical": Entry(jaxwarp.mfma_logical,
+                          {"a": np.ones((16, 16), np.float16), "b": np.ones((16, 16), np.float16),
+                           "c": np.zeros((16, 16), np.float32)},
+                          static={"arch": "gfx942"}),
     "mma_block_scale_logical": Entry(
         jaxwarp.mma_block_scale_logical,
         {"a": np.full((16, 32), 0x38, np.uint8), "b": np.full((32, 8), 0x38, np.uint8),
@@ -407,6 +412,7 @@ for _name, _lead in (("to_registers", (QF16, "a")), ("from_registers", (QF16, "a
                      ("wgmma_sp_logical", ("m64n8k32.f32.f16.f16",)),
                      ("wgmma_sp", ("m64n8k64.s32.s8.s8",)),
                      ("tcgen05_mma", ("kind::i8",)), ("tcgen05_mma_logical", (QT,)),
+                     ("mfma_logical", ("v_mfma_f32_16x16x16_f16",)),
                      ("mma_block_scale", ("m16n8k32.row.col.kind::mxf8f6f4.block_scale.f32.e4m3"
                                           ".e4m3.f32.ue8m0",)),
                      ("tcgen05_mma_block_scale", ("kind::mxf8f6f4.block_scale",))):
@@ -433,6 +439,8 @@ NO_ARRAY_DATA = frozenset({
     "mma_sp_instructions", "parse_mma_sp", "parse_wgmma_sp",
     "make_smem_descriptor", "make_instr_descriptor", "parse_tcgen05",
     "make_block_scale_instr_descriptor",
+    # AMD's wave64 register layouts (a table from names).
+    "mfma_lane_map",
     # Takes a function; the wrapper's arguments are that function's own.
     "emulate",
     # A format, and a datapath's parameters.
@@ -483,7 +491,7 @@ EAGER_EVERY = 20
 COMPILED_ALONE = frozenset({
     "fused_dot", "matmul", "mma", "mma_sync", "mma_sync_ptx", "mma_sp", "mma_sp_logical",
     "wgmma_logical", "wgmma_sp_logical", "mma_block_scale", "mma_block_scale_logical",
-    "tcgen05_mma_logical", "fp8.quantize_blockwise", "fp8.delayed_matmul"})
+    "tcgen05_mma_logical", "mfma_logical", "fp8.quantize_blockwise", "fp8.delayed_matmul"})
 
 # XLA's LLVM optimizations off: these tests check that a call traces, lowers, compiles and
 # runs, not how fast it runs (the optimizations take half of the compile time).

@@ -24,16 +24,18 @@ import dataclasses
 
 import numpy as np
 
-from jaxwarp._src.catalogue import isa
+from jaxwarp._src.catalogue import isa, mfma_table
 from jaxwarp._src.conformance.registry import CaptureError
-from jaxwarp._src.numerics.formats import FORMATS
+from jaxwarp._src.numerics.formats import FNUZ_FORMATS, FORMATS
 
 #: MMA-Sim's architecture names -> the target jaxwarp models them with.
 ARCH_TARGETS = {
     "Volta": "sm_70", "Turing": "sm_75", "Ampere": "sm_80", "Ada_Lovelace": "sm_89",
     "Hopper": "sm_90", "Blackwell": "sm_100a", "RTX_Blackwell": "sm_120a",
 }
-FAMILIES = ("mma", "mma_block_scale", "tcgen05", "tcgen05_block_scale")
+FAMILIES = ("mma", "mma_block_scale", "tcgen05", "tcgen05_block_scale", "mfma")
+#: MMA-Sim's AMD architectures (family ``mfma``): the generations of the MFMA catalogue.
+MFMA_ARCHS = mfma_table.GENERATIONS
 #: Operand types of the files; fp6 (e3m2, e2m3) and fp4 (e2m1) one element per byte.
 OPERAND_TYPES = ("f64", "tf32", "f16", "bf16", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 ACCUMULATOR_TYPES = ("f16", "f32", "f64")
@@ -66,7 +68,7 @@ def raw_dtype(t: str) -> np.dtype:
       >>> raw_dtype("bf16"), raw_dtype("tf32"), raw_dtype("e2m1")
       (dtype('uint16'), dtype('uint32'), dtype('uint8'))
     """
-    if t in FP6_FP4 or t in SCALE_TYPES:
+    if t in FP6_FP4 or t in SCALE_TYPES or t in FNUZ_FORMATS:
         return np.dtype(np.uint8)
     return np.dtype(FORMATS[t].uint_dtype)
 
@@ -104,8 +106,9 @@ class GoldenName:
 
     @property
     def target(self) -> str:
-        """The jaxwarp target of the architecture (``"Hopper"`` -> ``"sm_90"``)."""
-        return ARCH_TARGETS[self.arch]
+        """The jaxwarp target of the architecture (``"Hopper"`` -> ``"sm_90"``; an AMD
+        generation is its own target name: ``"CDNA3"``)."""
+        return self.arch if self.family == "mfma" else ARCH_TARGETS[self.arch]
 
     @property
     def packed(self) -> bool:
@@ -173,6 +176,8 @@ def parse_golden_name(family: str, arch: str, qualifier: str) -> GoldenName:
     where = f"golden/{family}/{arch}/{qualifier}"
     if family not in FAMILIES:
         raise CaptureError(f"{where}: family {family!r} unknown; valid: {FAMILIES}")
+    if family == "mfma":
+        return _parse_mfma_name(where, arch, qualifier)
     if arch not in ARCH_TARGETS:
         raise CaptureError(f"{where}: architecture {arch!r} unknown; valid: "
                            f"{tuple(ARCH_TARGETS)}")
@@ -210,3 +215,23 @@ def parse_golden_name(family: str, arch: str, qualifier: str) -> GoldenName:
         raise CaptureError(f"{where}: k = {k} is not a multiple of the block {block}")
     return GoldenName(family, arch, qualifier, m, n, k, kind, block, ty["A"], ty["B"],
                       ty["C"], ty["D"], ty.get("S", ""))
+
+
+def _parse_mfma_name(where: str, arch: str, suffix: str) -> GoldenName:
+    """``golden/mfma/{CDNA1|CDNA2|CDNA3}/{suffix}``: the suffix is MMA-Sim's (AMD's
+    instruction name without ``v_mfma_``); M, N, K are one block's; C has D's type.
+
+    Example:
+      >>> g = parse_golden_name("mfma", "CDNA3", "f32_16x16x32_fp8_bf8")
+      >>> (g.m, g.n, g.k, g.a_format, g.b_format, g.c_format, g.target)
+      (16, 16, 32, 'e4m3fnuz', 'e5m2fnuz', 'f32', 'CDNA3')
+    """
+    if arch not in MFMA_ARCHS:
+        raise CaptureError(f"{where}: architecture {arch!r} unknown for mfma; valid: "
+                           f"{MFMA_ARCHS}")
+    try:
+        row = mfma_table.mfma_row(suffix, arch)
+    except ValueError as e:
+        raise CaptureError(f"{where}: {e}") from None
+    return GoldenName("mfma", arch, suffix, row.m, row.n, row.k, "", 0, row.a_format,
+                      row.b_format, row.c_format, row.c_format)

@@ -59,7 +59,7 @@ from jaxwarp._src.catalogue import wmma_table
 from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
-from jaxwarp._src.gemm import fused_kernel, k_loop, matmul_sparse, native
+from jaxwarp._src.gemm import fused_kernel, k_loop, matmul_sparse, mfma_gemm, native
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
@@ -544,7 +544,9 @@ def matmul(
             docs/native.md).
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"`` or ``"tcgen05"`` (with
             ``arch="sm_100a"`` or ``"sm_103a"``); None: ``"wmma"`` for f16/bf16/tf32/f64,
-            ``"wgmma"`` for fp8 (:data:`DEFAULT_INSTRUCTION`).
+            ``"wgmma"`` for fp8 (:data:`DEFAULT_INSTRUCTION`). ``"mfma"``: AMD's
+            ``v_mfma_*`` with ``arch="gfx908"``, ``"gfx90a"`` or ``"gfx942"`` (default),
+            exact mode, ``mfma_gemm`` (docs/amd.md).
         promote_every: None, or N (a multiple of the tile's k): the k loop restarts
             from zero every N k-elements and each partial result is added to an fp32
             accumulator with fp32 round-to-nearest (DeepSeek-V3's promotion; see the
@@ -577,6 +579,10 @@ def matmul(
         >>> jaxwarp.matmul(a, b, operand_format="bf16")[0, 0]
         Array(64., dtype=float32)
     """
+    if isinstance(instruction, str) and instruction == "mfma":
+        return mfma_gemm.matmul(a, b, c, operand_format=operand_format, arch=arch, mode=mode,
+                                accumulator=accumulator, tile=tile, sparsity=sparsity,
+                                promote_every=promote_every, a_scale=a_scale, b_scale=b_scale)
     operand_format = checks.format_name(operand_format, "operand_format", OPERAND_FORMATS,
                                         formats.ALIASES, need_x64=False)  # check_args does it
     accumulator = checks.format_name(accumulator, "accumulator", None, formats.ALIASES)

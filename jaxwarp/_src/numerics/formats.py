@@ -30,6 +30,8 @@ from jaxwarp._src.numerics import bitops
 __all__ = [
     "ALIASES",
     "FLOAT_FORMATS",
+    "FNUZ_ALIASES",
+    "FNUZ_FORMATS",
     "FORMATS",
     "ROUNDING_MODES",
     "SPECIALS",
@@ -340,6 +342,31 @@ FORMATS: Mapping[str, Format] = _Registry((
 ))
 
 
+def _fnuz_format(name: str, dtype: Any) -> Format:
+    """An AMD fp8 format (ml_dtypes' ``float8_e4m3fnuz`` / ``float8_e5m2fnuz``, LLVM's
+    ``Float8E4M3FNUZ`` / ``Float8E5M2FNUZ``): no infinities, no -0; the code of -0 (0x80)
+    is the one NaN; bias ``2**(exponent_bits - 1)``. Value-stored in its ml_dtypes type,
+    with the code rules of ``specials="fnuz"`` (``jaxwarp.define_format``)."""
+    fi, dt = ml_dtypes.finfo(dtype), np.dtype(dtype)
+    eb, mb = int(fi.nexp), int(fi.nmant)
+    return Format(name, "float", 1 + eb + mb, dt, np.dtype(np.uint8), eb, mb, signed=True,
+                  has_inf=False, has_nan=True, min_value=-float(fi.max),
+                  max_value=float(fi.max), numpy_dtype=dt, exponent_bias=1 << (eb - 1),
+                  specials="fnuz")
+
+
+#: AMD's fp8 formats of CDNA3's matrix cores (``fp8`` and ``bf8`` of the ISA guide).
+#: Apart from :data:`FORMATS` (whose formats PTX names), accepted where an entry point
+#: takes the user-defined formats (``jaxwarp.to_format``, ``jaxwarp.from_format``,
+#: ``jaxwarp.round_to``, ``jaxwarp.fused_dot``) and by ``jaxwarp.mfma_logical``.
+FNUZ_FORMATS: Mapping[str, Format] = {
+    f.name: f for f in (_fnuz_format("e4m3fnuz", ml_dtypes.float8_e4m3fnuz),
+                        _fnuz_format("e5m2fnuz", ml_dtypes.float8_e5m2fnuz))}
+#: Other names of the fnuz formats (ml_dtypes' dtype names; AMD's ``fp8`` / ``bf8`` are
+#: not aliases: elsewhere "fp8" means e4m3).
+FNUZ_ALIASES = {"float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz"}
+
+
 #: Names of the floating-point formats (what ``round_to`` accepts as ``fmt``).
 FLOAT_FORMATS = tuple(name for name, f in FORMATS.items() if f.is_float)
 
@@ -358,7 +385,7 @@ def register_format(fmt: Format) -> Format:
     Registering the same format again returns the one registered; a name that a built-in
     format or alias has, or that a different user format has, is refused (ValueError).
     """
-    if fmt.name in FORMATS or fmt.name in ALIASES:
+    if fmt.name in FORMATS or fmt.name in ALIASES or fmt.name in FNUZ_FORMATS:
         raise ValueError(f"name={fmt.name!r} is a built-in format (or alias); choose another")
     old = _USER_FORMATS.get(fmt.name)
     if old is not None and old != fmt:
@@ -398,14 +425,19 @@ def get_format(name: str | Format, argname: str = "name",
       True
     """
     allowed = tuple(FORMATS) if allowed is None else allowed
+    if isinstance(name, np.dtype) or (isinstance(name, type) and issubclass(name, np.generic)):
+        name = np.dtype(name).name
     if user and isinstance(name, (str, Format)):
         key = name.name if isinstance(name, Format) else name
+        key = FNUZ_ALIASES.get(key, key)
+        if key in FNUZ_FORMATS:
+            return FNUZ_FORMATS[key]
         if key in _USER_FORMATS:
             if isinstance(name, Format) and name != _USER_FORMATS[key]:
                 raise ValueError(f"{argname}: format {key!r} is not the one define_format "
                                  f"registered under that name")
             return _USER_FORMATS[key]
-        allowed = allowed + tuple(_USER_FORMATS)
+        allowed = allowed + tuple(_USER_FORMATS) + tuple(FNUZ_FORMATS)
     if isinstance(name, Format):
         name = name.name
     elif not isinstance(name, (str, jax.core.Tracer, bool, int, float, complex, type(None))):

@@ -45,6 +45,7 @@ __all__ = [
     "from_format",
     "layout",
     "round_to_user",
+    "to_fnuz",
     "to_format",
 ]
 
@@ -478,3 +479,41 @@ def round_to_user(x: jax.Array, fmt: Format, mode: str) -> jax.Array:
     :func:`to_format`'s code in ``x``'s dtype; a NaN input gives the canonical NaN of
     ``x``'s dtype (also for a format without NaN)."""
     return _round_user_ste(x, fmt, mode)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _to_fnuz(x: jax.Array, fmt: Format, saturate: bool) -> jax.Array:
+    if saturate:  # finite values clamped to +-max first; inf and NaN left to the rounding
+        top = jnp.asarray(fmt.max_value, x.dtype)
+        x = jnp.where(jnp.isfinite(x), jnp.clip(x, -top, top), x)
+    return _to_format(x, fmt, "rn")
+
+
+def to_fnuz(x: Any, fmt: str = "e4m3fnuz", *, saturate: bool = True) -> jax.Array:
+    """float32 (or float64) -> AMD's fp8 ``e4m3fnuz`` / ``e5m2fnuz``, rounded to nearest
+    even, as HIP's conversions (``amd_hip_fp8.h``) do: with ``saturate`` (HIP's
+    ``__HIP_SATFINITE``) a finite value is first clamped to ±max (240 / 57344), without it
+    (``__HIP_NOSAT``, and ml_dtypes' cast) a value that rounds beyond max gives the NaN
+    0x80; ±inf and NaN give 0x80 either way (fnuz formats have no infinity).
+
+    Args:
+      x: float32 array (float64 with ``jax_enable_x64``).
+      fmt: static, ``"e4m3fnuz"`` or ``"e5m2fnuz"`` (or ml_dtypes' names).
+      saturate: static bool.
+
+    Returns:
+      An array of ml_dtypes' ``float8_e4m3fnuz`` / ``float8_e5m2fnuz``.
+
+    Example:
+        >>> x = jnp.float32([300.0, -1e9, jnp.inf, 1.0])
+        >>> [hex(v) for v in jaxwarp.to_fnuz(x).view(jnp.uint8)]
+        ['0x7f', '0xff', '0x80', '0x40']
+        >>> [hex(v) for v in jaxwarp.to_fnuz(x, saturate=False).view(jnp.uint8)]
+        ['0x80', '0x80', '0x80', '0x40']
+    """
+    f = get_format(fmt, "fmt", (), user=True)
+    if f.specials != "fnuz" or f.user_defined and f.code_storage:
+        raise ValueError(f"fmt={fmt!r} is not supported; allowed: ('e4m3fnuz', 'e5m2fnuz')")
+    if not isinstance(saturate, bool):
+        raise TypeError(f"saturate must be a bool, got {type(saturate).__name__} {saturate!r}")
+    return _to_fnuz(_float_arg(x), f, saturate)
