@@ -73,11 +73,17 @@ def _every_trip(unroll):
 
 
 def _cases():
+    """Every (build, program); by default the last-trip program of every build and the
+    every-trip program of one, the rest with -m slow."""
     z = np.load(DATA)
-    return sorted({tuple(k.split("/")[1:3]) for k in z.files if k.startswith("loop/")})
+    for build, program in sorted({tuple(k.split("/")[1:3]) for k in z.files
+                                  if k.startswith("loop/")}):
+        default = program == "last_trip" or (build, program) == ("none_O2", "every_trip")
+        yield pytest.param(build, program, id=f"{build}-{program}",
+                           marks=() if default else pytest.mark.slow)
 
 
-@pytest.mark.parametrize("build,program", _cases())
+@pytest.mark.parametrize("build,program", list(_cases()))
 def test_every_word_in_nvccs_shape(build, program):
     z = np.load(DATA)
     trips = z[f"loop/{build}/{program}/trips"]
