@@ -32,6 +32,7 @@ Usage:
     python experiments/matmul_error.py --large         # GPU: K to 16384, 1024 matrices of 32x32
     python experiments/matmul_error.py --out experiments/results
     python experiments/matmul_error.py --large --devices all  # over every GPU
+    python experiments/matmul_error.py --arch gfx942   # exact mode on MI300's MFMA (CDNA3)
 """
 
 from __future__ import annotations
@@ -74,10 +75,31 @@ def sample(key: jax.Array, dist: str, m: int, k: int, n: int) -> tuple[jax.Array
     return draw(ka, (m, k)), draw(kb, (k, n))
 
 
-def product(a: jax.Array, b: jax.Array, fmt: str, mode: str) -> jax.Array:
-    """One matrix product of the series (fp32 result)."""
+#: AMD targets (``--arch``): their exact products are ``instruction="mfma"`` chains.
+AMD_ARCHS = ("gfx908", "gfx90a", "gfx942")
+
+
+def series_for(arch: str | None) -> tuple:
+    """The series of a target: on an AMD target f16 and bf16 (CDNA3's xf32 converts its
+    operands otherwise than tf32, so this study's "accumulation" reference, tf32's
+    rounding, would not be its operands), exact and fast; elsewhere ``SERIES``."""
+    if arch not in AMD_ARCHS:
+        return SERIES
+    return tuple((f"{f} {m}", f, m) for f in ("f16", "bf16") for m in ("exact", "fast")) + (
+        SERIES[-1],)
+
+
+def product(a: jax.Array, b: jax.Array, fmt: str, mode: str, arch: str | None = None
+            ) -> jax.Array:
+    """One matrix product of the series (fp32 result); ``arch``: the target of the exact
+    mode (None: the H100's WMMA)."""
     if fmt == "fp32":
         return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+    if mode == "exact" and arch in AMD_ARCHS:
+        return jaxwarp.matmul(a, b, operand_format=fmt, accumulator="f32", mode=mode,
+                              instruction="mfma", arch=arch)
+    if mode == "exact" and arch is not None:
+        return jaxwarp.matmul(a, b, operand_format=fmt, accumulator="f32", mode=mode, arch=arch)
     return jaxwarp.matmul(a, b, operand_format=fmt, accumulator="f32", mode=mode)
 
 
@@ -106,8 +128,8 @@ def _sharded(name: str, devices: tuple | None, *static):
         dist, m, k, n = static
         return sv(lambda key: sample(key, dist, m, k, n))
     if name == "product":
-        fmt, mode = static
-        return sv(lambda a, b: product(a, b, fmt, mode))
+        fmt, mode, arch = static
+        return sv(lambda a, b: product(a, b, fmt, mode, arch))
     if name == "operand":
         (fmt,) = static
         return sv(lambda a, b: (operand(a, fmt), operand(b, fmt)))
@@ -117,7 +139,8 @@ def _sharded(name: str, devices: tuple | None, *static):
 
 
 def measure_point(seed: int, dist: str, k: int, *, batch: int, mn: int, series=SERIES,
-                  progress=None, devices=None) -> dict[tuple[str, str], np.ndarray]:
+                  progress=None, devices=None, arch: str | None = None
+                  ) -> dict[tuple[str, str], np.ndarray]:
     """Per-matrix errors of every series at one (dist, K), the matrices sharded over
     ``devices`` (default: every device).
 
@@ -131,7 +154,7 @@ def measure_point(seed: int, dist: str, k: int, *, batch: int, mn: int, series=S
     a, b = _sharded("sample", devs, dist, mn, k, mn)(keys)
     out = {}
     for label, fmt, mode in series:
-        d = _sharded("product", devs, fmt, mode)(a, b)
+        d = _sharded("product", devs, fmt, mode, arch)(a, b)
         a_op, b_op = _sharded("operand", devs, fmt)(a, b) if fmt != "fp32" else (a, b)
         with jax.enable_x64(True):
             out[label, "total"] = np.asarray(_sharded("errors", devs)(a, b, d))
@@ -167,10 +190,12 @@ def k_values(kmin: int, kmax: int, factor: int = 2) -> list[int]:
     return ks
 
 
-def run(ks, *, batch: int, mn: int, dists=DISTS, seed: int = 0, series=SERIES,
-        progress: bool = True, devices=None) -> list[dict]:
-    """Every (dist, K, series) point, sharded over ``devices`` (default: every device);
+def run(ks, *, batch: int, mn: int, dists=DISTS, seed: int = 0, series=None,
+        progress: bool = True, devices=None, arch: str | None = None) -> list[dict]:
+    """Every (dist, K, series) point, sharded over ``devices`` (default: every device),
+    exact mode on ``arch`` (None: the H100; series default: ``series_for(arch)``);
     returns the CSV rows."""
+    series = series_for(arch) if series is None else series
     rows = []
     with tqdm(total=len(dists) * len(ks) * len(series), desc="matmul error", unit="pt",
               disable=not progress, file=sys.stderr) as bar:
@@ -178,7 +203,7 @@ def run(ks, *, batch: int, mn: int, dists=DISTS, seed: int = 0, series=SERIES,
             for k in ks:
                 bar.set_postfix(dist=dist, K=k)
                 errs = measure_point(seed, dist, k, batch=batch, mn=mn, series=series,
-                                     progress=bar, devices=devices)
+                                     progress=bar, devices=devices, arch=arch)
                 rows += summarize(dist, k, mn, errs, series)
     return rows
 
@@ -344,6 +369,10 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--dists", nargs="+", choices=DISTS, default=list(DISTS), metavar="DIST",
                    help=f"input distributions, one or more of: {' '.join(DISTS)} "
                         "(normal: N(0, 1); uniform: U[0, 1), all positive) (default: both)")
+    p.add_argument("--arch", default=None, choices=("sm_90", *AMD_ARCHS), metavar="ARCH",
+                   help="the exact mode's target: sm_90 (the H100's WMMA, the default) or an "
+                        "AMD matrix core, gfx908 (CDNA1), gfx90a (CDNA2), gfx942 (CDNA3), "
+                        "f16 and bf16; fast mode and fp32 do not depend on it")
     su.add_common_options(p)
     su.add_devices_option(p)
     args = p.parse_args(argv)
@@ -362,11 +391,13 @@ def main(argv=None) -> list[dict]:
           f"seed {args.seed}\n", flush=True)
     with su.Timer() as t:
         rows = run(ks, batch=cfg["batch"], mn=cfg["mn"], dists=args.dists, seed=args.seed,
-                   progress=not args.no_progress, devices=devices)
+                   progress=not args.no_progress, devices=devices,
+                   arch=None if args.arch == "sm_90" else args.arch)
     print(tables(rows))
     su.write_csv(out / "matmul_error.csv", rows, COLUMNS)
     plot(rows, out / "matmul_error.png",
-         title=f"WMMA GEMM relative error vs float64 ({cfg['mn']}xK @ Kx{cfg['mn']}, "
+         title=f"{'MFMA ' + args.arch if args.arch in AMD_ARCHS else 'WMMA'} GEMM "
+               f"relative error vs float64 ({cfg['mn']}xK @ Kx{cfg['mn']}, "
                f"{cfg['batch']} matrices per point: median, 10-90% band)  "
                f"[{su.device_summary(devices)}]")
     print(f"\nwrote {out / 'matmul_error.csv'} and {out / 'matmul_error.png'}; "

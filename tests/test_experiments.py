@@ -248,3 +248,21 @@ def test_coinciding_series_are_named_together():
     refs = dict(matmul_error._reference_slopes(k, curves))
     np.testing.assert_allclose(refs["∝ K"] / refs["∝ K"][0], k / 16)
     np.testing.assert_allclose(refs["∝ √K"] / refs["∝ √K"][0], np.sqrt(k / 16))
+
+
+@pytest.mark.slow
+def test_matmul_error_on_an_amd_target_runs_its_mfma():
+    """--arch gfx942: the exact series are CDNA3's MFMA chains (other numbers than the
+    H100's on the same matrices), fast mode and fp32 are the same."""
+    kw = dict(batch=4, mn=16, dists=("uniform",), progress=False)
+    amd = matmul_error.run([64], arch="gfx942", **kw)
+    h100 = matmul_error.run([64], **kw)
+    assert {r["series"] for r in amd} == {"f16 exact", "f16 fast", "bf16 exact", "bf16 fast",
+                                         "fp32"}
+
+    def med(rows, series):
+        return [r["median"] for r in rows if r["series"] == series]
+
+    assert med(amd, "f16 exact") != med(h100, "f16 exact")
+    assert med(amd, "f16 fast") == med(h100, "f16 fast")
+    assert med(amd, "fp32") == med(h100, "fp32")
