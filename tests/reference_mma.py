@@ -269,7 +269,9 @@ def _finish(kind, neg, s, g, c_format, d_format) -> int:
 def _mma_float_elem(arow: list[Num], bcol: list[Num], c: Num, a_format, c_format, d_format) -> int:
     bk = BLOCK_K[a_format]
     k = len(arow)
-    acc, out = c, FMTS[d_format]
+    # C joins the first block as the format it sums into sees it: fp32 when C is fp32 (an
+    # f16 D is then the fp32 result rounded; H100: tools/capture/probe_f16d.py)
+    acc, out = c, FMTS["f32" if c_format == "f32" else d_format]
     for k0 in range(0, k, bk):
         kind, neg, s, g = _block(list(zip(arow[k0:k0 + bk], bcol[k0:k0 + bk], strict=True)),
                                  acc, out)

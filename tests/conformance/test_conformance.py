@@ -18,7 +18,10 @@ from jaxwarp import conformance
 _FRONT_END_DATA = {"h100_ptx_float.npz", "h100_ptx_int.npz", "h100_wgmma.npz",
                    "h100_tc_edges.npz",
                    # nvcc's loop shapes: tests/warp/test_loop_capture.py, per build
-                   "h100_loopmask.npz"}
+                   "h100_loopmask.npz",
+                   # AMD's documented register layouts, not a capture:
+                   # tests/layouts/test_mfma_registers.py
+                   "mfma_register_layouts.npz"}
 # The MMA-Sim reference-model files (mmasim_golden_*.npz) are not hardware: test_golden.py.
 CAPTURES = sorted(p.name for p in DATA.glob("*.npz")
                   if not p.name.endswith("_sample.npz") and p.name not in _FRONT_END_DATA
