@@ -145,12 +145,13 @@ OPTIONS: tuple[Option, ...] = (
         "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
         "with no range check and no cond in the calling program.")),
     # native_backend: JAX 0.11 deprecates Pallas' Triton backend; 'auto' takes the kernel
-    # of the backend JAX keeps wherever the installed JAX has its API.
+    # of the backend JAX keeps where it was measured to run and to be fastest
+    # (native_mgpu.auto_fits).
     Option("native_backend", "auto", allowed=("auto", "mosaic_gpu", "triton"), help=(
         "Which Pallas backend runs mode='native' (the same chain, the same bits): 'auto' "
-        "(Mosaic GPU where the installed JAX has the API its kernel uses and the operands "
-        "are one format, else Triton), 'mosaic_gpu' or 'triton' (an error where that "
-        "backend cannot run the product).")),
+        "(Mosaic GPU where it was measured fastest on an H100: f16 / bf16 operands, no "
+        "promotion, K a multiple of 64, M and N of 128; else Triton), 'mosaic_gpu' or "
+        "'triton' (an error where that backend cannot run the product).")),
     Option("native_mgpu_tile", "auto", allowed=("auto", "128x256", "128x128"), help=(
         "Output tile of the Mosaic GPU native kernel (the same bits, another speed): 'auto' "
         "(128x256 with 3 stages of 64-element k blocks, 128x128 with promotion), "

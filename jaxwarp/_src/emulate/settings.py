@@ -15,10 +15,10 @@ import numpy as np
 
 from jaxwarp._src import checks
 from jaxwarp._src.catalogue.isa import FP8_TYPES
-from jaxwarp._src.config import config
 from jaxwarp._src.gemm import matmul_tiles
-from jaxwarp._src.gemm.matmul import MODES, matmul
+from jaxwarp._src.gemm.matmul import MODES
 from jaxwarp._src.numerics import formats
+from jaxwarp._src.pallas.model import kernel_matmul
 from jaxwarp._src.recipes import recipe as recipes
 
 INSTRUCTIONS = matmul_tiles.INSTRUCTIONS
@@ -208,11 +208,10 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
         return cfg
     p = cfg.pad_multiple
     dtype = jnp.float64 if operand_format == "f64" else jnp.float32
-    # A check of the arguments only: matmul's inline path (no GPU kernel is traced, which
-    # inside a caller's 64-bit context would not trace; seen under Pallas on a GPU)
-    with config.override(gemm_fused_kernel="off", gemm_shared="off"):
-        for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):
-            jax.eval_shape(functools.partial(matmul, **cfg.matmul_kwargs(fmt)),
-                           jax.ShapeDtypeStruct((p, p), dtype),
-                           jax.ShapeDtypeStruct((p, p), dtype))
+    # A check of the arguments only, on matmul's inline path (kernel_matmul: no GPU kernel
+    # is traced, which inside a caller's 64-bit context would not trace; seen under
+    # Pallas on a GPU)
+    for fmt in dict.fromkeys((operand_format, backward_format or operand_format)):
+        jax.eval_shape(functools.partial(kernel_matmul, **cfg.matmul_kwargs(fmt)),
+                       jax.ShapeDtypeStruct((p, p), dtype), jax.ShapeDtypeStruct((p, p), dtype))
     return cfg

@@ -331,7 +331,7 @@ def _rz_bits(mag, neg, g):
     zero +0."""
     lz = lax.clz(mag)
     lead = g + 31 - lz  # the exponent of the leading bit
-    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), jnp.int32(8)) & 0x7FFFFF
+    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
     normal = jnp.where(lead >= 128, jnp.int32(_EXP), ((lead + 127) << 23) | frac)
     sub_sh = -149 - g  # a subnormal's fraction: mag on the grid of 2**-149, toward zero
     sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),

@@ -9,7 +9,7 @@ chain from zero -- so its bits equal ``mode="exact"``'s by construction (and
 ``benchmarks/native_check.py`` and ``benchmarks/native_mgpu.py --check`` check them on the
 GPU). Two kernels issue it, chosen by the option ``native_backend`` (:func:`backend`):
 ``native_mgpu`` on Pallas' Mosaic GPU backend (``plgpu.wgmma``, TMA pipeline; "auto"
-wherever the installed JAX has its API and the operands are one format) and
+where it was measured to run and to be the faster: ``native_mgpu.auto_fits``) and
 ``native_kernels`` on the Triton backend (which JAX 0.11 deprecates).
 
 Which exact chains a wgmma chain *is* (:func:`check`): the kernel issues ``wgmma`` m64nNkK

@@ -63,11 +63,12 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src.config import config
+from jaxwarp._src.gemm.matmul_tiles import TILES
 
 #: Operand formats the kernel issues, with their storage dtype and the wgmma k.
 DTYPES = {"f16": jnp.float16, "bf16": jnp.bfloat16, "tf32": jnp.float32,
           "e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
-INSTRUCTION_K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
+INSTRUCTION_K = {f: TILES["wgmma"][f][0][2] for f in DTYPES}  # the catalogue's wgmma k
 #: Accumulator formats and their dtypes (wgmma's D has C's type).
 ACC_DTYPES = {"f32": jnp.float32, "f16": jnp.float16}
 #: Whether B's blocks are read K-major (B given as (N, K)): wgmma reads 8- and 32-bit

@@ -8,7 +8,6 @@ import dataclasses
 import numpy as np
 
 from jaxwarp._src.config import config
-from jaxwarp._src.gemm import matmul_tiles
 from jaxwarp._src.gemm.matmul import matmul
 from jaxwarp._src.numerics import formats
 
@@ -18,12 +17,6 @@ def dtype_format(dtype) -> str | None:
     registry's name; float32 words go to the tensor core as tf32), or None."""
     name = np.dtype(dtype).name
     return "tf32" if name == "float32" else formats.ALIASES.get(name)
-
-
-def instruction_formats(instruction: str) -> dict[str, tuple[str, ...]]:
-    """The catalogue's operand formats of ``instruction`` and the accumulators each
-    chains (``matmul_tiles.ACCUMULATORS``)."""
-    return matmul_tiles.ACCUMULATORS[instruction]
 
 
 #: The modes a kernel product runs in: ``matmul``'s (``"native"`` only where matmul has it).
@@ -92,9 +85,10 @@ class KernelProduct:
 
 
 def kernel_matmul(*args, **kwargs):
-    """``jaxwarp.matmul`` for a product inside a kernel body: the model's k loop inline in
-    the interpreted kernel (``gemm_shared="off"``, ``gemm_fused_kernel="off"``), never a
-    host callback or a GPU kernel of jaxwarp's own launched from inside it (on a GPU
+    """``jaxwarp.matmul`` on its inline path, for a product inside a kernel body (and for
+    emulate's check of its settings): the model's k loop inline in the interpreted kernel
+    (``gemm_shared="off"``, ``gemm_fused_kernel="off"``), never a host callback or a GPU
+    kernel of jaxwarp's own launched from inside it (on a GPU
     with JAX 0.11.2, the fused kernel traced inside an interpreted Triton-style kernel
     failed: "lax.shift_right_logical requires arguments to have the same dtypes, got
     int32, int64")."""

@@ -79,7 +79,6 @@ from jaxwarp._src.numerics import bitops, formats
 from jaxwarp._src.pallas.model import (
     KernelProduct,
     dtype_format,
-    instruction_formats,
     kernel_matmul,
 )
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
@@ -103,7 +102,7 @@ _KERNEL_PRIMITIVES = {"mpmd_map": "jaxprs", "pallas_call": "jaxpr"}
 
 #: k of one wgmma per operand format (the catalogue's tiles: 16 f16/bf16, 8 tf32, 32 fp8).
 _WGMMA_K = {f: matmul_tiles.default_tile("wgmma", f, "sm_90a")[2]
-            for f in instruction_formats("wgmma")}
+            for f in matmul_tiles.ACCUMULATORS["wgmma"]}
 _WGMMA_ARCHS = ("sm_90a", "sm_90")
 _TCGEN05_ARCHS = ("sm_100a", "sm_103a")
 #: Mosaic GPU primitives that only choose a register layout (the identity on values), which
@@ -298,7 +297,7 @@ def _wgmma_formats(acc_aval, a_aval, b_aval, target: _Target):
     if fmt not in _WGMMA_K:
         raise ValueError(f"operand_format={fmt!r} is not a wgmma format; allowed: "
                          f"{tuple(_WGMMA_K)}")
-    accs = instruction_formats("wgmma")[fmt]
+    accs = matmul_tiles.ACCUMULATORS["wgmma"][fmt]
     acc = formats.ALIASES.get(acc_dt)
     if acc not in accs:
         raise ValueError(

@@ -28,7 +28,6 @@ from jaxwarp._src.numerics import bitops, formats
 from jaxwarp._src.pallas.model import (
     KernelProduct,
     dtype_format,
-    instruction_formats,
     kernel_matmul,
 )
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
@@ -40,7 +39,7 @@ from jaxwarp._src.pallas.mosaic_gpu_refs import (
 )
 
 TCGEN05_K = {f: matmul_tiles.default_tile("tcgen05", f, "sm_100a")[2]
-             for f in instruction_formats("tcgen05")}
+             for f in matmul_tiles.ACCUMULATORS["tcgen05"]}
 #: The TMEM primitives of a kernel this module replaces.
 TMEM_PRIMITIVES = ("tcgen05_mma", "tcgen05_commit_arrive", "async_load", "async_store_tmem",
                    "wait_load_tmem", "commit_tmem")
@@ -84,7 +83,7 @@ def _formats(acc, a, b, operand_format):
         raise ValueError(f"operand_format={fmt!r} is not a tcgen05 format here; allowed: "
                          f"{tuple(TCGEN05_K)}")
     accumulator = formats.ALIASES.get(str(acc.dtype))
-    if accumulator not in instruction_formats("tcgen05")[fmt]:
+    if accumulator not in matmul_tiles.ACCUMULATORS["tcgen05"][fmt]:
         raise ValueError(f"tcgen05_mma with {fmt} operands cannot accumulate in {acc.dtype}")
     (m, n), (m2, k), (k2, n2) = acc.shape, a.shape, b.shape
     kk = TCGEN05_K[fmt]

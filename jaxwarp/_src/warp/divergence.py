@@ -176,6 +176,37 @@ def _reverse_mode(tree: Any) -> bool:
     return False
 
 
+def _max_trips(max_trips: Any) -> int | None:
+    """``max_trips`` checked: None or a static int >= 0."""
+    if max_trips is None:
+        return None
+    max_trips = checks.static_int(max_trips, "max_trips")
+    if max_trips < 0:
+        raise ValueError(f"max_trips={max_trips}; allowed: None or an int >= 0")
+    return max_trips
+
+
+def _refuse_reverse(state: Any, name: str) -> None:
+    """A per-lane loop without ``max_trips`` is a ``lax.while_loop``: say so to reverse mode."""
+    if _reverse_mode(state):
+        raise ValueError(
+            f"{name} with max_trips=None is a lax.while_loop, which reverse-mode "
+            "differentiation (jax.grad, jax.vjp, jax.linearize) cannot go through; "
+            "pass max_trips=N (a static bound: a lax.scan of N iterations, "
+            "differentiable; lanes still looping after N are reported by "
+            "jaxwarp.checked)")
+
+
+def _trip(body: Callable[[Any], Any], s: Any, lanes: jax.Array, everyone: jax.Array,
+          what: str) -> Any:
+    """One trip of a per-lane loop: ``body(s)`` run by ``lanes`` (of ``everyone``, the
+    lanes that reached the loop), kept where they ran."""
+    with running(lanes), in_loop(everyone, lanes):
+        new = _per_lane(body(s), "body_fn's result")
+    _same_structure(s, new, what)
+    return _select(lanes, new, s)
+
+
 def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], init: Any, *,
                max_trips: int | None = None) -> Any:
     """``while (cond(v)) v = body(v);`` in a one-warp program, with per-lane trip counts.
@@ -226,10 +257,7 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
     """
     _callable(cond_fn, "cond_fn")
     _callable(body_fn, "body_fn")
-    if max_trips is not None:
-        max_trips = checks.static_int(max_trips, "max_trips")
-        if max_trips < 0:
-            raise ValueError(f"max_trips={max_trips}; allowed: None or an int >= 0")
+    max_trips = _max_trips(max_trips)
     state = _per_lane(init, "init")
     outer = active_lanes()
     everyone = jnp.ones((WARP_SIZE,), jnp.bool_) if outer is None else outer
@@ -240,21 +268,12 @@ def lane_while(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
 
     def step(carry):
         s, looping = carry
-        with running(looping), in_loop(everyone, looping):
-            new = _per_lane(body_fn(s), "body_fn's result")
-        _same_structure(s, new, "lane_while body_fn")
-        s = _select(looping, new, s)
+        s = _trip(body_fn, s, looping, everyone, "lane_while body_fn")
         return s, test(looping, s)
 
     carry = (state, test(everyone, state))
     if max_trips is None:
-        if _reverse_mode(state):
-            raise ValueError(
-                "lane_while with max_trips=None is a lax.while_loop, which reverse-mode "
-                "differentiation (jax.grad, jax.vjp, jax.linearize) cannot go through; "
-                "pass max_trips=N (a static bound: a lax.scan of N iterations, "
-                "differentiable; lanes still looping after N are reported by "
-                "jaxwarp.checked)")
+        _refuse_reverse(state, "lane_while")
         state, _ = lax.while_loop(lambda c: jnp.any(c[1]), step, carry)
         return state
     (state, looping), _ = lax.scan(lambda c, _: (step(c), None), carry, None,
@@ -335,10 +354,7 @@ def lane_for(trips: Any, body_fn: Callable[[Any, Any], Any], init: Any, *, unrol
         raise ValueError(f"unroll={unroll}; allowed: an int >= 1 (1: the loop as written)")
     if remainder not in _REMAINDERS:
         raise ValueError(f"remainder={remainder!r}; allowed: {', '.join(_REMAINDERS)}")
-    if max_trips is not None:
-        max_trips = checks.static_int(max_trips, "max_trips")
-        if max_trips < 0:
-            raise ValueError(f"max_trips={max_trips}; allowed: None or an int >= 0")
+    max_trips = _max_trips(max_trips)
     n = checks.array_arg(trips, "trips")
     if not jnp.issubdtype(n.dtype, jnp.integer):
         raise TypeError(f"trips must be integer trip counts, got dtype {n.dtype}")
@@ -358,10 +374,7 @@ def lane_for(trips: Any, body_fn: Callable[[Any, Any], Any], init: Any, *, unrol
 
     def trip(s, i, lanes):
         i = jnp.broadcast_to(jnp.asarray(i, jnp.int32), (WARP_SIZE,))
-        with running(lanes), in_loop(everyone, lanes):
-            new = _per_lane(body_fn(i, s), "body_fn's result")
-        _same_structure(s, new, "lane_for body_fn")
-        return _select(lanes, new, s)
+        return _trip(lambda s: body_fn(i, s), s, lanes, everyone, "lane_for body_fn")
 
     def main_iter(t, s):
         lanes = everyone & (main > t)
@@ -378,10 +391,7 @@ def lane_for(trips: Any, body_fn: Callable[[Any, Any], Any], init: Any, *, unrol
     if remainder == "before":
         state = remainder_loop(state)
     if max_trips is None:
-        if _reverse_mode(state):
-            raise ValueError("lane_for with max_trips=None is a lax.while_loop, which "
-                             "reverse-mode differentiation cannot go through; pass "
-                             "max_trips=N (a static bound on every lane's trips)")
+        _refuse_reverse(state, "lane_for")
         _, state = lax.while_loop(lambda c: jnp.any(main > c[0]),
                                   lambda c: (c[0] + 1, main_iter(c[0], c[1])),
                                   (jnp.int32(0), state))

@@ -87,7 +87,7 @@ def activemask() -> jax.Array:
     """
     act = active_lanes()
     loop = loop_lanes()
-    if loop is not None:  # which lanes read it together is the compiler's loop shape
+    if loop is not None and checked.enabled():  # the lanes reading it: the loop's shape
         entry, now = loop
         checked.check(jnp.all(entry == now) | ~jnp.any(now),
                       "activemask() inside a loop whose lanes diverged (reached the loop: "
