@@ -1,7 +1,8 @@
 """Records what Pallas kernels return on a Hopper GPU (H100/H200, JAX 0.11.x with CUDA).
 
     python tools/capture/capture_pallas.py --out DIR [--small] [--seed N]
-        [--only triton,mgpu,probe] [--dtypes f16,bf16,e4m3,e5m2,f32] [--budget SECONDS]
+        [--only triton,mgpu,probe] [--dtypes f16,bf16,e4m3,e5m2,f32,f32_highest]
+        [--forms tiled,c_init,c_epilogue,two_dots] [--budget SECONDS]
     python tools/capture/capture_pallas.py --trim-sample SAMPLE.npz --out FILE.npz
     python tools/capture/capture_pallas.py --selftest        # host only: inputs, plans, names
 
@@ -50,7 +51,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 #: Largest file written (the device returns at most 16 MiB a file).
 MAX_BYTES = 15 * 2**20
-DTYPES = ("f16", "bf16", "e4m3", "e5m2", "f32")
+DTYPES = ("f16", "bf16", "e4m3", "e5m2", "f32", "f32_highest")
+#: Operand format of each --dtypes name ("f32_highest": f32 dots at precision HIGHEST,
+#: Triton's IEEE dot).
+OPERAND = {"f32_highest": "f32"}
 FORMS = ("tiled", "c_init", "c_epilogue", "two_dots")
 #: Forms whose kernel takes C (an f32 matrix added to the products).
 FORMS_WITH_C = ("c_init", "c_epilogue")
@@ -160,11 +164,16 @@ class TritonCfg:
     form: str
 
     @property
+    def operand(self) -> str:
+        """The operands' format (``dtype`` names f32 at HIGHEST ``f32_highest``)."""
+        return OPERAND.get(self.dtype, self.dtype)
+
+    @property
     def shape(self) -> tuple[int, int, int]:
         """(M, N, K): two blocks a side up to 64, one of 128; K = 4 blocks, at least 128."""
         m = self.bm if self.bm >= 128 else max(64, 2 * self.bm)
         n = self.bn if self.bn >= 128 else max(64, 2 * self.bn)
-        k = max(128 if self.dtype not in ("e4m3", "e5m2") else 256, 4 * self.bk)
+        k = max(128 if self.operand not in ("e4m3", "e5m2") else 256, 4 * self.bk)
         return m, n, k
 
     @property
@@ -175,10 +184,12 @@ class TritonCfg:
 
     def meta(self, kind: str, seed: int, jax_version: str) -> str:
         m, n, k = self.shape
-        return json.dumps({"dtype": self.dtype, "M": m, "N": n, "K": k, "bm": self.bm,
-                           "bn": self.bn, "bk": self.bk, "form": self.form,
-                           "num_warps": self.num_warps, "kind": kind, "seed": seed,
-                           "jax": jax_version})
+        meta = {"dtype": self.operand, "M": m, "N": n, "K": k, "bm": self.bm,
+                "bn": self.bn, "bk": self.bk, "form": self.form,
+                "num_warps": self.num_warps, "kind": kind, "seed": seed, "jax": jax_version}
+        if self.dtype in OPERAND:
+            meta["precision"] = "highest"
+        return json.dumps(meta)
 
 
 def triton_plan(dtypes=DTYPES, small: bool = False) -> list[TritonCfg]:
@@ -357,12 +368,14 @@ def run_triton(cfg: TritonCfg, inputs: list[dict], interpret: bool = False
 
     from jaxwarp.kernels import triton_matmul
 
-    dt = _np_dtype(cfg.dtype)
+    dt = _np_dtype(cfg.operand)
     block = (cfg.bm, cfg.bn, cfg.bk)
+    precision = jax.lax.Precision.HIGHEST if cfg.dtype in OPERAND else None
 
     def kernel(a, b, c=None):
         return triton_matmul(a, b, c, block=block, num_warps=cfg.num_warps, form=cfg.form,
-                             interpret=interpret, out_dtype=jnp.float32)
+                             interpret=interpret, out_dtype=jnp.float32,
+                             precision=precision)
 
     fn = jax.jit(kernel)
     outs = []
@@ -527,7 +540,7 @@ def _ref_line(name: str, errs, seconds: float) -> str:
 def capture_triton(args, files: Files, log_file, deadline: float) -> None:
     jax_version = files.jax_version
     for j, t in enumerate(args.dtypes):
-        plan = triton_plan((t,), args.small)
+        plan = [c for c in triton_plan((t,), args.small) if c.form in args.forms]
         # each operand type gets an equal share of what is left of the budget
         share = (deadline - time.time()) / (len(args.dtypes) - j)
         t_deadline = min(deadline, time.time() + share)
@@ -540,8 +553,9 @@ def capture_triton(args, files: Files, log_file, deadline: float) -> None:
             m, n, k = cfg.shape
             rng = np.random.default_rng([args.seed, i, DTYPES.index(t)])
             sets = []
+            op = OPERAND.get(t, t)
             for kind in KINDS:
-                x = {"a": draw(rng, t, (m, k), kind), "b": draw(rng, t, (k, n), kind)}
+                x = {"a": draw(rng, op, (m, k), kind), "b": draw(rng, op, (k, n), kind)}
                 if cfg.form in FORMS_WITH_C:
                     x["c"] = draw(rng, "f32", (m, n), kind)
                 sets.append(x)
@@ -553,7 +567,7 @@ def capture_triton(args, files: Files, log_file, deadline: float) -> None:
                 continue
             errs = []
             for kind, x, o in zip(KINDS, sets, outs, strict=True):
-                errs.append(ref_error(x["a"], x["b"], x.get("c"), o, t, "f32"))
+                errs.append(ref_error(x["a"], x["b"], x.get("c"), o, op, "f32"))
                 w.add(f"pallas/{cfg.name}/t{KINDS.index(kind)}", {**x, "out": o},
                       cfg.meta(kind, args.seed, jax_version))
             log(_ref_line(f"{cfg.name} {m}x{n}x{k}", errs, time.time() - t0), file=log_file)
@@ -621,12 +635,14 @@ def probe_worker(args) -> None:
         if time.time() > deadline:
             break
         m, n, k = cfg.shape
-        dt = _np_dtype(cfg.dtype)
+        dt = _np_dtype(cfg.operand)
         block = (cfg.bm, cfg.bn, cfg.bk)
+        precision = jax.lax.Precision.HIGHEST if cfg.dtype in OPERAND else None
 
-        def kernel(a, b, block=block, cfg=cfg):
+        def kernel(a, b, block=block, cfg=cfg, precision=precision):
             return triton_matmul(a, b, block=block, num_warps=cfg.num_warps, form=cfg.form,
-                                 interpret=args.interpret, out_dtype=jnp.float32)
+                                 interpret=args.interpret, out_dtype=jnp.float32,
+                                 precision=precision)
 
         kernel.__name__ = f"probe_{i}"
         try:
@@ -778,7 +794,7 @@ def selftest() -> None:
     """Host checks (numpy and ml_dtypes only): the generators give finite values of their
     format, bits round-trip, names and shapes follow the sample's."""
     rng = np.random.default_rng(0)
-    for t in DTYPES:
+    for t in sorted({OPERAND.get(t, t) for t in DTYPES}):
         for kind in KINDS:
             bits = draw(rng, t, (64, 64), kind)
             v = from_bits(bits, t)
@@ -791,6 +807,8 @@ def selftest() -> None:
     assert TritonCfg("bf16", 16, 16, 32, 1, "tiled").name == "bf16_16x16x32_w1"
     assert TritonCfg("f16", 32, 32, 64, 2, "tiled").shape[:2] == (64, 64)
     assert len({c.name for c in triton_plan()}) == len(triton_plan())
+    hi = TritonCfg("f32_highest", 16, 16, 32, 1, "tiled")
+    assert json.loads(hi.meta("wide", 0, "x"))["dtype"] == "f32" and hi.operand == "f32"
     names = [c.name for c in mgpu_plan()]
     assert len(set(names)) == len(names)
     print(f"selftest ok: {len(triton_plan())} Triton-style, {len(mgpu_plan())} kernel and "
@@ -805,6 +823,8 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true", help="a few configurations (tests/data)")
     ap.add_argument("--only", default="triton,mgpu,probe")
     ap.add_argument("--dtypes", default=",".join(DTYPES))
+    ap.add_argument("--forms", default=",".join(FORMS),
+                    help="Triton-style forms recorded (default: all)")
     ap.add_argument("--budget", type=float, default=480.0,
                     help="seconds after which no new configuration is started")
     ap.add_argument("--keep-dump", action="store_true",
@@ -818,6 +838,10 @@ def main(argv=None):
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.dtypes = tuple(args.dtypes.split(","))
+    args.forms = tuple(args.forms.split(","))
+    if set(args.forms) - set(FORMS):
+        ap.error(f"--forms: unknown {sorted(set(args.forms) - set(FORMS))}; allowed: "
+                 f"{','.join(FORMS)}")
     bad = set(args.dtypes) - set(DTYPES)
     if bad:
         ap.error(f"--dtypes: unknown {sorted(bad)}; allowed: {','.join(DTYPES)}")

@@ -27,7 +27,7 @@ _DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float32")
 _OUT_DTYPES = ("float32", "float16", "bfloat16")
 
 
-def _kernel(*refs, bk: int, nk: int, form: str, has_c: bool):
+def _kernel(*refs, bk: int, nk: int, form: str, has_c: bool, precision):
     if has_c:
         a_ref, b_ref, c_ref, o_ref = refs
     else:
@@ -35,14 +35,18 @@ def _kernel(*refs, bk: int, nk: int, form: str, has_c: bool):
     bm, bn = o_ref.shape
 
     def dot(a, b):
-        return jnp.dot(a, b, preferred_element_type=jnp.float32)
+        return jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
 
     def body(i, acc):
+        if form == "two_dots":
+            # the halves are loaded as two blocks (a slice of a loaded value has no
+            # Pallas Triton lowering in JAX 0.11)
+            h = bk // 2
+            lo = dot(a_ref[:, pl.ds(i * bk, h)], b_ref[pl.ds(i * bk, h), :])
+            hi = dot(a_ref[:, pl.ds(i * bk + h, h)], b_ref[pl.ds(i * bk + h, h), :])
+            return acc + lo + hi
         a = a_ref[:, pl.ds(i * bk, bk)]
         b = b_ref[pl.ds(i * bk, bk), :]
-        if form == "two_dots":
-            h = bk // 2
-            return acc + dot(a[:, :h], b[:h, :]) + dot(a[:, h:], b[h:, :])
         return acc + dot(a, b)
 
     init = c_ref[...].astype(jnp.float32) if form == "c_init" else jnp.zeros((bm, bn),
@@ -54,7 +58,7 @@ def _kernel(*refs, bk: int, nk: int, form: str, has_c: bool):
 
 
 def triton_matmul(a, b, c=None, *, block=(64, 64, 32), num_warps=4, form="tiled",
-                  interpret=False, out_dtype=jnp.float32):
+                  interpret=False, out_dtype=jnp.float32, precision=None):
     """``a @ b`` (+ ``c``) as a Triton-style Pallas kernel.
 
     The grid is ``(M / bm, N / bn)``; each program loops over the ``K / bk`` blocks of K
@@ -78,6 +82,9 @@ def triton_matmul(a, b, c=None, *, block=(64, 64, 32), num_warps=4, form="tiled"
         interpret: run JAX's Pallas interpreter (``jaxwarp.emulate`` interprets the
             kernel itself either way).
         out_dtype: float32, float16 or bfloat16.
+        precision: the dots' ``precision`` (``None``: the default). For f32 operands
+            the default and ``HIGH`` give Triton's TF32 dot, ``HIGHEST`` its IEEE
+            (FMA) dot; other dtypes ignore it, as Triton does.
 
     Returns:
         (M, N) array of ``out_dtype``.
@@ -139,7 +146,12 @@ def triton_matmul(a, b, c=None, *, block=(64, 64, 32), num_warps=4, form="tiled"
             raise ValueError(f"c must have shape {(M, N)}, got {tuple(c.shape)}")
         operands.append(c)
         in_specs.append(pl.BlockSpec((bm, bn), lambda i, j: (i, j)))
-    kernel = functools.partial(_kernel, bk=bk, nk=K // bk, form=form, has_c=has_c)
+    allowed = (None, lax.Precision.DEFAULT, lax.Precision.HIGH, lax.Precision.HIGHEST)
+    if precision not in allowed:
+        raise ValueError(f"precision={precision!r} is not supported; allowed: None, "
+                         f"lax.Precision.DEFAULT, HIGH, HIGHEST")
+    kernel = functools.partial(_kernel, bk=bk, nk=K // bk, form=form, has_c=has_c,
+                               precision=precision)
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((M, N), out_dtype),

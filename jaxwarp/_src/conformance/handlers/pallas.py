@@ -72,7 +72,10 @@ _NEED = {
                        "max_concurrent_steps"),
     "attention": ("dtype", "B", "T", "S", "H", "D", "block_q", "block_k", "num_warps"),
 }
-_STR_META = ("dtype", "a_dtype", "form", "kind", "out_dtype", "kernel", "jax", "device")
+_STR_META = ("dtype", "a_dtype", "form", "kind", "out_dtype", "kernel", "jax", "device",
+             "precision")
+#: ``meta["precision"]`` of a triton_matmul entry: its dots' precision (default: "default").
+_PRECISIONS = {"default": None, "highest": jax.lax.Precision.HIGHEST}
 
 
 def is_pallas_key(key: str) -> bool:
@@ -239,10 +242,16 @@ def _triton_matmul(case: Case) -> Callable:
     from jaxwarp._src.pallas.examples import triton_matmul  # noqa: PLC0415 (pallas: lazy)
     block = (case["bm"], case["bn"], case["bk"])
     out_dtype = _jnp_dtype(case.out)
+    precision = case.meta.get("precision", "default")
+    if precision not in _PRECISIONS:
+        raise CaptureError(f"meta: precision {precision!r} unknown; valid: "
+                           f"{sorted(_PRECISIONS)}")
+    precision = _PRECISIONS[precision]
 
     def kernel(a, b, c=None):
         return triton_matmul(a, b, c, block=block, num_warps=case["num_warps"],
-                             form=case["form"], interpret=True, out_dtype=out_dtype)
+                             form=case["form"], interpret=True, out_dtype=out_dtype,
+                             precision=precision)
     return kernel
 
 
@@ -360,8 +369,9 @@ def run_case(case: Case, inputs: dict[str, np.ndarray]) -> np.ndarray:
     fn = _emulated(case.family, key)
     # The kernels run as a user runs them, in 32-bit mode (the conformance check turns
     # 64-bit mode on; under it Mosaic GPU's loop counters mix i32 and i64 and fail to
-    # lower); the Hopper kernels size their grid by the device's SM count.
-    with jax.enable_x64(False):
+    # lower); the Hopper kernels size their grid by the device's SM count. An f32 dot at
+    # HIGHEST (Triton's FMA dot) is modelled in float64, so its kernels run in 64-bit mode.
+    with jax.enable_x64(case.meta.get("precision") == "highest"):
         if case.family == MGPU:
             from jaxwarp._src.pallas import mosaic_gpu
 
