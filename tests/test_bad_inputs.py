@@ -2845,6 +2845,8 @@ case(6, "kernels-triton-dtype", _kernel(), np.ones((64, 64), np.int8),
      np.ones((64, 64), np.int8), exc=TypeError, must=("a has dtype int8", "allowed"))
 case(6, "kernels-triton-mixed", _kernel(), _BF64, np.ones((64, 64), np.float16),
      exc=TypeError, must=("one dtype", "bfloat16", "float16"))
+case(6, "kernels-triton-precision", _kernel(precision="fastest"), _BF64, _BF64,
+     exc=ValueError, must=("precision='fastest' is not supported", "HIGHEST"))
 case(6, "kernels-sm-count", lambda n: jaxwarp.kernels.target_sm_count(n).__enter__(), 0,
      exc=ValueError, must=("num_sms must be a positive int",))
 case(6, "emulate-kernel-format", lambda a, b: jaxwarp.emulate(
