@@ -413,16 +413,35 @@ def test_other_products_are_refused():
         mg.run_kernel(eqn, [a, b], Model())
 
 
-def test_blackwell_kernel_raises():
-    """blackwell_matmul_mgpu uses what JAX 0.10.2's GPU interpret mode cannot run (a
-    warp-level core_map, dynamic_scheduling_loop, inline_mgpu): a clear error."""
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_blackwell_kernel(dtype):
+    """JAX's blackwell_matmul_mgpu, unchanged, on sm_100a: the output is the chain of
+    tcgen05_mma_logical over k (k16 steps, from zero) rounded to the kernel's dtype, on
+    every element. Its warp-level core_map and TMEM need the GPU interpreter of JAX
+    >= 0.11; before that, a clear error names what the interpreter lacks."""
     bm = pytest.importorskip("jax.experimental.pallas.ops.gpu.blackwell_matmul_mgpu")
-    a = jnp.ones((256, 256), jnp.float16)
+    from jaxwarp._src.instructions.tcgen05 import tcgen05_mma_logical
+
+    a, b = random((256, 128), dtype, 41), random((128, 256), dtype, 42)
     cfg = bm.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
                           collective=False)
-    eqn = kernel_eqn(lambda a, b: bm.matmul_kernel(a, b, cfg), a, a)
-    with pytest.raises(NotImplementedError, match="Mosaic GPU interpret mode cannot run"):
-        mg.run_kernel(eqn, [a, a], Model(arch="sm_100a"))
+    eqn = kernel_eqn(lambda a, b: bm.matmul_kernel(a, b, cfg), a, b)
+    if not mg._interpreter_runs("core_map"):
+        with pytest.raises(NotImplementedError, match="Mosaic GPU interpret mode cannot"):
+            mg.run_kernel(eqn, [a, b], Model(arch="sm_100a"))
+        return
+    (got,), sites = mg.run_kernel_and_sites(eqn, [a, b], Model(arch="sm_100a"))
+    fmt = {jnp.float16: "f16", jnp.bfloat16: "bf16"}[dtype]
+    want = np.zeros((256, 256), np.float32)
+    for i in range(0, 256, 128):
+        for j in range(0, 256, 128):
+            d = jnp.zeros((128, 128), jnp.float32)
+            for k0 in range(0, 128, 16):
+                d = tcgen05_mma_logical(f"m128n128k16.kind::f16.f32.{fmt}.{fmt}",
+                                        a[i:i + 128, k0:k0 + 16], b[k0:k0 + 16, j:j + 128], d)
+            want[i:i + 128, j:j + 128] = np.asarray(d)
+    np.testing.assert_array_equal(bits(got), bits(jnp.asarray(want).astype(dtype)))
+    assert {(s.instruction, s.m, s.n, s.k) for s in sites} == {("tcgen05", 128, 128, 64)}
 
 
 def tcgen05_kernel(m, n, k, tile_k, dtype):

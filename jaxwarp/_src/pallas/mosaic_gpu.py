@@ -372,6 +372,49 @@ _NOT_INTERPRETED = {
 }
 
 
+#: Cluster launch control (``plgpu.dynamic_scheduling_loop``), which JAX's GPU interpreter
+#: has no rule for.
+_SCHEDULING = ("try_cluster_cancel", "query_cluster_cancel")
+
+
+def _scheduling_eqns(eqn, internals) -> tuple[list, list]:
+    """Cluster launch control as a GPU on which no other block is pending: a cancel request
+    (``try_cluster_cancel``) completes at once, failing: it arrives on its barrier, and
+    ``query_cluster_cancel`` answers "not claimed" (grid index 0, success false). So each
+    block runs the tile of its own grid index and stops, which is one of the schedules the
+    hardware may choose; a kernel whose bits depend on the schedule is racy anyway.
+    Returns (the replacing equations, the variables standing for the outputs)."""
+    if eqn.primitive.name == "try_cluster_cancel":
+        tree = eqn.params.get("result_transforms_tree")
+        skip = 0 if tree is None else tree.num_leaves
+        return [eqn.replace(primitive=_gpu_primitives().barrier_arrive_p,
+                            invars=[eqn.invars[1], *eqn.invars[2 + skip:]],
+                            params=dict(transforms_treedef=eqn.params.get(
+                                "barrier_transforms_tree")))], []
+    n = len(eqn.outvars) - 1
+
+    def answer(*_):
+        return (*(jnp.zeros((), jnp.int32) for _ in range(n)), jnp.zeros((), jnp.bool_))
+
+    return traced_eqns(answer, eqn.invars, eqn.source_info, internals)
+
+
+def _is_fence(eqn) -> bool:
+    """An ``inline_mgpu`` of ``plgpu``'s PTX helper issuing a memory fence (what
+    ``dynamic_scheduling_loop`` inserts): no operands, no results, a ``fence.`` string."""
+    fn = eqn.params.get("mgpu_fn")
+    cells = getattr(fn, "__closure__", None) or ()
+    texts = [c.cell_contents for c in cells if isinstance(c.cell_contents, str)]
+    return (not eqn.invars and not eqn.outvars and len(texts) == 1
+            and texts[0].lstrip().startswith("fence."))
+
+
+def _gpu_primitives():
+    from jax._src.pallas.mosaic_gpu import primitives
+
+    return primitives
+
+
 def _rewrite_param(value, target, internals):
     if isinstance(value, jcore.Jaxpr):
         return rewrite_kernel_jaxpr(value, target, internals)
@@ -407,6 +450,15 @@ def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
         if name == "wgmma_ref":
             eqns.extend(_wgmma_eqns(eqn, target, internals))
             changed = True
+            continue
+        if name in _SCHEDULING and not _interpreter_runs(name):
+            new_eqns, new_outs = _scheduling_eqns(eqn, internals)
+            rename.update(zip(eqn.outvars, new_outs, strict=True))
+            eqns.extend(new_eqns)
+            changed = True
+            continue
+        if name == "inline_mgpu_p" and _is_fence(eqn) and not _interpreter_runs(name):
+            changed = True  # a memory fence: the interpreter's memory is already ordered
             continue
         if name in _NOT_INTERPRETED and not _interpreter_runs(name):
             raise NotImplementedError(
