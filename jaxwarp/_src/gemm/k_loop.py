@@ -74,10 +74,11 @@ import numpy as np
 from jax import lax
 
 from jaxwarp._src.arithmetic import datapath
-from jaxwarp._src.arithmetic.datapath_blocks import in_fp32_range
+from jaxwarp._src.arithmetic.datapath_blocks import RANGE_HI, RANGE_LO, in_fp32_range
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm.matmul_scales import promote
 from jaxwarp._src.gemm.matmul_tiles import Cfg, issue_arch
+from jaxwarp._src.numerics.bitops import TF32_MASK
 from jaxwarp._src.warp import checked
 
 # --- The loop in the calling program.
@@ -314,12 +315,14 @@ def products() -> list[_Product]:
         return list(_PRODUCTS.values())
 
 
-def _compile_whole(prod: _Product, specs, cfg: Cfg) -> None:
-    """Compile the inline k loop (:func:`xla_loop`, with ``matmul.tiled``'s
-    in-range cond where it takes one) of one product signature (run in a thread of its
-    own)."""
+def _compile_whole(prod: _Product, specs, cfg: Cfg, known: str | None = None) -> None:
+    """Compile the inline k loop (:func:`xla_loop`) of one product signature for operands
+    of the range ``known`` (:func:`_known`; None: with ``matmul.tiled``'s in-range cond
+    where it takes one), in a thread of its own."""
     try:
         def loop(a, b, acc):
+            if known is not None:
+                return xla_loop(a, b, acc, cfg, known=known)
             macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
             return xla_loop(a, b, acc, cfg, cond=in_range_cond(cfg, macs))
 
@@ -347,14 +350,15 @@ def wait_for_promotions(timeout: float | None = None) -> list[BaseException]:
     return [p.error for p in prods if p.error is not None]
 
 
-def _product(a, b, acc, cfg: Cfg, options) -> _Product:
-    # (the options too, config.snapshot(): the promoted loop is compiled with them)
-    key = (a.shape, a.dtype, b.shape, b.dtype, acc.shape, acc.dtype, cfg, options)
+def _product(a, b, acc, cfg: Cfg, options, known: str | None) -> _Product:
+    # (the options too, config.snapshot(): the promoted loop is compiled with them; and the
+    # operands' range: each range's loop is promoted on its own)
+    key = (a.shape, a.dtype, b.shape, b.dtype, acc.shape, acc.dtype, cfg, options, known)
     with _PRODUCTS_LOCK:
         return _PRODUCTS.setdefault(key, _Product())
 
 
-def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg) -> None:
+def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg, known: str | None) -> None:
     """Add a call's seconds in the blocks; start the whole loop's compile past the option
     ``gemm_promote_after``."""
     after = config.gemm_promote_after
@@ -372,7 +376,7 @@ def _spent(prod: _Product, seconds: float, a, b, acc, cfg: Cfg) -> None:
         # (not a daemon: the interpreter's exit waits for the compile, where a daemon
         # thread stopped inside XLA's compiler aborted the process, 1 exit in 5)
         prod.thread = threading.Thread(target=ctx.run,
-                                       args=(_compile_whole, prod, specs, cfg),
+                                       args=(_compile_whole, prod, specs, cfg, known),
                                        name="jaxwarp-promote", daemon=False)
         prod.thread.start()
 
@@ -385,21 +389,60 @@ def _executable_cfg(cfg: Cfg) -> Cfg:
                                promote_every=None, scaled=False, blockwise=False)
 
 
-@functools.partial(keyed_jit, static_argnums=(4, 5, 6))
-def _run(a, b, acc, n, a_dtype, b_dtype, cfg: Cfg):
+@functools.partial(keyed_jit, static_argnums=(4, 5, 6, 7))
+def _run(a, b, acc, n, a_dtype, b_dtype, cfg: Cfg, known: str | None):
     """The first ``n`` k steps of a chain on every block: a (S, G, BLOCK, k), b (S, G, k,
     BLOCK) as unsigned integers of the operands' width (``a_dtype``, ``b_dtype``: their
-    type), acc (G, BLOCK, BLOCK); step s reads a[s] and b[s]. One instruction a step, in
-    order, in a loop of the executable (a call per chain, not per k step: a call's
-    dispatch cost about what a step of 16 blocks computes). Each step takes its slice of
-    the integers before reading it as floats, so that XLA cannot hoist the conversion of
-    the whole slab out of the loop (it did, converting all S steps on every call)."""
+    type), acc (G, BLOCK, BLOCK); step s reads a[s] and b[s]; ``known``: the operands'
+    range, as checked on the host (:func:`_known`). One instruction a step, in order, in
+    a loop of the executable (a call per chain, not per k step: a call's dispatch cost
+    about what a step of 16 blocks computes). Each step takes its slice of the integers
+    before reading it as floats, so that XLA cannot hoist the conversion of the whole
+    slab out of the loop (it did, converting all S steps on every call)."""
     def step(s, acc):
         at = lax.bitcast_convert_type(lax.dynamic_index_in_dim(a, s, keepdims=False), a_dtype)
         bt = lax.bitcast_convert_type(lax.dynamic_index_in_dim(b, s, keepdims=False), b_dtype)
         return k_step(at, bt, acc, 0, cfg)
 
-    return lax.fori_loop(0, n, step, acc)
+    with datapath.known_range(known) if known else contextlib.nullcontext():
+        return lax.fori_loop(0, n, step, acc)
+
+
+def _known(a, b, cfg: Cfg) -> str | None:
+    """The range of a product's numpy operands as ``datapath.known_range`` reads it:
+    "in_range" where ``in_fp32_range`` holds (every product a normal fp32 number, no inf,
+    NaN or subnormal operand: the in-range arithmetic gives the general path's bits at
+    about 0.6x its cost), else "general"; None where the in-range arithmetic does not
+    model these operands or the option ``arith_in_range_path`` is "off". The inline loop
+    decides this with a ``lax.cond``, which compiles both paths; here the host checks
+    the operands (numpy, on the bits, as ``in_fp32_range``), and each path's
+    executables compile when an operand first needs them."""
+    dp = datapath.matmul_datapath(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+                                  cfg.a_format, cfg.b_format, cfg.accumulator, cfg.tile[2])
+    if (dp is None or not datapath.in_range_eligible(dp, cfg.a_format, cfg.b_format)
+            or config.arith_in_range_path == "off"):
+        return None
+    (amax, amin), (bmax, bmin) = _exponents(a, cfg.a_format), _exponents(b, cfg.b_format)
+    ok = (amax < 255 and bmax < 255 and amin > 0 and bmin > 0
+          and amax + bmax - 254 <= RANGE_HI and amin + bmin - 254 >= RANGE_LO)
+    return "in_range" if ok else "general"
+
+
+def _exponents(x, fmt: str) -> tuple[int, int]:
+    """(largest biased exponent, smallest biased exponent of a non-zero element) of a
+    bf16 or tf32 (float32) operand, 255 where it holds no non-zero element: as
+    ``datapath_blocks`` computes them, on the bits (tf32: its low 13 bits cleared)."""
+    if x.dtype.itemsize == 2:  # bf16: the high half of its float32
+        u = x.view(np.uint16) & np.uint16(0x7FFF)
+        e = u >> np.uint16(7)
+    else:
+        mask = 0x7FFFFFFF & (TF32_MASK if fmt == "tf32" else 0xFFFFFFFF)
+        u = x.view(np.uint32) & np.uint32(mask)
+        e = u >> np.uint32(23)
+    if not u.size:
+        return 0, 255
+    nonzero = e[u != 0]
+    return int(e.max()), int(nonzero.min()) if nonzero.size else 255
 
 
 def _slab(shape, dtype):
@@ -436,21 +479,22 @@ def _host(a, b, acc, *, cfg: Cfg, options):
     calling program was traced (``config.snapshot``), read here."""
     if jax.default_backend() != "cpu":  # an accelerator's program: the blocks alone
         with config.override(**dict(options)):
-            return _blocks(a, b, acc, cfg)
-    prod = _product(a, b, acc, cfg, options)
-    if prod.whole is not None:
-        # (numpy operands: the executable reads them in place on its own device, where
-        # a device_put of each took 0.03-0.1 ms)
-        return np.asarray(prod.whole(a, b, acc))
+            return _blocks(a, b, acc, cfg, _known(a, b, cfg))
     with config.override(**dict(options)):
+        known = _known(a, b, cfg)
+        prod = _product(a, b, acc, cfg, options, known)
+        if prod.whole is not None:
+            # (numpy operands: the executable reads them in place on its own device,
+            # where a device_put of each took 0.03-0.1 ms)
+            return np.asarray(prod.whole(a, b, acc))
         start = time.perf_counter()
-        out = _blocks(a, b, acc, cfg)
-        _spent(prod, time.perf_counter() - start, a, b, acc, cfg)
+        out = _blocks(a, b, acc, cfg, known)
+        _spent(prod, time.perf_counter() - start, a, b, acc, cfg, known)
     return out
 
 
-def _blocks(a, b, acc, cfg: Cfg):
-    """The chain through the shared executables."""
+def _blocks(a, b, acc, cfg: Cfg, known: str | None = None):
+    """The chain through the shared executables (``known``: :func:`_known` of a and b)."""
     lead = acc.shape[:-2]
     (M, K), N = a.shape[-2:], b.shape[-1]
     # The operands' blocks are moved as unsigned integers of their width (numpy copies
@@ -500,7 +544,7 @@ def _blocks(a, b, acc, cfg: Cfg):
             bg = _slab((STEPS, size, k, T), b.dtype)
             bg[:n, :ng] = cb[s0:s0 + n, cols[sel]]
             bg[:n, ng:] = 0
-            out = _run(ag, bg, out, _count(n), a_dt, b_dt, ecfg)
+            out = _run(ag, bg, out, _count(n), a_dt, b_dt, ecfg, known)
         c[sel] = np.asarray(out)[:ng]
         g0 = sel.stop
     d = c.reshape(nb, mb, kb, T, T).transpose(0, 1, 3, 2, 4).reshape(nb, mb * T, kb * T)
