@@ -37,21 +37,28 @@ XLA compiles every call of a product in a program on its own: it inlines calls b
 optimizes, and clones the ones it may not inline (``docs/compile_time.md``). An exact
 product's k loop is a few hundred instructions of the tensor core's model, so a model's
 exact step compiled that model once per product call. Here the k loop leaves the calling
-program: the program holds a host callback (``jax.pure_callback``) in its place, and the
-callback runs the chain through one executable per instruction configuration, compiled
-once per process (and kept by JAX's persistent cache), whatever the product's shape:
+program: the program holds a host callback (a ``buffer_callback`` on the CPU, which reads
+and writes the program's own buffers) in its place, and the callback runs the chain
+through one executable per instruction configuration and group size, compiled once per
+process (and kept by JAX's persistent cache), whatever the product's shape:
 
 * the output is cut into blocks of ``BLOCK`` x ``BLOCK`` elements. An instruction's
   output element depends only on its row of A, its column of B and its C element, so the
   cut changes no bit (the argument of :func:`k_step`'s one call per k step);
-* a call of an executable runs one instruction (one k step) on up to ``GROUPS[i]``
-  blocks; its shapes depend on the instruction's k alone, so every product shape uses
-  the same few executables (a call with fewer blocks computes zero blocks in the rest);
-* the host walks the groups of blocks and, for each, the k steps in order, each call's
-  accumulator feeding the next: the chain of instructions of the inline loop, the same
-  bits;
+* a call of an executable runs the chain of up to ``STEPS`` k steps (a loop of one
+  instruction a step, in order) on up to ``GROUPS[i]`` blocks; its shapes depend on the
+  instruction's k alone, so every product shape uses the same few executables (a call
+  with fewer blocks computes zero blocks in the rest, and reads only the steps it is
+  given);
+* the host walks the groups of blocks, one call per group (a chain of more than
+  ``STEPS`` steps: several, each call's accumulator feeding the next): the chain of
+  instructions of the inline loop, the same bits;
+* the host checks the product's operands against ``in_fp32_range`` (:func:`_known`) and
+  takes the executables of the in-range arithmetic or of the general one, as the inline
+  loop's ``lax.cond`` would (the same bits; each compiles when first needed);
 * the executables run on a CPU client of their own (:func:`host_device`), never on the
-  calling program's, so that a callback never waits for a resource its caller holds.
+  calling program's, so that a callback never waits for a resource its caller holds;
+  they read the host's numpy arrays in place (64-byte aligned: no copy).
 
 The price is a callback per product call and the host's copies of the blocks (on a CPU
 the operands are already in host memory). Products with promotion or block scales, and
