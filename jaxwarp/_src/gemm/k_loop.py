@@ -415,7 +415,7 @@ def _run(a, b, acc, n, a_dtype, b_dtype, cfg: Cfg, known: str | None):
         return lax.fori_loop(0, n, step, acc)
 
 
-def _known(a, b, cfg: Cfg) -> str | None:
+def _known(a, b, cfg: Cfg, in_range_path: str | None = None) -> str | None:
     """The range of a product's numpy operands as ``datapath.known_range`` reads it:
     "in_range" where ``in_fp32_range`` holds (every product a normal fp32 number, no inf,
     NaN or subnormal operand: the in-range arithmetic gives the general path's bits at
@@ -423,16 +423,22 @@ def _known(a, b, cfg: Cfg) -> str | None:
     model these operands or the option ``arith_in_range_path`` is "off". The inline loop
     decides this with a ``lax.cond``, which compiles both paths; here the host checks
     the operands (numpy, on the bits, as ``in_fp32_range``), and each path's
-    executables compile when an operand first needs them."""
-    dp = datapath.matmul_datapath(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
-                                  cfg.a_format, cfg.b_format, cfg.accumulator, cfg.tile[2])
-    if (dp is None or not datapath.in_range_eligible(dp, cfg.a_format, cfg.b_format)
-            or config.arith_in_range_path == "off"):
+    executables compile when an operand first needs them. (``in_range_path``: the
+    option's value, where not the one in force.)"""
+    path = config.arith_in_range_path if in_range_path is None else in_range_path
+    if path == "off" or not _range_eligible(cfg):
         return None
     (amax, amin), (bmax, bmin) = _exponents(a, cfg.a_format), _exponents(b, cfg.b_format)
     ok = (amax < 255 and bmax < 255 and amin > 0 and bmin > 0
           and amax + bmax - 254 <= RANGE_HI and amin + bmin - 254 >= RANGE_LO)
     return "in_range" if ok else "general"
+
+
+@functools.cache
+def _range_eligible(cfg: Cfg) -> bool:
+    dp = datapath.matmul_datapath(issue_arch(cfg.instruction, cfg.arch), cfg.instruction,
+                                  cfg.a_format, cfg.b_format, cfg.accumulator, cfg.tile[2])
+    return dp is not None and datapath.in_range_eligible(dp, cfg.a_format, cfg.b_format)
 
 
 def _exponents(x, fmt: str) -> tuple[int, int]:
@@ -487,13 +493,13 @@ def _host(a, b, acc, *, cfg: Cfg, options):
     if jax.default_backend() != "cpu":  # an accelerator's program: the blocks alone
         with config.override(**dict(options)):
             return _blocks(a, b, acc, cfg, _known(a, b, cfg))
+    known = _known(a, b, cfg, dict(options)["arith_in_range_path"])
+    prod = _product(a, b, acc, cfg, options, known)
+    if prod.whole is not None:
+        # (numpy operands: the executable reads them in place on its own device, where a
+        # device_put of each took 0.03-0.1 ms)
+        return np.asarray(prod.whole(a, b, acc))
     with config.override(**dict(options)):
-        known = _known(a, b, cfg)
-        prod = _product(a, b, acc, cfg, options, known)
-        if prod.whole is not None:
-            # (numpy operands: the executable reads them in place on its own device,
-            # where a device_put of each took 0.03-0.1 ms)
-            return np.asarray(prod.whole(a, b, acc))
         start = time.perf_counter()
         out = _blocks(a, b, acc, cfg, known)
         _spent(prod, time.perf_counter() - start, a, b, acc, cfg, known)
