@@ -470,6 +470,21 @@ def _slab(shape, dtype):
     return raw[start:start + size].view(dtype).reshape(shape)
 
 
+def _gather(panels, index, shape):
+    """A slab of ``shape`` (:func:`_slab`) whose first ``len(panels)`` steps hold
+    ``panels[:, index]`` (zeros beyond ``len(index)`` blocks): ``np.take`` into the slab
+    where the blocks fill it (a third of the time of an indexed copy, which makes a
+    temporary)."""
+    n, ng = panels.shape[0], index.shape[0]
+    slab = _slab(shape, panels.dtype)
+    if ng == shape[1]:
+        np.take(panels, index, axis=1, out=slab[:n], mode="clip")
+    else:
+        slab[:n, :ng] = panels[:, index]
+        slab[:n, ng:] = 0
+    return slab
+
+
 _COUNTS: dict = {}  # a step count on host_device, by value
 
 
@@ -551,12 +566,8 @@ def _blocks(a, b, acc, cfg: Cfg, known: str | None = None):
             n = min(STEPS, steps - s0)
             # The group's operands for steps s0 .. s0 + n - 1, contiguous, in slabs of
             # STEPS steps (the rest not read).
-            ag = _slab((STEPS, size, T, k), a.dtype)
-            ag[:n, :ng] = ra[s0:s0 + n, rows[sel]]
-            ag[:n, ng:] = 0
-            bg = _slab((STEPS, size, k, T), b.dtype)
-            bg[:n, :ng] = cb[s0:s0 + n, cols[sel]]
-            bg[:n, ng:] = 0
+            ag = _gather(ra[s0:s0 + n], rows[sel], (STEPS, size, T, k))
+            bg = _gather(cb[s0:s0 + n], cols[sel], (STEPS, size, k, T))
             out = _run(ag, bg, out, _count(n), a_dt, b_dt, ecfg, known)
         c[sel] = np.asarray(out)[:ng]
         g0 = sel.stop
