@@ -306,6 +306,32 @@ def test_shared_executables_chain_calls_and_groups(monkeypatch, fmt):
         np.testing.assert_array_equal(_bits(x), _bits(y))
 
 
+def test_shared_executables_through_pure_callback():
+    # On an accelerator the host's branch is a pure_callback, which hands the host JAX
+    # arrays, not numpy views of the program's buffers (the CPU's buffer_callback): the
+    # same host function, in and out of fp32's range, gives the inline loop's bits.
+    from jaxwarp._src.gemm import k_loop
+    from jaxwarp._src.gemm.matmul_tiles import Cfg
+
+    cfg = Cfg(a_format="bf16", b_format="bf16", accumulator="f32", tile=(16, 16, 16),
+              instruction="wmma", arch="sm_90", mode="exact", promote_every=None,
+              scaled=False, blockwise=False)
+    rng = np.random.default_rng(22)
+    b = jnp.asarray(rng.standard_normal((48, 32)), jnp.bfloat16)
+    c = jnp.asarray(rng.standard_normal((32, 32)), jnp.float32)
+    host = functools.partial(k_loop._host, cfg=cfg, options=jaxwarp.config.snapshot())
+
+    @jax.jit
+    def via_pure_callback(a, b, c):
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(c.shape, c.dtype), a, b, c)
+
+    for scale in (1.0, 2.0 ** 120):  # in range, then products beyond fp32's
+        a = jnp.asarray(rng.standard_normal((32, 48)) * scale, jnp.bfloat16)
+        np.testing.assert_array_equal(
+            _bits(via_pure_callback(a, b, c)),
+            _bits(jax.jit(functools.partial(k_loop.xla_loop, cfg=cfg))(a, b, c)))
+
+
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="the fused kernel's GPU path")
 @pytest.mark.parametrize("any_range_below", [None, 0])
 def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, options,

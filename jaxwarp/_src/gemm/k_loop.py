@@ -505,6 +505,7 @@ def _host(a, b, acc, *, cfg: Cfg, options):
     """The chain over numpy operands: a (..., M, K), b (..., K, N), acc (..., M, N), M, N
     and K already padded to the instruction's tile; ``options``: the options when the
     calling program was traced (``config.snapshot``), read here."""
+    a, b, acc = (np.asarray(x) for x in (a, b, acc))  # (pure_callback's: JAX arrays)
     if jax.default_backend() != "cpu":  # an accelerator's program: the blocks alone
         with config.override(**dict(options)):
             return _blocks(a, b, acc, cfg, _known(a, b, cfg))
