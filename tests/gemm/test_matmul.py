@@ -216,6 +216,122 @@ def test_promoted_products_give_the_same_bits(monkeypatch, options):
         np.testing.assert_array_equal(y.view(np.uint32), z.view(np.uint32))
 
 
+def _range_cases(fmt):
+    # Operand pairs about the in-range bounds (RANGE_LO, RANGE_HI), with zeros, -0, inf,
+    # NaN, subnormals and (tf32) values whose only set bits are the low 13 the tensor
+    # core does not read.
+    rng = np.random.default_rng(5)
+    for ea, eb in ((-50, -50), (-51, -50), (63, 63), (63, 64), (0, 0), (-126, 0), (125, 1),
+                   (125, 2)):
+        a = (rng.standard_normal((16, 32)) + 3).astype(np.float32) * np.float32(2.0 ** ea)
+        b = (rng.standard_normal((32, 16)) + 3).astype(np.float32) * np.float32(2.0 ** eb)
+        a[0, :2] = [0.0, -0.0]
+        yield a, b
+        for special in (np.inf, np.nan, 1e-40, -1e-45):
+            x = a.copy()
+            x[1, 1] = special
+            yield x, b
+    tiny = np.full((16, 32), 1.0, np.float32)
+    tiny.view(np.uint32)[0, 0] = 0x00001000  # below tf32's bits: zero to it, not bf16
+    yield tiny, np.ones((32, 16), np.float32)
+    yield np.zeros((16, 32), np.float32), np.full((32, 16), np.inf, np.float32)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "tf32"])
+def test_shared_executables_host_range_check_is_in_fp32_range(fmt):
+    # The shared executables check the operands' range on the host (numpy) and run the
+    # in-range or the general arithmetic: the check must be the cond's in_fp32_range,
+    # bit for bit, or the two paths would be taken where the inline loop takes the other.
+    from jaxwarp._src.arithmetic import datapath
+    from jaxwarp._src.arithmetic.datapath_blocks import in_fp32_range
+    from jaxwarp._src.gemm import k_loop
+    from jaxwarp._src.gemm.matmul_tiles import Cfg
+
+    k = {"bf16": 16, "tf32": 8}[fmt]
+    cfg = Cfg(a_format=fmt, b_format=fmt, accumulator="f32", tile=(16, 16, k),
+              instruction="wmma", arch="sm_90", mode="exact", promote_every=None,
+              scaled=False, blockwise=False)
+    seen = set()
+    for a, b in _range_cases(fmt):
+        a_op = np.asarray(to_operand(jnp.asarray(a), fmt))
+        b_op = np.asarray(to_operand(jnp.asarray(b), fmt))
+        want = bool(in_fp32_range(*datapath.range_values(jnp.asarray(a_op), jnp.asarray(b_op),
+                                                         fmt, fmt)))
+        got = k_loop._known(a_op, b_op, cfg)
+        assert got == ("in_range" if want else "general"), (fmt, a, b)
+        seen.add(got)
+    assert seen == {"in_range", "general"}
+    with jaxwarp.config.override(arith_in_range_path="off"):
+        assert k_loop._known(a_op, b_op, cfg) is None
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's shared executables")
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_shared_executables_chain_calls_and_groups(monkeypatch, fmt):
+    # A group's k chain runs in calls of at most STEPS k steps (here 2: a k chain of 5
+    # steps takes 3 calls, the accumulator carried between them), the blocks in groups of
+    # 256, 64 and 16 (360 blocks: 256, 64, 16, 16, 16), operands in and out of fp32's
+    # range: the bits of the
+    # inline loop, every call on the shared executables' own device.
+    from jaxwarp._src.gemm import k_loop
+
+    monkeypatch.setattr(k_loop, "STEPS", 2)
+    run, devices = k_loop._run, []
+
+    def recorded(*args, **kwargs):
+        out = run(*args, **kwargs)
+        devices.append(out.devices())
+        return out
+
+    monkeypatch.setattr(k_loop, "_run", recorded)
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal((320, 80)).astype(np.float32)
+    b = rng.standard_normal((80, 288)).astype(np.float32)
+    c = rng.standard_normal((320, 288)).astype(np.float32)
+    wide = a * np.exp2(rng.integers(-140, 120, a.shape)).astype(np.float32)
+    wide[0, :3] = [np.inf, np.nan, 1e-42]
+
+    def f(a, b, c):
+        return jaxwarp.matmul(a, b, c, operand_format=fmt)
+
+    got = {}
+    for mode in ("auto", "off"):
+        with jaxwarp.config.override(gemm_shared=mode):
+            jax.clear_caches()
+            got[mode] = [np.asarray(jax.jit(f)(x, b, c)) for x in (a, wide)]
+    jax.clear_caches()
+    assert len(devices) == 2 * 5 * 3  # 2 products, 5 groups, 3 calls each
+    assert {d for ds in devices for d in ds} == {k_loop.host_device()}
+    for x, y in zip(got["auto"], got["off"], strict=True):
+        np.testing.assert_array_equal(_bits(x), _bits(y))
+
+
+def test_shared_executables_through_pure_callback():
+    # On an accelerator the host's branch is a pure_callback, which hands the host JAX
+    # arrays, not numpy views of the program's buffers (the CPU's buffer_callback): the
+    # same host function, in and out of fp32's range, gives the inline loop's bits.
+    from jaxwarp._src.gemm import k_loop
+    from jaxwarp._src.gemm.matmul_tiles import Cfg
+
+    cfg = Cfg(a_format="bf16", b_format="bf16", accumulator="f32", tile=(16, 16, 16),
+              instruction="wmma", arch="sm_90", mode="exact", promote_every=None,
+              scaled=False, blockwise=False)
+    rng = np.random.default_rng(22)
+    b = jnp.asarray(rng.standard_normal((48, 32)), jnp.bfloat16)
+    c = jnp.asarray(rng.standard_normal((32, 32)), jnp.float32)
+    host = functools.partial(k_loop._host, cfg=cfg, options=jaxwarp.config.snapshot())
+
+    @jax.jit
+    def via_pure_callback(a, b, c):
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(c.shape, c.dtype), a, b, c)
+
+    for scale in (1.0, 2.0 ** 120):  # in range, then products beyond fp32's
+        a = jnp.asarray(rng.standard_normal((32, 48)) * scale, jnp.bfloat16)
+        np.testing.assert_array_equal(
+            _bits(via_pure_callback(a, b, c)),
+            _bits(jax.jit(functools.partial(k_loop.xla_loop, cfg=cfg))(a, b, c)))
+
+
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="the fused kernel's GPU path")
 @pytest.mark.parametrize("any_range_below", [None, 0])
 def test_bf16_out_of_range_on_the_host_beside_the_kernel(monkeypatch, options,
