@@ -33,6 +33,7 @@ import jax.numpy as jnp
 
 from jaxwarp._src import checks
 from jaxwarp._src.gemm import block_scale_gemm as bsg
+from jaxwarp._src.recipes import shared
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS
 
 
@@ -181,4 +182,5 @@ def gemm(x: jax.Array, y: jax.Array, plan: bsg.Plan) -> jax.Array:
         key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(state[0]),
                                                      state[1]))
         state[1] += 1
-    return bsg.gemm(x.astype(jnp.float32), y.astype(jnp.float32), key, plan)
+    gemm_fn = shared.gemm if shared.applies() else bsg.gemm
+    return gemm_fn(x.astype(jnp.float32), y.astype(jnp.float32), key, plan)

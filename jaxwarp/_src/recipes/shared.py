@@ -1,0 +1,329 @@
+"""A recipe's block-scaled products through shared executables (the CPU's default).
+
+Every product of a recipe quantizes its two operands (the scale rule, NVFP4's tensor
+scale, stochastic rounding, the random Hadamard transform) and, in exact mode, runs the
+block-scaled chain: thousands of XLA instructions per product *call*, which XLA compiled
+again for every call of a training step (the forward product and its two backward ones,
+per layer). Here, as ``gemm.k_loop`` does for the plain exact products, that arithmetic
+leaves the calling program: the program holds one host callback per product
+(``jax.pure_callback``), and the callback runs it through a few small executables shared
+by every product of the same formats, whatever its shape, compiled once per process on
+the shared executables' own CPU client (``k_loop.host_device``):
+
+* a quantizer runs on groups of :data:`GROUP_ELEMENTS` elements (whole blocks): each
+  block is quantized on its own given NVFP4's tensor amax, which the host takes first (a
+  maximum of magnitudes: exact); the random Hadamard transform on groups of runs of 16;
+  the random bits of stochastic rounding are drawn in the calling program, for the whole
+  tensor, as the inline quantizer draws them;
+* the exact chain runs on groups of :data:`CHAIN_BLOCKS` output blocks of 16 x 16, one
+  instruction (k step) per call, the accumulator of one call the C of the next; NVFP4's
+  epilogue on the same groups (every output is its own chain: the cut changes no bit);
+* fast mode's product stays in the calling program: the callback returns the dequantized
+  operands and the program runs the same ``dot`` on them.
+
+The bits are those of the inline path (``recipe_shared="off"``): the same functions on
+the same values, cut where no value depends on another. The option ``recipe_shared``
+chooses; the callback is not taken in checked mode, over several devices, inside
+``k_loop.inline()``, or on an accelerator (whose inline programs stay as they are).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxwarp._src.config import config
+from jaxwarp._src.gemm import block_scale_gemm as bsg
+from jaxwarp._src.gemm import k_loop
+from jaxwarp._src.scaling import mx_kernels
+from jaxwarp._src.scaling.mx_formats import MX_FORMATS
+from jaxwarp._src.warp import checked
+
+#: Elements of one quantizer call (whole blocks: 1024 blocks of 16, 512 of 32, 64 2D
+#: blocks of 16 x 16); a tensor's last group is filled with zero blocks (computed, never
+#: read).
+GROUP_ELEMENTS = 1 << 14
+#: Output blocks (16 x 16) of one call of the exact chain.
+CHAIN_BLOCKS = 64
+#: Rows and columns of one output block.
+T = 16
+
+
+def applies() -> bool:
+    """Whether a recipe product traced now runs through the shared executables.
+
+    Example:
+      >>> with jaxwarp.config.override(recipe_shared="off"):
+      ...     applies()
+      False
+    """
+    return (config.recipe_shared == "auto" and jax.default_backend() == "cpu"
+            and jax.device_count() == 1 and not checked.enabled() and not k_loop.inlined())
+
+
+# --------------------------------------------------------------------------------------
+# The executables (each a jitted function of static formats; every call on host_device).
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "rule", "mode", "out"))
+def _quantize_exe(xb, rbits, tmax, *, fmt: str, rule, mode: str, out: str):
+    """A group of blocks ``xb`` (G, n) quantized: (codes or values (G, n), scale codes
+    (G,), tensor scale)."""
+    f = MX_FORMATS[fmt]
+    if f.tensor_scale:
+        el, sc, st = mx_kernels.nvfp4_blocks(xb, tmax, rbits, f=f, mode=mode)
+    else:
+        el, sc = mx_kernels.mx_blocks(xb, rbits, f=f, rule=rule, mode=mode, saturate=True)
+        st = jnp.float32(0)
+    sc = sc.astype(jnp.uint8)  # (as quantize stores them)
+    if out == "values":
+        return mx_kernels.dequantize_blocks(el, sc.astype(jnp.uint32),
+                                            st if f.tensor_scale else None, f), sc, st
+    codes = el if el.dtype == jnp.uint8 else lax.bitcast_convert_type(el, jnp.uint8)
+    return codes, sc, st
+
+
+@jax.jit
+def _rht_exe(xr, neg):
+    return bsg.hadamard_runs(xr, neg)
+
+
+@functools.partial(jax.jit, static_argnums=5)
+def _chain_exe(a, b, sa, sb, bits, cfg):
+    return bsg.chain_step(a, b, sa, sb, bits, cfg)
+
+
+@jax.jit
+def _epilogue_exe(bits, s_a, s_b):
+    return bsg.epilogue(lax.bitcast_convert_type(bits, jnp.float32), s_a, s_b)
+
+
+def _put(*xs):
+    return jax.device_put(xs, k_loop.host_device())
+
+
+# --------------------------------------------------------------------------------------
+# The host: numpy around the executables.
+
+
+def _np_blocks(x: np.ndarray, axis: int, block) -> np.ndarray:
+    """``mx_kernels.to_blocks`` in numpy."""
+    if isinstance(block, tuple):
+        br, bc = block
+        *lead, r, c = x.shape
+        y = x.reshape(*lead, r // br, br, c // bc, bc).swapaxes(-3, -2)
+        return y.reshape(*lead, r // br, c // bc, br * bc)
+    y = np.moveaxis(x, axis, -1)
+    return y.reshape(*y.shape[:-1], y.shape[-1] // block, block)
+
+
+def _np_unblocks(y: np.ndarray, shape, axis: int, block) -> np.ndarray:
+    """``mx_kernels.from_blocks`` in numpy."""
+    if isinstance(block, tuple):
+        br, bc = block
+        *lead, rr, cc, _ = y.shape
+        return y.reshape(*lead, rr, cc, br, bc).swapaxes(-3, -2).reshape(shape)
+    y = y.reshape(*y.shape[:-2], y.shape[-2] * y.shape[-1])
+    return np.moveaxis(y, -1, axis)
+
+
+def _groups(n_items: int, size: int):
+    for g0 in range(0, n_items, size):
+        yield slice(g0, min(g0 + size, n_items))
+
+
+def _padded(x: np.ndarray, size: int) -> np.ndarray:
+    if x.shape[0] == size:
+        return x
+    out = np.zeros((size, *x.shape[1:]), x.dtype)
+    out[:x.shape[0]] = x
+    return out
+
+
+def _host_rht(x: np.ndarray, axis: int, neg: np.ndarray) -> np.ndarray:
+    xm = np.moveaxis(x, axis, -1)
+    shape = xm.shape
+    runs = np.ascontiguousarray(xm).reshape(-1, bsg.RHT_SIZE)
+    size = GROUP_ELEMENTS // bsg.RHT_SIZE
+    out = np.empty_like(runs)
+    for sel in _groups(runs.shape[0], size):
+        r = _rht_exe(*_put(_padded(runs[sel], size), neg))
+        out[sel] = np.asarray(r)[:sel.stop - sel.start]
+    return np.moveaxis(out.reshape(shape), -1, axis)
+
+
+def _host_quantize(x: np.ndarray, q: bsg.Quantizer, axis: int, neg, rbits, out: str):
+    """``x`` quantized by ``q`` along ``axis``: (codes (uint8) or values (float32) in
+    ``x``'s shape, scale codes in the quantized tensor's layout, tensor scale)."""
+    f = MX_FORMATS[q.fmt]
+    block = bsg.quantizer_block(q)
+    ax = -1 if isinstance(block, tuple) else axis
+    if q.rht:
+        x = _host_rht(x, axis, neg)
+    tmax = np.float32(0)
+    if f.tensor_scale:  # mx_kernels.tensor_amax: the largest magnitude's bits
+        tmax = np.array(np.max(x.view(np.uint32) & np.uint32(0x7FFFFFFF), initial=0),
+                        np.uint32).view(np.float32)
+    xb = _np_blocks(x, ax, block)
+    lead, n = xb.shape[:-1], xb.shape[-1]
+    flat = np.ascontiguousarray(xb).reshape(-1, n)
+    rb = None if rbits is None else np.ascontiguousarray(rbits).reshape(-1, n)
+    size = max(1, GROUP_ELEMENTS // n)
+    mode = "rs" if q.stochastic else "rn"
+    rule = f.default_scale_rule if q.scale_rule is None else q.scale_rule
+    els, scs, st = [], [], np.float32(0)
+    for sel in _groups(flat.shape[0], size):
+        ng = sel.stop - sel.start
+        rg = None if rb is None else _padded(rb[sel], size)
+        el, sc, st = _quantize_exe(*_put(_padded(flat[sel], size), rg, tmax), fmt=q.fmt,
+                                   rule=rule, mode=mode, out=out)
+        els.append(np.asarray(el)[:ng])
+        scs.append(np.asarray(sc)[:ng])
+    el = np.concatenate(els).reshape(*lead, n)
+    sc = np.concatenate(scs).reshape(lead)
+    if not isinstance(block, tuple):
+        sc = np.moveaxis(sc, -1, ax)
+    return _np_unblocks(el, x.shape, ax, block), sc, np.asarray(st)
+
+
+def _k_scales(sc: np.ndarray, block, side: str) -> np.ndarray:
+    """``block_scale_gemm``'s scales along K, in numpy: a 2D block's repeated along the
+    other axis."""
+    if not isinstance(block, tuple):
+        return sc
+    return np.repeat(sc, block[0], axis=-2) if side == "a" else np.repeat(sc, block[1],
+                                                                         axis=-1)
+
+
+def _host_chain(a, b, sa, sb, cfg, tensor_scales):
+    """The exact chain of codes ``a`` (..., M, K), ``b`` (..., K, N) and their scales
+    along K, through the shared executables, by output blocks (``k_loop``'s cut)."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    (M, K), N = a.shape[-2:], b.shape[-1]
+    a, sa = (np.broadcast_to(v, batch + v.shape[-2:]).reshape(-1, *v.shape[-2:])
+             for v in (a, sa))
+    b, sb = (np.broadcast_to(v, batch + v.shape[-2:]).reshape(-1, *v.shape[-2:])
+             for v in (b, sb))
+    P, ks = a.shape[0], sa.shape[-1]
+    mb, nb = -(-M // T), -(-N // T)
+    steps, ns = K // cfg.ik, cfg.ik // cfg.block
+    a4 = np.zeros((P, mb * T, K), np.uint8)
+    a4[:, :M] = a
+    sa4 = np.zeros((P, mb * T, ks), np.uint8)
+    sa4[:, :M] = sa
+    b4 = np.zeros((P, K, nb * T), np.uint8)
+    b4[:, :, :N] = b
+    sb4 = np.zeros((P, ks, nb * T), np.uint8)
+    sb4[:, :, :N] = sb
+    a4, sa4 = a4.reshape(P, mb, T, K), sa4.reshape(P, mb, T, ks)
+    b4 = b4.reshape(P, K, nb, T).transpose(0, 2, 1, 3)  # (P, nb, K, T)
+    sb4 = sb4.reshape(P, ks, nb, T).transpose(0, 2, 1, 3)
+    g_all = np.arange(P * mb * nb)
+    p_of, i_of, j_of = g_all // (mb * nb), (g_all // nb) % mb, g_all % nb
+    size, out = CHAIN_BLOCKS, np.empty((g_all.size, T, T), np.float32)
+    if tensor_scales is not None:
+        tensor_scales = _put(*tensor_scales)
+    for sel in _groups(g_all.size, size):
+        ng = sel.stop - sel.start
+        p, i, j = p_of[sel], i_of[sel], j_of[sel]
+        ag = _padded(a4[p, i], size).reshape(size, T, steps, cfg.ik).transpose(2, 0, 1, 3)
+        sag = _padded(sa4[p, i], size).reshape(size, T, steps, ns).transpose(2, 0, 1, 3)
+        bg = _padded(b4[p, j], size).reshape(size, steps, cfg.ik, T).transpose(1, 0, 2, 3)
+        sbg = _padded(sb4[p, j], size).reshape(size, steps, ns, T).transpose(1, 0, 2, 3)
+        (bits,) = _put(np.zeros((size, T, T), np.uint32))
+        for kk in range(steps):
+            ops = _put(*(np.ascontiguousarray(v[kk]) for v in (ag, bg, sag, sbg)))
+            bits = _chain_exe(*ops, bits, cfg)
+        if tensor_scales is None:
+            d = np.asarray(bits).view(np.float32)
+        else:
+            d = np.asarray(_epilogue_exe(bits, *tensor_scales))
+        out[sel] = d[:ng]
+    d = out.reshape(P, mb, nb, T, T).transpose(0, 1, 3, 2, 4).reshape(P, mb * T, nb * T)
+    return np.ascontiguousarray(d[:, :M, :N]).reshape(*batch, M, N)
+
+
+def _host_product(x, y, neg, rbx, rby, *, qs, plan: bsg.Plan):
+    """One product's quantizers and (exact mode) chain; fast mode: the dequantized
+    operands."""
+    out = "values" if plan.mode == "fast" else "codes"
+    ex, sx, stx = _host_quantize(np.asarray(x), qs[0], -1, neg, rbx, out)
+    ey, sy, sty = _host_quantize(np.asarray(y), qs[1], -2, neg, rby, out)
+    if plan.mode == "fast":  # B's values with its blocks' axis last: see _qproduct
+        return ex, (ey if isinstance(bsg.quantizer_block(qs[1]), tuple)
+                    else np.ascontiguousarray(np.swapaxes(ey, -1, -2)))
+    cfg = bsg.exact_cfg(qs[0].fmt, qs[1].fmt, plan.instruction, plan.arch, ex.shape[-1])
+    sa = _k_scales(sx, bsg.quantizer_block(qs[0]), "a")
+    sb = _k_scales(sy, bsg.quantizer_block(qs[1]), "b")
+    scales = (stx, sty) if MX_FORMATS[qs[0].fmt].tensor_scale else None
+    return _host_chain(ex, ey, sa, sb, cfg, scales)
+
+
+# --------------------------------------------------------------------------------------
+# The calling program's side.
+
+
+def _qproduct(x, y, qs: tuple[bsg.Quantizer, bsg.Quantizer], plan: bsg.Plan, key_data,
+              salt: int):
+    """``block_scale_gemm``'s product of ``x`` and ``y`` quantized by ``qs``: one host
+    callback (the random bits drawn here, as the inline quantizer draws them)."""
+    xp, yp = bsg.pad_operand(x, qs[0], -1), bsg.pad_operand(y, qs[1], -2)
+    base = jax.random.wrap_key_data(key_data)
+    neg = None
+    if qs[0].rht or qs[1].rht:  # the same signs for every operand of every product
+        neg = bsg.hadamard_signs(jax.random.key_data(jax.random.fold_in(base, 0)))
+    rbits = []
+    for t, q, axis, s in ((xp, qs[0], -1, salt), (yp, qs[1], -2, salt + 1)):
+        rb = None
+        if q.stochastic:
+            block = bsg.quantizer_block(q)
+            shape = mx_kernels.blocks_shape(t.shape, -1 if isinstance(block, tuple)
+                                            else axis, block)
+            rb = mx_kernels.random_bits(jax.random.key_data(jax.random.fold_in(base, s)),
+                                        shape)
+        rbits.append(rb)
+    host = functools.partial(_host_product, qs=qs, plan=plan)
+    f32 = jnp.float32
+    if plan.mode == "fast":
+        # B quantized in 1D blocks along K comes back as (..., N, K) and is transposed
+        # here: the inline path's dequantized B is that layout (its blocks' axis last),
+        # and XLA folds the transpose into the dot (contracting B's last axis), whose
+        # summation order, and so its bits, depend on that form.
+        ty = isinstance(bsg.quantizer_block(qs[1]), tuple)
+        y_shape = yp.shape if ty else (*yp.shape[:-2], yp.shape[-1], yp.shape[-2])
+        shapes = (jax.ShapeDtypeStruct(xp.shape, f32), jax.ShapeDtypeStruct(y_shape, f32))
+        dx, dy = jax.pure_callback(host, shapes, xp, yp, neg, *rbits,
+                                   vmap_method="sequential")
+        dy = dy if ty else jnp.swapaxes(dy, -1, -2)
+        d = jnp.matmul(dx, dy, precision=lax.Precision.HIGHEST, preferred_element_type=f32)
+    else:
+        batch = np.broadcast_shapes(xp.shape[:-2], yp.shape[:-2])
+        shape = jax.ShapeDtypeStruct((*batch, xp.shape[-2], yp.shape[-1]), f32)
+        d = jax.pure_callback(host, shape, xp, yp, neg, *rbits, vmap_method="sequential")
+    return d[..., :x.shape[-2], :y.shape[-1]]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def gemm(x: jax.Array, w: jax.Array, key_data: jax.Array, plan: bsg.Plan) -> jax.Array:
+    """``block_scale_gemm.gemm`` (the same products, salts and bits) with every product
+    through the shared executables."""
+    return _qproduct(x, w, plan.fprop, plan, key_data, 1)
+
+
+def _gemm_fwd(x, w, key_data, plan):
+    return _qproduct(x, w, plan.fprop, plan, key_data, 1), (x, w, key_data)
+
+
+def _gemm_bwd(plan: bsg.Plan, res, g):
+    x, w, key_data = res
+    g = g.astype(jnp.float32)
+    dx = _qproduct(g, jnp.swapaxes(w, -1, -2), plan.dgrad, plan, key_data, 3)
+    dw = _qproduct(jnp.swapaxes(x, -1, -2), g, plan.wgrad, plan, key_data, 5)
+    return bsg.unbroadcast(dx, x), bsg.unbroadcast(dw, w), None
+
+
+gemm.defvjp(_gemm_fwd, _gemm_bwd)
