@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend import random as jex_random
 
 from jaxwarp._src.config import config
 from jaxwarp._src.gemm import block_scale_gemm as bsg
@@ -62,18 +63,48 @@ def applies() -> bool:
       False
     """
     return (config.recipe_shared == "auto" and jax.default_backend() == "cpu"
-            and jax.device_count() == 1 and not checked.enabled() and not k_loop.inlined())
+            and jax.device_count() == 1 and not checked.enabled() and not k_loop.inlined()
+            and _counter_bits())
+
+
+def _counter_bits() -> bool:
+    """Whether ``jax.random.bits`` of a shape is the threefry hash of each element's
+    row-major index (JAX's partitionable threefry, its default since 0.5): then the host
+    draws any run of a tensor's random bits by its indices, with one executable."""
+    return (bool(getattr(jax.config, "jax_threefry_partitionable", False))
+            and hasattr(jex_random, "threefry2x32_p"))
 
 
 # --------------------------------------------------------------------------------------
 # The executables (each a jitted function of static formats; every call on host_device).
 
 
+def _bits(key_data, start, n: int):
+    """``jax.random.bits(key, shape).reshape(-1)[start:start + n]`` (uint32) for a tensor
+    of fewer than 2**32 elements (:func:`_counter_bits`): the hash of (0, index)."""
+    lo = start + lax.iota(jnp.uint32, n)
+    k1, k2 = (jnp.broadcast_to(k, lo.shape) for k in (key_data[0], key_data[1]))
+    b1, b2 = jex_random.threefry2x32_p.bind(k1, k2, jnp.zeros_like(lo), lo)
+    return b1 ^ b2
+
+
+@jax.jit
+def _fold_exe(key_data, data):
+    return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key_data), data))
+
+
+@jax.jit
+def _signs_exe(key_data):  # the Hadamard signs: fold_in(key, 0), as the inline path
+    return bsg.hadamard_signs(_fold_exe(key_data, jnp.uint32(0)))
+
+
 @functools.partial(jax.jit, static_argnames=("fmt", "rule", "mode", "out"))
-def _quantize_exe(xb, rbits, tmax, *, fmt: str, rule, mode: str, out: str):
+def _quantize_exe(xb, key_data, start, tmax, *, fmt: str, rule, mode: str, out: str):
     """A group of blocks ``xb`` (G, n) quantized: (codes or values (G, n), scale codes
-    (G,), tensor scale)."""
+    (G,), tensor scale). ``mode="rs"``: the random bits of elements ``start ..`` of the
+    tensor's blocks, from ``key_data``."""
     f = MX_FORMATS[fmt]
+    rbits = _bits(key_data, start, xb.size).reshape(xb.shape) if mode == "rs" else None
     if f.tensor_scale:
         el, sc, st = mx_kernels.nvfp4_blocks(xb, tmax, rbits, f=f, mode=mode)
     else:
@@ -156,7 +187,7 @@ def _host_rht(x: np.ndarray, axis: int, neg: np.ndarray) -> np.ndarray:
     return np.moveaxis(out.reshape(shape), -1, axis)
 
 
-def _host_quantize(x: np.ndarray, q: bsg.Quantizer, axis: int, neg, rbits, out: str):
+def _host_quantize(x: np.ndarray, q: bsg.Quantizer, axis: int, neg, key_data, out: str):
     """``x`` quantized by ``q`` along ``axis``: (codes (uint8) or values (float32) in
     ``x``'s shape, scale codes in the quantized tensor's layout, tensor scale)."""
     f = MX_FORMATS[q.fmt]
@@ -171,16 +202,20 @@ def _host_quantize(x: np.ndarray, q: bsg.Quantizer, axis: int, neg, rbits, out: 
     xb = _np_blocks(x, ax, block)
     lead, n = xb.shape[:-1], xb.shape[-1]
     flat = np.ascontiguousarray(xb).reshape(-1, n)
-    rb = None if rbits is None else np.ascontiguousarray(rbits).reshape(-1, n)
     size = max(1, GROUP_ELEMENTS // n)
     mode = "rs" if q.stochastic else "rn"
     rule = f.default_scale_rule if q.scale_rule is None else q.scale_rule
+    if flat.size >= 1 << 32:
+        raise ValueError(f"a recipe operand of {flat.size} elements: the shared "
+                         f"executables draw random bits for fewer than 2**32 "
+                         f"(jaxwarp.config recipe_shared='off')")
     els, scs, st = [], [], np.float32(0)
+    (kd,) = _put(np.zeros(2, np.uint32) if key_data is None else key_data)
     for sel in _groups(flat.shape[0], size):
         ng = sel.stop - sel.start
-        rg = None if rb is None else _padded(rb[sel], size)
-        el, sc, st = _quantize_exe(*_put(_padded(flat[sel], size), rg, tmax), fmt=q.fmt,
-                                   rule=rule, mode=mode, out=out)
+        xg, start = _put(_padded(flat[sel], size), np.uint32(sel.start * n))
+        el, sc, st = _quantize_exe(xg, kd, start, tmax, fmt=q.fmt, rule=rule, mode=mode,
+                                   out=out)
         els.append(np.asarray(el)[:ng])
         scs.append(np.asarray(sc)[:ng])
     el = np.concatenate(els).reshape(*lead, n)
@@ -247,12 +282,19 @@ def _host_chain(a, b, sa, sb, cfg, tensor_scales):
     return np.ascontiguousarray(d[:, :M, :N]).reshape(*batch, M, N)
 
 
-def _host_product(x, y, neg, rbx, rby, *, qs, plan: bsg.Plan):
+def _host_product(x, y, key_data, *, qs, plan: bsg.Plan, number: int | None, salt: int):
     """One product's quantizers and (exact mode) chain; fast mode: the dequantized
-    operands."""
+    operands. The key: ``key_data`` with ``number`` folded in (as ``recipes.gemm``
+    does), then each operand's salt (as ``block_scale_gemm``'s quantizers)."""
     out = "values" if plan.mode == "fast" else "codes"
-    ex, sx, stx = _host_quantize(np.asarray(x), qs[0], -1, neg, rbx, out)
-    ey, sy, sty = _host_quantize(np.asarray(y), qs[1], -2, neg, rby, out)
+    (kd,) = _put(np.asarray(key_data))
+    if number is not None:
+        kd = _fold_exe(kd, np.uint32(number))
+    neg = np.asarray(_signs_exe(kd)) if qs[0].rht or qs[1].rht else None
+    kx, ky = ((np.asarray(_fold_exe(kd, np.uint32(salt + i))) if q.stochastic else None)
+              for i, q in enumerate(qs))
+    ex, sx, stx = _host_quantize(np.asarray(x), qs[0], -1, neg, kx, out)
+    ey, sy, sty = _host_quantize(np.asarray(y), qs[1], -2, neg, ky, out)
     if plan.mode == "fast":  # B's values with its blocks' axis last: see _qproduct
         return ex, (ey if isinstance(bsg.quantizer_block(qs[1]), tuple)
                     else np.ascontiguousarray(np.swapaxes(ey, -1, -2)))
@@ -268,25 +310,11 @@ def _host_product(x, y, neg, rbx, rby, *, qs, plan: bsg.Plan):
 
 
 def _qproduct(x, y, qs: tuple[bsg.Quantizer, bsg.Quantizer], plan: bsg.Plan, key_data,
-              salt: int):
+              number: int | None, salt: int):
     """``block_scale_gemm``'s product of ``x`` and ``y`` quantized by ``qs``: one host
-    callback (the random bits drawn here, as the inline quantizer draws them)."""
+    callback, which also derives the keys and draws the random bits."""
     xp, yp = bsg.pad_operand(x, qs[0], -1), bsg.pad_operand(y, qs[1], -2)
-    base = jax.random.wrap_key_data(key_data)
-    neg = None
-    if qs[0].rht or qs[1].rht:  # the same signs for every operand of every product
-        neg = bsg.hadamard_signs(jax.random.key_data(jax.random.fold_in(base, 0)))
-    rbits = []
-    for t, q, axis, s in ((xp, qs[0], -1, salt), (yp, qs[1], -2, salt + 1)):
-        rb = None
-        if q.stochastic:
-            block = bsg.quantizer_block(q)
-            shape = mx_kernels.blocks_shape(t.shape, -1 if isinstance(block, tuple)
-                                            else axis, block)
-            rb = mx_kernels.random_bits(jax.random.key_data(jax.random.fold_in(base, s)),
-                                        shape)
-        rbits.append(rb)
-    host = functools.partial(_host_product, qs=qs, plan=plan)
+    host = functools.partial(_host_product, qs=qs, plan=plan, number=number, salt=salt)
     f32 = jnp.float32
     if plan.mode == "fast":
         # B quantized in 1D blocks along K comes back as (..., N, K) and is transposed
@@ -296,33 +324,35 @@ def _qproduct(x, y, qs: tuple[bsg.Quantizer, bsg.Quantizer], plan: bsg.Plan, key
         ty = isinstance(bsg.quantizer_block(qs[1]), tuple)
         y_shape = yp.shape if ty else (*yp.shape[:-2], yp.shape[-1], yp.shape[-2])
         shapes = (jax.ShapeDtypeStruct(xp.shape, f32), jax.ShapeDtypeStruct(y_shape, f32))
-        dx, dy = jax.pure_callback(host, shapes, xp, yp, neg, *rbits,
-                                   vmap_method="sequential")
+        dx, dy = jax.pure_callback(host, shapes, xp, yp, key_data, vmap_method="sequential")
         dy = dy if ty else jnp.swapaxes(dy, -1, -2)
         d = jnp.matmul(dx, dy, precision=lax.Precision.HIGHEST, preferred_element_type=f32)
     else:
         batch = np.broadcast_shapes(xp.shape[:-2], yp.shape[:-2])
         shape = jax.ShapeDtypeStruct((*batch, xp.shape[-2], yp.shape[-1]), f32)
-        d = jax.pure_callback(host, shape, xp, yp, neg, *rbits, vmap_method="sequential")
+        d = jax.pure_callback(host, shape, xp, yp, key_data, vmap_method="sequential")
     return d[..., :x.shape[-2], :y.shape[-1]]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def gemm(x: jax.Array, w: jax.Array, key_data: jax.Array, plan: bsg.Plan) -> jax.Array:
-    """``block_scale_gemm.gemm`` (the same products, salts and bits) with every product
-    through the shared executables."""
-    return _qproduct(x, w, plan.fprop, plan, key_data, 1)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def gemm(x: jax.Array, w: jax.Array, key_data: jax.Array, plan: bsg.Plan,
+         number: int | None = None) -> jax.Array:
+    """``block_scale_gemm.gemm(x, w, k, plan)`` (the same products, salts and bits) with
+    every product through the shared executables; ``k`` is ``key_data`` with ``number``
+    folded in (``jax.random.fold_in``), or ``key_data`` itself where ``number`` is None.
+    """
+    return _qproduct(x, w, plan.fprop, plan, key_data, number, 1)
 
 
-def _gemm_fwd(x, w, key_data, plan):
-    return _qproduct(x, w, plan.fprop, plan, key_data, 1), (x, w, key_data)
+def _gemm_fwd(x, w, key_data, plan, number):
+    return _qproduct(x, w, plan.fprop, plan, key_data, number, 1), (x, w, key_data)
 
 
-def _gemm_bwd(plan: bsg.Plan, res, g):
+def _gemm_bwd(plan: bsg.Plan, number, res, g):
     x, w, key_data = res
     g = g.astype(jnp.float32)
-    dx = _qproduct(g, jnp.swapaxes(w, -1, -2), plan.dgrad, plan, key_data, 3)
-    dw = _qproduct(jnp.swapaxes(x, -1, -2), g, plan.wgrad, plan, key_data, 5)
+    dx = _qproduct(g, jnp.swapaxes(w, -1, -2), plan.dgrad, plan, key_data, number, 3)
+    dw = _qproduct(jnp.swapaxes(x, -1, -2), g, plan.wgrad, plan, key_data, number, 5)
     return bsg.unbroadcast(dx, x), bsg.unbroadcast(dw, w), None
 
 

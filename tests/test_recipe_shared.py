@@ -1,0 +1,124 @@
+"""A recipe's products through the shared executables (jaxwarp.config recipe_shared):
+the same bits as the inline path, values and gradients, exact and fast, with the
+stochastic rounding and Hadamard transform of NVFP4 under a PRNG key."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwarp
+from jaxwarp._src.gemm import block_scale_gemm as bsg
+from jaxwarp._src.recipes import shared
+from jaxwarp._src.scaling import mx_kernels
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu",
+                                reason="the shared executables are the CPU's")
+
+
+def _data(shape, seed, scale=1.0):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape) * scale,
+                       jnp.float32)
+
+
+def _bits(tree):
+    return [np.asarray(x).view(np.uint32) for x in jax.tree.leaves(tree)]
+
+
+def _assert_same_bits(a, b):
+    for i, (x, y) in enumerate(zip(_bits(a), _bits(b), strict=True)):
+        np.testing.assert_array_equal(x, y, err_msg=f"leaf {i}")
+
+
+def _two_layer(x, w1, w2):
+    h = jnp.tanh(x @ w1)
+    return jnp.sum(jnp.sin(h @ w2))
+
+
+def _step(recipe, mode, shared_on, x, w1, w2, key=None):
+    # A two-layer step: 6 products (fprop, dgrad, wgrad per layer), each its own number
+    # in the key's folds.
+    fn = jaxwarp.emulate(_two_layer, recipe=recipe, mode=mode, params_argnums=(1, 2))
+    kw = {} if key is None else dict(rng_key=key)
+    f = jax.value_and_grad(lambda *a: fn(*a, **kw), argnums=(0, 1, 2))
+    with jaxwarp.config.override(recipe_shared="auto" if shared_on else "off"):
+        assert shared.applies() == shared_on
+        return jax.jit(f)(x, w1, w2)
+
+
+def _check(recipe, mode, m=24, k=40, h=72, n=10, key=None):
+    x, w1, w2 = _data((m, k), 0, 3.0), _data((k, h), 1), _data((h, n), 2)
+    x = x.at[0, 0].set(1e-40).at[1, 1].set(-0.0)  # a subnormal and -0
+    _assert_same_bits(_step(recipe, mode, True, x, w1, w2, key),
+                      _step(recipe, mode, False, x, w1, w2, key))
+
+
+def test_mxfp8_fast_same_bits_as_inline():
+    # Fast mode: the dequantized operands come from the host, the dot stays in the
+    # program in the inline path's form (B transposed), values and gradients.
+    _check("mxfp8", "fast")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4"])
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_recipe_same_bits_as_inline(recipe, mode):
+    # NVFP4 with a key: stochastic rounding of the gradients and the Hadamard signs, each
+    # product its own fold of the key; odd shapes (K, M, N padded).
+    key = jax.random.key(11) if recipe == "nvfp4" else None
+    _check(recipe, mode, key=key)
+
+
+@pytest.mark.slow
+def test_nvfp4_specials_and_batch_same_bits_as_inline():
+    # inf / NaN in an operand (NVFP4's tensor scale becomes NaN), a batched product.
+    plan = jaxwarp.mx.RECIPES["nvfp4"].plan("exact")
+    x = _data((2, 20, 64), 3).at[0, 2, 5].set(jnp.inf)
+    w = _data((64, 33), 4)
+    key = jax.random.key_data(jax.random.key(5))
+
+    def run(fn):
+        f = jax.value_and_grad(lambda x, w: jnp.sum(jnp.nan_to_num(fn(x, w, key, plan))),
+                               argnums=(0, 1))
+        return jax.jit(f)(x, w)
+
+    _assert_same_bits(run(shared.gemm), run(bsg.gemm))
+    y = _data((2, 20, 64), 6)
+    _assert_same_bits(jax.jit(lambda a, b: shared.gemm(a, b, key, plan))(y, w),
+                      jax.jit(lambda a, b: bsg.gemm(a, b, key, plan))(y, w))
+
+
+def test_random_bits_by_index_are_jax_random_bits():
+    # The host draws a tensor's stochastic-rounding bits in runs of its flat indices.
+    kd = jax.random.key_data(jax.random.fold_in(jax.random.key(3), 5))
+    shape = mx_kernels.blocks_shape((48, 40), -2, 16)
+    want = np.asarray(mx_kernels.random_bits(kd, shape)).reshape(-1)
+    got = np.concatenate([np.asarray(jax.jit(shared._bits, static_argnums=2)(
+        kd, jnp.uint32(s), 512)) for s in range(0, want.size, 512)])[:want.size]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_step_program_holds_callbacks_not_the_quantizers():
+    # Lowering only (nothing compiled): one callback per product, a small program.
+    fn = jaxwarp.emulate(_two_layer, recipe="nvfp4", mode="exact", params_argnums=(1, 2))
+    x, w1, w2 = _data((8, 32), 0), _data((32, 16), 1), _data((16, 8), 2)
+    f = jax.value_and_grad(lambda *a: fn(*a, rng_key=jax.random.key(0)), argnums=(1, 2))
+    text = jax.jit(f).lower(x, w1, w2).as_text()
+    assert text.count("callback") >= 5, text.count("callback")  # (no dx of layer 1)
+    assert len(text.splitlines()) < 2000, len(text.splitlines())
+
+
+def test_off_and_checked_mode_keep_the_inline_path():
+    with jaxwarp.config.override(recipe_shared="off"):
+        assert not shared.applies()
+    seen = []
+
+    def probe(x):
+        seen.append(shared.applies())
+        return x
+
+    jaxwarp.checked(probe)(jnp.float32(0))
+    assert seen == [False]
+    assert shared.applies() == (jax.device_count() == 1)
