@@ -29,7 +29,9 @@ chooses; the callback is not taken in checked mode, over several devices, inside
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +78,10 @@ def _counter_bits() -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# The executables (each a jitted function of static formats; every call on host_device).
+# The executables: functions of static formats, each compiled once per process for the
+# shared executables' own device (``k_loop.host_device``), in a background thread: the
+# calling program's trace starts the compiles it will need (:func:`_prefetch`), so that
+# they run beside XLA's compile of that program.
 
 
 def _bits(key_data, start, n: int):
@@ -88,27 +93,25 @@ def _bits(key_data, start, n: int):
     return b1 ^ b2
 
 
-@jax.jit
-def _fold_exe(key_data, data):
+def _fold(key_data, data):
     return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key_data), data))
 
 
-@jax.jit
-def _signs_exe(key_data):  # the Hadamard signs: fold_in(key, 0), as the inline path
-    return bsg.hadamard_signs(_fold_exe(key_data, jnp.uint32(0)))
+def _signs(key_data):  # the Hadamard signs: fold_in(key, 0), as the inline path
+    return bsg.hadamard_signs(_fold(key_data, jnp.uint32(0)))
 
 
-@functools.partial(jax.jit, static_argnames=("fmt", "rule", "mode", "out"))
-def _quantize_exe(xb, key_data, start, tmax, *, fmt: str, rule, mode: str, out: str):
-    """A group of blocks ``xb`` (G, n) quantized: (codes or values (G, n), scale codes
-    (G,), tensor scale). ``mode="rs"``: the random bits of elements ``start ..`` of the
-    tensor's blocks, from ``key_data``."""
+def _quantize(xb, amax, key_data, start, tmax, *, fmt: str, rule, mode: str, out: str):
+    """A group of rows ``xb`` (G, r) of blocks whose amax bits are ``amax`` (G,)
+    quantized: (codes or values (G, r), scale codes (G,), tensor scale). ``mode="rs"``:
+    the random bits of elements ``start ..`` of the tensor's blocks, from ``key_data``."""
     f = MX_FORMATS[fmt]
     rbits = _bits(key_data, start, xb.size).reshape(xb.shape) if mode == "rs" else None
     if f.tensor_scale:
-        el, sc, st = mx_kernels.nvfp4_blocks(xb, tmax, rbits, f=f, mode=mode)
+        el, sc, st = mx_kernels.nvfp4_blocks(xb, tmax, rbits, f=f, mode=mode, amax_bits=amax)
     else:
-        el, sc = mx_kernels.mx_blocks(xb, rbits, f=f, rule=rule, mode=mode, saturate=True)
+        el, sc = mx_kernels.mx_blocks(xb, rbits, f=f, rule=rule, mode=mode, saturate=True,
+                                      amax_bits=amax)
         st = jnp.float32(0)
     sc = sc.astype(jnp.uint8)  # (as quantize stores them)
     if out == "values":
@@ -118,23 +121,86 @@ def _quantize_exe(xb, key_data, start, tmax, *, fmt: str, rule, mode: str, out: 
     return codes, sc, st
 
 
-@jax.jit
-def _rht_exe(xr, neg):
-    return bsg.hadamard_runs(xr, neg)
-
-
-@functools.partial(jax.jit, static_argnums=5)
-def _chain_exe(a, b, sa, sb, bits, cfg):
+def _chain(a, b, sa, sb, bits, *, cfg):
     return bsg.chain_step(a, b, sa, sb, bits, cfg)
 
 
-@jax.jit
-def _epilogue_exe(bits, s_a, s_b):
+def _epilogue(bits, s_a, s_b):
     return bsg.epilogue(lax.bitcast_convert_type(bits, jnp.float32), s_a, s_b)
 
 
-def _put(*xs):
-    return jax.device_put(xs, k_loop.host_device())
+_EXES: dict = {}
+_EXES_LOCK = threading.Lock()
+_POOL: list = []
+
+
+def _executable(fn, statics: tuple, specs: tuple) -> concurrent.futures.Future:
+    """The compiled ``fn(*specs, **dict(statics))`` (a future: compiled in a thread)."""
+    key = (fn, statics, specs)
+    with _EXES_LOCK:
+        fut = _EXES.get(key)
+        if fut is None:
+            if not _POOL:  # (not daemon threads: the interpreter's exit waits for them)
+                _POOL.append(concurrent.futures.ThreadPoolExecutor(
+                    2, thread_name_prefix="jaxwarp-recipe"))
+            fut = _EXES[key] = _POOL[0].submit(_compile, fn, statics, specs)
+    return fut
+
+
+def _compile(fn, statics, specs):
+    sharding = jax.sharding.SingleDeviceSharding(k_loop.host_device())
+    args = [jax.ShapeDtypeStruct(shape, dtype, sharding=sharding) for shape, dtype in specs]
+    return jax.jit(functools.partial(fn, **dict(statics))).lower(*args).compile()
+
+
+def _spec(*xs) -> tuple:
+    return tuple((tuple(np.shape(x)), np.dtype(x.dtype)) for x in xs)
+
+
+def _run(fn, statics: tuple, *args):
+    """``fn(*args, **dict(statics))`` through its executable, on the host device."""
+    exe = _executable(fn, statics, _spec(*args)).result()
+    return exe(*jax.device_put(args, k_loop.host_device()))
+
+
+def _quantize_statics(q: bsg.Quantizer, out: str) -> tuple[tuple, int, int]:
+    """The static arguments of ``q``'s quantizer executable, its rows' length and the
+    rows of a call."""
+    f = MX_FORMATS[q.fmt]
+    block = bsg.quantizer_block(q)
+    n = block[0] * block[1] if isinstance(block, tuple) else block
+    r = f.block if n % f.block == 0 else n
+    rule = f.default_scale_rule if q.scale_rule is None else q.scale_rule
+    statics = (("fmt", q.fmt), ("rule", rule), ("mode", "rs" if q.stochastic else "rn"),
+               ("out", out))
+    return statics, r, max(1, GROUP_ELEMENTS // r)
+
+
+_U32, _F32, _U8 = np.dtype(np.uint32), np.dtype(np.float32), np.dtype(np.uint8)
+
+
+def _prefetch(qs, plan: bsg.Plan, k: int) -> None:
+    """Start the compiles of the executables a product will run (its calls find them
+    compiled, or wait for them)."""
+    out = "values" if plan.mode == "fast" else "codes"
+    key = (((2,), _U32),)
+    _executable(_fold, (), key + (((), _U32),))
+    if qs[0].rht or qs[1].rht:
+        _executable(_signs, (), key)
+        _executable(bsg.hadamard_runs, (), (((GROUP_ELEMENTS // bsg.RHT_SIZE, bsg.RHT_SIZE),
+                                             _F32), ((bsg.RHT_SIZE,), np.dtype(bool))))
+    for q in qs:
+        statics, r, size = _quantize_statics(q, out)
+        _executable(_quantize, statics, (((size, r), _F32), ((size,), _U32)) + key
+                    + (((), _U32), ((), _F32)))
+    if plan.mode == "exact":
+        cfg = bsg.exact_cfg(qs[0].fmt, qs[1].fmt, plan.instruction, plan.arch, k)
+        G, ns = CHAIN_BLOCKS, cfg.ik // cfg.block
+        _executable(_chain, (("cfg", cfg),), (
+            ((G, T, cfg.ik), _U8), ((G, cfg.ik, T), _U8), ((G, T, ns), _U8),
+            ((G, ns, T), _U8), ((G, T, T), _U32)))
+        if MX_FORMATS[qs[0].fmt].tensor_scale:
+            _executable(_epilogue, (), (((G, T, T), _U32), ((), _F32), ((), _F32)))
 
 
 # --------------------------------------------------------------------------------------
@@ -182,7 +248,7 @@ def _host_rht(x: np.ndarray, axis: int, neg: np.ndarray) -> np.ndarray:
     size = GROUP_ELEMENTS // bsg.RHT_SIZE
     out = np.empty_like(runs)
     for sel in _groups(runs.shape[0], size):
-        r = _rht_exe(*_put(_padded(runs[sel], size), neg))
+        r = _run(bsg.hadamard_runs, (), _padded(runs[sel], size), neg)
         out[sel] = np.asarray(r)[:sel.stop - sel.start]
     return np.moveaxis(out.reshape(shape), -1, axis)
 
@@ -193,6 +259,7 @@ def _host_quantize(x: np.ndarray, q: bsg.Quantizer, axis: int, neg, key_data, ou
     f = MX_FORMATS[q.fmt]
     block = bsg.quantizer_block(q)
     ax = -1 if isinstance(block, tuple) else axis
+    statics, r, size = _quantize_statics(q, out)
     if q.rht:
         x = _host_rht(x, axis, neg)
     tmax = np.float32(0)
@@ -201,25 +268,26 @@ def _host_quantize(x: np.ndarray, q: bsg.Quantizer, axis: int, neg, key_data, ou
                         np.uint32).view(np.float32)
     xb = _np_blocks(x, ax, block)
     lead, n = xb.shape[:-1], xb.shape[-1]
-    flat = np.ascontiguousarray(xb).reshape(-1, n)
-    size = max(1, GROUP_ELEMENTS // n)
-    mode = "rs" if q.stochastic else "rn"
-    rule = f.default_scale_rule if q.scale_rule is None else q.scale_rule
+    # Rows of r elements (the format's 1D block where it divides the block: one
+    # executable for 1D and 2D blocks), each with its block's amax (computed here: a
+    # maximum of magnitude bits, exact).
+    flat = np.ascontiguousarray(xb).reshape(-1, r)
+    amax = np.repeat(np.max(flat.reshape(-1, n).view(np.uint32) & np.uint32(0x7FFFFFFF),
+                            axis=-1), n // r)
     if flat.size >= 1 << 32:
         raise ValueError(f"a recipe operand of {flat.size} elements: the shared "
                          f"executables draw random bits for fewer than 2**32 "
                          f"(jaxwarp.config recipe_shared='off')")
     els, scs, st = [], [], np.float32(0)
-    (kd,) = _put(np.zeros(2, np.uint32) if key_data is None else key_data)
+    kd = np.zeros(2, np.uint32) if key_data is None else key_data
     for sel in _groups(flat.shape[0], size):
         ng = sel.stop - sel.start
-        xg, start = _put(_padded(flat[sel], size), np.uint32(sel.start * n))
-        el, sc, st = _quantize_exe(xg, kd, start, tmax, fmt=q.fmt, rule=rule, mode=mode,
-                                   out=out)
+        el, sc, st = _run(_quantize, statics, _padded(flat[sel], size),
+                          _padded(amax[sel], size), kd, np.uint32(sel.start * r), tmax)
         els.append(np.asarray(el)[:ng])
         scs.append(np.asarray(sc)[:ng])
     el = np.concatenate(els).reshape(*lead, n)
-    sc = np.concatenate(scs).reshape(lead)
+    sc = np.concatenate(scs)[::n // r].reshape(lead)  # (a block's rows: the same scale)
     if not isinstance(block, tuple):
         sc = np.moveaxis(sc, -1, ax)
     return _np_unblocks(el, x.shape, ax, block), sc, np.asarray(st)
@@ -260,8 +328,6 @@ def _host_chain(a, b, sa, sb, cfg, tensor_scales):
     g_all = np.arange(P * mb * nb)
     p_of, i_of, j_of = g_all // (mb * nb), (g_all // nb) % mb, g_all % nb
     size, out = CHAIN_BLOCKS, np.empty((g_all.size, T, T), np.float32)
-    if tensor_scales is not None:
-        tensor_scales = _put(*tensor_scales)
     for sel in _groups(g_all.size, size):
         ng = sel.stop - sel.start
         p, i, j = p_of[sel], i_of[sel], j_of[sel]
@@ -269,14 +335,14 @@ def _host_chain(a, b, sa, sb, cfg, tensor_scales):
         sag = _padded(sa4[p, i], size).reshape(size, T, steps, ns).transpose(2, 0, 1, 3)
         bg = _padded(b4[p, j], size).reshape(size, steps, cfg.ik, T).transpose(1, 0, 2, 3)
         sbg = _padded(sb4[p, j], size).reshape(size, steps, ns, T).transpose(1, 0, 2, 3)
-        (bits,) = _put(np.zeros((size, T, T), np.uint32))
+        bits = np.zeros((size, T, T), np.uint32)
         for kk in range(steps):
-            ops = _put(*(np.ascontiguousarray(v[kk]) for v in (ag, bg, sag, sbg)))
-            bits = _chain_exe(*ops, bits, cfg)
+            ops = (np.ascontiguousarray(v[kk]) for v in (ag, bg, sag, sbg))
+            bits = _run(_chain, (("cfg", cfg),), *ops, bits)
         if tensor_scales is None:
             d = np.asarray(bits).view(np.float32)
         else:
-            d = np.asarray(_epilogue_exe(bits, *tensor_scales))
+            d = np.asarray(_run(_epilogue, (), bits, *tensor_scales))
         out[sel] = d[:ng]
     d = out.reshape(P, mb, nb, T, T).transpose(0, 1, 3, 2, 4).reshape(P, mb * T, nb * T)
     return np.ascontiguousarray(d[:, :M, :N]).reshape(*batch, M, N)
@@ -287,12 +353,12 @@ def _host_product(x, y, key_data, *, qs, plan: bsg.Plan, number: int | None, sal
     operands. The key: ``key_data`` with ``number`` folded in (as ``recipes.gemm``
     does), then each operand's salt (as ``block_scale_gemm``'s quantizers)."""
     out = "values" if plan.mode == "fast" else "codes"
-    (kd,) = _put(np.asarray(key_data))
+    kd = np.asarray(key_data)
     if number is not None:
-        kd = _fold_exe(kd, np.uint32(number))
-    neg = np.asarray(_signs_exe(kd)) if qs[0].rht or qs[1].rht else None
-    kx, ky = ((np.asarray(_fold_exe(kd, np.uint32(salt + i))) if q.stochastic else None)
-              for i, q in enumerate(qs))
+        kd = np.asarray(_run(_fold, (), kd, np.uint32(number)))
+    neg = np.asarray(_run(_signs, (), kd)) if qs[0].rht or qs[1].rht else None
+    kx, ky = ((np.asarray(_run(_fold, (), kd, np.uint32(salt + i))) if q.stochastic
+               else None) for i, q in enumerate(qs))
     ex, sx, stx = _host_quantize(np.asarray(x), qs[0], -1, neg, kx, out)
     ey, sy, sty = _host_quantize(np.asarray(y), qs[1], -2, neg, ky, out)
     if plan.mode == "fast":  # B's values with its blocks' axis last: see _qproduct
@@ -314,6 +380,7 @@ def _qproduct(x, y, qs: tuple[bsg.Quantizer, bsg.Quantizer], plan: bsg.Plan, key
     """``block_scale_gemm``'s product of ``x`` and ``y`` quantized by ``qs``: one host
     callback, which also derives the keys and draws the random bits."""
     xp, yp = bsg.pad_operand(x, qs[0], -1), bsg.pad_operand(y, qs[1], -2)
+    _prefetch(qs, plan, xp.shape[-1])
     host = functools.partial(_host_product, qs=qs, plan=plan, number=number, salt=salt)
     f32 = jnp.float32
     if plan.mode == "fast":

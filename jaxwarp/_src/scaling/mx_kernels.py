@@ -216,12 +216,14 @@ to_blocks = _to_blocks
 from_blocks = _from_blocks
 
 
-def mx_blocks(xb, rbits, *, f: MXFormat, rule, mode, saturate):
+def mx_blocks(xb, rbits, *, f: MXFormat, rule, mode, saturate, amax_bits=None):
     """The MX quantizer on blocks ``xb`` (``(..., n)`` float32, one block on the last
     axis; ``rbits`` their random bits for ``mode="rs"``, else None): the elements
     (stored, ``(..., n)``) and the ue8m0 scale codes (uint32, ``(...)``). Each block is
-    quantized on its own."""
-    amax = _amax_bits(xb)
+    quantized on its own. ``amax_bits``: the blocks' largest magnitudes (uint32 bits,
+    ``(...)``), None to take them from ``xb``: a block given as several rows of ``xb``
+    with its amax repeated quantizes as one block (a 2D block as rows of 1D ones)."""
+    amax = _amax_bits(xb) if amax_bits is None else amax_bits
     codes = _e8m0_codes(amax, f, rule)
     e = codes.astype(jnp.int32) - _E8M0_BIAS
     u = lax.bitcast_convert_type(xb, jnp.uint32)
@@ -258,16 +260,16 @@ def tensor_amax(x: jax.Array) -> jax.Array:
                                     jnp.float32)
 
 
-def nvfp4_blocks(xb, tmax, rbits, *, f: MXFormat, mode):
+def nvfp4_blocks(xb, tmax, rbits, *, f: MXFormat, mode, amax_bits=None):
     """The NVFP4 quantizer on blocks ``xb`` (``(..., n)`` float32) of a tensor whose
     amax is ``tmax`` (:func:`tensor_amax`; ``rbits`` as :func:`mx_blocks`'s): the
     elements (stored, ``(..., n)``), the ue4m3 scale codes (uint32, ``(...)``) and the
     per-tensor scale. Given ``tmax``, each block is quantized on its own (every step
-    elementwise)."""
+    elementwise); ``amax_bits`` as :func:`mx_blocks`'s."""
     f32 = jnp.float32
     e4m3, e2m1 = FORMATS[f.scale], f.element_format
     denom = f32(float(Fraction(e4m3.max_value) * Fraction(e2m1.max_value)))  # 2688, exact
-    amax = lax.bitcast_convert_type(_amax_bits(xb), f32)
+    amax = lax.bitcast_convert_type(_amax_bits(xb) if amax_bits is None else amax_bits, f32)
     # The divisions that do not wait for each other run as one divide_rn (elementwise: the
     # same bits), so that the program holds three dividers instead of five, each a loop
     # (they divide one value per block):
