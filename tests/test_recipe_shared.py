@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxwarp
+import jaxwarp.backends
 from jaxwarp._src.gemm import block_scale_gemm as bsg
 from jaxwarp._src.recipes import shared
 from jaxwarp._src.scaling import mx_kernels
@@ -133,3 +134,28 @@ def test_off_and_checked_mode_keep_the_inline_path():
     jaxwarp.checked(probe)(jnp.float32(0))
     assert seen == [False]
     assert shared.applies() == (jax.device_count() == 1)
+
+
+def _promoted_bits(recipe, mode, key=None):
+    # Three calls of one step with gemm_promote_after=0: the first two through the shared
+    # executables (the second promotes its products), the third through the promoted ones.
+    x, w1, w2 = _data((24, 40), 0, 3.0), _data((40, 72), 1), _data((72, 10), 2)
+    fn = jaxwarp.emulate(_two_layer, recipe=recipe, mode=mode, params_argnums=(1, 2))
+    kw = {} if key is None else dict(rng_key=key)
+    f = jax.jit(jax.grad(lambda *a: jnp.sum(fn(*a, **kw)), argnums=(0, 1, 2)))
+    with jaxwarp.config.override(gemm_promote_after=0.0):
+        first = f(x, w1, w2)
+        jax.block_until_ready(f(x, w1, w2))
+    assert not jaxwarp.backends.wait_for_promotions()
+    assert any(p.whole is not None for p in shared._PRODUCTS.values())
+    _assert_same_bits(f(x, w1, w2), first)
+
+
+def test_promoted_products_give_the_same_bits():
+    _promoted_bits("mxfp8", "fast")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_promoted_nvfp4_products_give_the_same_bits(mode):
+    _promoted_bits("nvfp4", mode, jax.random.key(3))

@@ -262,7 +262,7 @@ def _k_scales(t: MXTensor, side: str, kblock: int, name: str) -> jax.Array:
     return t.scales
 
 
-def _product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
+def product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
              names=("a", "b")) -> jax.Array:
     """``D = A @ B`` of two operands quantized along K (float32, (..., M, N))."""
     kind, kblock, scale_format = kind_for(ta.fmt, tb.fmt)
@@ -402,7 +402,7 @@ def pad_operand(x: jax.Array, q: Quantizer, axis: int) -> jax.Array:
     return x
 
 
-def _quantize_along(x: jax.Array, q: Quantizer, axis: int, key_data: jax.Array,
+def quantize_along(x: jax.Array, q: Quantizer, axis: int, key_data: jax.Array,
                     salt: int) -> MXTensor:
     """``x`` (zero-padded) quantized by ``q`` along ``axis`` (-1 for A, -2 for B; a 2D
     block tiles the last two axes)."""
@@ -420,9 +420,9 @@ def _quantize_along(x: jax.Array, q: Quantizer, axis: int, key_data: jax.Array,
 
 def _qproduct(x, y, qs: tuple[Quantizer, Quantizer], plan: Plan, key_data, salt: int):
     """``x @ y`` (float32 (..., M, K), (..., K, N)), each quantized along K by ``qs``."""
-    tx = _quantize_along(x, qs[0], -1, key_data, salt)
-    ty = _quantize_along(y, qs[1], -2, key_data, salt + 1)
-    d = _product(tx, ty, plan.instruction, plan.arch, plan.mode)
+    tx = quantize_along(x, qs[0], -1, key_data, salt)
+    ty = quantize_along(y, qs[1], -2, key_data, salt + 1)
+    d = product(tx, ty, plan.instruction, plan.arch, plan.mode)
     return d[..., :x.shape[-2], :y.shape[-1]]
 
 
@@ -603,4 +603,4 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
     rule = {} if scale_rule is None else dict(scale_rule=scale_rule)
     ta = a if isinstance(a, MXTensor) else quantize(a, fa, axis=-1, **rule)
     tb = b if isinstance(b, MXTensor) else quantize(b, fb, axis=-2, **rule)
-    return _product(ta, tb, instruction, arch, mode)
+    return product(ta, tb, instruction, arch, mode)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +44,7 @@ from jaxwarp._src.config import config
 from jaxwarp._src.gemm import block_scale_gemm as bsg
 from jaxwarp._src.gemm import k_loop
 from jaxwarp._src.scaling import mx_kernels
+from jaxwarp._src.scaling.mx import dequantize
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS
 from jaxwarp._src.warp import checked
 
@@ -348,7 +350,87 @@ def _host_chain(a, b, sa, sb, cfg, tensor_scales):
     return np.ascontiguousarray(d[:, :M, :N]).reshape(*batch, M, N)
 
 
-def _host_product(x, y, key_data, *, qs, plan: bsg.Plan, number: int | None, salt: int):
+def _b_values(ey: np.ndarray, q: bsg.Quantizer):
+    """Fast mode's B values as the calling program reads them (see :func:`_qproduct`)."""
+    if isinstance(bsg.quantizer_block(q), tuple):
+        return ey
+    return ey.swapaxes(-1, -2)
+
+
+# --------------------------------------------------------------------------------------
+# Promotion: a product whose calls have spent ``gemm_promote_after`` seconds in the
+# shared executables gets its whole arithmetic (the inline path's, for its shapes)
+# compiled as an executable of its own in a background thread, as ``k_loop`` promotes a
+# product's k loop: the first steps start in seconds, a training run's steps then run at
+# about the inline path's speed (one callback per product call remains).
+
+
+class _Product:
+    def __init__(self):
+        self.calls, self.seconds = 0, 0.0
+        self.thread: threading.Thread | None = None
+        self.whole = None
+        self.error: BaseException | None = None
+
+
+_PRODUCTS: dict = {}
+
+
+def _whole(x, y, key_data, *, qs, plan: bsg.Plan, number, salt):
+    """The inline path's product of padded ``x`` and ``y`` (what the host returns)."""
+    if number is not None:
+        key_data = _fold(key_data, jnp.uint32(number))
+    tx = bsg.quantize_along(x, qs[0], -1, key_data, salt)
+    ty = bsg.quantize_along(y, qs[1], -2, key_data, salt + 1)
+    if plan.mode == "fast":
+        dy = dequantize(ty)
+        return dequantize(tx), dy if isinstance(ty.block, tuple) else jnp.swapaxes(dy, -1, -2)
+    return bsg.product(tx, ty, plan.instruction, plan.arch, "exact")
+
+
+def _compile_whole(prod: _Product, statics: tuple, specs: tuple) -> None:
+    try:
+        prod.whole = _compile(_whole, statics, specs)
+    except Exception as e:  # noqa: BLE001 - the shared executables stay
+        prod.error = e
+
+
+def wait_for_promotions(timeout: float | None = None) -> list[BaseException]:
+    """Wait for the promotions started so far; returns the errors of those that failed
+    (their products keep the shared executables)."""
+    with _EXES_LOCK:
+        prods = list(_PRODUCTS.values())
+    for prod in prods:
+        if prod.thread is not None:
+            prod.thread.join(timeout)
+    return [p.error for p in prods if p.error is not None]
+
+
+def _host_product(x, y, key_data, *, qs, plan: bsg.Plan, number: int | None, salt: int,
+                  promote_after: float | None):
+    """A product through the shared executables, or its promoted executable."""
+    statics = (("qs", qs), ("plan", plan), ("number", number), ("salt", salt))
+    specs = _spec(x, y, key_data)
+    with _EXES_LOCK:
+        prod = _PRODUCTS.setdefault((statics, specs), _Product())
+    if prod.whole is not None:
+        out = prod.whole(*jax.device_put((x, y, key_data), k_loop.host_device()))
+        return tuple(np.asarray(o) for o in out) if plan.mode == "fast" else np.asarray(out)
+    start = time.perf_counter()
+    out = _host_blocks(x, y, key_data, qs=qs, plan=plan, number=number, salt=salt)
+    with _EXES_LOCK:
+        prod.seconds += (time.perf_counter() - start) if prod.calls else 0.0
+        prod.calls += 1
+        if (promote_after is not None and prod.thread is None
+                and prod.seconds >= promote_after):
+            # (not a daemon: the interpreter's exit waits for the compile)
+            prod.thread = threading.Thread(target=_compile_whole, args=(prod, statics, specs),
+                                           name="jaxwarp-recipe-promote", daemon=False)
+            prod.thread.start()
+    return out
+
+
+def _host_blocks(x, y, key_data, *, qs, plan: bsg.Plan, number: int | None, salt: int):
     """One product's quantizers and (exact mode) chain; fast mode: the dequantized
     operands. The key: ``key_data`` with ``number`` folded in (as ``recipes.gemm``
     does), then each operand's salt (as ``block_scale_gemm``'s quantizers)."""
@@ -362,8 +444,7 @@ def _host_product(x, y, key_data, *, qs, plan: bsg.Plan, number: int | None, sal
     ex, sx, stx = _host_quantize(np.asarray(x), qs[0], -1, neg, kx, out)
     ey, sy, sty = _host_quantize(np.asarray(y), qs[1], -2, neg, ky, out)
     if plan.mode == "fast":  # B's values with its blocks' axis last: see _qproduct
-        return ex, (ey if isinstance(bsg.quantizer_block(qs[1]), tuple)
-                    else np.ascontiguousarray(np.swapaxes(ey, -1, -2)))
+        return ex, np.ascontiguousarray(_b_values(ey, qs[1]))
     cfg = bsg.exact_cfg(qs[0].fmt, qs[1].fmt, plan.instruction, plan.arch, ex.shape[-1])
     sa = _k_scales(sx, bsg.quantizer_block(qs[0]), "a")
     sb = _k_scales(sy, bsg.quantizer_block(qs[1]), "b")
@@ -381,7 +462,8 @@ def _qproduct(x, y, qs: tuple[bsg.Quantizer, bsg.Quantizer], plan: bsg.Plan, key
     callback, which also derives the keys and draws the random bits."""
     xp, yp = bsg.pad_operand(x, qs[0], -1), bsg.pad_operand(y, qs[1], -2)
     _prefetch(qs, plan, xp.shape[-1])
-    host = functools.partial(_host_product, qs=qs, plan=plan, number=number, salt=salt)
+    host = functools.partial(_host_product, qs=qs, plan=plan, number=number, salt=salt,
+                             promote_after=config.gemm_promote_after)
     f32 = jnp.float32
     if plan.mode == "fast":
         # B quantized in 1D blocks along K comes back as (..., N, K) and is transposed
