@@ -63,10 +63,24 @@ def _check(recipe, mode, m=24, k=40, h=72, n=10, key=None):
                       _step(recipe, mode, False, x, w1, w2, key))
 
 
-def test_mxfp8_fast_same_bits_as_inline():
+def _one_product(fn, plan, x, w, key):
+    def loss(x, w):
+        y = fn(x, w, key, plan)
+        return jnp.sum(jnp.nan_to_num(y)), y
+
+    (_, y), grads = jax.jit(jax.value_and_grad(loss, (0, 1), has_aux=True))(x, w)
+    return y, grads
+
+
+def test_mxfp8_fast_product_same_bits_as_inline():
     # Fast mode: the dequantized operands come from the host, the dot stays in the
-    # program in the inline path's form (B transposed), values and gradients.
-    _check("mxfp8", "fast")
+    # program in the inline path's form (B transposed): value and gradients of one
+    # product (its three GEMMs).
+    plan = jaxwarp.mx.RECIPES["mxfp8"].plan("fast")
+    x, w = _data((20, 40), 0, 3.0).at[0, 0].set(1e-40), _data((40, 24), 1)
+    key = jnp.zeros((2,), jnp.uint32)
+    _assert_same_bits(_one_product(shared.gemm, plan, x, w, key),
+                      _one_product(bsg.gemm, plan, x, w, key))
 
 
 @pytest.mark.slow
@@ -87,15 +101,8 @@ def test_nvfp4_specials_and_batch_same_bits_as_inline():
     w = _data((64, 33), 4)
     key = jax.random.key_data(jax.random.key(5))
 
-    def run(fn):
-        def loss(x, w):
-            y = fn(x, w, key, plan)
-            return jnp.sum(jnp.nan_to_num(y)), y
-
-        (_, y), grads = jax.jit(jax.value_and_grad(loss, (0, 1), has_aux=True))(x, w)
-        return y, grads
-
-    _assert_same_bits(run(shared.gemm), run(bsg.gemm))
+    _assert_same_bits(_one_product(shared.gemm, plan, x, w, key),
+                      _one_product(bsg.gemm, plan, x, w, key))
     y = _data((2, 20, 64), 6)
     _assert_same_bits(jax.jit(lambda a, b: shared.gemm(a, b, key, plan))(y, w),
                       jax.jit(lambda a, b: bsg.gemm(a, b, key, plan))(y, w))
@@ -136,10 +143,10 @@ def test_off_and_checked_mode_keep_the_inline_path():
     assert shared.applies() == (jax.device_count() == 1)
 
 
-def _promoted_bits(recipe, mode, key=None):
+def _promoted_bits(recipe, mode, key=None, m=24, k=40, h=72, n=10):
     # Three calls of one step with gemm_promote_after=0: the first two through the shared
     # executables (the second promotes its products), the third through the promoted ones.
-    x, w1, w2 = _data((24, 40), 0, 3.0), _data((40, 72), 1), _data((72, 10), 2)
+    x, w1, w2 = _data((m, k), 0, 3.0), _data((k, h), 1), _data((h, n), 2)
     fn = jaxwarp.emulate(_two_layer, recipe=recipe, mode=mode, params_argnums=(1, 2))
     kw = {} if key is None else dict(rng_key=key)
     f = jax.jit(jax.grad(lambda *a: jnp.sum(fn(*a, **kw)), argnums=(0, 1, 2)))
@@ -152,7 +159,17 @@ def _promoted_bits(recipe, mode, key=None):
 
 
 def test_promoted_products_give_the_same_bits():
-    _promoted_bits("mxfp8", "fast")
+    # One product's forward (the backward products stay in the shared executables).
+    plan = jaxwarp.mx.RECIPES["mxfp8"].plan("fast")
+    x, w, key = _data((8, 32), 0), _data((32, 8), 1), jnp.zeros((2,), jnp.uint32)
+    f = jax.jit(lambda x, w: shared.gemm(x, w, key, plan))
+    shared._PRODUCTS.clear()
+    with jaxwarp.config.override(gemm_promote_after=0.0):
+        first = f(x, w)
+        jax.block_until_ready(f(x, w))
+    assert not jaxwarp.backends.wait_for_promotions()
+    assert [p.whole is not None for p in shared._PRODUCTS.values()] == [True]
+    _assert_same_bits(f(x, w), first)
 
 
 @pytest.mark.slow

@@ -123,7 +123,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("gemm_promote_after", 0.5, check=_seconds_or_none, help=(
         "Seconds the calls of one product may spend in the shared blocks before a background "
         "thread compiles that product's whole k loop as its own executable (the rent-or-buy "
-        "rule: about what such a compile costs on the CPU). None: never.")),
+        "rule: about what such a compile costs on the CPU); a recipe's product (recipe_shared) "
+        "likewise, its quantizers and chain. None: never.")),
     Option("gemm_fused_kernel", "auto", allowed=_AUTO_ON_OFF, help=(
         "Exact f16 / bf16 sm_90 chains as one fused Pallas kernel per output tile: 'auto' "
         "(on a GPU, for the datapaths the kernel models), 'on' (also off the GPU, in Pallas' "

@@ -19,12 +19,23 @@ the shared executables' own CPU client (``k_loop.host_device``):
   instruction (k step) per call, the accumulator of one call the C of the next; NVFP4's
   epilogue on the same groups (every output is its own chain: the cut changes no bit);
 * fast mode's product stays in the calling program: the callback returns the dequantized
-  operands and the program runs the same ``dot`` on them.
+  operands and the program runs the same ``dot`` on them, B transposed as the inline
+  path's dot reads it (XLA's form of a dot decides its summation order);
+* the keys: the callback gets the emulated call's key and folds in the product's number
+  and each operand's salt itself, and draws the random bits of a run of a tensor's
+  elements by their indices (JAX's partitionable threefry), so the calling program
+  holds no threefry hash either;
+* the program's trace starts the compiles of the executables its products will need, in
+  two background threads, so that they run beside XLA's compile of the program;
+* a product whose calls have spent ``gemm_promote_after`` seconds in the shared
+  executables is promoted: the inline path's arithmetic for its shapes is compiled as
+  an executable of its own in the background, and later calls run that.
 
 The bits are those of the inline path (``recipe_shared="off"``): the same functions on
-the same values, cut where no value depends on another. The option ``recipe_shared``
-chooses; the callback is not taken in checked mode, over several devices, inside
-``k_loop.inline()``, or on an accelerator (whose inline programs stay as they are).
+the same values, cut where no value depends on another (``tests/test_recipe_shared.py``).
+The option ``recipe_shared`` chooses; the callback is not taken in checked mode, over
+several devices, inside ``k_loop.inline()``, where JAX's threefry is not partitionable,
+or on an accelerator (whose inline programs stay as they are).
 """
 
 from __future__ import annotations
