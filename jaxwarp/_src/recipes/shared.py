@@ -379,12 +379,13 @@ def _b_values(ey: np.ndarray, q: bsg.Quantizer):
 class _Product:
     def __init__(self):
         self.calls, self.seconds = 0, 0.0
-        self.thread: threading.Thread | None = None
+        self.thread: concurrent.futures.Future | None = None
         self.whole = None
         self.error: BaseException | None = None
 
 
 _PRODUCTS: dict = {}
+_PROMOTER: list = []
 
 
 def _whole(x, y, key_data, *, qs, plan: bsg.Plan, number, salt):
@@ -413,7 +414,7 @@ def wait_for_promotions(timeout: float | None = None) -> list[BaseException]:
         prods = list(_PRODUCTS.values())
     for prod in prods:
         if prod.thread is not None:
-            prod.thread.join(timeout)
+            concurrent.futures.wait([prod.thread], timeout)
     return [p.error for p in prods if p.error is not None]
 
 
@@ -434,10 +435,13 @@ def _host_product(x, y, key_data, *, qs, plan: bsg.Plan, number: int | None, sal
         prod.calls += 1
         if (promote_after is not None and prod.thread is None
                 and prod.seconds >= promote_after):
-            # (not a daemon: the interpreter's exit waits for the compile)
-            prod.thread = threading.Thread(target=_compile_whole, args=(prod, statics, specs),
-                                           name="jaxwarp-recipe-promote", daemon=False)
-            prod.thread.start()
+            # One promotion at a time (an NVFP4 product's takes seconds of CPU: several at
+            # once starved the steps on a 2-core host); not daemon threads: the
+            # interpreter's exit waits for the compile.
+            if not _PROMOTER:
+                _PROMOTER.append(concurrent.futures.ThreadPoolExecutor(
+                    1, thread_name_prefix="jaxwarp-recipe-promote"))
+            prod.thread = _PROMOTER[0].submit(_compile_whole, prod, statics, specs)
     return out
 
 
