@@ -176,3 +176,14 @@ def test_promoted_products_give_the_same_bits():
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 def test_promoted_nvfp4_products_give_the_same_bits(mode):
     _promoted_bits("nvfp4", mode, jax.random.key(3))
+
+
+@pytest.mark.parametrize("recipe, mode", [
+    ("mxfp8", "fast"), pytest.param("nvfp4", "exact", marks=pytest.mark.slow)])
+def test_an_empty_operand_same_bits_as_inline(recipe, mode):
+    # M = 0: no blocks to quantize; the wgrad product has K = 0 (no instruction: +0).
+    plan = jaxwarp.mx.RECIPES[recipe].plan(mode)
+    x, w, key = jnp.zeros((0, 32), jnp.float32), _data((32, 8), 1), jnp.zeros((2,), jnp.uint32)
+    got = _one_product(shared.gemm, plan, x, w, key)
+    _assert_same_bits(got, _one_product(bsg.gemm, plan, x, w, key))
+    assert got[1][1].shape == (32, 8) and not np.asarray(got[1][1]).any()

@@ -341,6 +341,9 @@ def _chain(a, b, sa, sb, cfg, rows: int):
     own chain, from C = +0."""
     ik, nb = cfg.ik, cfg.ik // cfg.block
     n = a.shape[-1] // ik
+    if n == 0:  # K = 0 (a backward product of an empty operand): no instruction, D = +0
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        return jnp.zeros((*batch, a.shape[-2], b.shape[-1]), jnp.float32)
 
     def block(a, sa):
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])

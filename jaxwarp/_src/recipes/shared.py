@@ -299,6 +299,11 @@ def _host_quantize(x: np.ndarray, q: bsg.Quantizer, axis: int, neg, key_data, ou
                           _padded(amax[sel], size), kd, np.uint32(sel.start * r), tmax)
         els.append(np.asarray(el)[:ng])
         scs.append(np.asarray(sc)[:ng])
+    if not els:  # an empty tensor
+        els = [np.zeros((0, r), np.float32 if out == "values" else np.uint8)]
+        scs = [np.zeros((0,), np.uint8)]
+        if f.tensor_scale:  # (quantize's per-tensor scale of an all-zero tensor: 1)
+            st = np.float32(1)
     el = np.concatenate(els).reshape(*lead, n)
     sc = np.concatenate(scs)[::n // r].reshape(lead)  # (a block's rows: the same scale)
     if not isinstance(block, tuple):
@@ -320,11 +325,10 @@ def _host_chain(a, b, sa, sb, cfg, tensor_scales):
     along K, through the shared executables, by output blocks (``k_loop``'s cut)."""
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     (M, K), N = a.shape[-2:], b.shape[-1]
-    a, sa = (np.broadcast_to(v, batch + v.shape[-2:]).reshape(-1, *v.shape[-2:])
-             for v in (a, sa))
-    b, sb = (np.broadcast_to(v, batch + v.shape[-2:]).reshape(-1, *v.shape[-2:])
-             for v in (b, sb))
-    P, ks = a.shape[0], sa.shape[-1]
+    P = int(np.prod(batch, dtype=np.int64))
+    a, sa, b, sb = (np.broadcast_to(v, batch + v.shape[-2:]).reshape(P, *v.shape[-2:])
+                    for v in (a, sa, b, sb))
+    ks = sa.shape[-1]
     mb, nb = -(-M // T), -(-N // T)
     steps, ns = K // cfg.ik, cfg.ik // cfg.block
     a4 = np.zeros((P, mb * T, K), np.uint8)
