@@ -18,7 +18,9 @@ persistent compilation cache is off):
   there); then, after ``jaxwarp.backends.wait_for_promotions()``, ``step_s``: the best
   steady step;
 * ``digest``: a SHA-256 of the first step's loss and gradients (their bits; the emulated
-  arithmetic), ``update_digest`` of the updated parameters (``p - 1e-3 * g`` is plain XLA
+  arithmetic), ``grads_digest`` of the gradients alone (the loss is a sum that XLA
+  computes in its own order, which it may choose anew when the program around it
+  changes), ``update_digest`` of the updated parameters (``p - 1e-3 * g`` is plain XLA
   arithmetic, which XLA may compile differently, e.g. as one fused multiply-add, when
   the program around it changes).
 
@@ -35,7 +37,10 @@ most 3 for every recipe and mode; ``first_step_cpu_over_bf16_exact`` of CPU seco
 
 ``--set NAME=VALUE`` sets a ``jaxwarp.config`` option in every cell (repeatable);
 ``--compare NAME=VALUE`` runs every cell again with that option and asserts that the
-digests are equal (the same bits), reporting both timings (``compare``).
+gradients' digests are equal (the same bits), reporting both timings (``compare``) and
+whether the loss's bits were equal too (``compare_bits_equal``). ``--compare
+recipe_shared=off`` measures a recipe's products inline in the step against the shared
+executables (the default on the CPU).
 
 Usage: python benchmarks/recipe_first_step.py [--models mlp,study]
        [--configs bf16:exact,mxfp8:exact,...] [--steps 4] [--warm S] [--set NAME=VALUE]
@@ -180,6 +185,7 @@ def _measure(model: str, config: str, steps: int, warm_s: float, options: dict,
            "step_s": best_time(lambda: jax.block_until_ready(compiled(*args)), 3, 0.2),
            "lowered_lines": len(lowered.as_text().splitlines()),
            "digest": _digest(first[1:]), "update_digest": _digest(first[0]),
+           "grads_digest": _digest(first[2]),
            "loss": float(first[1]),
            "options": options}
     try:
@@ -266,7 +272,9 @@ def main() -> None:
                 cells[c]["compare"] = alt
                 d0, d1 = cells[c].get("digest"), alt.get("digest")
                 cells[c]["compare_bits_equal"] = d0 is not None and d0 == d1
-                if not cells[c]["compare_bits_equal"]:
+                g0, g1 = cells[c].get("grads_digest"), alt.get("grads_digest")
+                cells[c]["compare_grads_equal"] = g0 is not None and g0 == g1
+                if not cells[c]["compare_grads_equal"]:
                     mismatches.append((model, c, d0, d1))
         ratios: dict = {}
         ref = cells.get("bf16:exact", {}).get("to_first_step_s")

@@ -51,12 +51,12 @@ import jax.numpy as jnp
 
 from jaxwarp._src.conformance.keys import parse_mma_name as parse_mma_name
 from jaxwarp._src.gemm import fused_kernel as _fused_kernel
+from jaxwarp._src.gemm import k_loop
 from jaxwarp._src.gemm import matmul as _matmul
 from jaxwarp._src.gemm.fused_kernel import KERNEL_NAME as FUSED_KERNEL_NAME
 from jaxwarp._src.gemm.fused_kernel import Plan as FusedPlan
 from jaxwarp._src.gemm.fused_kernel import chain as fused_chain
 from jaxwarp._src.gemm.fused_kernel import gemm as fused_gemm
-from jaxwarp._src.gemm.k_loop import wait_for_promotions as wait_for_promotions
 from jaxwarp._src.gemm.matmul import tiled as exact_chain
 from jaxwarp._src.gemm.matmul_tiles import Cfg as ChainConfig
 from jaxwarp._src.gemm.native import NATIVE_K as NATIVE_K
@@ -66,6 +66,7 @@ from jaxwarp._src.gemm.native import device_error as native_device_error
 from jaxwarp._src.gemm.native_kernels import DotSpec as NativeDotSpec
 from jaxwarp._src.gemm.native_kernels import Plan as NativePlan
 from jaxwarp._src.gemm.native_kernels import gemm as native_gemm
+from jaxwarp._src.recipes import shared
 
 __all__ = [
     "FUSED_KERNEL_NAME", "FusedPlan", "fused_chain", "fused_gemm",
@@ -116,3 +117,10 @@ def fused_conversions_as_bitcasts() -> Iterator[None]:
         yield
     finally:
         _fused_kernel.trunc_f32 = keep
+
+
+def wait_for_promotions(timeout: float | None = None) -> list[BaseException]:
+    """Waits for the CPU's background compiles of repeated products (exact products'
+    k loops and a recipe's products, ``jaxwarp.config.gemm_promote_after``); returns
+    their errors (those products keep the shared executables)."""
+    return k_loop.wait_for_promotions(timeout) + shared.wait_for_promotions(timeout)

@@ -123,7 +123,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("gemm_promote_after", 0.5, check=_seconds_or_none, help=(
         "Seconds the calls of one product may spend in the shared blocks before a background "
         "thread compiles that product's whole k loop as its own executable (the rent-or-buy "
-        "rule: about what such a compile costs on the CPU). None: never.")),
+        "rule: about what such a compile costs on the CPU); a recipe's product (recipe_shared) "
+        "likewise, its quantizers and chain. None: never.")),
     Option("gemm_fused_kernel", "auto", allowed=_AUTO_ON_OFF, help=(
         "Exact f16 / bf16 sm_90 chains as one fused Pallas kernel per output tile: 'auto' "
         "(on a GPU, for the datapaths the kernel models), 'on' (also off the GPU, in Pallas' "
@@ -156,6 +157,12 @@ OPTIONS: tuple[Option, ...] = (
         "Output tile of the Mosaic GPU native kernel (the same bits, another speed): 'auto' "
         "(128x256 with 3 stages of 64-element k blocks, 128x128 with promotion), "
         "'128x256' or '128x128' (4 stages).")),
+    # --- recipes: where a block-scaled recipe's products run (the same bits).
+    Option("recipe_shared", "auto", allowed=("auto", "off"), layer="recipes", help=(
+        "A block-scaled recipe's products (quantizers, Hadamard transform, exact chain) "
+        "through a few shared executables outside the calling program, one host callback "
+        "per product: 'auto' (on the CPU backend with one device, not in checked mode) or "
+        "'off' (inline in every calling program).")),
     # --- arithmetic: how the block FMA is written out for XLA (the same bits).
     Option("arith_in_range_path", "auto", allowed=_AUTO_ON_OFF, layer="arithmetic", help=(
         "Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic "

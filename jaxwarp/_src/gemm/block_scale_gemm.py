@@ -182,9 +182,30 @@ def _row_target(instruction: str, kind: str, arch: Any) -> tuple[isa.BlockScaleR
 # The random Hadamard transform.
 
 
-def _hadamard_signs(key_data: jax.Array) -> jax.Array:
+def hadamard_signs(key_data: jax.Array) -> jax.Array:
     """16 random signs (bool: negate) from a raw key."""
     return jax.random.bits(jax.random.wrap_key_data(key_data), (RHT_SIZE,), jnp.uint8) >= 128
+
+
+def hadamard_runs(xr: jax.Array, neg: jax.Array) -> jax.Array:
+    """:func:`random_hadamard` on runs of 16 (``xr``: float32 ``(..., 16)``) with the signs
+    ``neg`` (:func:`hadamard_signs`); each run on its own."""
+    xb = lax.bitcast_convert_type(xr, jnp.uint32)
+    xb = xb ^ (neg.astype(jnp.uint32) << 31)
+    lane = jnp.arange(RHT_SIZE, dtype=jnp.int32)
+
+    def butterfly(r, xb):  # (u, v) -> (u + v, u - v) on the pairs h = 2**r apart
+        h = jnp.left_shift(jnp.int32(1), r)
+        u = jnp.take(xb, lane & ~h, axis=-1)  # lane i: the pair's first entry ...
+        v = jnp.take(xb, lane | h, axis=-1)  # ... and its second; the second of a pair
+        tu, tv = softfloat.term(u, "f32"), softfloat.term(v, "f32")  # takes u - v
+        tv = tv._replace(neg=tv.neg ^ ((lane & h) != 0))
+        return softfloat.add_rn(tu, tv, "f32", 0x7FC00000)
+
+    # One loop over the log2(16) = 4 rounds: the program holds one fp32 adder, not
+    # eight (the same additions, element by element).
+    xb = lax.fori_loop(0, RHT_SIZE.bit_length() - 1, butterfly, xb)
+    return times_pow2(lax.bitcast_convert_type(xb, jnp.float32), jnp.int32(-2), "f32")
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -210,23 +231,7 @@ def random_hadamard(x: jax.Array, axis: int, key_data: jax.Array) -> jax.Array:
     """
     x = jnp.moveaxis(x, axis, -1)
     shape = x.shape
-    xb = lax.bitcast_convert_type(x.reshape(*shape[:-1], -1, RHT_SIZE), jnp.uint32)
-    neg = _hadamard_signs(key_data)
-    xb = xb ^ (neg.astype(jnp.uint32) << 31)
-    lane = jnp.arange(RHT_SIZE, dtype=jnp.int32)
-
-    def butterfly(r, xb):  # (u, v) -> (u + v, u - v) on the pairs h = 2**r apart
-        h = jnp.left_shift(jnp.int32(1), r)
-        u = jnp.take(xb, lane & ~h, axis=-1)  # lane i: the pair's first entry ...
-        v = jnp.take(xb, lane | h, axis=-1)  # ... and its second; the second of a pair
-        tu, tv = softfloat.term(u, "f32"), softfloat.term(v, "f32")  # takes u - v
-        tv = tv._replace(neg=tv.neg ^ ((lane & h) != 0))
-        return softfloat.add_rn(tu, tv, "f32", 0x7FC00000)
-
-    # One loop over the log2(16) = 4 rounds: the program holds one fp32 adder, not
-    # eight (the same additions, element by element).
-    xb = lax.fori_loop(0, RHT_SIZE.bit_length() - 1, butterfly, xb)
-    out = times_pow2(lax.bitcast_convert_type(xb, jnp.float32), jnp.int32(-2), "f32")
+    out = hadamard_runs(x.reshape(*shape[:-1], -1, RHT_SIZE), hadamard_signs(key_data))
     return jnp.moveaxis(out.reshape(shape), -1, axis)
 
 
@@ -257,31 +262,56 @@ def _k_scales(t: MXTensor, side: str, kblock: int, name: str) -> jax.Array:
     return t.scales
 
 
-def _product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
+def product(ta: MXTensor, tb: MXTensor, instruction: str, arch: Any, mode: str,
              names=("a", "b")) -> jax.Array:
     """``D = A @ B`` of two operands quantized along K (float32, (..., M, N))."""
     kind, kblock, scale_format = kind_for(ta.fmt, tb.fmt)
     row, _ = _row_target(instruction, kind, arch)
-    fa, fb = MX_FORMATS[ta.fmt], MX_FORMATS[tb.fmt]
+    fa = MX_FORMATS[ta.fmt]
     sa = _k_scales(ta, "a", kblock, names[0])  # checks both modes' operands
     sb = _k_scales(tb, "b", kblock, names[1])
     if mode == "fast":
         return jnp.matmul(dequantize(ta), dequantize(tb), precision=lax.Precision.HIGHEST,
                           preferred_element_type=jnp.float32)
+    cfg = exact_cfg(ta.fmt, tb.fmt, instruction, arch, ta.shape[-1])
+    acc = _chain(_codes(ta), _codes(tb), sa, sb, cfg, _rows(ta.shape, tb.shape))
+    if fa.tensor_scale:  # the epilogue: alpha = s_A * s_B, D = alpha * acc (rounded once)
+        acc = epilogue(acc, ta.tensor_scale, tb.tensor_scale)
+    return acc
+
+
+def exact_cfg(a_fmt: str, b_fmt: str, instruction: str, arch: Any, k: int
+              ) -> block_scale.BlockScaleCfg:
+    """The instruction of an exact product of ``a_fmt`` x ``b_fmt`` operands with
+    contraction length ``k`` (checked: its block and scale format, ``k`` a multiple of
+    the instruction's)."""
+    kind, kblock, scale_format = kind_for(a_fmt, b_fmt)
+    row, _ = _row_target(instruction, kind, arch)
     if (kblock, scale_format) not in row.scales:
         raise ValueError(f"kind::{kind} has no block {kblock} with {scale_format} scales; "
                          f"allowed: {row.scales}")
-    k = ta.shape[-1]
     if k % row.k:
         raise ValueError(f"K = {k} must be a multiple of the instruction's k {row.k} "
                          f"(kind::{kind}); pad the operands with zeros")
-    cfg = block_scale.BlockScaleCfg(fa.element, fb.element, scale_format, kblock, row.k,
-                           block_scale.DATAPATHS[kind])
-    acc = _chain(_codes(ta), _codes(tb), sa, sb, cfg, _rows(ta.shape, tb.shape))
-    if fa.tensor_scale:  # the epilogue: alpha = s_A * s_B, D = alpha * acc (rounded once)
-        alpha = multiply_rn(ta.tensor_scale, tb.tensor_scale)
-        acc = multiply_rn(acc, alpha)
-    return acc
+    fa, fb = MX_FORMATS[a_fmt], MX_FORMATS[b_fmt]
+    return block_scale.BlockScaleCfg(fa.element, fb.element, scale_format, kblock, row.k,
+                                     block_scale.DATAPATHS[kind])
+
+
+def chain_step(a, b, sa, sb, bits, cfg: block_scale.BlockScaleCfg):
+    """One instruction (k = ``cfg.ik``) on every output from the accumulator ``bits``
+    (uint32 (..., M, N)): codes ``a`` (..., M, ik), ``b`` (..., ik, N), scale codes
+    ``sa`` (..., M, ik / block), ``sb`` (..., ik / block, N). An output depends only on
+    its row of A, its column of B and its own accumulator."""
+    ops = (block_scale.decode_operands(a, cfg.a_format, cfg.dp),
+           block_scale.decode_operands(b, cfg.b_format, cfg.dp))
+    return block_scale.issue_instruction(*ops, sa, sb, bits, cfg)
+
+
+def epilogue(acc: jax.Array, s_a: jax.Array, s_b: jax.Array) -> jax.Array:
+    """NVFP4's epilogue: ``alpha = s_A * s_B`` (fp32, rounded to nearest even), then
+    ``D = alpha * acc``, rounded once."""
+    return multiply_rn(acc, multiply_rn(s_a, s_b))
 
 
 #: Outputs per block of rows that the exact GEMM computes at once (a bound on the
@@ -311,6 +341,9 @@ def _chain(a, b, sa, sb, cfg, rows: int):
     own chain, from C = +0."""
     ik, nb = cfg.ik, cfg.ik // cfg.block
     n = a.shape[-1] // ik
+    if n == 0:  # K = 0 (a backward product of an empty operand): no instruction, D = +0
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        return jnp.zeros((*batch, a.shape[-2], b.shape[-1]), jnp.float32)
 
     def block(a, sa):
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
@@ -321,9 +354,7 @@ def _chain(a, b, sa, sb, cfg, rows: int):
             bi = lax.dynamic_slice_in_dim(b, i * ik, ik, axis=-2)
             sai = lax.dynamic_slice_in_dim(sa, i * nb, nb, axis=-1)
             sbi = lax.dynamic_slice_in_dim(sb, i * nb, nb, axis=-2)
-            ops = (block_scale.decode_operands(ai, cfg.a_format, cfg.dp),
-                   block_scale.decode_operands(bi, cfg.b_format, cfg.dp))
-            return block_scale.issue_instruction(*ops, sai, sbi, bits, cfg), None
+            return chain_step(ai, bi, sai, sbi, bits, cfg), None
 
         bits, _ = lax.scan(step, c, jnp.arange(n))
         return lax.bitcast_convert_type(bits, jnp.float32)
@@ -359,14 +390,27 @@ def _pad_axis(x: jax.Array, axis: int, multiple: int) -> jax.Array:
     return jnp.pad(x, widths)
 
 
-def _quantize_along(x: jax.Array, q: Quantizer, axis: int, key_data: jax.Array,
-                    salt: int) -> MXTensor:
-    """``x`` (zero-padded) quantized by ``q`` along ``axis`` (-1 for A, -2 for B; a 2D
-    block tiles the last two axes)."""
-    block = MX_FORMATS[q.fmt].block if q.block is None else q.block
+def quantizer_block(q: Quantizer) -> int | tuple[int, int]:
+    """The block ``q`` quantizes in (its own, else its format's)."""
+    return MX_FORMATS[q.fmt].block if q.block is None else q.block
+
+
+def pad_operand(x: jax.Array, q: Quantizer, axis: int) -> jax.Array:
+    """``x`` zero-padded for ``q`` along ``axis`` (-1 for A, -2 for B): the contraction
+    axis to a multiple of :data:`K_PAD`, the other axis of a 2D block to its block."""
+    block = quantizer_block(q)
     x = _pad_axis(x, axis, K_PAD)
     if isinstance(block, tuple):  # the other axis too, to its block
         x = _pad_axis(x, -2 if axis == -1 else -1, block[0] if axis == -1 else block[1])
+    return x
+
+
+def quantize_along(x: jax.Array, q: Quantizer, axis: int, key_data: jax.Array,
+                    salt: int) -> MXTensor:
+    """``x`` (zero-padded) quantized by ``q`` along ``axis`` (-1 for A, -2 for B; a 2D
+    block tiles the last two axes)."""
+    block = quantizer_block(q)
+    x = pad_operand(x, q, axis)
     base = jax.random.wrap_key_data(key_data)
     if q.rht:  # the same signs for every operand of every product
         x = random_hadamard(x, axis, jax.random.key_data(jax.random.fold_in(base, 0)))
@@ -379,9 +423,9 @@ def _quantize_along(x: jax.Array, q: Quantizer, axis: int, key_data: jax.Array,
 
 def _qproduct(x, y, qs: tuple[Quantizer, Quantizer], plan: Plan, key_data, salt: int):
     """``x @ y`` (float32 (..., M, K), (..., K, N)), each quantized along K by ``qs``."""
-    tx = _quantize_along(x, qs[0], -1, key_data, salt)
-    ty = _quantize_along(y, qs[1], -2, key_data, salt + 1)
-    d = _product(tx, ty, plan.instruction, plan.arch, plan.mode)
+    tx = quantize_along(x, qs[0], -1, key_data, salt)
+    ty = quantize_along(y, qs[1], -2, key_data, salt + 1)
+    d = product(tx, ty, plan.instruction, plan.arch, plan.mode)
     return d[..., :x.shape[-2], :y.shape[-1]]
 
 
@@ -402,10 +446,10 @@ def _gemm_bwd(plan: Plan, res, g):
     g = g.astype(jnp.float32)
     dx = _qproduct(g, jnp.swapaxes(w, -1, -2), plan.dgrad, plan, key_data, 3)
     dw = _qproduct(jnp.swapaxes(x, -1, -2), g, plan.wgrad, plan, key_data, 5)
-    return _unbroadcast(dx, x), _unbroadcast(dw, w), None
+    return unbroadcast(dx, x), unbroadcast(dw, w), None
 
 
-def _unbroadcast(d: jax.Array, x: jax.Array) -> jax.Array:
+def unbroadcast(d: jax.Array, x: jax.Array) -> jax.Array:
     """``d`` summed over the batch axes that ``x`` was broadcast along."""
     lead = d.ndim - x.ndim
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(x.shape[:-2])
@@ -562,4 +606,4 @@ def matmul(a: Any, b: Any, operand_format: str | tuple[str, str] = "mxfp8_e4m3",
     rule = {} if scale_rule is None else dict(scale_rule=scale_rule)
     ta = a if isinstance(a, MXTensor) else quantize(a, fa, axis=-1, **rule)
     tb = b if isinstance(b, MXTensor) else quantize(b, fb, axis=-2, **rule)
-    return _product(ta, tb, instruction, arch, mode)
+    return product(ta, tb, instruction, arch, mode)

@@ -220,6 +220,11 @@ def _inline_now() -> bool:
     return _INLINE.get()
 
 
+def inlined() -> bool:
+    """Whether products traced now are inside :func:`inline` (then no callback)."""
+    return _inline_now()
+
+
 @contextlib.contextmanager
 def inline():
     """Trace the exact products inside with the inline k loop (every call compiled in the

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 
 from jaxwarp._src import checks
 from jaxwarp._src.gemm import block_scale_gemm as bsg
+from jaxwarp._src.recipes import shared
 from jaxwarp._src.scaling.mx_formats import MX_FORMATS
 
 
@@ -175,10 +176,16 @@ def key_arg(key: Any) -> jax.Array:
 def gemm(x: jax.Array, y: jax.Array, plan: bsg.Plan) -> jax.Array:
     """``x @ y`` ((B,)M,K @ (B,)K,N) as the recipe's block-scaled GEMM (float32)."""
     state = _KEY.get()
+    x, y = x.astype(jnp.float32), y.astype(jnp.float32)
+    on_host = shared.applies()  # (the shared executables fold the key in themselves)
     if state is None or state[0] is None:
-        key = jnp.zeros((2,), jnp.uint32)
+        key, number = jnp.zeros((2,), jnp.uint32), None
     else:
-        key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(state[0]),
-                                                     state[1]))
+        key, number = state[0], state[1]
         state[1] += 1
-    return bsg.gemm(x.astype(jnp.float32), y.astype(jnp.float32), key, plan)
+        if on_host:
+            return shared.gemm(x, y, key, plan, number)
+        key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), number))
+    if on_host:
+        return shared.gemm(x, y, key, plan)
+    return bsg.gemm(x, y, key, plan)

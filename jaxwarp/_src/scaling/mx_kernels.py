@@ -189,17 +189,45 @@ def _amax_bits(xb: jax.Array) -> jax.Array:
     return jnp.max(lax.bitcast_convert_type(xb, jnp.uint32) & jnp.uint32(0x7FFFFFFF), axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("f", "block", "axis", "rule", "mode",
-                                             "saturate"))
-def _quantize_mx(x, key_data, *, f: MXFormat, block, axis, rule, mode, saturate):
-    xb = _to_blocks(x, axis, block)
-    amax = _amax_bits(xb)
+def random_bits(key_data: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The 32 random bits per element of stochastic rounding: ``jax.random.bits`` of a
+    raw key, for the blocks' shape (``blocks_shape``)."""
+    return jax.random.bits(jax.random.wrap_key_data(key_data), shape, jnp.uint32)
+
+
+def blocks_shape(shape: tuple[int, ...], axis: int, block: int | tuple[int, int]
+                 ) -> tuple[int, ...]:
+    """The shape of ``to_blocks(x, axis, block)`` for ``x`` of ``shape``: the random
+    bits of a quantizer are drawn in it.
+
+    Example:
+      >>> blocks_shape((4, 64), -1, 32), blocks_shape((32, 64), -1, (16, 16))
+      ((4, 2, 32), (2, 4, 256))
+    """
+    if isinstance(block, tuple):
+        *lead, r, c = shape
+        return (*lead, r // block[0], c // block[1], block[0] * block[1])
+    s = list(shape)
+    n = s.pop(axis)
+    return (*s, n // block, block)
+
+
+to_blocks = _to_blocks
+from_blocks = _from_blocks
+
+
+def mx_blocks(xb, rbits, *, f: MXFormat, rule, mode, saturate, amax_bits=None):
+    """The MX quantizer on blocks ``xb`` (``(..., n)`` float32, one block on the last
+    axis; ``rbits`` their random bits for ``mode="rs"``, else None): the elements
+    (stored, ``(..., n)``) and the ue8m0 scale codes (uint32, ``(...)``). Each block is
+    quantized on its own. ``amax_bits``: the blocks' largest magnitudes (uint32 bits,
+    ``(...)``), None to take them from ``xb``: a block given as several rows of ``xb``
+    with its amax repeated quantizes as one block (a 2D block as rows of 1D ones)."""
+    amax = _amax_bits(xb) if amax_bits is None else amax_bits
     codes = _e8m0_codes(amax, f, rule)
     e = codes.astype(jnp.int32) - _E8M0_BIAS
     u = lax.bitcast_convert_type(xb, jnp.uint32)
     neg, lsb, sig, _, _, _ = softfloat.decode(u, "f32")
-    rbits = (jax.random.bits(jax.random.wrap_key_data(key_data), xb.shape, jnp.uint32)
-             if mode == "rs" else None)
     el = _round_element(neg, sig.astype(jnp.uint32), lsb - e[..., None], f, mode, rbits,
                         saturate)
     nan_block = (codes == _E8M0_NAN)[..., None]
@@ -210,20 +238,38 @@ def _quantize_mx(x, key_data, *, f: MXFormat, block, axis, rule, mode, saturate)
     else:
         ef = f.element_format
         el = jnp.where(nan_block, jnp.uint32(_nan_code(ef) if ef.has_nan else 0), el)
-    elements = _from_blocks(_store_elements(el, f), x.shape, axis, block)
+    return _store_elements(el, f), codes
+
+
+@functools.partial(jax.jit, static_argnames=("f", "block", "axis", "rule", "mode",
+                                             "saturate"))
+def _quantize_mx(x, key_data, *, f: MXFormat, block, axis, rule, mode, saturate):
+    xb = _to_blocks(x, axis, block)
+    rbits = random_bits(key_data, xb.shape) if mode == "rs" else None
+    el, codes = mx_blocks(xb, rbits, f=f, rule=rule, mode=mode, saturate=saturate)
+    elements = _from_blocks(el, x.shape, axis, block)
     scales = _scales_layout(codes.astype(jnp.uint8), axis, block)
     return elements, scales
 
 
-@functools.partial(jax.jit, static_argnames=("f", "block", "axis", "mode"))
-def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
+def tensor_amax(x: jax.Array) -> jax.Array:
+    """NVFP4's per-tensor amax: the largest magnitude of ``x`` (float32; NaN bits above
+    inf's; +0 for an empty or all-zero tensor)."""
+    return lax.bitcast_convert_type(jnp.max(lax.bitcast_convert_type(x, jnp.uint32)
+                                            & jnp.uint32(0x7FFFFFFF), initial=0),
+                                    jnp.float32)
+
+
+def nvfp4_blocks(xb, tmax, rbits, *, f: MXFormat, mode, amax_bits=None):
+    """The NVFP4 quantizer on blocks ``xb`` (``(..., n)`` float32) of a tensor whose
+    amax is ``tmax`` (:func:`tensor_amax`; ``rbits`` as :func:`mx_blocks`'s): the
+    elements (stored, ``(..., n)``), the ue4m3 scale codes (uint32, ``(...)``) and the
+    per-tensor scale. Given ``tmax``, each block is quantized on its own (every step
+    elementwise); ``amax_bits`` as :func:`mx_blocks`'s."""
     f32 = jnp.float32
-    tmax = lax.bitcast_convert_type(jnp.max(lax.bitcast_convert_type(x, jnp.uint32)
-                                            & jnp.uint32(0x7FFFFFFF), initial=0), f32)
     e4m3, e2m1 = FORMATS[f.scale], f.element_format
     denom = f32(float(Fraction(e4m3.max_value) * Fraction(e2m1.max_value)))  # 2688, exact
-    xb = _to_blocks(x, axis, block)
-    amax = lax.bitcast_convert_type(_amax_bits(xb), f32)
+    amax = lax.bitcast_convert_type(_amax_bits(xb) if amax_bits is None else amax_bits, f32)
     # The divisions that do not wait for each other run as one divide_rn (elementwise: the
     # same bits), so that the program holds three dividers instead of five, each a loop
     # (they divide one value per block):
@@ -255,27 +301,31 @@ def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
     y = multiply_rn(xb, factor[..., None])
     yneg, ylsb, ysig, _, _, _ = softfloat.decode(lax.bitcast_convert_type(y, jnp.uint32),
                                                  "f32")
-    rbits = (jax.random.bits(jax.random.wrap_key_data(key_data), xb.shape, jnp.uint32)
-             if mode == "rs" else None)
     el = _round_element(yneg, ysig.astype(jnp.uint32), ylsb, f, mode, rbits, True)
-    elements = _from_blocks(_store_elements(el, f), x.shape, axis, block)
+    return _store_elements(el, f), sc, s_t
+
+
+@functools.partial(jax.jit, static_argnames=("f", "block", "axis", "mode"))
+def _quantize_nvfp4(x, key_data, *, f: MXFormat, block, axis, mode):
+    tmax = tensor_amax(x)
+    xb = _to_blocks(x, axis, block)
+    rbits = random_bits(key_data, xb.shape) if mode == "rs" else None
+    el, sc, s_t = nvfp4_blocks(xb, tmax, rbits, f=f, mode=mode)
+    elements = _from_blocks(el, x.shape, axis, block)
     scales = _scales_layout(sc.astype(jnp.uint8), axis, block)
     return elements, scales, s_t
 
 
-@jax.jit
-def _dequantize_kernel(t) -> jax.Array:
-    """float32 values of an ``MXTensor`` ``t`` (see ``mx.dequantize``)."""
-    f = mx_format(t.fmt)
-    eb = _to_blocks(t.elements, t.axis, t.block)
-    sb = _scales_blocks(t.scales, t.axis, t.block).astype(jnp.uint32)
+def dequantize_blocks(eb, sb, tensor_scale, f: MXFormat) -> jax.Array:
+    """float32 values of blocks: elements ``eb`` (``(..., n)``, stored or uint8 codes),
+    their scale codes ``sb`` (uint32, ``(...)``) and NVFP4's per-tensor scale (else
+    None); each block on its own (see ``mx.dequantize``)."""
     neg, lsb, sig, inf, nan = _element_terms(eb, f)
     if f.tensor_scale:
         sn, sl, ss, _, _, snan = softfloat.decode(sb, f.scale)
         # element * block scale is exact in float32 (2 + 4 significant bits).
         prod = _f32_bits(neg, sig * ss[..., None].astype(jnp.uint32), lsb + sl[..., None])
-        out = multiply_rn(lax.bitcast_convert_type(prod, jnp.float32),
-                                  t.tensor_scale)
+        out = multiply_rn(lax.bitcast_convert_type(prod, jnp.float32), tensor_scale)
         out = lax.bitcast_convert_type(out, jnp.uint32)
         out = jnp.where(snan[..., None], jnp.uint32(_F32_QNAN), out)
     else:
@@ -284,5 +334,14 @@ def _dequantize_kernel(t) -> jax.Array:
         sign = neg.astype(jnp.uint32) << 31
         out = jnp.where(inf, sign | jnp.uint32(_F32_INF), out)
         out = jnp.where(nan | (sb == _E8M0_NAN)[..., None], jnp.uint32(_F32_QNAN), out)
-    out = _from_blocks(out, t.elements.shape, t.axis, t.block)
     return lax.bitcast_convert_type(out, jnp.float32)
+
+
+@jax.jit
+def _dequantize_kernel(t) -> jax.Array:
+    """float32 values of an ``MXTensor`` ``t`` (see ``mx.dequantize``)."""
+    f = mx_format(t.fmt)
+    eb = _to_blocks(t.elements, t.axis, t.block)
+    sb = _scales_blocks(t.scales, t.axis, t.block).astype(jnp.uint32)
+    out = dequantize_blocks(eb, sb, t.tensor_scale, f)
+    return _from_blocks(out, t.elements.shape, t.axis, t.block)
