@@ -2,6 +2,9 @@
 product is ``jaxwarp.matmul(..., instruction="mfma", arch=...)``, bit for bit, and so are
 its gradients."""
 
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -119,3 +122,36 @@ def test_bad_settings_name_what_is_allowed(kw, must):
         emulate(lambda x, y: x @ y, **kw)
     for m in must:
         assert m in str(e.value), (m, str(e.value))
+
+
+# --- The studies' --arch (experiments/emulated_training.py, experiments/training.py). ---
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
+import emulated_training  # noqa: E402
+import training  # noqa: E402
+
+
+def test_studies_take_the_amd_targets():
+    et = emulated_training
+    assert et.settings_for("bf16") is et.CONFIGS["bf16"]  # the default run is unchanged
+    assert et.settings_for("bf16", "gfx942") == {"operand_format": "bf16", "arch": "gfx942"}
+    with pytest.raises(NotImplementedError, match=r"operand_format='tf32'.*CDNA2.*allowed"):
+        et.settings_for("tf32", "gfx90a")
+    with pytest.raises(NotImplementedError, match="scaling recipes"):
+        et.settings_for("fp8-promote128", "gfx942")
+    assert training.skip_reason("bf16 exact", "gfx942") is None
+    assert training.skip_reason("bf16 fast", "sm_90") is None
+    assert "exact mode only" in training.skip_reason("bf16 fast", "gfx942")
+    assert "CDNA1" in training.skip_reason("tf32 exact", "gfx908")
+
+
+@SLOW
+def test_emulated_training_runs_on_gfx942(tmp_path, capsys):
+    emulated_training.main(["--arch", "gfx942", "--configs", "bf16", "fp8", "--p", "5",
+                            "--width", "8", "--heads", "2", "--steps", "2", "--log-every", "1",
+                            "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "products on gfx942" in out and "fp8: skipped" in out
+    rows = (tmp_path / "emulated_training_gfx942.csv").read_text().splitlines()
+    assert rows[0] == "config,seed,step,train_loss,accuracy" and len(rows) == 3
+    assert not (tmp_path / "emulated_training.csv").exists()
