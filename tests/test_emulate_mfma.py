@@ -155,3 +155,18 @@ def test_emulated_training_runs_on_gfx942(tmp_path, capsys):
     rows = (tmp_path / "emulated_training_gfx942.csv").read_text().splitlines()
     assert rows[0] == "config,seed,step,train_loss,accuracy" and len(rows) == 3
     assert not (tmp_path / "emulated_training.csv").exists()
+
+
+def test_kernels_and_sparse_operands_are_refused_on_amd_targets():
+    from jaxwarp.kernels import triton_matmul  # noqa: PLC0415
+
+    a = jnp.ones((64, 32), jnp.float16)
+    b = jnp.ones((32, 64), jnp.float16)
+    kernel = emulate(lambda x, y: triton_matmul(x, y, block=(64, 64, 32), interpret=True),
+                     operand_format="f16", arch="gfx942")
+    with pytest.raises(jaxwarp.UnsupportedProductError, match="NVIDIA targets only"):
+        kernel(a, b)
+    sparse = emulate(lambda x, w: x @ jaxwarp.sparse.as_2_4(w, axis=0), operand_format="f16",
+                     arch="gfx90a")
+    with pytest.raises(ValueError, match=r"arch='gfx90a'.*no sparse MFMA.*allowed"):
+        sparse(a, b)
