@@ -31,8 +31,17 @@ Writes ``emulated_training.csv`` (loss and accuracy every ``--log-every`` steps,
 per configuration and seed) and ``emulated_training.png`` (loss curves; final
 accuracy) to ``--out`` (default ``experiments/out/``).
 
+``--arch gfx942`` (or ``gfx90a``, ``gfx908``) runs the emulated configurations on an AMD
+matrix core's arithmetic instead of the H100's: every product, forward and backward, a
+chain of ``v_mfma_*`` instructions (``jaxwarp.emulate(..., arch="gfx942")``, MMA-Sim's
+model, docs/amd.md). A configuration the target has no MFMA for (tf32 before gfx942) or
+that needs the fp8 scaling recipes (modelled on the NVIDIA targets only) is skipped
+with the reason; the files get the target in their names
+(``emulated_training_gfx942.csv``). ``--arch sm_90`` is the default, the H100.
+
 Usage:
     python experiments/emulated_training.py            # CPU default (a few minutes)
+    python experiments/emulated_training.py --arch gfx942 --configs fp32 bf16 tf32
     python experiments/emulated_training.py --large    # GPU: p=59, 2 layers, width 64
     python experiments/emulated_training.py --configs fp32 bf16 --steps 100
     python experiments/emulated_training.py --large --devices all   # data parallel
@@ -70,6 +79,24 @@ CONFIGS = {
                            promote_every=128),
 }
 HIGHEST = jax.lax.Precision.HIGHEST
+#: ``--arch``: the H100 (default) or an AMD matrix core (CDNA1, CDNA2, CDNA3).
+ARCHS = ("sm_90", "gfx908", "gfx90a", "gfx942")
+
+
+def settings_for(name: str, arch: str = "sm_90") -> dict | None:
+    """The emulate settings of configuration ``name`` on ``arch``; NotImplementedError
+    (the reason) for one the target cannot run."""
+    settings = CONFIGS[name]
+    if settings is None or arch == "sm_90":
+        return settings
+    if settings.get("scaling") is not None:
+        raise NotImplementedError(f"the fp8 scaling recipes are modelled on the NVIDIA "
+                                  f"targets only, not on {arch}")
+    try:
+        emulate(lambda x: x, **settings, arch=arch)  # checks the settings only
+    except ValueError as e:
+        raise NotImplementedError(str(e)) from None
+    return {**settings, "arch": arch}
 
 
 def init_params(key, p: int, width: int, layers: int, heads: int):
@@ -265,6 +292,10 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "out"))
+    ap.add_argument("--arch", choices=ARCHS, default="sm_90",
+                    help="the target of the emulated products: sm_90 (the H100, default) or "
+                         "an AMD matrix core, gfx908 (CDNA1), gfx90a (CDNA2), gfx942 "
+                         "(CDNA3, MI300)")
     su.add_devices_option(ap)
     ap.add_argument("--groups", type=su.int_at_least(1), default=None, metavar="G",
                     help="data-parallel groups (a multiple of the device count; default 8, "
@@ -305,7 +336,7 @@ def main(argv=None):
     tokens, labels = dataset(p)
     print(f"modular addition p={p}: {len(labels)} examples, width {width}, {layers} layer(s), "
           f"{args.heads} heads, {steps} steps, {seeds} seed(s), device "
-          f"{su.device_summary(devices)}"
+          f"{su.device_summary(devices)}, products on {args.arch}"
           + (f", data parallel over {groups} groups" if groups else ""))
     n_real = len(labels)
     if groups:
@@ -315,8 +346,8 @@ def main(argv=None):
 
     rows, finals = [], {}
     for name in args.configs:
-        settings = CONFIGS[name]
         try:
+            settings = settings_for(name, args.arch)
             init, step, accuracy = (
                 make_grouped_step(settings, args.heads, args.lr, groups, mesh, n_real,
                                   args.dispatch)
@@ -342,7 +373,8 @@ def main(argv=None):
             print(f"{name} seed {seed}: loss {float(loss):.4g}, accuracy {acc:.3f}, "
                   f"{dt / steps * 1e3:.1f} ms/step")
 
-    csv_path = out / "emulated_training.csv"
+    stem = "emulated_training" + ("" if args.arch == "sm_90" else f"_{args.arch}")
+    csv_path = out / f"{stem}.csv"
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["config", "seed", "step", "train_loss", "accuracy"])
@@ -352,7 +384,8 @@ def main(argv=None):
         fs = np.asarray(fs)
         print(f"  {name:>15}: final loss {fs[:, 0].mean():.4g}, accuracy {fs[:, 1].mean():.3f}, "
               f"{fs[:, 2].mean() / steps * 1e3:.1f} ms/step")
-    plot(rows, finals, out / "emulated_training.png", f"p={p}, width {width}, {layers} layer(s)")
+    plot(rows, finals, out / f"{stem}.png",
+         f"p={p}, width {width}, {layers} layer(s), {args.arch}")
 
 
 def plot(rows, finals, path, title):

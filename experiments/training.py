@@ -18,6 +18,12 @@ through the tensor core too), in
 
 (On the command line the names have a hyphen: ``--configs fp32 bf16-exact``.)
 
+``--arch gfx942`` (or ``gfx90a``, ``gfx908``) runs the exact configurations on an AMD
+matrix core instead of the H100: ``matmul(..., instruction="mfma")``, forward and backward
+products chains of ``v_mfma_*`` (MMA-Sim's model, docs/amd.md). Fast mode is not MFMA
+arithmetic, and tf32 (xf32) is CDNA3's only: those configurations are skipped with the
+reason. The files get the target in their names (``training_gfx942.csv``).
+
 Biases, tanh, the loss and the optimizer stay in fp32. Several independent runs
 (student initialisation and mini-batch order) are vmapped and sharded over every
 device; the curves show their mean and min-max band. The final test loss is
@@ -30,6 +36,7 @@ Usage:
     python experiments/training.py            # CPU default: 8 runs x 800 steps
     python experiments/training.py --large    # GPU: 32 runs x 3000 steps, wider
     python experiments/training.py --models linear --configs fp32 bf16-exact
+    python experiments/training.py --arch gfx942 --configs fp32 bf16-exact tf32-exact
 """
 
 from __future__ import annotations
@@ -60,13 +67,33 @@ COLUMNS = ("model", "config", "format", "mode", "runs", "steps", "train_loss_mea
 DEFAULT = dict(runs=8, steps=800, din=32, hidden=64, dout=16, batch=64, train=4096)
 LARGE = dict(runs=32, steps=3000, din=64, hidden=128, dout=32, batch=128, train=65536)
 LR = 1e-2
+#: ``--arch``: the H100 (default) or an AMD matrix core (CDNA1, CDNA2, CDNA3).
+ARCHS = ("sm_90", "gfx908", "gfx90a", "gfx942")
 
 
-def mm(fmt: str, mode: str):
-    """The matrix product of one configuration."""
+def mm(fmt: str, mode: str, arch: str = "sm_90"):
+    """The matrix product of one configuration (``arch``: the target of exact mode)."""
     if fmt == "fp32":
         return functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    if arch != "sm_90":
+        return functools.partial(jaxwarp.matmul, operand_format=fmt, accumulator="f32",
+                                 mode=mode, instruction="mfma", arch=arch)
     return functools.partial(jaxwarp.matmul, operand_format=fmt, accumulator="f32", mode=mode)
+
+
+def skip_reason(label: str, arch: str) -> str | None:
+    """Why configuration ``label`` cannot run on ``arch`` (None: it can)."""
+    fmt, mode = CONFIGS[label]
+    if arch == "sm_90" or fmt == "fp32":
+        return None
+    if mode != "exact":
+        return f"{mode} mode is not MFMA arithmetic (instruction='mfma' runs exact mode only)"
+    try:
+        one = jax.ShapeDtypeStruct((1, 1), jnp.float32)
+        jax.eval_shape(mm(fmt, mode, arch), one, one)  # checks the settings (no compile)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def init_mlp(key, din: int, hidden: int, dout: int) -> dict:
@@ -120,9 +147,9 @@ def make_problem(seed: int, model: str, cfg: dict):
 
 
 def train_one(key, x, y, xt, yt, *, model: str, fmt: str, mode: str, steps: int, batch: int,
-              cfg: dict):
+              cfg: dict, arch: str = "sm_90"):
     """One training run; returns (loss per step, final fp32 test loss)."""
-    product = mm(fmt, mode)
+    product = mm(fmt, mode, arch)
     kinit, kbatch = jax.random.split(key)
     params = MODELS[model][0](kinit, cfg["din"], cfg["hidden"], cfg["dout"])
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
@@ -148,13 +175,19 @@ def train_one(key, x, y, xt, yt, *, model: str, fmt: str, mode: str, steps: int,
 
 
 def run(cfg: dict, *, models=tuple(MODELS), configs=tuple(CONFIGS), seed: int = 0,
-        progress: bool = True) -> dict:
-    """Trains ``cfg["runs"]`` students per model and configuration.
+        progress: bool = True, arch: str = "sm_90") -> dict:
+    """Trains ``cfg["runs"]`` students per model and configuration (on ``arch``; those it
+    cannot run are skipped, with the reason printed).
 
     Returns:
         ``{model: {label: (losses float32[runs, steps], test_loss float32[runs])}}``.
     """
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1), cfg["runs"])
+    skipped = {c: skip_reason(c, arch) for c in configs}
+    for c, why in skipped.items():
+        if why:
+            print(f"{c}: skipped on {arch} ({why})", file=sys.stderr)
+    configs = tuple(c for c in configs if not skipped[c])
     results = {}
     with tqdm(total=len(models) * len(configs), desc="training", unit="config",
               disable=not progress, file=sys.stderr) as bar:
@@ -165,7 +198,8 @@ def run(cfg: dict, *, models=tuple(MODELS), configs=tuple(CONFIGS), seed: int = 
                 bar.set_postfix(model=model, config=label)
                 fmt, mode = CONFIGS[label]
                 fn = functools.partial(train_one, model=model, fmt=fmt, mode=mode,
-                                       steps=cfg["steps"], batch=cfg["batch"], cfg=cfg)
+                                       steps=cfg["steps"], batch=cfg["batch"], cfg=cfg,
+                                       arch=arch)
                 losses, test = jaxwarp.sharded_vmap(fn, in_axes=(0, None, None, None, None))(
                     keys, x, y, xt, yt)
                 results[model][label] = (np.asarray(losses), np.asarray(test))
@@ -251,6 +285,10 @@ def main(argv=None) -> dict:
     p.add_argument("--configs", nargs="+", choices=tokens, default=tokens, metavar="CONFIG",
                    help=f"matmul arithmetics, one or more of: {' '.join(tokens)} (default: "
                         "all; fp32 is the baseline the test loss is compared with)")
+    p.add_argument("--arch", choices=ARCHS, default="sm_90",
+                   help="the target of the exact products: sm_90 (the H100, default) or an "
+                        "AMD matrix core, gfx908 (CDNA1), gfx90a (CDNA2), gfx942 (CDNA3, "
+                        "MI300)")
     su.add_common_options(p)
     args = p.parse_args(argv)
     configs = [c.replace("-", " ") for c in args.configs]
@@ -263,21 +301,23 @@ def main(argv=None) -> dict:
     print(f"models {args.models}: MLP {cfg['din']}-{cfg['hidden']}-{cfg['dout']} (tanh), "
           f"linear {cfg['din']}-{cfg['dout']}; batch {cfg['batch']}, "
           f"{cfg['train']} training points, {cfg['runs']} runs x {cfg['steps']} Adam steps, "
-          f"lr {LR} cosine, seed {args.seed}\n", flush=True)
+          f"lr {LR} cosine, seed {args.seed}, exact products on {args.arch}\n", flush=True)
     with su.Timer() as t:
         results = run(cfg, models=args.models, configs=configs, seed=args.seed,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, arch=args.arch)
     table = rows(results, cfg["steps"])
     print(su.markdown_table(
         ["model", "config", "runs", "steps", "final train loss (mean)", "min", "max",
          "test loss (fp32 eval)", "test / fp32"],
         [[r[c] for c in COLUMNS if c not in ("format", "mode")] for r in table]))
-    su.write_csv(out / "training.csv", table, COLUMNS)
-    plot(results, out / "training.png",
+    stem = "training" + ("" if args.arch == "sm_90" else f"_{args.arch}")
+    su.write_csv(out / f"{stem}.csv", table, COLUMNS)
+    plot(results, out / f"{stem}.png",
          f"MLP {cfg['din']}-{cfg['hidden']}-{cfg['dout']} / linear {cfg['din']}-{cfg['dout']}, "
          f"every matmul (fwd+bwd) on the "
-         f"emulated tensor core; mean and min-max of {cfg['runs']} runs [{su.device_summary()}]")
-    print(f"\nwrote {out / 'training.csv'} and {out / 'training.png'}; {t.seconds:.0f} s")
+         f"emulated tensor core ({'H100' if args.arch == 'sm_90' else args.arch}); mean and "
+         f"min-max of {cfg['runs']} runs [{su.device_summary()}]")
+    print(f"\nwrote {out / f'{stem}.csv'} and {out / f'{stem}.png'}; {t.seconds:.0f} s")
     return results
 
 

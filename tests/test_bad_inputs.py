@@ -2940,3 +2940,56 @@ case(6, "to_fnuz-int", lambda x: jaxwarp.to_fnuz(x), np.ones(4, np.int32), exc=T
                                      if id(p.values[0]) in {id(c) for c in CATALOGUE[_FZ0:]}])
 def test_bad_input_to_fnuz(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# --------------------------------------------------------------------------------------
+# Class 6, continued: emulate and matmul on the AMD targets (arch="gfx942", ...: every
+# product matmul(..., instruction="mfma")): settings the MFMA GEMM does not take.
+
+_EA0 = len(CATALOGUE)
+case(6, "emulate-amd-format", _emulate(operand_format="e4m3", arch="gfx942"), F32_16, F32_16,
+     exc=ValueError, must=("operand_format='e4m3'", "instruction='mfma'", "allowed",
+                           "'e4m3fnuz'", "'bf16'"))
+case(6, "emulate-amd-tf32-on-cdna2", _emulate(operand_format="tf32", arch="gfx90a"), F32_16,
+     F32_16, exc=ValueError, must=("operand_format='tf32'", "CDNA2", "allowed", "'f16'"))
+case(6, "emulate-amd-backward-format", _emulate(operand_format="f16", arch="gfx908",
+                                                backward_format="tf32"), F32_16, F32_16,
+     exc=ValueError, must=("backward_format='tf32'", "CDNA1", "allowed", "'bf16'"))
+case(6, "emulate-amd-fast", _emulate(operand_format="f16", arch="gfx942", mode="fast"),
+     F32_16, F32_16, exc=ValueError, must=("mode='fast'", "instruction='mfma'", "('exact',)"))
+case(6, "emulate-amd-instruction", _emulate(operand_format="f16", arch="gfx90a",
+                                            instruction="wgmma"), F32_16, F32_16,
+     exc=ValueError, must=("instruction='wgmma'", "arch='gfx90a'", "'mfma' or None"))
+case(6, "emulate-amd-recipe", _emulate(recipe="nvfp4", arch="gfx942"), F32_16, F32_16,
+     exc=ValueError, must=("recipe='nvfp4'", "no block-scaled", "recipe=None", "'e4m3fnuz'"))
+case(6, "emulate-amd-scaling", _emulate(operand_format="f16", arch="CDNA3", scaling="tensor"),
+     F32_16, F32_16, exc=ValueError, must=("scaling='tensor'", "arch='CDNA3'",
+                                           "allowed: scaling=None"))
+case(6, "emulate-amd-delayed-scaling", _emulate(scaling=jaxwarp.fp8.DelayedScaling(),
+                                                arch="MI300"), F32_16, F32_16,
+     exc=ValueError, must=("scaling=DelayedScaling(", "arch='MI300'", "allowed: scaling=None"))
+case(6, "emulate-amd-tile", _emulate(operand_format="f16", arch="gfx942", tile=(32, 32, 8)),
+     F32_16, F32_16, exc=ValueError, must=("tile=(32, 32, 8)", "allowed: tile=None"))
+case(6, "emulate-amd-promote_every", _emulate(operand_format="f16", arch="gfx942",
+                                              promote_every=128), F32_16, F32_16,
+     exc=ValueError, must=("promote_every=128", "allowed: promote_every=None"))
+case(6, "emulate-amd-accumulator", _emulate(operand_format="f16", arch="gfx942",
+                                            accumulator="f16"), F32_16, F32_16,
+     exc=ValueError, must=("accumulator='f16'", "instruction='mfma'", "allowed", "'f32'"))
+case(6, "emulate-amd-no-format", _emulate(arch="gfx908"), F32_16, F32_16, exc=ValueError,
+     must=("operand_format=None", "Pallas kernels", "allowed", "'f16'"))
+case(6, "emulate-mfma-nvidia-arch", _emulate(operand_format="f16", instruction="mfma",
+                                             arch="sm_90"), F32_16, F32_16, exc=ValueError,
+     must=("arch='sm_90'", "not an AMD", "allowed", "'gfx942'", "'CDNA3'"))
+case(6, "matmul-mfma-fast", lambda a, b: jaxwarp.matmul(a, b, instruction="mfma", mode="fast"),
+     F32_16, F32_16, exc=ValueError, must=("mode='fast'", "instruction='mfma'", "('exact',)"))
+case(6, "matmul-mfma-fnuz-grad", lambda a, b: jax.grad(lambda x: jaxwarp.matmul(
+    x, b, operand_format="e4m3fnuz", instruction="mfma").sum())(a), F32_16, F32_16,
+     exc=NotImplementedError, must=("instruction='mfma'", "no gradient rule", "e4m3fnuz",
+                                    "backward_format"))
+
+
+@pytest.mark.parametrize("c, mode", [p for p in _params()
+                                     if id(p.values[0]) in {id(c) for c in CATALOGUE[_EA0:]}])
+def test_bad_input_emulate_amd(c: Case, mode: str):
+    test_bad_input(c, mode)

@@ -14,7 +14,7 @@ from jaxwarp._src.emulate import delayed_sites as delayed
 from jaxwarp._src.emulate import progress
 from jaxwarp._src.emulate.interpreter import Interpreter, is_dynamic
 from jaxwarp._src.emulate.report import EmulationReport, Product
-from jaxwarp._src.emulate.settings import make_config
+from jaxwarp._src.emulate.settings import check_mfma_scaling, make_config
 from jaxwarp._src.recipes import recipe as recipes
 from jaxwarp._src.recipes.delayed import DelayedScaling
 from jaxwarp._src.recipes.recipe import Recipe
@@ -185,17 +185,27 @@ def emulate(
             dtype (``jnp.bfloat16``) works too. Give it or ``recipe``; or None: each
             Pallas kernel product in its own dtype (a kernel product of an f16 / bf16 /
             fp8 dtype other than a given format is an error), and a ValueError for a
-            product outside a kernel.
+            product outside a kernel. On an AMD target (``arch="gfx942"``, ...): the
+            formats the generation has an MFMA for (``mfma_gemm.GEMM_INSTRUCTIONS``):
+            ``"f16"``, ``"bf16"``, ``"f32"`` on all three, ``"f64"`` on gfx90a and
+            gfx942, ``"tf32"`` (xf32), ``"e4m3fnuz"`` and ``"e5m2fnuz"`` on gfx942.
         accumulator: ``"f32"``, ``"f16"`` (f16 operands) or ``"f64"`` (f64).
         instruction: ``"wmma"``, ``"mma_sync"``, ``"wgmma"``, or None for matmul's
             default (``"wmma"`` for f16/bf16/tf32/f64, ``"wgmma"`` for fp8); in a Pallas
             kernel None is the compiler's instruction, and a given one replaces it.
+            ``"mfma"`` (or None with an AMD ``arch``): AMD's ``v_mfma_*`` chains.
         arch: ``matmul``'s architecture preset (None: as ``matmul``'s, the
             instruction's target, ``"sm_100a"`` for tcgen05, else ``"sm_90"``, the
-            H100's); with a recipe its target (None: the recipe's).
+            H100's); with a recipe its target (None: the recipe's). An AMD matrix core,
+            ``"gfx908"`` / ``"gfx90a"`` / ``"gfx942"`` (or ``"CDNA1"``-``"CDNA3"``,
+            ``"MI100"`` / ``"MI200"`` / ``"MI300"``; ``"gfx942"`` with
+            ``instruction="mfma"`` and no arch): every product is
+            ``jaxwarp.matmul(..., instruction="mfma", arch=arch)``, its gradients the
+            same MFMA chains (not for the fnuz fp8 formats), exact mode, no recipe,
+            scaling, tile, promotion, Pallas kernel or 2:4 operand (docs/amd.md).
         mode: ``"exact"`` (bit for bit), ``"fast"`` or, on an H100 / H200,
             ``"native"`` (exact mode's bits from the tensor cores themselves; not with a
-            recipe) (see ``matmul``).
+            recipe) (see ``matmul``). AMD targets: ``"exact"`` only.
         tile: ``matmul``'s WMMA tile; None for its default.
         filter: None (emulate every product) or a callable ``Product -> bool``;
             see :class:`ProductFilter` for ready-made ones. False leaves the product
@@ -269,6 +279,7 @@ def emulate(
         raise TypeError(f"fn must be callable, got {fn!r}")
     ds = scaling if isinstance(scaling, DelayedScaling) else None
     if ds is not None:  # delayed scaling: emulate/delayed.py; the config is plain fp8's
+        check_mfma_scaling(ds, instruction, arch)
         operand_format = delayed.check_scaling(ds, operand_format, accumulator,
                                                backward_format, recipe)
         scaling = None

@@ -403,6 +403,11 @@ class Interpreter:
                                    ("backward_format", cfg.backward_format),
                                    ("recipe", cfg.recipe)) if v is not None}
         try:
+            if cfg.instruction == "mfma":
+                raise pallas.KernelProductError(
+                    f"Pallas kernels are modelled on the NVIDIA targets only (the "
+                    f"instructions their compilers issue); arch={cfg.arch!r} is an AMD "
+                    f"target")
             if extra or cfg.accumulator != "f32":
                 raise pallas.KernelProductError(
                     "a Pallas kernel's products run as its compiler issues them: "

@@ -119,6 +119,11 @@ def sparse_gemm(x, y, cfg: Settings, batched: bool, sparse: list):
     if all(sparse):
         raise ValueError("jaxwarp.sparse.as_2_4 marks both operands of a product; a sparse "
                          "tensor core takes one 2:4 operand (mark one)")
+    if cfg.instruction == "mfma":
+        raise ValueError(f"a product of a jaxwarp.sparse.as_2_4 operand on arch={cfg.arch!r}: "
+                         f"no sparse MFMA is modelled (2:4 products run on the NVIDIA "
+                         f"targets' mma.sp / wgmma.sp); allowed: an NVIDIA arch, or an "
+                         f"operand without as_2_4")
     fixed = dict(tile=cfg.tile, promote_every=cfg.promote_every, scaling=cfg.scaling,
                  backward_format=cfg.backward_format, recipe=cfg.recipe)
     given = {k: v for k, v in fixed.items() if v is not None}

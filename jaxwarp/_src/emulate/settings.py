@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
+from jaxwarp._src.catalogue import mfma_table
 from jaxwarp._src.catalogue.isa import FP8_TYPES
-from jaxwarp._src.gemm import matmul_tiles
+from jaxwarp._src.gemm import matmul_tiles, mfma_gemm
 from jaxwarp._src.gemm.matmul import MODES
 from jaxwarp._src.numerics import formats
 from jaxwarp._src.pallas.model import kernel_matmul
@@ -70,6 +71,8 @@ class Settings:
 
     @property
     def pad_multiple(self) -> int:
+        if self.instruction == "mfma":  # the MFMA GEMM pads to its blocks itself
+            return 1
         return math.lcm(*(self.tile or matmul_tiles.DEFAULT_TILE[self.operand_format]))
 
     @property
@@ -149,25 +152,85 @@ def _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
                     on_unsupported, r, plan, **scope)
 
 
+def is_mfma(instruction: Any, arch: Any) -> bool:
+    """Whether emulate's products are AMD MFMA chains: an AMD target (``gfx908``,
+    ``gfx90a``, ``gfx942`` or a CDNA / MI name) or ``instruction="mfma"``."""
+    return mfma_gemm.is_amd(arch) or (isinstance(instruction, str) and instruction == "mfma")
+
+
+def check_mfma_scaling(scaling: Any, instruction: Any, arch: Any) -> None:
+    """The scaling recipes (per-tensor, blockwise, delayed) are NVIDIA fp8 recipes: on an
+    AMD target, an error naming what is allowed."""
+    if scaling is not None and is_mfma(instruction, arch):
+        raise ValueError(f"scaling={scaling!r} with arch={arch!r} (instruction='mfma'): the "
+                         f"fp8 scaling recipes are modelled on the NVIDIA targets only; "
+                         f"allowed: scaling=None")
+
+
+def _mfma_settings(operand_format, accumulator, instruction, arch, mode, tile, scaling,
+                   backward_format, promote_every, recipe) -> tuple:
+    """emulate on an AMD matrix core: every product ``matmul(..., instruction="mfma")``
+    (``mfma_gemm.check`` checks the format, accumulator, target and mode). Returns the
+    normalized (operand_format, accumulator, instruction, arch, backward_format)."""
+    gen = mfma_table.generation(mfma_gemm.DEFAULT_ARCH if arch is None else arch)
+    arch = mfma_gemm.DEFAULT_ARCH if arch is None else arch
+    allowed = tuple(mfma_gemm.GEMM_INSTRUCTIONS[gen])
+    if not (instruction is None or (isinstance(instruction, str) and instruction == "mfma")):
+        raise ValueError(f"instruction={instruction!r} with arch={arch!r}: an AMD matrix core "
+                         f"({gen}) issues MFMA; allowed: 'mfma' or None")
+    if recipe is not None:
+        raise ValueError(f"recipe={recipe!r} with arch={arch!r}: the {gen} matrix cores "
+                         f"(MFMA) have no block-scaled instructions; allowed: recipe=None "
+                         f"and operand_format= one of {allowed}")
+    check_mfma_scaling(scaling, "mfma", arch)
+    for name, v in (("tile", tile), ("promote_every", promote_every)):
+        if v is not None:
+            raise ValueError(f"{name}={v!r} with arch={arch!r}: an MFMA GEMM chains "
+                             f"{gen}'s 32x32 blocks (16x16 for f64) over all of K; allowed: "
+                             f"{name}=None")
+    if operand_format is None:
+        raise ValueError(f"operand_format=None with arch={arch!r}: Pallas kernels are "
+                         f"modelled on the NVIDIA targets only, so every product needs a "
+                         f"format; allowed: {allowed}")
+    mfma_gemm.check(operand_format, accumulator, arch, mode)
+    fmt = mfma_gemm.format_name(operand_format)
+    acc = mfma_gemm.format_name(accumulator)
+    if backward_format is not None:
+        try:
+            mfma_gemm.check(backward_format, accumulator, arch, mode)
+        except ValueError as e:
+            raise ValueError(str(e).replace("operand_format=", "backward_format=", 1)) from None
+        backward_format = mfma_gemm.format_name(backward_format)
+    if acc == "f64":
+        checks.require_x64("emulate with operand_format='f64'")
+    return fmt, acc, "mfma", arch, backward_format
+
+
 def make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
                 on_unsupported, scaling, backward_format, promote_every,
                 recipe=None, scope=None, params_argnums=0) -> Settings:
     """Checks emulate's settings; matmul checks the rest with its own tables and messages."""
     scope = check_scope(scope, params_argnums, recipe)
-    if recipe is not None:
+    mfma = is_mfma(instruction, arch)
+    if mfma:  # an AMD target: no recipe, scaling, tile or promotion (checked there)
+        operand_format, accumulator, instruction, arch, backward_format = _mfma_settings(
+            operand_format, accumulator, instruction, arch, mode, tile, scaling,
+            backward_format, promote_every, recipe)
+    elif recipe is not None:
         if operand_format is not None:
             raise ValueError(f"operand_format={operand_format!r} with recipe={recipe!r}: "
                              f"give one of them (the recipe sets every format)")
         return _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
                               on_unsupported, scaling, backward_format, promote_every, scope)
     arch = matmul_tiles.default_arch(instruction) if arch is None else arch
-    if operand_format is not None:  # None: each Pallas kernel product's own dtype
+    if operand_format is not None and not mfma:  # None: each Pallas kernel product's dtype
         operand_format = check_format(operand_format, "operand_format")
-    if backward_format is not None:
+    if backward_format is not None and not mfma:
         backward_format = check_format(backward_format, "backward_format")
-    if instruction is not None and instruction not in INSTRUCTIONS:
+    if instruction is not None and not mfma and instruction not in INSTRUCTIONS:
         raise ValueError(f"instruction={instruction!r} is not supported; allowed: "
-                         f"{INSTRUCTIONS}, or None for matmul's default for the format")
+                         f"{INSTRUCTIONS + ('mfma',)}, or None for matmul's default for the "
+                         f"format")
     if scaling not in SCALINGS:
         raise ValueError(f"scaling={scaling!r} is not supported; allowed: {SCALINGS}")
     if scaling in BLOCK_SCALINGS:
@@ -203,6 +266,8 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
             raise TypeError(f"tile must be None or a static (m, n, k) tuple, got {tile!r}")
     cfg = Settings(operand_format, accumulator, instruction, arch, mode, tile, scaling,
                    backward_format, promote_every, filter, on_unsupported, **scope)
+    if mfma:  # mfma_gemm.check checked the GEMM's settings
+        return cfg
     if operand_format is None:  # matmul checks each kernel product's settings
         checks.static_choice(mode, "mode", MODES)
         return cfg
