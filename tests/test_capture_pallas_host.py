@@ -22,7 +22,7 @@ def test_selftest_runs(capsys):
     assert "selftest ok" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("t", cp.DTYPES)
+@pytest.mark.parametrize("t", sorted({cp.OPERAND.get(t, t) for t in cp.DTYPES}))
 @pytest.mark.parametrize("kind", cp.KINDS)
 def test_inputs_are_seeded_finite_values_of_their_format(t, kind):
     a = cp.draw(np.random.default_rng([3, 1]), t, (32, 48), kind)
@@ -109,8 +109,8 @@ def test_every_planned_entry_is_read_by_the_conformance_handler():
     for cfg in cp.triton_plan(small=True) + [c for c in cp.triton_plan() if c.bm == 128]:
         m, n, k = cfg.shape
         for kind in cp.KINDS:
-            x = {"a": cp.draw(rng, cfg.dtype, (m, k), kind),
-                 "b": cp.draw(rng, cfg.dtype, (k, n), kind)}
+            x = {"a": cp.draw(rng, cfg.operand, (m, k), kind),
+                 "b": cp.draw(rng, cfg.operand, (k, n), kind)}
             if cfg.form in cp.FORMS_WITH_C:
                 x["c"] = cp.draw(rng, "f32", (m, n), kind)
             group = f"pallas/{cfg.name}/t0"
@@ -119,6 +119,8 @@ def test_every_planned_entry_is_read_by_the_conformance_handler():
                 cfg, cfg.meta(kind, 0, "0.11.2"), x, np.zeros((m, n), np.uint32)).items()}
             got = handler.decode(d, group, {"a", "b", "out", "meta", *x}, case)
             assert set(got) == {"a", "b", "out", *x} and case.kernel == "triton_matmul"
+            assert case.meta.get("precision", "default") == (
+                "highest" if cfg.dtype == "f32_highest" else "default")
     for cfg in cp.mgpu_plan() + cp.mgpu_plan(small=True):
         meta = cp.mgpu_meta(cfg, "wide", 0, "0.11.2")
         x = cp.mgpu_inputs(cfg, meta, "wide", rng)

@@ -7,6 +7,7 @@ kernels, tests/data/pallas_sample.npz is bit-exact under ``emulate``.
 import importlib
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -179,7 +180,16 @@ def test_triton_kernel_is_rebuilt_from_meta(monkeypatch):
     kernel(jnp.ones((64, 512), jnp.bfloat16), jnp.ones((512, 64), jnp.bfloat16),
            jnp.zeros((64, 64), jnp.float32))
     assert calls == [(False, dict(block=(16, 16, 32), num_warps=4, form="c_init",
-                                  interpret=True, out_dtype=np.dtype(np.float32)))]
+                                  interpret=True, out_dtype=np.dtype(np.float32),
+                                  precision=None))]
+    # f32 at HIGHEST: the capture's meta says so, and the kernel's dots get it
+    case = handler.parse_meta(json.dumps({**_META, "dtype": "f32", "precision": "highest"}),
+                              "pallas", "pallas/x/t0")
+    handler.BUILD["triton_matmul"](case)(jnp.ones((64, 512)), jnp.ones((512, 64)))
+    assert calls[-1][1]["precision"] == jax.lax.Precision.HIGHEST
+    bad = handler.parse_meta(json.dumps({**_META, "precision": "fastest"}), "pallas", "p/x")
+    with pytest.raises(handler.CaptureError, match="precision 'fastest' unknown"):
+        handler.BUILD["triton_matmul"](bad)
 
 
 def test_mgpu_matmul_is_padded_to_whole_cta_tiles(monkeypatch):
@@ -244,7 +254,8 @@ def test_sample_is_bit_exact_under_emulate(group, tmp_path):
 
 
 # tests/data/h100_pallas.npz: Triton-style kernels captured on an H100 (JAX 0.11.2,
-# tools/capture/capture_pallas.py), four per operand type; the whole file runs in the slow
+# tools/capture/capture_pallas.py), four per operand type, a two_dots kernel of each and
+# three f32 kernels at precision HIGHEST (Triton's FMA dot); the whole file runs in the slow
 # tier (test_conformance.py). By default the two paths first verified there: e5m2 (the
 # fp8 path measured on e4m3) and f32 at default precision (tf32 rounded with cvt.rna).
 @pytest.mark.parametrize("group", ["pallas/e5m2_64x64x64_w4/t1",

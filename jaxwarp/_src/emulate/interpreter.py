@@ -468,16 +468,31 @@ class Interpreter:
             kw["compiler_options"] = dict(p["compiler_options_kvs"])
         return jax.jit(body, **kw)(*invals)
 
+    @staticmethod
+    def _scan_counts(p, invals):
+        """(number of consts, number of carries) of a scan equation: JAX 0.10 names them
+        ``num_consts`` / ``num_carry``; JAX 0.11 packs consts, carries and xs in the flat
+        tree ``ft_in``. None where neither is there."""
+        if "num_consts" in p and "num_carry" in p:
+            return p["num_consts"], p["num_carry"]
+        ft_in = p.get("ft_in")
+        try:
+            consts, carry, _ = ft_in.update(list(invals)).unpack()
+            return len(list(consts)), len(list(carry))
+        except (AttributeError, TypeError, ValueError):
+            return None
+
     def scan(self, eqn, invals, where):
         p = eqn.params
-        if "num_consts" not in p or "num_carry" not in p:
+        counts = self._scan_counts(p, invals)
+        if counts is None:
             # Newer JAX versions name scan's parameters differently: re-bind the same
             # primitive with its body emulated (the body's signature is unchanged).
             q = dict(p)
             # Which inputs are carries is not known here: no weights inside.
             q["jaxpr"] = self.trace(p["jaxpr"], (where[0], where[1] + ("scan",)))
             return self.bind(eqn.replace(params=q), invals)
-        nc, ncar = p["num_consts"], p["num_carry"]
+        nc, ncar = counts
         consts, init, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
         inner = p["jaxpr"]
         child = (where[0], where[1] + ("scan",))

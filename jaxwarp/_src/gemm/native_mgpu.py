@@ -274,8 +274,13 @@ def _kernel(*refs, p: Plan, has_c: bool):
         chains = pl.run_state(issue)(tuple(plgpu.ACC.init(c) for c in chains))
         if interval is not None:  # promotion: at an interval's last block
             last = jnp.logical_or(lax.rem(k_idx + 1, interval) == 0, k_idx + 1 == p.steps)
-            totals = tuple(jnp.where(last, t + c, t) for t, c in zip(totals, chains, strict=True))
-            chains = tuple(jnp.where(last, zero(c), c) for c in chains)
+            # a branch, not a select: Mosaic GPU's warpgroup lowering has no select of
+            # arrays on a scalar predicate (JAX 0.11.2: "implicit broadcast")
+            totals, chains = lax.cond(
+                last,
+                lambda: (tuple(t + c for t, c in zip(totals, chains, strict=True)),
+                         tuple(zero(c) for c in chains)),
+                lambda: (totals, chains))
         return chains, totals
 
     def pipeline(compute_context):
