@@ -11,7 +11,8 @@ them to JAX, whichever frame JAX happens to run them from:
   the wrapper's own frames (in ``config.py``) are skipped, as JAX's frames are, so the
   trace of the jitted function continues the visit of the module that called it, as it
   does under ``jax.jit``;
-- a host callback (``jax.pure_callback``): the module that staged it, which XLA calls
+- a host callback (``jax.pure_callback``, or on the CPU
+  ``jax.experimental.buffer_callback``): the module that staged it, which XLA calls
   back when the program runs, from the frame that runs the program (where XLA runs the
   callback on a thread of its own, the hook does not see it, and the walk ends at the
   module that staged it).
@@ -46,6 +47,10 @@ import numpy as np
 import jaxwarp
 
 PACKAGE_DIR = pathlib.Path(jaxwarp.__file__).resolve().parent
+
+
+#: The JAX functions that stage a host callback (its Python function: ``callback``).
+_CALLBACKS = ("pure_callback", "buffer_callback")
 
 
 def _module_of(filename: str) -> str | None:
@@ -125,7 +130,7 @@ def record(fn, *args, **kwargs):
         code = frame.f_code
         m = mod(code.co_filename)
         if m is None:
-            if code.co_name == "pure_callback" and "callback" in frame.f_locals:
+            if code.co_name in _CALLBACKS and "callback" in frame.f_locals:
                 cb = _callback_code(frame.f_locals["callback"])
                 if cb is not None:
                     staged[cb] = jaxwarp_caller(frame)

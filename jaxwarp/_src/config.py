@@ -166,7 +166,8 @@ OPTIONS: tuple[Option, ...] = (
     # --- arithmetic: how the block FMA is written out for XLA (the same bits).
     Option("arith_in_range_path", "auto", allowed=_AUTO_ON_OFF, layer="arithmetic", help=(
         "Whether bf16 / tf32 operands in fp32's range take the fast path's arithmetic "
-        "(chosen by a cond): 'auto' (by size and backend), 'on' or 'off'.")),
+        "(chosen by a cond, or on the host for the CPU's shared executables): 'auto' (by "
+        "size and backend; the shared executables check every call), 'on' or 'off'.")),
     Option("arith_in_range_min_macs", 1 << 22, check=_int_at_least(0), layer="arithmetic",
            help="Outputs times k of one call from which 'auto' takes the in-range path on "
                 "the CPU."),

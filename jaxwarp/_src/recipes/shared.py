@@ -13,8 +13,8 @@ the shared executables' own CPU client (``k_loop.host_device``):
 * a quantizer runs on groups of :data:`GROUP_ELEMENTS` elements (whole blocks): each
   block is quantized on its own given NVFP4's tensor amax, which the host takes first (a
   maximum of magnitudes: exact); the random Hadamard transform on groups of runs of 16;
-  the random bits of stochastic rounding are drawn in the calling program, for the whole
-  tensor, as the inline quantizer draws them;
+  the random bits of stochastic rounding are those the inline quantizer draws for the
+  whole tensor, drawn by the callback (the keys, below);
 * the exact chain runs on groups of :data:`CHAIN_BLOCKS` output blocks of 16 x 16, one
   instruction (k step) per call, the accumulator of one call the C of the next; NVFP4's
   epilogue on the same groups (every output is its own chain: the cut changes no bit);
