@@ -54,10 +54,11 @@ version otherwise; names JAX 0.11 may move are looked up by name):
 ``is_initialized``), ``layout_cast``, ``tcgen05_mma`` (params ``*_transforms_tree``,
 ``arrive``, ``scaled``, ``sparse``, ``collective_axis``),
 ``tcgen05_commit_arrive``, ``async_load`` / ``async_store_tmem`` / ``wait_load_tmem`` /
-``commit_tmem``, ``barrier_arrive`` (``transforms_treedef``), the memory spaces of
-``jax._src.pallas.mosaic_gpu.core`` and
-``jax._src.pallas.primitives.run_scoped_p`` (params ``jaxpr``, ``collective_axes``,
-``ref_transforms``); ``jax._src.state.primitives.get_p`` / ``swap_p`` (param ``tree``),
+``commit_tmem``, ``barrier_arrive`` (``transforms_treedef``), the cluster launch control
+primitives ``try_cluster_cancel`` (``{result,barrier}_transforms_tree``) and
+``query_cluster_cancel``, ``inline_mgpu_p`` (``mgpu_fn``: a fence is recognised by its
+PTX text), the memory spaces of ``jax._src.pallas.mosaic_gpu.core``;
+``jax._src.state.primitives.get_p`` / ``swap_p`` (param ``tree``),
 ``jax._src.state.types.TransposeTransform``; and
 ``jax._src.interpreters.partial_eval.trace_to_jaxpr_dynamic`` with
 ``jax._src.api_util.debug_info``.

@@ -160,35 +160,44 @@ def run_state_eqns(eqn, internals, rename):
         body.append(e.replace(invars=invars, effects=rename_effects(e.effects, sub)))
     if not regs:
         return body
+    return _scoped_accumulators(inner, body, regs, eqn.source_info, internals)
+
+
+def _scoped_accumulators(inner, body, regs, source_info, internals) -> list:
+    """The equations of ``body`` run with the REGS refs of ``regs`` ((initial value,
+    inner ref, output) triples) allocated by a ``pl.run_scoped`` of ``plgpu.ACC``s: the
+    initial values stored first, the final ones read last. The scope is traced through
+    ``pl.run_scoped`` itself, so that it has the form the installed JAX gives it (JAX
+    0.11 attaches the closed-over values to the scope's jaxpr, JAX 0.10 lists them as
+    constvars)."""
+    import jax.experimental.pallas as pl
+    import jax.experimental.pallas.mosaic_gpu as plgpu
+
+    _, _, state_primitives, _ = internals
     empty = jax.tree.structure(())
-
-    def store(ref, val):
-        state_primitives.swap_p.bind(ref, val, tree=empty)
-        return []
-
-    def load(ref):
-        return [state_primitives.get_p.bind(ref, tree=empty)]
-
-    init, final, outvars = [], [], []
-    for x, r, _ in regs:
-        init += traced_eqns(store, [r, x], eqn.source_info, internals)[0]
-        eqns, outs = traced_eqns(load, [r], eqn.source_info, internals)
-        final += eqns
-        outvars += outs
-    eqns_in = init + body + final
-    defined = {v for e in eqns_in for v in e.outvars} | {r for _, r, _ in regs}
-    free = list(dict.fromkeys(v for e in eqns_in for v in e.invars
+    refs = [r for _, r, _ in regs]
+    defined = {v for e in body for v in e.outvars} | set(refs)
+    free = list(dict.fromkeys(v for e in body for v in e.invars
                               if isinstance(v, jcore.Var) and v not in defined))
-    scope = inner.replace(constvars=free, invars=[r for _, r, _ in regs], outvars=outvars,
-                          eqns=eqns_in)
-    run_scoped_p = run_scoped_primitive()
-    return [jcore.new_jaxpr_eqn(
-        free, [out for _, _, out in regs], run_scoped_p,
-        dict(jaxpr=scope, collective_axes=(), ref_transforms=((),) * len(regs)),
-        inner.effects, eqn.source_info)]
+    types = [plgpu.ACC(r.aval.inner_aval.shape, r.aval.inner_aval.dtype) for r in refs]
 
+    def scope(*vals):
+        free_vals, inits = vals[:len(free)], vals[len(free):]
 
-def run_scoped_primitive():
-    from jax._src.pallas import primitives as pallas_primitives
+        def scoped(*acc_refs):
+            env = dict(zip(free, free_vals, strict=True))
+            env.update(zip(refs, acc_refs, strict=True))
+            for ref, x in zip(acc_refs, inits, strict=True):
+                state_primitives.swap_p.bind(ref, x, tree=empty)
+            for e in body:
+                args = [v.val if isinstance(v, jcore.Literal) else env[v] for v in e.invars]
+                outs = e.primitive.bind(*args, **e.params)
+                env.update(zip(e.outvars, outs if e.primitive.multiple_results else [outs],
+                               strict=True))
+            return [state_primitives.get_p.bind(ref, tree=empty) for ref in acc_refs]
 
-    return pallas_primitives.run_scoped_p
+        return pl.run_scoped(scoped, *types)
+
+    eqns, outs = traced_eqns(scope, free + [x for x, _, _ in regs], source_info, internals)
+    rename = dict(zip(outs, [out for _, _, out in regs], strict=True))
+    return [e.replace(outvars=[rename.get(v, v) for v in e.outvars]) for e in eqns]
