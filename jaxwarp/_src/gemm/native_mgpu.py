@@ -136,7 +136,8 @@ def auto_fits(a_format: str, K: int | None, promote_every: int | None,
     There, at 4096^3, it ran at 1.03x (f16) and 1.04x (bf16) of ``jnp.matmul``, where the
     Triton kernel ran at 0.84x and 0.91x. e4m3 compiled and was bit-exact but ran at 0.86x
     (Triton 1.03x); with ``promote_every`` JAX 0.11.2's lowering refused the kernel
-    ("implicit broadcast not implemented with warpgroup semantics"), and f16 / bf16 with
+    ("implicit broadcast not implemented with warpgroup semantics": the promotion was a
+    select; it is a branch now, which lowers, but has not been timed), and f16 / bf16 with
     a k block of 16 failed its layout inference. ``native_backend="mosaic_gpu"`` still
     asks for the kernel in every case it models.
 
