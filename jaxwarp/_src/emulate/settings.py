@@ -143,11 +143,7 @@ def _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
     if arch is not None:
         r = r.replace(arch=arch)
     r, plan = recipes.check_recipe(r, mode)
-    if on_unsupported not in ON_UNSUPPORTED:
-        raise ValueError(
-            f"on_unsupported={on_unsupported!r} is not supported; allowed: {ON_UNSUPPORTED}")
-    if filter is not None and not callable(filter):
-        raise TypeError(f"filter must be None or a callable Product -> bool, got {filter!r}")
+    _check_handling(on_unsupported, filter)
     return Settings(r.name, "f32", r.instruction, r.arch, mode, None, None, None, None, filter,
                     on_unsupported, r, plan, **scope)
 
@@ -206,28 +202,38 @@ def _mfma_settings(operand_format, accumulator, instruction, arch, mode, tile, s
     return fmt, acc, "mfma", arch, backward_format
 
 
+def _check_handling(on_unsupported, filter) -> None:
+    if on_unsupported not in ON_UNSUPPORTED:
+        raise ValueError(
+            f"on_unsupported={on_unsupported!r} is not supported; allowed: {ON_UNSUPPORTED}")
+    if filter is not None and not callable(filter):
+        raise TypeError(f"filter must be None or a callable Product -> bool, got {filter!r}")
+
+
 def make_config(operand_format, accumulator, instruction, arch, mode, tile, filter,
                 on_unsupported, scaling, backward_format, promote_every,
                 recipe=None, scope=None, params_argnums=0) -> Settings:
     """Checks emulate's settings; matmul checks the rest with its own tables and messages."""
     scope = check_scope(scope, params_argnums, recipe)
-    mfma = is_mfma(instruction, arch)
-    if mfma:  # an AMD target: no recipe, scaling, tile or promotion (checked there)
+    if is_mfma(instruction, arch):  # an AMD target: no recipe, scaling, tile or promotion
         operand_format, accumulator, instruction, arch, backward_format = _mfma_settings(
             operand_format, accumulator, instruction, arch, mode, tile, scaling,
             backward_format, promote_every, recipe)
-    elif recipe is not None:
+        _check_handling(on_unsupported, filter)  # (mfma_gemm.check checked the GEMM's)
+        return Settings(operand_format, accumulator, instruction, arch, mode, tile, scaling,
+                        backward_format, promote_every, filter, on_unsupported, **scope)
+    if recipe is not None:
         if operand_format is not None:
             raise ValueError(f"operand_format={operand_format!r} with recipe={recipe!r}: "
                              f"give one of them (the recipe sets every format)")
         return _recipe_config(recipe, accumulator, instruction, arch, mode, tile, filter,
                               on_unsupported, scaling, backward_format, promote_every, scope)
     arch = matmul_tiles.default_arch(instruction) if arch is None else arch
-    if operand_format is not None and not mfma:  # None: each Pallas kernel product's dtype
+    if operand_format is not None:  # None: each Pallas kernel product's dtype
         operand_format = check_format(operand_format, "operand_format")
-    if backward_format is not None and not mfma:
+    if backward_format is not None:
         backward_format = check_format(backward_format, "backward_format")
-    if instruction is not None and not mfma and instruction not in INSTRUCTIONS:
+    if instruction is not None and instruction not in INSTRUCTIONS:
         raise ValueError(f"instruction={instruction!r} is not supported; allowed: "
                          f"{INSTRUCTIONS + ('mfma',)}, or None for matmul's default for the "
                          f"format")
@@ -255,19 +261,13 @@ def make_config(operand_format, accumulator, instruction, arch, mode, tile, filt
                 or promote_every <= 0:
             raise ValueError(f"promote_every must be None or a positive int, got "
                              f"{promote_every!r}")
-    if on_unsupported not in ON_UNSUPPORTED:
-        raise ValueError(
-            f"on_unsupported={on_unsupported!r} is not supported; allowed: {ON_UNSUPPORTED}")
-    if filter is not None and not callable(filter):
-        raise TypeError(f"filter must be None or a callable Product -> bool, got {filter!r}")
+    _check_handling(on_unsupported, filter)
     if tile is not None:
         if not (isinstance(tile, tuple) and len(tile) == 3
                 and all(isinstance(t, int) and t > 0 for t in tile)):
             raise TypeError(f"tile must be None or a static (m, n, k) tuple, got {tile!r}")
     cfg = Settings(operand_format, accumulator, instruction, arch, mode, tile, scaling,
                    backward_format, promote_every, filter, on_unsupported, **scope)
-    if mfma:  # mfma_gemm.check checked the GEMM's settings
-        return cfg
     if operand_format is None:  # matmul checks each kernel product's settings
         checks.static_choice(mode, "mode", MODES)
         return cfg

@@ -214,15 +214,11 @@ _INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxwarp_inline",
                                                                default=False)
 
 
-def _inline_now() -> bool:
+def inlined() -> bool:
+    """Whether products traced now are inside :func:`inline` (then no callback)."""
     if _INLINE_STATE is not None:
         return bool(_INLINE_STATE.value)
     return _INLINE.get()
-
-
-def inlined() -> bool:
-    """Whether products traced now are inside :func:`inline` (then no callback)."""
-    return _inline_now()
 
 
 @contextlib.contextmanager
@@ -248,7 +244,7 @@ def _eligible(cfg: Cfg, scales) -> bool:
     # may be partitioned over several devices (a callback would gather its operands to
     # one device: XLA's SPMD partitioner makes it a replicated, maximal-sharded op).
     return (config.gemm_shared == "auto" and scales is None and cfg.promote_every is None
-            and not checked.enabled() and not _inline_now() and jax.device_count() == 1)
+            and not checked.enabled() and not inlined() and jax.device_count() == 1)
 
 
 def applies(cfg: Cfg, scales) -> bool:

@@ -83,6 +83,7 @@ from jaxwarp._src.pallas.model import (
     kernel_matmul,
 )
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
+    barrier_arrive_primitive,
     jax_internals,
     read_ref,
     rename_effects,
@@ -367,8 +368,6 @@ def _interpreter_runs(primitive: str) -> bool:
 _NOT_INTERPRETED = {
     "core_map": "a warp-level pl.core_map (plgpu.WarpMesh) inside the kernel",
     "mpmd_map": "a nested kernel mesh inside the kernel",
-    "try_cluster_cancel": "plgpu.dynamic_scheduling_loop (cluster launch control)",
-    "query_cluster_cancel": "plgpu.dynamic_scheduling_loop (cluster launch control)",
     "inline_mgpu_p": "plgpu.inline_mgpu (hand-written Mosaic GPU code)",
 }
 
@@ -388,7 +387,7 @@ def _scheduling_eqns(eqn, internals) -> tuple[list, list]:
     if eqn.primitive.name == "try_cluster_cancel":
         tree = eqn.params.get("result_transforms_tree")
         skip = 0 if tree is None else tree.num_leaves
-        return [eqn.replace(primitive=_gpu_primitives().barrier_arrive_p,
+        return [eqn.replace(primitive=barrier_arrive_primitive(),
                             invars=[eqn.invars[1], *eqn.invars[2 + skip:]],
                             params=dict(transforms_treedef=eqn.params.get(
                                 "barrier_transforms_tree")))], []
@@ -408,12 +407,6 @@ def _is_fence(eqn) -> bool:
     texts = [c.cell_contents for c in cells if isinstance(c.cell_contents, str)]
     return (not eqn.invars and not eqn.outvars and len(texts) == 1
             and texts[0].lstrip().startswith("fence."))
-
-
-def _gpu_primitives():
-    from jax._src.pallas.mosaic_gpu import primitives
-
-    return primitives
 
 
 def _rewrite_param(value, target, internals):
@@ -465,8 +458,8 @@ def rewrite_kernel_jaxpr(jaxpr, target: _Target, internals=None):
             raise NotImplementedError(
                 f"the kernel uses {_NOT_INTERPRETED[name]} ({name}), which JAX "
                 f"{jax.__version__}'s Mosaic GPU interpret mode cannot run, so neither can "
-                f"jaxwarp (blackwell_matmul_mgpu uses a warp-level core_map and "
-                f"dynamic_scheduling_loop)")
+                f"jaxwarp (blackwell_matmul_mgpu needs the warp-level core_map of "
+                f"JAX >= 0.11's interpreter)")
         if name in TMEM_PRIMITIVES:
             if target.arch not in _TCGEN05_ARCHS:
                 raise ValueError(f"the kernel issues {name} (tcgen05, Blackwell's), which "

@@ -32,6 +32,13 @@ def jax_internals():
     return pe, InterpretGPUParams, state_primitives, state_types
 
 
+def barrier_arrive_primitive():
+    """Mosaic GPU's ``barrier_arrive`` primitive (params ``transforms_treedef``)."""
+    from jax._src.pallas.mosaic_gpu import primitives as gpu_primitives
+
+    return gpu_primitives.barrier_arrive_p
+
+
 # --- Reading and writing the refs of a wgmma the way the interpreter can.
 
 

@@ -31,6 +31,7 @@ from jaxwarp._src.pallas.model import (
     kernel_matmul,
 )
 from jaxwarp._src.pallas.mosaic_gpu_refs import (
+    barrier_arrive_primitive,
     memory_space_name,
     read_ref,
     rename_effects,
@@ -134,16 +135,10 @@ def tcgen05_eqns(eqn, target, internals) -> list:
         write_ref(acc_ref, transforms[0], d, internals)
         if arrive:
             flat, tree = jax.tree.flatten(transforms[3])
-            _barrier_arrive().bind(barrier, *flat, transforms_treedef=tree)
+            barrier_arrive_primitive().bind(barrier, *flat, transforms_treedef=tree)
         return []
 
     return traced_eqns(body, eqn.invars, eqn.source_info, internals)[0]
-
-
-def _barrier_arrive():
-    from jax._src.pallas.mosaic_gpu import primitives as gpu_primitives
-
-    return gpu_primitives.barrier_arrive_p
 
 
 def tmem_access_eqns(eqn, target, internals) -> list:
@@ -155,7 +150,7 @@ def tmem_access_eqns(eqn, target, internals) -> list:
     if name == "tcgen05_commit_arrive":
         if eqn.params.get("collective_axis") is not None:
             raise NotImplementedError("a collective tcgen05_commit_arrive is not modelled")
-        return [eqn.replace(primitive=_barrier_arrive(), params=dict(
+        return [eqn.replace(primitive=barrier_arrive_primitive(), params=dict(
             transforms_treedef=eqn.params["barrier_transforms_tree"]))]
     if name == "async_load":
         return [eqn.replace(primitive=state_primitives.get_p,

@@ -177,15 +177,12 @@ def gemm(x: jax.Array, y: jax.Array, plan: bsg.Plan) -> jax.Array:
     """``x @ y`` ((B,)M,K @ (B,)K,N) as the recipe's block-scaled GEMM (float32)."""
     state = _KEY.get()
     x, y = x.astype(jnp.float32), y.astype(jnp.float32)
-    on_host = shared.applies()  # (the shared executables fold the key in themselves)
-    if state is None or state[0] is None:
-        key, number = jnp.zeros((2,), jnp.uint32), None
-    else:
+    key, number = jnp.zeros((2,), jnp.uint32), None
+    if state is not None and state[0] is not None:
         key, number = state[0], state[1]
         state[1] += 1
-        if on_host:
-            return shared.gemm(x, y, key, plan, number)
+    if shared.applies():  # (the shared executables fold the number in themselves)
+        return shared.gemm(x, y, key, plan, number)
+    if number is not None:
         key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), number))
-    if on_host:
-        return shared.gemm(x, y, key, plan)
     return bsg.gemm(x, y, key, plan)

@@ -221,7 +221,8 @@ def _prefetch(qs, plan: bsg.Plan, k: int) -> None:
 
 
 def _np_blocks(x: np.ndarray, axis: int, block) -> np.ndarray:
-    """``mx_kernels.to_blocks`` in numpy."""
+    """The quantizers' blocks (``mx_kernels``' cut: a 1D block along ``axis`` last, a 2D
+    block's elements last) in numpy."""
     if isinstance(block, tuple):
         br, bc = block
         *lead, r, c = x.shape
@@ -232,7 +233,7 @@ def _np_blocks(x: np.ndarray, axis: int, block) -> np.ndarray:
 
 
 def _np_unblocks(y: np.ndarray, shape, axis: int, block) -> np.ndarray:
-    """``mx_kernels.from_blocks`` in numpy."""
+    """The inverse of :func:`_np_blocks`."""
     if isinstance(block, tuple):
         br, bc = block
         *lead, rr, cc, _ = y.shape

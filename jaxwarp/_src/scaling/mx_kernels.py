@@ -212,10 +212,6 @@ def blocks_shape(shape: tuple[int, ...], axis: int, block: int | tuple[int, int]
     return (*s, n // block, block)
 
 
-to_blocks = _to_blocks
-from_blocks = _from_blocks
-
-
 def mx_blocks(xb, rbits, *, f: MXFormat, rule, mode, saturate, amax_bits=None):
     """The MX quantizer on blocks ``xb`` (``(..., n)`` float32, one block on the last
     axis; ``rbits`` their random bits for ``mode="rs"``, else None): the elements
