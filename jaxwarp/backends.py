@@ -50,22 +50,22 @@ import jax
 import jax.numpy as jnp
 
 from jaxwarp._src.conformance.keys import parse_mma_name as parse_mma_name
-from jaxwarp._src.gemm import fused_kernel as _fused_kernel
 from jaxwarp._src.gemm import k_loop
 from jaxwarp._src.gemm import matmul as _matmul
-from jaxwarp._src.gemm.fused_kernel import KERNEL_NAME as FUSED_KERNEL_NAME
-from jaxwarp._src.gemm.fused_kernel import Plan as FusedPlan
-from jaxwarp._src.gemm.fused_kernel import chain as fused_chain
-from jaxwarp._src.gemm.fused_kernel import gemm as fused_gemm
+from jaxwarp._src.gemm.kernels import fused_kernel as _fused_kernel
+from jaxwarp._src.gemm.kernels.fused_kernel import KERNEL_NAME as FUSED_KERNEL_NAME
+from jaxwarp._src.gemm.kernels.fused_kernel import Plan as FusedPlan
+from jaxwarp._src.gemm.kernels.fused_kernel import chain as fused_chain
+from jaxwarp._src.gemm.kernels.fused_kernel import gemm as fused_gemm
+from jaxwarp._src.gemm.kernels.native_kernels import DotSpec as NativeDotSpec
+from jaxwarp._src.gemm.kernels.native_kernels import Plan as NativePlan
+from jaxwarp._src.gemm.kernels.native_kernels import gemm as native_gemm
 from jaxwarp._src.gemm.matmul import tiled as exact_chain
 from jaxwarp._src.gemm.matmul_tiles import Cfg as ChainConfig
 from jaxwarp._src.gemm.native import NATIVE_K as NATIVE_K
 from jaxwarp._src.gemm.native import chain as native_chain
 from jaxwarp._src.gemm.native import check_chain as native_check_chain
 from jaxwarp._src.gemm.native import device_error as native_device_error
-from jaxwarp._src.gemm.native_kernels import DotSpec as NativeDotSpec
-from jaxwarp._src.gemm.native_kernels import Plan as NativePlan
-from jaxwarp._src.gemm.native_kernels import gemm as native_gemm
 from jaxwarp._src.recipes import shared
 
 __all__ = [

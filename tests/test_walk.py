@@ -63,7 +63,8 @@ def test_each_module_above_the_numbers_is_entered_once(which, inline_walk, defau
     if which == "inline":
         seen |= {"gemm/k_loop.py", "arithmetic/datapath.py", "arithmetic/datapath_blocks.py"}
     else:  # the default backend: XLA's k loop on a CPU, the fused kernel on a GPU
-        seen.add("gemm/fused_kernel.py" if jax.default_backend() == "gpu" else "gemm/k_loop.py")
+        gpu = jax.default_backend() == "gpu"
+        seen.add("gemm/kernels/fused_kernel.py" if gpu else "gemm/k_loop.py")
     assert seen <= set(above), above
 
 

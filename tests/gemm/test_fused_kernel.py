@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp._src.gemm import fused_kernel
 from jaxwarp._src.gemm import matmul as matmul_module
+from jaxwarp._src.gemm.kernels import fused_kernel
 
 _DT = {"bf16": jnp.bfloat16, "f16": jnp.float16}
 

@@ -20,8 +20,8 @@ import pytest
 import jaxwarp
 from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.gemm import native
+from jaxwarp._src.gemm.kernels.native_kernels import pieces
 from jaxwarp._src.gemm.matmul import Cfg, tiled, to_operand
-from jaxwarp._src.gemm.native_kernels import pieces
 
 HOPPER = native.device_error() is None
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="mode='native' needs an H100 / H200")

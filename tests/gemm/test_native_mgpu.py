@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import jaxwarp
-from jaxwarp._src.gemm import native, native_mgpu
+from jaxwarp._src.gemm import native
+from jaxwarp._src.gemm.kernels import native_mgpu
 from jaxwarp._src.gemm.matmul import Cfg, tiled, to_operand
 
 

@@ -59,7 +59,8 @@ from jaxwarp._src.catalogue import wmma_table
 from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
-from jaxwarp._src.gemm import fused_kernel, k_loop, matmul_sparse, mfma_gemm, native
+from jaxwarp._src.gemm import k_loop, matmul_sparse, mfma_gemm, native
+from jaxwarp._src.gemm.kernels import fused_kernel
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,

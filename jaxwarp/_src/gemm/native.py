@@ -49,7 +49,7 @@ import jax.numpy as jnp
 
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.config import config
-from jaxwarp._src.gemm import native_kernels, native_mgpu
+from jaxwarp._src.gemm.kernels import native_kernels, native_mgpu
 from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg
 from jaxwarp._src.numerics import bitops
 
