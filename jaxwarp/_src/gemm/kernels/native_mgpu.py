@@ -245,8 +245,10 @@ def _kernel(*refs, p: Plan, has_c: bool):
     op_dtype, acc_dtype = DTYPES[p.a_format], ACC_DTYPES[p.accumulator]
     mi, ni = lax.axis_index("m"), lax.axis_index("n")
     op_tf = _swizzle_transforms(plgpu, bk, op_dtype)
-    # B (K, N): tiles no wider than a warpgroup's columns, so that its half is whole tiles
-    b_tf = op_tf if kmajor else _swizzle_transforms(plgpu, wn, op_dtype)
+    # B (K, N): tiles no wider than a warpgroup's columns, so that its half is whole tiles,
+    # and swizzled as A is (wgmma takes one swizzle for both: a k block of 16 f16 is a
+    # 32-byte row of A)
+    b_tf = op_tf if kmajor else _swizzle_transforms(plgpu, min(wn, bk), op_dtype)
     acc_tf = _swizzle_transforms(plgpu, wn, acc_dtype)
     a_spec = plgpu.BlockSpec((BM, bk), lambda k: (0, k), transforms=op_tf)
     if kmajor:  # B as (N, K): its (bn, bk) blocks, K-major
