@@ -26,8 +26,9 @@ fp8 product ``jnp.matmul(a8, b8, preferred_element_type=float32)`` where the bac
 compiles it, and, always, the f16 product of the same values (``xla_f16_*``).
 
 ``--scaling``: times the exact product while one of M, N, K grows (the other two fixed
-at ``--base``) and writes ``<out>/<device>_matmul_exact_scaling.json`` and ``.png``
-(the date inside).
+at ``--base``) and writes ``<out>/<device>_matmul_exact.json`` and ``.png`` (the
+``results/`` naming, the date inside; the kept record holds the JSON as its section
+``scaling`` of ``<device>_matmul_exact.txt``).
 
 Usage:
     python benchmarks/matmul_exact.py [--size N] [--formats f16,bf16,e4m3]
@@ -358,7 +359,7 @@ def _scaling_main(args) -> None:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{device_slug()}_matmul_exact_scaling"  # the results/ naming: no date
+    stem = out / f"{device_slug()}_matmul_exact"  # results/: {device}_{benchmark}.{ext}
     record = {"benchmark": "matmul_exact_scaling", "date": date, **device_info(),
               "versions": versions(),
               **host_info(),

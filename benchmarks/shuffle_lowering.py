@@ -8,7 +8,7 @@ bits; this prints achieved bytes/s of each, the number of kernels (non-trivial
 ENTRY operations) in the optimised HLO of the backend it runs on, and a
 device-to-device copy, measured in one run, as JSON.
 
-H100, jax 0.11.2, 2^22 warps (benchmarks/results/h100_fast_vs_exact_shuffle_lowering.json, before
+H100, jax 0.11.2, 2^22 warps (benchmarks/results/h100_shuffle_lowering.json, before
 ``jaxwarp`` existed here): gather_bits 0.39, gather_plain 0.39, take 0.40,
 reshape_rev 0.42, slices_concat 0.25 of the copy's bytes/s.
 

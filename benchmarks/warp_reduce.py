@@ -54,8 +54,8 @@ it does, and what that kernel costs next to one or two short ones, is what
 read there, not guessed from the CPU numbers above. On the H100 (jax 0.11.2,
 2^22 warps) the gather path ran at 0.37-0.39 of a copy and a reshape + reverse
 butterfly (the same ops as ``static`` less the bitcasts) at 0.42
-(benchmarks/results/h100_fast_vs_exact_shuffle_lowering.json, h100_matmul_fast.json;
-shuffle_lowering.py).
+(records h100_fast_vs_exact_shuffle_lowering.json and h100_matmul_fast.json in git
+history, commit 8371f64; shuffle_lowering.py).
 
 ``kernel``: ``jaxwarp.warp_kernel(butterfly)``, the same program as one Pallas (Triton)
 kernel on a GPU (``jax.vmap`` elsewhere, so on the CPU it is ``static``), for a few

@@ -135,10 +135,11 @@ def stored_f16(x):
     sm_70 m8n8k4 instructions ran at 111 M MAC/s, exact sm_70 ``matmul`` at 89 against
     sm_75's 893 (CPU seconds). A division is not copied into its consumers, so dividing by
     ``s * s`` (``s`` = +-1 from the sign bit: 1, which XLA cannot fold away) makes each
-    slice an array of its own: 679 and 475 M MAC/s, the same bits (an f16 value, subnormals
-    included, is a normal fp32 one, which XLA's CPU division does not flush; a NaN stays a
-    NaN, and a NaN operand gives the canonical NaN whatever its payload). Used by ``_chain``
-    and by ``matmul``'s k loop."""
+    slice an array of its own: 679 and 475 M MAC/s (record
+    ``benchmarks/results/cpu_matmul_exact.txt``, section ``k4_gemm_ab``), the same bits (an
+    f16 value, subnormals included, is a normal fp32 one, which XLA's CPU division does not
+    flush; a NaN stays a NaN, and a NaN operand gives the canonical NaN whatever its
+    payload). Used by ``_chain`` and by ``matmul``'s k loop."""
     s = jnp.where(jnp.signbit(x), jnp.float16(-1), jnp.float16(1))
     return x / (s * s)
 
@@ -177,26 +178,28 @@ def _store_decoded(a, b, c, general: bool, f16: bool = False,
     barrier between decoding and the blocks) rather than let XLA fuse the decoding into
     the blocks, which decodes an operand element again for every output that reads it.
     The bits are the same either way; the rule follows what was faster on the H100
-    (jax 0.11.2, 2026-11-24; the A/B records ``store_decoded_ab`` for tiles and
-    ``gemm_store_decoded_ab`` for GEMMs in ``benchmarks/results``), keyed on the uses
-    of an operand element (the outputs it feeds: n for a batch of m x n tiles, N for a
-    GEMM's k step):
+    (jax 0.11.2, 2026-11-24; the A/B records in ``benchmarks/results``: section
+    ``store_decoded_ab`` of ``h100_mma_exact.txt`` for tiles, of ``h100_matmul_exact.txt``
+    for GEMMs), keyed on the uses of an operand element (the outputs it feeds: n for a
+    batch of m x n tiles, N for a GEMM's k step):
 
     * general path (bf16 / tf32, whose decoding is longer): stored below 1024 uses: tiles
       (16 or 8 uses: WMMA / ``mma.sync`` bf16 1.35x, 1.47x faster, ``mma.sync`` tf32
       1.33x; 64: ``wgmma`` bf16 1.09x, tf32 0.90x), not for a GEMM (4096 uses: bf16
       4096^3 0.81x stored);
     * fast path (f16, fp8 as f16): always for f16 x f16 operands (``f16``; session 19's
-      interleaved A/B: WMMA f16 1.19x at 2^18 tiles, 1.35x at 2^20, ``mma.sync`` f16
-      1.11x, ``wgmma`` f16 1.12x; an earlier session measured WMMA / ``mma.sync`` f16 at
+      interleaved A/B, run 6 of section ``align_form_ab`` of ``h100_mma_exact.txt``:
+      WMMA f16 1.19x at 2^18 tiles, 1.35x at 2^20, ``mma.sync`` f16 1.11x, ``wgmma`` f16
+      1.12x; an earlier session measured WMMA / ``mma.sync`` f16 at
       1.0x: the H100's timings of one code moved by 10-20% between sessions), and for
       fp8 from 64 uses (``wgmma`` e4m3 1.23x-1.37x, 4096^3 GEMM e4m3 1.35x; ``mma.sync``
       fp8, 8 uses, 0.72x-0.82x).
 
     On the CPU (2 cores, jax 0.10.2) storing left bf16 / tf32 as fast as before
     (0.99x-1.02x) and slowed the fast path (``wgmma`` f16 / e4m3 0.90x): there the fast
-    path never stores. (XLA's CPU pipeline removes optimization barriers before fusion;
-    the general path's operands are stored there by ``decode_operand(..., stored=True)``.)
+    path never stores (``cpu_mma_exact.json``, section ``store_decoded_ab``). (XLA's CPU
+    pipeline removes optimization barriers before fusion; the general path's operands are
+    stored there by ``decode_operand(..., stored=True)``.)
     ``backend``: the backend the rule is for (default: JAX's default).
     """
     mode = config.arith_store_decoded
