@@ -96,7 +96,7 @@ def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
     branch on the host, ``k_loop.general_on_host``, every size takes the kernel)."""
     switch = config.gemm_fused_kernel
     if (switch == "off" or scales is not None or cfg.promote_every is not None
-            or cfg.a_format != cfg.b_format or cfg.a_format not in fused_kernel.FORMATS
+            or not fused_kernel.takes(cfg.a_format, cfg.b_format)
             or (switch == "auto" and (jax.default_backend() != "gpu" or (
                 macs < config.gemm_fused_min_macs
                 and not k_loop.general_on_host(cfg, scales))))):
@@ -154,12 +154,12 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         return k_loop.xla_loop(a_op, b_op, acc, cfg, scales,
                         cond=k_loop.in_range_cond(cfg, Mp * Np * Kp))[:M, :N]
     interpret = jax.default_backend() != "gpu"
-    f16 = cfg.a_format == "f16"
-    if f16 or fused_kernel.any_range(Mp, Np, Kp):
-        # The kernel alone: every f16 product is a normal fp32 number; a small bf16
+    fast = cfg.a_format in fused_kernel.FAST
+    if fast or fused_kernel.any_range(Mp, Np, Kp):
+        # The kernel alone: every f16 / fp8 product is a normal fp32 number; a small bf16
         # product takes the kernel for operands of any value, no range check.
         return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format,
-                                  form=None if f16 else "general",
+                                  form=None if fast else "general", b_fmt=cfg.b_format,
                                   interpret=interpret)[:M, :N]
 
     def in_range(acc):  # bf16 in fp32's range through the kernel
