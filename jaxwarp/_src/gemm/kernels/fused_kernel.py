@@ -333,16 +333,19 @@ def _finish(c, wmax, terms, sp, plan: Plan):
         q = lax.bitcast_convert_type(q, jnp.uint32)
         v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
         v = jnp.where(neg & (q != 0), -v, v)
-    low = _low_bits(min(F + 1, plan.kept))
-    if low:  # C's bits cut on the integers (C may be subnormal); a zero +0
-        cm = cb & ~low
-        conly = _float(jnp.where((cm & 0x7FFFFFFF) == 0, 0, cm))
-    else:
-        conly = jnp.where(c == 0, jnp.float32(0), c)
-    d = jnp.where(wmax == 0, conly, v)
+    d = jnp.where(wmax == 0, _c_only(c, cb, _low_bits(min(F + 1, plan.kept))), v)
     if plan.finite:
         return jnp.where((cb & _EXP) == _EXP, c, d)
     return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
+
+
+def _c_only(c, cb, low: int):
+    """The block's result where every product is zero: C (bits cb) with the fraction bits
+    ``low`` cleared, on the integers (C may be subnormal); a zero +0."""
+    if not low:
+        return jnp.where(c == 0, jnp.float32(0), c)
+    cm = cb & ~low
+    return _float(jnp.where((cm & 0x7FFFFFFF) == 0, 0, cm))
 
 
 def _low_bits(n: int) -> int:
@@ -451,7 +454,7 @@ def _step_general(col, row, cb, plan: Plan):
             ts.append(trunc_f32(ma * mb * scale))
         return _add_terms(ts, s)
 
-    wmax, sp, sums = _passes(u, products, terms,
+    wmax, sp, sums = _passes(u, plan.ik, products, terms,
                              lambda: jnp.full(cb.shape, 2 * _NO_EXP, jnp.int32), sp0)
     E = jnp.maximum(jnp.maximum(wmax, clead), lo)
     return _finish_general(cb, E, sums(F + 127 - E), sp, plan)
