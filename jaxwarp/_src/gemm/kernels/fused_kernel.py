@@ -3,34 +3,36 @@
 XLA runs exact ``matmul``'s k loop (``matmul.tiled``) as one fused loop over the
 outputs per instruction, reading and writing the fp32 accumulator at every k step. This
 kernel runs the same chain of instructions with the accumulator in registers: a grid of
-(bm, bn) output tiles, each walking k in steps of the instruction's k (16), and per step
-the whole datapath of one sm_90 f16 / bf16 instruction with an fp32 C and D
-(``datapath_blocks``' fast path, one block of 16 products):
+(bm, bn) output tiles, each walking k in steps of the instruction's k (16; fp8 32), and
+per step the whole datapath of one sm_90 f16 / bf16 / fp8 instruction with an fp32 C and
+D (``datapath_blocks``' fast path, one block of ``block_k`` products):
 
-* the exact fp32 products ``p = a * b`` (f16 values and bf16 values in fp32's range,
-  ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
+* the exact fp32 products ``p = a * b`` (f16 and fp8 values, and bf16 values in fp32's
+  range, ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
 * the block's alignment exponent E: the largest sum of the operands' exponents
-  (``align="nominal"``; an f16 subnormal at f16's smallest normal exponent), or C's own
-  exponent if larger. The kernel forms it as a float maximum of the products of the
+  (``align="nominal"``; an f16 or fp8 subnormal at its format's smallest normal
+  exponent), or C's own exponent if larger. The kernel forms it as a float maximum of the products of the
   operands' powers of two (``2**ea * 2**eb``, one multiply and one maximum per product)
   and reads E from the bits of the maximum. With ``form="split"`` the powers come as
   bf16 arrays (a power of two in fp32's range is a bf16 number), multiplied and compared
   in bf16, which sm_90 does two at a time (``HMUL2.BF16``, ``VHMNMX``);
 * the terms truncated toward zero on the grid of ``2**(E - F)``: ``int32(p * 2**(F - E))``
-  (a power-of-two scale is exact; the conversion truncates), summed in int32 (16 terms
-  below ``2**(F + 2)`` each stay below ``2**31`` for F <= 25), C truncated likewise and
-  added with its carry out of int32 found from the signs;
-* the sum rounded toward zero to 24 significant bits (the bits below the leading 24
-  cleared) and scaled by ``2**(E - F)``, an exact fp32 multiply (an overflow is an
-  infinity, as the model's rounding gives it);
+  (a power-of-two scale is exact; the conversion truncates), summed in int32 (k terms
+  below ``2**(F + 2)`` each stay below ``2**31``: F <= 25 for 16), C truncated likewise
+  and added with its carry out of int32 found from the signs;
+* the sum rounded toward zero to ``sum_mbits + 1`` significant bits (24; fp8 14: the
+  bits below the leading ones cleared) and scaled by ``2**(E - F)``, an exact fp32
+  multiply (an overflow is an infinity, as the model's rounding gives it);
 * the result is the next instruction's C, kept as an fp32 value in registers: a D of one
   instruction is read back as the next one's C by value, so no decoded term needs to
   survive the step.
 
 Where every product is zero the result is C itself (a -0 as +0): C's bits lie on the
-grid of its own E. With an E of at least -100 (the lowest product exponent that
-``in_fp32_range`` admits) no result is an fp32 subnormal, so the kernel never forms one
-(XLA on the CPU flushes them; the interpreter gives the GPU's bits). Inf and NaN: a C that
+grid of its own E (fp8: C cut to its leading 14 bits, F + 1 and the rounding's, a
+subnormal C on the grid of ``2**-139``, on the integers). With an E of at least -100
+(the lowest product exponent that ``in_fp32_range`` admits; fp8 -28) no other result is
+an fp32 subnormal, so the kernel never forms one (XLA on the CPU flushes them; the
+interpreter gives the GPU's bits). Inf and NaN: a C that
 is inf or NaN stays so (the ``finite`` kernel, operands known finite); with ``finite``
 off the IEEE fp32 sum of C and the products tells NaN and infinities, as
 ``datapath_blocks._specials`` does. A NaN result has the bits ``Datapath.nan_f32``.
@@ -38,6 +40,14 @@ off the IEEE fp32 sum of C and the products tells NaN and infinities, as
 On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.96 in
 f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
 "What bounds the exact datapath", has the variants tried and what bounds them).
+
+fp8 (sm_90 ``wgmma`` e4m3 / e5m2, either on either side: one datapath, block_k 32,
+F 13, 14 bits kept) takes f16's route: every product of two fp8 values (``2**-32`` to
+``57344**2``) is a normal fp32 number, so no range check; e4m3 NaN and e5m2 inf / NaN
+go through the IEEE sum (or, from ``gemm_kernel_any_range_below``, a cond on finite
+operands). ``matmul`` sends it its exact fp8 products with an fp32 accumulator, also
+those with per-tensor scales and their backward products (the scales stay outside the
+k loop); with promotion or block scales (``promote_every``) XLA's k loop runs.
 
 Operands of any value (``form="general"``, bf16): the kernel above needs every product
 in fp32's range, so a caller checks the operands' range and takes a ``lax.cond`` to the
