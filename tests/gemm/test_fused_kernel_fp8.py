@@ -166,16 +166,28 @@ def test_chain_checks_fp8():
                            interpret=True)
 
 
-def test_fp8_promotion_and_block_scales_keep_xla(options):
-    # Promotion and block scales stay on XLA's k loop (the kernel chains without them).
+def test_fp8_promotion_through_the_kernel(monkeypatch):
+    # promote_every: each interval's chain through the kernel from +0 (``fused_fp8``), the
+    # promotions between them as XLA's loop adds them: the same bits (K = 160: two
+    # intervals of 64 and one of 32). f16 / bf16 with promotion keep XLA's loop.
     from jaxwarp._src.gemm.matmul_tiles import Cfg
 
-    options(gemm_fused_kernel="on")
-    cfg = Cfg("e4m3", "e4m3", "f32", (64, 8, 32), "wgmma", "sm_90", "exact", None, False)
-    assert matmul_module._fused_datapath(cfg, 32, None, 1 << 30) is not None
-    promoted = Cfg("e4m3", "e4m3", "f32", (64, 8, 32), "wgmma", "sm_90", "exact", 128, False)
-    assert matmul_module._fused_datapath(promoted, 32, None, 1 << 30) is None
-    assert matmul_module._fused_datapath(cfg, 32, (jnp.ones(1), jnp.ones(1)), 1 << 30) is None
+    a, b, c = _inputs("e4m3", "e5m2", 24, 40, 160, "bits", seed=11)
+    calls = []
+    chain = fused_kernel.chain
+    monkeypatch.setattr(fused_kernel, "chain", lambda *x, **k: calls.append(x[0].shape[1])
+                        or chain(*x, **k))
+    out = {}
+    for switch in ("off", "on"):
+        with jaxwarp.config.override(gemm_fused_kernel=switch):
+            out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format=("e4m3", "e5m2"),
+                                               mode="exact", promote_every=64))
+    assert calls == [64, 32]  # the scan's kernel (traced once) and the last interval's
+    np.testing.assert_array_equal(out["on"], out["off"])
+    with jaxwarp.config.override(gemm_fused_kernel="on"):
+        for fmt, tile in (("f16", (16, 16, 16)), ("bf16", (16, 16, 16))):
+            cfg = Cfg(fmt, fmt, "f32", tile, "wmma", "sm_90", "exact", 64, False)
+            assert matmul_module._fused_datapath(cfg, 16, None, 1 << 30) is None
 
 
 @pytest.mark.slow
@@ -211,3 +223,28 @@ def test_fp8_grad_through_the_kernel(fa, fb):
             out[switch] = [_bits(g) for g in jax.grad(loss, argnums=(0, 1))(a, b)]
     for got, want in zip(out["on"], out["off"], strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scales", ["block", "tensor"])
+def test_fp8_scaled_products_through_the_kernel(scales):
+    # Block scales (promotion every 128, the scales applied on each) and per-tensor
+    # scales with promotion: the kernel's intervals give XLA's exact bits.
+    rng = np.random.default_rng(12)
+    M, N, K = 40, 72, 320
+    a = jnp.asarray(rng.standard_normal((M, K)) * 2.0 ** rng.integers(-10, 10, (M, K)),
+                    jnp.float32)
+    b = jnp.asarray(rng.standard_normal((K, N)) * 2.0 ** rng.integers(-10, 10, (K, N)),
+                    jnp.float32)
+    c = _acc(rng, M, N)
+    if scales == "block":
+        kw = dict(a_scale=jnp.asarray(1.3 * 2.0 ** rng.integers(-3, 3, (M, 3)), jnp.float32),
+                  b_scale=jnp.asarray(0.7 * 2.0 ** rng.integers(-3, 3, (3, 1)), jnp.float32))
+    else:
+        kw = dict(a_scale=2.5, b_scale=0.75, promote_every=128)
+    out = {}
+    for switch in ("off", "on"):
+        with jaxwarp.config.override(gemm_fused_kernel=switch):
+            out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format="e4m3", mode="exact",
+                                               **kw))
+    np.testing.assert_array_equal(out["on"], out["off"])

@@ -11,11 +11,12 @@ D (``datapath_blocks``' fast path, one block of ``block_k`` products):
   range, ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
 * the block's alignment exponent E: the largest sum of the operands' exponents
   (``align="nominal"``; an f16 or fp8 subnormal at its format's smallest normal
-  exponent), or C's own exponent if larger. The kernel forms it as a float maximum of the products of the
-  operands' powers of two (``2**ea * 2**eb``, one multiply and one maximum per product)
-  and reads E from the bits of the maximum. With ``form="split"`` the powers come as
-  bf16 arrays (a power of two in fp32's range is a bf16 number), multiplied and compared
-  in bf16, which sm_90 does two at a time (``HMUL2.BF16``, ``VHMNMX``);
+  exponent), or C's own exponent if larger. The kernel forms it as a float maximum of
+  the products of the operands' powers of two (``2**ea * 2**eb``, one multiply and one
+  maximum per product) and reads E from the bits of the maximum. With ``form="split"``
+  the powers come as bf16 arrays (a power of two in fp32's range is a bf16 number),
+  multiplied and compared in bf16, which sm_90 does two at a time (``HMUL2.BF16``,
+  ``VHMNMX``);
 * the terms truncated toward zero on the grid of ``2**(E - F)``: ``int32(p * 2**(F - E))``
   (a power-of-two scale is exact; the conversion truncates), summed in int32 (k terms
   below ``2**(F + 2)`` each stay below ``2**31``: F <= 25 for 16), C truncated likewise
@@ -47,7 +48,7 @@ F 13, 14 bits kept) takes f16's route: every product of two fp8 values (``2**-32
 go through the IEEE sum (or, from ``gemm_kernel_any_range_below``, a cond on finite
 operands). ``matmul`` sends it its exact fp8 products with an fp32 accumulator, also
 those with per-tensor scales and their backward products (the scales stay outside the
-k loop); with promotion or block scales (``promote_every``) XLA's k loop runs.
+k loop), and with promotion or block scales one call per interval (``fused_fp8``).
 
 Operands of any value (``form="general"``, bf16): the kernel above needs every product
 in fp32's range, so a caller checks the operands' range and takes a ``lax.cond`` to the
