@@ -139,6 +139,27 @@ def test_kernel_reads_the_datapath_fp8():
     assert (out[0] != out[1]).any() and (out[0] != out[2]).any()
 
 
+def test_fewer_kept_bits_in_the_int_rounding():
+    # The kept bits on the integers (``_rz_bits``' mask), also for subnormal results: the
+    # general bf16 form with sum_mbits 13 (a datapath of no GPU) against the model's mma,
+    # on products near fp32's subnormals (results below 2**-126).
+    dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16).replace(sum_mbits=13, e_floor=None)
+    rng = np.random.default_rng(8)
+    a = jnp.asarray(rng.standard_normal((16, 32)) * 2.0 ** rng.integers(-133, -124, (16, 32)),
+                    jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((32, 16)) * 2.0 ** rng.integers(-16, -4, (32, 16)),
+                    jnp.bfloat16)
+    c = jnp.asarray(rng.standard_normal((16, 16)) * 2.0 ** rng.integers(-149, -127, (16, 16)),
+                    jnp.float32)
+    got = _bits(fused_kernel.chain(a, b, c, dp, "bf16", form="general", interpret=True,
+                                   block=(16, 16)))
+    want = _bits(jaxwarp.mma(a, b, c, a_format="bf16", c_format="f32", d_format="f32",
+                             datapath=dp))
+    np.testing.assert_array_equal(got, want)
+    d = want.view(np.float32)
+    assert ((np.abs(d) < 2.0 ** -126) & (d != 0)).sum() > 20  # subnormal results
+
+
 def test_models_fp8():
     wg = jaxwarp.datapath_for("sm_90", "wgmma", "e4m3", 32)
     for fa, fb in _PAIRS:

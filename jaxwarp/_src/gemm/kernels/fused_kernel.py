@@ -33,10 +33,10 @@ grid of its own E (fp8: C cut to its leading 14 bits, F + 1 and the rounding's, 
 subnormal C on the grid of ``2**-139``, on the integers). With an E of at least -100
 (the lowest product exponent that ``in_fp32_range`` admits; fp8 -28) no other result is
 an fp32 subnormal, so the kernel never forms one (XLA on the CPU flushes them; the
-interpreter gives the GPU's bits). Inf and NaN: a C that
-is inf or NaN stays so (the ``finite`` kernel, operands known finite); with ``finite``
-off the IEEE fp32 sum of C and the products tells NaN and infinities, as
-``datapath_blocks._specials`` does. A NaN result has the bits ``Datapath.nan_f32``.
+interpreter gives the GPU's bits). Inf and NaN: a C that is inf or NaN stays so (the
+``finite`` kernel, operands known finite); with ``finite`` off the IEEE fp32 sum of C
+and the products tells NaN and infinities, as ``datapath_blocks._specials`` does. A NaN
+result has the bits ``Datapath.nan_f32``.
 
 On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.96 in
 f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
@@ -145,7 +145,7 @@ def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -
     """
     # ik terms below 2**(F + 2) each: their int32 sum below 2**31 (16 terms: F <= 25)
     return (takes(a_format, b_format) and c_format == "f32"
-            and ik == dp.block_k == (IK if a_format not in _FP8 else ik)
+            and ik == dp.block_k and (ik == IK or a_format in _FP8)
             and ik << (dp.F + 2) <= 1 << 31 and dp.c_mode == "fused"
             and dp.align == "nominal" and dp.sub_exp == "emin" and dp.c_sub_exp != "lead"
             and (dp.e_floor is None or dp.e_floor >= 0) and dp.trunc == "rz"
@@ -390,8 +390,9 @@ def _rz_bits(mag, neg, g, low: int = 0):
     """fp32 bits of (-1)**neg * mag * 2**g (mag: uint32 bits in int32) toward zero, as
     ``softfloat.round_sig`` rounds: 24 significant bits, no bit below ``2**-149`` (a
     subnormal keeps the bits above it), an infinity past fp32's largest exponent, and a
-    zero +0; the fraction bits ``low`` then cleared (fewer kept bits: the same grid
-    below fp32's normals, a subnormal's at emin)."""
+    zero +0; the fraction bits ``low`` then cleared (``_low_bits(n)``: n significant bits
+    of a normal result, and a subnormal's bits from ``2**(-125 - n)`` up, ``round_sig``'s
+    grid with ``emin`` -126 and n - 1 fraction bits)."""
     lz = lax.clz(mag)
     lead = g + 31 - lz  # the exponent of the leading bit
     frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
