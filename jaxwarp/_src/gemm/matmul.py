@@ -94,7 +94,7 @@ def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
     """The datapath of this product's instructions if the fused kernel runs it, else None
     (the options ``gemm_fused_kernel`` and ``gemm_fused_min_macs``: with bf16's general
     branch on the host, ``k_loop.general_on_host``, every size takes the kernel; fp8 with
-    promotion and block scales too, ``fused_fp8``)."""
+    promotion or block scales from ``gemm_fused_min_macs``, through ``fused_fp8``)."""
     switch = config.gemm_fused_kernel
     fp8_promoted = cfg.promote_every is not None and cfg.a_format in FP8_TYPES
     if (switch == "off" or ((scales is not None or cfg.promote_every is not None)
