@@ -16,12 +16,17 @@ Parts (one process; each case in its own try/except that prints the traceback):
 * ``ptx``: (``--ptx``, a child process with XLA's dump) the PTX opcodes of one small
   kernel, counted.
 
+``--formats`` picks the operand formats of both parts (default ``bf16,f16``; also
+``e4m3``, ``e5m2`` and ``e4m3e5m2``, A e4m3 and B e5m2: sm_90 wgmma fp8, k = 32, K a
+multiple of 32), e.g. ``--formats e4m3,e5m2,e4m3e5m2 --parts timing,bits`` to time and
+check fp8 at 4096^3: its kernels, XLA's exact path and ``jnp.matmul`` on the fp8 arrays.
+
 Writes ``OUT/fused_kernel_check.json`` (``--out``, default ``$OUT`` or ``.``) and
 prints progress. On a CPU ``--dry`` runs the machinery on small shapes (the kernel in
 Pallas' interpreter).
 
 Usage: python benchmarks/fused_kernel_check.py [--out DIR] [--dry] [--ptx]
-       [--parts timing,bits] [--variants NAME,...] [--shape M,N,K]
+       [--parts timing,bits] [--variants NAME,...] [--shape M,N,K] [--formats F,...]
 """
 
 from __future__ import annotations
@@ -48,9 +53,37 @@ def log(*a):
     print(f"[{time.perf_counter() - T0:6.1f}s]", *a, flush=True)
 
 
+#: The formats of ``--formats``: (A's, B's).
+FORMATS = {"bf16": ("bf16", "bf16"), "f16": ("f16", "f16"), "e4m3": ("e4m3", "e4m3"),
+           "e5m2": ("e5m2", "e5m2"), "e4m3e5m2": ("e4m3", "e5m2")}
+FP8 = ("e4m3", "e5m2", "e4m3e5m2")
+
+
+def _dtypes(fmt):
+    import jax.numpy as jnp
+    dt = {"bf16": jnp.bfloat16, "f16": jnp.float16, "e4m3": jnp.float8_e4m3fn,
+          "e5m2": jnp.float8_e5m2}
+    return tuple(dt[f] for f in FORMATS[fmt])
+
+
+def _operand_format(fmt):
+    """matmul's operand_format of a ``--formats`` name."""
+    fa, fb = FORMATS[fmt]
+    return fa if fa == fb else (fa, fb)
+
+
+def _datapath(fmt):
+    import jaxwarp
+    if fmt in FP8:
+        return jaxwarp.datapath_for("sm_90", "wgmma", FORMATS[fmt][0], 32)
+    return jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
+
+
 def _operands(rng, fmt, M, N, K, kind):
     import jax.numpy as jnp
     import numpy as np
+    if fmt in FP8:
+        return _fp8_operands(rng, fmt, M, N, K, kind)
     dt = jnp.bfloat16 if fmt == "bf16" else jnp.float16
     a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     if kind == "wide":
@@ -76,6 +109,33 @@ def _operands(rng, fmt, M, N, K, kind):
     return a, b
 
 
+def _fp8_operands(rng, fmt, M, N, K, kind):
+    """fp8 operands (``--formats`` e4m3, e5m2, e4m3e5m2): "normal", Gaussian; "wide",
+    exponents over +-6; "bits", every finite bit pattern alike (zeros, -0, subnormals,
+    the largest values); "special", "bits" with NaN (and e5m2 +-inf, also against a zero)
+    at a few places; "zeros", 70% zeros."""
+    import jax.numpy as jnp
+    import numpy as np
+    out = []
+    for x_shape, dt in zip(((M, K), (K, N)), _dtypes(fmt), strict=True):
+        if kind in ("bits", "special"):
+            bits = rng.integers(0, 256, x_shape, dtype=np.uint8)
+            x = np.asarray(bits.view(dt)).astype(np.float32)
+            x = np.where(np.isfinite(x), x, 0.0)
+        else:
+            x = rng.standard_normal(x_shape)
+            if kind == "wide":
+                x = x * 2.0 ** rng.integers(-6, 6, x_shape)
+            elif kind == "zeros":
+                x = x * (rng.random(x_shape) < 0.3)
+        x = jnp.asarray(x, jnp.float32).astype(dt)
+        if kind == "special":
+            inf = jnp.inf if dt == jnp.float8_e5m2 else jnp.nan
+            x = x.at[0, 0].set(jnp.nan).at[1, 3].set(inf).at[2, 0].set(-inf).at[3, 1].set(0)
+        out.append(x)
+    return tuple(out)
+
+
 CASES = [  # (fmt, M, N, K, kind, with C, instruction); 4096^3 with C: the timing part
     ("bf16", 100, 72, 80, "normal", True, "wgmma"),
     ("f16", 100, 72, 80, "normal", True, "wgmma"),
@@ -91,11 +151,16 @@ CASES = [  # (fmt, M, N, K, kind, with C, instruction); 4096^3 with C: the timin
     ("f16", 256, 256, 256, "subnormal", True, "wmma"),
     ("bf16", 256, 256, 256, "zeros", False, "wmma"),
     ("f16", 256, 256, 256, "zeros", False, "wmma"),
+    # fp8 (--formats): wgmma, k = 32; M, N padded to the tile
+    *((f, 100, 72, 96, "normal", True, "wgmma") for f in FP8),
+    *((f, 256, 384, 512, kind, True, "wgmma") for f in FP8 for kind in ("wide", "bits")),
+    *((f, 256, 256, 256, "special", True, "wgmma") for f in FP8),
+    *((f, 256, 256, 256, "zeros", False, "wgmma") for f in FP8),
 ]
 DRY_CASES = [(f, 48, 40, 64, kind, c, "wgmma") for f, _, _, _, kind, c, _ in CASES]
 
 
-def part_bits(dry: bool, budget: float) -> dict:
+def part_bits(dry: bool, budget: float, formats=("bf16", "f16")) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -103,7 +168,7 @@ def part_bits(dry: bool, budget: float) -> dict:
     import jaxwarp
 
     rng = np.random.default_rng(0)
-    cases = DRY_CASES if dry else CASES
+    cases = [case for case in (DRY_CASES if dry else CASES) if case[0] in formats]
     inputs = []
     for fmt, M, N, K, kind, with_c, _ in cases:
         a, b = _operands(rng, fmt, M, N, K, kind)
@@ -121,8 +186,9 @@ def part_bits(dry: bool, budget: float) -> dict:
                 continue
             try:
                 t = time.perf_counter()
-                d = jax.block_until_ready(jaxwarp.matmul(a, b, c, operand_format=fmt,
-                                                         mode="exact", instruction=ins))
+                d = jax.block_until_ready(jaxwarp.matmul(
+                    a, b, c, operand_format=_operand_format(fmt), mode="exact",
+                    instruction=ins))
                 results.setdefault(name, {})[switch] = np.asarray(d).view(np.uint32)
                 log(f"bits {switch:4s} {name}: {time.perf_counter() - t:.1f} s")
             except Exception as e:  # noqa: BLE001
@@ -174,13 +240,23 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
     # bits): how much of the time the conversion pipe takes.
     "bf16_32x32_w4_split_f32_probe_noconv": ("bf16", (32, 32), 4, True, "split", "float",
                                              True),
+    # fp8 (sm_90 wgmma, k = 32; timed with --formats, or named by --variants): the kernel
+    # chain runs for finite operands, with the IEEE sum of the products (NaN / inf), a
+    # loop over a step's products, other tiles; e4m3e5m2: A e4m3, B e5m2.
+    **{f"{f}_32x32_w4_split_f32": (f, (32, 32), 4, True, "split", "float", True)
+       for f in FP8},
+    **{f"{f}_32x32_w4_split_f32_specials": (f, (32, 32), 4, False, "split", "float", True)
+       for f in FP8},
+    "e4m3_32x32_w4_split_f32_u8": ("e4m3", (32, 32), 4, True, "split", "float", True),
+    "e4m3_64x32_w8_split_f32": ("e4m3", (64, 32), 8, True, "split", "float", True),
+    "e4m3_32x32_w4_unrolled": ("e4m3", (32, 32), 4, True, "unrolled", "float", False),
 }
 
 
 def _unroll(name: str) -> int:
-    """Plan.unroll of a variant: its suffix ``_uN``, else 16."""
+    """Plan.unroll of a variant: its suffix ``_uN``, else its instruction's k (16, fp8 32)."""
     m = re.search(r"_u(\d+)$", name)
-    return int(m.group(1)) if m else 16
+    return int(m.group(1)) if m else 32 if name.split("_")[0] in FP8 else 16
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -196,7 +272,8 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 
 def part_timing(dry: bool, budget: float, only: list[str] | None = None,
-                shape: tuple[int, int, int] | None = None) -> dict:
+                shape: tuple[int, int, int] | None = None,
+                formats=("bf16", "f16")) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -206,29 +283,33 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None,
 
     M, N, K = shape or ((64,) * 3 if dry else (4096,) * 3)
     rng = np.random.default_rng(1)
+    selected = {name: v for name, v in VARIANTS.items()
+                if (name in only if only else v[0] in formats)}
+    # the baselines: every format of --formats and of the variants timed
+    fmts = list(dict.fromkeys([*formats, *(v[0] for v in selected.values())]))
     ops = {}
-    for fmt, dt in (("bf16", jnp.bfloat16), ("f16", jnp.float16)):
-        ops[fmt] = (jnp.asarray(rng.standard_normal((M, K)), dt),
-                    jnp.asarray(rng.standard_normal((K, N)), dt),
+    for fmt in fmts:
+        da, db = _dtypes(fmt)
+        ops[fmt] = (jnp.asarray(rng.standard_normal((M, K)), da),
+                    jnp.asarray(rng.standard_normal((K, N)), db),
                     jnp.asarray(rng.standard_normal((M, N)), jnp.float32))
     fns = {}
-    for name, (fmt, block, warps, finite, form, rounding, f32) in VARIANTS.items():
-        if only and name not in only:
-            continue
-        dp = jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
+    for name, (fmt, block, warps, finite, form, rounding, f32) in selected.items():
+        dp = _datapath(fmt)
         unroll = _unroll(name)
-        fns[name] = jax.jit(lambda a, b, c, dp=dp, fmt=fmt, block=block, warps=warps,
+        fa, fb = FORMATS[fmt]
+        fns[name] = jax.jit(lambda a, b, c, dp=dp, fa=fa, fb=fb, block=block, warps=warps,
                             finite=finite, form=form, rounding=rounding, f32=f32,
                             unroll=unroll:
-                            backends.fused_chain(a, b, c, dp, fmt, finite=finite, block=block,
+                            backends.fused_chain(a, b, c, dp, fa, finite=finite, block=block,
                                                num_warps=warps, interpret=dry, form=form,
                                                rounding=rounding, f32_operands=f32,
-                                               unroll=unroll))
+                                               unroll=unroll, b_fmt=fb))
     jaxwarp.config.update("gemm_fused_kernel", "off")
     jax.clear_caches()
-    for fmt in ("bf16", "f16"):
+    for fmt in fmts:
         fns[f"{fmt}_xla_exact"] = jax.jit(lambda a, b, c, fmt=fmt: jaxwarp.matmul(
-            a, b, c, operand_format=fmt, mode="exact"))
+            a, b, c, operand_format=_operand_format(fmt), mode="exact"))
         fns[f"{fmt}_jnp_matmul"] = jax.jit(lambda a, b, c: jnp.matmul(
             a, b, preferred_element_type=jnp.float32) + c)
     ready, first = {}, {}
@@ -316,6 +397,8 @@ def main():
     ap.add_argument("--shape", default=None, type=_shape, metavar="M,N,K",
                     help="the timing part's product (default 4096,4096,4096)")
     ap.add_argument("--parts", default="timing,bits", help="timing, bits (and --ptx)")
+    ap.add_argument("--formats", default="bf16,f16",
+                    help=f"comma-separated operand formats of both parts: {', '.join(FORMATS)}")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -330,12 +413,15 @@ def main():
     unknown = sorted(set(only or ()) - set(VARIANTS))
     if unknown:
         raise SystemExit(f"--variants: unknown {unknown}; VARIANTS has {sorted(VARIANTS)}")
+    formats = args.formats.split(",")
+    if not set(formats) <= set(FORMATS):
+        raise SystemExit(f"--formats: {args.formats!r}; allowed: {', '.join(FORMATS)}")
     parts = args.parts.split(",")
     if not set(parts) <= {"timing", "bits", "ptx"}:
         raise SystemExit(f"--parts: {args.parts!r}; allowed: timing, bits, ptx")
     for name, fn in (("timing", lambda: part_timing(args.dry, args.budget * 0.6, only,
-                                                    args.shape)),
-                     ("bits", lambda: part_bits(args.dry, args.budget)),
+                                                    args.shape, formats)),
+                     ("bits", lambda: part_bits(args.dry, args.budget, formats)),
                      ("ptx", lambda: part_ptx(out_dir))):
         if name not in parts and not (name == "ptx" and args.ptx):
             continue

@@ -126,7 +126,7 @@ OPTIONS: tuple[Option, ...] = (
         "rule: about what such a compile costs on the CPU); a recipe's product (recipe_shared) "
         "likewise, its quantizers and chain. None: never.")),
     Option("gemm_fused_kernel", "auto", allowed=_AUTO_ON_OFF, help=(
-        "Exact f16 / bf16 sm_90 chains as one fused Pallas kernel per output tile: 'auto' "
+        "Exact f16 / bf16 / fp8 sm_90 chains as one fused Pallas kernel per output tile: 'auto' "
         "(on a GPU, for the datapaths the kernel models), 'on' (also off the GPU, in Pallas' "
         "interpreter: for tests) or 'off'.")),
     Option("gemm_fused_min_macs", 1 << 24, check=_int_at_least(0), help=(

@@ -60,8 +60,8 @@ from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import k_loop, matmul_sparse, mfma_gemm, native
-from jaxwarp._src.gemm.kernels import fused_kernel
-from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue
+from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel
+from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue, promote
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
     ACCUMULATORS,
@@ -93,10 +93,13 @@ from jaxwarp._src.scaling.tensor_scale import (
 def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
     """The datapath of this product's instructions if the fused kernel runs it, else None
     (the options ``gemm_fused_kernel`` and ``gemm_fused_min_macs``: with bf16's general
-    branch on the host, ``k_loop.general_on_host``, every size takes the kernel)."""
+    branch on the host, ``k_loop.general_on_host``, every size takes the kernel; fp8 with
+    promotion or block scales from ``gemm_fused_min_macs``, through ``fused_fp8``)."""
     switch = config.gemm_fused_kernel
-    if (switch == "off" or scales is not None or cfg.promote_every is not None
-            or cfg.a_format != cfg.b_format or cfg.a_format not in fused_kernel.FORMATS
+    fp8_promoted = cfg.promote_every is not None and cfg.a_format in FP8_TYPES
+    if (switch == "off" or ((scales is not None or cfg.promote_every is not None)
+                            and not fp8_promoted)
+            or not fused_kernel.takes(cfg.a_format, cfg.b_format)
             or (switch == "auto" and (jax.default_backend() != "gpu" or (
                 macs < config.gemm_fused_min_macs
                 and not k_loop.general_on_host(cfg, scales))))):
@@ -154,12 +157,17 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         return k_loop.xla_loop(a_op, b_op, acc, cfg, scales,
                         cond=k_loop.in_range_cond(cfg, Mp * Np * Kp))[:M, :N]
     interpret = jax.default_backend() != "gpu"
-    f16 = cfg.a_format == "f16"
-    if f16 or fused_kernel.any_range(Mp, Np, Kp):
-        # The kernel alone: every f16 product is a normal fp32 number; a small bf16
+    if cfg.promote_every is not None:  # fp8: each interval's chain through the kernel
+        return fused_fp8.promoted_chain(
+            a_op, b_op, acc, fused_dp, cfg.a_format, cfg.promote_every,
+            lambda acc, p, kb: promote(acc, p, kb, scales), b_fmt=cfg.b_format,
+            interpret=interpret)[:M, :N]
+    fast = cfg.a_format in fused_kernel.FAST
+    if fast or fused_kernel.any_range(Mp, Np, Kp):
+        # The kernel alone: every f16 / fp8 product is a normal fp32 number; a small bf16
         # product takes the kernel for operands of any value, no range check.
         return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format,
-                                  form=None if f16 else "general",
+                                  form=None if fast else "general", b_fmt=cfg.b_format,
                                   interpret=interpret)[:M, :N]
 
     def in_range(acc):  # bf16 in fp32's range through the kernel

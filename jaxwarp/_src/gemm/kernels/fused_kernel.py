@@ -3,41 +3,52 @@
 XLA runs exact ``matmul``'s k loop (``matmul.tiled``) as one fused loop over the
 outputs per instruction, reading and writing the fp32 accumulator at every k step. This
 kernel runs the same chain of instructions with the accumulator in registers: a grid of
-(bm, bn) output tiles, each walking k in steps of the instruction's k (16), and per step
-the whole datapath of one sm_90 f16 / bf16 instruction with an fp32 C and D
-(``datapath_blocks``' fast path, one block of 16 products):
+(bm, bn) output tiles, each walking k in steps of the instruction's k (16; fp8 32), and
+per step the whole datapath of one sm_90 f16 / bf16 / fp8 instruction with an fp32 C and
+D (``datapath_blocks``' fast path, one block of ``block_k`` products):
 
-* the exact fp32 products ``p = a * b`` (f16 values and bf16 values in fp32's range,
-  ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
+* the exact fp32 products ``p = a * b`` (f16 and fp8 values, and bf16 values in fp32's
+  range, ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
 * the block's alignment exponent E: the largest sum of the operands' exponents
-  (``align="nominal"``; an f16 subnormal at f16's smallest normal exponent), or C's own
-  exponent if larger. The kernel forms it as a float maximum of the products of the
-  operands' powers of two (``2**ea * 2**eb``, one multiply and one maximum per product)
-  and reads E from the bits of the maximum. With ``form="split"`` the powers come as
-  bf16 arrays (a power of two in fp32's range is a bf16 number), multiplied and compared
-  in bf16, which sm_90 does two at a time (``HMUL2.BF16``, ``VHMNMX``);
+  (``align="nominal"``; an f16 or fp8 subnormal at its format's smallest normal
+  exponent), or C's own exponent if larger. The kernel forms it as a float maximum of
+  the products of the operands' powers of two (``2**ea * 2**eb``, one multiply and one
+  maximum per product) and reads E from the bits of the maximum. With ``form="split"``
+  the powers come as bf16 arrays (a power of two in fp32's range is a bf16 number),
+  multiplied and compared in bf16, which sm_90 does two at a time (``HMUL2.BF16``,
+  ``VHMNMX``);
 * the terms truncated toward zero on the grid of ``2**(E - F)``: ``int32(p * 2**(F - E))``
-  (a power-of-two scale is exact; the conversion truncates), summed in int32 (16 terms
-  below ``2**(F + 2)`` each stay below ``2**31`` for F <= 25), C truncated likewise and
-  added with its carry out of int32 found from the signs;
-* the sum rounded toward zero to 24 significant bits (the bits below the leading 24
-  cleared) and scaled by ``2**(E - F)``, an exact fp32 multiply (an overflow is an
-  infinity, as the model's rounding gives it);
+  (a power-of-two scale is exact; the conversion truncates), summed in int32 (k terms
+  below ``2**(F + 2)`` each stay below ``2**31``: F <= 25 for 16), C truncated likewise
+  and added with its carry out of int32 found from the signs;
+* the sum rounded toward zero to ``sum_mbits + 1`` significant bits (24; fp8 14: the
+  bits below the leading ones cleared) and scaled by ``2**(E - F)``, an exact fp32
+  multiply (an overflow is an infinity, as the model's rounding gives it);
 * the result is the next instruction's C, kept as an fp32 value in registers: a D of one
   instruction is read back as the next one's C by value, so no decoded term needs to
   survive the step.
 
 Where every product is zero the result is C itself (a -0 as +0): C's bits lie on the
-grid of its own E. With an E of at least -100 (the lowest product exponent that
-``in_fp32_range`` admits) no result is an fp32 subnormal, so the kernel never forms one
-(XLA on the CPU flushes them; the interpreter gives the GPU's bits). Inf and NaN: a C that
-is inf or NaN stays so (the ``finite`` kernel, operands known finite); with ``finite``
-off the IEEE fp32 sum of C and the products tells NaN and infinities, as
-``datapath_blocks._specials`` does. A NaN result has the bits ``Datapath.nan_f32``.
+grid of its own E (fp8: C cut to its leading 14 bits, F + 1 and the rounding's, a
+subnormal C on the grid of ``2**-139``, on the integers). With an E of at least -100
+(the lowest product exponent that ``in_fp32_range`` admits; fp8 -28) no other result is
+an fp32 subnormal, so the kernel never forms one (XLA on the CPU flushes them; the
+interpreter gives the GPU's bits). Inf and NaN: a C that is inf or NaN stays so (the
+``finite`` kernel, operands known finite); with ``finite`` off the IEEE fp32 sum of C
+and the products tells NaN and infinities, as ``datapath_blocks._specials`` does. A NaN
+result has the bits ``Datapath.nan_f32``.
 
 On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.96 in
 f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
 "What bounds the exact datapath", has the variants tried and what bounds them).
+
+fp8 (sm_90 ``wgmma`` e4m3 / e5m2, either on either side: one datapath, block_k 32,
+F 13, 14 bits kept) takes f16's route: every product of two fp8 values (``2**-32`` to
+``57344**2``) is a normal fp32 number, so no range check; e4m3 NaN and e5m2 inf / NaN
+go through the IEEE sum (or, from ``gemm_kernel_any_range_below``, a cond on finite
+operands). ``matmul`` sends it its exact fp8 products with an fp32 accumulator, also
+those with per-tensor scales and their backward products (the scales stay outside the
+k loop), and with promotion or block scales one call per interval (``fused_fp8``).
 
 Operands of any value (``form="general"``, bf16): the kernel above needs every product
 in fp32's range, so a caller checks the operands' range and takes a ``lax.cond`` to the
@@ -87,20 +98,39 @@ from jax.interpreters import mlir
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath
 from jaxwarp._src.config import config
+from jaxwarp._src.numerics import softfloat
 
-#: The operand formats the kernel takes (both operands the same).
-FORMATS = ("bf16", "f16")
-#: The instruction k the kernel steps by.
+#: The operand formats the kernel takes (both operands the same, or two fp8 formats).
+FORMATS = ("bf16", "f16", "e4m3", "e5m2")
+#: The formats whose every value is a normal fp32 number and every product of two one in
+#: fp32's range (no range check): their subnormals sit at the format's smallest normal
+#: exponent in E (``sub_exp="emin"``), their inf and NaN go through the IEEE sum.
+FAST = ("f16", "e4m3", "e5m2")
+_FP8 = ("e4m3", "e5m2")
+#: The instruction k the kernel steps by for f16 / bf16 (fp8: the datapath's block_k, 32).
 IK = 16
 #: The kernel's name (in profiles and traces, with a suffix per compiled instance).
 KERNEL_NAME = "jaxwarp_fused_exact_gemm"
 _EXP = 0x7F800000  # fp32 exponent field
 
 
+def takes(a_format: str, b_format: str) -> bool:
+    """Whether the kernel takes these operand formats: f16 x f16, bf16 x bf16, or two fp8
+    formats (e4m3, e5m2, mixed or not).
+
+    Example:
+        >>> takes("bf16", "bf16"), takes("e4m3", "e5m2"), takes("f16", "bf16")
+        (True, True, False)
+    """
+    return (a_format == b_format and a_format in FORMATS) or (a_format in _FP8
+                                                              and b_format in _FP8)
+
+
 def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -> bool:
-    """Whether the kernel computes this instruction chain's bits: f16 x f16 or bf16 x bf16
-    operands, fp32 C and D, one block of k = 16 per instruction fused with C, nominal
-    alignment, terms and block sums truncated toward zero with 24 bits kept, zeros +0.
+    """Whether the kernel computes this instruction chain's bits: f16 x f16, bf16 x bf16
+    or fp8 operands (``takes``), fp32 C and D, one block of k = ``block_k`` per
+    instruction fused with C, nominal alignment, terms and block sums truncated toward
+    zero (at most 24 bits kept), zeros +0, every block's int32 sum in range.
 
     Example:
         >>> models(jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16), "bf16", "bf16",
@@ -109,19 +139,26 @@ def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -
         >>> models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16), "f16", "f16",
         ...        "f32", 16)
         False
+        >>> models(jaxwarp.datapath_for("sm_90", "wgmma", "e4m3", 32), "e4m3", "e5m2",
+        ...        "f32", 32)
+        True
     """
-    return (a_format == b_format and a_format in FORMATS and c_format == "f32"
-            and ik == IK == dp.block_k and dp.F <= 25 and dp.c_mode == "fused"
+    # ik terms below 2**(F + 2) each: their int32 sum below 2**31 (16 terms: F <= 25)
+    return (takes(a_format, b_format) and c_format == "f32"
+            and ik == dp.block_k and (ik == IK or a_format in _FP8)
+            and ik << (dp.F + 2) <= 1 << 31 and dp.c_mode == "fused"
             and dp.align == "nominal" and dp.sub_exp == "emin" and dp.c_sub_exp != "lead"
             and (dp.e_floor is None or dp.e_floor >= 0) and dp.trunc == "rz"
-            and dp.block_round == "rz" and dp.sum_mbits == 23 and dp.f32_zero == "plus"
-            and dp.zero == "plus" and dp.k_split == "contig")
+            and dp.block_round == "rz" and dp.sum_mbits <= 23 and dp.f32_zero == "plus"
+            and dp.zero == "plus" and dp.k_split == "contig" and not dp.operand_via)
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Static shape of one kernel: operand format, K, output tile, Triton settings;
-    ``finite``: every operand is known finite (no IEEE sum of the products)."""
+    ``finite``: every operand is known finite (no IEEE sum of the products); ``ik``,
+    ``kept``, ``b_fmt``: the instruction's k (the datapath's block_k), the significant
+    bits its block sum keeps (``sum_mbits + 1``) and B's format (None: ``fmt``)."""
 
     fmt: str
     K: int
@@ -144,13 +181,20 @@ class Plan:
     #: The operands passed as fp32 arrays: twice the bytes read, no conversion per
     #: operand element in the kernel.
     f32_operands: bool = False
-    #: Products of a step written out per iteration of a loop over its 16 (a divisor of
-    #: 16; forms "unrolled" and "split"): 16, no loop; fewer, a smaller kernel body,
+    #: Products of a step written out per iteration of a loop over its ``ik`` (a divisor
+    #: of ik; forms "unrolled" and "split"): ik, no loop; fewer, a smaller kernel body,
     #: which Pallas lowers and Triton compiles in less time, with fewer loads in flight
     #: (the bits are the same: the same operations in the same order).
     unroll: int = 16
     #: ``Datapath.e_floor`` (form "general": E is at least -126 - e_floor; None, no floor).
     e_floor: int | None = None
+    ik: int = IK
+    kept: int = 24
+    b_fmt: str | None = None
+
+    @property
+    def fmts(self) -> tuple[str, str]:
+        return self.fmt, self.b_fmt or self.fmt
 
 
 def _trunc_model(x):
@@ -198,11 +242,13 @@ def _float(x):
 
 
 def _pow_of(x, fmt: str):
-    """2**(alignment exponent) of fp32 operand values x (0 for zero): the exponent field
-    alone; an f16 subnormal at f16's smallest normal exponent (``sub_exp="emin"``)."""
+    """2**(alignment exponent) of fp32 operand values x (0 for zero, inf for inf and NaN):
+    the exponent field alone; an f16 / fp8 subnormal at its format's smallest normal
+    exponent (``sub_exp="emin"``)."""
     p = _float(_bits(x) & _EXP)
-    if fmt == "f16":  # f16 values are normal fp32 numbers: 0 only for zero
-        p = jnp.where(p == 0, jnp.float32(0), jnp.maximum(p, jnp.float32(2.0 ** -14)))
+    if fmt in FAST:  # f16 / fp8 values are normal fp32 numbers: 0 only for zero
+        p = jnp.where(p == 0, jnp.float32(0),
+                      jnp.maximum(p, jnp.float32(2.0 ** softfloat.emin(fmt))))
     return p
 
 
@@ -216,38 +262,38 @@ def _add_terms(ts, s):
     return s
 
 
-def _passes(u: int, products, terms, w0, sp0):
-    """A step's two passes over its 16 products, ``u`` written out per iteration of a loop
-    (16: no loop): ``products(j, wmax, sp)`` the first (the maximum and the IEEE sum, from
+def _passes(u: int, ik: int, products, terms, w0, sp0):
+    """A step's two passes over its ik products, ``u`` written out per iteration of a loop
+    (ik: no loop): ``products(j, wmax, sp)`` the first (the maximum and the IEEE sum, from
     ``w0()`` in a loop and ``sp0``), ``terms(j, s, x)`` the second -> (wmax, sp,
     ``sums``), ``sums(x)`` the int32 sum of every term with x (from 0 in a loop: the sum
     wraps, its order changes no bit)."""
-    if u == IK:
+    if u == ik:
         wmax, sp = products(0, None, sp0)
         return wmax, sp, functools.partial(terms, 0, None)
-    wmax, sp = lax.fori_loop(0, IK // u, lambda j, ws: products(j, *ws), (w0(), sp0))
-    return wmax, sp, lambda x: lax.fori_loop(0, IK // u, lambda j, s: terms(j, s, x),
+    wmax, sp = lax.fori_loop(0, ik // u, lambda j, ws: products(j, *ws), (w0(), sp0))
+    return wmax, sp, lambda x: lax.fori_loop(0, ik // u, lambda j, s: terms(j, s, x),
                                              jnp.zeros(sp0.shape, jnp.int32))
 
 
 def _step(col, row, c, plan: Plan, pcol=None, prow=None):
     """One instruction on fp32 operand columns ``col(i)`` (bm, 1) and rows ``row(i)``
-    (1, bn), i < 16, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
+    (1, bn), i < ``plan.ik``, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
     with any payload). ``pcol``, ``prow``: the operands' powers of two (``_pow_of``) read
     from bf16 arrays of their own (``form="split"``), so that the first pass (E) holds no
     operand value in registers through the second (the terms); their products and
     maximum are bf16 (exact: powers of two in fp32's range).
 
-    Both passes write out ``plan.unroll`` products per iteration of a loop over the 16
+    Both passes write out ``plan.unroll`` products per iteration of a loop over the ik
     (``_passes``). In a loop the maximum starts from +0, below or equal to every power of
     two."""
-    u = plan.unroll
+    u, (fa, fb) = plan.unroll, plan.fmts
 
     def products(j, wmax, sp):  # the first pass over products j * u .. j * u + u - 1
         for i in (j * u + t for t in range(u)):
             if pcol is None:
                 a, b = col(i), row(i)
-                w = _pow_of(a, plan.fmt) * _pow_of(b, plan.fmt)  # 2**(ea + eb), exact
+                w = _pow_of(a, fa) * _pow_of(b, fb)  # 2**(ea + eb), exact
             else:
                 a, b = (col(i), row(i)) if not plan.finite else (None, None)
                 w = pcol(i) * prow(i)
@@ -260,15 +306,15 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
         return _add_terms((trunc_f32(col(i) * row(i) * scale)
                            for i in (j * u + t for t in range(u))), s)
 
-    wmax, sp, sums = _passes(u, products, terms, lambda: jnp.zeros(
+    wmax, sp, sums = _passes(u, plan.ik, products, terms, lambda: jnp.zeros(
         c.shape, jnp.float32 if pcol is None else jnp.bfloat16), c)
     return _finish(c, wmax.astype(jnp.float32), sums, sp, plan)
 
 
 def _step_k(at, bt, c, plan: Plan):
-    """``_step`` on an operand block at (bm, 16) and B's block transposed bt (bn, 16): the
-    products as one (bm, bn, 16) array, the maximum and the sums reductions over k."""
-    w = _pow_of(at, plan.fmt)[:, None, :] * _pow_of(bt, plan.fmt)[None, :, :]
+    """``_step`` on an operand block at (bm, ik) and B's block transposed bt (bn, ik): the
+    products as one (bm, bn, ik) array, the maximum and the sums reductions over k."""
+    w = _pow_of(at, plan.fmts[0])[:, None, :] * _pow_of(bt, plan.fmts[1])[None, :, :]
     sp = c if plan.finite else c + (at[:, None, :] * bt[None, :, :]).sum(-1)  # any order
     return _finish(c, w.max(-1), lambda scale: trunc_f32(
         at[:, None, :] * bt[None, :, :] * scale[:, :, None]).sum(-1), sp, plan)
@@ -276,7 +322,9 @@ def _step_k(at, bt, c, plan: Plan):
 
 def _finish(c, wmax, terms, sp, plan: Plan):
     """The block's exponent, its exact truncated sum (``terms(scale)``: the int32 sum of
-    the scaled products) with C, and the rounding to fp32 (``_step``)."""
+    the scaled products) with C, and the rounding to fp32 (``_step``): ``plan.kept``
+    significant bits. Where every product is zero the result is C cut to the bits that
+    both its term (F below E) and the rounding keep (all of them for f16 / bf16)."""
     F = plan.F
     cb = _bits(c)
     cpow = _float(cb & _EXP)  # 2**exp(C) (0 for a zero or subnormal C, inf for inf/NaN)
@@ -289,17 +337,31 @@ def _finish(c, wmax, terms, sp, plan: Plan):
         cv = trunc_f32(c * scale)  # C truncated toward zero on the same grid
     neg, mag = _signed_sum(s, cv)
     if plan.rounding == "int":
-        v = _float(_rz_bits(mag, neg, eb - F - 127))
+        v = _float(_rz_bits(mag, neg, eb - F - 127, _low_bits(plan.kept)))
     else:
-        drop = jnp.maximum(8 - lax.clz(mag), 0)  # bit length - 24
-        q = lax.shift_right_logical(mag, drop) << drop  # 24 significant bits, toward zero
+        drop = jnp.maximum(32 - plan.kept - lax.clz(mag), 0)  # bit length - kept
+        q = lax.shift_right_logical(mag, drop) << drop  # kept bits, toward zero
         q = lax.bitcast_convert_type(q, jnp.uint32)
         v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
         v = jnp.where(neg & (q != 0), -v, v)
-    d = jnp.where(wmax == 0, jnp.where(c == 0, jnp.float32(0), c), v)
+    d = jnp.where(wmax == 0, _c_only(c, cb, _low_bits(min(F + 1, plan.kept))), v)
     if plan.finite:
         return jnp.where((cb & _EXP) == _EXP, c, d)
     return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
+
+
+def _c_only(c, cb, low: int):
+    """The block's result where every product is zero: C (bits cb) with the fraction bits
+    ``low`` cleared, on the integers (C may be subnormal); a zero +0."""
+    if not low:
+        return jnp.where(c == 0, jnp.float32(0), c)
+    cm = cb & ~low
+    return _float(jnp.where((cm & 0x7FFFFFFF) == 0, 0, cm))
+
+
+def _low_bits(n: int) -> int:
+    """The fraction bits of an fp32 number past its leading n (a mask; 0 for n >= 24)."""
+    return (1 << max(24 - n, 0)) - 1
 
 
 def _signed_sum(s, cv):
@@ -324,11 +386,13 @@ def _c_term_int(cb, E, F: int):
     return jnp.where(cb < 0, -cv, cv)
 
 
-def _rz_bits(mag, neg, g):
+def _rz_bits(mag, neg, g, low: int = 0):
     """fp32 bits of (-1)**neg * mag * 2**g (mag: uint32 bits in int32) toward zero, as
     ``softfloat.round_sig`` rounds: 24 significant bits, no bit below ``2**-149`` (a
     subnormal keeps the bits above it), an infinity past fp32's largest exponent, and a
-    zero +0."""
+    zero +0; the fraction bits ``low`` then cleared (``_low_bits(n)``: n significant bits
+    of a normal result, and a subnormal's bits from ``2**(-125 - n)`` up, ``round_sig``'s
+    grid with ``emin`` -126 and n - 1 fraction bits)."""
     lz = lax.clz(mag)
     lead = g + 31 - lz  # the exponent of the leading bit
     frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
@@ -337,6 +401,8 @@ def _rz_bits(mag, neg, g):
     sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),
                     mag << jnp.clip(-sub_sh, 0, 31))
     bits = jnp.where(mag == 0, 0, jnp.where(lead >= -126, normal, sub))
+    if low:
+        bits = bits & ~low
     return jnp.where(bits == 0, 0, bits | (neg.astype(jnp.int32) << 31))
 
 
@@ -400,7 +466,7 @@ def _step_general(col, row, cb, plan: Plan):
             ts.append(trunc_f32(ma * mb * scale))
         return _add_terms(ts, s)
 
-    wmax, sp, sums = _passes(u, products, terms,
+    wmax, sp, sums = _passes(u, plan.ik, products, terms,
                              lambda: jnp.full(cb.shape, 2 * _NO_EXP, jnp.int32), sp0)
     E = jnp.maximum(jnp.maximum(wmax, clead), lo)
     return _finish_general(cb, E, sums(F + 127 - E), sp, plan)
@@ -410,27 +476,28 @@ def _finish_general(cb, E, s, sp, plan: Plan):
     """The sum of the terms s (int32) and C's term on the grid of ``2**(E - F)``, rounded
     toward zero to fp32 bits (``_rz_bits``), or the special value of sp."""
     neg, mag = _signed_sum(s, _c_term_int(cb, E, plan.F))
-    bits = _rz_bits(mag, neg, E - plan.F)
+    bits = _rz_bits(mag, neg, E - plan.F, _low_bits(plan.kept))
     spb = _bits(sp)
     return jnp.where((spb & _EXP) == _EXP, spb, bits)
 
 
 def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
     *pow_refs, o_ref = refs
+    ik = plan.ik
 
     def dec(x):  # bf16 bit patterns (int16) -> _decode of their fp32 bits
         return _decode(x.astype(jnp.int32) << 16)
 
     def step_general(j, cb):  # a_ref, b_ref: int16 bit patterns; the carry fp32 bits
-        s = pl.multiple_of(j * IK, IK)
+        s = pl.multiple_of(j * ik, ik)
         return _step_general(lambda i: dec(a_ref[:, pl.ds(s + i, 1)]),
                              lambda i: dec(b_ref[pl.ds(s + i, 1), :]), cb, plan)
 
     def step(j, c):
-        s = pl.multiple_of(j * IK, IK)
+        s = pl.multiple_of(j * ik, ik)
         if plan.form == "reduce":  # b_ref holds B transposed
-            return _step_k(a_ref[:, pl.ds(s, IK)].astype(jnp.float32),
-                           b_ref[:, pl.ds(s, IK)].astype(jnp.float32), c, plan)
+            return _step_k(a_ref[:, pl.ds(s, ik)].astype(jnp.float32),
+                           b_ref[:, pl.ds(s, ik)].astype(jnp.float32), c, plan)
         split = {}
         if pow_refs:  # form="split"
             pa_ref, pb_ref = pow_refs
@@ -441,16 +508,17 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
                      **split)
 
     if plan.form == "general":
-        bits = lax.fori_loop(0, plan.K // IK, step_general, _bits(c_ref[...]))
+        bits = lax.fori_loop(0, plan.K // ik, step_general, _bits(c_ref[...]))
     else:
-        bits = _bits(lax.fori_loop(0, plan.K // IK, step, c_ref[...]))
+        bits = _bits(lax.fori_loop(0, plan.K // ik, step, c_ref[...]))
     o_ref[...] = jnp.where((bits & 0x7FFFFFFF) > _EXP, jnp.int32(plan.nan_bits - (1 << 32)
                            if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
 
 
 def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     """``D = A @ B + C`` as the chain of exact instructions: (M, K) @ (K, N) + (M, N) fp32,
-    M and N multiples of the plan's tile, K the plan's K (a multiple of 16) -> fp32 D.
+    M and N multiples of the plan's tile, K the plan's K (a multiple of its ik) -> fp32 D;
+    A and B of the plan's formats (their storage dtypes, or fp32 values).
 
     Example:
         >>> a = jnp.ones((64, 16), jnp.bfloat16)
@@ -464,7 +532,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     bm, bn = plan.block
     if plan.form == "reduce":
         b = b.T
-    if K != plan.K or K % IK or M % bm or N % bn:
+    if K != plan.K or K % plan.ik or M % bm or N % bn:
         raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
     if plan.form == "general" and (plan.fmt != "bf16" or plan.f32_operands):
         raise ValueError(f"gemm: form 'general' takes bf16 operands as they are "
@@ -478,7 +546,8 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     pow_dt = jnp.bfloat16
     args = [a, b, c.astype(jnp.float32)]
     if plan.form == "split":  # the powers of two as bf16 (exact: fp32's exponent range)
-        args += [_pow_of(x.astype(jnp.float32), plan.fmt).astype(pow_dt) for x in (a, b)]
+        args += [_pow_of(x.astype(jnp.float32), f).astype(pow_dt)
+                 for x, f in zip((a, b), plan.fmts, strict=True)]
         in_specs += [a_spec, b_spec]
     if plan.f32_operands:
         args[:2] = [x.astype(jnp.float32) for x in args[:2]]
@@ -542,16 +611,18 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
           interpret: bool = False, block: tuple[int, int] | None = None,
           num_warps: int | None = None, form: str | None = None,
           rounding: str | None = None, f32_operands: bool | None = None,
-          unroll: int | None = None):
+          unroll: int | None = None, b_fmt: str | None = None):
     """``matmul``'s exact k loop through the kernel: (M, K) @ (K, N) + C (M, N) fp32, any
-    M, N, K a multiple of 16 (M and N padded with zeros to the tile). ``finite``: the
-    operands are known finite (True), known not to be (False), or None: for f16 below
-    ``gemm_kernel_any_range_below`` multiply-adds (``any_range``) the kernel with the IEEE sum of
-    the products alone, from it a ``lax.cond`` on whether they are finite (the kernel
-    without that sum where they are). bf16 operands: ``form="general"`` takes any value;
-    the other forms need them in fp32's range (``in_fp32_range``: the caller's cond).
-    ``unroll``: ``Plan.unroll`` (None: the option ``gemm_kernel_unroll_small`` below
-    ``gemm_kernel_rolled_below`` multiply-adds, else 16).
+    M, N, K a multiple of the instruction's k (``dp.block_k``: 16, fp8 32; M and N padded
+    with zeros to the tile); A of ``fmt``, B of ``b_fmt`` (None: ``fmt``; two fp8 formats
+    may differ). ``finite``: the operands are known finite (True), known not to be
+    (False), or None: for f16 and fp8 below ``gemm_kernel_any_range_below`` multiply-adds
+    (``any_range``) the kernel with the IEEE sum of the products alone, from it a
+    ``lax.cond`` on whether they are finite (the kernel without that sum where they are).
+    bf16 operands: ``form="general"`` takes any value; the other forms need them in fp32's
+    range (``in_fp32_range``: the caller's cond). ``unroll``: ``Plan.unroll`` (None: the
+    option ``gemm_kernel_unroll_small`` below ``gemm_kernel_rolled_below`` multiply-adds,
+    else the instruction's k).
 
     Example:
         >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
@@ -559,10 +630,21 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
         >>> jax.eval_shape(lambda: chain(a, a.T, jnp.ones((8, 8)), dp, "f16",
         ...                              interpret=True))
         ShapeDtypeStruct(shape=(8, 8), dtype=float32)
+        >>> dp8 = jaxwarp.datapath_for("sm_90", "wgmma", "e4m3", 32)
+        >>> a8 = jnp.ones((8, 64), jnp.float8_e4m3fn)
+        >>> chain(a8, a8.T.astype(jnp.float8_e5m2), jnp.zeros((8, 8)), dp8, "e4m3",
+        ...       b_fmt="e5m2", interpret=True)[0, :2]
+        Array([64., 64.], dtype=float32)
     """
     (M, K), N = a.shape, b.shape[1]
     bm, bn = block or BLOCK
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
+    ik, fmts = dp.block_k, (fmt, b_fmt or fmt)
+    if not takes(*fmts):
+        raise ValueError(f"chain: fmt={fmt!r}, b_fmt={b_fmt!r}: allowed {FORMATS}, both "
+                         f"the same or both fp8")
+    if K % ik:
+        raise ValueError(f"chain: K={K} is not a multiple of the instruction's k={ik}")
     general = form == "general"
     if general and (fmt != "bf16" or f32_operands):
         raise ValueError(f"chain: form='general' takes bf16 operands as their bits, got "
@@ -572,21 +654,23 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
         a = jnp.pad(a, ((0, Mp - M), (0, 0)))
         b = jnp.pad(b, ((0, 0), (0, Np - N)))
         c = jnp.pad(c, ((0, Mp - M), (0, Np - N)))
-    dt = isa.storage_dtype(fmt)
-    a, b = a.astype(dt), b.astype(dt)
+    a, b = (x.astype(isa.storage_dtype(f)) for x, f in zip((a, b), fmts, strict=True))
 
     if unroll is None:
         small = Mp * Np * K < config.gemm_kernel_rolled_below
-        unroll = config.gemm_kernel_unroll_small if small else IK
-    if IK % unroll:
-        raise ValueError(f"chain: unroll={unroll}: allowed 1, 2, 4, 8 or 16 (a divisor of {IK})")
+        unroll = config.gemm_kernel_unroll_small if small else ik
+    if ik % unroll:
+        raise ValueError(f"chain: unroll={unroll}: allowed "
+                         f"{', '.join(str(u) for u in range(1, ik + 1) if ik % u == 0)} "
+                         f"(a divisor of the instruction's k={ik})")
 
     def run(fin):
         plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
                     form=form or FORM, rounding=rounding or ROUNDING,
                     f32_operands=not general and (F32_OPERANDS if f32_operands is None
                                                   else f32_operands),  # general: its bits
-                    unroll=unroll, e_floor=dp.e_floor)
+                    unroll=unroll, e_floor=dp.e_floor, ik=ik, kept=dp.sum_mbits + 1,
+                    b_fmt=None if fmts[1] == fmt else fmts[1])
         return lambda a, b, c: _gemm(a, b, c, plan, interpret=interpret)
 
     if general or (finite is None and any_range(M, N, K, block)):  # no cond
