@@ -413,3 +413,26 @@ def test_changelog_has_unreleased_then_the_release_summary():
 
 def test_package_is_typed():
     assert (ROOT / "jaxwarp" / "py.typed").is_file()
+
+
+def test_benchmark_records_one_per_benchmark_and_device():
+    # benchmarks/results/INDEX.md's scheme: {device}_{benchmark}.{ext}, one record per
+    # benchmark and device (a plot beside it), each listed in the index.
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    index = (root / "results" / "INDEX.md").read_text()
+    tools = {"conformance", "pytest_gpu", "ncu", "mmasim", "capture_tools",
+             "emulated_training"}
+    scripts = {p.stem for p in root.glob("*.py") if not p.stem.startswith("_")}
+    seen = {}
+    for f in sorted((root / "results").iterdir()):
+        if f.name == "INDEX.md":
+            continue
+        m = re.fullmatch(r"(cpu|h100|h100x4|h200)_([a-z0-9_]+)\.(json|txt|md|csv|png)", f.name)
+        assert m, f"{f.name}: not {{device}}_{{benchmark}}.{{ext}}"
+        assert m[2] in scripts | tools, f"{f.name}: {m[2]!r} is no benchmark or tool"
+        if m[3] != "png":
+            assert (m[1], m[2]) not in seen, f"{f.name} and {seen[(m[1], m[2])]}"
+            seen[(m[1], m[2])] = f.name
+        assert f"[{f.name}]" in index, f"{f.name} is not in INDEX.md"
