@@ -525,6 +525,10 @@ def _all_finite(x):
     return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
 
 
+#: The step's arithmetic, shared with the kernel on Mosaic GPU (``fused_mgpu``).
+pow_of, finish, all_finite = _pow_of, _finish, _all_finite
+
+
 def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> bool:
     """Whether :func:`chain` runs an (M, K) @ (K, N) product with one kernel for operands
     of any value, without a cond (the option ``gemm_kernel_any_range_below``): for bf16
@@ -560,6 +564,12 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
         ...                              interpret=True))
         ShapeDtypeStruct(shape=(8, 8), dtype=float32)
     """
+    if config.gemm_kernel_backend == "mosaic_gpu":  # the same bits, another backend
+        from jaxwarp._src.gemm.kernels import fused_mgpu  # noqa: PLC0415 (imports this)
+
+        return fused_mgpu.chain_for_option(
+            a, b, c, dp, fmt, finite=finite, form=form, block=block, num_warps=num_warps,
+            rounding=rounding, f32_operands=f32_operands, unroll=unroll)
     (M, K), N = a.shape, b.shape[1]
     bm, bn = block or BLOCK
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
