@@ -137,8 +137,17 @@ class Plan:
     stages: int = 3
     #: Registers a thread of the TMA warpgroup (the compute warpgroups share the rest).
     memory_registers: int = 40
-    #: ``fused_kernel.Plan.rounding``: "float" or "int".
-    rounding: str = "float"
+    #: ``fused_kernel.Plan.rounding``: "int" alone (the rounded sum by integer operations
+    #: on its bits). "float" converts the kept 24 bits to fp32 from uint32, which Mosaic
+    #: GPU lowers as a signed conversion (JAX 0.10.2 and 0.11: ``FragmentedArray.bitcast``
+    #: from int32 to uint32 returns the array unchanged, signed, so ``astype(float32)``
+    #: is ``arith.sitofp``): a wrong value for a magnitude of 2**31 or more.
+    rounding: str = "int"
+
+    def __post_init__(self):
+        if self.rounding != "int":
+            raise ValueError(f"fused Mosaic GPU kernel: rounding={self.rounding!r}; allowed: "
+                             f"'int' (see Plan.rounding)")
 
     @property
     def bm(self) -> int:
@@ -158,7 +167,7 @@ WM, BN, WGS, BK, STAGES, MEMORY_REGISTERS = 64, 32, 2, 64, 3, 40
 def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | None = None,
          bn: int | None = None, wgs: int | None = None, bk: int | None = None,
          stages: int | None = None, memory_registers: int | None = None,
-         rounding: str = "float", N: int | None = None) -> Plan:
+         rounding: str = "int", N: int | None = None) -> Plan:
     """The kernel for a product of K (a multiple of 16): the k block the largest of
     ``bk``, 32, 16 that divides K; the tile no wider than N needs.
 
