@@ -220,7 +220,7 @@ def run_timing(n: int) -> dict:
                    "triton": _kernel("triton", fmt, True),
                    "matmul_mosaic_gpu": _matmul(fmt, "mosaic_gpu"),
                    "matmul_triton": _matmul(fmt, "triton"),
-                   "xla": lambda a, b, c: jax.block_until_ready(xla(a, b, c))}
+                   "xla": lambda a, b, c, xla=xla: jax.block_until_ready(xla(a, b, c))}
             results = {}
             for what, fn in fns.items():
                 _time(fn, (a, b, c), flops, r, what, results)

@@ -138,28 +138,35 @@ def test_option_refuses_what_the_kernel_cannot_run(jit):
     dp = jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16)
 
     def f(a, c):
-        return fused_kernel.chain(a, a.T, c, dp, "bf16", form="general")
+        return fused_mgpu.by_option(a, a.T, c, dp, "bf16", form="general")
 
     with jaxwarp.config.override(gemm_kernel_backend="mosaic_gpu"):
         with pytest.raises(ValueError, match=r"gemm_kernel_backend='mosaic_gpu'.*general"):
             (jax.jit(f) if jit else f)(a, jnp.zeros((64, 64)))
-        with pytest.raises(ValueError, match=r"gemm_kernel_backend='mosaic_gpu'.*num_warps"):
-            fused_kernel.chain(a, a.T, jnp.zeros((64, 64)), dp, "bf16", finite=True,
-                               num_warps=8)
+        with pytest.raises(ValueError, match=r"gemm_kernel_backend='mosaic_gpu'.*'split'"):
+            fused_mgpu.by_option(a, a.T, jnp.zeros((64, 64)), dp, "bf16", form="split")
     with pytest.raises(ValueError, match="gemm_kernel_backend='cuda' is not allowed"):
         jaxwarp.config.update("gemm_kernel_backend", "cuda")
 
 
-def test_option_takes_the_kernel():
-    """``fused_kernel.chain`` (what exact ``matmul`` calls on a GPU) runs the Mosaic GPU
-    kernel where the option asks for it: exact mode's bits under ``emulate``."""
+def _matmul(a, b, c, fmt):
+    return jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact", instruction="wgmma",
+                          arch="sm_90a")
+
+
+@pytest.mark.parametrize("backend", ["triton", "mosaic_gpu"])
+def test_matmul_takes_the_kernel_the_option_names(backend):
+    """Exact ``matmul`` with the fused kernel ("on": off the GPU too) runs the kernel of
+    the backend ``gemm_kernel_backend`` names: exact mode's bits (the Mosaic GPU kernel
+    under ``emulate``, the Triton kernel in Pallas' interpreter, as matmul runs it)."""
     a, b, c = _operands("f16", 128, 32, 32, "special", seed=1)
-    dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
-    with jaxwarp.config.override(gemm_kernel_backend="mosaic_gpu"):
-        jaxpr = jax.make_jaxpr(lambda a, b, c: fused_kernel.chain(a, b, c, dp, "f16"))(a, b, c)
-        got = jaxwarp.emulate(lambda a, b, c: fused_kernel.chain(a, b, c, dp, "f16"),
-                              arch="sm_90a")(a, b, c)
-    assert "mpmd_map" in str(jaxpr) and "pallas_call" not in str(jaxpr)
+    with jaxwarp.config.override(gemm_fused_kernel="on", gemm_kernel_backend=backend):
+        jaxpr = str(jax.make_jaxpr(lambda a, b, c: _matmul(a, b, c, "f16"))(a, b, c))
+        run = (jaxwarp.emulate(_matmul, arch="sm_90a") if backend == "mosaic_gpu" else
+               _matmul)  # (emulate's Pallas interpreter batches; the kernel's trunc can't)
+        got = run(a, b, c, "f16")
+    assert ("mpmd_map" in jaxpr) == (backend == "mosaic_gpu")
+    assert ("pallas_call" in jaxpr) == (backend == "triton")
     np.testing.assert_array_equal(_bits(got), _bits(_exact(a, b, c, "f16")))
 
 
@@ -172,4 +179,4 @@ def test_a_jax_without_the_api_is_named(monkeypatch):
     dp = jaxwarp.datapath_for("sm_90", "wgmma", "f16", 16)
     with jaxwarp.config.override(gemm_kernel_backend="mosaic_gpu"):
         with pytest.raises(ValueError, match=r"mosaic_gpu'.*emit_pipeline_warp_specialized"):
-            fused_kernel.chain(a, a.T, jnp.zeros((64, 64)), dp, "f16", finite=True)
+            fused_mgpu.by_option(a, a.T, jnp.zeros((64, 64)), dp, "f16", finite=True)

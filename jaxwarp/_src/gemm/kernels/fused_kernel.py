@@ -564,12 +564,6 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
         ...                              interpret=True))
         ShapeDtypeStruct(shape=(8, 8), dtype=float32)
     """
-    if config.gemm_kernel_backend == "mosaic_gpu":  # the same bits, another backend
-        from jaxwarp._src.gemm.kernels import fused_mgpu  # noqa: PLC0415 (imports this)
-
-        return fused_mgpu.chain_for_option(
-            a, b, c, dp, fmt, finite=finite, form=form, block=block, num_warps=num_warps,
-            rounding=rounding, f32_operands=f32_operands, unroll=unroll)
     (M, K), N = a.shape, b.shape[1]
     bm, bn = block or BLOCK
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn

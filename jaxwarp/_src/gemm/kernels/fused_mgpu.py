@@ -58,6 +58,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxwarp._src.config import config
 from jaxwarp._src.gemm.kernels import fused_kernel
 
 #: The operand formats the kernel takes (both operands the same).
@@ -359,24 +360,37 @@ def chain(a, b, c, dp, fmt: str, *, finite: bool | None = None, **settings):
     return d[:M, :N]
 
 
-def chain_for_option(a, b, c, dp, fmt: str, *, finite, form, block, num_warps, rounding,
-                     f32_operands, unroll):
-    """``fused_kernel.chain`` where the option ``gemm_kernel_backend`` is "mosaic_gpu":
-    this kernel, or a ValueError naming the option where it cannot run the product (the
-    Triton kernel's ``form="general"``, bf16 operands of any value; Triton's own
-    settings; a JAX without the API)."""
+
+def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | None = None,
+              interpret: bool = False):
+    """The fused exact kernel of the Pallas backend that the option
+    ``gemm_kernel_backend`` names, with ``fused_kernel.chain``'s arguments (what exact
+    ``matmul`` calls): "auto" and "triton", ``fused_kernel.chain``; "mosaic_gpu", this
+    kernel, or a ValueError naming the option where it cannot run the product (bf16
+    operands of any value, ``form="general"``; a JAX without the API). ``interpret``
+    (off the GPU): the Triton kernel in Pallas' interpreter; this kernel has no such
+    switch (it runs off the GPU under ``jaxwarp.emulate`` alone).
+
+    Example:
+        >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16)
+        >>> a = jnp.ones((64, 32), jnp.bfloat16)
+        >>> with jaxwarp.config.override(gemm_kernel_backend="mosaic_gpu"):
+        ...     by_option(a, a.T, jnp.zeros((64, 64)), dp, "bf16", form="general")
+        Traceback (most recent call last):
+        ValueError: gemm_kernel_backend='mosaic_gpu' cannot run this product: bf16 ...
+    """
+    if config.gemm_kernel_backend != "mosaic_gpu":
+        return fused_kernel.chain(a, b, c, dp, fmt, finite=finite, form=form,
+                                  interpret=interpret)
     why = api_error()
     if form == "general":
         why = ("bf16 operands of any value (form='general', which matmul takes below "
                "gemm_kernel_any_range_below multiply-adds) are the Triton kernel's alone; "
                "the Mosaic GPU kernel takes f16 and bf16 in fp32's range (set "
                "gemm_kernel_any_range_below=0 for a range check and a cond instead)")
-    given = {k: v for k, v in dict(form=form, block=block, num_warps=num_warps,
-                                   rounding=rounding, f32_operands=f32_operands,
-                                   unroll=unroll).items() if v is not None}
-    if why is None and given:
-        why = f"Triton kernel settings {given} (the Mosaic GPU kernel has its own: plan())"
-    if why is None and fmt not in FORMATS:
+    elif why is None and form is not None:
+        why = f"form={form!r} is a Triton kernel setting"
+    elif why is None and fmt not in FORMATS:
         why = f"operand format {fmt!r} (allowed: {FORMATS})"
     if why is not None:
         raise ValueError(f"gemm_kernel_backend='mosaic_gpu' cannot run this product: {why}")
