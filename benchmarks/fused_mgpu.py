@@ -47,13 +47,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 #: ``--variants``: name -> Mosaic GPU kernel settings (``fused_mgpu_plan``'s arguments);
 #: the register budget of a compute warpgroup follows from ``wgs`` and
-#: ``memory_registers`` (64K registers split: 2 -> 232, 3 -> 152, 4 -> 112, 5 -> 88).
+#: ``memory_registers`` (64K registers split: 2 -> 232, 3 -> 152, 4 -> 112).
 VARIANTS = {
     "default": {},
     "wgs3": dict(wgs=3),
     "wgs4": dict(wgs=4),
     "wgs4_bn16": dict(wgs=4, bn=16),
-    "wgs5_bn16": dict(wgs=5, bn=16),
     "wgs2_bn64": dict(wgs=2, bn=64),
     "wgs2_wm128_bn16": dict(wgs=2, wm=128, bn=16),
     "wgs3_bk32_stages4": dict(wgs=3, bk=32, stages=4),

@@ -128,6 +128,10 @@ def test_plan_settings():
         fused_mgpu.plan("f16", 40, 25, 0, True)
     with pytest.raises(ValueError, match="wm=96"):
         fused_mgpu.plan("f16", 64, 25, 0, True, wm=96)
+    with pytest.raises(ValueError, match=r"wgs \* wm = 320 rows"):
+        fused_mgpu.plan("f16", 64, 25, 0, True, wgs=5)
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        fused_mgpu.plan("f16", 4096, 25, 0, True, wgs=4, bn=256, stages=4)
     with pytest.raises(ValueError, match="rounding='float'"):
         fused_mgpu.plan("f16", 64, 25, 0, True, rounding="float")
 

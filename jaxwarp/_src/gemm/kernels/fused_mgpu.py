@@ -67,6 +67,10 @@ FORMATS = fused_kernel.FORMATS
 IK = fused_kernel.IK
 #: Rows of one ``Layout.WGMMA`` row block.
 WG_ROWS = 64
+#: Elements of a TMA copy along each dimension at most (Mosaic GPU's async copies).
+TMA_BOX = 256
+#: Shared memory a block may use (H100: 227 KiB), less room for the pipeline's barriers.
+SMEM_BYTES = 224 * 1024
 #: What the kernel needs from ``jax.experimental.pallas.mosaic_gpu``.
 API = ("kernel", "emit_pipeline_warp_specialized", "BlockSpec", "TilingTransform",
        "SwizzleTransform", "find_swizzle", "SMEM", "Barrier", "copy_gmem_to_smem",
@@ -188,14 +192,23 @@ def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | Non
     if wm % WG_ROWS or bn % 8 or bk % IK or wgs < 1:
         raise ValueError(f"fused Mosaic GPU kernel: wm={wm} (a multiple of {WG_ROWS}), "
                          f"bn={bn} (of 8), bk={bk} (of {IK}), wgs={wgs} (>= 1)")
+    if wgs * wm > TMA_BOX or bn > TMA_BOX or wgs + 1 > 8:
+        raise ValueError(f"fused Mosaic GPU kernel: a tile of wgs * wm = {wgs * wm} rows and "
+                         f"bn = {bn} columns (at most {TMA_BOX} each: one TMA copy a block), "
+                         f"wgs={wgs} (at most 7 compute warpgroups)")
     while K % bk:
         bk //= 2
     bk = max(bk, IK) if K % max(bk, IK) == 0 else IK
     while N is not None and bn > 8 and bn // 2 >= N:
         bn //= 2
-    return Plan(fmt, K, F, nan_bits, finite, wm, bn, wgs, bk,
-                max(1, min(stages or STAGES, K // bk)), memory_registers or MEMORY_REGISTERS,
-                rounding)
+    stages = max(1, min(stages or STAGES, K // bk))
+    smem = stages * bk * (wgs * wm + bn) * 2 + wgs * wm * bn * 4
+    if smem > SMEM_BYTES:
+        raise ValueError(f"fused Mosaic GPU kernel: {stages} stages of ({bk}, {wgs * wm} + "
+                         f"{bn}) operands and the C / D staging take {smem} bytes of shared "
+                         f"memory (at most {SMEM_BYTES})")
+    return Plan(fmt, K, F, nan_bits, finite, wm, bn, wgs, bk, stages,
+                memory_registers or MEMORY_REGISTERS, rounding)
 
 
 def _step(col, row, c, p: Plan, arith: fused_kernel.Plan):
