@@ -148,6 +148,9 @@ class Plan:
     #: from int32 to uint32 returns the array unchanged, signed, so ``astype(float32)``
     #: is ``arith.sitofp``): a wrong value for a magnitude of 2**31 or more.
     rounding: str = "int"
+    #: The operands passed (and held in shared memory) as fp32: twice the bytes, no
+    #: conversion of the loaded vectors (the Triton kernel's ``f32_operands``).
+    f32_operands: bool = False
 
     def __post_init__(self):
         if self.rounding != "int":
@@ -172,7 +175,7 @@ WM, BN, WGS, BK, STAGES, MEMORY_REGISTERS = 64, 32, 2, 64, 3, 40
 def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | None = None,
          bn: int | None = None, wgs: int | None = None, bk: int | None = None,
          stages: int | None = None, memory_registers: int | None = None,
-         rounding: str = "int", N: int | None = None) -> Plan:
+         rounding: str = "int", f32_operands: bool = False, N: int | None = None) -> Plan:
     """The kernel for a product of K (a multiple of 16): the k block the largest of
     ``bk``, 32, 16 that divides K; the tile no wider than N needs.
 
@@ -202,13 +205,13 @@ def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | Non
     while N is not None and bn > 8 and bn // 2 >= N:
         bn //= 2
     stages = max(1, min(stages or STAGES, K // bk))
-    smem = stages * bk * (wgs * wm + bn) * 2 + wgs * wm * bn * 4
+    smem = stages * bk * (wgs * wm + bn) * (4 if f32_operands else 2) + wgs * wm * bn * 4
     if smem > SMEM_BYTES:
         raise ValueError(f"fused Mosaic GPU kernel: {stages} stages of ({bk}, {wgs * wm} + "
                          f"{bn}) operands and the C / D staging take {smem} bytes of shared "
                          f"memory (at most {SMEM_BYTES})")
     return Plan(fmt, K, F, nan_bits, finite, wm, bn, wgs, bk, stages,
-                memory_registers or MEMORY_REGISTERS, rounding)
+                memory_registers or MEMORY_REGISTERS, rounding, f32_operands)
 
 
 def _step(col, row, c, p: Plan, arith: fused_kernel.Plan):
@@ -327,7 +330,7 @@ def gemm(a, b, c, p: Plan):
         raise ValueError(f"fused Mosaic GPU gemm: {a.shape} @ {b.shape} + {c.shape} does not "
                          f"fit the plan {p}")
     register_mosaic_rule()
-    dt = jnp.float16 if p.fmt == "f16" else jnp.bfloat16
+    dt = jnp.float32 if p.f32_operands else jnp.float16 if p.fmt == "f16" else jnp.bfloat16
     f = plgpu.kernel(
         functools.partial(_kernel, p=p),
         out_type=jax.ShapeDtypeStruct((M, N), jnp.int32),
