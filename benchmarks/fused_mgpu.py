@@ -16,7 +16,8 @@ NaN, sums of 16 terms past 2**31 (the int32 carry), M, N and K the tile does not
 
 ``--variants``: the timing of Mosaic GPU kernel settings (:data:`VARIANTS`: compute
 warpgroups, rows a warpgroup, tile columns, k block, stages, the TMA warpgroup's
-registers, fp32 operands) at ``--size``, bf16 (``--variant-formats`` for others), each with its bits
+registers, fp32 operands, terms truncated by integer operations) at
+``--size``, bf16 (``--variant-formats`` for others), each with its bits
 against the default kernel's.
 
 Every case runs in its own try/except: an error is reported in its JSON record (type,
@@ -59,6 +60,9 @@ VARIANTS = {
     "wgs4_bk16_stages6": dict(wgs=4, bk=16, stages=6),
     "wgs4_mem24": dict(wgs=4, memory_registers=24),
     "wgs4_bk32_f32_operands": dict(wgs=4, bk=32, stages=4, f32_operands=True),
+    "wgs2_int_terms4": dict(int_terms=4),
+    "wgs4_int_terms3": dict(wgs=4, int_terms=3),
+    "wgs4_int_terms5": dict(wgs=4, int_terms=5),
 }
 
 #: ``--check`` cases: (format, kind, finite, M, K, N).

@@ -97,7 +97,7 @@ def test_tile_settings_keep_the_bits():
     dp = jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16)
     want = _bits(_exact(a, b, c, "bf16"))
     for settings in (dict(wgs=1, wm=128, bn=16, bk=32, stages=2), dict(wgs=2, bn=64, bk=16),
-                     dict(wgs=2, f32_operands=True)):
+                     dict(wgs=2, f32_operands=True), dict(int_terms=5), dict(int_terms=16)):
         got = jaxwarp.emulate(lambda a, b, c, s=settings: fused_mgpu.chain(
             a, b, c, dp, "bf16", finite=True, **s), arch="sm_90a")(a, b, c)
         np.testing.assert_array_equal(_bits(got), want, err_msg=str(settings))

@@ -151,8 +151,16 @@ class Plan:
     #: The operands passed (and held in shared memory) as fp32: twice the bytes, no
     #: conversion of the loaded vectors (the Triton kernel's ``f32_operands``).
     f32_operands: bool = False
+    #: Products of an instruction (the last ones) whose term is truncated by integer
+    #: operations (:func:`trunc_by_bits`, about 11 on the integer pipe) instead of one
+    #: fp32 -> int32 conversion: the conversion pipe bounds the Triton kernel, and the
+    #: two pipes run side by side (the same bits either way).
+    int_terms: int = 0
 
     def __post_init__(self):
+        if not 0 <= self.int_terms <= IK:
+            raise ValueError(f"fused Mosaic GPU kernel: int_terms={self.int_terms}; allowed "
+                             f"0 to {IK}")
         if self.rounding != "int":
             raise ValueError(f"fused Mosaic GPU kernel: rounding={self.rounding!r}; allowed: "
                              f"'int' (see Plan.rounding)")
@@ -175,7 +183,8 @@ WM, BN, WGS, BK, STAGES, MEMORY_REGISTERS = 64, 32, 2, 64, 3, 40
 def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | None = None,
          bn: int | None = None, wgs: int | None = None, bk: int | None = None,
          stages: int | None = None, memory_registers: int | None = None,
-         rounding: str = "int", f32_operands: bool = False, N: int | None = None) -> Plan:
+         rounding: str = "int", f32_operands: bool = False, int_terms: int = 0,
+         N: int | None = None) -> Plan:
     """The kernel for a product of K (a multiple of 16): the k block the largest of
     ``bk``, 32, 16 that divides K; the tile no wider than N needs.
 
@@ -211,7 +220,27 @@ def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | Non
                          f"{bn}) operands and the C / D staging take {smem} bytes of shared "
                          f"memory (at most {SMEM_BYTES})")
     return Plan(fmt, K, F, nan_bits, finite, wm, bn, wgs, bk, stages,
-                memory_registers or MEMORY_REGISTERS, rounding, f32_operands)
+                memory_registers or MEMORY_REGISTERS, rounding, f32_operands, int_terms)
+
+
+def trunc_by_bits(x):
+    """fp32 x (|x| < 2**27) -> int32 toward zero by integer operations on its bits (no
+    conversion: the integer pipe, beside the conversion pipe's ``trunc_f32``): the
+    significand with its leading 1 at bit 30, shifted right by ``157 - exponent field``
+    (31 at most: below 1, a zero), negated for a negative x. (About 11 integer operations
+    where ``trunc_f32`` is one conversion.)
+
+    Example:
+        >>> trunc_by_bits(jnp.array([-3.5, 2.0 ** 26 + 8, 0.75, -0.0, 1e-40], jnp.float32))
+        Array([       -3, 67108872,        0,        0,        0], dtype=int32)
+    """
+    xb = lax.bitcast_convert_type(x, jnp.int32)
+    m = ((xb << 7) & 0x3FFFFF80) | 0x40000000
+    # (the shift kept in 0 .. 31 for an inf or NaN x too: its term is discarded, but an
+    # LLVM shift past the width is poison)
+    mag = lax.shift_right_logical(m, jnp.clip(157 - ((xb >> 23) & 0xFF), 0, 31))
+    s = xb >> 31
+    return (mag ^ s) - s
 
 
 def _step(col, row, c, p: Plan, arith: fused_kernel.Plan):
@@ -241,7 +270,8 @@ def _step(col, row, c, p: Plan, arith: fused_kernel.Plan):
     def terms(scale):
         s = None
         for i in range(IK):
-            t = fused_kernel.trunc_f32(product(i) * scale)
+            x = product(i) * scale
+            t = (fused_kernel.trunc_f32(x) if i < IK - p.int_terms else trunc_by_bits(x))
             s = t if s is None else s + t
         return s
 
