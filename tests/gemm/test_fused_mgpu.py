@@ -38,7 +38,7 @@ def _operands(fmt, M, N, K, kind, seed=0):
     elif kind == "carry":  # 16 terms near 2**27 of one sign and C: the sum passes 2**31
         a = np.full((M, K), 1.9921875) * np.where(rng.random((M, 1)) < 0.5, 1, -1)
         b = np.full((K, N), 1.9921875 if fmt == "bf16" else 1.9990234375)
-        c = np.sign(a[:, :1]) * np.full((M, N), 3.99)
+        c = np.sign(a[:, :1]) * np.full((M, N), 1.99)  # C at the products' E
     a, b = jnp.asarray(a, _DT[fmt]), jnp.asarray(b, _DT[fmt])
     c = jnp.asarray(c, jnp.float32).at[0, 1].set(-0.0).at[1, 1].set(2.0 ** -130)
     if kind == "special":  # inf / NaN operands (f16) and C
