@@ -28,7 +28,15 @@ pipeline's: ``memory_registers`` for the TMA warpgroup, the rest of the 64K spli
 the compute warpgroups (``plgpu.set_max_registers`` inside the pipeline: 232 a thread for
 2 compute warpgroups, 152 for 3, 112 for 4). C comes in as its fp32 bits through a
 shared-memory staging buffer (TMA, then a load in ``Layout.WGMMA``), D's bits go out
-through the same buffer, NaNs with the datapath's NaN bits.
+through the same buffer, NaNs with the datapath's NaN bits. Settings for speed, all of
+the same bits (:func:`plan`): the tile (``wm``, ``bn``, ``wgs``), the k block and stages,
+the registers, fp32 operands in shared memory, and ``int_terms``: the terms of some of an
+instruction's products truncated by integer operations (:func:`trunc_by_bits`) so that
+the integer pipe shares the conversion pipe's work (the Triton kernel's bound).
+
+Exact ``matmul`` reaches this kernel through :func:`by_option` (the option
+``gemm_kernel_backend``), which is ``fused_kernel.chain`` unless the option says
+"mosaic_gpu".
 
 Lowering (JAX 0.10.2 and 0.11, ``lowering.py`` of ``jax._src.pallas.mosaic_gpu``): the
 kernel uses Lane semantics (``plgpu.kernel``'s default), where every operation it needs
