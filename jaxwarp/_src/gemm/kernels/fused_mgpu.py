@@ -16,7 +16,7 @@ copies of A's and B's (bk, bm) / (bk, bn) blocks into a ring of ``stages`` share
 buffers (A passed transposed, (K, M), so that a column of A is a contiguous row of the
 block), and ``wgs`` compute warpgroups each hold a (wm, bn) slice of the tile, rows
 ``wg * wm ..``, as an fp32 accumulator in registers (``Layout.WGMMA``: a (64, 8) tile
-is 2 x 2 values a thread, ``wm * bn / 128`` values a thread). Per instruction (16 of
+is 2 x 2 values a thread, ``wm * bn / 128`` values a thread). Per instruction (4 of
 them a k block of 64) the 16 outer-product steps are register-array arithmetic: A's
 column i is read from shared memory as a (wm,) vector in ``Layout.WGMMA.reduce(1)`` (each
 thread loads the 2 rows it owns), B's row i as a (bn,) vector in ``Layout.WGMMA.reduce(0)``
@@ -48,7 +48,12 @@ one-conversion primitive ``trunc_i32_p`` gets a Lane rule here (:func:`register_
 The vectors are read with ``ref[...]`` followed by ``plgpu.layout_cast`` (the lowering
 takes the cast as the load's layout) rather than ``plgpu.load(..., layout=)``: JAX 0.10.2's
 GPU interpret mode has no rule for ``plgpu.load`` (its abstract evaluation fails on a
-value), and ``ref[...]`` lowers to the same load.
+value), and ``ref[...]`` lowers to the same load. One thing lowers but computes another
+value than on the CPU: a bitcast from int32 to uint32 leaves the array signed
+(``FragmentedArray.bitcast`` returns it unchanged for the same MLIR type), so its
+conversion to fp32 is ``arith.sitofp`` -- the Triton kernel's ``rounding="float"``, which
+converts the 24 kept bits from uint32, would be wrong for sums of 2**31 and more; this
+kernel takes ``rounding="int"`` (:class:`Plan`).
 
 Off the GPU the kernel runs unchanged under ``jaxwarp.emulate(fn, arch="sm_90a")`` (JAX's
 GPU interpret mode, ``layout_cast`` the identity), which checks its bits against
