@@ -105,9 +105,9 @@ def test_tile_settings_keep_the_bits():
 
 @pytest.mark.parametrize("fmt", ["bf16", "f16"])
 def test_kernel_lowers_for_cuda_at_4096(fmt):
-    """Mosaic GPU lowers the 4096^3 kernels (both variants of the cond) on a CPU
-    (``jax.export`` for CUDA): every layout, broadcast, load and integer operation of them
-    is one the backend builds, with one fp32 -> int32 conversion per term (``fptosi``)."""
+    """Mosaic GPU lowers the 4096^3 kernels (both variants of the cond: two Mosaic GPU
+    custom calls) on a CPU (``jax.export`` for CUDA): every layout, broadcast, load and
+    integer operation of them is one the backend builds."""
     from jax import export
 
     dp = jaxwarp.datapath_for("sm_90", "wgmma", fmt, 16)
@@ -115,7 +115,7 @@ def test_kernel_lowers_for_cuda_at_4096(fmt):
     c = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)
     fn = jax.jit(lambda a, b, c: fused_mgpu.chain(a, b, c, dp, fmt))
     text = export.export(fn, platforms=["cuda"])(a, a, c).mlir_module()
-    assert text.count("@mosaic_gpu") == 2 and "mma" not in text.split("@mosaic_gpu")[0]
+    assert text.count("@mosaic_gpu") == 2
 
 
 def test_plan_settings():
