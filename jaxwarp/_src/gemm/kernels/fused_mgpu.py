@@ -39,7 +39,7 @@ Exact ``matmul`` reaches this kernel through :func:`by_option` (the option
 "mosaic_gpu".
 
 Lowering (JAX 0.10.2 and 0.11, ``lowering.py`` of ``jax._src.pallas.mosaic_gpu``): the
-kernel uses Lane semantics (``plgpu.kernel``'s default), where every operation it needs
+kernel asks for Lane semantics (JAX 0.10's default; 0.11's is Warpgroup), where all it needs
 lowers: bitcasts, and / or / xor, shifts (logical right ``arith.shrui``), ``lax.clz``
 (``math.ctlz``), comparisons, ``select_n`` with scalar cases (splat), integer and float
 maximum, ``broadcast_in_dim`` from a reduced ``TiledLayout``, and fp32 -> int32 as
@@ -378,7 +378,10 @@ def gemm(a, b, c, p: Plan):
         functools.partial(_kernel, p=p),
         out_type=jax.ShapeDtypeStruct((M, N), jnp.int32),
         grid=(M // p.bm, N // p.bn), grid_names=("m", "n"),
-        num_threads=p.wgs + 1, thread_name="wg")
+        num_threads=p.wgs + 1, thread_name="wg",
+        # Lane semantics, named: JAX 0.10's default, not JAX 0.11's (Warpgroup, where
+        # trunc_i32_p has no rule: "Unimplemented primitive", on an H100 with 0.11.2)
+        compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane))
     d = f(a.astype(dt).T, b.astype(dt),
           lax.bitcast_convert_type(c.astype(jnp.float32), jnp.int32))
     return lax.bitcast_convert_type(d, jnp.float32)
