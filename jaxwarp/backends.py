@@ -18,6 +18,9 @@ Fused kernel (exact f16 / bf16 sm_90 chains, one Pallas kernel per output tile):
         plan)``).
     fused_conversions_as_bitcasts: a context manager, a probe: traced inside it, the
         kernel's fp32 truncations are bitcasts (wrong numbers; their cost measured).
+    fused_mgpu_chain: ``(a, b, c, datapath, fmt, finite=, **settings)``: the same kernel
+        on Pallas' Mosaic GPU backend (f16; bf16 in fp32's range); fused_mgpu_plan: its
+        plan for a K and settings (tile, compute warpgroups, k block, stages, registers).
 
 Native mode (wgmma through Triton, sm_90):
     NATIVE_K: the instruction k per operand format.
@@ -57,6 +60,8 @@ from jaxwarp._src.gemm.kernels.fused_kernel import KERNEL_NAME as FUSED_KERNEL_N
 from jaxwarp._src.gemm.kernels.fused_kernel import Plan as FusedPlan
 from jaxwarp._src.gemm.kernels.fused_kernel import chain as fused_chain
 from jaxwarp._src.gemm.kernels.fused_kernel import gemm as fused_gemm
+from jaxwarp._src.gemm.kernels.fused_mgpu import chain as fused_mgpu_chain
+from jaxwarp._src.gemm.kernels.fused_mgpu import plan as fused_mgpu_plan
 from jaxwarp._src.gemm.kernels.native_kernels import DotSpec as NativeDotSpec
 from jaxwarp._src.gemm.kernels.native_kernels import Plan as NativePlan
 from jaxwarp._src.gemm.kernels.native_kernels import gemm as native_gemm
@@ -70,7 +75,7 @@ from jaxwarp._src.recipes import shared
 
 __all__ = [
     "FUSED_KERNEL_NAME", "FusedPlan", "fused_chain", "fused_gemm",
-    "fused_conversions_as_bitcasts",
+    "fused_conversions_as_bitcasts", "fused_mgpu_chain", "fused_mgpu_plan",
     "NATIVE_K", "native_device_error", "native_check_chain", "native_chain",
     "NativeDotSpec", "NativePlan", "native_gemm",
     "ChainConfig", "chain_config", "exact_chain", "record_products", "wait_for_promotions",

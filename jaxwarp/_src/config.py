@@ -142,6 +142,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("gemm_kernel_unroll_small", 1, allowed=(1, 2, 4, 8, 16), help=(
         "Products written out per iteration of the small products' kernel loop (16: no "
         "loop).")),
+    # gemm_kernel_backend: JAX 0.11 deprecates Pallas' Triton backend; 'auto' stays on the
+    # Triton kernel until the Mosaic GPU one (fused_mgpu) is measured on a GPU.
+    Option("gemm_kernel_backend", "auto", allowed=("auto", "triton", "mosaic_gpu"), help=(
+        "Which Pallas backend runs the fused exact kernel (the same bits): 'auto' (Triton, "
+        "measured on an H100), 'triton' or 'mosaic_gpu' (operands in its in-range form: f16, "
+        "bf16 in fp32's range; an error where it cannot run the product).")),
     Option("gemm_kernel_any_range_below", 1 << 24, check=_int_at_least(0), help=(
         "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
         "with no range check and no cond in the calling program.")),

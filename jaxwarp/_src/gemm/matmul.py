@@ -60,7 +60,7 @@ from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import k_loop, matmul_sparse, mfma_gemm, native
-from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel
+from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel, fused_mgpu
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue, promote
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
@@ -166,13 +166,13 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
     if fast or fused_kernel.any_range(Mp, Np, Kp):
         # The kernel alone: every f16 / fp8 product is a normal fp32 number; a small bf16
         # product takes the kernel for operands of any value, no range check.
-        return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format,
-                                  form=None if fast else "general", b_fmt=cfg.b_format,
-                                  interpret=interpret)[:M, :N]
+        return fused_mgpu.by_option(a_op, b_op, acc, fused_dp, cfg.a_format,
+                                    form=None if fast else "general", b_fmt=cfg.b_format,
+                                    interpret=interpret)[:M, :N]
 
     def in_range(acc):  # bf16 in fp32's range through the kernel
-        return fused_kernel.chain(a_op, b_op, acc, fused_dp, cfg.a_format, finite=True,
-                                  interpret=interpret)
+        return fused_mgpu.by_option(a_op, b_op, acc, fused_dp, cfg.a_format, finite=True,
+                                    interpret=interpret)
 
     # One cond for the whole product; the rest through XLA's general loop, or beside the
     # kernel on an accelerator, through the shared executables on the host.

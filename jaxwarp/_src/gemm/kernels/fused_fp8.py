@@ -4,9 +4,10 @@ Promotion (``promote_every=N``, DeepSeek-V3's fp8 GEMM; ``k_loop``'s docstring) 
 k loop into intervals of N k-elements: each interval's chain of instructions starts from
 +0 and its fp32 result ``P`` is added to the fp32 accumulator by an ordinary addition, or
 with block scales as DeepGEMM's ``acc += (sa * sb) * P`` (``matmul_scales.promote``).
-Here each interval's chain is one call of :func:`fused_kernel.chain` (K = N; a shorter
-last interval one more) and the promotions run in the calling program between the calls,
-the function that ``k_loop.xla_loop`` applies between its intervals: the same bits.
+Here each interval's chain is one call of the fused kernel (K = N; a shorter
+last interval one more; the backend that ``gemm_kernel_backend`` names) and the
+promotions run in the calling program between the calls, the function that
+``k_loop.xla_loop`` applies between its intervals: the same bits.
 
 The intervals run as a ``lax.scan`` over k (one kernel traced and lowered for all of
 them). What the route adds to one kernel over the whole K: per interval the kernel reads
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src.catalogue.arch import Datapath
-from jaxwarp._src.gemm.kernels import fused_kernel
+from jaxwarp._src.gemm.kernels import fused_kernel, fused_mgpu
 
 
 def promoted_chain(a, b, acc, dp: Datapath, fmt: str, every: int,
@@ -55,8 +56,8 @@ def promoted_chain(a, b, acc, dp: Datapath, fmt: str, every: int,
     def part(k0, n):  # the chain over k-elements k0 .. k0 + n - 1 from +0, (M, N)
         at = lax.dynamic_slice_in_dim(a, k0, n, axis=1)
         bt = lax.dynamic_slice_in_dim(b, k0, n, axis=0)
-        return fused_kernel.chain(at, bt, zero, dp, fmt, b_fmt=b_fmt,
-                                  interpret=interpret)[:M, :N]
+        return fused_mgpu.by_option(at, bt, zero, dp, fmt, b_fmt=b_fmt,
+                                    interpret=interpret)[:M, :N]
 
     def interval(carry, _):
         acc, kb = carry

@@ -594,6 +594,10 @@ def _all_finite(x):
     return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
 
 
+#: The step's arithmetic, shared with the kernel on Mosaic GPU (``fused_mgpu``).
+pow_of, finish, all_finite = _pow_of, _finish, _all_finite
+
+
 def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> bool:
     """Whether :func:`chain` runs an (M, K) @ (K, N) product with one kernel for operands
     of any value, without a cond (the option ``gemm_kernel_any_range_below``): for bf16
