@@ -34,8 +34,9 @@ def compact_ballot(x: jax.Array) -> jax.Array:
     """``wd.compact``'s output without a branch: ballot + popc prefix over the warp."""
     keep = x % 3 != 0
     m = jaxwarp.ballot_sync(wd.FULL, keep)
-    slot = jnp.where(keep, wd.popc(m & wd.lanemask_lt()), 32)
-    return jnp.full((33,), -1, jnp.int32).at[slot].set(x.astype(jnp.int32))[:32]
+    slot = jnp.where(keep, wd.popc(m & wd.lanemask_lt()), 32 + jaxwarp.lane_id())
+    return jnp.full((32,), -1, jnp.int32).at[slot].set(x.astype(jnp.int32), mode="drop",
+                                                      unique_indices=True)
 
 
 def programs() -> dict[str, tuple[Any, Any]]:
