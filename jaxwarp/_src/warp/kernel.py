@@ -47,7 +47,7 @@ _MOVES = frozenset({
 _INT_OPS = frozenset({
     "add", "sub", "mul", "neg", "and", "or", "xor", "not", "shift_left",
     "shift_right_logical", "shift_right_arithmetic", "max", "min", "eq", "ne", "lt", "le",
-    "gt", "ge", "convert_element_type",
+    "gt", "ge", "convert_element_type", "sign",
 })
 _F32_OPS = frozenset({"add", "sub"})
 _CALLS = frozenset({"pjit", "jit", "custom_jvp_call", "closed_call"})

@@ -235,21 +235,28 @@ def _default_fill(dtype):
 
 
 def _scatter_form_ok(eqn) -> bool:
+    """Whether ``eqn`` scatters one element per index along the last axis of a (b, n)
+    operand: indices (b, m, 1) with updates (b, m), or indices (m, 1) shared by the b
+    rows of the updates (b, m)."""
     d = eqn.params["dimension_numbers"]
     op, idx, upd = (v.aval for v in eqn.invars)
-    return (op.ndim == 2 and idx.ndim == 3 and idx.shape[-1] == 1 and upd.ndim == 2
-            and tuple(int(a) for a in d.update_window_dims) == ()
+    if not (op.ndim == 2 and idx.shape[-1:] == (1,) and upd.ndim == 2
             and tuple(int(a) for a in d.inserted_window_dims) == (1,)
-            and tuple(int(a) for a in d.scatter_dims_to_operand_dims) == (1,)
-            and tuple(int(a) for a in d.operand_batching_dims) == (0,)
-            and tuple(int(a) for a in d.scatter_indices_batching_dims) == (0,))
+            and tuple(int(a) for a in d.scatter_dims_to_operand_dims) == (1,)):
+        return False
+    batched = (idx.ndim == 3 and tuple(int(a) for a in d.update_window_dims) == ()
+               and tuple(int(a) for a in d.operand_batching_dims) == (0,)
+               and tuple(int(a) for a in d.scatter_indices_batching_dims) == (0,))
+    rows = (idx.ndim == 2 and tuple(int(a) for a in d.update_window_dims) == (0,)
+            and not d.operand_batching_dims and upd.shape[0] == op.shape[0])
+    return batched or rows
 
 
 def _scatter(kind: str):
     def rule(eqn, vals, _):
         op, idx, upd = vals
         n = op.shape[-1]
-        idx = idx[..., 0]
+        idx = jnp.broadcast_to(idx[..., 0], upd.shape)
         if eqn.params["mode"] == _MODES.CLIP:
             idx = jnp.clip(idx, 0, n - 1)
         hit = jnp.swapaxes(_onehot(idx, n), 1, 2)  # (b, n, m): position p, update l
