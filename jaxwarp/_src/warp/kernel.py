@@ -85,12 +85,12 @@ def _why_not(jaxpr) -> str | None:
             if why:
                 return why
             continue
-        if "float32" in dtypes:
-            if name in _F32_OPS and dtypes == {"float32"}:
+        if name in _F32_OPS and dtypes == {"float32"}:
+            continue
+        if name in _INT_OPS:
+            if "float32" not in dtypes:
                 continue
             return f"{name} on float32 (Triton may give other bits than XLA)"
-        if name in _INT_OPS:
-            continue
         return f"{name} (no bit-exact Triton lowering here)"
     return None
 
@@ -130,6 +130,10 @@ class WarpKernel:
             if self.warps_per_block or b == _ONEHOT_BLOCK or not _has_onehot(jx.jaxpr):
                 break
             b = _ONEHOT_BLOCK  # (b, 32, 32) one-hot forms: a smaller block of warps
+        for o in jax.tree.leaves(out_block):
+            if o.shape != (b, WARP_SIZE):
+                return (f"an output of shape {o.shape[1:]} per warp (the kernel writes "
+                        f"({WARP_SIZE},) per warp)"), None, None
         for c in kernel_ops.constants(jx.jaxpr, jx.consts):
             shape, dtype = np.shape(c), str(np.asarray(c).dtype)
             if any(n & (n - 1) for n in shape) or dtype not in _DTYPES:
