@@ -113,7 +113,8 @@ def test_integer_reductions_and_cumsum():
     def prog(u, s):
         red = jnp.sum(u) ^ jnp.max(u) ^ jnp.min(u) ^ jnp.sum(s).astype(jnp.uint32)
         flags = jnp.where(jnp.any(s < 0) & jnp.all(u > 0), 1, 2) + jnp.max(s) - jnp.min(s)
-        return jnp.broadcast_to(red, (32,)), jnp.broadcast_to(flags, (32,)), jnp.cumsum(s), lax.population_count(u)
+        return (jnp.broadcast_to(red, (32,)), jnp.broadcast_to(flags, (32,)), jnp.cumsum(s),
+                lax.population_count(u))
 
     _same(prog, x, i)
     scalar = jaxwarp.warp_kernel(lambda u: jnp.sum(u))
