@@ -12,12 +12,18 @@ join), so a whole warp program is one pass over memory.
 
 Bits: the kernel runs only programs whose every operation gives the same bits in
 Triton as in XLA: data movement (reshapes, transposes, splits, joins, broadcasts,
-selects, bit casts), integer arithmetic and comparisons, and float32 addition and
-subtraction (IEEE, to nearest even, in both). Anything else (a float product, which
-Triton may contract with an addition into an FMA; a float division, which Triton
-computes approximately; a shuffle with a traced offset, which needs a gather; the
-``up``/``down`` shuffles, which need slices) makes ``warp_kernel`` run ``jax.vmap(fn)``
-instead, with the same bits, and ``warp_kernel(fn).explain(*args)`` says why.
+selects, bit casts), integer arithmetic, comparisons and reductions (sums, minima,
+maxima, ``cumsum``, ``popc``: exact in any order), float32 addition and subtraction
+(IEEE, to nearest even, in both), and, in the forms of ``kernel_ops`` (a jaxpr
+interpreter that evaluates the traced program inside the kernel): integer division and
+remainder guarded so that no case LLVM leaves undefined reaches the instruction, gathers
+and scatters of single elements (any shuffle, a store to computed slots) as one-hot
+selections, ``fori_loop`` / ``while_loop`` / ``cond``. Anything else (a float product,
+which Triton may contract with an addition into an FMA; a float division, which Triton
+computes approximately; a scatter that sets elements without ``unique_indices=True``,
+where XLA leaves which of two updates wins unspecified; a shape that is not a power of
+two) makes ``warp_kernel`` run ``jax.vmap(fn)`` instead, with the same bits, and
+``warp_kernel(fn).explain(*args)`` says why.
 """
 
 from __future__ import annotations
@@ -274,17 +280,21 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int | None = Non
     ``jax.vmap(fn)``. Derivatives (``jax.grad``, ``jax.jvp``) are ``jax.vmap(fn)``'s
     in either case.
 
-    The kernel runs data movement (reshapes, transposes, splits, joins, broadcasts,
-    selects, bit casts), integer arithmetic and comparisons, and float32 addition and
-    subtraction; anything else (a float product, which Triton may contract into an
-    FMA; a float division, which Triton computes approximately; a shuffle with a traced
-    offset; the ``up`` / ``down`` shuffles) makes it run ``jax.vmap(fn)``, with the
-    same bits. ``warp_kernel(fn).explain(*args)`` is None where the kernel runs, else
-    it says why not.
+    The kernel runs data movement, integer arithmetic, comparisons and reductions,
+    integer division (XLA's results for division by zero and MIN / -1), float32
+    addition and subtraction, gathers and scatters of single elements (shuffles with
+    any offset, stores to computed slots: a scatter that sets elements needs
+    ``unique_indices=True``, as XLA leaves duplicates unspecified) and loops; anything
+    else (a float product, which Triton may contract into an FMA; a float division,
+    which Triton computes approximately; a size that is not a power of two) makes it
+    run ``jax.vmap(fn)``, with the same bits. ``warp_kernel(fn).explain(*args)`` is
+    None where the kernel runs, else it says why not.
 
     Args:
       fn: the warp program.
-      warps_per_block: warps per kernel program (a power of two).
+      warps_per_block: warps per kernel program (a power of two); None: 128, or 8 for a
+        program that gathers or scatters (its one-hot selections hold (warps, 32, 32)
+        values in registers).
       num_warps: CUDA warps per program (Triton's ``num_warps``); None: Pallas's
         default.
       force: None (choose), "pallas" (raise if ``fn`` cannot run as a kernel) or
@@ -302,6 +312,11 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int | None = Non
       >>> warp_sum(jnp.ones((4, 32), jnp.float32))[:, 0]
       Array([32., 32., 32., 32.], dtype=float32)
       >>> warp_sum.explain(jnp.ones((4, 32), jnp.float32)) is None
+      True
+      >>> @jaxwarp.warp_kernel
+      ... def reverse(v):  # a store to computed slots: distinct ones
+      ...     return jnp.zeros_like(v).at[31 - jaxwarp.lane_id()].set(v, unique_indices=True)
+      >>> reverse.explain(jnp.ones((4, 32), jnp.int32)) is None
       True
     """
     checks.static_choice(force, "force", (None, "pallas", "vmap"))
