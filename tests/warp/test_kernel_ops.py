@@ -72,12 +72,26 @@ def test_division_and_remainder_edges(dtype):
         np.testing.assert_array_equal(rn[over], 0)
 
 
-def test_no_undefined_division_reaches_the_instruction():
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int8, np.uint16])
+def test_shift_edges(dtype):
+    x, y = _edge_pairs(dtype)
+
+    def prog(a, b):
+        return (lax.shift_left(a, b), lax.shift_right_logical(a, b),
+                lax.shift_right_arithmetic(a, b), a << 3, a >> jnp.asarray(5, dtype))
+
+    _same(prog, x, y)
+
+
+def test_no_undefined_division_or_shift_reaches_the_instruction():
     # Evaluate the kernel body's own program (kernel_ops.run, traced) and look at the
-    # operands of every div / rem it issues: never a zero divisor, never MIN / -1.
+    # operands of every div / rem / shift it issues: never a zero divisor, never MIN / -1,
+    # never a shift by 32 or more (or a negative amount).
     x, y = _edge_pairs(np.int32)
     block = [jax.ShapeDtypeStruct(x.shape, x.dtype)] * 2
-    program = jax.make_jaxpr(jax.vmap(lambda a, b: (lax.div(a, b), lax.rem(a, b))))(*block)
+    program = jax.make_jaxpr(jax.vmap(lambda a, b: (
+        lax.div(a, b), lax.rem(a, b), lax.shift_left(a, b), lax.shift_right_logical(a, b),
+        lax.shift_right_arithmetic(a, b))))(*block)
     body = jax.make_jaxpr(lambda a, b: kernel_ops.run(program.jaxpr, [], [a, b], {}))(x, y)
     seen = 0
 
@@ -97,13 +111,16 @@ def test_no_undefined_division_reaches_the_instruction():
                     a, b = np.broadcast_arrays(*(np.asarray(v) for v in vals))
                     assert not np.any(b == 0)
                     assert not np.any((a == np.iinfo(np.int32).min) & (b == -1))
+                if eqn.primitive.name.startswith("shift"):
+                    seen += 1
+                    assert np.all((np.asarray(vals[1]) >= 0) & (np.asarray(vals[1]) < 32))
                 outs = eqn.primitive.bind(*vals, **eqn.params)
                 outs = outs if eqn.primitive.multiple_results else [outs]
             env.update(zip(eqn.outvars, outs, strict=True))
         return [env[v] for v in jaxpr.outvars]
 
     evaluate(body.jaxpr, [x, y])
-    assert seen == 2
+    assert seen == 5
 
 
 def test_integer_reductions_and_cumsum():

@@ -6,6 +6,8 @@ forms that give XLA's bits for every input.
 jaxpr inside the kernel body, binding every primitive as it is except those of
 ``REWRITES``:
 
+* shifts by a traced amount: XLA shifts by the width or more to 0 (or the sign), LLVM's
+  shift is poison there; the amount is kept below the width and the result selected.
 * integer ``div`` / ``rem``: XLA defines every input (x / 0 = -1, all ones when unsigned;
   x % 0 = x; MIN / -1 = MIN; MIN % -1 = 0), LLVM and PTX leave division by zero and the
   signed overflow undefined. So the divisor is replaced by 1 where XLA's result does not
@@ -83,12 +85,14 @@ def run(jaxpr, consts, args, const_values: dict[int, Any]):
     """Evaluates ``jaxpr`` on ``args`` with the kernel's forms of ``REWRITES``; an array
     constant ``c`` reads ``const_values[id(c)]`` (a kernel input)."""
     env: dict[Any, Any] = {}
+    known: dict[Any, np.ndarray] = {}  # the values of constants, known when tracing
 
     def read(v):
         return v.val if isinstance(v, jax.extend.core.Literal) else env[v]
 
     for v, c in zip(jaxpr.constvars, consts, strict=True):
         env[v] = const_values[id(c)] if np.ndim(c) else lax.full((), c, np.asarray(c).dtype)
+        known[v] = np.asarray(c)
     for v, a in zip(jaxpr.invars, args, strict=True):
         env[v] = a
     for eqn in jaxpr.eqns:
@@ -96,11 +100,14 @@ def run(jaxpr, consts, args, const_values: dict[int, Any]):
         name = eqn.primitive.name
         if name in _CALLS and _sub_jaxpr(eqn) is not None:
             outs = run(*_closed(_sub_jaxpr(eqn)), vals, const_values)
+        elif name in _SHIFTS:
+            outs = [_shift(eqn, vals, known)]
         elif name in REWRITES:
             outs = REWRITES[name](eqn, vals, const_values)
         else:
             outs = eqn.primitive.bind(*vals, **eqn.params)
-        if not eqn.primitive.multiple_results and name not in REWRITES and name not in _CALLS:
+        if not eqn.primitive.multiple_results and name not in REWRITES and name not in _CALLS \
+                and name not in _SHIFTS:
             outs = [outs]
         for v, o in zip(eqn.outvars, outs, strict=True):
             env[v] = o
@@ -137,6 +144,35 @@ def _rem(eqn, vals, _):
     safe, zero = _safe_divisor(x, y)
     # x % 1 = 0 gives MIN % -1 = 0; x % 0 = x.
     return [jnp.where(zero, x, lax.rem(x, safe))]
+
+
+# ---- shifts ---------------------------------------------------------------------------
+
+_SHIFTS = frozenset({"shift_left", "shift_right_logical", "shift_right_arithmetic"})
+
+
+def _shift(eqn, vals, known):
+    """A shift by an amount that may reach the width: XLA gives 0 (a left or logical
+    shift) or the sign (an arithmetic one), LLVM's shift is poison there; so a traced
+    amount is kept below the width and the result selected. A known amount below the
+    width shifts as it is."""
+    dtype = eqn.outvars[0].aval.dtype
+    x, s = (jnp.asarray(v, dtype) for v in vals)
+    width = np.iinfo(dtype).bits
+    amount = eqn.invars[1]
+    value = amount.val if isinstance(amount, jax.extend.core.Literal) else known.get(amount)
+    name = eqn.primitive.name
+    op = {"shift_left": lax.shift_left, "shift_right_logical": lax.shift_right_logical,
+          "shift_right_arithmetic": lax.shift_right_arithmetic}[name]
+    if value is not None and np.all((np.asarray(value) >= 0) & (np.asarray(value) < width)):
+        return op(x, s)
+    x, s = jnp.broadcast_arrays(x, s)
+    unsigned = lax.bitcast_convert_type(s, _UINT[s.dtype.itemsize]) if \
+        jnp.issubdtype(s.dtype, jnp.signedinteger) else s
+    past = unsigned >= width  # a negative amount is a large unsigned one, as in XLA
+    if name == "shift_right_arithmetic":  # the sign: a shift by width - 1
+        return op(x, jnp.where(past, jnp.asarray(width - 1, dtype), s))
+    return jnp.where(past, jnp.zeros((), dtype), op(x, jnp.where(past, jnp.zeros((), dtype), s)))
 
 
 # ---- reductions ------------------------------------------------------------------------
