@@ -192,6 +192,20 @@ def test_a_set_scatter_without_unique_indices_runs_vmap():
     assert "scatter-add on float32" in add_f32.explain(x)
 
 
+def test_select_n_with_an_integer_index():
+    x = jnp.asarray(RNG.integers(0, 2**32, (8, 32), dtype=np.uint32))
+    k = jnp.asarray(RNG.integers(-2, 7, (8, 32), dtype=np.int32))  # outside the cases too
+
+    def prog(v, i):
+        cases = [v, v + 1, v ^ 5, v >> 3, v * 7]
+        return (lax.select_n(i, *cases), lax.select_n(i.astype(jnp.uint32), *cases[:3]),
+                lax.select_n(i > 2, v, ~v),
+                lax.switch(jnp.max(i) % 3, [lambda: v, lambda: ~v, lambda: v + 2]),
+                lax.clamp(jnp.int32(-1), i, jnp.int32(4)))
+
+    _same(prog, x, k)
+
+
 def test_loops_and_conds():
     x = jnp.asarray(RNG.integers(0, 2**32, (8, 32), dtype=np.uint32))
 

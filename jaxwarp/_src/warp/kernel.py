@@ -48,7 +48,7 @@ _ONEHOT_BLOCK = 8
 # Primitives whose Triton lowering gives XLA's bits for every input of these dtypes.
 _MOVES = frozenset({
     "reshape", "transpose", "split", "concatenate", "squeeze", "broadcast_in_dim",
-    "iota", "bitcast_convert_type", "select_n", "expand_dims",
+    "iota", "bitcast_convert_type", "select_n", "expand_dims", "stop_gradient",
 })
 _INT_OPS = frozenset({
     "add", "sub", "mul", "neg", "and", "or", "xor", "not", "shift_left",

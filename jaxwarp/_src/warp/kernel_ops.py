@@ -23,6 +23,8 @@ jaxpr inside the kernel body, binding every primitive as it is except those of
   where its indices are declared unique (``.at[j].set(u, unique_indices=True)``);
   adding, taking the minimum or the maximum of integers gives the same bits in any
   order, so those scatters are rewritten with duplicates too.
+* ``select_n`` with an integer case index (``lax.switch`` under ``vmap``): XLA's tree of
+  two-way selects.
 * ``reduce_or`` / ``reduce_and`` on booleans: the maximum / minimum of 0/1 words
   (Triton has no such reduction).
 * ``scan`` (a ``fori_loop``), ``while`` and ``cond``: the same control flow, with their
@@ -173,6 +175,34 @@ def _shift(eqn, vals, known):
     if name == "shift_right_arithmetic":  # the sign: a shift by width - 1
         return op(x, jnp.where(past, jnp.asarray(width - 1, dtype), s))
     return jnp.where(past, jnp.zeros((), dtype), op(x, jnp.where(past, jnp.zeros((), dtype), s)))
+
+
+# ---- select_n --------------------------------------------------------------------------
+
+def _select_n(eqn, vals, _):
+    """``select_n`` with an integer case index or more than two cases (Triton's rule
+    takes a boolean and two): XLA's tree of selects on ``which < offset + mid``, so an
+    index outside the cases picks what XLA's picks."""
+    which, *cases = vals
+    if len(cases) == 1:
+        return [cases[0]]
+    if eqn.invars[0].aval.dtype == jnp.bool_:
+        return [lax.select_n(which, *cases)]
+    which = jnp.asarray(which)
+
+    def tree(offset, part):
+        if len(part) == 1:
+            return part[0]
+        mid = len(part) // 2
+        below = which < jnp.asarray(offset + mid, which.dtype)
+        return jnp.where(below, tree(offset, part[:mid]), tree(offset + mid, part[mid:]))
+
+    return [tree(0, cases)]
+
+
+def _clamp(eqn, vals, _):
+    lo, x, hi = vals
+    return [jnp.minimum(jnp.maximum(x, lo), hi)]  # XLA's clamp, on integers
 
 
 # ---- reductions ------------------------------------------------------------------------
@@ -344,6 +374,8 @@ def _cond(eqn, vals, consts):
 
 
 REWRITES = {
+    "select_n": _select_n,
+    "clamp": _clamp,
     "div": _div,
     "rem": _rem,
     "reduce_or": _bool_reduce(lax.reduce_max),
@@ -391,7 +423,7 @@ def why_not(eqn) -> str | None:
         if name == "cumsum" and p.get("reverse"):
             return "cumsum with reverse=True (Triton's scan runs forward only)"
         return None
-    if name in ("div", "rem"):
+    if name in ("div", "rem", "clamp"):
         if all(_is_int(d) for d in dtypes):
             return None
         return (f"{name} on {', '.join(sorted({str(d) for d in dtypes}))} (Triton may "
