@@ -328,10 +328,13 @@ def _scatter(kind: str):
         hit = jnp.swapaxes(_onehot(idx, n), 1, 2)  # (b, n, m): position p, update l
         wide = lax.expand_dims(upd, (1,))  # (b, 1, m)
         if kind == "set":
-            u = _bits(wide)
-            got = jnp.max(jnp.where(hit, u, jnp.zeros((), u.dtype)), axis=-1)
-            any_hit = jnp.max(hit.astype(jnp.int32), axis=-1) != 0
-            return [jnp.where(any_hit, _from_bits(got, op.dtype), op)]
+            # Indices declared unique: at most one update l reaches position p, so
+            # op[p] + sum_l (hit ? u[l] - op[p] : 0), wrapping in the raw bits, is u[l] or
+            # op[p] (one reduction, where a maximum and a "was it hit" would take two).
+            o = _bits(op)
+            diff = _bits(wide) - lax.expand_dims(o, (2,))
+            return [_from_bits(o + jnp.sum(jnp.where(hit, diff, jnp.zeros((), o.dtype)),
+                                           axis=-1, dtype=o.dtype), op.dtype)]
         if kind == "add":
             return [op + jnp.sum(jnp.where(hit, wide, jnp.zeros((), op.dtype)), axis=-1)]
         info = jnp.iinfo(op.dtype)
