@@ -17,14 +17,15 @@ jaxpr inside the kernel body, binding every primitive as it is except those of
   single elements along one axis (what ``v[j]`` and ``v.at[j].set(u)`` become under
   ``vmap``): a one-hot comparison of every index with every position, then a selection
   and a reduction over the raw bits (a gathered word is the only non-zero one, so the
-  maximum is its bits). Out-of-bounds indices follow the op's mode (dropped, filled or
+  maximum is its bits; a scatter that sets adds the one difference u - op that reaches
+  a position, wrapping). Out-of-bounds indices follow the op's mode (dropped, filled or
   clamped, as XLA). A ``scatter`` that sets values where several indices are equal has no
   defined result in XLA (which update wins is not specified), so it is rewritten only
   where its indices are declared unique (``.at[j].set(u, unique_indices=True)``);
   adding, taking the minimum or the maximum of integers gives the same bits in any
   order, so those scatters are rewritten with duplicates too.
 * ``select_n`` with an integer case index (``lax.switch`` under ``vmap``): XLA's tree of
-  two-way selects.
+  two-way selects; integer ``clamp``: a maximum, then a minimum.
 * ``reduce_or`` / ``reduce_and`` on booleans: the maximum / minimum of 0/1 words
   (Triton has no such reduction).
 * ``scan`` (a ``fori_loop``), ``while`` and ``cond``: the same control flow, with their
