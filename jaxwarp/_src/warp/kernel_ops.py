@@ -73,6 +73,9 @@ def constants(jaxpr, consts) -> list[np.ndarray]:
             if np.ndim(c) and id(c) not in found:
                 found[id(c)] = c
         for eqn in jx.eqns:
+            for v in eqn.invars:  # array literals (JAX's simplified constants)
+                if isinstance(v, jax.extend.core.Literal) and np.ndim(v.val):
+                    found.setdefault(id(v.val), v.val)
             for v in eqn.params.values():
                 for s in (v if isinstance(v, (tuple, list)) else (v,)):
                     if hasattr(s, "eqns"):
@@ -91,7 +94,9 @@ def run(jaxpr, consts, args, const_values: dict[int, Any]):
     known: dict[Any, np.ndarray] = {}  # the values of constants, known when tracing
 
     def read(v):
-        return v.val if isinstance(v, jax.extend.core.Literal) else env[v]
+        if isinstance(v, jax.extend.core.Literal):
+            return const_values[id(v.val)] if np.ndim(v.val) else v.val
+        return env[v]
 
     for v, c in zip(jaxpr.constvars, consts, strict=True):
         env[v] = const_values[id(c)] if np.ndim(c) else lax.full((), c, np.asarray(c).dtype)
