@@ -331,7 +331,9 @@ def _scatter(kind: str):
         idx = jnp.broadcast_to(idx[..., 0], upd.shape)
         if eqn.params["mode"] == _MODES.CLIP:
             idx = jnp.clip(idx, 0, n - 1)
-        hit = jnp.swapaxes(_onehot(idx, n), 1, 2)  # (b, n, m): position p, update l
+        # (b, n, m): position p, update l, built in that order (no transpose of it).
+        pos = lax.broadcasted_iota(jnp.int32, (1, n, 1), 1)
+        hit = lax.expand_dims(idx.astype(jnp.int32), (1,)) == pos
         wide = lax.expand_dims(upd, (1,))  # (b, 1, m)
         if kind == "set":
             # Indices declared unique: at most one update l reaches position p, so
