@@ -6,17 +6,22 @@ without a branch (``compact_ballot``: ``__ballot_sync`` of the predicate and ``_
 the lanes below, the same bits), warps/s and bytes/s through ``jax.jit(jax.vmap(fn))``
 and through ``jaxwarp.warp_kernel(fn)`` (with why it falls back to ``vmap`` where it
 does), the fraction of a device-to-device copy's bandwidth (copy measured in the same
-run), and whether the bits equal NumPy's; plus the device and the versions.
+run), and whether the bits equal NumPy's; plus the device and the versions. On a GPU,
+``warp_kernel_configs`` times the kernel for each ``(warps_per_block, num_warps)`` of
+``KERNEL_CONFIGS`` (with whether its bits equal ``vmap``'s) and ``best_config`` names the
+fastest: the compaction and the radix steps scatter to computed slots, which the kernel
+does as (warps, 32, 32) one-hot selections held in registers, so the block size matters
+more than for a butterfly.
 
-Usage: python benchmarks/warp_divergence.py [--log2-warps N]
-  (default 2^14 warps on CPU, 2^20 on GPU)
+Usage: python benchmarks/warp_divergence.py [--log2-warps N] [--programs a,b]
+  (run from the repository root; default 2^14 warps on CPU, 2^20 on GPU)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import pathlib
-import sys
 from typing import Any
 
 import jax
@@ -26,16 +31,33 @@ from _common import best_time, device_info, emit, versions
 
 import jaxwarp
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
-import warp_divergence as wd  # noqa: E402
+
+def _load_programs():
+    # The programs live in experiments/warp_divergence.py, a module of this file's own name:
+    # loaded from its path under another name, so neither shadows the other (this file may
+    # be run as a script or imported as warp_divergence from benchmarks/).
+    path = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "warp_divergence.py"
+    spec = importlib.util.spec_from_file_location("warp_divergence_programs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+wd = _load_programs()
 
 
 def compact_ballot(x: jax.Array) -> jax.Array:
     """``wd.compact``'s output without a branch: ballot + popc prefix over the warp."""
     keep = x % 3 != 0
     m = jaxwarp.ballot_sync(wd.FULL, keep)
-    slot = jnp.where(keep, wd.popc(m & wd.lanemask_lt()), 32)
-    return jnp.full((33,), -1, jnp.int32).at[slot].set(x.astype(jnp.int32))[:32]
+    slot = jnp.where(keep, wd.popc(m & wd.lanemask_lt()), 32 + jaxwarp.lane_id())
+    return jnp.full((32,), -1, jnp.int32).at[slot].set(x.astype(jnp.int32), mode="drop",
+                                                      unique_indices=True)
+
+
+#: (warps_per_block, num_warps) of the warp_kernel configurations timed on a GPU (None:
+#: warp_kernel's default: 128 warps per block, 8 for programs that gather or scatter).
+KERNEL_CONFIGS = ((None, None), (4, None), (8, 2), (16, None), (16, 8), (32, 8))
 
 
 def programs() -> dict[str, tuple[Any, Any]]:
@@ -52,6 +74,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--log2-warps", type=int, default=None,
                    help="number of warps as a power of two (default 14 on CPU, 20 on GPU)")
+    p.add_argument("--programs", default=None,
+                   help="comma-separated names of the programs to run (default: all)")
     args = p.parse_args()
     on_cpu = jax.default_backend() == "cpu"
     log2 = args.log2_warps if args.log2_warps is not None else (14 if on_cpu else 20)
@@ -64,17 +88,40 @@ def main() -> None:
     result: dict[str, Any] = {"benchmark": "warp_divergence", **device_info(), **versions(),
                               "warps": warps, "bytes_moved": nbytes,
                               "copy_bytes_per_s": nbytes / t_copy}
+    chosen = args.programs.split(",") if args.programs else list(programs())
     for name, (fn, ref) in programs().items():
+        if name not in chosen:
+            continue
         want = ref(x_np)
         entry: dict[str, Any] = {}
+        vmap_out = None
         for how, run in (("vmap", jax.jit(jax.vmap(fn))),
                          ("warp_kernel", jax.jit(jaxwarp.warp_kernel(fn)))):
             got = np.asarray(run(x))
+            vmap_out = got if how == "vmap" else vmap_out
             t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
             entry[how] = {"matches_numpy": bool(np.array_equal(got, want)),
+                          "same_bits_as_vmap": bool(np.array_equal(got, vmap_out)),
                           "warps_per_s": warps / t, "bytes_per_s": nbytes / t,
                           "fraction_of_copy": t_copy / t}
         entry["warp_kernel"]["falls_back_because"] = jaxwarp.warp_kernel(fn).explain(x)
+        if not on_cpu:
+            configs = {}
+            for b, nw in KERNEL_CONFIGS:
+                run = jax.jit(jaxwarp.warp_kernel(fn, warps_per_block=b, num_warps=nw))
+                key = f"block{b or 'default'}_warps{nw or 'default'}"
+                try:
+                    got = np.asarray(run(x))
+                    t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
+                except Exception as e:  # a configuration Triton cannot compile: say so
+                    configs[key] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    continue
+                configs[key] = {"same_bits_as_vmap": bool(np.array_equal(got, vmap_out)),
+                                "fraction_of_copy": t_copy / t}
+            entry["warp_kernel_configs"] = configs
+            timed = {k: v["fraction_of_copy"] for k, v in configs.items()
+                     if v.get("same_bits_as_vmap")}
+            entry["best_config"] = max(timed, key=timed.get) if timed else None
         result[name] = entry
     emit(result)
 

@@ -67,7 +67,16 @@ per block, 0.68-0.70 with 512 (register pressure), against 0.37-0.40 for ``stati
 (three kernels); one kernel in the HLO; ``kernel_random_bits_equal_xla``, the kernel's
 bits against XLA's lowering on every bit pattern (NaN payloads, infinities, subnormals):
 134,217,728/134,217,728. The Pallas Triton backend is deprecated in JAX (a warning says
-so); ``warp_kernel`` will need a Mosaic GPU lowering when it goes.
+so); ``warp_kernel`` will need a Mosaic GPU lowering when it goes. What JAX 0.10.2's Mosaic
+GPU lowering (Lane semantics) takes, checked by lowering for CUDA on a CPU: register-level
+``transpose``, ``split`` and ``concatenate`` are unimplemented, so a shuffle must go through
+shared memory (store the block to an SMEM scratch ref, copy its halves crosswise through
+``ref.reshape(b, g, 2, m)`` views, load it back); that lowers for ``m`` = 16, 8, 4, 2, but
+not for ``m`` = 1, where the views' last axis is 1 and the store's strided layout wants a
+vector of 2 ("The contiguous dimension of the reference must be a multiple of the layout's
+vector size"). Reductions over one axis need a tiled layout ("No support for axes yet" in
+the strided one), ``population_count`` has no rule, and ``iota`` needs a
+``plgpu.layout_cast``.
 
 Usage: python benchmarks/warp_reduce.py [--log2-warps N] [--dtype float32|int32]
 """

@@ -14,7 +14,10 @@ Prints one warp's run of each (input, active mask of each path, output), then ch
 them against NumPy on many warps. ``--large`` runs millions of warps (2^20 by default,
 ``--log2-warps``) through ``jax.vmap`` and through ``jaxwarp.warp_kernel`` (which runs the
 program as one Pallas kernel on a GPU where every operation has a bit-exact Triton
-lowering, and says why not where it falls back), with the time of each.
+lowering, and says why not where it falls back), with the time of each. The stores to
+computed slots say that the slots are distinct (``unique_indices=True``): XLA leaves which
+of two stores to one element wins unspecified, and ``warp_kernel`` runs a scatter only
+where it is defined.
 
 Usage: python experiments/warp_divergence.py [--large] [--log2-warps N] [--seed S]
 """
@@ -55,11 +58,13 @@ def compact(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     def dropped(x):
         # The other lanes: the kept ones are those not executing here (a warp of 32).
         kept_lanes = ~jaxwarp.activemask()
-        return jnp.full((32,), 32, jnp.int32), jnp.broadcast_to(popc(kept_lanes), (32,))
+        return 32 + jaxwarp.lane_id(), jnp.broadcast_to(popc(kept_lanes), (32,))
 
     slot, count = jaxwarp.branch(x % 3 != 0, kept, dropped, x)
-    # Store: the kept lanes write x to out[slot] (slot 32 is past the end: dropped).
-    out = jnp.full((33,), -1, jnp.int32).at[slot].set(x.astype(jnp.int32))[:32]
+    # Store: the kept lanes write x to out[slot]; the others' slots (32 + lane) are past
+    # the end, so dropped: every slot is distinct (unique_indices), as a store's are.
+    out = jnp.full((32,), -1, jnp.int32).at[slot].set(x.astype(jnp.int32), mode="drop",
+                                                     unique_indices=True)
     return out, count
 
 
@@ -75,7 +80,7 @@ def radix_step(keys: jax.Array, bit: int | jax.Array) -> jax.Array:
         return zeros + popc(jaxwarp.activemask() & lanemask_lt())
 
     dest = jaxwarp.branch(b == 0, zero_side, one_side, keys)
-    return jnp.zeros_like(keys).at[dest].set(keys)
+    return jnp.zeros_like(keys).at[dest].set(keys, unique_indices=True)  # a permutation
 
 
 def radix_sort(keys: jax.Array, bits: int = 32) -> jax.Array:

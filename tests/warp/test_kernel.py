@@ -56,11 +56,8 @@ def test_kernel_lowering_of_every_static_plan_matches(shfl):
                 return fn(FULL, v, b, width)
             plan = lanes._static_plan(np.asarray(lanes.source_lanes(
                 "bfly" if shfl == "xor" else "idx", b, width)))
-            if plan[0] not in lanes.KERNEL_PLANS:
-                with pytest.raises(NotImplementedError):
-                    _under_kernel_lowering(f)(x)
-                continue
-            covered += 1
+            # (other plans become a gather with a constant table: test_kernel_ops.py)
+            covered += plan[0] in lanes.KERNEL_PLANS
             np.testing.assert_array_equal(_bits(_under_kernel_lowering(f)(x)),
                                           _bits(jax.vmap(f)(x)))
     assert covered > 250
@@ -113,9 +110,10 @@ def test_cpu_runs_vmap_and_matches():
 
 @pytest.mark.parametrize("fn, why", [
     (lambda v: v * 2.0, "mul on float32"),
-    (lambda v: jaxwarp.shfl_down_sync(FULL, v, 1), "plan 'down'"),
+    (lambda v: jaxwarp.shfl_down_sync(FULL, v[:, None], 1)[:, 0], "plan 'down' on shape"),
     (lambda v: v / 3.0, "div on float32"),
-    (lambda v: jaxwarp.shfl_sync(FULL, v, jnp.int32(3)), "gather"),
+    (lambda v: jnp.broadcast_to(v[:, None], (32, 3)).max(1), "sizes are powers of two"),
+    (lambda v: v[:16].sum() + v, "slice (no bit-exact Triton lowering here)"),
     (lambda v: v.astype(jnp.float16), "convert_element_type"),
 ])
 def test_explain_names_what_keeps_a_program_out_of_the_kernel(fn, why):

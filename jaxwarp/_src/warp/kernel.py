@@ -12,12 +12,18 @@ join), so a whole warp program is one pass over memory.
 
 Bits: the kernel runs only programs whose every operation gives the same bits in
 Triton as in XLA: data movement (reshapes, transposes, splits, joins, broadcasts,
-selects, bit casts), integer arithmetic and comparisons, and float32 addition and
-subtraction (IEEE, to nearest even, in both). Anything else (a float product, which
-Triton may contract with an addition into an FMA; a float division, which Triton
-computes approximately; a shuffle with a traced offset, which needs a gather; the
-``up``/``down`` shuffles, which need slices) makes ``warp_kernel`` run ``jax.vmap(fn)``
-instead, with the same bits, and ``warp_kernel(fn).explain(*args)`` says why.
+selects, bit casts), integer arithmetic, comparisons and reductions (sums, minima,
+maxima, ``cumsum``, ``popc``: exact in any order), float32 addition and subtraction
+(IEEE, to nearest even, in both), and, in the forms of ``kernel_ops`` (a jaxpr
+interpreter that evaluates the traced program inside the kernel): integer division and
+remainder guarded so that no case LLVM leaves undefined reaches the instruction, gathers
+and scatters of single elements (any shuffle, a store to computed slots) as one-hot
+selections, ``fori_loop`` / ``while_loop`` / ``cond``. Anything else (a float product,
+which Triton may contract with an addition into an FMA; a float division, which Triton
+computes approximately; a scatter that sets elements without ``unique_indices=True``,
+where XLA leaves which of two updates wins unspecified; a shape that is not a power of
+two) makes ``warp_kernel`` run ``jax.vmap(fn)`` instead, with the same bits, and
+``warp_kernel(fn).explain(*args)`` says why.
 """
 
 from __future__ import annotations
@@ -28,21 +34,26 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxwarp._src import checks
-from jaxwarp._src.warp import lanes
+from jaxwarp._src.warp import kernel_ops, lanes
 
 WARP_SIZE = lanes.WARP_SIZE
+# Warps per kernel program when warps_per_block is None: 128, or 8 for a program with
+# one-hot gathers / scatters ((warps, 32, 32) intermediates held in registers).
+_DEFAULT_BLOCK = 128
+_ONEHOT_BLOCK = 8
 
 # Primitives whose Triton lowering gives XLA's bits for every input of these dtypes.
 _MOVES = frozenset({
     "reshape", "transpose", "split", "concatenate", "squeeze", "broadcast_in_dim",
-    "iota", "bitcast_convert_type", "select_n", "expand_dims",
+    "iota", "bitcast_convert_type", "select_n", "expand_dims", "stop_gradient",
 })
 _INT_OPS = frozenset({
     "add", "sub", "mul", "neg", "and", "or", "xor", "not", "shift_left",
     "shift_right_logical", "shift_right_arithmetic", "max", "min", "eq", "ne", "lt", "le",
-    "gt", "ge", "convert_element_type",
+    "gt", "ge", "convert_element_type", "sign",
 })
 _F32_OPS = frozenset({"add", "sub"})
 _CALLS = frozenset({"pjit", "jit", "custom_jvp_call", "closed_call"})
@@ -52,7 +63,7 @@ _DTYPES = frozenset({"float32", "int32", "uint32", "int16", "uint16", "int8", "u
 
 def _why_not(jaxpr) -> str | None:
     """The first operation of ``jaxpr`` that the kernel does not run bit-exactly, or
-    None when every one is allowed."""
+    None when every one is allowed (as it is, or in ``kernel_ops``' form)."""
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         subs = [v for k, v in eqn.params.items() if k in ("jaxpr", "call_jaxpr")]
@@ -66,14 +77,26 @@ def _why_not(jaxpr) -> str | None:
                   if hasattr(v.aval, "dtype")}
         if not dtypes <= _DTYPES:
             return f"{name} on {sorted(dtypes - _DTYPES)}"
+        for v in (*eqn.invars, *eqn.outvars):
+            shape = getattr(v.aval, "shape", ())
+            if any(n & (n - 1) for n in shape):
+                return (f"{name} on shape {tuple(shape)} (a Triton block's sizes are "
+                        f"powers of two)")
         if name in _MOVES:
             continue
-        if "float32" in dtypes:
-            if name in _F32_OPS and dtypes == {"float32"}:
+        if name in kernel_ops.REWRITES or name in kernel_ops.INT_REDUCTIONS:
+            why = kernel_ops.why_not(eqn)
+            for sub in kernel_ops.sub_jaxprs(eqn):
+                why = why or _why_not(sub)
+            if why:
+                return why
+            continue
+        if name in _F32_OPS and dtypes == {"float32"}:
+            continue
+        if name in _INT_OPS:
+            if "float32" not in dtypes:
                 continue
             return f"{name} on float32 (Triton may give other bits than XLA)"
-        if name in _INT_OPS:
-            continue
         return f"{name} (no bit-exact Triton lowering here)"
     return None
 
@@ -89,7 +112,7 @@ def _on_gpu(x: jax.Array) -> bool:
 class WarpKernel:
     """``fn`` (one warp: (32,) arrays -> (32,) array or tuple of them) over warps."""
 
-    def __init__(self, fn: Callable, warps_per_block: int, num_warps: int | None,
+    def __init__(self, fn: Callable, warps_per_block: int | None, num_warps: int | None,
                  force: str | None, interpret: bool):
         self.fn = fn
         self.interpret = interpret
@@ -100,15 +123,28 @@ class WarpKernel:
 
     def _trace(self, args: list[jax.Array]):
         """Traces ``fn`` on one block of warps, as the kernel would run it: (why it cannot
-        run as a kernel or None, the block's output shapes)."""
-        block = [jax.ShapeDtypeStruct((self.warps_per_block, WARP_SIZE), a.dtype)
-                 for a in args]
-        try:
-            with lanes.kernel_lowering():
-                jx, out_block = jax.make_jaxpr(jax.vmap(self.fn), return_shape=True)(*block)
-        except NotImplementedError as e:
-            return str(e), None
-        return _why_not(jx.jaxpr), out_block
+        run as a kernel or None, the block's output shapes, the traced program)."""
+        b = self.warps_per_block or _DEFAULT_BLOCK
+        while True:
+            block = [jax.ShapeDtypeStruct((b, WARP_SIZE), a.dtype) for a in args]
+            try:
+                with lanes.kernel_lowering():
+                    jx, out_block = jax.make_jaxpr(jax.vmap(self.fn),
+                                                   return_shape=True)(*block)
+            except NotImplementedError as e:
+                return str(e), None, None
+            if self.warps_per_block or b == _ONEHOT_BLOCK or not _has_onehot(jx.jaxpr):
+                break
+            b = _ONEHOT_BLOCK  # (b, 32, 32) one-hot forms: a smaller block of warps
+        for o in jax.tree.leaves(out_block):
+            if o.shape != (b, WARP_SIZE):
+                return (f"an output of shape {o.shape[1:]} per warp (the kernel writes "
+                        f"({WARP_SIZE},) per warp)"), None, None
+        for c in kernel_ops.constants(jx.jaxpr, jx.consts):
+            shape, dtype = np.shape(c), str(np.asarray(c).dtype)
+            if any(n & (n - 1) for n in shape) or dtype not in _DTYPES:
+                return f"a constant {dtype}{list(shape)} in the program", None, None
+        return _why_not(jx.jaxpr), out_block, jx
 
     def explain(self, *args) -> str | None:
         """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU);
@@ -129,19 +165,19 @@ class WarpKernel:
                 f"force='vmap' to run jax.vmap(fn) here, interpret=True to run the kernel "
                 f"in Pallas' interpreter, or run on a GPU")
         if use == "pallas" and args[0].shape[0]:  # (no warps: nothing to launch)
-            why, out_block = self._trace(args)
+            why, out_block, program = self._trace(args)
             if why is None:
-                return self._differentiable_pallas(out_block, *args)
+                return self._differentiable_pallas(program, out_block, *args)
             if self.force == "pallas":
                 raise NotImplementedError(f"warp_kernel: {why}")
         return jax.vmap(self.fn)(*args)
 
-    def _differentiable_pallas(self, out_block, *args):
+    def _differentiable_pallas(self, program, out_block, *args):
         # pallas_call has no derivative rule of its own; the kernel computes vmap(fn)'s
         # values bit for bit, so its derivative is vmap(fn)'s.
         @jax.custom_jvp
         def run(*xs):
-            return self._pallas(list(xs), out_block)
+            return self._pallas(program, list(xs), out_block)
 
         @run.defjvp
         def run_jvp(primals, tangents):
@@ -149,10 +185,11 @@ class WarpKernel:
 
         return run(*args)
 
-    def _pallas(self, args, out_block):
+    def _pallas(self, program, args, out_block):
         from jax.experimental import pallas as pl
+        from jax.experimental.pallas import triton as pltriton
 
-        b = self.warps_per_block
+        b = program.in_avals[0].shape[0]
         n_warps = args[0].shape[0]
         pad = -n_warps % b
         if pad:
@@ -163,31 +200,51 @@ class WarpKernel:
         outs = tuple(jax.ShapeDtypeStruct((n_warps + pad, *o.shape[1:]), o.dtype)
                      for o in (out_block if multi else (out_block,)))
         spec = pl.BlockSpec((b, WARP_SIZE), lambda i: (i, 0))
-        fn, n_in = self.fn, len(args)
+        n_in = len(args)
+        # Arrays the program closes over (tables of lanes): whole-array kernel inputs, as a
+        # Pallas kernel may not capture arrays.
+        consts = kernel_ops.constants(program.jaxpr, program.consts)
+        const_specs = [pl.BlockSpec(np.shape(c), functools.partial(_origin, np.ndim(c)))
+                       for c in consts]
 
         def body(*refs):
-            vals = [r[...] for r in refs[:n_in]]
-            with lanes.kernel_lowering():
-                res = jax.vmap(fn)(*vals)
-            res = res if multi else (res,)
-            for r, v in zip(refs[n_in:], res, strict=True):
+            vals = [r[...] for r in refs[:n_in + len(consts)]]
+            const_values = {id(c): v for c, v in zip(consts, vals[n_in:], strict=True)}
+            res = kernel_ops.run(program.jaxpr, program.consts, vals[:n_in], const_values)
+            for r, v in zip(refs[n_in + len(consts):], res, strict=True):
                 r[...] = v
 
-        params = {}
-        if self.num_warps is not None:
-            from jax.experimental.pallas import triton as pltriton
-            params["compiler_params"] = pltriton.CompilerParams(num_warps=self.num_warps)
         call = pl.pallas_call(
             body,
             out_shape=outs,
             grid=((n_warps + pad) // b,),
-            in_specs=[spec] * n_in,
+            in_specs=[spec] * n_in + const_specs,
             out_specs=tuple(spec for _ in outs),
             interpret=self.interpret,
-            **params,
+            # Triton, named (JAX 0.10 lowers a pallas_call without parameters to Mosaic GPU).
+            compiler_params=pltriton.CompilerParams(num_warps=self.num_warps),
         )
-        res = tuple(r[:n_warps] for r in call(*args))
+        res = tuple(r[:n_warps] for r in call(*args, *(jnp.asarray(c) for c in consts)))
         return res if multi else res[0]
+
+
+def _origin(ndim: int, i):
+    del i
+    return (0,) * ndim
+
+
+def _has_onehot(jaxpr) -> bool:
+    """Whether ``jaxpr`` (or a jaxpr inside it) gathers or scatters: ``kernel_ops`` makes
+    those (warps, 32, 32) one-hot forms."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "gather" or eqn.primitive.name.startswith("scatter"):
+            return True
+        for v in eqn.params.values():
+            for s in (v if isinstance(v, (tuple, list)) else (v,)):
+                sub = getattr(s, "jaxpr", s)
+                if hasattr(sub, "eqns") and _has_onehot(sub):
+                    return True
+    return False
 
 
 def _check_all(args: tuple) -> list[jax.Array]:
@@ -209,7 +266,7 @@ def _check(a: Any, i: int) -> jax.Array:
     return a
 
 
-def warp_kernel(fn: Callable | None = None, *, warps_per_block: int = 128,
+def warp_kernel(fn: Callable | None = None, *, warps_per_block: int | None = None,
                 num_warps: int | None = None, force: str | None = None,
                 interpret: bool = False):
     """Runs the one-warp program ``fn`` over many warps, on a GPU as one kernel.
@@ -223,17 +280,21 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int = 128,
     ``jax.vmap(fn)``. Derivatives (``jax.grad``, ``jax.jvp``) are ``jax.vmap(fn)``'s
     in either case.
 
-    The kernel runs data movement (reshapes, transposes, splits, joins, broadcasts,
-    selects, bit casts), integer arithmetic and comparisons, and float32 addition and
-    subtraction; anything else (a float product, which Triton may contract into an
-    FMA; a float division, which Triton computes approximately; a shuffle with a traced
-    offset; the ``up`` / ``down`` shuffles) makes it run ``jax.vmap(fn)``, with the
-    same bits. ``warp_kernel(fn).explain(*args)`` is None where the kernel runs, else
-    it says why not.
+    The kernel runs data movement, integer arithmetic, comparisons and reductions,
+    integer division (XLA's results for division by zero and MIN / -1), float32
+    addition and subtraction, gathers and scatters of single elements (shuffles with
+    any offset, stores to computed slots: a scatter that sets elements needs
+    ``unique_indices=True``, as XLA leaves duplicates unspecified) and loops; anything
+    else (a float product, which Triton may contract into an FMA; a float division,
+    which Triton computes approximately; a size that is not a power of two) makes it
+    run ``jax.vmap(fn)``, with the same bits. ``warp_kernel(fn).explain(*args)`` is
+    None where the kernel runs, else it says why not.
 
     Args:
       fn: the warp program.
-      warps_per_block: warps per kernel program (a power of two).
+      warps_per_block: warps per kernel program (a power of two); None: 128, or 8 for a
+        program that gathers or scatters (its one-hot selections hold (warps, 32, 32)
+        values in registers).
       num_warps: CUDA warps per program (Triton's ``num_warps``); None: Pallas's
         default.
       force: None (choose), "pallas" (raise if ``fn`` cannot run as a kernel) or
@@ -252,11 +313,18 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int = 128,
       Array([32., 32., 32., 32.], dtype=float32)
       >>> warp_sum.explain(jnp.ones((4, 32), jnp.float32)) is None
       True
+      >>> @jaxwarp.warp_kernel
+      ... def reverse(v):  # a store to computed slots: distinct ones
+      ...     return jnp.zeros_like(v).at[31 - jaxwarp.lane_id()].set(v, unique_indices=True)
+      >>> reverse.explain(jnp.ones((4, 32), jnp.int32)) is None
+      True
     """
     checks.static_choice(force, "force", (None, "pallas", "vmap"))
-    if not (isinstance(warps_per_block, int) and warps_per_block >= 1
+    if warps_per_block is not None and not (
+            isinstance(warps_per_block, int) and warps_per_block >= 1
             and warps_per_block & (warps_per_block - 1) == 0):
-        raise ValueError(f"warps_per_block={warps_per_block!r}; allowed: a power of two")
+        raise ValueError(f"warps_per_block={warps_per_block!r}; allowed: None or a power "
+                         f"of two")
     if num_warps is not None and not (isinstance(num_warps, int) and num_warps >= 1
                                       and num_warps & (num_warps - 1) == 0):
         raise ValueError(f"num_warps={num_warps!r}; allowed: None or a power of two")

@@ -410,8 +410,21 @@ def kernel_lowering():
         _KERNEL_LOWERING.reset(token)
 
 
-#: Plans that ``_apply_plan_kernel`` lowers (the others make ``warp_kernel`` fall back).
+#: Plans that ``_apply_plan_kernel`` lowers to register moves; the others ("down", "up",
+#: "gather") become a gather with a constant table of source lanes, which ``warp_kernel``
+#: runs as a one-hot selection.
 KERNEL_PLANS = ("id", "xor", "bcast")
+
+
+def _plan_lanes(plan: tuple) -> np.ndarray:
+    """The source lane table ``j`` of a "down", "up" or "gather" plan."""
+    if plan[0] == "gather":
+        return np.asarray(plan[1], np.int32)
+    w, d = plan[1], plan[2]
+    pos = _LANES % w
+    if plan[0] == "down":
+        return np.where(pos + d < w, _LANES + d, _LANES).astype(np.int32)
+    return np.where(pos >= d, _LANES - d, _LANES).astype(np.int32)
 
 
 def _swap_halves(v, g: int, m: int):
@@ -436,11 +449,13 @@ def _pick(v, w: int, s: int):
 
 
 def _apply_plan_kernel(var, plan: tuple):
-    """``_apply_plan`` for a Triton kernel: one warp's (32,) lanes, xor and broadcast
-    plans only (``KERNEL_PLANS``)."""
+    """``_apply_plan`` for a Triton kernel, on one warp's (32,) lanes: register moves for
+    the ``KERNEL_PLANS``, a gather with a constant table for the others."""
     kind = plan[0]
-    if kind not in KERNEL_PLANS or var.shape != (WARP_SIZE,):
+    if var.shape != (WARP_SIZE,):
         raise NotImplementedError(f"plan {kind!r} on shape {var.shape} in a warp kernel")
+    if kind not in KERNEL_PLANS:
+        return var[_plan_lanes(plan)]
     if kind == "id":
         return var
     if kind == "bcast":
