@@ -481,7 +481,9 @@ def _finish_general(cb, E, s, sp, plan: Plan):
     return jnp.where((spb & _EXP) == _EXP, spb, bits)
 
 
-def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+def kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+    """The kernel body on blocks A (..., bm, K), B (..., K, bn), C and D (..., bm, bn): any
+    leading axes (``fused_tiles``' groups of tiles; form "reduce" 2-D only)."""
     *pow_refs, o_ref = refs
     ik = plan.ik
 
@@ -490,8 +492,8 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
 
     def step_general(j, cb):  # a_ref, b_ref: int16 bit patterns; the carry fp32 bits
         s = pl.multiple_of(j * ik, ik)
-        return _step_general(lambda i: dec(a_ref[:, pl.ds(s + i, 1)]),
-                             lambda i: dec(b_ref[pl.ds(s + i, 1), :]), cb, plan)
+        return _step_general(lambda i: dec(a_ref[..., pl.ds(s + i, 1)]),
+                             lambda i: dec(b_ref[..., pl.ds(s + i, 1), :]), cb, plan)
 
     def step(j, c):
         s = pl.multiple_of(j * ik, ik)
@@ -501,10 +503,10 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
         split = {}
         if pow_refs:  # form="split"
             pa_ref, pb_ref = pow_refs
-            split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)],
-                         prow=lambda i: pb_ref[pl.ds(s + i, 1), :])
-        return _step(lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
-                     lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
+            split = dict(pcol=lambda i: pa_ref[..., pl.ds(s + i, 1)],
+                         prow=lambda i: pb_ref[..., pl.ds(s + i, 1), :])
+        return _step(lambda i: a_ref[..., pl.ds(s + i, 1)].astype(jnp.float32),
+                     lambda i: b_ref[..., pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
                      **split)
 
     if plan.form == "general":
@@ -555,7 +557,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         args[:2] = [lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.int16)
                     for x in args[:2]]
     d = pl.pallas_call(
-        functools.partial(_kernel, plan=plan),
+        functools.partial(kernel, plan=plan),
         grid=(M // bm, N // bn),
         in_specs=in_specs,
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
