@@ -353,10 +353,9 @@ def _finish(c, wmax, terms, sp, plan: Plan):
 def _c_only(c, cb, low: int):
     """The block's result where every product is zero: C (bits cb) with the fraction bits
     ``low`` cleared, on the integers (C may be subnormal); a zero +0."""
-    if not low:
-        return jnp.where(c == 0, jnp.float32(0), c)
-    cm = cb & ~low
-    return _float(jnp.where((cm & 0x7FFFFFFF) == 0, 0, cm))
+    del c  # on the bits; a zero test of them may become a float compare, which XLA's CPU
+    cm = cb & ~low  # makes true for subnormals: only -0's bits are tested
+    return _float(jnp.where(cm == jnp.int32(-(1 << 31)), 0, cm))
 
 
 def _low_bits(n: int) -> int:
