@@ -353,8 +353,9 @@ def _finish(c, wmax, terms, sp, plan: Plan):
 def _c_only(c, cb, low: int):
     """The block's result where every product is zero: C (bits cb) with the fraction bits
     ``low`` cleared, on the integers (C may be subnormal); a zero +0."""
-    del c  # on the bits; a zero test of them may become a float compare, which XLA's CPU
-    cm = cb & ~low  # makes true for subnormals: only -0's bits are tested
+    del c  # -0's bits tested alone: XLA's CPU compiles a zero test of the magnitude bits
+    # into a float compare, true there for a subnormal C (which then became +0)
+    cm = cb & ~low
     return _float(jnp.where(cm == jnp.int32(-(1 << 31)), 0, cm))
 
 
@@ -480,7 +481,7 @@ def _finish_general(cb, E, s, sp, plan: Plan):
     return jnp.where((spb & _EXP) == _EXP, spb, bits)
 
 
-def kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
     """The kernel body on blocks A (..., bm, K), B (..., K, bn), C and D (..., bm, bn): any
     leading axes (``fused_tiles``' groups of tiles; form "reduce" 2-D only)."""
     *pow_refs, o_ref = refs
@@ -514,6 +515,9 @@ def kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
         bits = _bits(lax.fori_loop(0, plan.K // ik, step, c_ref[...]))
     o_ref[...] = jnp.where((bits & 0x7FFFFFFF) > _EXP, jnp.int32(plan.nan_bits - (1 << 32)
                            if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
+
+
+kernel = _kernel  # public: ``fused_tiles`` runs it on blocks of tiles
 
 
 def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
@@ -556,7 +560,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         args[:2] = [lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.int16)
                     for x in args[:2]]
     d = pl.pallas_call(
-        functools.partial(kernel, plan=plan),
+        functools.partial(_kernel, plan=plan),
         grid=(M // bm, N // bn),
         in_specs=in_specs,
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
