@@ -169,11 +169,15 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
     of ``b_fmt`` (None: ``fmt``), c (T, m, n) fp32 -> D (T, m, n) fp32, k a multiple of
     ``dp.block_k``; ``dp`` one that ``fused_kernel.models``.
 
-    Variants (the same bits): ``group``, ``block`` (:func:`layout`), ``num_warps``;
-    ``form`` "unrolled" or, for bf16, "general" (any operand value; None: the module's
-    rule, with its conds); ``finite`` (f16 / fp8: the operands are known finite or not;
-    None: the module's rule); ``f32_operands`` (converted to fp32 before the kernel);
-    ``unroll`` (``fused_kernel.Plan.unroll``).
+    The kernel's variants (the same bits): ``group`` and ``block`` (G tiles' blocks of
+    (bm, bn) outputs a kernel instance, powers of two; None: 1024 outputs, blocks of at
+    most 32 x 32), ``num_warps`` (None: 4), ``f32_operands`` (converted to fp32 before
+    the kernel), ``unroll`` (products written out per iteration of a step's loop; None: a
+    loop below ``gemm_kernel_rolled_below`` multiply-adds). ``form``: "unrolled" (bf16
+    operands in fp32's range) or, for bf16, "general" (any value); ``finite``: f16 / fp8
+    operands known finite or not. None for both: below ``gemm_kernel_any_range_below``
+    multiply-adds one kernel for any operand value, from there a ``lax.cond`` on the
+    operands between the faster kernel (bf16 in fp32's range, f16 / fp8 finite) and it.
 
     Example:
         >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "e4m3", 32)
