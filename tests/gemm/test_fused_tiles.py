@@ -145,16 +145,18 @@ def test_bf16_in_range_and_fallback(calls, options):
     _both(a, b, c, kw, calls, 5)  # in range: the in-range kernel, C's specials kept
 
 
-def test_f16_finite_cond_wgmma_blocks(calls, options):
-    # f16 from gemm_kernel_any_range_below: a cond on finite operands (the kernel without
-    # the IEEE sum where they are); a wgmma m64n8 tile runs as two blocks of 32 rows.
-    options(gemm_kernel_any_range_below=0)
+def test_wgmma_blocks_and_the_finite_cond(calls):
+    # A wgmma m64n8 tile runs as two blocks of 32 rows. f16 / fp8 take no pass over the
+    # operands by default; with cond=True a cond on finite operands chooses the kernel
+    # without the IEEE sum where they are: the same bits either way.
     kw = _kw("f16", "f16", "wgmma", "sm_90a", 16)
-    a, b, c = _inputs("f16", "f16", (3,), 64, 8, 32, "normal", seed=5)
-    _both(a, b, c, kw, calls, 3)
-    a, b, c = _inputs("f16", "f16", (3,), 64, 8, 32, "bits", seed=6)
-    calls.clear()
-    _both(a, b, c, kw, calls, 3)
+    dp = jaxwarp.datapath_for("sm_90a", "wgmma", "f16", 16)
+    for kind, seed in (("normal", 5), ("bits", 6)):
+        a, b, c = _inputs("f16", "f16", (3,), 64, 8, 32, kind, seed)
+        calls.clear()
+        want = _both(a, b, c, kw, calls, 3)
+        got = fused_tiles.chain(a, b, c, dp, "f16", cond=True, interpret=True)
+        np.testing.assert_array_equal(_bits(got), want)
 
 
 def test_broadcast_batch(calls):
@@ -246,6 +248,8 @@ def test_empty_and_checks(calls):
     a = a[..., :16]
     with pytest.raises(ValueError, match="form='general': allowed"):
         fused_tiles.chain(a, a, c, dp, "f16", form="general", interpret=True)
+    with pytest.raises(ValueError, match="cond=True chooses the form"):
+        fused_tiles.chain(a, a, c, dp, "f16", form="unrolled", cond=True, interpret=True)
     with pytest.raises(ValueError, match="group=3: a power of two"):
         fused_tiles.chain(a, a, c, dp, "f16", group=3, interpret=True)
     with pytest.raises(ValueError, match="fmt='f16', b_fmt='bf16'"):
@@ -306,6 +310,7 @@ def test_variants(fmt):
     with jaxwarp.config.override(gemm_fused_kernel="off"):
         want = _bits(jaxwarp.mma(a, b, c, **kw))
     for v in (dict(group=1), dict(group=8, block=(8, 16)), dict(num_warps=8, unroll=ik),
-              dict(f32_operands=True, unroll=4), dict(block=(16, 4), group=2)):
+              dict(f32_operands=True, unroll=4), dict(block=(16, 4), group=2),
+              dict(cond=True), dict(cond=False)):
         got = _bits(fused_tiles.chain(a, b, c, dp, fmt, interpret=True, **v))
         np.testing.assert_array_equal(got, want, err_msg=str(v))

@@ -22,14 +22,18 @@ where the batch is smaller. The operands enter the kernel as they are stored (fp
 byte an element: the kernel converts them exactly to fp32), so the kernel reads the
 bytes that XLA's batched product reads.
 
-Operand values: f16 and fp8 take the kernel with the IEEE sum of the products (specials)
-below ``gemm_kernel_any_range_below`` multiply-adds, from there a ``lax.cond`` on whether
-every operand is finite (the kernel without that sum where they are), as
-``fused_kernel.chain`` does. bf16 takes the general form (any value, no range check)
-below that size, from there a ``lax.cond`` on ``in_fp32_range`` of the whole batch: the
-in-range kernel, else the general form's kernel -- every branch a Pallas kernel with the
-model's bits. Small calls (below ``gemm_kernel_rolled_below`` multiply-adds) loop over a
-step's products (``gemm_kernel_unroll_small`` an iteration), as the GEMM does.
+Operand values: f16 and fp8 take the kernel with the IEEE sum of the products (inf and
+NaN), one floating-point add a product on a pipe the kernel does not wait on (the GEMM
+kernel is bound by its conversions), with no pass over the operands to find out whether
+they are finite (``fused_kernel.chain`` takes one from ``gemm_kernel_any_range_below``
+multiply-adds, where a GEMM reads an operand element many times; a tile's are read once,
+so the pass would add a third to the bytes read). bf16 takes the general form (any value,
+no range check) below ``gemm_kernel_any_range_below`` multiply-adds, from there a
+``lax.cond`` on ``in_fp32_range`` of the whole batch: the in-range kernel (the general
+form ran at a quarter of its speed in the GEMM), else the general form's -- every branch
+a Pallas kernel with the model's bits. Small calls (below ``gemm_kernel_rolled_below``
+multiply-adds) loop over a step's products (``gemm_kernel_unroll_small`` an iteration),
+as the GEMM does.
 
 What stays on ``datapath.mma``'s XLA ops (``runs`` says no): tf32 and f64 operands, f16
 accumulators (C or D), integer types, satf, ``scale_input_d``, and the datapaths the
@@ -163,7 +167,7 @@ def _all_finite(x):
 def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
           interpret: bool = False, group: int | None = None,
           block: tuple[int, int] | None = None, num_warps: int | None = None,
-          form: str | None = None, finite: bool | None = None,
+          form: str | None = None, finite: bool | None = None, cond: bool | None = None,
           f32_operands: bool = False, unroll: int | None = None):
     """The chain of exact instructions on every tile: a (T, m, k) of ``fmt``, b (T, k, n)
     of ``b_fmt`` (None: ``fmt``), c (T, m, n) fp32 -> D (T, m, n) fp32, k a multiple of
@@ -174,10 +178,12 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
     most 32 x 32), ``num_warps`` (None: 4), ``f32_operands`` (converted to fp32 before
     the kernel), ``unroll`` (products written out per iteration of a step's loop; None: a
     loop below ``gemm_kernel_rolled_below`` multiply-adds). ``form``: "unrolled" (bf16
-    operands in fp32's range) or, for bf16, "general" (any value); ``finite``: f16 / fp8
-    operands known finite or not. None for both: below ``gemm_kernel_any_range_below``
-    multiply-adds one kernel for any operand value, from there a ``lax.cond`` on the
-    operands between the faster kernel (bf16 in fp32's range, f16 / fp8 finite) and it.
+    operands in fp32's range) or, for bf16, "general" (any value; None: "general" for
+    bf16); ``finite``: f16 / fp8 operands known finite (no IEEE sum of the products).
+    ``cond`` (with ``form`` None): a ``lax.cond`` on the operands (a pass over them)
+    between the faster kernel where they allow it (bf16 in fp32's range, f16 / fp8
+    finite) and the one for any value; None: for bf16 from ``gemm_kernel_any_range_below``
+    multiply-adds, for f16 / fp8 never.
 
     Example:
         >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "e4m3", 32)
@@ -197,6 +203,8 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
     if form not in (None, "unrolled", "general") or (form == "general" and fmt != "bf16"):
         raise ValueError(f"chain: form={form!r}: allowed None, 'unrolled', and 'general' "
                          f"for bf16 (fmt={fmt!r})")
+    if cond and form is not None:
+        raise ValueError(f"chain: cond=True chooses the form; got form={form!r}")
     G, (bm, bn), (Tp, mp, np_, kp) = layout(T, m, n, k, group, block)
     macs = Tp * mp * np_ * k
     if unroll is None:
@@ -223,20 +231,16 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
             return _call(a, b, c, plan, G, (bm, bn), interpret=interpret)
         return go
 
-    one_kernel = macs < config.gemm_kernel_any_range_below
-    if fmt == "bf16" and form != "unrolled":
-        if form == "general" or one_kernel:
-            d = run("general", False)(a, b, c)
-        else:  # operands in fp32's range (checked on the whole batch), else any value
-            d = lax.cond(in_fp32_range(a, b), run("unrolled", True), run("general", False),
-                         a, b, c)
-    elif finite is not None or fmt == "bf16":
-        d = run("unrolled", True if fmt == "bf16" else finite)(a, b, c)
-    elif one_kernel:
-        d = run("unrolled", False)(a, b, c)
+    bf16 = fmt == "bf16"
+    if cond is None:
+        cond = form is None and bf16 and macs >= config.gemm_kernel_any_range_below
+    if cond:  # the faster kernel where the operands allow it, else one for any value
+        fast = in_fp32_range(a, b) if bf16 else _all_finite(a) & _all_finite(b)
+        d = lax.cond(fast, run("unrolled", True), run("general" if bf16 else "unrolled",
+                                                       False), a, b, c)
     else:
-        d = lax.cond(_all_finite(a) & _all_finite(b), run("unrolled", True),
-                     run("unrolled", False), a, b, c)
+        form = form or ("general" if bf16 else "unrolled")
+        d = run(form, form == "unrolled" and (bf16 or bool(finite)))(a, b, c)
     return d[:T, :m, :n]
 
 
