@@ -14,12 +14,14 @@ an fp32 C and D on sm_90, ...): ``exact_path`` says which ran (``"kernel"`` or `
 read from the traced program). ``--xla`` times the model's XLA ops too
 (``gemm_fused_kernel="off"``), in the same run; where the kernel ran, the first
 ``--check`` tiles' bits are compared with theirs (``bits_equal_xla``). ``--groups`` /
-``--warps`` time the kernel's variants (``jaxwarp.backends.fused_tiles_chain``: tiles per
-kernel instance, warps), one record each.
+``--warps`` / ``--conds`` time the kernel's variants (``jaxwarp.backends.fused_tiles_chain``:
+tiles per kernel instance, warps, a cond on the operands between two kernels), one record
+each.
 
 Usage: python benchmarks/mma_exact.py [--tiles N] [--a-type f16|bf16|e4m3|e5m2]
        [--b-type T] [--c-type f32|f16] [--arch sm_90|sm_80|...] [--instruction I] [--k K]
        [--fused auto|on|off] [--xla] [--check N] [--groups 2,4,8] [--warps 4,8]
+       [--conds rule,on,off]
        (``--arch``: the architecture's datapath: sm_70 / sm_75 / sm_80 / sm_89 cut k = 16
        into 4 or 2 chunks, sm_90 / sm_100 / sm_120 take it in one; the kernel models the
        last ones. fp8 defaults: ``wgmma``, sm_90a, k 32.)
@@ -84,6 +86,9 @@ def main() -> None:
                    help="jaxwarp.config.gemm_fused_kernel for the run (default: as set)")
     p.add_argument("--groups", default=None, help="kernel variants: tiles an instance")
     p.add_argument("--warps", default=None, help="kernel variants: warps an instance")
+    p.add_argument("--conds", default=None,
+                   help="kernel variants: 'rule', 'on', 'off' (a cond on the operands, "
+                        "finite f16 / fp8 or bf16 in range, between two kernels)")
     args = p.parse_args()
     if args.fused is not None:
         jaxwarp.config.update("gemm_fused_kernel", args.fused)
@@ -180,27 +185,28 @@ def main() -> None:
 
 
 def variants(args, a, b, c, d, fa, fb, instruction, arch, k, t_einsum, name) -> None:
-    """The kernel's variants (``--groups``, ``--warps``), one record each, with whether
-    their bits equal exact ``mma``'s (``d``)."""
+    """The kernel's variants (``--groups``, ``--warps``, ``--conds``), one record each,
+    with whether their bits equal exact ``mma``'s (``d``)."""
     groups, warps = _ints(args.groups) or [None], _ints(args.warps) or [None]
-    if args.groups is None and args.warps is None:
+    conds = [{"rule": None, "on": True, "off": False}[v]
+             for v in (args.conds or "rule").split(",")]
+    if args.groups is None and args.warps is None and args.conds is None:
         return
     if d.dtype != jnp.float32:
-        raise SystemExit("--groups / --warps: the kernel's D is fp32 (--c-type f32)")
+        raise SystemExit("--groups / --warps / --conds: the kernel's D is fp32 (--c-type f32)")
     dp = jaxwarp.datapath_for(arch, instruction, fa, k, fb)
     tiles, interpret = a.shape[0], jax.default_backend() != "gpu"
-    for g in groups:
-        for w in warps:
-            f = jax.jit(lambda a, b, c, g=g, w=w: backends.fused_tiles_chain(
-                a, b, c.astype(jnp.float32), dp, fa, b_fmt=fb, group=g, num_warps=w,
-                interpret=interpret))
-            same = bool(jnp.array_equal(jax.lax.bitcast_convert_type(f(a, b, c), jnp.int32),
-                                        jax.lax.bitcast_convert_type(d, jnp.int32)))
-            t = best_time(lambda f=f: f(a, b, c).block_until_ready(), args.repeats)
-            emit({"benchmark": f"{name}/kernel_variant", "arch": arch, **device_info(),
-                  "tiles": tiles, "group": g, "num_warps": w, "bits_equal_mma": same,
-                  "tiles_per_s": tiles / t, "over_einsum": t_einsum / t})
-
+    for g, w, cond in ((g, w, cond) for g in groups for w in warps for cond in conds):
+        f = jax.jit(lambda a, b, c, g=g, w=w, cond=cond: backends.fused_tiles_chain(
+            a, b, c.astype(jnp.float32), dp, fa, b_fmt=fb, group=g, num_warps=w,
+            cond=cond, interpret=interpret))
+        same = bool(jnp.array_equal(jax.lax.bitcast_convert_type(f(a, b, c), jnp.int32),
+                                    jax.lax.bitcast_convert_type(d, jnp.int32)))
+        t = best_time(lambda f=f: f(a, b, c).block_until_ready(), args.repeats)
+        emit({"benchmark": f"{name}/kernel_variant", "arch": arch, **device_info(),
+              "tiles": tiles, "group": g, "num_warps": w, "cond": cond,
+              "bits_equal_mma": same, "tiles_per_s": tiles / t,
+              "over_einsum": t_einsum / t})
 
 if __name__ == "__main__":
     main()

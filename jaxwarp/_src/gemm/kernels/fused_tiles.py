@@ -19,21 +19,22 @@ takes G tiles' blocks of ``bm`` rows and ``bn`` columns (a tile larger than
 columns): A (G, bm, k), B (G, k, bn), C and D (G, bm, bn), G a power of two giving
 :data:`OUTPUTS` outputs an instance (the fused GEMM kernel's 32 x 32 with 4 warps), fewer
 where the batch is smaller. The operands enter the kernel as they are stored (fp8 one
-byte an element: the kernel converts them exactly to fp32), so the kernel reads the
-bytes that XLA's batched product reads.
+byte an element: the kernel converts them exactly to fp32), and D leaves it as fp32: no
+pass of XLA's before or after it (bf16's range check apart) where no shape is padded.
 
 Operand values: f16 and fp8 take the kernel with the IEEE sum of the products (inf and
-NaN), one floating-point add a product on a pipe the kernel does not wait on (the GEMM
-kernel is bound by its conversions), with no pass over the operands to find out whether
-they are finite (``fused_kernel.chain`` takes one from ``gemm_kernel_any_range_below``
-multiply-adds, where a GEMM reads an operand element many times; a tile's are read once,
-so the pass would add a third to the bytes read). bf16 takes the general form (any value,
-no range check) below ``gemm_kernel_any_range_below`` multiply-adds, from there a
-``lax.cond`` on ``in_fp32_range`` of the whole batch: the in-range kernel (the general
-form ran at a quarter of its speed in the GEMM), else the general form's -- every branch
-a Pallas kernel with the model's bits. Small calls (below ``gemm_kernel_rolled_below``
-multiply-adds) loop over a step's products (``gemm_kernel_unroll_small`` an iteration),
-as the GEMM does.
+NaN), one fused multiply-add a product, with no pass over the operands to find out
+whether they are finite: ``fused_kernel.chain`` takes one from
+``gemm_kernel_any_range_below`` multiply-adds, where a GEMM reads an operand element
+many times, but a tile's are read once, so the pass would add about a third to the bytes
+read, and the GEMM kernel was bound by its conversions, not by that add (an estimate for
+tiles, not yet measured: :func:`chain`'s ``cond=True`` is the other choice). bf16 takes
+the general form (any value, no range check) below ``gemm_kernel_any_range_below``
+multiply-adds, from there a ``lax.cond`` on ``in_fp32_range`` of the whole batch: the
+in-range kernel (the general form ran at a quarter of its speed in the GEMM), else the
+general form's -- every branch a Pallas kernel with the model's bits. Small calls
+(below ``gemm_kernel_rolled_below`` multiply-adds) loop over a step's products
+(``gemm_kernel_unroll_small`` an iteration), as the GEMM does.
 
 What stays on ``datapath.mma``'s XLA ops (``runs`` says no): tf32 and f64 operands, f16
 accumulators (C or D), integer types, satf, ``scale_input_d``, and the datapaths the
