@@ -314,3 +314,25 @@ def test_variants(fmt):
               dict(cond=True), dict(cond=False)):
         got = _bits(fused_tiles.chain(a, b, c, dp, fmt, interpret=True, **v))
         np.testing.assert_array_equal(got, want, err_msg=str(v))
+
+
+@pytest.mark.parametrize(("fa", "fb", "shape", "kw"), [
+    ("f16", "f16", (64, 24, 48), {}),
+    ("bf16", "bf16", (16, 16, 16), dict(cond=True)),
+    ("e4m3", "e5m2", (16, 8, 32), {}),
+])
+def test_lowers_for_the_gpu(fa, fb, shape, kw):
+    # Pallas' Triton lowering on the CPU (for the CUDA platform): the 3-D blocks, the
+    # padded shapes, fp8 loads and both kernels of a cond lower as the GPU gets them.
+    import re
+
+    m, n, k = shape
+    ik = 32 if fa in ("e4m3", "e5m2") else 16
+    dp = jaxwarp.datapath_for("sm_90a", "wgmma", fa, ik, fb)
+    args = (jax.ShapeDtypeStruct((1000, m, k), _DT[fa]),
+            jax.ShapeDtypeStruct((1000, k, n), _DT[fb]),
+            jax.ShapeDtypeStruct((1000, m, n), jnp.float32))
+    fn = jax.jit(lambda a, b, c: fused_tiles.chain(a, b, c, dp, fa, b_fmt=fb, **kw))
+    text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    names = re.findall(r'name = "(\w+)"', text)
+    assert names.count(fused_tiles.KERNEL_NAME) == (2 if kw else 1), names
