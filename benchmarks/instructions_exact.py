@@ -11,7 +11,14 @@ throughput per multiply-add relative to exact WMMA f16 (the issue's "within 2x")
 The exact outputs of the first two tiles are checked bit for bit against the plain-integer
 reference model (``tests/reference_tc.py``); a mismatch is reported as ``"checked": false``.
 
+On a GPU exact ``mma`` runs the tiles of the chains that the fused Pallas kernel models
+through it (``jaxwarp.config.gemm_fused_kernel``: f16 / bf16 and fp8 ``wgmma`` with an fp32
+accumulator; tf32, integers, f64 and sm_90's fp8 ``mma.sync`` keep the model's XLA ops):
+``exact_path`` says which ran (``"kernel"`` or ``"xla"``); ``--fused off`` times the XLA
+ops everywhere.
+
 Usage: python benchmarks/instructions_exact.py [--macs N] [--only NAME,...] [--repeats R]
+       [--fused auto|on|off]
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import numpy as np
 from _common import best_time, device_info, emit
 
 import jaxwarp
+from jaxwarp import backends
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import reference_tc  # noqa: E402  (the plain-int oracle, for the output check)
@@ -122,6 +130,8 @@ def run(name, macs, repeats, f16_rate=None):
     def native(a, b, c):
         return jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=acc) + c
 
+    path = "kernel" if backends.FUSED_TILES_NAME in str(jax.make_jaxpr(exact)(a, b, c)) \
+        else "xla"
     d = exact(a, b, c).block_until_ready()
     checked = _check(a, b, c, d, instr, at, bt, ct, (m, n, k))
     t_exact = best_time(lambda: exact(a, b, c).block_until_ready(), repeats)
@@ -131,7 +141,7 @@ def run(name, macs, repeats, f16_rate=None):
         "benchmark": f"instructions_exact/{name}",
         **device_info(),
         "instruction": instr, "a_format": at, "b_format": bt, "shape": [m, n, k],
-        "tiles": tiles, "checked_against_reference": checked,
+        "tiles": tiles, "exact_path": path, "checked_against_reference": checked,
         "exact_macs_per_s": total / t_exact,
         "native_macs_per_s": total / t_native,
         "native_operand_dtype": jnp.dtype(xt).name,
@@ -150,7 +160,11 @@ def main() -> None:
     p.add_argument("--only", default=None,
                    help=f"comma-separated subset of: {', '.join(CONFIGS)}")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--fused", default=None, choices=["auto", "on", "off"],
+                   help="jaxwarp.config.gemm_fused_kernel for the run (default: as set)")
     args = p.parse_args()
+    if args.fused is not None:
+        jaxwarp.config.update("gemm_fused_kernel", args.fused)
     macs = args.macs or (1 << 22 if jax.default_backend() == "cpu" else 1 << 30)
     names = list(CONFIGS) if args.only is None else args.only.split(",")
     for nm in names:

@@ -21,6 +21,9 @@ Fused kernel (exact f16 / bf16 sm_90 chains, one Pallas kernel per output tile):
     fused_mgpu_chain: ``(a, b, c, datapath, fmt, finite=, **settings)``: the same kernel
         on Pallas' Mosaic GPU backend (f16; bf16 in fp32's range); fused_mgpu_plan: its
         plan for a K and settings (tile, compute warpgroups, k block, stages, registers).
+    FUSED_TILES_NAME, fused_tiles_chain: the name and the call of the same kernel on
+        tiles, ``(a, b, c, datapath, fmt, **variants)`` on (T, m, k) @ (T, k, n) +
+        (T, m, n), as exact ``jaxwarp.mma`` runs them on a GPU.
 
 Native mode (wgmma through Triton, sm_90):
     NATIVE_K: the instruction k per operand format.
@@ -62,6 +65,8 @@ from jaxwarp._src.gemm.kernels.fused_kernel import chain as fused_chain
 from jaxwarp._src.gemm.kernels.fused_kernel import gemm as fused_gemm
 from jaxwarp._src.gemm.kernels.fused_mgpu import chain as fused_mgpu_chain
 from jaxwarp._src.gemm.kernels.fused_mgpu import plan as fused_mgpu_plan
+from jaxwarp._src.gemm.kernels.fused_tiles import KERNEL_NAME as FUSED_TILES_NAME
+from jaxwarp._src.gemm.kernels.fused_tiles import chain as fused_tiles_chain
 from jaxwarp._src.gemm.kernels.native_kernels import DotSpec as NativeDotSpec
 from jaxwarp._src.gemm.kernels.native_kernels import Plan as NativePlan
 from jaxwarp._src.gemm.kernels.native_kernels import gemm as native_gemm
@@ -76,6 +81,7 @@ from jaxwarp._src.recipes import shared
 __all__ = [
     "FUSED_KERNEL_NAME", "FusedPlan", "fused_chain", "fused_gemm",
     "fused_conversions_as_bitcasts", "fused_mgpu_chain", "fused_mgpu_plan",
+    "FUSED_TILES_NAME", "fused_tiles_chain",
     "NATIVE_K", "native_device_error", "native_check_chain", "native_chain",
     "NativeDotSpec", "NativePlan", "native_gemm",
     "ChainConfig", "chain_config", "exact_chain", "record_products", "wait_for_promotions",

@@ -60,7 +60,7 @@ from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import k_loop, matmul_sparse, mfma_gemm, native
-from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel, fused_mgpu
+from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel, fused_mgpu, fused_tiles
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue, promote
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
@@ -231,14 +231,21 @@ mma.__doc__ = _public_mma_doc()
 mma.__wrapped__ = datapath.mma  # the arithmetic this front-end adds native mode to
 
 def _mma(a, b, c, mode, kw: dict):
-    """:func:`mma`: exact and fast mode are ``datapath.mma``; native mode its checks, the
-    GPU's chain (``native.run_mma``) and its gradient."""
-    if checks.static_choice(mode, "mode", MODES) != "native":
+    """:func:`mma`: fast mode is ``datapath.mma``; exact mode ``datapath.mma``'s checks, then
+    the fused kernel where it models the chain (``fused_tiles.runs``) or the model's XLA
+    ops, with ``mma``'s gradient either way; native mode the GPU's chain (``native.run_mma``)."""
+    if checks.static_choice(mode, "mode", MODES) == "fast":
         return datapath.mma(a, b, c, mode=mode, **kw)
     checked = datapath.check_mma(a, b, c, mode="exact", **kw)
     if checked.d is not None:  # k = 0: no instruction runs
         return checked.d
     cfg = checked.cfg
+    if mode == "exact":
+        if min(checked.c.size, checked.a.size, checked.b.size) and fused_tiles.runs(
+                cfg, kw["satf"]):
+            return datapath.straight_through(fused_tiles.mma_chain, checked.a, checked.b,
+                                             checked.c, cfg)
+        return datapath.run_chain(checked.a, checked.b, checked.c, cfg, mode, kw["satf"])
     native.check_mma(cfg.a_format, cfg.b_format, cfg.c_format, cfg.d_format,
                      kw["instruction"], cfg.ik, kw["arch"], kw["satf"], kw["datapath"],
                      cfg.c_shift)

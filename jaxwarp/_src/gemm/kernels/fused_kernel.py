@@ -353,10 +353,10 @@ def _finish(c, wmax, terms, sp, plan: Plan):
 def _c_only(c, cb, low: int):
     """The block's result where every product is zero: C (bits cb) with the fraction bits
     ``low`` cleared, on the integers (C may be subnormal); a zero +0."""
-    if not low:
-        return jnp.where(c == 0, jnp.float32(0), c)
+    del c  # -0's bits tested alone: XLA's CPU compiles a zero test of the magnitude bits
+    # into a float compare, true there for a subnormal C (which then became +0)
     cm = cb & ~low
-    return _float(jnp.where((cm & 0x7FFFFFFF) == 0, 0, cm))
+    return _float(jnp.where(cm == jnp.int32(-(1 << 31)), 0, cm))
 
 
 def _low_bits(n: int) -> int:
@@ -482,6 +482,8 @@ def _finish_general(cb, E, s, sp, plan: Plan):
 
 
 def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+    """The kernel body on blocks A (..., bm, K), B (..., K, bn), C and D (..., bm, bn): any
+    leading axes (``fused_tiles``' groups of tiles; form "reduce" 2-D only)."""
     *pow_refs, o_ref = refs
     ik = plan.ik
 
@@ -490,8 +492,8 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
 
     def step_general(j, cb):  # a_ref, b_ref: int16 bit patterns; the carry fp32 bits
         s = pl.multiple_of(j * ik, ik)
-        return _step_general(lambda i: dec(a_ref[:, pl.ds(s + i, 1)]),
-                             lambda i: dec(b_ref[pl.ds(s + i, 1), :]), cb, plan)
+        return _step_general(lambda i: dec(a_ref[..., pl.ds(s + i, 1)]),
+                             lambda i: dec(b_ref[..., pl.ds(s + i, 1), :]), cb, plan)
 
     def step(j, c):
         s = pl.multiple_of(j * ik, ik)
@@ -501,10 +503,10 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
         split = {}
         if pow_refs:  # form="split"
             pa_ref, pb_ref = pow_refs
-            split = dict(pcol=lambda i: pa_ref[:, pl.ds(s + i, 1)],
-                         prow=lambda i: pb_ref[pl.ds(s + i, 1), :])
-        return _step(lambda i: a_ref[:, pl.ds(s + i, 1)].astype(jnp.float32),
-                     lambda i: b_ref[pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
+            split = dict(pcol=lambda i: pa_ref[..., pl.ds(s + i, 1)],
+                         prow=lambda i: pb_ref[..., pl.ds(s + i, 1), :])
+        return _step(lambda i: a_ref[..., pl.ds(s + i, 1)].astype(jnp.float32),
+                     lambda i: b_ref[..., pl.ds(s + i, 1), :].astype(jnp.float32), c, plan,
                      **split)
 
     if plan.form == "general":
@@ -513,6 +515,9 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
         bits = _bits(lax.fori_loop(0, plan.K // ik, step, c_ref[...]))
     o_ref[...] = jnp.where((bits & 0x7FFFFFFF) > _EXP, jnp.int32(plan.nan_bits - (1 << 32)
                            if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
+
+
+kernel = _kernel  # public: ``fused_tiles`` runs it on blocks of tiles
 
 
 def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
