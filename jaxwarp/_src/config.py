@@ -142,12 +142,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("gemm_kernel_unroll_small", 1, allowed=(1, 2, 4, 8, 16), help=(
         "Products written out per iteration of the small products' kernel loop (16: no "
         "loop).")),
-    # gemm_kernel_backend: JAX 0.11 deprecates Pallas' Triton backend; 'auto' stays on the
-    # Triton kernel until the Mosaic GPU one (fused_mgpu) is measured on a GPU.
+    # gemm_kernel_backend: JAX 0.11 deprecates Pallas' Triton backend; on an H100 (JAX
+    # 0.11.2) the Mosaic GPU kernel (fused_mgpu) gave the Triton kernel's bits in every
+    # check but ran 4096^3 bf16 at 1.9 TFLOP/s against about 5: 'auto' stays on Triton.
     Option("gemm_kernel_backend", "auto", allowed=("auto", "triton", "mosaic_gpu"), help=(
         "Which Pallas backend runs the fused exact kernel (the same bits): 'auto' (Triton, "
-        "measured on an H100), 'triton' or 'mosaic_gpu' (operands in its in-range form: f16, "
-        "bf16 in fp32's range; an error where it cannot run the product).")),
+        "the faster on an H100; where the installed JAX has no Triton backend, XLA's exact "
+        "loop), 'triton' or 'mosaic_gpu' (operands in its in-range form: f16, bf16 in "
+        "fp32's range; an error where it cannot run the product).")),
     Option("gemm_kernel_any_range_below", 1 << 24, check=_int_at_least(0), help=(
         "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
         "with no range check and no cond in the calling program.")),
@@ -156,9 +158,10 @@ OPTIONS: tuple[Option, ...] = (
     # (native_mgpu.auto_fits).
     Option("native_backend", "auto", allowed=("auto", "mosaic_gpu", "triton"), help=(
         "Which Pallas backend runs mode='native' (the same chain, the same bits): 'auto' "
-        "(Mosaic GPU where it was measured fastest on an H100: f16 / bf16 operands, no "
-        "promotion, K a multiple of 64, M and N of 128; else Triton), 'mosaic_gpu' or "
-        "'triton' (an error where that backend cannot run the product).")),
+        "(Mosaic GPU where it was measured the faster on an H100: f16, bf16 and e4m3 "
+        "operands, M and N multiples of 128; everywhere it runs if JAX has no Triton "
+        "backend; else Triton), 'mosaic_gpu' or 'triton' (an error where that backend "
+        "cannot run the product).")),
     Option("native_mgpu_tile", "auto", allowed=("auto", "128x256", "128x128"), help=(
         "Output tile of the Mosaic GPU native kernel (the same bits, another speed): 'auto' "
         "(128x256 with 3 stages of 64-element k blocks, 128x128 with promotion), "

@@ -60,7 +60,7 @@ from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import k_loop, matmul_sparse, mfma_gemm, native
-from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel, fused_mgpu, fused_tiles
+from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel, fused_mgpu, fused_tiles, native_mgpu
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue, promote
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
@@ -100,6 +100,7 @@ def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
     if (switch == "off" or ((scales is not None or cfg.promote_every is not None)
                             and not fp8_promoted)
             or not fused_kernel.takes(cfg.a_format, cfg.b_format)
+            or (native_mgpu.triton_missing() and config.gemm_kernel_backend != "mosaic_gpu")
             or (switch == "auto" and (jax.default_backend() != "gpu" or (
                 macs < config.gemm_fused_min_macs
                 and not k_loop.general_on_host(cfg, scales))))):
