@@ -131,7 +131,8 @@ OPTIONS: tuple[Option, ...] = (
         "interpreter: for tests) or 'off'.")),
     Option("gemm_fused_min_macs", 1 << 24, check=_int_at_least(0), help=(
         "Multiply-adds from which 'auto' takes the fused kernel where bf16's general branch "
-        "is XLA's loop (gemm_shared='off'); below, small products keep XLA's k loop alone.")),
+        "is XLA's loop (gemm_shared='off'), and for exact mma calls (all tiles of a call "
+        "together); below, small products keep XLA's k loop alone.")),
     Option("gemm_kernel_rolled_below", 1 << 24, check=_int_at_least(0), help=(
         "Products of fewer multiply-adds take the fused kernel with a loop over a k step's "
         "products (gemm_kernel_unroll_small of them an iteration): there the compile is what "

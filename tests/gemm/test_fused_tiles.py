@@ -336,3 +336,15 @@ def test_lowers_for_the_gpu(fa, fb, shape, kw):
     text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     names = re.findall(r'name = "(\w+)"', text)
     assert names.count(fused_tiles.KERNEL_NAME) == (2 if kw else 1), names
+
+
+def test_auto_takes_the_kernel_from_the_size_option(monkeypatch):
+    # On a GPU, "auto" leaves small calls (a test's, a conformance run's) to XLA's form of
+    # the chain, whose compile is shorter, and takes the kernel from gemm_fused_min_macs.
+    cfg = plan_chain("f16", "f16", "f32", "f32", "sm_90", "wmma", 16)
+    monkeypatch.setattr(fused_tiles.jax, "default_backend", lambda: "gpu")
+    with jaxwarp.config.override(gemm_fused_kernel="auto", gemm_fused_min_macs=1 << 20):
+        assert not fused_tiles.runs(cfg, macs=(1 << 20) - 1)
+        assert fused_tiles.runs(cfg, macs=1 << 20)
+    with jaxwarp.config.override(gemm_fused_kernel="on"):
+        assert fused_tiles.runs(cfg, macs=1)

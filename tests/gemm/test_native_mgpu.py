@@ -21,6 +21,13 @@ from jaxwarp._src.gemm import native
 from jaxwarp._src.gemm.kernels import native_mgpu
 from jaxwarp._src.gemm.matmul import Cfg, tiled, to_operand
 
+#: The kernel under JAX's GPU interpret mode: on a GPU backend the interpreter's steps
+#: run as device programs one at a time (one test ran past 200 s on an H100); the CPU
+#: runs these checks in CI, and benchmarks/native_mgpu.py --check runs the kernel itself.
+_INTERPRETER_ON_CPU = pytest.mark.skipif(
+    jax.default_backend() == "gpu",
+    reason="the GPU interpret mode on a GPU backend takes minutes; run on the CPU")
+
 
 def _bits(x):
     x = np.asarray(x)
@@ -60,6 +67,7 @@ def _check(fmt, acc, promote, shape, c_given=True, tile="auto"):
     ("f16", "f32", None, (128, 128, 256)),  # the 4096^3 tile: bk 64, C as the chain's start
     ("e4m3", "f32", 64, (64, 256, 40)),  # promotion from +0, B K-major, M and N padded
 ], ids=["f16", "e4m3-promote64"])
+@_INTERPRETER_ON_CPU
 def test_kernel_structure_under_emulate(fmt, acc, promote, shape):
     _check(fmt, acc, promote, shape)
 
@@ -76,15 +84,18 @@ def test_kernel_structure_under_emulate(fmt, acc, promote, shape):
     ("tf32", "f32", 16, (64, 96, 32)),
 ], ids=["bf16-promote64", "bf16-K112-promote32", "f16-f16acc", "e4m3", "e4m3-f16acc-K160",
         "e5m2-promote64", "tf32", "tf32-promote16"])
+@_INTERPRETER_ON_CPU
 def test_kernel_structure_under_emulate_every_format(fmt, acc, promote, shape):
     _check(fmt, acc, promote, shape)
 
 
+@_INTERPRETER_ON_CPU
 @pytest.mark.slow
 def test_kernel_with_a_zero_c_and_several_tiles():
     _check("bf16", "f32", None, (256, 64, 512), c_given=False)
 
 
+@_INTERPRETER_ON_CPU
 @pytest.mark.slow
 @pytest.mark.parametrize("tile", ["128x128", "128x256"])
 def test_kernel_tiles_the_option_asks_for(tile):
@@ -99,6 +110,7 @@ def test_tile_option_sets_the_plan():
     assert (p.bn, p.stages) == (256, 3)
 
 
+@_INTERPRETER_ON_CPU
 @pytest.mark.parametrize("fmt, promote", [
     ("f16", None), pytest.param("e5m2", 64, marks=pytest.mark.slow)])
 def test_kernel_without_c_reads_none_and_starts_from_zero(fmt, promote):
@@ -169,6 +181,7 @@ def test_mosaic_backend_refusal_is_eager_and_under_jit(jit):
             (jax.jit(f) if jit else f)(a, b)
 
 
+@_INTERPRETER_ON_CPU
 @pytest.mark.slow
 def test_mma_batch_dims_through_one_vmap():
     """``mma(mode="native")``'s batch dims (broadcast, two of them) become one vmap: one

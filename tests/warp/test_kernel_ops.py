@@ -138,6 +138,37 @@ def test_integer_reductions_and_cumsum():
     assert "an output of shape () per warp" in scalar.explain(x)
 
 
+@pytest.mark.parametrize("dtype", [np.uint32, np.int32, np.uint16, np.int8])
+def test_popcount_and_cumsum_in_forms_triton_compiles(dtype):
+    # Triton does not legalize math.ctpop (an H100, JAX 0.11.2): the kernel body counts
+    # bits with shifts, masks and a multiply, and sums prefixes over a triangle, so neither
+    # primitive reaches the kernel; the bits are XLA's for every width, reverse included.
+    info = np.iinfo(dtype)
+    x = jnp.asarray(RNG.integers(info.min, info.max, (8, 32), dtype=dtype, endpoint=True))
+    x = x.at[0].set(info.max).at[1].set(info.min).at[2].set(0)
+
+    def prog(v):
+        return (lax.population_count(v), jnp.cumsum(v, dtype=v.dtype),
+                lax.cumsum(v, 0, reverse=True))
+
+    _same(prog, x)
+    program = jax.make_jaxpr(jax.vmap(prog))(x)
+    body = jax.make_jaxpr(lambda a: kernel_ops.run(program.jaxpr, [], [a], {}))(x)
+    names = set()
+
+    def visit(jaxpr):
+        for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
+            for v in eqn.params.values():
+                for sub in v if isinstance(v, (tuple, list)) else (v,):
+                    sub = getattr(sub, "jaxpr", sub)
+                    if hasattr(sub, "eqns"):
+                        visit(sub)
+
+    visit(body.jaxpr)
+    assert not names & {"population_count", "cumsum", "cumlogsumexp", "scan"}, names
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.uint32, np.int8, np.bool_])
 def test_gathers_with_traced_indices(dtype):
     raw = RNG.integers(0, 2**32, (8, 32), dtype=np.uint32)

@@ -243,7 +243,7 @@ def _mma(a, b, c, mode, kw: dict):
     cfg = checked.cfg
     if mode == "exact":
         if min(checked.c.size, checked.a.size, checked.b.size) and fused_tiles.runs(
-                cfg, kw["satf"]):
+                cfg, kw["satf"], checked.c.size * checked.a.shape[-1]):
             return datapath.straight_through(fused_tiles.mma_chain, checked.a, checked.b,
                                              checked.c, cfg)
         return datapath.run_chain(checked.a, checked.b, checked.c, cfg, mode, kw["satf"])

@@ -221,6 +221,35 @@ def _bool_reduce(reduce):
     return rule
 
 
+def _popcount(eqn, vals, _):
+    """``population_count`` by shifts, masks, adds and one multiply on 32-bit words (the
+    bit-sliced count): Triton does not legalize ``math.ctpop`` (an H100, JAX 0.11.2:
+    "failed to legalize operation 'math.ctpop'"). Narrower words are zero-extended."""
+    (x,) = vals
+    dtype = eqn.outvars[0].aval.dtype
+    u = _bits(jnp.asarray(x, dtype)).astype(jnp.uint32)
+    u = u - ((u >> 1) & jnp.uint32(0x55555555))
+    u = (u & jnp.uint32(0x33333333)) + ((u >> 2) & jnp.uint32(0x33333333))
+    u = (u + (u >> 4)) & jnp.uint32(0x0F0F0F0F)
+    n = (u * jnp.uint32(0x01010101)) >> 24
+    return [lax.bitcast_convert_type(n.astype(_UINT[jnp.dtype(dtype).itemsize]), dtype)]
+
+
+def _cumsum(eqn, vals, _):
+    """An integer ``cumsum`` as a masked sum over a (n, n) triangle (words wrap,
+    so any order of the additions gives XLA's bits): only primitives whose Triton
+    compilation the kernels already use, no ``tt.scan``."""
+    (x,) = vals
+    axis = eqn.params["axis"]
+    x = jnp.moveaxis(jnp.asarray(x), axis, -1)
+    n = x.shape[-1]
+    i = lax.broadcasted_iota(jnp.int32, (n, n), 0)  # output position
+    j = lax.broadcasted_iota(jnp.int32, (n, n), 1)  # input position
+    lower = (j >= i) if eqn.params.get("reverse") else (j <= i)
+    terms = jnp.where(lower, x[..., None, :], jnp.zeros((), x.dtype))
+    return [jnp.moveaxis(terms.sum(-1, dtype=x.dtype), -1, axis)]
+
+
 # ---- one-hot gather and scatter --------------------------------------------------------
 
 def _bits(x):
@@ -399,6 +428,8 @@ REWRITES = {
     "scatter_max": _scatter("max"),
     "scatter-min": _scatter("min"),
     "scatter_min": _scatter("min"),
+    "population_count": _popcount,
+    "cumsum": _cumsum,
     "scan": _scan,
     "while": _while,
     "cond": _cond,
@@ -431,8 +462,6 @@ def why_not(eqn) -> str | None:
     if name in INT_REDUCTIONS:
         if not all(_is_int(d) for d in dtypes):
             return f"{name} on {sorted({str(d) for d in dtypes})} (exact only on integers)"
-        if name == "cumsum" and p.get("reverse"):
-            return "cumsum with reverse=True (Triton's scan runs forward only)"
         return None
     if name in ("div", "rem", "clamp"):
         if all(_is_int(d) for d in dtypes):

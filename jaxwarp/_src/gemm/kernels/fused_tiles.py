@@ -78,10 +78,13 @@ NUM_WARPS = 4
 KERNEL_NAME = "jaxwarp_fused_exact_tiles"
 
 
-def runs(cfg: ChainCfg, satf: bool = False) -> bool:
+def runs(cfg: ChainCfg, satf: bool = False, macs: int | None = None) -> bool:
     """Whether exact ``jaxwarp.mma`` runs this chain through the kernel: the option
-    ``gemm_fused_kernel`` ("auto": on a GPU; "on": also elsewhere, interpreted), an fp32 C
-    and D, no satf or ``scale_input_d``, and a datapath that ``fused_kernel.models``.
+    ``gemm_fused_kernel`` ("auto": on a GPU, for calls of at least ``gemm_fused_min_macs``
+    multiply-adds, ``macs``; "on": every size, also elsewhere, interpreted), an fp32 C and
+    D, no satf or ``scale_input_d``, and a datapath that ``fused_kernel.models``. (A small
+    call compiles a Triton kernel of its own shape in seconds, where XLA's form of the
+    chain compiles in less: the many small calls of a test or a conformance run keep it.)
 
     Example:
         >>> from jaxwarp._src.arithmetic.datapath_checks import plan_chain
@@ -91,7 +94,9 @@ def runs(cfg: ChainCfg, satf: bool = False) -> bool:
         (True, False)
     """
     switch = config.gemm_fused_kernel
-    if switch == "off" or (switch == "auto" and jax.default_backend() != "gpu"):
+    if switch == "off" or (switch == "auto" and (
+            jax.default_backend() != "gpu"
+            or (macs is not None and macs < config.gemm_fused_min_macs))):
         return False
     return (cfg.dp is not None and not satf and cfg.c_shift == 0 and cfg.d_format == "f32"
             and fused_kernel.models(cfg.dp, cfg.a_format, cfg.b_format, cfg.c_format,
