@@ -138,3 +138,47 @@ def host_info() -> dict[str, Any]:
     except OSError:  # pragma: no cover - not on every platform
         load = None
     return {"host_cpus": os.cpu_count(), "host_load_1min": load}
+
+
+# --- Bits and errors in the JSON records of the kernel benchmarks (native_mgpu.py,
+# fused_mgpu.py). -------------------------------------------------------------------------
+
+
+def bit_view(x):
+    """x as unsigned words of its width (NumPy)."""
+    import numpy as np
+
+    x = np.asarray(x)
+    return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
+
+
+def compare_bits(got, want) -> dict:
+    """Equal elements of two arrays, bit for bit, and the first that differs."""
+    import numpy as np
+
+    same = bit_view(got) == bit_view(want)
+    out = {"equal": int(same.sum()), "total": int(same.size), "bits_equal": bool(same.all())}
+    if not same.all():
+        i = tuple(int(j) for j in np.argwhere(~same)[0])
+        out["first_difference"] = {"index": i, "got": float(np.asarray(got)[i]),
+                                   "want": float(np.asarray(want)[i])}
+    return out
+
+
+def error_record(e: BaseException) -> dict:
+    """An exception as a record's fields: its type and message, the traceback's tail."""
+    import traceback
+
+    return {"error": f"{type(e).__name__}: {str(e)[:1500]}",
+            "traceback_tail": traceback.format_exc()[-3000:]}
+
+
+def write_record(record: dict, caught, out) -> None:
+    """Adds the warnings ``caught`` (``warnings.catch_warnings(record=True)``) to
+    ``record``, prints it as JSON and writes it to ``out`` (a path) if given."""
+    record["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}"
+                                 for w in caught})
+    text = json.dumps(record, indent=1)
+    print(text)
+    if out is not None:
+        out.write_text(text + "\n")

@@ -41,12 +41,12 @@ import json
 import pathlib
 import sys
 import time
-import traceback
 import warnings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import compare_bits, error_record, write_record  # noqa: E402
 
 #: ``--variants``: name -> Mosaic GPU kernel settings (``fused_mgpu_plan``'s arguments);
 #: the register budget of a compute warpgroup follows from ``wgs`` and
@@ -80,28 +80,6 @@ CHECK_CASES = (
 )
 
 
-def _bits(x):
-    import numpy as np
-
-    x = np.asarray(x)
-    return x.view({2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
-
-
-def _compare(got, want) -> dict:
-    import numpy as np
-
-    same = _bits(got) == _bits(want)
-    out = {"equal": int(same.sum()), "total": int(same.size), "bits_equal": bool(same.all())}
-    if not same.all():
-        i = tuple(int(j) for j in np.argwhere(~same)[0])
-        out["first_difference"] = {"index": i, "got": float(np.asarray(got)[i]),
-                                   "want": float(np.asarray(want)[i])}
-    return out
-
-
-def _error(e: BaseException) -> dict:
-    return {"error": f"{type(e).__name__}: {str(e)[:1500]}",
-            "traceback_tail": traceback.format_exc()[-3000:]}
 
 
 def _operands(fmt, M, K, N, kind="normal", seed=0):
@@ -186,11 +164,11 @@ def run_check() -> list:
             want = _matmul(fmt, None)(a, b, c)
             for backend in ("mosaic_gpu", "triton"):
                 try:
-                    r[backend] = _compare(_kernel(backend, fmt, finite)(a, b, c), want)
+                    r[backend] = compare_bits(_kernel(backend, fmt, finite)(a, b, c), want)
                 except Exception as e:  # noqa: BLE001
-                    r[backend] = _error(e)
+                    r[backend] = error_record(e)
         except Exception as e:  # noqa: BLE001
-            r.update(_error(e))
+            r.update(error_record(e))
         r["seconds"] = round(time.perf_counter() - t0, 2)
         print("check", json.dumps(r), flush=True)
         out.append(r)
@@ -207,7 +185,7 @@ def _time(fn, args, flops, r, what, results):
         t = best_time(lambda: fn(*args), 3, 0.3)
         r[what] = {"seconds": t, "tflops": flops / t / 1e12, "first_call_s": round(first, 2)}
     except Exception as e:  # noqa: BLE001
-        r[what] = _error(e)
+        r[what] = error_record(e)
 
 
 def run_timing(n: int) -> dict:
@@ -239,14 +217,14 @@ def run_timing(n: int) -> dict:
                 want = _matmul(fmt, None)(a, b, c)
                 for what in results:
                     if what != "xla":
-                        r[f"{what}_bits_vs_exact"] = _compare(results[what], want)
+                        r[f"{what}_bits_vs_exact"] = compare_bits(results[what], want)
             except Exception as e:  # noqa: BLE001
-                r["exact"] = _error(e)
+                r["exact"] = error_record(e)
             if "mosaic_gpu" in results and "triton" in results:
-                r["mosaic_gpu_bits_vs_triton"] = _compare(results["mosaic_gpu"],
+                r["mosaic_gpu_bits_vs_triton"] = compare_bits(results["mosaic_gpu"],
                                                           results["triton"])
         except Exception as e:  # noqa: BLE001
-            r.update(_error(e))
+            r.update(error_record(e))
         print(fmt, json.dumps({k: v for k, v in r.items() if "over" in k or "bits" in k}),
               flush=True)
     return out
@@ -266,7 +244,7 @@ def run_variants(n: int, formats: list[str], names: list[str] | None) -> dict:
                   results)
             r[name]["settings"] = settings
             if name in results and "default" in results and name != "default":
-                r[name]["bits_vs_default"] = _compare(results[name],
+                r[name]["bits_vs_default"] = compare_bits(results[name],
                                                       results["default"])["bits_equal"]
             print("variant", fmt, name, json.dumps(r[name])[:300], flush=True)
     return out
@@ -297,7 +275,7 @@ def main() -> None:
 
             record["gemm_kernel_backend_auto"] = jaxwarp.config.gemm_kernel_backend
         except Exception as e:  # noqa: BLE001
-            record["import"] = _error(e)
+            record["import"] = error_record(e)
         if args.timing or not (args.check or args.variants):
             record["timing"] = run_timing(n)
         if args.check:
@@ -308,12 +286,7 @@ def main() -> None:
         if args.variants:
             names = args.variant_names.split(",") if args.variant_names else None
             record["variants"] = run_variants(n, args.variant_formats.split(","), names)
-    record["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}"
-                                 for w in caught})
-    text = json.dumps(record, indent=1)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    write_record(record, caught, args.out)
 
 
 if __name__ == "__main__":

@@ -30,12 +30,12 @@ import json
 import pathlib
 import sys
 import time
-import traceback
 import warnings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import compare_bits, error_record, write_record  # noqa: E402
 
 #: ``--check`` cases: (format, accumulator, promote_every, M, K, N, C given).
 CHECK_CASES = (
@@ -56,28 +56,6 @@ CHECK_CASES = (
 )
 
 
-def _bits(x):
-    import numpy as np
-
-    x = np.asarray(x)
-    return x.view({2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
-
-
-def _compare(got, want) -> dict:
-    import numpy as np
-
-    same = _bits(got) == _bits(want)
-    out = {"equal": int(same.sum()), "total": int(same.size), "bits_equal": bool(same.all())}
-    if not same.all():
-        i = tuple(int(j) for j in np.argwhere(~same)[0])
-        out["first_difference"] = {"index": i, "got": float(np.asarray(got)[i]),
-                                   "want": float(np.asarray(want)[i])}
-    return out
-
-
-def _error(e: BaseException) -> dict:
-    return {"error": f"{type(e).__name__}: {str(e)[:1500]}",
-            "traceback_tail": traceback.format_exc()[-3000:]}
 
 
 def _operands(fmt, acc, M, K, N, seed, c_given=True):
@@ -154,11 +132,11 @@ def run_check() -> list:
             try:
                 got = _native("mosaic_gpu", kw)(a, b, c)
             except Exception as e:  # noqa: BLE001
-                r["mosaic_gpu"] = _error(e)
+                r["mosaic_gpu"] = error_record(e)
             else:  # exact mode only where there is something to compare
-                r["mosaic_gpu"] = _compare(got, _exact(kw)(a, b, c))
+                r["mosaic_gpu"] = compare_bits(got, _exact(kw)(a, b, c))
         except Exception as e:  # noqa: BLE001
-            r.update(_error(e))
+            r.update(error_record(e))
         r["seconds"] = round(time.perf_counter() - t0, 2)
         print("check", json.dumps(r), flush=True)
         out.append(r)
@@ -193,7 +171,7 @@ def run_timing(n: int, tiles: bool, rounds: int = 7, calls: int = 50) -> dict:
                 try:
                     results[what] = fn(a, b)  # compile, warm up
                 except Exception as e:  # noqa: BLE001
-                    r[what] = _error(e)
+                    r[what] = error_record(e)
                     del fns[what]
             for what, t in _device_seconds(fns, (a, b), rounds, calls).items():
                 r[what] = {"seconds": t, "tflops": flops / t / 1e12}
@@ -208,14 +186,14 @@ def run_timing(n: int, tiles: bool, rounds: int = 7, calls: int = 50) -> dict:
                 want = _exact(kw)(a, b)
                 for what in results:
                     if what != "xla":
-                        r[f"{what}_bits_equal_exact"] = _compare(results[what], want)
+                        r[f"{what}_bits_equal_exact"] = compare_bits(results[what], want)
                 if "mosaic_gpu" in results and "triton" in results:
-                    r["mosaic_gpu_bits_equal_triton"] = _compare(results["mosaic_gpu"],
+                    r["mosaic_gpu_bits_equal_triton"] = compare_bits(results["mosaic_gpu"],
                                                                  results["triton"])["bits_equal"]
             except Exception as e:  # noqa: BLE001
-                r["exact"] = _error(e)
+                r["exact"] = error_record(e)
         except Exception as e:  # noqa: BLE001
-            r.update(_error(e))
+            r.update(error_record(e))
         print(name, json.dumps(r), flush=True)
     return out
 
@@ -244,7 +222,7 @@ def main() -> None:
 
             record["native_backend_auto"] = jaxwarp.config.native_backend
         except Exception as e:  # noqa: BLE001
-            record["import"] = _error(e)
+            record["import"] = error_record(e)
         if args.check:
             record["check"] = run_check()
             n_ok = sum(r.get("mosaic_gpu", {}).get("bits_equal", False)
@@ -254,12 +232,7 @@ def main() -> None:
             gpu = jax.default_backend() == "gpu"
             record["timing"] = run_timing(args.size or (4096 if gpu else 256), args.tiles,
                                           args.rounds, args.calls)
-    record["warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}"
-                                 for w in caught})
-    text = json.dumps(record, indent=1)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    write_record(record, caught, args.out)
 
 
 if __name__ == "__main__":

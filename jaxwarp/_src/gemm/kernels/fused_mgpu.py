@@ -72,7 +72,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxwarp._src.config import config
-from jaxwarp._src.gemm.kernels import fused_kernel
+from jaxwarp._src.gemm.kernels import fused_kernel, native_mgpu
 
 #: The operand formats the kernel takes (both operands the same).
 FORMATS = fused_kernel.FORMATS
@@ -98,21 +98,18 @@ def api_error() -> str | None:
         >>> api_error() is None or "Mosaic GPU" in api_error()
         True
     """
-    try:
-        from jax.experimental.mosaic import gpu as mgpu  # noqa: PLC0415
+    def has_reduce():
         from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: PLC0415
-    except Exception as e:  # noqa: BLE001 (an ImportError, or a jaxlib without Mosaic)
-        return (f"the exact kernel on Mosaic GPU needs jax.experimental.pallas.mosaic_gpu "
-                f"(JAX >= 0.10.2); importing it failed with JAX {jax.__version__}: {e}")
-    missing = [f"plgpu.{n}" for n in API if not hasattr(plgpu, n)]
-    if hasattr(plgpu, "Layout") and not hasattr(plgpu.Layout.WGMMA, "reduce"):
-        missing.append("plgpu.Layout.WGMMA.reduce")
-    if not hasattr(mgpu, "LoweringSemantics"):
-        missing.append("mosaic.gpu.LoweringSemantics")
-    if missing:
-        return (f"the exact kernel on Mosaic GPU needs {', '.join(missing)}, which JAX "
-                f"{jax.__version__} lacks (written against JAX 0.10.2 and 0.11)")
-    return None
+
+        return not hasattr(plgpu, "Layout") or hasattr(plgpu.Layout.WGMMA, "reduce")
+
+    def has_semantics():
+        from jax.experimental.mosaic import gpu as mgpu  # noqa: PLC0415
+
+        return hasattr(mgpu, "LoweringSemantics")
+
+    return native_mgpu.api_gaps("the exact kernel", API, {
+        "plgpu.Layout.WGMMA.reduce": has_reduce, "mosaic.gpu.LoweringSemantics": has_semantics})
 
 
 @functools.cache

@@ -92,16 +92,27 @@ def api_error() -> str | None:
         >>> api_error() is None or "Mosaic GPU" in api_error()
         True
     """
-    try:
+    def has_run_state():
         from jax.experimental import pallas as pl  # noqa: PLC0415
+
+        return hasattr(pl, "run_state")
+
+    return api_gaps("the native kernel", API, {"pl.run_state": has_run_state})
+
+
+def api_gaps(kernel: str, names, more=None) -> str | None:
+    """Why the installed JAX cannot build ``kernel`` (its name in the message), a Mosaic
+    GPU kernel that uses ``plgpu``'s ``names`` and the objects ``more`` names (label ->
+    a function telling whether it is there), or None if it can."""
+    try:
         from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: PLC0415
     except Exception as e:  # noqa: BLE001 (an ImportError, or a jaxlib without Mosaic)
-        return (f"the native kernel on Mosaic GPU needs jax.experimental.pallas.mosaic_gpu "
+        return (f"{kernel} on Mosaic GPU needs jax.experimental.pallas.mosaic_gpu "
                 f"(JAX >= 0.10.2); importing it failed with JAX {jax.__version__}: {e}")
-    missing = [f"plgpu.{n}" for n in API if not hasattr(plgpu, n)]
-    missing += [] if hasattr(pl, "run_state") else ["pl.run_state"]
+    missing = [f"plgpu.{n}" for n in names if not hasattr(plgpu, n)]
+    missing += [label for label, present in (more or {}).items() if not present()]
     if missing:
-        return (f"the native kernel on Mosaic GPU needs {', '.join(missing)}, which JAX "
+        return (f"{kernel} on Mosaic GPU needs {', '.join(missing)}, which JAX "
                 f"{jax.__version__} lacks (written against JAX 0.10.2 and 0.11)")
     return None
 
