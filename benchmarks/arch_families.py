@@ -92,8 +92,11 @@ def _timer(arch, instruction, fmt, shape, macs):
 
     @jax.jit
     def exact(a, b, c):
-        return jaxwarp.mma(a, b, c, a_format=fmt, c_format="f32", d_format="f32",
-                           instruction=instruction, instruction_k=k, arch=arch)
+        # The model's XLA ops for every family (on a GPU "auto" would send the families
+        # the fused kernel models, sm_90's among them, through that kernel instead).
+        with jaxwarp.config.override(gemm_fused_kernel="off"):
+            return jaxwarp.mma(a, b, c, a_format=fmt, c_format="f32", d_format="f32",
+                               instruction=instruction, instruction_k=k, arch=arch)
 
     return (lambda: exact(a, b, c).block_until_ready()), tiles * m * n * k
 

@@ -1,6 +1,8 @@
 """The kernels XLA makes of one exact ``mma`` batch: prints, per operand type, the
 fusions and other ops of the optimised HLO's ENTRY computation with their output shapes
-(what is stored between kernels), and the time and device peak of the batch.
+(what is stored between kernels), and the time and device peak of the batch. The batch is
+traced with ``jaxwarp.config.gemm_fused_kernel="off"``: on a GPU "auto" runs large exact
+``mma`` batches through the fused Pallas kernel instead, one custom call.
 
 Usage: python benchmarks/hlo_kernels.py [--tiles N] [--types f16,bf16]
 """
@@ -30,8 +32,11 @@ def main() -> None:
         a = jnp.asarray(rng.standard_normal((args.tiles, 16, k)), dt)
         b = jnp.asarray(rng.standard_normal((args.tiles, k, 16)), dt)
         c = jnp.asarray(rng.standard_normal((args.tiles, 16, 16)), jnp.float32)
-        f = jax.jit(lambda a, b, c, t=t: jaxwarp.mma(a, b, c, a_format=t, c_format="f32",
-                                                     d_format="f32"))
+        def batch(a, b, c, t=t):
+            with jaxwarp.config.override(gemm_fused_kernel="off"):  # XLA's kernels
+                return jaxwarp.mma(a, b, c, a_format=t, c_format="f32", d_format="f32")
+
+        f = jax.jit(batch)
         txt = f.lower(a, b, c).compile().as_text()
         entry = txt[txt.index("ENTRY"):]
         ops = []
