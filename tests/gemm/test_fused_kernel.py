@@ -211,13 +211,13 @@ def test_kernel_per_shape_and_size(monkeypatch, options):
     ``gemm_kernel_rolled_below``."""
     dp = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
     plans = []
-    kernel = fused_kernel._kernel
+    kernel = fused_kernel.kernel
 
     def counted(*refs, plan):
         plans.append(plan)
         return kernel(*refs, plan=plan)
 
-    monkeypatch.setattr(fused_kernel, "_kernel", counted)
+    monkeypatch.setattr(fused_kernel, "kernel", counted)
     a, b = jnp.ones((32, 32), jnp.bfloat16), jnp.ones((32, 64), jnp.bfloat16)
 
     def trace():  # a new function each time (make_jaxpr caches by function)

@@ -159,11 +159,8 @@ def test_popcount_and_cumsum_in_forms_triton_compiles(dtype):
     def visit(jaxpr):
         for eqn in jaxpr.eqns:
             names.add(eqn.primitive.name)
-            for v in eqn.params.values():
-                for sub in v if isinstance(v, (tuple, list)) else (v,):
-                    sub = getattr(sub, "jaxpr", sub)
-                    if hasattr(sub, "eqns"):
-                        visit(sub)
+            for sub, _ in kernel_ops.param_jaxprs(eqn):
+                visit(sub)
 
     visit(body.jaxpr)
     assert not names & {"population_count", "cumsum", "cumlogsumexp", "scan"}, names

@@ -56,7 +56,6 @@ _INT_OPS = frozenset({
     "gt", "ge", "convert_element_type", "sign",
 })
 _F32_OPS = frozenset({"add", "sub"})
-_CALLS = frozenset({"pjit", "jit", "custom_jvp_call", "closed_call"})
 _DTYPES = frozenset({"float32", "int32", "uint32", "int16", "uint16", "int8", "uint8",
                      "bool"})
 
@@ -66,9 +65,8 @@ def _why_not(jaxpr) -> str | None:
     None when every one is allowed (as it is, or in ``kernel_ops``' form)."""
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        subs = [v for k, v in eqn.params.items() if k in ("jaxpr", "call_jaxpr")]
-        if name in _CALLS and subs:
-            sub = subs[0]
+        sub = kernel_ops.call_jaxpr(eqn)
+        if sub is not None:
             why = _why_not(getattr(sub, "jaxpr", sub))
             if why:
                 return why
@@ -239,11 +237,8 @@ def _has_onehot(jaxpr) -> bool:
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "gather" or eqn.primitive.name.startswith("scatter"):
             return True
-        for v in eqn.params.values():
-            for s in (v if isinstance(v, (tuple, list)) else (v,)):
-                sub = getattr(s, "jaxpr", s)
-                if hasattr(sub, "eqns") and _has_onehot(sub):
-                    return True
+        if any(_has_onehot(sub) for sub, _ in kernel_ops.param_jaxprs(eqn)):
+            return True
     return False
 
 

@@ -44,7 +44,8 @@ import numpy as np
 from jax import lax
 
 _UINT = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
-_CALLS = ("pjit", "jit", "custom_jvp_call", "closed_call")
+#: Call primitives whose jaxpr the kernel evaluates in place.
+CALLS = frozenset({"pjit", "jit", "custom_jvp_call", "closed_call"})
 _MODES = lax.GatherScatterMode
 
 
@@ -52,15 +53,28 @@ def _is_int(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.integer)
 
 
-def _sub_jaxpr(eqn):
-    sub = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
-    return sub
+def call_jaxpr(eqn):
+    """The jaxpr a call equation (``CALLS``) runs, or None."""
+    if eqn.primitive.name not in CALLS:
+        return None
+    return eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
 
 
 def _closed(sub) -> tuple[Any, list]:
     if hasattr(sub, "consts"):
         return sub.jaxpr, list(sub.consts)
     return sub, []
+
+
+def param_jaxprs(eqn):
+    """The jaxprs in ``eqn``'s parameters (a call's, a loop's bodies, a cond's branches),
+    each as (jaxpr, its consts)."""
+    for v in eqn.params.values():
+        for s in (v if isinstance(v, (tuple, list)) else (v,)):
+            if hasattr(s, "eqns"):
+                yield s, []
+            elif hasattr(s, "jaxpr") and hasattr(s.jaxpr, "eqns"):
+                yield s.jaxpr, list(s.consts)
 
 
 def constants(jaxpr, consts) -> list[np.ndarray]:
@@ -76,12 +90,8 @@ def constants(jaxpr, consts) -> list[np.ndarray]:
             for v in eqn.invars:  # array literals (JAX's simplified constants)
                 if isinstance(v, jax.extend.core.Literal) and np.ndim(v.val):
                     found.setdefault(id(v.val), v.val)
-            for v in eqn.params.values():
-                for s in (v if isinstance(v, (tuple, list)) else (v,)):
-                    if hasattr(s, "eqns"):
-                        visit(s, [])
-                    elif hasattr(s, "jaxpr") and hasattr(s.jaxpr, "eqns"):
-                        visit(s.jaxpr, list(s.consts))
+            for sub, sub_consts in param_jaxprs(eqn):
+                visit(sub, sub_consts)
 
     visit(jaxpr, consts)
     return list(found.values())
@@ -106,17 +116,15 @@ def run(jaxpr, consts, args, const_values: dict[int, Any]):
     for eqn in jaxpr.eqns:
         vals = [read(v) for v in eqn.invars]
         name = eqn.primitive.name
-        if name in _CALLS and _sub_jaxpr(eqn) is not None:
-            outs = run(*_closed(_sub_jaxpr(eqn)), vals, const_values)
+        if call_jaxpr(eqn) is not None:
+            outs = run(*_closed(call_jaxpr(eqn)), vals, const_values)
         elif name in _SHIFTS:
             outs = [_shift(eqn, vals, known)]
         elif name in REWRITES:
             outs = REWRITES[name](eqn, vals, const_values)
         else:
             outs = eqn.primitive.bind(*vals, **eqn.params)
-        if not eqn.primitive.multiple_results and name not in REWRITES and name not in _CALLS \
-                and name not in _SHIFTS:
-            outs = [outs]
+            outs = outs if eqn.primitive.multiple_results else [outs]
         for v, o in zip(eqn.outvars, outs, strict=True):
             env[v] = o
     return [read(v) for v in jaxpr.outvars]
@@ -134,24 +142,22 @@ def _safe_divisor(x, y):
     return jnp.where(bad, jnp.ones((), y.dtype), y), zero
 
 
-def _div(eqn, vals, _):
-    x, y = (jnp.asarray(v, eqn.outvars[0].aval.dtype) for v in vals)
-    if not _is_int(x.dtype):
-        return [lax.div(x, y)]
-    x, y = jnp.broadcast_arrays(x, y)
-    safe, zero = _safe_divisor(x, y)
-    # x / 1 = x gives MIN / -1 = MIN; division by zero gives -1 (all ones).
-    return [jnp.where(zero, jnp.full((), -1).astype(x.dtype), lax.div(x, safe))]
+def _division(op, by_zero):
+    """The rule of ``op`` (``lax.div`` or ``lax.rem``) on integers: the divisor 1 where
+    XLA's result is no quotient (x / 1 = x gives MIN / -1 = MIN, x % 1 = 0 gives
+    MIN % -1 = 0), ``by_zero(x)`` where it is 0 (x / 0 = -1, all ones; x % 0 = x)."""
+    def rule(eqn, vals, _):
+        x, y = (jnp.asarray(v, eqn.outvars[0].aval.dtype) for v in vals)
+        if not _is_int(x.dtype):
+            return [op(x, y)]
+        x, y = jnp.broadcast_arrays(x, y)
+        safe, zero = _safe_divisor(x, y)
+        return [jnp.where(zero, by_zero(x), op(x, safe))]
+    return rule
 
 
-def _rem(eqn, vals, _):
-    x, y = (jnp.asarray(v, eqn.outvars[0].aval.dtype) for v in vals)
-    if not _is_int(x.dtype):
-        return [lax.rem(x, y)]
-    x, y = jnp.broadcast_arrays(x, y)
-    safe, zero = _safe_divisor(x, y)
-    # x % 1 = 0 gives MIN % -1 = 0; x % 0 = x.
-    return [jnp.where(zero, x, lax.rem(x, safe))]
+_div = _division(lax.div, lambda x: jnp.full((), -1).astype(x.dtype))
+_rem = _division(lax.rem, lambda x: x)
 
 
 # ---- shifts ---------------------------------------------------------------------------

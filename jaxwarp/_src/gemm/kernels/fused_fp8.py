@@ -49,8 +49,7 @@ def promoted_chain(a, b, acc, dp: Datapath, fmt: str, every: int,
                          f"instruction's k={dp.block_k} (every > 0)")
     bm, bn = fused_kernel.BLOCK
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn  # padded once, not per interval
-    a = jnp.pad(a, ((0, Mp - M), (0, 0)))
-    b = jnp.pad(b, ((0, 0), (0, Np - N)))
+    a, b = fused_kernel.pad_to(a, (Mp, K)), fused_kernel.pad_to(b, (K, Np))
     zero = jnp.zeros((Mp, Np), jnp.float32)
 
     def part(k0, n):  # the chain over k-elements k0 .. k0 + n - 1 from +0, (M, N)

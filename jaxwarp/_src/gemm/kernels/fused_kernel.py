@@ -241,7 +241,7 @@ def _float(x):
     return lax.bitcast_convert_type(x, jnp.float32)
 
 
-def _pow_of(x, fmt: str):
+def pow_of(x, fmt: str):
     """2**(alignment exponent) of fp32 operand values x (0 for zero, inf for inf and NaN):
     the exponent field alone; an f16 / fp8 subnormal at its format's smallest normal
     exponent (``sub_exp="emin"``)."""
@@ -279,7 +279,7 @@ def _passes(u: int, ik: int, products, terms, w0, sp0):
 def _step(col, row, c, plan: Plan, pcol=None, prow=None):
     """One instruction on fp32 operand columns ``col(i)`` (bm, 1) and rows ``row(i)``
     (1, bn), i < ``plan.ik``, from the fp32 accumulator c (bm, bn) -> D (bm, bn) fp32 values (NaN
-    with any payload). ``pcol``, ``prow``: the operands' powers of two (``_pow_of``) read
+    with any payload). ``pcol``, ``prow``: the operands' powers of two (``pow_of``) read
     from bf16 arrays of their own (``form="split"``), so that the first pass (E) holds no
     operand value in registers through the second (the terms); their products and
     maximum are bf16 (exact: powers of two in fp32's range).
@@ -293,7 +293,7 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
         for i in (j * u + t for t in range(u)):
             if pcol is None:
                 a, b = col(i), row(i)
-                w = _pow_of(a, fa) * _pow_of(b, fb)  # 2**(ea + eb), exact
+                w = pow_of(a, fa) * pow_of(b, fb)  # 2**(ea + eb), exact
             else:
                 a, b = (col(i), row(i)) if not plan.finite else (None, None)
                 w = pcol(i) * prow(i)
@@ -308,19 +308,19 @@ def _step(col, row, c, plan: Plan, pcol=None, prow=None):
 
     wmax, sp, sums = _passes(u, plan.ik, products, terms, lambda: jnp.zeros(
         c.shape, jnp.float32 if pcol is None else jnp.bfloat16), c)
-    return _finish(c, wmax.astype(jnp.float32), sums, sp, plan)
+    return finish(c, wmax.astype(jnp.float32), sums, sp, plan)
 
 
 def _step_k(at, bt, c, plan: Plan):
     """``_step`` on an operand block at (bm, ik) and B's block transposed bt (bn, ik): the
     products as one (bm, bn, ik) array, the maximum and the sums reductions over k."""
-    w = _pow_of(at, plan.fmts[0])[:, None, :] * _pow_of(bt, plan.fmts[1])[None, :, :]
+    w = pow_of(at, plan.fmts[0])[:, None, :] * pow_of(bt, plan.fmts[1])[None, :, :]
     sp = c if plan.finite else c + (at[:, None, :] * bt[None, :, :]).sum(-1)  # any order
-    return _finish(c, w.max(-1), lambda scale: trunc_f32(
+    return finish(c, w.max(-1), lambda scale: trunc_f32(
         at[:, None, :] * bt[None, :, :] * scale[:, :, None]).sum(-1), sp, plan)
 
 
-def _finish(c, wmax, terms, sp, plan: Plan):
+def finish(c, wmax, terms, sp, plan: Plan):
     """The block's exponent, its exact truncated sum (``terms(scale)``: the int32 sum of
     the scaled products) with C, and the rounding to fp32 (``_step``): ``plan.kept``
     significant bits. Where every product is zero the result is C cut to the bits that
@@ -344,17 +344,17 @@ def _finish(c, wmax, terms, sp, plan: Plan):
         q = lax.bitcast_convert_type(q, jnp.uint32)
         v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
         v = jnp.where(neg & (q != 0), -v, v)
-    d = jnp.where(wmax == 0, _c_only(c, cb, _low_bits(min(F + 1, plan.kept))), v)
+    d = jnp.where(wmax == 0, _c_only(cb, _low_bits(min(F + 1, plan.kept))), v)
     if plan.finite:
         return jnp.where((cb & _EXP) == _EXP, c, d)
     return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
 
 
-def _c_only(c, cb, low: int):
+def _c_only(cb, low: int):
     """The block's result where every product is zero: C (bits cb) with the fraction bits
     ``low`` cleared, on the integers (C may be subnormal); a zero +0."""
-    del c  # -0's bits tested alone: XLA's CPU compiles a zero test of the magnitude bits
-    # into a float compare, true there for a subnormal C (which then became +0)
+    # -0's bits tested alone: XLA's CPU compiles a zero test of the magnitude bits into a
+    # float compare, true there for a subnormal C (which then became +0)
     cm = cb & ~low
     return _float(jnp.where(cm == jnp.int32(-(1 << 31)), 0, cm))
 
@@ -481,7 +481,7 @@ def _finish_general(cb, E, s, sp, plan: Plan):
     return jnp.where((spb & _EXP) == _EXP, spb, bits)
 
 
-def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
+def kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
     """The kernel body on blocks A (..., bm, K), B (..., K, bn), C and D (..., bm, bn): any
     leading axes (``fused_tiles``' groups of tiles; form "reduce" 2-D only)."""
     *pow_refs, o_ref = refs
@@ -517,9 +517,6 @@ def _kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
                            if plan.nan_bits >= 1 << 31 else plan.nan_bits), bits)
 
 
-kernel = _kernel  # public: ``fused_tiles`` runs it on blocks of tiles
-
-
 def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     """``D = A @ B + C`` as the chain of exact instructions: (M, K) @ (K, N) + (M, N) fp32,
     M and N multiples of the plan's tile, K the plan's K (a multiple of its ik) -> fp32 D;
@@ -551,7 +548,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     pow_dt = jnp.bfloat16
     args = [a, b, c.astype(jnp.float32)]
     if plan.form == "split":  # the powers of two as bf16 (exact: fp32's exponent range)
-        args += [_pow_of(x.astype(jnp.float32), f).astype(pow_dt)
+        args += [pow_of(x.astype(jnp.float32), f).astype(pow_dt)
                  for x, f in zip((a, b), plan.fmts, strict=True)]
         in_specs += [a_spec, b_spec]
     if plan.f32_operands:
@@ -560,7 +557,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         args[:2] = [lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.int16)
                     for x in args[:2]]
     d = pl.pallas_call(
-        functools.partial(_kernel, plan=plan),
+        functools.partial(kernel, plan=plan),
         grid=(M // bm, N // bn),
         in_specs=in_specs,
         out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
@@ -577,30 +574,19 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
 #: fewest SASS instructions per multiply-add at 80 registers, ptxas 13 for sm_90: 7.45,
 #: ``benchmarks/fused_kernel_sass.py``; H100 timings in ``benchmarks/README.md``).
 #: Constants of the kernel, not switches: variants are ``chain``'s arguments.
-BLOCK = (32, 32)
-NUM_WARPS = 4
-FORM = "split"
-ROUNDING = "float"
-F32_OPERANDS = True
-# The sizes below which a product takes the kernel with a loop over a step's products
-# (``Plan.unroll``: the options gemm_kernel_rolled_below, gemm_kernel_unroll_small) and
-# the kernel exact for every operand value with no range check and no cond
-# (gemm_kernel_any_range_below: the check and the cond were most of what an exact product
-# call added to a program's compile on the GPU; from that size the faster kernels for
-# finite (f16) and in-range (bf16) operands run, a cond choosing them). Read at trace
-# time, by ``chain`` and ``any_range`` (the plans they build carry the choice).
+BLOCK, NUM_WARPS = (32, 32), 4
+FORM, ROUNDING, F32_OPERANDS = "split", "float", True
+# The size rules are options (gemm_kernel_rolled_below, gemm_kernel_unroll_small,
+# gemm_kernel_any_range_below; config.py says why), read at trace time by ``unroll_for``
+# and ``any_range`` (the plans built carry the choice).
 
 #: ``gemm`` jitted per plan: a product shape used again in a program (the same layer
 #: twice, a forward and a backward product alike) is traced and lowered once.
 _gemm = jax.jit(gemm, static_argnames=("plan", "interpret"))
 
 
-def _all_finite(x):
+def all_finite(x):
     return jnp.all((_bits(x.astype(jnp.float32)) & _EXP) != _EXP)
-
-
-#: The step's arithmetic, shared with the kernel on Mosaic GPU (``fused_mgpu``).
-pow_of, finish, all_finite = _pow_of, _finish, _all_finite
 
 
 def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> bool:
@@ -614,6 +600,42 @@ def any_range(M: int, N: int, K: int, block: tuple[int, int] | None = None) -> b
     """
     bm, bn = block or BLOCK
     return -(-M // bm) * bm * -(-N // bn) * bn * K < config.gemm_kernel_any_range_below
+
+
+def operand_formats(fmt: str, b_fmt: str | None = None) -> tuple[str, str]:
+    """(A's format, B's: None is ``fmt``), a pair the kernel ``takes``, else a ValueError."""
+    fmts = (fmt, b_fmt or fmt)
+    if not takes(*fmts):
+        raise ValueError(f"chain: fmt={fmt!r}, b_fmt={b_fmt!r}: allowed {FORMATS}, both "
+                         f"the same or both fp8")
+    return fmts
+
+
+def unroll_for(unroll: int | None, macs: int, ik: int) -> int:
+    """``Plan.unroll``: ``unroll``, or for None ``gemm_kernel_unroll_small`` below
+    ``gemm_kernel_rolled_below`` multiply-adds, else ``ik``; a divisor of ``ik``."""
+    if unroll is None:
+        small = macs < config.gemm_kernel_rolled_below
+        unroll = config.gemm_kernel_unroll_small if small else ik
+    if ik % unroll:
+        raise ValueError(f"chain: unroll={unroll}: allowed "
+                         f"{', '.join(str(u) for u in range(1, ik + 1) if ik % u == 0)} "
+                         f"(a divisor of the instruction's k={ik})")
+    return unroll
+
+
+def plan_for(dp: Datapath, fmts: tuple[str, str], K: int, finite: bool,
+             block: tuple[int, int], num_warps: int | None, **fields) -> Plan:
+    """The :class:`Plan` of the datapath ``dp`` and formats ``fmts`` (``operand_formats``)."""
+    return Plan(fmts[0], K, dp.F, dp.nan_f32, finite, block, num_warps or NUM_WARPS,
+                e_floor=dp.e_floor, ik=dp.block_k, kept=dp.sum_mbits + 1,
+                b_fmt=None if fmts[1] == fmts[0] else fmts[1], **fields)
+
+
+def pad_to(x, shape):
+    """x padded with zeros at the end of each axis to ``shape``."""
+    pads = [(0, s - d) for s, d in zip(shape, x.shape, strict=True)]
+    return x if not any(p for _, p in pads) else jnp.pad(x, pads)
 
 
 def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
@@ -648,10 +670,7 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     (M, K), N = a.shape, b.shape[1]
     bm, bn = block or BLOCK
     Mp, Np = -(-M // bm) * bm, -(-N // bn) * bn
-    ik, fmts = dp.block_k, (fmt, b_fmt or fmt)
-    if not takes(*fmts):
-        raise ValueError(f"chain: fmt={fmt!r}, b_fmt={b_fmt!r}: allowed {FORMATS}, both "
-                         f"the same or both fp8")
+    ik, fmts = dp.block_k, operand_formats(fmt, b_fmt)
     if K % ik:
         raise ValueError(f"chain: K={K} is not a multiple of the instruction's k={ik}")
     general = form == "general"
@@ -659,33 +678,22 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
         raise ValueError(f"chain: form='general' takes bf16 operands as their bits, got "
                          f"fmt={fmt!r}, f32_operands={f32_operands!r} (allowed: 'bf16', "
                          f"None or False)")
-    if (Mp, Np) != (M, N):
-        a = jnp.pad(a, ((0, Mp - M), (0, 0)))
-        b = jnp.pad(b, ((0, 0), (0, Np - N)))
-        c = jnp.pad(c, ((0, Mp - M), (0, Np - N)))
+    a, b, c = pad_to(a, (Mp, K)), pad_to(b, (K, Np)), pad_to(c, (Mp, Np))
     a, b = (x.astype(isa.storage_dtype(f)) for x, f in zip((a, b), fmts, strict=True))
-
-    if unroll is None:
-        small = Mp * Np * K < config.gemm_kernel_rolled_below
-        unroll = config.gemm_kernel_unroll_small if small else ik
-    if ik % unroll:
-        raise ValueError(f"chain: unroll={unroll}: allowed "
-                         f"{', '.join(str(u) for u in range(1, ik + 1) if ik % u == 0)} "
-                         f"(a divisor of the instruction's k={ik})")
+    unroll = unroll_for(unroll, Mp * Np * K, ik)
 
     def run(fin):
-        plan = Plan(fmt, K, dp.F, dp.nan_f32, fin, (bm, bn), num_warps or NUM_WARPS,
-                    form=form or FORM, rounding=rounding or ROUNDING,
-                    f32_operands=not general and (F32_OPERANDS if f32_operands is None
-                                                  else f32_operands),  # general: its bits
-                    unroll=unroll, e_floor=dp.e_floor, ik=ik, kept=dp.sum_mbits + 1,
-                    b_fmt=None if fmts[1] == fmt else fmts[1])
+        plan = plan_for(dp, fmts, K, fin, (bm, bn), num_warps,
+                        form=form or FORM, rounding=rounding or ROUNDING,
+                        f32_operands=not general and (F32_OPERANDS if f32_operands is None
+                                                      else f32_operands),  # general: bits
+                        unroll=unroll)
         return lambda a, b, c: _gemm(a, b, c, plan, interpret=interpret)
 
     if general or (finite is None and any_range(M, N, K, block)):  # no cond
         d = run(False)(a, b, c)
     elif finite is None:
-        d = lax.cond(_all_finite(a) & _all_finite(b), run(True), run(False), a, b, c)
+        d = lax.cond(all_finite(a) & all_finite(b), run(True), run(False), a, b, c)
     else:
         d = run(finite)(a, b, c)
     return d[:M, :N]

@@ -403,10 +403,8 @@ def chain(a, b, c, dp, fmt: str, *, finite: bool | None = None, **settings):
     (M, K), N = a.shape, b.shape[1]
     p0 = plan(fmt, K, dp.F, dp.nan_f32, True, N=N, **settings)
     Mp, Np = -(-M // p0.bm) * p0.bm, -(-N // p0.bn) * p0.bn
-    if (Mp, Np) != (M, N):
-        a = jnp.pad(a, ((0, Mp - M), (0, 0)))
-        b = jnp.pad(b, ((0, 0), (0, Np - N)))
-        c = jnp.pad(c, ((0, Mp - M), (0, Np - N)))
+    pad = fused_kernel.pad_to
+    a, b, c = pad(a, (Mp, K)), pad(b, (K, Np)), pad(c, (Mp, Np))
 
     def run(fin):
         return lambda a, b, c: _gemm(a, b, c, dataclasses.replace(p0, finite=fin))

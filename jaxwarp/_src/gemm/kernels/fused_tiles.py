@@ -73,7 +73,6 @@ from jaxwarp._src.gemm.kernels import fused_kernel
 OUTPUTS = 1024
 #: The largest block of a tile's rows or columns in one kernel instance.
 MAX_BLOCK = 32
-NUM_WARPS = 4
 #: The kernel's name (in profiles and traces).
 KERNEL_NAME = "jaxwarp_fused_exact_tiles"
 
@@ -131,12 +130,6 @@ def layout(T: int, m: int, n: int, k: int, group: int | None = None,
     return G, (bm, bn), (-(-T // G) * G, mp, np_, kp)
 
 
-def _pad(x, shape):
-    if x.shape == shape:
-        return x
-    return jnp.pad(x, [(0, s - d) for s, d in zip(shape, x.shape, strict=True)])
-
-
 def call(a, b, c, plan: fused_kernel.Plan, group: int, block: tuple[int, int], *,
          interpret: bool = False):
     """The kernel on padded tiles: a (T, mp, kp), b (T, kp, np), c (T, mp, np) fp32, T a
@@ -166,10 +159,6 @@ def call(a, b, c, plan: fused_kernel.Plan, group: int, block: tuple[int, int], *
 _call = jax.jit(call, static_argnames=("plan", "group", "block", "interpret"))
 
 
-def _all_finite(x):
-    return jnp.all(jnp.isfinite(x.astype(jnp.float32)))
-
-
 def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
           interpret: bool = False, group: int | None = None,
           block: tuple[int, int] | None = None, num_warps: int | None = None,
@@ -181,11 +170,12 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
 
     The kernel's variants (the same bits): ``group`` and ``block`` (G tiles' blocks of
     (bm, bn) outputs a kernel instance, powers of two; None: 1024 outputs, blocks of at
-    most 32 x 32), ``num_warps`` (None: 4), ``f32_operands`` (converted to fp32 before
-    the kernel), ``unroll`` (products written out per iteration of a step's loop; None: a
-    loop below ``gemm_kernel_rolled_below`` multiply-adds). ``form``: "unrolled" (bf16
-    operands in fp32's range) or, for bf16, "general" (any value; None: "general" for
-    bf16); ``finite``: f16 / fp8 operands known finite (no IEEE sum of the products).
+    most 32 x 32), ``num_warps`` (None: ``fused_kernel.NUM_WARPS``), ``f32_operands``
+    (converted to fp32 before the kernel), ``unroll`` (products written out per iteration
+    of a step's loop; None: a loop below ``gemm_kernel_rolled_below`` multiply-adds).
+    ``form``: "unrolled" (bf16 operands in fp32's range) or, for bf16, "general" (any
+    value; None: "general" for bf16); ``finite``: f16 / fp8 operands known finite (no
+    IEEE sum of the products).
     ``cond`` (with ``form`` None): a ``lax.cond`` on the operands (a pass over them)
     between the faster kernel where they allow it (bf16 in fp32's range, f16 / fp8
     finite) and the one for any value; None: for bf16 from ``gemm_kernel_any_range_below``
@@ -199,10 +189,7 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
         Array([33., 33.], dtype=float32)
     """
     (T, m, k), n = a.shape, b.shape[2]
-    fmts, ik = (fmt, b_fmt or fmt), dp.block_k
-    if not fused_kernel.takes(*fmts):
-        raise ValueError(f"chain: fmt={fmt!r}, b_fmt={b_fmt!r}: allowed "
-                         f"{fused_kernel.FORMATS}, both the same or both fp8")
+    fmts, ik = fused_kernel.operand_formats(fmt, b_fmt), dp.block_k
     if k % ik or b.shape != (T, k, n) or c.shape != (T, m, n):
         raise ValueError(f"chain: a (T, m, k) {a.shape}, b (T, k, n) {b.shape}, c (T, m, n) "
                          f"{c.shape}, k a multiple of the instruction's k={ik}")
@@ -213,21 +200,16 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
         raise ValueError(f"chain: cond=True chooses the form; got form={form!r}")
     G, (bm, bn), (Tp, mp, np_, kp) = layout(T, m, n, k, group, block)
     macs = Tp * mp * np_ * k
-    if unroll is None:
-        small = macs < config.gemm_kernel_rolled_below
-        unroll = config.gemm_kernel_unroll_small if small else ik
-    if ik % unroll:
-        raise ValueError(f"chain: unroll={unroll}: a divisor of the instruction's k={ik}")
+    unroll = fused_kernel.unroll_for(unroll, macs, ik)
     a, b = (x.astype(isa.storage_dtype(f)) for x, f in zip((a, b), fmts, strict=True))
-    a, b = _pad(a, (Tp, mp, kp)), _pad(b, (Tp, kp, np_))
-    c = _pad(c.astype(jnp.float32), (Tp, mp, np_))
+    pad = fused_kernel.pad_to
+    a, b, c = pad(a, (Tp, mp, kp)), pad(b, (Tp, kp, np_)), pad(c.astype(jnp.float32),
+                                                               (Tp, mp, np_))
 
     def run(form, finite):
-        plan = fused_kernel.Plan(
-            fmt, k, dp.F, dp.nan_f32, finite, (bm, bn), num_warps or NUM_WARPS, form=form,
-            f32_operands=f32_operands and form != "general", unroll=unroll,
-            e_floor=dp.e_floor, ik=ik, kept=dp.sum_mbits + 1,
-            b_fmt=None if fmts[1] == fmt else fmts[1])
+        plan = fused_kernel.plan_for(
+            dp, fmts, k, finite, (bm, bn), num_warps, form=form,
+            f32_operands=f32_operands and form != "general", unroll=unroll)
 
         def go(a, b, c):
             if form == "general":  # the bit patterns: the kernel decodes them
@@ -241,7 +223,8 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
     if cond is None:
         cond = form is None and bf16 and macs >= config.gemm_kernel_any_range_below
     if cond:  # the faster kernel where the operands allow it, else one for any value
-        fast = in_fp32_range(a, b) if bf16 else _all_finite(a) & _all_finite(b)
+        all_finite = fused_kernel.all_finite
+        fast = in_fp32_range(a, b) if bf16 else all_finite(a) & all_finite(b)
         d = lax.cond(fast, run("unrolled", True), run("general" if bf16 else "unrolled",
                                                        False), a, b, c)
     else:
