@@ -263,13 +263,76 @@ def test_matmul_switch(fmt, kind, shape, instruction):
 
 
 def test_models():
-    # The kernel is the sm_90 f16 / bf16 datapath of k = 16 with an fp32 C and D only.
+    # f16 / bf16 datapaths of blocks fused with an fp32 C and D, an instruction a whole
+    # number of blocks, each block's int32 sum in range.
     h100 = jaxwarp.datapath_for("sm_90", "wmma", "f16", 16)
+    sm80 = jaxwarp.datapath_for("sm_80", "wmma", "f16", 16)  # blocks of 8
     assert fused_kernel.models(h100, "f16", "f16", "f32", 16)
+    assert fused_kernel.models(sm80, "f16", "f16", "f32", 16)
     assert not fused_kernel.models(h100, "f16", "f16", "f16", 16)
     assert not fused_kernel.models(h100.replace(F=26), "f16", "f16", "f32", 16)
-    assert not fused_kernel.models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16),
-                                   "f16", "f16", "f32", 16)
+    assert fused_kernel.models(sm80.replace(F=26), "f16", "f16", "f32", 16)  # 8 terms
+    assert not fused_kernel.models(sm80.replace(F=27), "f16", "f16", "f32", 16)
+    assert not fused_kernel.models(h100, "f16", "f16", "f32", 8)  # half a block
+    assert not fused_kernel.models(sm80.replace(block_k=12), "f16", "f16", "f32", 24)
+    assert not fused_kernel.models(sm80.replace(c_mode="end"), "f16", "f16", "f32", 16)
+
+
+@pytest.mark.parametrize(("arch", "instruction", "fmt", "kinds"), [
+    ("sm_80", "mma_sync", "bf16", ("wide", "bits")),
+    pytest.param("sm_80", "mma_sync", "bf16", ("zeros", "cancel", "big", "out_of_range",
+                                               "tiny", "huge", "span"), marks=pytest.mark.slow),
+    pytest.param("sm_80", "mma_sync", "f16", ("special", "subnormal", "cancel"),
+                 marks=pytest.mark.slow),
+    pytest.param("sm_75", "wmma", "f16", ("wide", "special"), marks=pytest.mark.slow),
+    pytest.param("sm_70", "wmma", "f16", ("special", "subnormal"), marks=pytest.mark.slow),
+])
+def test_blocks_of_older_architectures(arch, instruction, fmt, kinds):
+    # sm_70 to sm_89 fuse blocks of 4 or 8 products in a k16 instruction, each taking the
+    # previous one's fp32 result as its C: the kernel steps by the block. matmul through
+    # it (the interpreter here) and through XLA's loop: the same bits, in range or not.
+    tile = (16, 8, 16) if instruction == "mma_sync" else None
+    for kind in kinds:
+        a, b, c = _operands(fmt, 48, 32, 64, kind, seed=2)
+        out = {}
+        for switch in ("off", "on"):
+            with jaxwarp.config.override(gemm_fused_kernel=switch):
+                out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format=fmt, mode="exact",
+                                                   arch=arch, instruction=instruction,
+                                                   tile=tile))
+        np.testing.assert_array_equal(out["on"], out["off"], err_msg=f"{arch} {fmt} {kind}")
+
+
+@pytest.mark.parametrize(("arch", "fmt", "form"), [
+    ("sm_80", "bf16", "split"), ("sm_80", "bf16", "general"), ("sm_70", "f16", "split")])
+def test_blocks_of_4_and_8_lower_for_the_gpu(arch, fmt, form):
+    # Pallas' Triton lowering on the CPU (for CUDA): the kernel stepping by blocks of 8
+    # (sm_80) and 4 (sm_70) products lowers as the GPU gets it.
+    dp = jaxwarp.datapath_for(arch, "wmma", fmt, 16)
+    args = [jax.ShapeDtypeStruct(s, d) for s, d in (((512, 256), _DT[fmt]),
+                                                    ((256, 128), _DT[fmt]),
+                                                    ((512, 128), jnp.float32))]
+    fn = jax.jit(lambda a, b, c: fused_kernel.chain(a, b, c, dp, fmt, finite=True, form=form))
+    text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "__gpu$xla.gpu.triton" in text and fused_kernel.KERNEL_NAME in text
+
+
+def test_kernel_steps_by_the_datapaths_block():
+    # The block size is read from the datapath: sm_90's instruction with blocks of 8 (and
+    # sm_80's F) gives other bits, and the kernel gives each one's (the model's mma).
+    h100 = jaxwarp.datapath_for("sm_90", "wmma", "bf16", 16)
+    a, b, c = _operands("bf16", 16, 16, 32, "wide", seed=4)
+    out = []
+    for dp in (h100, h100.replace(block_k=8, F=24)):
+        got = _bits(fused_kernel.chain(a, b, c, dp, "bf16", finite=True, interpret=True,
+                                       block=(16, 16)))
+        want = c
+        for k in range(0, 32, 16):
+            want = jaxwarp.mma(a[:, k:k + 16], b[k:k + 16], want, a_format="bf16",
+                               c_format="f32", d_format="f32", datapath=dp)
+        np.testing.assert_array_equal(got, _bits(want), err_msg=str(dp.block_k))
+        out.append(got)
+    assert (out[0] != out[1]).any()
 
 
 def test_auto_takes_the_kernel_from_a_size_on_a_gpu(monkeypatch, options):

@@ -275,12 +275,13 @@ def test_fp8_scaled_products_through_the_kernel(scales):
 def test_sm89_mma_sync_fp8_through_the_kernel():
     # sm_89's fp8 mma.sync m16n8k16 (one block of 16 fused with C, F 13, 14 bits; an E
     # floor of 6, C's own emin) is a datapath the kernel computes too: the same bits.
-    for fa, fb in (("e4m3", "e5m2"), ("e5m2", "e5m2")):
+    # m16n8k32 is two such blocks, the first's fp32 result the second's C.
+    for fa, fb, k in (("e4m3", "e5m2", 16), ("e5m2", "e5m2", 16), ("e4m3", "e4m3", 32)):
         a, b, c = _inputs(fa, fb, 32, 32, 64, "bits", seed=5)
         out = {}
         for switch in ("off", "on"):
             with jaxwarp.config.override(gemm_fused_kernel=switch):
                 out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format=(fa, fb),
                                                    mode="exact", instruction="mma_sync",
-                                                   arch="sm_89", tile=(16, 8, 16)))
-        np.testing.assert_array_equal(out["on"], out["off"], err_msg=f"{fa} {fb}")
+                                                   arch="sm_89", tile=(16, 8, k)))
+        np.testing.assert_array_equal(out["on"], out["off"], err_msg=f"{fa} {fb} k{k}")

@@ -113,6 +113,9 @@ _CASES = {
     "e5m2_wgmma_m64n24k32": ("e5m2", "e5m2", "wgmma", "sm_90a", 32, (64, 24, 32), (3,)),
     "e4m3_sm89_mma_sync_m16n8k16": ("e4m3", "e4m3", "mma_sync", "sm_89", 16, (16, 8, 32),
                                     (3,)),
+    # two blocks of 8 an instruction, the first's fp32 result the second's C
+    "bf16_sm80_mma_sync_m16n8k16": ("bf16", "bf16", "mma_sync", "sm_80", 16, (16, 8, 32),
+                                    (3,)),
 }
 
 
@@ -202,8 +205,8 @@ def test_jit(calls):
     ("tf32", "f32", "f32", "wmma", "sm_90", False),  # tf32: not modelled
     ("f16", "f16", "f16", "wmma", "sm_90", False),  # an f16 accumulator
     ("f16", "f32", "f16", "wmma", "sm_90", False),  # an f16 D
-    ("f16", "f32", "f32", "wmma", "sm_80", False),  # blocks of 8 products
     ("e4m3", "f32", "f32", "mma_sync", "sm_90", False),  # two f16 HMMAs, C last
+    ("e4m3", "f32", "f32", "mma_sync", "sm_120a", False),  # F 25 over 32 terms: > int32
     ("f16", "f32", "f32", "wmma", "sm_90", True),  # satf
 ])
 def test_other_chains_keep_the_model(fa, c_format, d_format, instr, arch, satf, calls):
@@ -282,6 +285,11 @@ _SWEEP = [
         ("e4m3", "e4m3", "wgmma", "sm_90a", 32, (64, 16, 96)),
         ("e5m2", "e4m3", "wgmma", "sm_90a", 32, (16, 8, 32)),
         ("e5m2", "e5m2", "mma_sync", "sm_89", 16, (16, 8, 16)),
+        ("e4m3", "e5m2", "mma_sync", "sm_89", 32, (16, 8, 64)),  # blocks of 16
+        ("f16", "f16", "wmma", "sm_80", None, (16, 16, 32)),  # blocks of 8
+        ("bf16", "bf16", "mma_sync", "sm_86", 16, (16, 8, 16)),
+        ("f16", "f16", "mma_sync", "sm_75", 8, (16, 8, 16)),
+        ("f16", "f16", "wmma", "sm_70", None, (16, 16, 16)),  # blocks of 4
     )
     for batch in ((), (7,))
 ]

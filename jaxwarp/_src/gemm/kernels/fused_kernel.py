@@ -3,9 +3,10 @@
 XLA runs exact ``matmul``'s k loop (``matmul.tiled``) as one fused loop over the
 outputs per instruction, reading and writing the fp32 accumulator at every k step. This
 kernel runs the same chain of instructions with the accumulator in registers: a grid of
-(bm, bn) output tiles, each walking k in steps of the instruction's k (16; fp8 32), and
-per step the whole datapath of one sm_90 f16 / bf16 / fp8 instruction with an fp32 C and
-D (``datapath_blocks``' fast path, one block of ``block_k`` products):
+(bm, bn) output tiles, each walking k in steps of the datapath's block (sm_90 16, fp8
+32; sm_70 to sm_89 4 or 8, two or four to an instruction), and per step the whole
+datapath of one block of ``block_k`` f16 / bf16 / fp8 products with an fp32 C and D
+(``datapath_blocks``' fast path):
 
 * the exact fp32 products ``p = a * b`` (f16 and fp8 values, and bf16 values in fp32's
   range, ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
@@ -39,8 +40,8 @@ and the products tells NaN and infinities, as ``datapath_blocks._specials`` does
 result has the bits ``Datapath.nan_f32``.
 
 On an H100 (jax 0.11.2) a 4096^3 GEMM with C ran at 4.95 TFLOP/s in bf16 and 4.96 in
-f16, 2.17x and 2.36x XLA's exact path, with the same bits (``benchmarks/README.md``,
-"What bounds the exact datapath", has the variants tried and what bounds them).
+f16, 2.17x and 2.36x XLA's exact path, with the same bits (variants tried and what
+bounds them: ``benchmarks/README.md``, "What bounds the exact datapath").
 
 fp8 (sm_90 ``wgmma`` e4m3 / e5m2, either on either side: one datapath, block_k 32,
 F 13, 14 bits kept) takes f16's route: every product of two fp8 values (``2**-32`` to
@@ -51,10 +52,9 @@ those with per-tensor scales and their backward products (the scales stay outsid
 k loop), and with promotion or block scales one call per interval (``fused_fp8``).
 
 Operands of any value (``form="general"``, bf16): the kernel above needs every product
-in fp32's range, so a caller checks the operands' range and takes a ``lax.cond`` to the
-general arithmetic where they are not; in a program of many product calls on the GPU
-that check and cond were most of what exact mode added to the compile. The general form
-needs neither: each operand is decoded in the kernel into an fp32 significand ``m``
+in fp32's range (a caller's range check and ``lax.cond``: most of what exact mode added
+to a program's compile on the GPU). The general form needs neither: each operand is
+decoded in the kernel into an fp32 significand ``m``
 (1.f, or a subnormal's 0.f) and an int32 alignment exponent ``e``; a product's exponent
 ``ea + eb``, E and the terms' scales ``2**(ea + eb - E + F)`` are integer sums and maxima
 (products from ``2**-266`` to ``2**256``, E down to the datapath's floor
@@ -65,28 +65,25 @@ tells NaN and infinities. No float operation reads a subnormal, so a GPU that fl
 them gives the same bits. It runs at about a quarter of the in-range kernel's speed on
 large products (4096^3 on an H100: 1.31 against 4.78 TFLOP/s) and as fast on small ones
 (512 x 128 x 512: 0.58 against 0.59 ms), so :func:`chain`'s callers take it below
-``gemm_kernel_any_range_below`` multiply-adds (:func:`any_range`, an option of
-``jaxwarp.config``), where a call's time is mostly launches and its compile is what a
-user waits for.
+``gemm_kernel_any_range_below`` multiply-adds (:func:`any_range`), where a call's time
+is mostly launches and its compile is what a user waits for.
 
 Compile time: :func:`chain` runs one kernel per product shape, traced and lowered once
 per shape in a program (``gemm`` is jitted per plan). A product of fewer than
-``gemm_kernel_rolled_below`` multiply-adds takes a kernel whose step loops over its 16
-products, ``gemm_kernel_unroll_small`` written out per iteration (the in-range kernel
-with 4 an iteration lowered and compiled in a third of the time of the written-out one
-on an H100, 0.47 s against 1.39 s for the first call, and ran at 0.68 of its speed at
-4096^3, 0.88 at 512 x 128 x 512: ``benchmarks/fused_kernel_check.py --variants``,
-``docs/compile_time.md``).
-
-:func:`models` says which datapaths the kernel is (the sm_90 preset's fields it reads);
+``gemm_kernel_rolled_below`` multiply-adds takes a kernel whose step loops over its
+products, ``gemm_kernel_unroll_small`` written out per iteration (H100, 4 an iteration:
+first call 0.47 s against 1.39 s, 0.68 of the speed at 4096^3, 0.88 at 512 x 128 x 512,
+``fused_kernel_check.py --variants``; whole programs in ``docs/compile_time.md``).
+:func:`models` says which datapaths the kernel is (the preset fields it reads);
 :func:`gemm` runs it. Off the GPU (``interpret=True``) Pallas interprets the same kernel
-body with XLA on the CPU, so its bits can be checked against ``mode="exact"`` anywhere.
+body with XLA on the CPU: its bits checked anywhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -107,7 +104,8 @@ FORMATS = ("bf16", "f16", "e4m3", "e5m2")
 #: exponent in E (``sub_exp="emin"``), their inf and NaN go through the IEEE sum.
 FAST = ("f16", "e4m3", "e5m2")
 _FP8 = ("e4m3", "e5m2")
-#: The instruction k the kernel steps by for f16 / bf16 (fp8: the datapath's block_k, 32).
+#: The largest block of f16 / bf16 products the kernel steps by (sm_90's k; sm_70 to
+#: sm_89: 4 or 8; fp8: the datapath's block_k, 16 or 32).
 IK = 16
 #: The kernel's name (in profiles and traces, with a suffix per compiled instance).
 KERNEL_NAME = "jaxwarp_fused_exact_gemm"
@@ -128,9 +126,12 @@ def takes(a_format: str, b_format: str) -> bool:
 
 def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -> bool:
     """Whether the kernel computes this instruction chain's bits: f16 x f16, bf16 x bf16
-    or fp8 operands (``takes``), fp32 C and D, one block of k = ``block_k`` per
-    instruction fused with C, nominal alignment, terms and block sums truncated toward
-    zero (at most 24 bits kept), zeros +0, every block's int32 sum in range.
+    or fp8 operands (``takes``), fp32 C and D, blocks of ``block_k`` products fused with
+    C, nominal alignment, terms and block sums truncated toward zero (at most 24 bits
+    kept), zeros +0, every block's int32 sum in range. An instruction of several blocks
+    (sm_70 to sm_89: blocks of 4 or 8 in a k16 instruction) is the chain of its blocks,
+    each taking the previous one's fp32 result as its C (``c_mode="fused"``), so the
+    kernel steps by ``block_k`` alike.
 
     Example:
         >>> models(jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16), "bf16", "bf16",
@@ -138,15 +139,19 @@ def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -
         True
         >>> models(jaxwarp.datapath_for("sm_80", "wmma", "f16", 16), "f16", "f16",
         ...        "f32", 16)
+        True
+        >>> models(jaxwarp.datapath_for("sm_90", "wmma", "f16", 16), "f16", "f16",
+        ...        "f32", 8)
         False
         >>> models(jaxwarp.datapath_for("sm_90", "wgmma", "e4m3", 32), "e4m3", "e5m2",
         ...        "f32", 32)
         True
     """
-    # ik terms below 2**(F + 2) each: their int32 sum below 2**31 (16 terms: F <= 25)
+    # block_k terms below 2**(F + 2) each: their int32 sum below 2**31 (16: F <= 25)
+    bk = dp.block_k
     return (takes(a_format, b_format) and c_format == "f32"
-            and ik == dp.block_k and (ik == IK or a_format in _FP8)
-            and ik << (dp.F + 2) <= 1 << 31 and dp.c_mode == "fused"
+            and ik % bk == 0 and bk & (bk - 1) == 0 and (bk <= IK or a_format in _FP8)
+            and bk << (dp.F + 2) <= 1 << 31 and dp.c_mode == "fused"
             and dp.align == "nominal" and dp.sub_exp == "emin" and dp.c_sub_exp != "lead"
             and (dp.e_floor is None or dp.e_floor >= 0) and dp.trunc == "rz"
             and dp.block_round == "rz" and dp.sum_mbits <= 23 and dp.f32_zero == "plus"
@@ -197,15 +202,12 @@ class Plan:
         return self.fmt, self.b_fmt or self.fmt
 
 
-def _trunc_model(x):
-    return x.astype(jnp.int32)
-
-
 #: fp32 -> int32 toward zero, for values known to fit (|x| < 2**31): one conversion
 #: instruction. (Pallas' Triton lowering of ``astype`` clamps to int32's range first:
 #: two float minima / maxima more per conversion, with NaN checks on sm_90.)
 trunc_i32_p = jex_core.Primitive("jaxwarp_trunc_i32")
 trunc_i32_p.def_abstract_eval(lambda x: x.update(dtype=jnp.dtype(jnp.int32)))
+_trunc_model = operator.methodcaller("astype", jnp.int32)
 trunc_i32_p.def_impl(_trunc_model)
 mlir.register_lowering(trunc_i32_p, mlir.lower_fun(_trunc_model, multiple_results=False))
 
@@ -353,8 +355,7 @@ def finish(c, wmax, terms, sp, plan: Plan):
 def _c_only(cb, low: int):
     """The block's result where every product is zero: C (bits cb) with the fraction bits
     ``low`` cleared, on the integers (C may be subnormal); a zero +0."""
-    # -0's bits tested alone: XLA's CPU compiles a zero test of the magnitude bits into a
-    # float compare, true there for a subnormal C (which then became +0)
+    # -0's bits alone: XLA's CPU made a magnitude test a float compare (a subnormal C: 0)
     cm = cb & ~low
     return _float(jnp.where(cm == jnp.int32(-(1 << 31)), 0, cm))
 
@@ -616,7 +617,7 @@ def unroll_for(unroll: int | None, macs: int, ik: int) -> int:
     ``gemm_kernel_rolled_below`` multiply-adds, else ``ik``; a divisor of ``ik``."""
     if unroll is None:
         small = macs < config.gemm_kernel_rolled_below
-        unroll = config.gemm_kernel_unroll_small if small else ik
+        unroll = min(config.gemm_kernel_unroll_small, ik) if small else ik
     if ik % unroll:
         raise ValueError(f"chain: unroll={unroll}: allowed "
                          f"{', '.join(str(u) for u in range(1, ik + 1) if ik % u == 0)} "

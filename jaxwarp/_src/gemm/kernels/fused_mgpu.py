@@ -450,6 +450,9 @@ def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | 
     elif why is None and (fmt not in FORMATS or b_fmt not in (None, fmt)):
         why = (f"operand formats {fmt!r} x {b_fmt or fmt!r} (allowed: the same format, "
                f"one of {FORMATS})")
+    elif why is None and (dp.block_k != IK or dp.sum_mbits != 23):
+        why = (f"a datapath of blocks of {dp.block_k} products keeping {dp.sum_mbits + 1} "
+               f"bits (this kernel models sm_90's: blocks of {IK}, 24 bits kept)")
     if why is not None:
         raise ValueError(f"gemm_kernel_backend='mosaic_gpu' cannot run this product: {why}")
     return chain(a, b, c, dp, fmt, finite=finite)

@@ -6,9 +6,10 @@ batch, ``(..., m, k) @ (..., k, n) + (..., m, n)``. XLA runs the model's arithme
 them. This module runs the chain with ``fused_kernel``'s kernel body instead, the
 accumulator in registers along k, for the datapaths that kernel models
 (``fused_kernel.models``: f16 x f16, bf16 x bf16 and fp8 operands with an fp32 C and D,
-one block of ``block_k`` products per instruction: sm_90's WMMA, ``mma.sync`` and
-``wgmma``, sm_89's fp8 ``mma.sync`` k16, sm_100 / sm_120's f16 / bf16 ``mma.sync`` and
-``tcgen05``): the same step and rounding code, on 3-D blocks.
+blocks of ``block_k`` products fused with C: sm_90's WMMA, ``mma.sync`` and ``wgmma``,
+sm_100 / sm_120's f16 / bf16 ``mma.sync`` and ``tcgen05``, sm_70 to sm_89's f16 / bf16
+(blocks of 4 or 8 an instruction) and sm_89's fp8 ``mma.sync``): the same step and
+rounding code, on 3-D blocks.
 
 The tiles are flattened to one axis of T (the batch shapes broadcast first), then padded:
 m, n and k to powers of two (Triton's arrays have power-of-two sizes; the padding's rows
@@ -39,11 +40,9 @@ general form's -- every branch a Pallas kernel with the model's bits. Small call
 What stays on ``datapath.mma``'s XLA ops (``runs`` says no): tf32 and f64 operands, f16
 accumulators (C or D), integer types, satf, ``scale_input_d``, and the datapaths the
 kernel does not model -- fp8 ``mma.sync`` on sm_90 / sm_100 (two f16 HMMAs, C added last:
-``operand_via``, ``c_mode="end"``), blocks of 4 or 8 products per instruction (sm_70 ...
-sm_89's f16 / bf16 and sm_89's fp8 k32: ``block_k`` below the instruction's k,
-``block_out="d"``), fp8 with F = 25 over 32 terms (sm_100 ``tcgen05``, sm_120: the int32
-sum of a block could overflow), ``c_sub_exp="lead"``, and datapaths given by
-``datapath=`` that differ in the fields ``models`` reads.
+``operand_via``, ``c_mode="end"``), fp8 with F = 25 over 32 terms (sm_100 ``tcgen05``,
+sm_120: the int32 sum of a block could overflow), ``c_sub_exp="lead"``, and datapaths
+given by ``datapath=`` that differ in the fields ``models`` reads.
 
 :func:`runs` says whether ``jaxwarp.mma`` takes this route (the option
 ``gemm_fused_kernel``: "auto" on a GPU, "on" also in Pallas' interpreter elsewhere, for
