@@ -48,6 +48,19 @@ def default_walk():
     return _operand_entries()
 
 
+@pytest.fixture(scope="module")
+def kernel_walk():
+    # The fused kernel's route (a GPU's default; here in Pallas' interpreter).
+    return _operand_entries(gemm_fused_kernel="on")
+
+
+def test_kernel_walk_enters_each_module_above_the_numbers_once(kernel_walk):
+    above = [m for _, m, _, _ in kernel_walk if not m.startswith("numerics/")]
+    assert len(above) == len(set(above)), above
+    assert "gemm/kernels/fused_kernel.py" in above
+    assert walk.summary(kernel_walk)["operands"]["modules"] <= 8, kernel_walk
+
+
 @pytest.mark.parametrize("which", ["inline", "default"])
 def test_each_module_above_the_numbers_is_entered_once(which, inline_walk, default_walk):
     # One entry per module: the operands go down matmul -> k_loop -> datapath ->

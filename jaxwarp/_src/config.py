@@ -126,9 +126,9 @@ OPTIONS: tuple[Option, ...] = (
         "rule: about what such a compile costs on the CPU); a recipe's product (recipe_shared) "
         "likewise, its quantizers and chain. None: never.")),
     Option("gemm_fused_kernel", "auto", allowed=_AUTO_ON_OFF, help=(
-        "Exact f16 / bf16 / fp8 sm_90 chains as one fused Pallas kernel per output tile: 'auto' "
-        "(on a GPU, for the datapaths the kernel models), 'on' (also off the GPU, in Pallas' "
-        "interpreter: for tests) or 'off'.")),
+        "Exact f16 / bf16 / tf32 / fp8 chains with an fp32 accumulator as one fused Pallas "
+        "kernel per output tile: 'auto' (on a GPU, for the datapaths the kernel models, sm_70 "
+        "to sm_120), 'on' (also off the GPU, in Pallas' interpreter: for tests) or 'off'.")),
     Option("gemm_fused_min_macs", 1 << 24, check=_int_at_least(0), help=(
         "Multiply-adds from which 'auto' takes the fused kernel where bf16's general branch "
         "is XLA's loop (gemm_shared='off'), and for exact mma calls (all tiles of a call "
@@ -150,7 +150,7 @@ OPTIONS: tuple[Option, ...] = (
         "Which Pallas backend runs the fused exact kernel (the same bits): 'auto' (Triton, "
         "the faster on an H100; where the installed JAX has no Triton backend, XLA's exact "
         "loop), 'triton' or 'mosaic_gpu' (operands in its in-range form: f16, bf16 in "
-        "fp32's range; an error where it cannot run the product).")),
+        "fp32's range, sm_90's datapath; an error where it cannot run the product).")),
     Option("gemm_kernel_any_range_below", 1 << 24, check=_int_at_least(0), help=(
         "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
         "with no range check and no cond in the calling program.")),

@@ -10,7 +10,7 @@ import jaxwarp
 from jaxwarp._src.gemm import matmul as matmul_module
 from jaxwarp._src.gemm.kernels import fused_kernel
 
-_DT = {"bf16": jnp.bfloat16, "f16": jnp.float16}
+_DT = {"bf16": jnp.bfloat16, "f16": jnp.float16, "tf32": jnp.float32}
 
 
 def _bits(x):
@@ -199,7 +199,7 @@ def test_general_kernel_reads_the_floor():
     with pytest.raises(ValueError, match="form='general' takes bf16 .* fmt='f16'"):
         fused_kernel.chain(a.astype(jnp.float16), b.astype(jnp.float16), c, h100, "f16",
                            form="general", interpret=True)
-    with pytest.raises(ValueError, match="f32_operands=True .allowed: 'bf16', None or False"):
+    with pytest.raises(ValueError, match="f32_operands=True .allowed: 'bf16', 'tf32'; None"):
         fused_kernel.chain(a, b, c, h100, "bf16", form="general", f32_operands=True,
                            interpret=True)
 
@@ -304,17 +304,65 @@ def test_blocks_of_older_architectures(arch, instruction, fmt, kinds):
 
 
 @pytest.mark.parametrize(("arch", "fmt", "form"), [
-    ("sm_80", "bf16", "split"), ("sm_80", "bf16", "general"), ("sm_70", "f16", "split")])
+    ("sm_80", "bf16", "split"), ("sm_80", "bf16", "general"), ("sm_70", "f16", "split"),
+    ("sm_90", "tf32", "split"), ("sm_90", "tf32", "general")])
 def test_blocks_of_4_and_8_lower_for_the_gpu(arch, fmt, form):
     # Pallas' Triton lowering on the CPU (for CUDA): the kernel stepping by blocks of 8
-    # (sm_80) and 4 (sm_70) products lowers as the GPU gets it.
-    dp = jaxwarp.datapath_for(arch, "wmma", fmt, 16)
+    # (sm_80) and 4 (sm_70, tf32's WMMA) products, tf32's int32 bit patterns, lowers as
+    # the GPU gets it.
+    dp = jaxwarp.datapath_for(arch, "wmma", fmt, 8 if fmt == "tf32" else 16)
     args = [jax.ShapeDtypeStruct(s, d) for s, d in (((512, 256), _DT[fmt]),
                                                     ((256, 128), _DT[fmt]),
                                                     ((512, 128), jnp.float32))]
     fn = jax.jit(lambda a, b, c: fused_kernel.chain(a, b, c, dp, fmt, finite=True, form=form))
     text = fn.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "__gpu$xla.gpu.triton" in text and fused_kernel.KERNEL_NAME in text
+
+
+def _tf32_operands(kind, seed):
+    """tf32 operands as fp32 words: bf16's kinds with low bits set past tf32's 10 (the
+    tensor core ignores them), or "bits", every fp32 pattern alike."""
+    a, b, c = _operands("bf16", 48, 32, 64, kind, seed=seed)
+    rng = np.random.default_rng(seed)
+    a, b = (np.asarray(x, np.float32) * (1 + rng.random(x.shape) * 2.0 ** -9) for x in (a, b))
+    if kind == "bits":
+        a, b = (rng.integers(0, 1 << 32, x.shape, dtype=np.uint64).astype(np.uint32)
+                .view(np.float32) for x in (a, b))
+    return jnp.asarray(a), jnp.asarray(b), c
+
+
+@pytest.mark.parametrize(("arch", "instruction", "tile", "kinds"), [
+    ("sm_90", "mma_sync", (16, 8, 8), ("wide", "bits")),
+    pytest.param("sm_90", "wmma", None, ("zeros", "cancel", "big", "out_of_range", "tiny",
+                                         "huge", "span"), marks=pytest.mark.slow),
+    pytest.param("sm_80", "mma_sync", (16, 8, 8), ("wide", "tiny", "bits"),
+                 marks=pytest.mark.slow),
+    pytest.param("sm_90a", "wgmma", (64, 8, 8), ("wide", "huge", "bits"),
+                 marks=pytest.mark.slow),
+])
+@pytest.mark.parametrize("any_range_below", [None, 0])
+def test_tf32_through_the_kernel(arch, instruction, tile, kinds, any_range_below, monkeypatch,
+                                 options):
+    # tf32 (fp32's exponents, 10 fraction bits; the kernel reads each word with its low 13
+    # bits cleared) takes bf16's routes: the general form on the bits of small products
+    # (any_range_below None), or the in-range kernel under a cond on the range (0).
+    plans = []
+    kernel = fused_kernel.kernel
+    monkeypatch.setattr(fused_kernel, "kernel", lambda *r, plan: plans.append(plan.form)
+                        or kernel(*r, plan=plan))
+    jax.clear_caches()  # a plan traced before (jitted per plan) would not call it again
+    if any_range_below is not None:
+        options(gemm_kernel_any_range_below=any_range_below)
+    for kind in kinds:
+        a, b, c = _tf32_operands(kind, seed=3)
+        out = {}
+        for switch in ("off", "on"):
+            with jaxwarp.config.override(gemm_fused_kernel=switch):
+                out[switch] = _bits(jaxwarp.matmul(a, b, c, operand_format="tf32", mode="exact",
+                                                   arch=arch, instruction=instruction,
+                                                   tile=tile))
+        np.testing.assert_array_equal(out["on"], out["off"], err_msg=f"{arch} {kind}")
+    assert set(plans) == ({"general"} if any_range_below is None else {"split"}), plans
 
 
 def test_kernel_steps_by_the_datapaths_block():

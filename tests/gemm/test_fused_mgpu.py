@@ -150,10 +150,15 @@ def test_option_refuses_what_the_kernel_cannot_run(jit):
             (jax.jit(f) if jit else f)(a, jnp.zeros((64, 64)))
         with pytest.raises(ValueError, match=r"gemm_kernel_backend='mosaic_gpu'.*'split'"):
             fused_mgpu.by_option(a, a.T, jnp.zeros((64, 64)), dp, "bf16", form="split")
-        if fused_mgpu.api_error() is None:  # sm_80's blocks of 8: the Triton kernel's alone
-            sm80 = jaxwarp.datapath_for("sm_80", "mma_sync", "bf16", 16)
+        if fused_mgpu.api_error() is None:  # the Triton kernel's alone: sm_80's blocks of
+            sm80 = jaxwarp.datapath_for("sm_80", "mma_sync", "bf16", 16)  # 8, fp8, tf32
             with pytest.raises(ValueError, match=r"mosaic_gpu'.*blocks of 8 products"):
                 fused_mgpu.by_option(a, a.T, jnp.zeros((64, 64)), sm80, "bf16")
+            for fmt, k in (("e4m3", 32), ("tf32", 8)):
+                x = jnp.ones((64, 32), jnp.float32)
+                with pytest.raises(ValueError, match=rf"formats '{fmt}' x '{fmt}'"):
+                    fused_mgpu.by_option(x, x.T, jnp.zeros((64, 64)),
+                                         jaxwarp.datapath_for("sm_90", "wgmma", fmt, k), fmt)
     with pytest.raises(ValueError, match="gemm_kernel_backend='cuda' is not allowed"):
         jaxwarp.config.update("gemm_kernel_backend", "cuda")
 

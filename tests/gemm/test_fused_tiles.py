@@ -14,9 +14,10 @@ from jaxwarp._src.arithmetic.datapath_checks import plan_chain
 from jaxwarp._src.gemm.kernels import fused_tiles
 
 _DT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
-       "e5m2": ml_dtypes.float8_e5m2}
-_UINT = {"f16": np.uint16, "bf16": np.uint16, "e4m3": np.uint8, "e5m2": np.uint8}
-_HAS_INF = ("f16", "bf16", "e5m2")
+       "e5m2": ml_dtypes.float8_e5m2, "tf32": np.float32}  # tf32: fp32 words, low bits too
+_UINT = {"f16": np.uint16, "bf16": np.uint16, "e4m3": np.uint8, "e5m2": np.uint8,
+         "tf32": np.uint32}
+_HAS_INF = ("f16", "bf16", "e5m2", "tf32")
 
 
 def _bits(x):
@@ -116,6 +117,8 @@ _CASES = {
     # two blocks of 8 an instruction, the first's fp32 result the second's C
     "bf16_sm80_mma_sync_m16n8k16": ("bf16", "bf16", "mma_sync", "sm_80", 16, (16, 8, 32),
                                     (3,)),
+    # tf32: fp32 words whose low 13 bits the kernel clears, as the tensor core reads them
+    "tf32_mma_sync_m16n8k8": ("tf32", "tf32", "mma_sync", "sm_90", 8, (16, 8, 16), (3,)),
 }
 
 
@@ -202,7 +205,6 @@ def test_jit(calls):
 
 
 @pytest.mark.parametrize(("fa", "c_format", "d_format", "instr", "arch", "satf"), [
-    ("tf32", "f32", "f32", "wmma", "sm_90", False),  # tf32: not modelled
     ("f16", "f16", "f16", "wmma", "sm_90", False),  # an f16 accumulator
     ("f16", "f32", "f16", "wmma", "sm_90", False),  # an f16 D
     ("e4m3", "f32", "f32", "mma_sync", "sm_90", False),  # two f16 HMMAs, C last
@@ -290,6 +292,9 @@ _SWEEP = [
         ("bf16", "bf16", "mma_sync", "sm_86", 16, (16, 8, 16)),
         ("f16", "f16", "mma_sync", "sm_75", 8, (16, 8, 16)),
         ("f16", "f16", "wmma", "sm_70", None, (16, 16, 16)),  # blocks of 4
+        ("tf32", "tf32", "wmma", "sm_90", None, (16, 16, 16)),  # k8, blocks of 4
+        ("tf32", "tf32", "wgmma", "sm_90a", 8, (64, 16, 32)),
+        ("tf32", "tf32", "mma_sync", "sm_80", 8, (16, 8, 16)),
     )
     for batch in ((), (7,))
 ]

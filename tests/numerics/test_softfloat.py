@@ -198,3 +198,41 @@ def test_round_sig_f64_once_to_nearest(fmt):
         want = x.astype({"f32": np.float32, "f16": np.float16}[fmt]).astype(np.float64)
     ok = np.isfinite(want)
     np.testing.assert_array_equal(got[ok], want[ok])
+
+
+# --- The kernel forms: the same rounding as round_sig and encode. ----------------------
+
+
+@pytest.mark.parametrize("kept", [24, 14])
+def test_rz_f32_bits_is_round_sig_and_encode(kept):
+    # int32 magnitudes (uint32 bits) at exponents from far below fp32's subnormals to past
+    # its largest, both signs, n kept bits: round_sig toward zero on fp32's grid with
+    # n - 1 fraction bits, encoded (an overflow is an infinity), a zero +0.
+    rng = np.random.default_rng(kept)
+    mag = rng.integers(0, 1 << 32, 4000, dtype=np.uint64).astype(np.uint32)
+    mag >>= rng.integers(0, 32, mag.shape).astype(np.uint32)
+    mag[:7] = [0, 1, 3, 0xFFFFFFFF, 0x80000000, 0x00FFFFFF, 0x01000001]
+    g = rng.integers(-200, 140, mag.shape).astype(np.int32)
+    neg = rng.random(mag.shape) < 0.5
+    got = softfloat.rz_f32_bits(jnp.asarray(mag.view(np.int32)), jnp.asarray(neg),
+                                jnp.asarray(g), softfloat.kept_mask(kept))
+    q, lsb = round_sig(jnp.asarray(mag), jnp.asarray(g), -126, kept - 1, "rz")
+    want = np.asarray(encode(jnp.asarray(neg), q, lsb, "f32")).astype(np.uint32)
+    want[want == 0x80000000] = 0  # the kernels' zero is +0
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), want)
+
+
+def test_f32_term_rz_truncates_on_the_grid():
+    # fp32 C (normal, subnormal, zero, both signs) on the grid of 2**(E - F), E at least
+    # C's exponent: sign * floor(|C| / 2**(E - F)), exactly.
+    rng = np.random.default_rng(7)
+    c = (rng.standard_normal(3000) * 2.0 ** rng.integers(-150, 120, 3000)).astype(np.float32)
+    c[:4] = [0.0, -0.0, np.float32(2.0 ** -149), -np.float32(1.5 * 2.0 ** -127)]
+    cexp = np.maximum(np.floor(np.log2(np.abs(c.astype(np.float64)) + 2.0 ** -160)), -126)
+    for F in (13, 24, 25):
+        E = (cexp + rng.integers(0, 40, c.shape)).astype(np.int32)
+        got = np.asarray(softfloat.f32_term_rz(jnp.asarray(c.view(np.int32)), jnp.asarray(E),
+                                               F))
+        want = [int(Fraction(float(abs(v))) / Fraction(2) ** int(e - F)) * (-1 if v < 0 else 1)
+                for v, e in zip(c, E, strict=True)]
+        np.testing.assert_array_equal(got, np.asarray(want, np.int64), err_msg=f"F={F}")

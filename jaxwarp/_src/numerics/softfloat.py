@@ -444,3 +444,47 @@ def add_rn(x: Term, y: Term, out: str, nan_bits: int) -> jax.Array:
     nan = x.nan | y.nan | (pinf & ninf)
     return jnp.where(nan, jnp.uint32(nan_bits), bits)
 
+
+# --------------------------------------------------------------------------------------
+# Kernel forms: fp32 results of a block sum held as int32, in the operations a GPU kernel
+# body lowers (Pallas' Triton and Mosaic GPU backends: no 64-bit words, no unsigned
+# compares), for the fused exact kernels. The same rounding as :func:`round_sig` and
+# :func:`encode` toward zero (``tests/numerics/test_softfloat.py`` holds them equal).
+
+
+def kept_mask(n: int) -> int:
+    """The fraction bits of an fp32 number past its leading n (a mask; 0 for n >= 24)."""
+    return (1 << max(24 - n, 0)) - 1
+
+
+def f32_term_rz(cb, E, F: int):
+    """C (fp32 bits cb) truncated toward zero on the grid of ``2**(E - F)`` (E at least
+    C's exponent, a subnormal C's at -126; F <= 25) as int32, without a conversion: C's
+    significand (24 bits, a subnormal's fraction) shifted by its lsb's exponent less
+    E - F, at most F - 23 to the left."""
+    cf = (cb >> 23) & 0xFF
+    csig = (cb & 0x7FFFFF) | jnp.where(cf > 0, 0x800000, 0)  # C = csig * 2**(max(cf, 1) - 150)
+    sh = jnp.maximum(cf, 1) - 150 - E + F
+    cv = jnp.where(sh >= 0, csig << jnp.clip(sh, 0, 31),
+                   lax.shift_right_logical(csig, jnp.clip(-sh, 0, 31)))
+    return jnp.where(cb < 0, -cv, cv)
+
+
+def rz_f32_bits(mag, neg, g, low: int = 0):
+    """fp32 bits of (-1)**neg * mag * 2**g (mag: uint32 bits in int32) toward zero, as
+    :func:`round_sig` rounds: 24 significant bits, no bit below ``2**-149`` (a
+    subnormal keeps the bits above it), an infinity past fp32's largest exponent, and a
+    zero +0; the fraction bits ``low`` then cleared (``kept_mask(n)``: n significant bits
+    of a normal result, and a subnormal's bits from ``2**(-125 - n)`` up, ``round_sig``'s
+    grid with ``emin`` -126 and n - 1 fraction bits)."""
+    lz = lax.clz(mag)
+    lead = g + 31 - lz  # the exponent of the leading bit
+    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
+    normal = jnp.where(lead >= 128, jnp.int32(0x7F800000), ((lead + 127) << 23) | frac)
+    sub_sh = -149 - g  # a subnormal's fraction: mag on the grid of 2**-149, toward zero
+    sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),
+                    mag << jnp.clip(-sub_sh, 0, 31))
+    bits = jnp.where(mag == 0, 0, jnp.where(lead >= -126, normal, sub))
+    if low:
+        bits = bits & ~low
+    return jnp.where(bits == 0, 0, bits | (neg.astype(jnp.int32) << 31))

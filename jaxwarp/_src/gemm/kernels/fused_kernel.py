@@ -5,10 +5,10 @@ outputs per instruction, reading and writing the fp32 accumulator at every k ste
 kernel runs the same chain of instructions with the accumulator in registers: a grid of
 (bm, bn) output tiles, each walking k in steps of the datapath's block (sm_90 16, fp8
 32; sm_70 to sm_89 4 or 8, two or four to an instruction), and per step the whole
-datapath of one block of ``block_k`` f16 / bf16 / fp8 products with an fp32 C and D
+datapath of one block of ``block_k`` f16 / bf16 / tf32 / fp8 products with an fp32 C and D
 (``datapath_blocks``' fast path):
 
-* the exact fp32 products ``p = a * b`` (f16 and fp8 values, and bf16 values in fp32's
+* the exact fp32 products ``p = a * b`` (f16 and fp8 values, and bf16 / tf32 values in fp32's
   range, ``datapath_blocks.in_fp32_range``, multiply exactly into normal fp32 numbers);
 * the block's alignment exponent E: the largest sum of the operands' exponents
   (``align="nominal"``; an f16 or fp8 subnormal at its format's smallest normal
@@ -51,7 +51,9 @@ operands). ``matmul`` sends it its exact fp8 products with an fp32 accumulator, 
 those with per-tensor scales and their backward products (the scales stay outside the
 k loop), and with promotion or block scales one call per interval (``fused_fp8``).
 
-Operands of any value (``form="general"``, bf16): the kernel above needs every product
+Operands of any value (``form="general"``, bf16 or tf32, whose exponents are fp32's; a tf32
+operand is an fp32 word the kernel reads with its low 13 bits cleared, as the tensor core
+reads it): the kernel above needs every product
 in fp32's range (a caller's range check and ``lax.cond``: most of what exact mode added
 to a program's compile on the GPU). The general form needs neither: each operand is
 decoded in the kernel into an fp32 significand ``m``
@@ -95,10 +97,14 @@ from jax.interpreters import mlir
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath
 from jaxwarp._src.config import config
-from jaxwarp._src.numerics import softfloat
+from jaxwarp._src.numerics import bitops, softfloat
 
 #: The operand formats the kernel takes (both operands the same, or two fp8 formats).
-FORMATS = ("bf16", "f16", "e4m3", "e5m2")
+FORMATS = ("bf16", "f16", "tf32", "e4m3", "e5m2")
+#: The formats whose products may leave fp32's range (fp32's exponents): a range check and
+#: a cond between the in-range kernel and another path, or the general form on their bits
+#: (bf16 as int16, tf32 as int32 patterns).
+GENERAL = {"bf16": jnp.int16, "tf32": jnp.int32}
 #: The formats whose every value is a normal fp32 number and every product of two one in
 #: fp32's range (no range check): their subnormals sit at the format's smallest normal
 #: exponent in E (``sub_exp="emin"``), their inf and NaN go through the IEEE sum.
@@ -113,8 +119,8 @@ _EXP = 0x7F800000  # fp32 exponent field
 
 
 def takes(a_format: str, b_format: str) -> bool:
-    """Whether the kernel takes these operand formats: f16 x f16, bf16 x bf16, or two fp8
-    formats (e4m3, e5m2, mixed or not).
+    """Whether the kernel takes these operand formats: f16 x f16, bf16 x bf16, tf32 x tf32,
+    or two fp8 formats (e4m3, e5m2, mixed or not).
 
     Example:
         >>> takes("bf16", "bf16"), takes("e4m3", "e5m2"), takes("f16", "bf16")
@@ -125,8 +131,8 @@ def takes(a_format: str, b_format: str) -> bool:
 
 
 def models(dp: Datapath, a_format: str, b_format: str, c_format: str, ik: int) -> bool:
-    """Whether the kernel computes this instruction chain's bits: f16 x f16, bf16 x bf16
-    or fp8 operands (``takes``), fp32 C and D, blocks of ``block_k`` products fused with
+    """Whether the kernel computes this instruction chain's bits: f16 x f16, bf16 x bf16,
+    tf32 x tf32 or fp8 operands (``takes``), fp32 C and D, blocks of ``block_k`` products fused with
     C, nominal alignment, terms and block sums truncated toward zero (at most 24 bits
     kept), zeros +0, every block's int32 sum in range. An instruction of several blocks
     (sm_70 to sm_89: blocks of 4 or 8 in a k16 instruction) is the chain of its blocks,
@@ -176,7 +182,7 @@ class Plan:
     #: "unrolled": the 16 products of a step as (bm, bn) arrays from columns of A and rows
     #: of B; "split": the same, the operands' powers of two read from bf16 arrays of
     #: their own; "reduce": one (bm, bn, 16) array (B passed transposed), k reductions;
-    #: "general": bf16 operands of any value (``_step_general``: integer exponents, no
+    #: "general": bf16 / tf32 operands of any value (``_step_general``: integer exponents, no
     #: range to check first), read as their 16-bit patterns.
     form: str = "unrolled"
     #: "float": C's term and the rounded sum by fp32 multiplies and conversions; "int":
@@ -334,19 +340,19 @@ def finish(c, wmax, terms, sp, plan: Plan):
     scale = _float((F + 254 - eb) << 23)  # 2**(F - E)
     s = terms(scale)
     if plan.rounding == "int":
-        cv = _c_term_int(cb, eb - 127, F)
+        cv = softfloat.f32_term_rz(cb, eb - 127, F)
     else:
         cv = trunc_f32(c * scale)  # C truncated toward zero on the same grid
     neg, mag = _signed_sum(s, cv)
     if plan.rounding == "int":
-        v = _float(_rz_bits(mag, neg, eb - F - 127, _low_bits(plan.kept)))
+        v = _float(softfloat.rz_f32_bits(mag, neg, eb - F - 127, softfloat.kept_mask(plan.kept)))
     else:
         drop = jnp.maximum(32 - plan.kept - lax.clz(mag), 0)  # bit length - kept
         q = lax.shift_right_logical(mag, drop) << drop  # kept bits, toward zero
         q = lax.bitcast_convert_type(q, jnp.uint32)
         v = q.astype(jnp.float32) * _float((eb - F) << 23)  # * 2**(E - F): exact or inf
         v = jnp.where(neg & (q != 0), -v, v)
-    d = jnp.where(wmax == 0, _c_only(cb, _low_bits(min(F + 1, plan.kept))), v)
+    d = jnp.where(wmax == 0, _c_only(cb, softfloat.kept_mask(min(F + 1, plan.kept))), v)
     if plan.finite:
         return jnp.where((cb & _EXP) == _EXP, c, d)
     return jnp.where((_bits(sp) & _EXP) == _EXP, sp, d)
@@ -360,11 +366,6 @@ def _c_only(cb, low: int):
     return _float(jnp.where(cm == jnp.int32(-(1 << 31)), 0, cm))
 
 
-def _low_bits(n: int) -> int:
-    """The fraction bits of an fp32 number past its leading n (a mask; 0 for n >= 24)."""
-    return (1 << max(24 - n, 0)) - 1
-
-
 def _signed_sum(s, cv):
     """The int32 sum of the terms s and C's term cv, which may pass 2**31 (its carry
     found from the signs) -> (neg, its magnitude as uint32 bits in int32)."""
@@ -372,39 +373,6 @@ def _signed_sum(s, cv):
     carry = ((s ^ t) & (cv ^ t)) < 0
     neg = (t < 0) != carry
     return neg, jnp.where(neg, -t, t)
-
-
-def _c_term_int(cb, E, F: int):
-    """C (fp32 bits cb) truncated toward zero on the grid of ``2**(E - F)`` (E at least
-    C's exponent, a subnormal C's at -126; F <= 25) as int32, without a conversion: C's
-    significand (24 bits, a subnormal's fraction) shifted by its lsb's exponent less
-    E - F, at most F - 23 to the left."""
-    cf = (cb >> 23) & 0xFF
-    csig = (cb & 0x7FFFFF) | jnp.where(cf > 0, 0x800000, 0)  # C = csig * 2**(max(cf, 1) - 150)
-    sh = jnp.maximum(cf, 1) - 150 - E + F
-    cv = jnp.where(sh >= 0, csig << jnp.clip(sh, 0, 31),
-                   lax.shift_right_logical(csig, jnp.clip(-sh, 0, 31)))
-    return jnp.where(cb < 0, -cv, cv)
-
-
-def _rz_bits(mag, neg, g, low: int = 0):
-    """fp32 bits of (-1)**neg * mag * 2**g (mag: uint32 bits in int32) toward zero, as
-    ``softfloat.round_sig`` rounds: 24 significant bits, no bit below ``2**-149`` (a
-    subnormal keeps the bits above it), an infinity past fp32's largest exponent, and a
-    zero +0; the fraction bits ``low`` then cleared (``_low_bits(n)``: n significant bits
-    of a normal result, and a subnormal's bits from ``2**(-125 - n)`` up, ``round_sig``'s
-    grid with ``emin`` -126 and n - 1 fraction bits)."""
-    lz = lax.clz(mag)
-    lead = g + 31 - lz  # the exponent of the leading bit
-    frac = lax.shift_right_logical(mag << jnp.minimum(lz, 31), 8) & 0x7FFFFF
-    normal = jnp.where(lead >= 128, jnp.int32(_EXP), ((lead + 127) << 23) | frac)
-    sub_sh = -149 - g  # a subnormal's fraction: mag on the grid of 2**-149, toward zero
-    sub = jnp.where(sub_sh >= 0, lax.shift_right_logical(mag, jnp.clip(sub_sh, 0, 31)),
-                    mag << jnp.clip(-sub_sh, 0, 31))
-    bits = jnp.where(mag == 0, 0, jnp.where(lead >= -126, normal, sub))
-    if low:
-        bits = bits & ~low
-    return jnp.where(bits == 0, 0, bits | (neg.astype(jnp.int32) << 31))
 
 
 #: The alignment exponent of a zero, inf or NaN operand (form "general"): the sum of two
@@ -432,7 +400,7 @@ def _decode(bits):
 
 
 def _step_general(col, row, cb, plan: Plan):
-    """``_step`` for bf16 operands of any value (inf, NaN, subnormals, products beyond
+    """``_step`` for bf16 / tf32 operands of any value (inf, NaN, subnormals, products beyond
     fp32's exponents), on fp32 bits: ``col(i)`` (bm, 1) and ``row(i)`` (1, bn) give
     ``_decode``'s (m, e) of operand i, cb the accumulator's bits (bm, bn) -> D's bits.
 
@@ -475,9 +443,9 @@ def _step_general(col, row, cb, plan: Plan):
 
 def _finish_general(cb, E, s, sp, plan: Plan):
     """The sum of the terms s (int32) and C's term on the grid of ``2**(E - F)``, rounded
-    toward zero to fp32 bits (``_rz_bits``), or the special value of sp."""
-    neg, mag = _signed_sum(s, _c_term_int(cb, E, plan.F))
-    bits = _rz_bits(mag, neg, E - plan.F, _low_bits(plan.kept))
+    toward zero to fp32 bits (``softfloat.rz_f32_bits``), or the special value of sp."""
+    neg, mag = _signed_sum(s, softfloat.f32_term_rz(cb, E, plan.F))
+    bits = softfloat.rz_f32_bits(mag, neg, E - plan.F, softfloat.kept_mask(plan.kept))
     spb = _bits(sp)
     return jnp.where((spb & _EXP) == _EXP, spb, bits)
 
@@ -488,8 +456,8 @@ def kernel(a_ref, b_ref, c_ref, *refs, plan: Plan):
     *pow_refs, o_ref = refs
     ik = plan.ik
 
-    def dec(x):  # bf16 bit patterns (int16) -> _decode of their fp32 bits
-        return _decode(x.astype(jnp.int32) << 16)
+    def dec(x):  # bit patterns (bf16 int16, tf32 int32) -> _decode of their fp32 bits
+        return _decode(x.astype(jnp.int32) << 16 if plan.fmt == "bf16" else x)
 
     def step_general(j, cb):  # a_ref, b_ref: int16 bit patterns; the carry fp32 bits
         s = pl.multiple_of(j * ik, ik)
@@ -537,9 +505,9 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
         b = b.T
     if K != plan.K or K % plan.ik or M % bm or N % bn:
         raise ValueError(f"gemm: {a.shape} @ {b.shape} does not fit the plan {plan}")
-    if plan.form == "general" and (plan.fmt != "bf16" or plan.f32_operands):
-        raise ValueError(f"gemm: form 'general' takes bf16 operands as they are "
-                         f"(fmt 'bf16', f32_operands False), got the plan {plan}")
+    if plan.form == "general" and (plan.fmt not in GENERAL or plan.f32_operands):
+        raise ValueError(f"gemm: form 'general' takes bf16 / tf32 operands as they are "
+                         f"(fmt 'bf16' or 'tf32', f32_operands False), got the plan {plan}")
     if not interpret:
         register_triton_rule()
     a_spec = pl.BlockSpec((bm, K), lambda i, j: (i, 0))
@@ -555,8 +523,7 @@ def gemm(a, b, c, plan: Plan, *, interpret: bool = False):
     if plan.f32_operands:
         args[:2] = [x.astype(jnp.float32) for x in args[:2]]
     if plan.form == "general":  # the bit patterns: the kernel decodes them
-        args[:2] = [lax.bitcast_convert_type(x.astype(jnp.bfloat16), jnp.int16)
-                    for x in args[:2]]
+        args[:2] = [operand_bits(x, plan.fmt) for x in args[:2]]
     d = pl.pallas_call(
         functools.partial(kernel, plan=plan),
         grid=(M // bm, N // bn),
@@ -633,6 +600,18 @@ def plan_for(dp: Datapath, fmts: tuple[str, str], K: int, finite: bool,
                 b_fmt=None if fmts[1] == fmts[0] else fmts[1], **fields)
 
 
+def stored(x, fmt: str):
+    """An operand of ``fmt`` as the kernel reads it: its storage dtype; tf32 with the low
+    13 bits cleared (``bitops.tf32_keep``: the value the tensor core reads)."""
+    x = x.astype(isa.storage_dtype(fmt))
+    return bitops.tf32_keep(x) if fmt == "tf32" else x
+
+
+def operand_bits(x, fmt: str):
+    """The bit patterns that form "general" reads (``GENERAL``: bf16 int16, tf32 int32)."""
+    return lax.bitcast_convert_type(stored(x, fmt), GENERAL[fmt])
+
+
 def pad_to(x, shape):
     """x padded with zeros at the end of each axis to ``shape``."""
     pads = [(0, s - d) for s, d in zip(shape, x.shape, strict=True)]
@@ -651,7 +630,7 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     (False), or None: for f16 and fp8 below ``gemm_kernel_any_range_below`` multiply-adds
     (``any_range``) the kernel with the IEEE sum of the products alone, from it a
     ``lax.cond`` on whether they are finite (the kernel without that sum where they are).
-    bf16 operands: ``form="general"`` takes any value; the other forms need them in fp32's
+    bf16 / tf32 operands: ``form="general"`` takes any value; the other forms need them in fp32's
     range (``in_fp32_range``: the caller's cond). ``unroll``: ``Plan.unroll`` (None: the
     option ``gemm_kernel_unroll_small`` below ``gemm_kernel_rolled_below`` multiply-adds,
     else the instruction's k).
@@ -675,12 +654,12 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, finite: bool | None = None,
     if K % ik:
         raise ValueError(f"chain: K={K} is not a multiple of the instruction's k={ik}")
     general = form == "general"
-    if general and (fmt != "bf16" or f32_operands):
-        raise ValueError(f"chain: form='general' takes bf16 operands as their bits, got "
-                         f"fmt={fmt!r}, f32_operands={f32_operands!r} (allowed: 'bf16', "
-                         f"None or False)")
+    if general and (fmt not in GENERAL or f32_operands):
+        raise ValueError(f"chain: form='general' takes bf16 / tf32 operands as their bits, "
+                         f"got fmt={fmt!r}, f32_operands={f32_operands!r} (allowed: 'bf16', "
+                         f"'tf32'; None or False)")
     a, b, c = pad_to(a, (Mp, K)), pad_to(b, (K, Np)), pad_to(c, (Mp, Np))
-    a, b = (x.astype(isa.storage_dtype(f)) for x, f in zip((a, b), fmts, strict=True))
+    a, b = (stored(x, f) for x, f in zip((a, b), fmts, strict=True))
     unroll = unroll_for(unroll, Mp * Np * K, ik)
 
     def run(fin):

@@ -74,8 +74,9 @@ from jax import lax
 from jaxwarp._src.config import config
 from jaxwarp._src.gemm.kernels import fused_kernel, native_mgpu
 
-#: The operand formats the kernel takes (both operands the same).
-FORMATS = fused_kernel.FORMATS
+#: The operand formats the kernel takes (both operands the same): the Triton kernel's f16
+#: and bf16 (its fp8 and tf32 forms are not written here).
+FORMATS = ("bf16", "f16")
 #: The instruction k.
 IK = fused_kernel.IK
 #: Rows of one ``Layout.WGMMA`` row block.

@@ -5,7 +5,8 @@ batch, ``(..., m, k) @ (..., k, n) + (..., m, n)``. XLA runs the model's arithme
 (``datapath.mma``) as a few fusions over the whole batch, storing what passes between
 them. This module runs the chain with ``fused_kernel``'s kernel body instead, the
 accumulator in registers along k, for the datapaths that kernel models
-(``fused_kernel.models``: f16 x f16, bf16 x bf16 and fp8 operands with an fp32 C and D,
+(``fused_kernel.models``: f16 x f16, bf16 x bf16, tf32 x tf32 and fp8 operands with an
+fp32 C and D,
 blocks of ``block_k`` products fused with C: sm_90's WMMA, ``mma.sync`` and ``wgmma``,
 sm_100 / sm_120's f16 / bf16 ``mma.sync`` and ``tcgen05``, sm_70 to sm_89's f16 / bf16
 (blocks of 4 or 8 an instruction) and sm_89's fp8 ``mma.sync``): the same step and
@@ -21,7 +22,8 @@ columns): A (G, bm, k), B (G, k, bn), C and D (G, bm, bn), G a power of two givi
 :data:`OUTPUTS` outputs an instance (the fused GEMM kernel's 32 x 32 with 4 warps), fewer
 where the batch is smaller. The operands enter the kernel as they are stored (fp8 one
 byte an element: the kernel converts them exactly to fp32), and D leaves it as fp32: no
-pass of XLA's before or after it (bf16's range check apart) where no shape is padded.
+pass of XLA's before or after it (bf16 / tf32's range check and tf32's low bits cleared
+apart) where no shape is padded.
 
 Operand values: f16 and fp8 take the kernel with the IEEE sum of the products (inf and
 NaN), one fused multiply-add a product, with no pass over the operands to find out
@@ -29,7 +31,8 @@ whether they are finite: ``fused_kernel.chain`` takes one from
 ``gemm_kernel_any_range_below`` multiply-adds, where a GEMM reads an operand element
 many times, but a tile's are read once, so the pass would add about a third to the bytes
 read, and the GEMM kernel was bound by its conversions, not by that add (an estimate for
-tiles, not yet measured: :func:`chain`'s ``cond=True`` is the other choice). bf16 takes
+tiles, not yet measured: :func:`chain`'s ``cond=True`` is the other choice). bf16 and
+tf32 (fp32's exponents: products may leave its range) take
 the general form (any value, no range check) below ``gemm_kernel_any_range_below``
 multiply-adds, from there a ``lax.cond`` on ``in_fp32_range`` of the whole batch: the
 in-range kernel (the general form ran at a quarter of its speed in the GEMM), else the
@@ -37,7 +40,7 @@ general form's -- every branch a Pallas kernel with the model's bits. Small call
 (below ``gemm_kernel_rolled_below`` multiply-adds) loop over a step's products
 (``gemm_kernel_unroll_small`` an iteration), as the GEMM does.
 
-What stays on ``datapath.mma``'s XLA ops (``runs`` says no): tf32 and f64 operands, f16
+What stays on ``datapath.mma``'s XLA ops (``runs`` says no): f64 operands, f16
 accumulators (C or D), integer types, satf, ``scale_input_d``, and the datapaths the
 kernel does not model -- fp8 ``mma.sync`` on sm_90 / sm_100 (two f16 HMMAs, C added last:
 ``operand_via``, ``c_mode="end"``), fp8 with F = 25 over 32 terms (sm_100 ``tcgen05``,
@@ -63,7 +66,6 @@ from jax.experimental import pallas as pl
 
 from jaxwarp._src.arithmetic.datapath_blocks import in_fp32_range
 from jaxwarp._src.arithmetic.datapath_checks import ChainCfg
-from jaxwarp._src.catalogue import isa
 from jaxwarp._src.catalogue.arch import Datapath
 from jaxwarp._src.config import config
 from jaxwarp._src.gemm.kernels import fused_kernel
@@ -88,7 +90,7 @@ def runs(cfg: ChainCfg, satf: bool = False, macs: int | None = None) -> bool:
         >>> from jaxwarp._src.arithmetic.datapath_checks import plan_chain
         >>> cfg = plan_chain("f16", "f16", "f32", "f32", "sm_90", "wmma", 16)
         >>> with jaxwarp.config.override(gemm_fused_kernel="on"):
-        ...     runs(cfg), runs(plan_chain("tf32", "tf32", "f32", "f32", "sm_90", "wmma", 8))
+        ...     runs(cfg), runs(plan_chain("f16", "f16", "f16", "f16", "sm_90", "wmma", 16))
         (True, False)
     """
     switch = config.gemm_fused_kernel
@@ -172,12 +174,12 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
     most 32 x 32), ``num_warps`` (None: ``fused_kernel.NUM_WARPS``), ``f32_operands``
     (converted to fp32 before the kernel), ``unroll`` (products written out per iteration
     of a step's loop; None: a loop below ``gemm_kernel_rolled_below`` multiply-adds).
-    ``form``: "unrolled" (bf16 operands in fp32's range) or, for bf16, "general" (any
-    value; None: "general" for bf16); ``finite``: f16 / fp8 operands known finite (no
+    ``form``: "unrolled" (bf16 / tf32 operands in fp32's range) or, for those, "general"
+    (any value; None: "general" for them); ``finite``: f16 / fp8 operands known finite (no
     IEEE sum of the products).
     ``cond`` (with ``form`` None): a ``lax.cond`` on the operands (a pass over them)
-    between the faster kernel where they allow it (bf16 in fp32's range, f16 / fp8
-    finite) and the one for any value; None: for bf16 from ``gemm_kernel_any_range_below``
+    between the faster kernel where they allow it (bf16 / tf32 in fp32's range, f16 / fp8
+    finite) and the one for any value; None: for bf16 / tf32 from ``gemm_kernel_any_range_below``
     multiply-adds, for f16 / fp8 never.
 
     Example:
@@ -192,15 +194,16 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
     if k % ik or b.shape != (T, k, n) or c.shape != (T, m, n):
         raise ValueError(f"chain: a (T, m, k) {a.shape}, b (T, k, n) {b.shape}, c (T, m, n) "
                          f"{c.shape}, k a multiple of the instruction's k={ik}")
-    if form not in (None, "unrolled", "general") or (form == "general" and fmt != "bf16"):
+    wide = fmt in fused_kernel.GENERAL  # bf16, tf32: products may leave fp32's range
+    if form not in (None, "unrolled", "general") or (form == "general" and not wide):
         raise ValueError(f"chain: form={form!r}: allowed None, 'unrolled', and 'general' "
-                         f"for bf16 (fmt={fmt!r})")
+                         f"for bf16 or tf32 (fmt={fmt!r})")
     if cond and form is not None:
         raise ValueError(f"chain: cond=True chooses the form; got form={form!r}")
     G, (bm, bn), (Tp, mp, np_, kp) = layout(T, m, n, k, group, block)
     macs = Tp * mp * np_ * k
     unroll = fused_kernel.unroll_for(unroll, macs, ik)
-    a, b = (x.astype(isa.storage_dtype(f)) for x, f in zip((a, b), fmts, strict=True))
+    a, b = (fused_kernel.stored(x, f) for x, f in zip((a, b), fmts, strict=True))
     pad = fused_kernel.pad_to
     a, b, c = pad(a, (Tp, mp, kp)), pad(b, (Tp, kp, np_)), pad(c.astype(jnp.float32),
                                                                (Tp, mp, np_))
@@ -212,23 +215,22 @@ def chain(a, b, c, dp: Datapath, fmt: str, *, b_fmt: str | None = None,
 
         def go(a, b, c):
             if form == "general":  # the bit patterns: the kernel decodes them
-                a, b = (lax.bitcast_convert_type(x, jnp.int16) for x in (a, b))
+                a, b = (fused_kernel.operand_bits(x, fmt) for x in (a, b))
             elif plan.f32_operands:
                 a, b = a.astype(jnp.float32), b.astype(jnp.float32)
             return _call(a, b, c, plan, G, (bm, bn), interpret=interpret)
         return go
 
-    bf16 = fmt == "bf16"
     if cond is None:
-        cond = form is None and bf16 and macs >= config.gemm_kernel_any_range_below
+        cond = form is None and wide and macs >= config.gemm_kernel_any_range_below
     if cond:  # the faster kernel where the operands allow it, else one for any value
         all_finite = fused_kernel.all_finite
-        fast = in_fp32_range(a, b) if bf16 else all_finite(a) & all_finite(b)
-        d = lax.cond(fast, run("unrolled", True), run("general" if bf16 else "unrolled",
+        fast = in_fp32_range(a, b) if wide else all_finite(a) & all_finite(b)
+        d = lax.cond(fast, run("unrolled", True), run("general" if wide else "unrolled",
                                                        False), a, b, c)
     else:
-        form = form or ("general" if bf16 else "unrolled")
-        d = run(form, form == "unrolled" and (bf16 or bool(finite)))(a, b, c)
+        form = form or ("general" if wide else "unrolled")
+        d = run(form, form == "unrolled" and (wide or bool(finite)))(a, b, c)
     return d[:T, :m, :n]
 
 
