@@ -1,30 +1,32 @@
-"""Exact-mode ``mma`` over many independent tiles (m16n16k16 f16 / bf16, m16n16k32 fp8).
+"""Exact-mode ``mma`` over many independent tiles (m16n16k16 f16 / bf16, m16n16k8 tf32,
+m16n16k32 fp8).
 
 Prints JSON: tiles/s of ``jaxwarp.mma(..., mode="exact")`` on a batch of tiles, and,
 measured in the same run on the same tiles, tiles/s of XLA's own batched product
 ``jnp.einsum('tmk,tkn->tmn', a, b, preferred_element_type=f32) + c`` (fp8 tiles: the
-same values as f16, XLA having no fp8 product on every backend), their ratio
+same values as f16, XLA having no fp8 product on every backend; tf32 tiles: the fp32
+words at XLA's default precision), their ratio
 ``exact_over_einsum``, and the memory exact mode needs: the compiled temp buffer against
 the bytes of its arguments and output, and on an accelerator the device's peak bytes in
 use.
 
 On a GPU exact ``mma`` runs its tiles through the fused Pallas kernel where that kernel
-models the datapath (``jaxwarp.config.gemm_fused_kernel``; f16 / bf16 / fp8 operands with
-an fp32 C and D on sm_90, ...): ``exact_path`` says which ran (``"kernel"`` or ``"xla"``,
-read from the traced program). ``--xla`` times the model's XLA ops too
+models the datapath (``jaxwarp.config.gemm_fused_kernel``; f16 / bf16 / tf32 / fp8
+operands with an fp32 C and D, ``fused_kernel.models``): ``exact_path`` says which ran
+(``"kernel"`` or ``"xla"``, read from the traced program). ``--xla`` times the model's XLA ops too
 (``gemm_fused_kernel="off"``), in the same run; where the kernel ran, the first
 ``--check`` tiles' bits are compared with theirs (``bits_equal_xla``). ``--groups`` /
 ``--warps`` / ``--conds`` time the kernel's variants (``jaxwarp.backends.fused_tiles_chain``:
 tiles per kernel instance, warps, a cond on the operands between two kernels), one record
 each.
 
-Usage: python benchmarks/mma_exact.py [--tiles N] [--a-type f16|bf16|e4m3|e5m2]
+Usage: python benchmarks/mma_exact.py [--tiles N] [--a-type f16|bf16|tf32|e4m3|e5m2]
        [--b-type T] [--c-type f32|f16] [--arch sm_90|sm_80|...] [--instruction I] [--k K]
        [--fused auto|on|off] [--xla] [--check N] [--groups 2,4,8] [--warps 4,8]
        [--conds rule,on,off]
        (``--arch``: the architecture's datapath: sm_70 / sm_75 / sm_80 / sm_89 cut k = 16
-       into 4 or 2 chunks, sm_90 / sm_100 / sm_120 take it in one; the kernel models the
-       last ones. fp8 defaults: ``wgmma``, sm_90a, k 32.)
+       into 4 or 2 blocks, sm_90 / sm_100 / sm_120 take it in one; the kernel models
+       each. fp8 defaults: ``wgmma``, sm_90a, k 32; tf32: k 8.)
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def main() -> None:
         help="number of tiles (default 2^16 on CPU, 2^20 otherwise)",
     )
     p.add_argument("--a-type", dest="a_format", default="f16",
-                   choices=["f16", "bf16", *_FP8])
+                   choices=["f16", "bf16", "tf32", *_FP8])
     p.add_argument("--b-type", dest="b_format", default=None, choices=[None, *_FP8],
                    help="B's fp8 format (default: A's)")
     p.add_argument("--c-type", dest="c_format", default="f32", choices=["f32", "f16"])
@@ -101,7 +103,7 @@ def main() -> None:
     fp8 = fa in _FP8
     instruction = args.instruction or ("wgmma" if fp8 else "wmma")
     arch = args.arch or ("sm_90a" if instruction == "wgmma" else "sm_90")
-    k = args.k or (32 if fp8 else 16)
+    k = args.k or (32 if fp8 else 8 if fa == "tf32" else 16)
     c_dt = {"f32": np.float32, "f16": np.float16}[args.c_format]
     d_format = args.c_format
     rng = np.random.default_rng(0)
@@ -140,7 +142,7 @@ def main() -> None:
         jnp.allclose(
             d.astype(jnp.float32),
             ref.astype(jnp.float32),
-            rtol=1e-2 if args.c_format == "f16" else 1e-3 if fp8 else 1e-5,
+            rtol=1e-2 if args.c_format == "f16" or fa == "tf32" else 1e-3 if fp8 else 1e-5,
             atol=1e-3,
         )
     )

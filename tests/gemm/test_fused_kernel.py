@@ -340,17 +340,16 @@ def _tf32_operands(kind, seed):
     pytest.param("sm_90a", "wgmma", (64, 8, 8), ("wide", "huge", "bits"),
                  marks=pytest.mark.slow),
 ])
-@pytest.mark.parametrize("any_range_below", [None, 0])
+@pytest.mark.parametrize("any_range_below", [None, pytest.param(0, marks=pytest.mark.slow)])
 def test_tf32_through_the_kernel(arch, instruction, tile, kinds, any_range_below, monkeypatch,
                                  options):
     # tf32 (fp32's exponents, 10 fraction bits; the kernel reads each word with its low 13
     # bits cleared) takes bf16's routes: the general form on the bits of small products
     # (any_range_below None), or the in-range kernel under a cond on the range (0).
     plans = []
-    kernel = fused_kernel.kernel
-    monkeypatch.setattr(fused_kernel, "kernel", lambda *r, plan: plans.append(plan.form)
-                        or kernel(*r, plan=plan))
-    jax.clear_caches()  # a plan traced before (jitted per plan) would not call it again
+    plan_for = fused_kernel.plan_for  # called where chain is traced (once per options)
+    monkeypatch.setattr(fused_kernel, "plan_for", lambda *a, **k: plans.append(k["form"])
+                        or plan_for(*a, **k))
     if any_range_below is not None:
         options(gemm_kernel_any_range_below=any_range_below)
     for kind in kinds:

@@ -203,7 +203,7 @@ def test_round_sig_f64_once_to_nearest(fmt):
 # --- The kernel forms: the same rounding as round_sig and encode. ----------------------
 
 
-@pytest.mark.parametrize("kept", [24, 14])
+@pytest.mark.parametrize("kept", [24, pytest.param(14, marks=pytest.mark.slow)])
 def test_rz_f32_bits_is_round_sig_and_encode(kept):
     # int32 magnitudes (uint32 bits) at exponents from far below fp32's subnormals to past
     # its largest, both signs, n kept bits: round_sig toward zero on fp32's grid with
