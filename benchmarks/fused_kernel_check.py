@@ -17,9 +17,11 @@ Parts (one process; each case in its own try/except that prints the traceback):
   kernel, counted.
 
 ``--formats`` picks the operand formats of both parts (default ``bf16,f16``; also
-``e4m3``, ``e5m2`` and ``e4m3e5m2``, A e4m3 and B e5m2: sm_90 wgmma fp8, k = 32, K a
-multiple of 32), e.g. ``--formats e4m3,e5m2,e4m3e5m2 --parts timing,bits`` to time and
-check fp8 at 4096^3: its kernels, XLA's exact path and ``jnp.matmul`` on the fp8 arrays.
+``tf32``, matmul's default WMMA k8, blocks of 4, its operands fp32 words with low bits
+set that the kernel clears; ``e4m3``, ``e5m2`` and ``e4m3e5m2``, A e4m3 and B e5m2: sm_90
+wgmma fp8, k = 32, K a multiple of 32), e.g. ``--formats e4m3,e5m2,e4m3e5m2 --parts
+timing,bits`` to time and check fp8 at 4096^3: its kernels, XLA's exact path and
+``jnp.matmul`` on the fp8 arrays.
 
 Writes ``OUT/fused_kernel_check.json`` (``--out``, default ``$OUT`` or ``.``) and
 prints progress. On a CPU ``--dry`` runs the machinery on small shapes (the kernel in
@@ -54,15 +56,15 @@ def log(*a):
 
 
 #: The formats of ``--formats``: (A's, B's).
-FORMATS = {"bf16": ("bf16", "bf16"), "f16": ("f16", "f16"), "e4m3": ("e4m3", "e4m3"),
-           "e5m2": ("e5m2", "e5m2"), "e4m3e5m2": ("e4m3", "e5m2")}
+FORMATS = {"bf16": ("bf16", "bf16"), "f16": ("f16", "f16"), "tf32": ("tf32", "tf32"),
+           "e4m3": ("e4m3", "e4m3"), "e5m2": ("e5m2", "e5m2"), "e4m3e5m2": ("e4m3", "e5m2")}
 FP8 = ("e4m3", "e5m2", "e4m3e5m2")
 
 
 def _dtypes(fmt):
     import jax.numpy as jnp
-    dt = {"bf16": jnp.bfloat16, "f16": jnp.float16, "e4m3": jnp.float8_e4m3fn,
-          "e5m2": jnp.float8_e5m2}
+    dt = {"bf16": jnp.bfloat16, "f16": jnp.float16, "tf32": jnp.float32,
+          "e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
     return tuple(dt[f] for f in FORMATS[fmt])
 
 
@@ -76,7 +78,7 @@ def _datapath(fmt):
     import jaxwarp
     if fmt in FP8:
         return jaxwarp.datapath_for("sm_90", "wgmma", FORMATS[fmt][0], 32)
-    return jaxwarp.datapath_for("sm_90", "wmma", fmt, 16)
+    return jaxwarp.datapath_for("sm_90", "wmma", fmt, 8 if fmt == "tf32" else 16)
 
 
 def _operands(rng, fmt, M, N, K, kind):
@@ -84,10 +86,10 @@ def _operands(rng, fmt, M, N, K, kind):
     import numpy as np
     if fmt in FP8:
         return _fp8_operands(rng, fmt, M, N, K, kind)
-    dt = jnp.bfloat16 if fmt == "bf16" else jnp.float16
+    dt = _dtypes(fmt)[0]
     a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     if kind == "wide":
-        r = 20 if fmt == "bf16" else 6
+        r = 20 if fmt in ("bf16", "tf32") else 6
         a = a * 2.0 ** rng.integers(-r, r, (M, K))
         b = b * 2.0 ** rng.integers(-r, r, (K, N))
     elif kind == "zeros":
@@ -101,6 +103,8 @@ def _operands(rng, fmt, M, N, K, kind):
         b = b * 2.0 ** rng.integers(-26, 4, (K, N))
     elif kind == "out_of_range":
         a = a * 2.0 ** 70
+    if fmt == "tf32":  # bits below tf32's 10 that the tensor core ignores
+        a, b = (x * (1 + rng.random(x.shape) * 2.0 ** -9) for x in (a, b))
     a, b = jnp.asarray(a, dt), jnp.asarray(b, dt)
     if kind == "special":
         a = a.at[0, 0].set(jnp.inf).at[1, 3].set(jnp.nan).at[2, 0].set(-jnp.inf)
@@ -151,6 +155,11 @@ CASES = [  # (fmt, M, N, K, kind, with C, instruction); 4096^3 with C: the timin
     ("f16", 256, 256, 256, "subnormal", True, "wmma"),
     ("bf16", 256, 256, 256, "zeros", False, "wmma"),
     ("f16", 256, 256, 256, "zeros", False, "wmma"),
+    # tf32 (--formats): bf16's routes, mma.sync's blocks of 8 and WMMA's of 4
+    ("tf32", 100, 72, 80, "normal", True, "mma_sync"),
+    *(("tf32", 256, 384, 512, kind, True, "wmma") for kind in ("wide", "cancel")),
+    *(("tf32", s, s * 3 // 4, s, kind, True, "wmma") for s in (128, 256)
+      for kind in ("out_of_range", "special")),
     # fp8 (--formats): wgmma, k = 32; M, N padded to the tile
     *((f, 100, 72, 96, "normal", True, "wgmma") for f in FP8),
     *((f, 256, 384, 512, kind, True, "wgmma") for f in FP8 for kind in ("wide", "bits")),
@@ -230,6 +239,9 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
     **{f"bf16_32x32_w4_split_f32_u{u}": ("bf16", (32, 32), 4, True, "split", "float", True)
        for u in (1, 2, 4, 8)},
     "f16_32x32_w4_split_f32_u4": ("f16", (32, 32), 4, True, "split", "float", True),
+    # tf32 (timed with --formats tf32): WMMA's blocks of 4, in range and any value
+    "tf32_32x32_w4_split_f32": ("tf32", (32, 32), 4, True, "split", "float", True),
+    "tf32_32x32_w4_general": ("tf32", (32, 32), 4, False, "general", "float", False),
     # The kernel for bf16 operands of any value (what small bf16 products run, with no
     # range check or cond), and f16 with the IEEE sum of products (small f16 products).
     "bf16_32x32_w4_general": ("bf16", (32, 32), 4, False, "general", "float", False),
@@ -253,10 +265,10 @@ VARIANTS = {  # name: (fmt, block, warps, finite, form, rounding, fp32 operands)
 }
 
 
-def _unroll(name: str) -> int:
-    """Plan.unroll of a variant: its suffix ``_uN``, else its instruction's k (16, fp8 32)."""
+def _unroll(name: str, ik: int) -> int:
+    """Plan.unroll of a variant: its suffix ``_uN``, else its datapath's block ``ik``."""
     m = re.search(r"_u(\d+)$", name)
-    return int(m.group(1)) if m else 32 if name.split("_")[0] in FP8 else 16
+    return int(m.group(1)) if m else ik
 
 
 def _shape(text: str) -> tuple[int, int, int]:
@@ -290,13 +302,16 @@ def part_timing(dry: bool, budget: float, only: list[str] | None = None,
     ops = {}
     for fmt in fmts:
         da, db = _dtypes(fmt)
-        ops[fmt] = (jnp.asarray(rng.standard_normal((M, K)), da),
-                    jnp.asarray(rng.standard_normal((K, N)), db),
+        x, y = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+        if fmt == "tf32":  # tf32 values, as matmul's conversion gives the kernel
+            x, y = ((v.astype(np.float32).view(np.uint32) & 0xFFFFE000).view(np.float32)
+                    for v in (x, y))
+        ops[fmt] = (jnp.asarray(x, da), jnp.asarray(y, db),
                     jnp.asarray(rng.standard_normal((M, N)), jnp.float32))
     fns = {}
     for name, (fmt, block, warps, finite, form, rounding, f32) in selected.items():
         dp = _datapath(fmt)
-        unroll = _unroll(name)
+        unroll = _unroll(name, dp.block_k)
         fa, fb = FORMATS[fmt]
         fns[name] = jax.jit(lambda a, b, c, dp=dp, fa=fa, fb=fb, block=block, warps=warps,
                             finite=finite, form=form, rounding=rounding, f32=f32,
