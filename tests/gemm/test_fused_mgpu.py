@@ -154,6 +154,8 @@ def test_option_refuses_what_the_kernel_cannot_run(jit):
             sm80 = jaxwarp.datapath_for("sm_80", "mma_sync", "bf16", 16)  # 8, fp8, tf32
             with pytest.raises(ValueError, match=r"mosaic_gpu'.*blocks of 8 products"):
                 fused_mgpu.by_option(a, a.T, jnp.zeros((64, 64)), sm80, "bf16")
+            with pytest.raises(ValueError, match=r"Mosaic GPU kernel: .*blocks of 8 products"):
+                fused_mgpu.chain(a, a.T, jnp.zeros((64, 64)), sm80, "bf16")  # called directly
             for fmt, k in (("e4m3", 32), ("tf32", 8)):
                 x = jnp.ones((64, 32), jnp.float32)
                 with pytest.raises(ValueError, match=rf"formats '{fmt}' x '{fmt}'"):

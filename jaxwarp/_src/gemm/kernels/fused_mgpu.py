@@ -402,6 +402,9 @@ def chain(a, b, c, dp, fmt: str, *, finite: bool | None = None, **settings):
         ShapeDtypeStruct(shape=(8, 8), dtype=float32)
     """
     (M, K), N = a.shape, b.shape[1]
+    why = unmodelled(dp, fmt)
+    if why is not None:
+        raise ValueError(f"fused Mosaic GPU kernel: {why}")
     p0 = plan(fmt, K, dp.F, dp.nan_f32, True, N=N, **settings)
     Mp, Np = -(-M // p0.bm) * p0.bm, -(-N // p0.bn) * p0.bn
     pad = fused_kernel.pad_to
@@ -417,6 +420,27 @@ def chain(a, b, c, dp, fmt: str, *, finite: bool | None = None, **settings):
         d = run(finite)(a, b, c)
     return d[:M, :N]
 
+
+
+def unmodelled(dp, fmt: str, b_fmt: str | None = None) -> str | None:
+    """Why this kernel does not compute the chain of ``dp`` on these operand formats, or
+    None where it does: f16 or bf16 (both the same), sm_90's blocks of 16 products fused
+    with C, 24 bits kept (the Triton kernel models more: ``fused_kernel.models``).
+
+    Example:
+        >>> unmodelled(jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16), "bf16") is None
+        True
+        >>> unmodelled(jaxwarp.datapath_for("sm_80", "wmma", "bf16", 16), "bf16")
+        "a datapath of blocks of 8 products keeping 24 bits (this kernel models sm_90's: ...)"
+    """
+    if fmt not in FORMATS or b_fmt not in (None, fmt):
+        return (f"operand formats {fmt!r} x {b_fmt or fmt!r} (allowed: the same format, "
+                f"one of {FORMATS})")
+    if dp.block_k != IK or dp.sum_mbits != 23 or not fused_kernel.models(dp, fmt, fmt, "f32",
+                                                                         IK):
+        return (f"a datapath of blocks of {dp.block_k} products keeping {dp.sum_mbits + 1} "
+                f"bits (this kernel models sm_90's: blocks of {IK}, 24 bits kept)")
+    return None
 
 
 def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | None = None,
@@ -448,12 +472,8 @@ def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | 
                "gemm_kernel_any_range_below=0 for a range check and a cond instead)")
     elif why is None and form is not None:
         why = f"form={form!r} is a Triton kernel setting"
-    elif why is None and (fmt not in FORMATS or b_fmt not in (None, fmt)):
-        why = (f"operand formats {fmt!r} x {b_fmt or fmt!r} (allowed: the same format, "
-               f"one of {FORMATS})")
-    elif why is None and (dp.block_k != IK or dp.sum_mbits != 23):
-        why = (f"a datapath of blocks of {dp.block_k} products keeping {dp.sum_mbits + 1} "
-               f"bits (this kernel models sm_90's: blocks of {IK}, 24 bits kept)")
+    elif why is None:
+        why = unmodelled(dp, fmt, b_fmt)
     if why is not None:
         raise ValueError(f"gemm_kernel_backend='mosaic_gpu' cannot run this product: {why}")
     return chain(a, b, c, dp, fmt, finite=finite)
