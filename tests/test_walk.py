@@ -83,12 +83,13 @@ def test_each_module_above_the_numbers_is_entered_once(which, inline_walk, defau
 
 def test_number_layer_is_reached_from_the_conversion_and_the_arithmetic(default_walk):
     # The conversion is entered once per operand, from matmul; its helpers and the
-    # arithmetic's (bit views, soft-float steps) from those two only.
+    # arithmetic's (bit views, soft-float steps) from those two only: XLA's arithmetic,
+    # or on a GPU the fused kernel's (its rounding is softfloat's).
     into = [(c, m) for c, m, _, _ in default_walk if m.startswith("numerics/")]
     assert [c for c, m in into if m == "numerics/convert.py"] == ["gemm/matmul.py"] * 2
     callers = {c for c, m in into if m != "numerics/convert.py"}
     assert callers <= {"numerics/convert.py", "arithmetic/datapath.py",
-                       "arithmetic/datapath_blocks.py"}, callers
+                       "arithmetic/datapath_blocks.py", "gemm/kernels/fused_kernel.py"}, callers
 
 
 def test_default_walk_passes_at_most_8_modules(default_walk):

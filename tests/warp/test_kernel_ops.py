@@ -338,3 +338,21 @@ def test_compiled_kernel_forms_match_vmap_on_gpu():
                       jnp.zeros(32, jnp.uint32).at[k].add(v), v.at[k].max(v)), u, j)
     for fn, _ in _divergent_programs().values():
         run(fn, u)
+
+
+def test_loop_counts_without_num_carry():
+    # JAX 0.11.2's scan has no num_carry parameter: a fori_loop's counts come from its
+    # body, and a scan with a scanned output is no fori_loop, with or without the names.
+    from jaxwarp._src.warp import kernel_ops
+
+    def eqn_of(fn, *args):
+        return next(e for e in jax.make_jaxpr(fn)(*args).jaxpr.eqns
+                    if e.primitive.name == "scan")
+
+    w = jnp.ones(32, jnp.int32)
+    loop = eqn_of(lambda v: lax.fori_loop(0, 3, lambda i, c: (c[0] + w, c[1] * 2), (v, v)), w)
+    stacked = eqn_of(lambda v: lax.scan(lambda c, _: (c + 1, c), v, None, length=3), w)
+    for eqn, want in ((loop, (1, 3)), (stacked, None)):
+        bare = {k: v for k, v in eqn.params.items() if k not in ("num_carry", "num_consts")}
+        assert kernel_ops._loop_counts(eqn) == want
+        assert kernel_ops._loop_counts(eqn.replace(params=bare)) == want

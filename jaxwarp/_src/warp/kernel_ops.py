@@ -389,10 +389,29 @@ def _scatter(kind: str):
 
 # ---- control flow ----------------------------------------------------------------------
 
+def _loop_counts(eqn):
+    """(constants, carries) of a scan that is a fori_loop (no scanned inputs or outputs),
+    else None. JAX 0.10 names both counts in the parameters, JAX 0.11.2 has no
+    ``num_carry``: a fori_loop's carries are its body's outputs, each of the same type
+    into and out of the loop (a scanned output would be stacked)."""
+    p = eqn.params
+    body = p["jaxpr"].jaxpr
+    ncarry = p.get("num_carry", len(body.outvars))
+    nc = p.get("num_consts", len(eqn.invars) - ncarry)
+
+    def types(vs):
+        return [(v.aval.shape, v.aval.dtype) for v in vs]
+
+    if (nc < 0 or len(eqn.invars) != nc + ncarry or len(body.outvars) != ncarry
+            or types(eqn.outvars) != types(body.outvars)):
+        return None
+    return nc, ncarry
+
+
 def _scan(eqn, vals, consts):
     p = eqn.params
     jx, jconsts = _closed(p["jaxpr"])
-    nc, ncarry = p["num_consts"], p["num_carry"]
+    nc, ncarry = _loop_counts(eqn)
     cvals, carry = vals[:nc], vals[nc:nc + ncarry]
 
     def body(c, _):
@@ -498,8 +517,7 @@ def why_not(eqn) -> str | None:
             return f"{name}"
         return None
     if name == "scan":
-        if p["reverse"] or p["unroll"] not in (1, False) or p["jaxpr"].jaxpr.outvars[
-                p["num_carry"]:] or len(eqn.invars) > p["num_consts"] + p["num_carry"]:
+        if p["reverse"] or p["unroll"] not in (1, False) or _loop_counts(eqn) is None:
             return ("scan other than a fori_loop (Triton lowers forward loops without "
                     "scanned inputs or outputs, unroll=1)")
         return None
