@@ -9,9 +9,12 @@ does), the fraction of a device-to-device copy's bandwidth (copy measured in the
 run), and whether the bits equal NumPy's; plus the device and the versions. On a GPU,
 ``warp_kernel_configs`` times the kernel for each ``(warps_per_block, num_warps)`` of
 ``KERNEL_CONFIGS`` (with whether its bits equal ``vmap``'s) and ``best_config`` names the
-fastest: the compaction and the radix steps scatter to computed slots, which the kernel
-does as (warps, 32, 32) one-hot selections held in registers, so the block size matters
-more than for a butterfly.
+fastest. The compaction and the radix step end with a store to computed slots (a
+scatter that sets the output), which the kernel writes with masked stores; the radix
+sort's scatters feed its next step, and the kernel does those as (warps, 32, 32) one-hot
+selections held in registers, where the block size matters more than for a butterfly.
+``warp_kernel_onehot`` times the kernel with its output scatters in the one-hot form too
+(``jaxwarp.config.warp_kernel_output_scatter="onehot"``), in the same run.
 
 Usage: python benchmarks/warp_divergence.py [--log2-warps N] [--programs a,b]
   (run from the repository root; default 2^14 warps on CPU, 2^20 on GPU)
@@ -56,8 +59,10 @@ def compact_ballot(x: jax.Array) -> jax.Array:
 
 
 #: (warps_per_block, num_warps) of the warp_kernel configurations timed on a GPU (None:
-#: warp_kernel's default: 128 warps per block, 8 for programs that gather or scatter).
-KERNEL_CONFIGS = ((None, None), (4, None), (8, 2), (16, None), (16, 8), (32, 8))
+#: warp_kernel's default: 128 warps per block, 8 for programs with one-hot gathers or
+#: scatters).
+KERNEL_CONFIGS = ((None, None), (4, None), (8, 2), (16, None), (16, 8), (32, 8),
+                  (128, 8))
 
 
 def programs() -> dict[str, tuple[Any, Any]]:
@@ -105,6 +110,14 @@ def main() -> None:
                           "warps_per_s": warps / t, "bytes_per_s": nbytes / t,
                           "fraction_of_copy": t_copy / t}
         entry["warp_kernel"]["falls_back_because"] = jaxwarp.warp_kernel(fn).explain(x)
+        # The same kernel with an output scatter as a one-hot selection (the form before
+        # the stores to computed slots), timed in the same run.
+        with jaxwarp.config.override(warp_kernel_output_scatter="onehot"):
+            run = jax.jit(jaxwarp.warp_kernel(fn))
+            got = np.asarray(run(x))
+        t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
+        entry["warp_kernel_onehot"] = {"same_bits_as_vmap": bool(np.array_equal(got, vmap_out)),
+                                       "fraction_of_copy": t_copy / t}
         if not on_cpu:
             configs = {}
             for b, nw in KERNEL_CONFIGS:

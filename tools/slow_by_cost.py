@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold", type=float, default=0.8, help="seconds (default 0.8)")
     ap.add_argument("--note", default="", help="where and how the durations were measured")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--add", action="store_true",
+                    help="keep the tests already listed in --out and add these (its header "
+                         "lines stay, one more says what was added)")
     args = ap.parse_args(argv)
     text = pathlib.Path(args.durations).read_text().splitlines()
     if not any(_LINE.match(line) for line in text):
@@ -61,7 +64,17 @@ def main(argv: list[str] | None = None) -> int:
             "# Made by tools/slow_by_cost.py" + (f" from {args.note}" if args.note else "") + ".",
             f"# {len(rows)} tests, {sum(t for t, _ in rows):.1f} s of calls in that run."]
     body = sorted(node for _, node in rows)
-    pathlib.Path(args.out).write_text("\n".join(head + body) + "\n")
+    out = pathlib.Path(args.out)
+    if args.add and out.exists():
+        lines = out.read_text().splitlines()
+        old_head = [line for line in lines if line.startswith("#")]
+        old_body = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+        new = sorted(set(body) - old_body)
+        head = old_head + [
+            f"# Added by tools/slow_by_cost.py --add: {len(new)} tests over {args.threshold} s"
+            + (f" from {args.note}" if args.note else "") + "."]
+        body = sorted(old_body | set(body))
+    out.write_text("\n".join(head + body) + "\n")
     print(f"{len(body)} tests written to {args.out}")
     return 0
 

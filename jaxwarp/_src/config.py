@@ -205,6 +205,13 @@ OPTIONS: tuple[Option, ...] = (
            layer="arithmetic", help=(
                "How one block FMA is written for XLA: 'unrolled' (the default: fastest "
                "steps), 'rolled' (loops: smaller programs, slower steps) or 'reduce'.")),
+    # --- warp: how warp_kernel writes a warp program in its Pallas kernel.
+    Option("warp_kernel_output_scatter", "store", allowed=("store", "onehot"), layer="warp",
+           help=(
+               "How warp_kernel writes an output that a scatter sets (indices declared "
+               "unique): 'store' (two masked stores to computed slots, as a GPU program "
+               "stores) or 'onehot' (the scatter's value as a one-hot selection over the "
+               "lanes, then a plain store); the same bits.")),
 )
 
 

@@ -192,7 +192,8 @@ def test_static_down_and_up_shuffles_run_as_gathers():
     _same(prog, x)
 
 
-def test_scatters():
+@pytest.mark.parametrize("form", ["store", "onehot"])
+def test_scatters(form):
     u = jnp.asarray(RNG.integers(-2**31, 2**31, (8, 32), dtype=np.int32))
     k = jnp.asarray(RNG.integers(-36, 36, (8, 32), dtype=np.int32))  # duplicates, outside
     perm = jnp.asarray(np.stack([RNG.permutation(32) for _ in range(8)]).astype(np.int32))
@@ -205,9 +206,66 @@ def test_scatters():
                 v.at[31 - jaxwarp.lane_id()].set(v, unique_indices=True),
                 base.at[p + 16].set(v, mode="drop", unique_indices=True))
 
+    with jaxwarp.config.override(warp_kernel_output_scatter=form):
+        _scatters(prog, u, k, perm)
+
+
+def _scatters(prog, u, k, perm):
     _same(prog, u, k, perm)
+    # 64 positions (more than a word's bits): which are hit comes from the one-hot form
+    wide = jnp.asarray(np.stack([RNG.permutation(64)[:32] for _ in range(8)]).astype(np.int32))
+    _same(lambda v, p: tuple(jnp.split(jnp.full(64, -7, jnp.int32).at[p].set(
+        v, unique_indices=True), 2)), u, wide)
     f = jnp.asarray(RNG.integers(0, 2**32, (8, 32), dtype=np.uint32).view(np.float32))
     _same(lambda v, p: jnp.zeros(32, jnp.float32).at[p].set(v, unique_indices=True), f, perm)
+
+
+def _kernel_primitives(fn, *xs):
+    """The primitives of the Pallas kernel that ``warp_kernel(fn)`` traces on xs."""
+    k = jaxwarp.warp_kernel(fn, warps_per_block=4, force="pallas", interpret=True)
+    names = []
+
+    def walk(jx):
+        for e in jx.eqns:
+            names.append(e.primitive.name)
+            for v in e.params.values():
+                for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(k)(*xs).jaxpr)
+    return names
+
+
+def test_an_output_set_by_a_scatter_is_stored():
+    # The compaction's store: out[slot] = x for the kept lanes, -1 elsewhere. With
+    # "store" the kernel writes it with two masked stores (no one-hot selection); with
+    # "onehot" it computes the scatter's value and stores it once. The bits are vmap's.
+    x = jnp.asarray(RNG.integers(0, 2**32, (8, 32), dtype=np.uint32))
+
+    def compact(v):
+        keep = v % 3 != 0
+        slot = jnp.where(keep, jnp.cumsum(keep) - 1, 32 + jaxwarp.lane_id())
+        return jnp.full(32, -1, jnp.uint32).at[slot].set(v, mode="drop", unique_indices=True)
+
+    want = np.full((8, 32), 2**32 - 1, np.uint32)
+    for w, row in enumerate(np.asarray(x)):
+        kept = row[row % 3 != 0]
+        want[w, :len(kept)] = kept
+    for form, stores in (("store", 2), ("onehot", 1)):
+        with jaxwarp.config.override(warp_kernel_output_scatter=form):
+            np.testing.assert_array_equal(_same(compact, x), want)
+            names = _kernel_primitives(compact, x)
+            assert sum("swap" in n for n in names) == stores, (form, names)
+    assert kernel_ops.stored_outputs(jax.make_jaxpr(jax.vmap(compact))(x).jaxpr)
+    # A scatter's output that the program also reads is a value, not a store.
+    def twice(v):
+        out = compact(v)
+        return out, out + 1
+
+    assert len(kernel_ops.stored_outputs(jax.make_jaxpr(jax.vmap(twice))(x).jaxpr)) == 0
+    _same(twice, x)
 
 
 def test_a_set_scatter_without_unique_indices_runs_vmap():

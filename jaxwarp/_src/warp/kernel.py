@@ -18,7 +18,10 @@ maxima, ``cumsum``, ``popc``: exact in any order), float32 addition and subtract
 interpreter that evaluates the traced program inside the kernel): integer division and
 remainder guarded so that no case LLVM leaves undefined reaches the instruction, gathers
 and scatters of single elements (any shuffle, a store to computed slots) as one-hot
-selections, ``fori_loop`` / ``while_loop`` / ``cond``. Anything else (a float product,
+selections, ``fori_loop`` / ``while_loop`` / ``cond``. A scatter that sets an output of
+the program (indices declared unique, the value read by nothing else: a warp's store to
+computed slots) is written as a GPU program writes it, with masked stores to those slots
+(``jaxwarp.config.warp_kernel_output_scatter``). Anything else (a float product,
 which Triton may contract with an addition into an FMA; a float division, which Triton
 computes approximately; a scatter that sets elements without ``unique_indices=True``,
 where XLA leaves which of two updates wins unspecified; a shape that is not a power of
@@ -37,11 +40,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwarp._src import checks
+from jaxwarp._src.config import config
 from jaxwarp._src.warp import kernel_ops, lanes
 
 WARP_SIZE = lanes.WARP_SIZE
 # Warps per kernel program when warps_per_block is None: 128, or 8 for a program with
-# one-hot gathers / scatters ((warps, 32, 32) intermediates held in registers).
+# one-hot gathers / scatters ((warps, 32, 32) intermediates held in registers; a scatter
+# into an output is stored instead, ``_stored``).
 _DEFAULT_BLOCK = 128
 _ONEHOT_BLOCK = 8
 
@@ -131,7 +136,8 @@ class WarpKernel:
                                                    return_shape=True)(*block)
             except NotImplementedError as e:
                 return str(e), None, None
-            if self.warps_per_block or b == _ONEHOT_BLOCK or not _has_onehot(jx.jaxpr):
+            if (self.warps_per_block or b == _ONEHOT_BLOCK
+                    or not _has_onehot(jx.jaxpr, _stored(jx.jaxpr))):
                 break
             b = _ONEHOT_BLOCK  # (b, 32, 32) one-hot forms: a smaller block of warps
         for o in jax.tree.leaves(out_block):
@@ -205,12 +211,18 @@ class WarpKernel:
         const_specs = [pl.BlockSpec(np.shape(c), functools.partial(_origin, np.ndim(c)))
                        for c in consts]
 
+        store = _stored(program.jaxpr)
+
         def body(*refs):
             vals = [r[...] for r in refs[:n_in + len(consts)]]
             const_values = {id(c): v for c, v in zip(consts, vals[n_in:], strict=True)}
-            res = kernel_ops.run(program.jaxpr, program.consts, vals[:n_in], const_values)
+            res = kernel_ops.run(program.jaxpr, program.consts, vals[:n_in], const_values,
+                                 store)
             for r, v in zip(refs[n_in + len(consts):], res, strict=True):
-                r[...] = v
+                if isinstance(v, kernel_ops.Stored):
+                    _store(r, v)
+                else:
+                    r[...] = v
 
         call = pl.pallas_call(
             body,
@@ -226,16 +238,39 @@ class WarpKernel:
         return res if multi else res[0]
 
 
+def _store(ref, s):
+    """Writes a scatter's result (``kernel_ops.Stored``) to the output block ref (b, n):
+    the operand where no update reaches, then each update to its slot, two masked stores
+    to disjoint places (an update's lane outside the block points past the row, where
+    the masked store writes nothing; Pallas' interpreter drops it)."""
+    from jax.experimental.pallas import triton as pltriton
+
+    n = ref.shape[-1]
+    pltriton.store(ref, s.op, mask=~s.hit)
+    rows = jax.lax.broadcasted_iota(jnp.int32, s.idx.shape, 0)
+    pltriton.store(ref.at[rows, jnp.where(s.inside, s.idx, n)], s.upd, mask=s.inside)
+
+
 def _origin(ndim: int, i):
     del i
     return (0,) * ndim
 
 
-def _has_onehot(jaxpr) -> bool:
-    """Whether ``jaxpr`` (or a jaxpr inside it) gathers or scatters: ``kernel_ops`` makes
-    those (warps, 32, 32) one-hot forms."""
+def _stored(jaxpr) -> frozenset:
+    """The outputs of ``jaxpr`` that the kernel stores as a scatter (``kernel_ops.Stored``;
+    none with ``jaxwarp.config.warp_kernel_output_scatter="onehot"``)."""
+    if config.warp_kernel_output_scatter == "store":
+        return kernel_ops.stored_outputs(jaxpr)
+    return frozenset()
+
+
+def _has_onehot(jaxpr, stored=frozenset()) -> bool:
+    """Whether ``jaxpr`` (or a jaxpr inside it) gathers or scatters, other than the
+    scatters of ``stored`` outputs: ``kernel_ops`` makes those (warps, 32, 32) one-hot
+    forms."""
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "gather" or eqn.primitive.name.startswith("scatter"):
+        if ((eqn.primitive.name == "gather" or eqn.primitive.name.startswith("scatter"))
+                and eqn.outvars[0] not in stored):
             return True
         if any(_has_onehot(sub) for sub, _ in kernel_ops.param_jaxprs(eqn)):
             return True
@@ -288,8 +323,8 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int | None = Non
     Args:
       fn: the warp program.
       warps_per_block: warps per kernel program (a power of two); None: 128, or 8 for a
-        program that gathers or scatters (its one-hot selections hold (warps, 32, 32)
-        values in registers).
+        program that gathers or scatters other than into its outputs (its one-hot
+        selections hold (warps, 32, 32) values in registers).
       num_warps: CUDA warps per program (Triton's ``num_warps``); None: Pallas's
         default.
       force: None (choose), "pallas" (raise if ``fn`` cannot run as a kernel) or

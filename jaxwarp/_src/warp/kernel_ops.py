@@ -36,7 +36,8 @@ jaxpr inside the kernel body, binding every primitive as it is except those of
 
 from __future__ import annotations
 
-from typing import Any
+import collections
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -97,9 +98,11 @@ def constants(jaxpr, consts) -> list[np.ndarray]:
     return list(found.values())
 
 
-def run(jaxpr, consts, args, const_values: dict[int, Any]):
+def run(jaxpr, consts, args, const_values: dict[int, Any], store=frozenset()):
     """Evaluates ``jaxpr`` on ``args`` with the kernel's forms of ``REWRITES``; an array
-    constant ``c`` reads ``const_values[id(c)]`` (a kernel input)."""
+    constant ``c`` reads ``const_values[id(c)]`` (a kernel input). The scatters whose
+    outputs are in ``store`` (:func:`stored_outputs`) give a :class:`Stored` for the
+    kernel to write instead of their value."""
     env: dict[Any, Any] = {}
     known: dict[Any, np.ndarray] = {}  # the values of constants, known when tracing
 
@@ -118,6 +121,8 @@ def run(jaxpr, consts, args, const_values: dict[int, Any]):
         name = eqn.primitive.name
         if call_jaxpr(eqn) is not None:
             outs = run(*_closed(call_jaxpr(eqn)), vals, const_values)
+        elif eqn.outvars[0] in store:
+            outs = [_stored(eqn, vals)]
         elif name in _SHIFTS:
             outs = [_shift(eqn, vals, known)]
         elif name in REWRITES:
@@ -359,6 +364,63 @@ def _scatter_form_ok(eqn) -> bool:
     return batched or rows
 
 
+def _hit_positions(idx, hit, n: int):
+    """(b, n) bool: which positions the indices idx (b, m) reach, for indices declared
+    unique. Up to 32 positions, from one word per row: the sum of ``1 << idx`` over the
+    indices in range (distinct bits, so the sum is their union), then each position's bit
+    (O(m + n) operations, where ``hit.any(-1)`` takes one a pair); more positions, from
+    ``hit`` (b, n, m)."""
+    if n > 32:
+        return jnp.sum(hit.astype(jnp.int32), axis=-1) > 0
+    idx = idx.astype(jnp.int32)
+    inside = (idx >= 0) & (idx < n)  # a shift by 32 or more is undefined in LLVM
+    one = jnp.where(inside, jnp.uint32(1) << jnp.where(inside, idx, 0).astype(jnp.uint32),
+                    jnp.uint32(0))
+    word = jnp.sum(one, axis=-1, dtype=jnp.uint32)
+    pos = lax.broadcasted_iota(jnp.uint32, (1, n), 1)
+    return ((lax.expand_dims(word, (1,)) >> pos) & jnp.uint32(1)) != 0
+
+
+class Stored(NamedTuple):
+    """A scatter that sets an output of the program, written by the kernel's stores
+    (``warp.kernel``) as a GPU program stores to computed slots: the operand ``op`` (b, n)
+    at the positions no update reaches (``hit`` False), update ``upd[l]`` at ``idx[l]``
+    where ``inside[l]``. Two stores to disjoint places, O(n + m) operations a warp where
+    the one-hot form takes O(n * m)."""
+
+    op: Any
+    idx: Any
+    upd: Any
+    inside: Any
+    hit: Any
+
+
+def stored_outputs(jaxpr) -> frozenset:
+    """The outputs of ``jaxpr`` that a scatter (set, indices declared unique) makes and
+    nothing else reads: the kernel stores those (:class:`Stored`)."""
+    outs = collections.Counter(v for v in jaxpr.outvars if not isinstance(
+        v, jax.extend.core.Literal))
+    read = {v for e in jaxpr.eqns for v in e.invars
+            if not isinstance(v, jax.extend.core.Literal)}
+    return frozenset(e.outvars[0] for e in jaxpr.eqns
+                     if e.primitive.name == "scatter" and why_not(e) is None
+                     and outs[e.outvars[0]] == 1 and e.outvars[0] not in read)
+
+
+def _stored(eqn, vals) -> Stored:
+    op, idx, upd = vals
+    n = op.shape[-1]
+    idx = jnp.broadcast_to(idx[..., 0], upd.shape).astype(jnp.int32)
+    if eqn.params["mode"] == _MODES.CLIP:
+        idx = jnp.clip(idx, 0, n - 1)
+    inside = (idx >= 0) & (idx < n)
+    onehot = None
+    if n > 32:
+        pos = lax.broadcasted_iota(jnp.int32, (1, n, 1), 1)
+        onehot = lax.expand_dims(idx, (1,)) == pos
+    return Stored(op, idx, upd, inside, _hit_positions(idx, onehot, n))
+
+
 def _scatter(kind: str):
     def rule(eqn, vals, _):
         op, idx, upd = vals
@@ -371,13 +433,13 @@ def _scatter(kind: str):
         hit = lax.expand_dims(idx.astype(jnp.int32), (1,)) == pos
         wide = lax.expand_dims(upd, (1,))  # (b, 1, m)
         if kind == "set":
-            # Indices declared unique: at most one update l reaches position p, so
-            # op[p] + sum_l (hit ? u[l] - op[p] : 0), wrapping in the raw bits, is u[l] or
-            # op[p] (one reduction, where a maximum and a "was it hit" would take two).
-            o = _bits(op)
-            diff = _bits(wide) - lax.expand_dims(o, (2,))
-            return [_from_bits(o + jnp.sum(jnp.where(hit, diff, jnp.zeros((), o.dtype)),
-                                           axis=-1, dtype=o.dtype), op.dtype)]
+            # Indices declared unique: at most one update l reaches position p, so the
+            # sum over l of (hit ? u[l] : 0) in the raw bits is u[l] where p is hit. Three
+            # operations a pair (compare, select, add); which positions are hit comes
+            # from the indices alone (_hit_positions), not from a second reduction.
+            u = _bits(wide)
+            got = jnp.sum(jnp.where(hit, u, jnp.zeros((), u.dtype)), axis=-1, dtype=u.dtype)
+            return [jnp.where(_hit_positions(idx, hit, n), _from_bits(got, op.dtype), op)]
         if kind == "add":
             return [op + jnp.sum(jnp.where(hit, wide, jnp.zeros((), op.dtype)), axis=-1)]
         info = jnp.iinfo(op.dtype)
