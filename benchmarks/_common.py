@@ -182,3 +182,59 @@ def write_record(record: dict, caught, out) -> None:
     print(text)
     if out is not None:
         out.write_text(text + "\n")
+
+
+def triton_module(lower: Callable[[], Any]) -> str:
+    """The Triton module of the one Pallas kernel that ``lower()`` lowers (for CUDA), as
+    Pallas prints it with ``pallas_call(debug=True)``, its debug locations removed."""
+    import contextlib
+    import functools
+    import io
+    import re
+
+    from jax.experimental import pallas as pl
+
+    out = io.StringIO()
+    keep = pl.pallas_call  # the kernels call jax.experimental.pallas.pallas_call by name
+    pl.pallas_call = functools.partial(keep, debug=True)
+    try:
+        with contextlib.redirect_stdout(out):
+            lower()
+    finally:
+        pl.pallas_call = keep
+    text = out.getvalue()
+    text = text[text.index("The Triton module"):]
+    text = text[text.index("\n") + 1:]
+    text = re.sub(r" \[unknown\]", "", text)  # debug locations
+    text = re.sub(r' "[^"\n]*"\(#loc\d+\)', "", text)
+    text = re.sub(r"^#loc.*\n", "", text, flags=re.M)
+    return text[text.index("module @"):text.rindex("\n}\n") + 3]  # the module alone
+
+
+def sm90_sass(text: str, num_warps: int, work) -> tuple[int, int, list[str]]:
+    """A Triton module compiled for sm_90 by the ``triton`` package (its ptxas; no GPU
+    needed) -> (registers per thread, stack bytes, nvdisasm's lines of the SASS)."""
+    import pathlib
+    import re
+    import subprocess
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    src = pathlib.Path(work) / "kernel.ttir"
+    src.write_text(text)
+    k = triton.compile(str(src), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": num_warps, "num_stages": 1})
+    cubin = src.with_suffix(".cubin")
+    cubin.write_bytes(k.asm["cubin"])
+    bindir = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    usage = subprocess.run([bindir / "cuobjdump", "--dump-resource-usage", cubin],
+                           capture_output=True, text=True, check=True).stdout
+    lines = subprocess.run([bindir / "nvdisasm", "-c", cubin], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    return (int(re.search(r"REG:(\d+)", usage).group(1)),
+            int(re.search(r"STACK:(\d+)", usage).group(1)), lines)
+
+
+#: A SASS line's opcode (after an optional predicate), from nvdisasm's output.
+SASS_OPCODE = r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)"

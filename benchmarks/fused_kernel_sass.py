@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import functools
-import io
 import json
 import pathlib
 import re
-import subprocess
 import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _common import SASS_OPCODE, sm90_sass, triton_module  # noqa: E402
 
 DEFAULT = ["bf16:unrolled:32x32:4", "bf16:split:32x32:4", "bf16:split:32x32:4:f32",
            "bf16:split:64x32:4:f32", "f16:split:32x32:4:f32",
@@ -39,7 +36,6 @@ def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
     """(Triton IR text, warps, multiply-adds per thread and k step) of one config."""
     import jax
     import jax.numpy as jnp
-    from jax.experimental import pallas as pl
 
     from jaxwarp import backends
 
@@ -52,50 +48,21 @@ def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
     dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[fmt]
     args = (jax.ShapeDtypeStruct((bm, K), dt), jax.ShapeDtypeStruct((K, bn), dt),
             jax.ShapeDtypeStruct((bm, bn), jnp.float32))
-    out = io.StringIO()
-    keep = pl.pallas_call  # the kernel calls jax.experimental.pallas.pallas_call by name
-    pl.pallas_call = functools.partial(keep, debug=True)
-    try:
-        with contextlib.redirect_stdout(out):
-            jax.jit(lambda a, b, c: backends.fused_gemm(a, b, c, plan)).trace(*args).lower(
-                lowering_platforms=("cuda",))
-    finally:
-        pl.pallas_call = keep
-    text = out.getvalue()
-    text = text[text.index("The Triton module"):]
-    text = text[text.index("\n") + 1:]
-    text = re.sub(r" \[unknown\]", "", text)  # debug locations
-    text = re.sub(r' "[^"\n]*"\(#loc\d+\)', "", text)
-    text = re.sub(r"^#loc.*\n", "", text, flags=re.M)
-    text = text[text.index("module @"):text.rindex("\n}\n") + 3]  # the module alone
+    text = triton_module(lambda: jax.jit(lambda a, b, c: backends.fused_gemm(
+        a, b, c, plan)).trace(*args).lower(lowering_platforms=("cuda",)))
     return text, warps, bm * bn * 16 // (32 * warps)  # 16: the instruction k
 
 
 def sass(cfg: str, work: pathlib.Path) -> dict:
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     text, warps, macs = ttir(cfg)
-    src = work / (cfg.replace(":", "_") + ".ttir")
-    src.write_text(text)
-    k = triton.compile(str(src), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps, "num_stages": 1})
-    cubin = src.with_suffix(".cubin")
-    cubin.write_bytes(k.asm["cubin"])
-    bindir = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    usage = subprocess.run([bindir / "cuobjdump", "--dump-resource-usage", cubin],
-                           capture_output=True, text=True, check=True).stdout
-    regs = int(re.search(r"REG:(\d+)", usage).group(1))
-    stack = int(re.search(r"STACK:(\d+)", usage).group(1))
-    lines = subprocess.run([bindir / "nvdisasm", "-c", cubin], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
+    regs, stack, lines = sm90_sass(text, warps, work)
     back = max(i for i, s in enumerate(lines) if re.search(r"BRA `\(\.L_x_\d+\)", s)
                and "@" in s)
     label = re.search(r"BRA `\((\.L_x_\d+)\)", lines[back]).group(1)
     start = next(i for i, s in enumerate(lines) if s.startswith(label + ":"))
     ops: collections.Counter = collections.Counter()
     for s in lines[start:back + 1]:
-        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", s)
+        m = re.search(SASS_OPCODE, s)
         if m:
             ops[m.group(1)] += 1
     total = sum(ops.values())

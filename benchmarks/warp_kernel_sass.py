@@ -14,7 +14,7 @@ schedule differently; the counts say what a warp of data costs and where.
 
 Against a device copy: a warp of data moves 256 bytes (32 words read, 32 written); an
 H100 copies about 3.0 TB/s and issues about 132 x 4 x 1.755e9 = 9.3e11 warp
-instructions a second, so a kernel that issues more than about 85 instructions per warp
+instructions a second, so a kernel that issues more than about 80 instructions per warp
 of data cannot keep up with the copy, whatever its memory traffic.
 
 Usage: python benchmarks/warp_kernel_sass.py [--programs compact,radix_step]
@@ -26,19 +26,15 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import functools
-import io
 import json
 import pathlib
 import re
-import subprocess
 import sys
 import tempfile
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
+from _common import SASS_OPCODE, sm90_sass, triton_module
 
 import jaxwarp
 
@@ -65,45 +61,18 @@ def ttir(fn, block: int, num_warps: int) -> str:
             raise ValueError(f"not a kernel: {why}")
         return k._pallas(program, [v], out_block)
 
-    out = io.StringIO()
-    keep = pl.pallas_call  # warp_kernel calls jax.experimental.pallas.pallas_call by name
-    pl.pallas_call = functools.partial(keep, debug=True)
-    try:
-        with contextlib.redirect_stdout(out):
-            jax.jit(kernel).trace(x).lower(lowering_platforms=("cuda",))
-    finally:
-        pl.pallas_call = keep
-    text = out.getvalue()
-    text = text[text.index("The Triton module"):]
-    text = text[text.index("\n") + 1:]
-    text = re.sub(r" \[unknown\]", "", text)
-    text = re.sub(r' "[^"\n]*"\(#loc\d+\)', "", text)
-    text = re.sub(r"^#loc.*\n", "", text, flags=re.M)
-    return text[text.index("module @"):text.rindex("\n}\n") + 3]
+    return triton_module(lambda: jax.jit(kernel).trace(x).lower(lowering_platforms=("cuda",)))
 
 
 def sass(text: str, num_warps: int, work: pathlib.Path) -> tuple[int, collections.Counter]:
-    """(registers per thread, SASS opcodes counted) of a Triton module for sm_90."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    src = work / "kernel.ttir"
-    src.write_text(text)
-    k = triton.compile(str(src), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": num_warps, "num_stages": 1})
-    cubin = src.with_suffix(".cubin")
-    cubin.write_bytes(k.asm["cubin"])
-    bindir = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    usage = subprocess.run([bindir / "cuobjdump", "--dump-resource-usage", cubin],
-                           capture_output=True, text=True, check=True).stdout
-    lines = subprocess.run([bindir / "nvdisasm", "-c", cubin], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
+    """(registers per thread, SASS opcodes counted, less NOP / EXIT / BRA) of a module."""
+    regs, _, lines = sm90_sass(text, num_warps, work)
     ops: collections.Counter = collections.Counter()
     for s in lines:
-        m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", s)
+        m = re.search(SASS_OPCODE, s)
         if m and m.group(1) not in ("NOP", "EXIT", "BRA"):
             ops[m.group(1)] += 1
-    return int(re.search(r"REG:(\d+)", usage).group(1)), ops
+    return regs, ops
 
 
 def main() -> None:
