@@ -364,16 +364,33 @@ def _scatter_form_ok(eqn) -> bool:
     return batched or rows
 
 
-def _hit_positions(idx, hit, n: int):
-    """(b, n) bool: which positions the indices idx (b, m) reach, for indices declared
-    unique. Up to 32 positions, from one word per row: the sum of ``1 << idx`` over the
-    indices in range (distinct bits, so the sum is their union), then each position's bit
-    (O(m + n) operations, where ``hit.any(-1)`` takes one a pair); more positions, from
-    ``hit`` (b, n, m)."""
-    if n > 32:
-        return jnp.sum(hit.astype(jnp.int32), axis=-1) > 0
+def _scatter_slots(eqn, op, idx, upd):
+    """A scatter's indices as (b, m) int32, one per update (clipped in mode CLIP), and
+    which of them lie in the operand's n positions."""
+    n = op.shape[-1]
+    idx = jnp.broadcast_to(idx[..., 0], upd.shape)
+    if eqn.params["mode"] == _MODES.CLIP:
+        idx = jnp.clip(idx, 0, n - 1)  # in the indices' own type (unsigned ones too)
     idx = idx.astype(jnp.int32)
-    inside = (idx >= 0) & (idx < n)  # a shift by 32 or more is undefined in LLVM
+    return idx, (idx >= 0) & (idx < n)
+
+
+def _slot_onehot(idx, n: int):
+    """(b, n, m) bool: position p, update l (built in that order: no transpose of it)."""
+    pos = lax.broadcasted_iota(jnp.int32, (1, n, 1), 1)
+    return lax.expand_dims(idx, (1,)) == pos
+
+
+def _hit_positions(idx, inside, n: int, hit=None):
+    """(b, n) bool: which positions the indices idx (b, m) reach, for indices declared
+    unique (``inside``: those in range). Up to 32 positions, from one word per row: the
+    sum of ``1 << idx`` over the indices in range (distinct bits, so the sum is their
+    union), then each position's bit (O(m + n) operations, where ``hit.any(-1)`` takes
+    one a pair); more positions, from the one-hot ``hit`` (b, n, m) (made here if None)."""
+    if n > 32:
+        hit = _slot_onehot(idx, n) if hit is None else hit
+        return jnp.sum(hit.astype(jnp.int32), axis=-1) > 0
+    # (no shift by 32 or more: LLVM leaves it undefined)
     one = jnp.where(inside, jnp.uint32(1) << jnp.where(inside, idx, 0).astype(jnp.uint32),
                     jnp.uint32(0))
     word = jnp.sum(one, axis=-1, dtype=jnp.uint32)
@@ -409,28 +426,16 @@ def stored_outputs(jaxpr) -> frozenset:
 
 def _stored(eqn, vals) -> Stored:
     op, idx, upd = vals
-    n = op.shape[-1]
-    idx = jnp.broadcast_to(idx[..., 0], upd.shape).astype(jnp.int32)
-    if eqn.params["mode"] == _MODES.CLIP:
-        idx = jnp.clip(idx, 0, n - 1)
-    inside = (idx >= 0) & (idx < n)
-    onehot = None
-    if n > 32:
-        pos = lax.broadcasted_iota(jnp.int32, (1, n, 1), 1)
-        onehot = lax.expand_dims(idx, (1,)) == pos
-    return Stored(op, idx, upd, inside, _hit_positions(idx, onehot, n))
+    idx, inside = _scatter_slots(eqn, op, idx, upd)
+    return Stored(op, idx, upd, inside, _hit_positions(idx, inside, op.shape[-1]))
 
 
 def _scatter(kind: str):
     def rule(eqn, vals, _):
         op, idx, upd = vals
         n = op.shape[-1]
-        idx = jnp.broadcast_to(idx[..., 0], upd.shape)
-        if eqn.params["mode"] == _MODES.CLIP:
-            idx = jnp.clip(idx, 0, n - 1)
-        # (b, n, m): position p, update l, built in that order (no transpose of it).
-        pos = lax.broadcasted_iota(jnp.int32, (1, n, 1), 1)
-        hit = lax.expand_dims(idx.astype(jnp.int32), (1,)) == pos
+        idx, inside = _scatter_slots(eqn, op, idx, upd)
+        hit = _slot_onehot(idx, n)  # (b, n, m)
         wide = lax.expand_dims(upd, (1,))  # (b, 1, m)
         if kind == "set":
             # Indices declared unique: at most one update l reaches position p, so the
@@ -439,7 +444,8 @@ def _scatter(kind: str):
             # from the indices alone (_hit_positions), not from a second reduction.
             u = _bits(wide)
             got = jnp.sum(jnp.where(hit, u, jnp.zeros((), u.dtype)), axis=-1, dtype=u.dtype)
-            return [jnp.where(_hit_positions(idx, hit, n), _from_bits(got, op.dtype), op)]
+            return [jnp.where(_hit_positions(idx, inside, n, hit), _from_bits(got, op.dtype),
+                              op)]
         if kind == "add":
             return [op + jnp.sum(jnp.where(hit, wide, jnp.zeros((), op.dtype)), axis=-1)]
         info = jnp.iinfo(op.dtype)
