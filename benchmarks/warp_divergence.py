@@ -63,6 +63,8 @@ def compact_ballot(x: jax.Array) -> jax.Array:
 #: scatters).
 KERNEL_CONFIGS = ((None, None), (4, None), (8, 2), (16, None), (16, 8), (32, 8),
                   (128, 8))
+#: Warps per CTA of the Mosaic GPU warp_kernel timed (None: its default, 16).
+MGPU_BLOCKS = (None, 4, 8, 32)
 
 
 def programs() -> dict[str, tuple[Any, Any]]:
@@ -135,6 +137,23 @@ def main() -> None:
             timed = {k: v["fraction_of_copy"] for k, v in configs.items()
                      if v.get("same_bits_as_vmap")}
             entry["best_config"] = max(timed, key=timed.get) if timed else None
+            # The Mosaic GPU kernel: each lane a thread, a shuffle shfl.sync, a scatter
+            # through the warp's row of shared memory.
+            mgpu = {}
+            with jaxwarp.config.override(warp_kernel_backend="mosaic_gpu"):
+                why = jaxwarp.warp_kernel(fn).explain(x)
+                for b in MGPU_BLOCKS if why is None else ():
+                    run = jax.jit(jaxwarp.warp_kernel(fn, warps_per_block=b, force="pallas"))
+                    key = f"block{b or 'default'}"
+                    try:
+                        got = np.asarray(run(x))
+                        t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
+                    except Exception as e:  # a configuration that does not compile: say so
+                        mgpu[key] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                        continue
+                    mgpu[key] = {"same_bits_as_vmap": bool(np.array_equal(got, vmap_out)),
+                                 "fraction_of_copy": t_copy / t}
+            entry["warp_kernel_mosaic_gpu"] = {"falls_back_because": why, **mgpu}
         result[name] = entry
     emit(result)
 

@@ -99,6 +99,8 @@ import jaxwarp
 STEPS = (16, 8, 4, 2, 1)
 #: (warps_per_block, num_warps) of the ``warp_kernel`` configurations timed.
 KERNEL_CONFIGS = ((32, None), (128, None), (128, 8), (512, None), (512, 8))
+#: Warps per CTA of the Mosaic GPU ``warp_kernel`` timed (one warpgroup a CTA).
+MGPU_BLOCKS = (4, 8, 16, 32, 64)
 
 
 def butterfly(value: jax.Array, steps: tuple[int, ...] = STEPS) -> jax.Array:
@@ -221,6 +223,23 @@ def main() -> None:
             "fraction_of_copy": t_copy / t,
             **hlo_kernels(fn, x),
         }
+    # The same on the Mosaic GPU backend (jaxwarp.config.warp_kernel_backend): each lane a
+    # thread, each shuffle a shfl.sync.
+    result["kernel_mosaic_gpu"] = {}
+    for b in MGPU_BLOCKS if not on_cpu else ():
+        with jaxwarp.config.override(warp_kernel_backend="mosaic_gpu"):
+            kern = jaxwarp.warp_kernel(butterfly, warps_per_block=b)
+            fn = jax.jit(kern)
+            got = np.asarray(fn(x))
+            runs_as = "pallas" if kern.explain(x) is None else "vmap"
+        key = f"block{b}"
+        t = times["mgpu_" + key] = best_time(lambda fn=fn: fn(x).block_until_ready())
+        result["kernel_mosaic_gpu"][key] = {
+            "runs_as": runs_as,
+            "matches_numpy": bool(np.array_equal(got.view(np.uint32), want.view(np.uint32))),
+            "warps_per_s": warps / t,
+            "fraction_of_copy": t_copy / t,
+        }
     # Every bit pattern (NaNs with payloads, infinities, subnormals): the kernel's bits
     # against the XLA lowering's on this backend.
     xr = jax.device_put(rng.integers(0, 2**32, (warps, 32), dtype=np.uint32).view(np.float32)
@@ -228,6 +247,11 @@ def main() -> None:
     ref = np.asarray(jax.jit(jax.vmap(butterfly))(xr)).view(np.uint32)
     got = np.asarray(jax.jit(jaxwarp.warp_kernel(butterfly))(xr)).view(np.uint32)
     result["kernel_random_bits_equal_xla"] = f"{int((ref == got).sum())}/{ref.size}"
+    if not on_cpu:
+        with jaxwarp.config.override(warp_kernel_backend="mosaic_gpu"):
+            got = np.asarray(jax.jit(jaxwarp.warp_kernel(butterfly))(xr)).view(np.uint32)
+        result["kernel_mosaic_gpu_random_bits_equal_xla"] = (
+            f"{int((ref == got).sum())}/{ref.size}")
     # The first k steps only (k = 1..4): where the compiler splits kernels, and what a
     # kernel costs as it reads its input at more lane positions (2**k per element).
     result["static_first_steps"] = {}
@@ -245,6 +269,8 @@ def main() -> None:
         result[name]["fraction_of_copy"] = t_copy / times[name]
     for key, r in result["kernel"].items():
         r["fraction_of_copy"] = t_copy / times["kernel_" + key]
+    for key, r in result["kernel_mosaic_gpu"].items():
+        r["fraction_of_copy"] = t_copy / times["mgpu_" + key]
     for k, r in result["static_first_steps"].items():
         r["fraction_of_copy"] = t_copy / times[f"first_{k}"]
     result["static_over_gather"] = times["gather"] / times["static"]

@@ -27,6 +27,11 @@ computes approximately; a scatter that sets elements without ``unique_indices=Tr
 where XLA leaves which of two updates wins unspecified; a shape that is not a power of
 two) makes ``warp_kernel`` run ``jax.vmap(fn)`` instead, with the same bits, and
 ``warp_kernel(fn).explain(*args)`` says why.
+
+On Pallas' Mosaic GPU backend (``jaxwarp.config.warp_kernel_backend``; "auto" takes it
+where the installed JAX has no Triton backend) a warp runs as a warp: each lane a thread,
+each shuffle a ``shfl.sync`` (``jaxwarp._src.warp.mgpu``), for programs without loops,
+conditionals or scatters; the others run ``vmap`` there.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ import numpy as np
 from jaxwarp._src import checks
 from jaxwarp._src.config import config
 from jaxwarp._src.warp import kernel_ops, lanes
+from jaxwarp._src.warp.mgpu import kernel as mgpu_kernel
+from jaxwarp._src.warp.mgpu import program as mgpu_program
 
 WARP_SIZE = lanes.WARP_SIZE
 # Warps per kernel program when warps_per_block is None: 128, or 8 for a program with
@@ -49,6 +56,9 @@ WARP_SIZE = lanes.WARP_SIZE
 # into an output is stored instead, ``_stored``).
 _DEFAULT_BLOCK = 128
 _ONEHOT_BLOCK = 8
+# Warps per CTA of the Mosaic GPU kernel when warps_per_block is None (one warpgroup, each
+# thread a lane of 4 warps).
+_MGPU_BLOCK = 16
 
 # Primitives whose Triton lowering gives XLA's bits for every input of these dtypes.
 _MOVES = frozenset({
@@ -150,10 +160,35 @@ class WarpKernel:
                 return f"a constant {dtype}{list(shape)} in the program", None, None
         return _why_not(jx.jaxpr), out_block, jx
 
+    def backend(self) -> str:
+        """The Pallas backend this call takes: ``jaxwarp.config.warp_kernel_backend``,
+        where "auto" is Triton while the installed JAX ships it, else Mosaic GPU."""
+        choice = config.warp_kernel_backend
+        if choice == "auto":
+            return "mosaic_gpu" if mgpu_kernel.triton_missing() else "triton"
+        return choice
+
+    def _trace_mgpu(self, args):
+        """(why the Mosaic GPU kernel cannot run ``fn`` or None, the traced program)."""
+        try:
+            closed = mgpu_program.trace(self.fn, [a.dtype for a in args])
+        except NotImplementedError as e:
+            return str(e), None
+        outs = [v.aval for v in closed.jaxpr.outvars]
+        for o in outs:
+            if tuple(o.shape) != (mgpu_program.TRACE_WARPS, WARP_SIZE):
+                return (f"an output of shape {o.shape[1:]} per warp (the kernel writes "
+                        f"({WARP_SIZE},) per warp)"), None
+        return mgpu_kernel.why_not(closed, [a.dtype for a in args],
+                                   [o.dtype for o in outs]), closed
+
     def explain(self, *args) -> str | None:
-        """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU);
-        otherwise why it runs as ``jax.vmap(fn)``."""
-        return self._trace(_check_all(args))[0]
+        """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU, with
+        the backend of :meth:`backend`); otherwise why it runs as ``jax.vmap(fn)``."""
+        args = _check_all(args)
+        if self.backend() == "mosaic_gpu":
+            return self._trace_mgpu(args)[0]
+        return self._trace(args)[0]
 
     def __call__(self, *args):
         args = _check_all(args)
@@ -169,25 +204,46 @@ class WarpKernel:
                 f"force='vmap' to run jax.vmap(fn) here, interpret=True to run the kernel "
                 f"in Pallas' interpreter, or run on a GPU")
         if use == "pallas" and args[0].shape[0]:  # (no warps: nothing to launch)
-            why, out_block, program = self._trace(args)
-            if why is None:
-                return self._differentiable_pallas(program, out_block, *args)
+            if self.backend() == "mosaic_gpu":
+                why, closed = self._trace_mgpu(args)
+                if why is None:
+                    return self._differentiable(
+                        functools.partial(self._mosaic, closed), *args)
+            else:
+                why, out_block, program = self._trace(args)
+                if why is None:
+                    return self._differentiable(
+                        lambda *xs: self._pallas(program, list(xs), out_block), *args)
             if self.force == "pallas":
                 raise NotImplementedError(f"warp_kernel: {why}")
         return jax.vmap(self.fn)(*args)
 
-    def _differentiable_pallas(self, program, out_block, *args):
-        # pallas_call has no derivative rule of its own; the kernel computes vmap(fn)'s
+    def _differentiable(self, kernel, *args):
+        # A Pallas kernel has no derivative rule of its own; the kernel computes vmap(fn)'s
         # values bit for bit, so its derivative is vmap(fn)'s.
         @jax.custom_jvp
         def run(*xs):
-            return self._pallas(program, list(xs), out_block)
+            return kernel(*xs)
 
         @run.defjvp
         def run_jvp(primals, tangents):
             return run(*primals), jax.jvp(jax.vmap(self.fn), primals, tangents)[1]
 
         return run(*args)
+
+    def _mosaic(self, closed, *args):
+        if self.num_warps not in (None, 4):
+            raise ValueError(f"num_warps={self.num_warps}: the Mosaic GPU kernel runs one "
+                             f"warpgroup (4 CUDA warps) a CTA; allowed: None or 4")
+        b = self.warps_per_block or _MGPU_BLOCK
+        if b < 4:
+            raise ValueError(f"warps_per_block={b}: the Mosaic GPU kernel runs at least 4 "
+                             f"warps a CTA (one a CUDA warp); allowed: None or a power of "
+                             f"two >= 4")
+        res = mgpu_kernel.call(closed, list(args),
+                               [v.aval.dtype for v in closed.jaxpr.outvars], b // 4,
+                               self.interpret)
+        return res if len(res) > 1 else res[0]
 
     def _pallas(self, program, args, out_block):
         from jax.experimental import pallas as pl
@@ -324,13 +380,16 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int | None = Non
       fn: the warp program.
       warps_per_block: warps per kernel program (a power of two); None: 128, or 8 for a
         program that gathers or scatters other than into its outputs (its one-hot
-        selections hold (warps, 32, 32) values in registers).
+        selections hold (warps, 32, 32) values in registers). On Mosaic GPU: warps per
+        CTA, at least 4; None: 16.
       num_warps: CUDA warps per program (Triton's ``num_warps``); None: Pallas's
-        default.
+        default. The Mosaic GPU kernel runs one warpgroup (4 CUDA warps): None or 4.
       force: None (choose), "pallas" (raise if ``fn`` cannot run as a kernel) or
         "vmap".
       interpret: run the Pallas kernel in Pallas's interpreter (any backend; slow):
-        the kernel's own code path, for testing it where there is no GPU.
+        the kernel's own code path, for testing it where there is no GPU. With the
+        Mosaic GPU backend: the kernel's threads in NumPy (each ``shfl.sync`` by the PTX
+        ISA), through a host callback.
 
     Example:
       >>> import jax.numpy as jnp, jaxwarp

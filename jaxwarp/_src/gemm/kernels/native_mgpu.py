@@ -64,6 +64,7 @@ from jax import lax
 
 from jaxwarp._src.config import config
 from jaxwarp._src.gemm.matmul_tiles import TILES
+from jaxwarp._src.warp.mgpu.kernel import triton_missing as triton_missing
 
 #: Operand formats the kernel issues, with their storage dtype and the wgmma k.
 DTYPES = {"f16": jnp.float16, "bf16": jnp.bfloat16, "tf32": jnp.float32,
@@ -163,21 +164,6 @@ def auto_fits(a_format: str, K: int | None, promote_every: int | None,
 
 
 @functools.cache
-def triton_missing() -> bool:
-    """Whether the installed JAX lacks Pallas' Triton backend (which JAX 0.11 deprecates):
-    then "auto" takes the Mosaic GPU kernels wherever they run.
-
-    Example:
-        >>> triton_missing() in (True, False)
-        True
-    """
-    try:
-        from jax.experimental.pallas import triton  # noqa: F401, PLC0415
-    except Exception:  # noqa: BLE001 (ImportError, or a jaxlib without it)
-        return True
-    return False
-
-
 def block_k(a_format: str, K: int, promote_every: int | None = None) -> int:
     """The kernel's k block: the largest power of two multiple of the instruction's k, at
     most 128 bytes of A's row, that divides K and the promotion interval.
