@@ -114,6 +114,36 @@ def reverse_store(x):
     return jnp.zeros_like(x).at[31 - jaxwarp.lane_id()].set(x, unique_indices=True)
 
 
+def fori(x):
+    return lax.fori_loop(0, 5, lambda i, a: a + jaxwarp.shfl_xor_sync(F, a, 1) + i, x)
+
+
+def warp_while(x):
+    # A loop each warp runs as often as its lane 0 says (vmap: a batched predicate).
+    def body(c):
+        return c[0] + jaxwarp.shfl_down_sync(F, c[0], 1), c[1] - 1
+    return lax.while_loop(lambda c: jnp.any(c[1] > 0), body, (x, (x[0] & 7) + 0 * x))[0]
+
+
+def lane_while(x):
+    # Divergent: each lane loops x & 7 times.
+    return jaxwarp.lane_while(lambda c: c[1] > 0, lambda c: (c[0] * 3 + 1, c[1] - 1),
+                              (x, x & 7))[0]
+
+
+def radix_sort(keys):
+    def step(bit, k):
+        b = (k >> bit.astype(k.dtype)) & 1
+        zeros = lax.population_count(jaxwarp.ballot_sync(F, b == 0)).astype(jnp.int32)
+        lane = jaxwarp.lane_id().astype(jnp.uint32)
+        below = (jnp.uint32(1) << lane) - 1
+        rank0 = lax.population_count(jaxwarp.ballot_sync(F, b == 0) & below)
+        rank1 = lax.population_count(jaxwarp.ballot_sync(F, b == 1) & below)
+        dest = jnp.where(b == 0, rank0.astype(jnp.int32), zeros + rank1.astype(jnp.int32))
+        return jnp.zeros_like(k).at[dest].set(k, unique_indices=True)
+    return lax.fori_loop(0, 32, step, keys)
+
+
 def _ints(rng, n, lo=-(2**31), hi=2**31):
     return rng.integers(lo, hi, (n, 32)).astype(np.int32)
 
@@ -148,6 +178,10 @@ CASES = {
     "compact": (compact, lambda r: [_ints(r, 12)]),
     "permute": (permute, lambda r: [_float_bits(r, 12), _ints(r, 12)]),
     "reverse_store": (reverse_store, lambda r: [_float_bits(r, 8)]),
+    "fori": (fori, lambda r: [_ints(r, 8)]),
+    "warp_while": (warp_while, lambda r: [_ints(r, 12)]),
+    "lane_while": (lane_while, lambda r: [_ints(r, 12)]),
+    "radix_sort": (radix_sort, lambda r: [_ints(r, 8, 0, 2**31)]),
 }
 
 
@@ -210,8 +244,7 @@ def test_a_general_table_shuffles_by_index():
     (lambda v: v * v, "mul on float32"),
     (lambda v: jnp.zeros_like(v).at[31 - jaxwarp.lane_id()].set(v), "not declared unique"),
     (lambda v: v.at[jaxwarp.lane_id() & 7].add(v), "scatter-add"),
-    (lambda v: lax.fori_loop(0, 3, lambda i, a: a + jaxwarp.shfl_xor_sync(F, a, 1), v),
-     "scan"),
+    (lambda v: lax.scan(lambda c, x: (c + x, c), v, v[:4])[0], "scan other than"),
     (lambda v: v.astype(jnp.float32), "convert_element_type"),
 ])
 def test_explain_names_what_the_kernel_does_not_run(fn, why):
@@ -261,7 +294,7 @@ def test_derivative_is_vmaps():
 
 
 @pytest.mark.parametrize("name", ["butterfly_f32", "int_ops", "narrow", "gathers",
-                                  "reductions", "permute"])
+                                  "reductions", "permute", "warp_while", "radix_sort"])
 def test_kernel_lowers_for_cuda(name):
     # The MLIR the kernel writes (shfl.sync, arith, math) is built and exported for CUDA,
     # on any machine.

@@ -203,6 +203,36 @@ class MlirThreads:
             return arith.trunci(_ir_type(dtype), w)
         return w
 
+    def for_loop(self, n, init, body):
+        """``scf.for`` from 0 to ``n`` carrying ``init``."""
+        from jax._src.lib.mlir import ir  # noqa: PLC0415
+        from jax._src.lib.mlir.dialects import arith, scf  # noqa: PLC0415
+
+        index = ir.IndexType.get()
+
+        def c(v):
+            return arith.constant(index, ir.IntegerAttr.get(index, v))
+
+        loop = scf.ForOp(c(0), c(n), c(1), list(init))
+        with ir.InsertionPoint(loop.body):
+            scf.yield_(list(body(list(loop.inner_iter_args))))
+        return list(loop.results)
+
+    def while_loop(self, init, cond, body):
+        """``scf.while``: each thread loops while ``cond`` holds for it."""
+        from jax._src.lib.mlir import ir  # noqa: PLC0415
+        from jax._src.lib.mlir.dialects import scf  # noqa: PLC0415
+
+        types = [v.type for v in init]
+        loop = scf.WhileOp(types, list(init))
+        before = loop.before.blocks.append(*types)
+        with ir.InsertionPoint(before):
+            scf.condition(cond(list(before.arguments)), list(before.arguments))
+        after = loop.after.blocks.append(*types)
+        with ir.InsertionPoint(after):
+            scf.yield_(list(body(list(after.arguments))))
+        return list(loop.results)
+
     def exchange(self, regs, slots, dtype):
         """Each lane's value to the lane its slot names (32: the row's spare word), in
         its warp's row of shared memory: stores, ``bar.warp.sync``, loads, and a second

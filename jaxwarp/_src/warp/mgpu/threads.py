@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwarp._src.warp.mgpu.program import (
+from jaxwarp._src.warp.mgpu.program import Walk
+from jaxwarp._src.warp.mgpu.values import (
     WARP,
     Regs,
     Unsupported,
-    Walk,
     bit_width,
     ptx_source,
     uint_of,
@@ -87,6 +87,23 @@ class NumpyThreads:
         else:
             out = np.array([bits - int(v).bit_length() for v in u], np.uint64)
         return out.astype(dtype)
+
+    def for_loop(self, n, init, body):
+        vals = list(init)
+        for _ in range(n):
+            vals = body(vals)
+        return vals
+
+    def while_loop(self, init, cond, body):
+        """Each thread loops while its predicate holds (a thread that stops keeps its
+        values; a CUDA warp's threads stop together in the kernel)."""
+        vals = [np.array(v) for v in init]
+        while True:
+            pred = np.broadcast_to(cond(vals), (self.t,))
+            if not pred.any():
+                return vals
+            new = body(vals)
+            vals = [np.where(pred, n, v) for n, v in zip(new, vals, strict=True)]
 
     def exchange(self, regs, slots, dtype):
         """Each lane's value to the lane its slot names, in its own warp (slot 32: none);
