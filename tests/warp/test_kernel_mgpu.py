@@ -293,8 +293,13 @@ def test_derivative_is_vmaps():
     np.testing.assert_array_equal(g, jax.grad(lambda v: jax.vmap(butterfly)(v).sum())(x))
 
 
-@pytest.mark.parametrize("name", ["butterfly_f32", "int_ops", "narrow", "gathers",
-                                  "reductions", "permute", "warp_while", "radix_sort"])
+_LOWERED_BY_DEFAULT = ("butterfly_f32", "int_ops", "narrow", "gathers", "reductions",
+                       "permute", "warp_while", "radix_sort")
+
+
+@pytest.mark.parametrize("name", [n if n in _LOWERED_BY_DEFAULT else
+                                  pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(CASES)])
 def test_kernel_lowers_for_cuda(name):
     # The MLIR the kernel writes (shfl.sync, arith, math) is built and exported for CUDA,
     # on any machine.
