@@ -76,6 +76,14 @@ def lane_tables(x):
         + x[::-1]
 
 
+def float_tables(x):
+    # Tables of lanes in float32: subnormal bit patterns 0..31 (not the numbers 0..31),
+    # and a NaN with a payload, added and selected.
+    tiny = jnp.asarray(np.arange(32, dtype=np.uint32).view(np.float32))
+    nan = jnp.asarray(np.full(32, 0x7FA00001, np.uint32).view(np.float32))
+    return jnp.where(jaxwarp.lane_id() < 3, nan, x + tiny)
+
+
 def votes(x):
     b = jaxwarp.ballot_sync(F, x > 0)
     return b.astype(jnp.int32) + jaxwarp.all_sync(F, x > -5).astype(jnp.int32) \
@@ -172,6 +180,7 @@ CASES = {
     "narrow": (narrow, lambda r: [_ints(r, 8)]),
     "reductions": (reductions, lambda r: [_ints(r, 8)]),
     "lane_tables": (lane_tables, lambda r: [_ints(r, 8)]),
+    "float_tables": (float_tables, lambda r: [_float_bits(r, 8)]),
     "votes": (votes, lambda r: [_ints(r, 8, -8, 8)]),
     "gathers": (gathers, lambda r: [_ints(r, 8), _ints(r, 8, -40, 40)]),
     "switch": (switch, lambda r: [_ints(r, 8, -9, 9), _ints(r, 8, -3, 5)]),

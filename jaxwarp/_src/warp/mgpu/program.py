@@ -111,7 +111,7 @@ class Walk(Pieces):
         if np.all(words == words[0]):
             return ops.const(np.asarray(table).astype(dtype)[0], dtype)
         lane = ops.lane()
-        if np.array_equal(words, np.arange(WARP)) and np.dtype(dtype) != np.bool_:
+        if np.array_equal(words, np.arange(WARP)) and np.dtype(dtype).kind in "iu":
             return ops.convert(lane, np.uint32, dtype)
         acc = ops.const(np.uint32(0), np.uint32)
         for k in range(bit_width(dtype)):
