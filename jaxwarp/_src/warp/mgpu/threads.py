@@ -109,25 +109,22 @@ class NumpyThreads:
         """Each lane's value to the lane its slot names, in its own warp (slot 32: none);
         a lane no slot names gets 0 (the kernel's shared memory holds whatever was there:
         ``program.Walk`` selects the operand for those lanes)."""
+        t = np.arange(self.t)
         out = []
         for v, s in zip(regs, slots, strict=True):
             o = np.zeros_like(v)
-            for w0 in range(0, self.t, WARP):
-                for lane in range(WARP):
-                    if s[w0 + lane] < WARP:
-                        o[w0 + s[w0 + lane]] = v[w0 + lane]
+            store = s < WARP
+            o[(t - t % WARP + s)[store]] = v[store]
             out.append(o)
         return out
 
     def shfl(self, x, mode, b, c, dtype):
         """``shfl.sync`` of 32-bit words (narrower values travel in the low bits)."""
-        b = np.broadcast_to(b, (self.t,)).astype(np.int64)
-        out = np.empty_like(x)
-        for w0 in range(0, self.t, WARP):
-            for lane in range(WARP):
-                j, ok = ptx_source(mode, int(b[w0 + lane]), c)
-                out[w0 + lane] = x[w0 + j[lane]] if ok[lane] else x[w0 + lane]
-        return out
+        t = np.arange(self.t)
+        b = np.broadcast_to(np.asarray(b, np.int64), (self.t,))
+        j, ok = ptx_source(mode, b, c, t % WARP)
+        src = np.where(ok, t - t % WARP + np.clip(j, 0, WARP - 1), t)
+        return x[src]
 
 
 def _trunc_div(a, b):

@@ -32,15 +32,16 @@ def bit_width(dtype) -> int:
     return 1 if np.dtype(dtype) == np.bool_ else np.dtype(dtype).itemsize * 8
 
 
-def ptx_source(mode: str, b: int, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """``shfl.sync``'s source lane ``j`` and validity for every lane (PTX ISA, shfl.sync):
-    a lane whose source is not valid keeps its own value."""
-    lane = np.arange(WARP)
+def ptx_source(mode: str, b, c: int, lane=None) -> tuple[np.ndarray, np.ndarray]:
+    """``shfl.sync``'s source lane ``j`` and validity for every lane (PTX ISA, shfl.sync;
+    ``b`` an int or one per lane, ``lane`` the lanes, default 0..31): a lane whose source
+    is not valid keeps its own value."""
+    lane = np.arange(WARP) if lane is None else np.asarray(lane)
     seg = (c >> 8) & 0x1F
     cval = c & 0x1F
     max_lane = (lane & seg) | (cval & ~seg)
     min_lane = lane & seg
-    b &= 0x1F
+    b = np.asarray(b) & 0x1F
     if mode == "up":
         j = lane - b
         return j, j >= max_lane
