@@ -57,8 +57,10 @@ WARP_SIZE = lanes.WARP_SIZE
 _DEFAULT_BLOCK = 128
 _ONEHOT_BLOCK = 8
 # Warps per CTA of the Mosaic GPU kernel when warps_per_block is None (one warpgroup, each
-# thread a lane of 4 warps).
-_MGPU_BLOCK = 16
+# thread a lane of 8 warps): on an H100 (JAX 0.11.2, 2026-12-06) the best or within 0.01 of
+# it for the butterfly and the divergent programs; 16 gave 0.62-0.68 of a copy on those
+# (benchmarks/results/h100_warp_divergence.json).
+_MGPU_BLOCK = 32
 
 # Primitives whose Triton lowering gives XLA's bits for every input of these dtypes.
 _MOVES = frozenset({
@@ -381,7 +383,7 @@ def warp_kernel(fn: Callable | None = None, *, warps_per_block: int | None = Non
       warps_per_block: warps per kernel program (a power of two); None: 128, or 8 for a
         program that gathers or scatters other than into its outputs (its one-hot
         selections hold (warps, 32, 32) values in registers). On Mosaic GPU: warps per
-        CTA, at least 4; None: 16.
+        CTA, at least 4; None: 32.
       num_warps: CUDA warps per program (Triton's ``num_warps``); None: Pallas's
         default. The Mosaic GPU kernel runs one warpgroup (4 CUDA warps): None or 4.
       force: None (choose), "pallas" (raise if ``fn`` cannot run as a kernel) or

@@ -273,7 +273,7 @@ class Walk(Pieces):
         their warps, so they leave the loop together)."""
         p = eqn.params
         if eqn.primitive.name == "scan":
-            nc, ncar = p["num_consts"], p["num_carry"]
+            nc, ncar = _scan_counts(eqn)
             if p["reverse"] or len(vals) != nc + ncar or len(eqn.outvars) != ncar:
                 raise Unsupported("scan other than a fori_loop (a forward loop without "
                                   "scanned inputs or outputs)")
@@ -425,6 +425,25 @@ class Walk(Pieces):
         raise Unsupported(f"{name} (no thread form here)")
 
     # ---- pieces ------------------------------------------------------------------------------
+def _scan_counts(eqn) -> tuple[int, int]:
+    """A scan's (consts, carries): ``num_consts`` / ``num_carry`` (JAX 0.10); on JAX 0.11,
+    whose scan has neither, a fori_loop's: its carries are the scan's outputs, each the
+    type of its input (checked; a scan with scanned values fails the check or ``_loop``'s)."""
+    p = eqn.params
+    if "num_consts" in p:
+        return int(p["num_consts"]), int(p["num_carry"])
+    ncar = len(eqn.outvars)
+    nc = len(eqn.invars) - ncar
+    body = p["jaxpr"].jaxpr
+    ins = [v.aval for v in body.invars[nc:]]
+    outs = [v.aval for v in body.outvars]
+    if nc < 0 or len(ins) != len(outs) or any(
+            (a.shape, a.dtype) != (o.shape, o.dtype) for a, o in zip(ins, outs, strict=True)):
+        raise Unsupported("scan other than a fori_loop (a forward loop without scanned "
+                          "inputs or outputs)")
+    return nc, ncar
+
+
 def _evaluate(eqn, args) -> list[np.ndarray]:
     """``eqn``'s primitive on NumPy arrays, now (also while an outer jit traces)."""
     with jax.ensure_compile_time_eval():
