@@ -6,8 +6,9 @@ lane ``t % 32`` of warps ``t // 32 + 4 i`` (``i < R``). Its body is one
 ``plgpu.inline_mgpu`` block that reads each input word with a load from device memory
 (a warp's 32 lanes: 128 consecutive bytes), runs the program's thread walk
 (``program.Walk``) with :class:`MlirThreads`, which writes MLIR (``arith``, ``math``,
-``nvvm.shfl_sync``), and stores each output word. A shuffle is the GPU's own
-``shfl.sync``; nothing goes through shared memory.
+``nvvm.shfl_sync``, ``scf`` loops), and stores each output word. A shuffle is the GPU's
+own ``shfl.sync``; only a scatter goes through shared memory (a row of 33 words a warp:
+store, ``bar.warp.sync``, load).
 
 Off the GPU, ``warp_kernel(fn, interpret=True)`` with this backend runs the same walk
 with ``threads.NumpyThreads`` (every thread in NumPy, ``shfl.sync`` by the PTX ISA) through
