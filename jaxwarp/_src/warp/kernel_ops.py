@@ -331,13 +331,14 @@ def _gather(eqn, vals, _):
     if mode == _MODES.FILL_OR_DROP:
         fill = eqn.params["fill_value"]
         if fill is None:
-            fill = _default_fill(op.dtype)
+            fill = default_fill(op.dtype)
         out = jnp.where(inside, out, jnp.asarray(fill, op.dtype))
     return [out]
 
 
-def _default_fill(dtype):
-    # jax's gather fill: NaN, the most negative signed / largest unsigned value, True.
+def default_fill(dtype):
+    """JAX's gather fill value for ``dtype``: NaN, the most negative signed / largest
+    unsigned value, True."""
     if jnp.issubdtype(dtype, jnp.inexact):
         return np.nan
     if dtype == jnp.bool_:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
+from jaxwarp._src.warp.kernel_ops import default_fill
 from jaxwarp._src.warp.mgpu.values import (
     WARP,
     Regs,
     Unsupported,
     bit_width,
-    default_fill,
     is_int,
     join,
     kind_of,

@@ -147,14 +147,6 @@ def scatter_form(eqn) -> bool:
         and not tuple(d.operand_batching_dims)
 
 
-def default_fill(dtype):
-    if np.dtype(dtype) == np.bool_:
-        return True
-    if np.issubdtype(dtype, np.floating):
-        return np.nan
-    return np.iinfo(dtype).min if np.dtype(dtype).kind == "i" else np.iinfo(dtype).max
-
-
 def uint_of(dtype):
     if np.dtype(dtype) == np.bool_:
         return np.dtype(np.bool_)
