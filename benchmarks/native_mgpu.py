@@ -4,7 +4,9 @@ Default (timing): for f16, bf16 and e4m3 at ``--size``^3 (4096 on a GPU), the se
 ``jaxwarp.matmul(mode="native")`` with ``native_backend="mosaic_gpu"`` and ``"triton"``
 and of ``jnp.matmul`` (XLA, fp32 output), their ratios (target: Mosaic GPU / XLA >= 0.9),
 and whether each backend's bits equal ``mode="exact"``'s (and each other's); e4m3 with
-``promote_every=128`` too (no XLA counterpart).
+``promote_every=128`` too (no XLA counterpart). ``matmul`` without ``c``: the kernel
+starts from +0 and reads no C. ``--tiles`` and ``--orders`` time the kernel's other
+output tiles and tile orders (the options ``native_mgpu_tile``, ``native_mgpu_order``).
 
 ``--check``: random GEMMs through the Mosaic GPU backend against exact mode, bit for bit:
 4096^3 for f16, bf16 and e4m3, K that the kernel's block does not divide, promotion, C
@@ -19,7 +21,7 @@ Usage (from the repository root, on an H100 / H200)::
 
     python benchmarks/native_mgpu.py                  # timing, 4096^3
     python benchmarks/native_mgpu.py --check          # bits, Mosaic GPU vs exact
-    python benchmarks/native_mgpu.py --check --timing --tiles --out native_mgpu.json
+    python benchmarks/native_mgpu.py --check --timing --tiles --orders --out native_mgpu.json
 """
 
 from __future__ import annotations
@@ -76,9 +78,9 @@ def _operands(fmt, acc, M, K, N, seed, c_given=True):
     return a, b, (c if c_given else jnp.zeros_like(c))
 
 
-def _native(backend: str, kw: dict, tile: str = "auto"):
+def _native(backend: str, kw: dict, tile: str = "auto", order: str = "snake"):
     """A jitted ``matmul(mode="native")`` traced (at its first call) under ``backend``
-    (and, for Mosaic GPU, the option ``native_mgpu_tile``)."""
+    (and, for Mosaic GPU, the options ``native_mgpu_tile`` and ``native_mgpu_order``)."""
     import jax
 
     import jaxwarp
@@ -86,7 +88,8 @@ def _native(backend: str, kw: dict, tile: str = "auto"):
     fn = jax.jit(functools.partial(jaxwarp.matmul, mode="native", **kw))
 
     def call(*args, block=True):
-        with jaxwarp.config.override(native_backend=backend, native_mgpu_tile=tile):
+        with jaxwarp.config.override(native_backend=backend, native_mgpu_tile=tile,
+                                     native_mgpu_order=order):
             out = fn(*args)
         return jax.block_until_ready(out) if block else out
 
@@ -143,7 +146,8 @@ def run_check() -> list:
     return out
 
 
-def run_timing(n: int, tiles: bool, rounds: int = 7, calls: int = 50) -> dict:
+def run_timing(n: int, tiles: bool, orders: bool = False, rounds: int = 7,
+               calls: int = 50) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -159,6 +163,9 @@ def run_timing(n: int, tiles: bool, rounds: int = 7, calls: int = 50) -> dict:
             if tiles:  # the other tiles of the Mosaic GPU kernel (native_mgpu_tile)
                 for tile in ("128x256", "128x128"):
                     fns[f"mosaic_gpu_{tile}"] = _native("mosaic_gpu", kw, tile)
+            if orders:  # the other tile orders (native_mgpu_order)
+                for order in ("grid", "persistent"):
+                    fns[f"mosaic_gpu_{order}"] = _native("mosaic_gpu", kw, order=order)
             if promote is None:
                 xla = jax.jit(functools.partial(jnp.matmul, preferred_element_type=jnp.float32))
 
@@ -206,6 +213,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=None, help="M = N = K of the timing")
     ap.add_argument("--tiles", action="store_true",
                     help="time each native_mgpu_tile as well (128x256, 128x128)")
+    ap.add_argument("--orders", action="store_true",
+                    help="time each native_mgpu_order as well (grid, persistent)")
     ap.add_argument("--rounds", type=int, default=7, help="timing rounds (the best is kept)")
     ap.add_argument("--calls", type=int, default=50, help="calls dispatched per round")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
@@ -231,7 +240,7 @@ def main() -> None:
         if args.timing or not args.check:
             gpu = jax.default_backend() == "gpu"
             record["timing"] = run_timing(args.size or (4096 if gpu else 256), args.tiles,
-                                          args.rounds, args.calls)
+                                          args.orders, args.rounds, args.calls)
     write_record(record, caught, args.out)
 
 

@@ -31,6 +31,7 @@ def test_public_is_the_one_instance():
     ("arith_block_form", "looped", "'unrolled', 'rolled', 'reduce'"),
     ("warp_kernel_output_scatter", "scatter", "'store', 'onehot'"),
     ("warp_kernel_backend", "pallas", "'auto', 'triton', 'mosaic_gpu'"),
+    ("native_mgpu_order", "hilbert", "'snake', 'grid', 'persistent'"),
     ("gemm_kernel_unroll_small", 3, "1, 2, 4, 8, 16"),
     ("gemm_kernel_unroll_small", "4", "1, 2, 4, 8, 16"),  # a string is not the int
     ("gemm_fused_min_macs", -1, "an integer >= 0"),

@@ -167,6 +167,11 @@ OPTIONS: tuple[Option, ...] = (
         "Output tile of the Mosaic GPU native kernel (the same bits, another speed): 'auto' "
         "(128x256 with 3 stages of 64-element k blocks, 128x128 with promotion), "
         "'128x256' or '128x128' (4 stages).")),
+    Option("native_mgpu_order", "snake", allowed=("snake", "grid", "persistent"), help=(
+        "Order in which the Mosaic GPU native kernel's CTAs take their output tiles (the "
+        "same bits, another speed): 'snake' (one CTA a tile, in plgpu.planar_snake order: "
+        "bands of 8 tile rows, for L2 reuse), 'grid' (one CTA a tile, the grid's order) or "
+        "'persistent' (one CTA an SM, looping over the tiles in snake order).")),
     # --- recipes: where a block-scaled recipe's products run (the same bits).
     Option("recipe_shared", "auto", allowed=("auto", "off"), layer="recipes", help=(
         "A block-scaled recipe's products (quantizers, Hadamard transform, exact chain) "

@@ -199,3 +199,39 @@ def test_native_bits_equal_exact_on_hopper(fmt, acc, instruction, promote, shape
     got = jax.jit(functools.partial(jaxwarp.matmul, mode="native", **kw))(a, b, c)
     want = jax.jit(functools.partial(jaxwarp.matmul, mode="exact", **kw))(a, b, c)
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+
+@needs_hopper
+@pytest.mark.parametrize("fmt", ["bf16", "e4m3"])
+def test_native_without_c_reads_no_c(fmt, monkeypatch):
+    """``matmul(a, b)`` without ``c``: the Mosaic GPU kernel is handed no C (its chains
+    start from +0; no M x N zeros written and read back); its bits and gradients are
+    those of an explicit zero C."""
+    from jaxwarp._src.gemm.kernels import native_mgpu
+
+    M, K, N = 256, 256, 512
+    a, b, c = _operands(fmt, "f32", M, K, N, seed=5)
+    kw = dict(operand_format=fmt, instruction="wgmma", mode="native")
+    f = functools.partial(jaxwarp.matmul, **kw)
+    with jaxwarp.config.override(native_backend="mosaic_gpu"):
+        seen, kernel = [], native_mgpu.chain
+
+        def spy(a_op, b_op, c_acc, *args):
+            seen.append(c_acc is None)
+            return kernel(a_op, b_op, c_acc, *args)
+
+        monkeypatch.setattr(native_mgpu, "chain", spy)
+        jax.clear_caches()  # a trace cached by an earlier test would not call the spy
+        jax.make_jaxpr(f)(a, b)
+        jax.make_jaxpr(f)(a, b, c)
+        assert seen == [True, False]
+        monkeypatch.undo()
+        got = jax.jit(f)(a, b)
+        want = jax.jit(f)(a, b, jnp.zeros_like(c))
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+        a32, b32 = a.astype(jnp.float32), b.astype(jnp.float32)
+        g = jax.grad(lambda a, b: jnp.sum(f(a, b)), argnums=(0, 1))(a32, b32)
+        g0 = jax.grad(lambda a, b: jnp.sum(f(a, b, jnp.zeros_like(c))), argnums=(0, 1))(a32, b32)
+        for x, y in zip(g, g0, strict=True):
+            np.testing.assert_array_equal(_bits(x), _bits(y))

@@ -46,7 +46,7 @@ def _operands(fmt, acc, M, K, N, seed=0, spread=4):
     return a, b, c
 
 
-def _check(fmt, acc, promote, shape, c_given=True, tile="auto"):
+def _check(fmt, acc, promote, shape, c_given=True, tile="auto", order="snake"):
     """native.chain through the Mosaic GPU backend, emulated, against exact mode."""
     M, K, N = shape
     k = native.NATIVE_K[fmt]
@@ -54,7 +54,8 @@ def _check(fmt, acc, promote, shape, c_given=True, tile="auto"):
     if not c_given:
         c = jnp.zeros_like(c)
     cfg = Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "native", promote, False)
-    with jaxwarp.config.override(native_backend="mosaic_gpu", native_mgpu_tile=tile):
+    with jaxwarp.config.override(native_backend="mosaic_gpu", native_mgpu_tile=tile,
+                                 native_mgpu_order=order):
         assert native.backend(cfg) == "mosaic_gpu"
         got = jaxwarp.emulate(lambda a, b, c: native.chain(a, b, c, cfg), arch="sm_90a")(a, b, c)
     want = tiled(a, b, c, Cfg(fmt, fmt, acc, (64, 8, k), "wgmma", "sm_90", "exact", promote,
@@ -87,6 +88,16 @@ def test_kernel_structure_under_emulate(fmt, acc, promote, shape):
 @_INTERPRETER_ON_CPU
 def test_kernel_structure_under_emulate_every_format(fmt, acc, promote, shape):
     _check(fmt, acc, promote, shape)
+
+
+@_INTERPRETER_ON_CPU
+@pytest.mark.parametrize("order", ["grid", "persistent"])
+def test_kernel_tile_orders(order, monkeypatch):
+    """Every tile order gives exact mode's bits: 4 x 2 tiles, taken by 3 CTAs in the
+    persistent order (two of them loop: a C staged and a D stored a second time)."""
+    monkeypatch.setattr(native_mgpu, "sm_count", lambda: 3)
+    _check("bf16", "f32", None, (512, 64, 512), order=order)
+    _check("f16", "f32", 32, (512, 64, 512), order=order, c_given=False)
 
 
 @_INTERPRETER_ON_CPU

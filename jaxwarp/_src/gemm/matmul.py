@@ -430,9 +430,9 @@ def _forward(a, b, c, sa, sb, cfg: Cfg):
     acc_dt = ACC_DTYPE[cfg.accumulator]
     if cfg.blockwise:
         return _block_forward(a, b, c, sa, sb, cfg)
-    if not cfg.scaled:
+    if not cfg.scaled:  # (c None: native mode's C = +0, which its kernel does not read)
         return tiled(_to_operand(a, cfg.a_format), _to_operand(b, cfg.b_format),
-                     c.astype(acc_dt), cfg)
+                     None if c is None else c.astype(acc_dt), cfg)
     t = tiled(_to_operand(a, cfg.a_format, sa), _to_operand(b, cfg.b_format, sb),
               jnp.zeros(c.shape, acc_dt), cfg)
     return epilogue(t, multiply_rn(sa, sb), c).astype(acc_dt)
@@ -503,7 +503,8 @@ def _bwd(cfg: Cfg, options, res, g):
     with config.override(**dict(options)):
         da = _bwd_product(g, b.T, cfg).astype(a.dtype)
         db = _bwd_product(a.T, g, cfg).astype(b.dtype)
-    return da, db, g.astype(c.dtype), jnp.zeros_like(sa), jnp.zeros_like(sb)
+    dc = None if c is None else g.astype(c.dtype)  # None: matmul's C = +0, not an input
+    return da, db, dc, jnp.zeros_like(sa), jnp.zeros_like(sb)
 
 
 _matmul.defvjp(_fwd, _bwd)
@@ -618,6 +619,7 @@ def matmul(
     a, b, c, a_scale, b_scale, cfg = check_args(
         a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
         a_scale, b_scale)
+    zero_c = c is None
     if c is None:
         c = jnp.zeros((a.shape[0], b.shape[1]), ACC_DTYPE[cfg.accumulator])
     one = jnp.float32(1)
@@ -628,6 +630,9 @@ def matmul(
         s = multiply_rn(one if a_scale is None else a_scale,
                         one if b_scale is None else b_scale)
         return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
+    if zero_c and cfg.mode == "native" and not (cfg.scaled or cfg.blockwise):
+        # C = +0 is the native kernel's own start: no M x N zeros written and read back
+        c = None
     return _matmul(a, b, c, one if a_scale is None else a_scale,
                    one if b_scale is None else b_scale, cfg, config.snapshot())
 

@@ -145,9 +145,9 @@ def auto_fits(a_format: str, K: int | None, promote_every: int | None,
     and N multiples of 128 (the shapes timed); or wherever it can run the chain when the
     installed JAX has no Pallas Triton backend (:func:`triton_missing`).
 
-    At 4096^3 (record ``benchmarks/results/h100_native_mgpu.json``) it ran at 1.08x (f16),
-    1.03x (bf16), 1.03x (e4m3) and 1.31x (e4m3, ``promote_every=128``) of the Triton
-    kernel, and at 0.80, 0.79 and 1.32 of ``jnp.matmul``. e5m2 and tf32 compiled and were
+    At 4096^3 (record ``benchmarks/results/h100_native_mgpu.json``, 2026-12-06) it ran at
+    1.27x (f16), 1.26x (bf16), 1.37x (e4m3) and 1.74x (e4m3, ``promote_every=128``) of the
+    Triton kernel, and at 1.00, 0.97 and 1.75 of ``jnp.matmul``. e5m2 and tf32 compiled and were
     bit-exact in its checks but were not timed; they stay on Triton.
 
     Example:
@@ -195,6 +195,16 @@ class Plan:
     bk: int
     promote_every: int | None
     stages: int
+    #: Tile order (the option ``native_mgpu_order``): "snake" (one CTA a tile, in
+    #: ``plgpu.planar_snake`` order), "grid" (one CTA a tile, the grid's own order) or
+    #: "persistent" (one CTA an SM, looping over the tiles in snake order: a tile's
+    #: loads overlap the previous tile's stores).
+    order: str = "snake"
+    #: ``planar_snake``'s minor dimension (0: M) and band width, in tiles: bands of 8 tile
+    #: rows gave the most of the widths 1-16 and both dimensions timed at 4096^3 on an
+    #: H100 (JAX 0.11.2: f16 1.03x, bf16 1.01x of the grid's order).
+    minor: int = 0
+    width: int = 8
 
     @property
     def bn(self) -> int:
@@ -206,13 +216,14 @@ class Plan:
 
 
 def plan(a_format: str, accumulator: str, M: int, K: int, N: int,
-         promote_every: int | None, tile: str = "auto") -> Plan:
+         promote_every: int | None, tile: str = "auto", order: str = "snake") -> Plan:
     """The kernel for an (M, K) @ (K, N) product. ``tile`` (the option
     ``native_mgpu_tile``): "auto" is (128, 256) tiles (each compute warpgroup a (128, 128)
     half: 128 accumulator registers a thread), (128, 128) with promotion (the fp32 total
     doubles the registers); "128x256" or "128x128" asks for one. Narrower for small N.
     As many stages (up to 4) of (128 + bn) x bk operand blocks as shared memory holds
-    beside the C / D staging buffer (64 x bn / 2 accumulators a warpgroup).
+    beside the C / D staging buffer (64 x bn / 2 accumulators a warpgroup). ``order``
+    (the option ``native_mgpu_order``): the order the CTAs take the tiles in.
 
     Example:
         >>> p = plan("f16", "f32", 4096, 4096, 4096, None)
@@ -235,7 +246,7 @@ def plan(a_format: str, accumulator: str, M: int, K: int, N: int,
     staging = 2 * CHAIN_M * wn * jnp.dtype(ACC_DTYPES[accumulator]).itemsize
     budget = 220 * 1024 - staging
     stages = max(2, min(4, budget // stage, K // bk))
-    return Plan(a_format, accumulator, K, wn, bk, promote_every, int(stages))
+    return Plan(a_format, accumulator, K, wn, bk, promote_every, int(stages), order)
 
 
 def _swizzle_transforms(plgpu, minor: int, dtype) -> tuple:
@@ -245,7 +256,7 @@ def _swizzle_transforms(plgpu, minor: int, dtype) -> tuple:
     return (plgpu.TilingTransform((8, swizzle // size)), plgpu.SwizzleTransform(swizzle))
 
 
-def _kernel(*refs, p: Plan, has_c: bool):
+def _kernel(*refs, p: Plan, has_c: bool, tiles: tuple[int, int]):
     from jax.experimental import pallas as pl  # noqa: PLC0415
     from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: PLC0415
 
@@ -253,7 +264,6 @@ def _kernel(*refs, p: Plan, has_c: bool):
     bk, wn, bn = p.bk, p.wn, p.bn
     kmajor = B_KMAJOR[p.a_format]
     op_dtype, acc_dtype = DTYPES[p.a_format], ACC_DTYPES[p.accumulator]
-    mi, ni = lax.axis_index("m"), lax.axis_index("n")
     op_tf = _swizzle_transforms(plgpu, bk, op_dtype)
     # B (K, N): tiles no wider than a warpgroup's columns, so that its half is whole tiles,
     # and swizzled as A is (wgmma takes one swizzle for both: a k block of 16 f16 is a
@@ -302,50 +312,67 @@ def _kernel(*refs, p: Plan, has_c: bool):
             wg_axis="wg", num_compute_wgs=2, max_concurrent_steps=p.stages,
             compute_context=compute_context)
 
-    a_tile = a_gmem.at[pl.ds(mi * BM, BM), :]
-    b_tile = (b_gmem.at[pl.ds(ni * bn, bn), :] if kmajor else
-              b_gmem.at[:, pl.ds(ni * bn, bn)])
+    def tile_refs(mi, ni):
+        return (a_gmem.at[pl.ds(mi * BM, BM), :],
+                b_gmem.at[pl.ds(ni * bn, bn), :] if kmajor else b_gmem.at[:, pl.ds(ni * bn, bn)])
 
     @functools.partial(
         pl.run_scoped,
-        allocs=pipeline(lambda _: None).get_allocations(a_tile, b_tile),
+        allocs=pipeline(lambda _: None).get_allocations(*tile_refs(0, 0)),
         stage=plgpu.SMEM((2, CHAIN_M, wn), acc_dtype, transforms=acc_tf),
         barrier=plgpu.Barrier(num_barriers=2),
         collective_axes="wg",
     )
     def _scope(allocs, stage, barrier):
-        def rows(h):
-            return pl.ds(mi * BM + h * CHAIN_M, CHAIN_M)
+        def one_tile(mi, ni):
+            def rows(h):
+                return pl.ds(mi * BM + h * CHAIN_M, CHAIN_M)
 
-        def compute_context(eval_pipeline):
-            wg = lax.axis_index("wg")
-            cols = pl.ds(ni * bn + wg * wn, wn)
-            buf, bar = stage.at[wg], barrier.at[wg]
-            c_vals = []
-            for h in range(2):  # C's two 64-row halves, through the staging buffer
-                if not has_c:  # C = +0 (matmul without c): nothing to read
-                    c_vals.append(zero())
-                    continue
-                plgpu.copy_gmem_to_smem(c_gmem.at[rows(h), cols], buf, bar)
-                plgpu.barrier_wait(bar)
-                c_vals.append(buf[...])
-                plgpu.commit_smem()  # every thread has read it before the next copy
-            c_vals = tuple(c_vals)
-            if interval is None:
-                carry = (c_vals, ())
-            else:
-                carry = (tuple(zero(c) for c in c_vals), c_vals)
-            chains, totals = eval_pipeline(carry)
-            outs = chains if interval is None else totals
-            for h in range(2):
-                plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-                buf[...] = outs[h]
-                plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(buf, o_gmem.at[rows(h), cols])
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+            def compute_context(eval_pipeline):
+                wg = lax.axis_index("wg")
+                cols = pl.ds(ni * bn + wg * wn, wn)
+                buf, bar = stage.at[wg], barrier.at[wg]
+                c_vals = []
+                for h in range(2):  # C's two 64-row halves, through the staging buffer
+                    if not has_c:  # C = +0 (matmul without c): nothing to read
+                        c_vals.append(zero())
+                        continue
+                    plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's D
+                    plgpu.copy_gmem_to_smem(c_gmem.at[rows(h), cols], buf, bar)
+                    plgpu.barrier_wait(bar)
+                    c_vals.append(buf[...])
+                    plgpu.commit_smem()  # every thread has read it before the next copy
+                c_vals = tuple(c_vals)
+                if interval is None:
+                    carry = (c_vals, ())
+                else:
+                    carry = (tuple(zero(c) for c in c_vals), c_vals)
+                chains, totals = eval_pipeline(carry)
+                outs = chains if interval is None else totals
+                for h in range(2):
+                    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+                    buf[...] = outs[h]
+                    plgpu.commit_smem()
+                    plgpu.copy_smem_to_gmem(buf, o_gmem.at[rows(h), cols])
 
-        pipe = pipeline(compute_context)
-        pipe(a_tile, b_tile, allocations=allocs)
+            pipeline(compute_context)(*tile_refs(mi, ni), allocations=allocs)
+
+        if p.order == "grid":
+            one_tile(lax.axis_index("m"), lax.axis_index("n"))
+        elif p.order == "snake":
+            one_tile(*plgpu.planar_snake(lax.axis_index("t"), tiles,
+                                         p.minor, p.width))
+        else:
+            @plgpu.nd_loop((tiles[0] * tiles[1],), collective_axes="t")
+            def _tiles(info):
+                (lin,) = info.index if hasattr(info, "index") else info
+                one_tile(*plgpu.planar_snake(lin, tiles, p.minor, p.width))
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of the default device (132, an H100 SXM's, off a GPU)."""
+    return getattr(jax.devices()[0], "core_count", None) or 132
 
 
 def gemm(a, b, c, p: Plan, *, interpret=None):
@@ -366,10 +393,16 @@ def gemm(a, b, c, p: Plan, *, interpret=None):
         raise ValueError(f"native Mosaic GPU gemm: {a.shape} @ {b.shape} + {c_shape} does "
                          f"not fit the plan {p}")
     kwargs = {} if interpret is None else {"interpret": interpret}
+    tiles = (M // BM, N // p.bn)
+    if p.order == "grid":
+        grid, names = tiles, ("m", "n")
+    else:  # one CTA a tile, or (persistent) one an SM
+        n = tiles[0] * tiles[1]
+        grid, names = (n if p.order == "snake" else min(n, sm_count()),), ("t",)
     f = plgpu.kernel(
-        functools.partial(_kernel, p=p, has_c=c is not None),
+        functools.partial(_kernel, p=p, has_c=c is not None, tiles=tiles),
         out_type=jax.ShapeDtypeStruct((M, N), ACC_DTYPES[p.accumulator]),
-        grid=(M // BM, N // p.bn), grid_names=("m", "n"),
+        grid=grid, grid_names=names,
         num_threads=3, thread_name="wg", **kwargs)
     return f(a, b) if c is None else f(a, b, c)
 
@@ -387,7 +420,8 @@ def chain(a_op, b_op, c_acc, a_format: str, accumulator: str,
         ShapeDtypeStruct(shape=(8, 8), dtype=float32)
     """
     (M, K), N = a_op.shape, b_op.shape[1]
-    p = plan(a_format, accumulator, M, K, N, promote_every, config.native_mgpu_tile)
+    p = plan(a_format, accumulator, M, K, N, promote_every, config.native_mgpu_tile,
+             config.native_mgpu_order)
     Mp, Np = -(-M // BM) * BM, -(-N // p.bn) * p.bn
     if Mp != M:
         a_op = jnp.pad(a_op, ((0, Mp - M), (0, 0)))
