@@ -27,6 +27,8 @@ most of a run is compiles (each Mosaic GPU kernel lowered on a CPU in 1-2 s; ptx
 unknown), so run the parts one at a time at first and pick variants with
 ``--variant-names`` if a part passes 4 minutes.
 
+``--once B``: two calls of one kernel and nothing else, for a profiler (``run_once``).
+
 Usage (from the repository root)::
 
     python benchmarks/fused_mgpu.py                        # timing, 4096^3
@@ -250,6 +252,26 @@ def run_variants(n: int, formats: list[str], names: list[str] | None) -> dict:
     return out
 
 
+def run_once(backend: str, n: int) -> None:
+    """Compile and call one kernel twice (bf16 n^3 with C, finite): the kernel launches a
+    profiler sees. The recorded Nsight Compute run (``results/h100_ncu.csv``, sections
+    ``fused_mgpu_bf16`` and ``fused_kernel_bf16_same_run``) was
+    ``ncu --csv --kernel-name regex:'jaxwarp|mosaic' --launch-count 1 --section
+    SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --metrics <the
+    pipes' sm__inst_executed_pipe_*> python benchmarks/fused_mgpu.py --once B --size 2048``."""
+    import jax
+
+    if jax.default_backend() != "gpu":
+        raise SystemExit(f"--once runs the kernel on a GPU; JAX's backend here is "
+                         f"{jax.default_backend()!r}")
+    a, b, c = jax.block_until_ready(_operands("bf16", n, n, n, seed=2))
+    fn = _kernel(backend, "bf16", True)
+    fn(a, b, c)
+    fn(a, b, c)
+    print("done", backend, n, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="bits against exact mode")
@@ -260,7 +282,12 @@ def main() -> None:
     ap.add_argument("--variant-formats", default="bf16", help="comma-separated: bf16,f16")
     ap.add_argument("--size", type=int, default=None, help="M = N = K of the timing")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
+    ap.add_argument("--once", choices=("mosaic_gpu", "triton"), default=None,
+                    help="two calls of one kernel (bf16, finite, default settings) at --size "
+                         "and nothing else: the run to hand a profiler such as ncu")
     args = ap.parse_args()
+    if args.once:
+        return run_once(args.once, args.size or 2048)
 
     import jax
     from _common import device_info
