@@ -9,7 +9,11 @@ attention, 4x MLP), timed in one run as
   forward and backward product on the tensor core's arithmetic bit for bit;
 * ``fast``: the same with ``mode="fast"`` (operands rounded, one ``dot_general``);
 * ``native`` (asked for with ``--modes``): ``mode="native"``, exact mode's bits from the
-  Hopper GPU's own tensor cores (sm_90a only).
+  Hopper GPU's own tensor cores (sm_90a only);
+* ``exact_tc`` (asked for with ``--modes``): ``exact`` with the option
+  ``gemm_exact_tensor_cores="auto"``: every product whose chain has the Hopper GPU's
+  wgmma datapath (sm_90, sm_100a and sm_120a f16 / bf16, by the catalogue) on its tensor
+  cores, the rest on the model's kernel; the same bits as ``exact``.
 
 ``--arch`` emulates another GPU's tensor core (``emulate(..., arch=A)``: sm_80's
 ``mma.sync`` chains blocks of 8 products, sm_100a's ``tcgen05`` as sm_90a's wgmma); the
@@ -55,12 +59,13 @@ sys.path.insert(0, str(ROOT / "experiments"))
 sys.path.insert(0, str(ROOT))
 import emulated_training as et  # noqa: E402
 
+import jaxwarp  # noqa: E402
 from jaxwarp import emulate  # noqa: E402
 
 TARGET_FAST = 0.8  # fast mode >= 80% of the plain step's speed on an H100
 #: exact mode's and native mode's speed over plain, on a Hopper GPU at --large
 TARGET_EXACT, TARGET_NATIVE = 0.15, 1.0
-MODES = ("plain", "exact", "fast", "native")
+MODES = ("plain", "exact", "fast", "native", "exact_tc")
 DEFAULT_MODES = ("plain", "exact", "fast")
 
 
@@ -143,11 +148,16 @@ def main() -> None:
 
     common = dict(operand_format=args.format, arch=args.arch)
     settings = {"plain": None, "exact": dict(common), "fast": dict(common, mode="fast"),
-                "native": dict(common, mode="native")}
+                "native": dict(common, mode="native"), "exact_tc": dict(common)}
     times, first_calls, profiles = {}, {}, {}
     for name in modes:
         step = make(settings[name])
-        run = lambda step=step: jax.block_until_ready(step(params, opt))  # noqa: E731
+        tc = "auto" if name == "exact_tc" else jaxwarp.config.gemm_exact_tensor_cores
+
+        def run(step=step, tc=tc):
+            with jaxwarp.config.override(gemm_exact_tensor_cores=tc):
+                return jax.block_until_ready(step(params, opt))
+
         first_calls[name] = timed_first_call(run)
         times[name] = best_time(run, args.repeats)
         if args.profile and name != "plain":
@@ -172,10 +182,11 @@ def main() -> None:
         result["profile"] = profiles
     if "fast" in speed:
         result["fast_over_plain"] = speed["fast"]
-    for m in ("exact", "native"):
+    for m in ("exact", "native", "exact_tc"):
         if m in speed:
             result[f"{m}_over_plain"] = speed[m]
-    goals = {"fast": TARGET_FAST, "exact": TARGET_EXACT, "native": TARGET_NATIVE}
+    goals = {"fast": TARGET_FAST, "exact": TARGET_EXACT, "native": TARGET_NATIVE,
+             "exact_tc": TARGET_EXACT}
     result.update({
         "target": {"fast_over_plain": TARGET_FAST,
                    "applies": "on an H100, at a size that keeps the GPU busy (--large)"},

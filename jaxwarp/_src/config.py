@@ -151,6 +151,14 @@ OPTIONS: tuple[Option, ...] = (
         "the faster on an H100; where the installed JAX has no Triton backend, XLA's exact "
         "loop), 'triton' or 'mosaic_gpu' (operands in its in-range form: f16, bf16 in "
         "fp32's range, sm_90's datapath; an error where it cannot run the product).")),
+    # gemm_exact_tensor_cores: off by default, so that exact mode runs the model's own
+    # arithmetic on every backend (what the GPU conformance runs check) unless asked.
+    Option("gemm_exact_tensor_cores", "off", allowed=("off", "auto"), help=(
+        "'auto': an exact product whose chain has the datapath of the Hopper GPU's own "
+        "wgmma (the catalogue's Datapath and instruction k equal, as for sm_90 and "
+        "sm_100a f16 / bf16) runs on that GPU's tensor cores as mode='native' does: the "
+        "model's bits, at the tensor cores' speed. 'off': the model's own arithmetic (the "
+        "fused kernel or XLA's k loop).")),
     Option("gemm_kernel_any_range_below", 1 << 24, check=_int_at_least(0), help=(
         "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
         "with no range check and no cond in the calling program.")),

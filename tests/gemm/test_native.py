@@ -10,6 +10,7 @@ tensor cores' bits against exact mode's.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -235,3 +236,84 @@ def test_native_without_c_reads_no_c(fmt, monkeypatch):
         g0 = jax.grad(lambda a, b: jnp.sum(f(a, b, jnp.zeros_like(c))), argnums=(0, 1))(a32, b32)
         for x, y in zip(g, g0, strict=True):
             np.testing.assert_array_equal(_bits(x), _bits(y))
+
+
+# --- exact mode on the tensor cores (the option gemm_exact_tensor_cores) -------------------
+
+_SAME_AS_HOPPER = [  # (arch, instruction, format, tile, whether the chain is wgmma's)
+    ("sm_100a", "tcgen05", "bf16", (128, 8, 16), True),  # the catalogue: Hopper's datapath
+    ("sm_100a", "tcgen05", "f16", (64, 8, 16), True),
+    ("sm_100a", "tcgen05", "tf32", (128, 8, 8), True),
+    ("sm_90", "wmma", "f16", (16, 16, 16), True),
+    ("sm_120a", "mma_sync", "bf16", (16, 8, 16), True),
+    ("sm_90", "wgmma", "e4m3", (64, 8, 32), True),
+    ("sm_80", "mma_sync", "bf16", (16, 8, 16), False),  # blocks of 8, F = 24
+    ("sm_89", "mma_sync", "f16", (16, 8, 16), False),
+    ("sm_90", "mma_sync", "f16", (16, 8, 8), False),  # k = 8: blocks of 8 products
+    ("sm_100a", "tcgen05", "e4m3", (128, 8, 32), False),  # F = 25 over 32 terms
+]
+
+
+def _dp(arch, instruction, fmt, k):
+    return datapath.matmul_datapath("sm_90a" if (arch, instruction) == ("sm_90", "wgmma")
+                                    else arch, instruction, fmt, fmt, "f32", k)
+
+
+@pytest.mark.parametrize("arch, instruction, fmt, tile, same", _SAME_AS_HOPPER)
+def test_exact_on_tensor_cores_follows_the_catalogue(arch, instruction, fmt, tile, same,
+                                                      monkeypatch):
+    """The route is taken exactly where the catalogue's datapath of the chain equals
+    Hopper's wgmma (with the option on and a Hopper GPU, here pretended)."""
+    monkeypatch.setattr(native, "device_error", lambda: None)
+    cfg = Cfg(fmt, fmt, "f32", tile, instruction, arch, "exact", None, False)
+    dp = _dp(arch, instruction, fmt, tile[2])
+    assert native.exact_on_tensor_cores(cfg, dp) is None  # "off", the default
+    with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
+        got = native.exact_on_tensor_cores(cfg, dp)
+        assert (got is not None) == same
+        if same:
+            assert (got.mode, got.instruction, got.tile[2]) == ("native", "wgmma", tile[2])
+            # the data drives it: one field of the datapath changed, no route
+            assert native.exact_on_tensor_cores(cfg, dataclasses.replace(dp, F=dp.F - 1)) is None
+            for other in (dict(promote_every=2 * tile[2]), dict(scaled=True),
+                          dict(mode="fast")):
+                assert native.exact_on_tensor_cores(dataclasses.replace(cfg, **other), dp) is None
+    monkeypatch.undo()
+    if not HOPPER:  # the device decides too
+        with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
+            assert native.exact_on_tensor_cores(cfg, dp) is None
+
+
+@needs_hopper
+@pytest.mark.parametrize("arch, instruction, fmt, tile", [
+    c[:4] for c in _SAME_AS_HOPPER if c[4]])
+def test_exact_on_tensor_cores_gives_the_models_bits(arch, instruction, fmt, tile,
+                                                     monkeypatch):
+    """On a Hopper GPU, exact ``matmul`` through the tensor cores equals the model's own
+    arithmetic bit for bit, special values and gradients included."""
+    M, K, N = 256, 512, 256
+    a, b, c = _operands(fmt, "f32", M, K, N, seed=11)
+    if fmt in ("f16", "bf16"):
+        a = a.at[0, :3].set(jnp.array([jnp.inf, jnp.nan, 2.0 ** -20]))
+        b = b.at[5, 7].set(-jnp.inf).at[9, :2].set(2.0 ** -30)
+        c = c.at[3, 4].set(jnp.nan)
+    kw = dict(operand_format=fmt, instruction=instruction, arch=arch, mode="exact")
+    f = functools.partial(jaxwarp.matmul, **kw)
+    seen, kernel = [], native.chain
+
+    def spy(*args, **kwargs):
+        seen.append(True)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(native, "chain", spy)
+    jax.clear_caches()
+    with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
+        got = jax.jit(f)(a, b, c)
+        g = jax.grad(lambda a, b: jnp.sum(f(a, b, c) * c), argnums=(0, 1))(a, b)
+    assert seen  # the route ran
+    with jaxwarp.config.override(gemm_exact_tensor_cores="off"):
+        want = jax.jit(f)(a, b, c)
+        g0 = jax.grad(lambda a, b: jnp.sum(f(a, b, c) * c), argnums=(0, 1))(a, b)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    for x, y in zip(g, g0, strict=True):
+        np.testing.assert_array_equal(_bits(x), _bits(y))

@@ -143,6 +143,9 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
         return native.chain(a_op, b_op, c_acc, cfg)
     (M, K), N = a_op.shape, b_op.shape[1]
     m, n, k = cfg.tile
+    on_tc = None if scales is not None else native.exact_on_tensor_cores(cfg)
+    if on_tc is not None:  # the Hopper GPU's own wgmma has this chain's arithmetic
+        return native.chain(a_op, b_op, c_acc, on_tc)
     Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
     a_op, b_op, acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
     if scales is not None:
@@ -619,9 +622,8 @@ def matmul(
     a, b, c, a_scale, b_scale, cfg = check_args(
         a, b, c, operand_format, accumulator, tile, arch, mode, instruction, promote_every,
         a_scale, b_scale)
-    zero_c = c is None
-    if c is None:
-        c = jnp.zeros((a.shape[0], b.shape[1]), ACC_DTYPE[cfg.accumulator])
+    zero_c, c = c is None, (jnp.zeros((a.shape[0], b.shape[1]), ACC_DTYPE[cfg.accumulator])
+                            if c is None else c)
     one = jnp.float32(1)
     if a.shape[1] == 0:  # K = 0: no instruction runs, D is C (through the fp8 epilogue)
         acc_dt = ACC_DTYPE[cfg.accumulator]
@@ -631,8 +633,7 @@ def matmul(
                         one if b_scale is None else b_scale)
         return epilogue(jnp.zeros(c.shape, acc_dt), s, c).astype(acc_dt)
     if zero_c and cfg.mode == "native" and not (cfg.scaled or cfg.blockwise):
-        # C = +0 is the native kernel's own start: no M x N zeros written and read back
-        c = None
+        c = None  # C = +0, the native kernel's own start: no M x N zeros written, read
     return _matmul(a, b, c, one if a_scale is None else a_scale,
                    one if b_scale is None else b_scale, cfg, config.snapshot())
 

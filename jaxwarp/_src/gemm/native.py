@@ -41,16 +41,18 @@ ValueError that says so, eagerly and under ``jax.jit``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from jaxwarp._src.arithmetic import datapath_checks
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.config import config
 from jaxwarp._src.gemm.kernels import native_kernels, native_mgpu
-from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg
+from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg, issue_arch
 from jaxwarp._src.numerics import bitops
 
 #: The targets whose model the native kernel reproduces (an H100 is sm_90a).
@@ -144,6 +146,43 @@ def check_chain(cfg: Any) -> None:
         raise ValueError("mode='native' does not take block scales (2-D a_scale / b_scale); "
                          "use per-tensor scales or mode='exact'")
     backend(cfg)
+
+
+def exact_on_tensor_cores(cfg: Any, dp: Any = None) -> Any:
+    """The native chain that gives exact mode's bits for ``cfg`` on this GPU's tensor
+    cores, or None: where the option ``gemm_exact_tensor_cores`` is "auto", JAX's
+    default device is a Hopper GPU (:func:`device_error`), and ``cfg``'s chain is one
+    the GPU's ``wgmma`` issues with the same arithmetic -- its instructions' datapath
+    (``dp``, by default the catalogue's) equal to sm_90a ``wgmma``'s for the formats, the same
+    instruction k (so the same blocks of products, C first, ascending k), one operand
+    format, an accumulator ``wgmma`` has, no scales and no promotion. sm_90's WMMA,
+    ``mma.sync`` k16 and ``wgmma`` f16 / bf16 chains are such chains, and so are sm_100a's
+    ``tcgen05`` ones, whose datapath the catalogue gives as Hopper's; sm_80's (blocks of 8,
+    F = 24) are not.
+
+    Example:
+        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
+        >>> cfg = Cfg("bf16", "bf16", "f32", (128, 8, 16), "tcgen05", "sm_100a", "exact",
+        ...           None, False)
+        >>> exact_on_tensor_cores(cfg) is None  # the option is "off" by default
+        True
+    """
+    fa = cfg.a_format
+    if (config.gemm_exact_tensor_cores == "off" or cfg.mode != "exact" or cfg.scaled
+            or cfg.blockwise or cfg.promote_every is not None or fa != cfg.b_format
+            or fa not in NATIVE_K or cfg.tile[2] != NATIVE_K[fa]
+            or cfg.accumulator not in ACCUMULATORS["wgmma"][fa]
+            or device_error() is not None):
+        return None
+    if dp is None:
+        dp = datapath_checks.matmul_datapath(issue_arch(cfg.instruction, cfg.arch),
+                                             cfg.instruction, fa, fa, cfg.accumulator,
+                                             cfg.tile[2])
+    if dp is None or dp != datapath_checks.matmul_datapath(
+            "sm_90a", "wgmma", fa, fa, cfg.accumulator, NATIVE_K[fa]):
+        return None
+    return dataclasses.replace(cfg, instruction="wgmma", arch="sm_90", mode="native",
+                               tile=(64, 8, NATIVE_K[fa]))
 
 
 def backend(cfg: Any, K: int | None = None, M: int | None = None,
