@@ -91,8 +91,8 @@ def test_kernel_structure_under_emulate_every_format(fmt, acc, promote, shape):
 
 
 @_INTERPRETER_ON_CPU
-@pytest.mark.parametrize("order", [pytest.param("grid", marks=pytest.mark.slow),
-                                   "persistent"])
+@pytest.mark.slow  # 14-21 s each in the interpreter (the default order, snake, is in the
+@pytest.mark.parametrize("order", ["grid", "persistent"])  # default tier's checks)
 def test_kernel_tile_orders(order, monkeypatch):
     """Every tile order gives exact mode's bits: 2 x 2 tiles, taken by 3 CTAs in the
     persistent order (one of them loops: a C staged and a D stored a second time)."""
