@@ -290,8 +290,10 @@ def test_exact_on_tensor_cores_follows_the_catalogue(arch, instruction, fmt, til
 def test_exact_on_tensor_cores_gives_the_models_bits(arch, instruction, fmt, tile,
                                                      monkeypatch):
     """On a Hopper GPU, exact ``matmul`` through the tensor cores equals the model's own
-    arithmetic bit for bit, special values and gradients included."""
-    M, K, N = 256, 512, 256
+    arithmetic bit for bit, special values and gradients included (N = 264 where the
+    instruction allows it: the backward product dA = dD @ B^T then has K = 264, which both
+    routes pad to 272 with zero products)."""
+    M, K, N = 256, 512, 256 if instruction == "wmma" else 264
     a, b, c = _operands(fmt, "f32", M, K, N, seed=11)
     if fmt in ("f16", "bf16"):
         a = a.at[0, :3].set(jnp.array([jnp.inf, jnp.nan, 2.0 ** -20]))
@@ -317,3 +319,28 @@ def test_exact_on_tensor_cores_gives_the_models_bits(arch, instruction, fmt, til
     np.testing.assert_array_equal(_bits(got), _bits(want))
     for x, y in zip(g, g0, strict=True):
         np.testing.assert_array_equal(_bits(x), _bits(y))
+
+
+def test_exact_on_tensor_cores_pads_k_as_exact_mode_does(monkeypatch):
+    """A backward product's K need not be a multiple of the instruction's k: exact mode
+    pads it with zero products, and the route hands the tensor cores the same padded
+    chain (pretended Hopper GPU; the kernel replaced by a record of its operands)."""
+    monkeypatch.setattr(native, "device_error", lambda: None)
+    seen = []
+
+    def record(a_op, b_op, c_acc, cfg):
+        seen.append((a_op.shape, b_op.shape, cfg.mode, cfg.instruction))
+        return jnp.zeros((a_op.shape[0], b_op.shape[1]), jnp.float32)
+
+    monkeypatch.setattr(native, "chain", record)
+    a, b, _ = _operands("bf16", "f32", 32, 48, 40)
+    f = functools.partial(jaxwarp.matmul, operand_format="bf16", instruction="tcgen05",
+                          arch="sm_100a", mode="exact")
+    jax.clear_caches()
+    with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
+        jax.grad(lambda a, b: jnp.sum(f(a, b)), argnums=(0, 1))(a, b)
+    assert sorted(seen) == sorted([
+        ((32, 48), (48, 40), "native", "wgmma"),  # the forward product
+        ((32, 48), (48, 48), "native", "wgmma"),  # dA = dD @ B^T: K = 40 padded to 48
+        ((48, 32), (32, 40), "native", "wgmma"),  # dB = A^T @ dD: K = 32
+    ]), seen
