@@ -152,10 +152,10 @@ def main() -> None:
     times, first_calls, profiles = {}, {}, {}
     for name in modes:
         step = make(settings[name])
-        tc = "auto" if name == "exact_tc" else jaxwarp.config.gemm_exact_tensor_cores
+        opts = {"gemm_exact_tensor_cores": "auto"} if name == "exact_tc" else {}
 
-        def run(step=step, tc=tc):
-            with jaxwarp.config.override(gemm_exact_tensor_cores=tc):
+        def run(step=step, opts=opts):  # the option is read when the step is traced
+            with jaxwarp.config.override(**opts):
                 return jax.block_until_ready(step(params, opt))
 
         first_calls[name] = timed_first_call(run)

@@ -23,6 +23,7 @@ from jaxwarp._src.arithmetic import datapath
 from jaxwarp._src.gemm import native
 from jaxwarp._src.gemm.kernels.native_kernels import pieces
 from jaxwarp._src.gemm.matmul import Cfg, tiled, to_operand
+from jaxwarp._src.gemm.matmul_tiles import issue_arch
 
 HOPPER = native.device_error() is None
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="mode='native' needs an H100 / H200")
@@ -255,8 +256,8 @@ _SAME_AS_HOPPER = [  # (arch, instruction, format, tile, whether the chain is wg
 
 
 def _dp(arch, instruction, fmt, k):
-    return datapath.matmul_datapath("sm_90a" if (arch, instruction) == ("sm_90", "wgmma")
-                                    else arch, instruction, fmt, fmt, "f32", k)
+    return datapath.matmul_datapath(issue_arch(instruction, arch), instruction, fmt, fmt,
+                                    "f32", k)
 
 
 @pytest.mark.parametrize("arch, instruction, fmt, tile, same", _SAME_AS_HOPPER)

@@ -77,6 +77,11 @@ ACC_DTYPES = {"f32": jnp.float32, "f16": jnp.float16}
 B_KMAJOR = {"f16": False, "bf16": False, "tf32": True, "e4m3": True, "e5m2": True}
 #: Rows of the output tile (two m64 wgmma row blocks) and of one chain.
 BM, CHAIN_M = 128, 64
+#: ``plgpu.planar_snake``'s minor dimension (0: M) and band width, in tiles. In a sweep of
+#: widths 1-16 along M and N at 4096^3 (one H100 run, JAX 0.11.2, the kernel called
+#: directly) bands of 8 along M were within 1.3% of the best for f16 and the best for bf16
+#: (1.01x of the grid's order for both).
+SNAKE = (0, 8)
 #: Bytes of one row of an A block at most (the 128-byte swizzle).
 ROW_BYTES = 128
 #: What the kernel needs from ``jax.experimental.pallas.mosaic_gpu``.
@@ -196,15 +201,10 @@ class Plan:
     promote_every: int | None
     stages: int
     #: Tile order (the option ``native_mgpu_order``): "snake" (one CTA a tile, in
-    #: ``plgpu.planar_snake`` order), "grid" (one CTA a tile, the grid's own order) or
-    #: "persistent" (one CTA an SM, looping over the tiles in snake order: a tile's
-    #: loads overlap the previous tile's stores).
-    order: str = "snake"
-    #: ``planar_snake``'s minor dimension (0: M) and band width, in tiles: bands of 8 tile
-    #: rows gave the most of the widths 1-16 and both dimensions timed at 4096^3 on an
-    #: H100 (JAX 0.11.2: f16 1.03x, bf16 1.01x of the grid's order).
-    minor: int = 0
-    width: int = 8
+    #: ``plgpu.planar_snake`` order, :data:`SNAKE`), "grid" (one CTA a tile, the grid's own
+    #: order) or "persistent" (one CTA an SM, looping over the tiles in snake order: a
+    #: tile's loads overlap the previous tile's stores).
+    order: str
 
     @property
     def bn(self) -> int:
@@ -360,13 +360,12 @@ def _kernel(*refs, p: Plan, has_c: bool, tiles: tuple[int, int]):
         if p.order == "grid":
             one_tile(lax.axis_index("m"), lax.axis_index("n"))
         elif p.order == "snake":
-            one_tile(*plgpu.planar_snake(lax.axis_index("t"), tiles,
-                                         p.minor, p.width))
+            one_tile(*plgpu.planar_snake(lax.axis_index("t"), tiles, *SNAKE))
         else:
             @plgpu.nd_loop((tiles[0] * tiles[1],), collective_axes="t")
             def _tiles(info):
                 (lin,) = info.index if hasattr(info, "index") else info
-                one_tile(*plgpu.planar_snake(lin, tiles, p.minor, p.width))
+                one_tile(*plgpu.planar_snake(lin, tiles, *SNAKE))
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
 
