@@ -32,6 +32,7 @@ def test_public_is_the_one_instance():
     ("warp_kernel_output_scatter", "scatter", "'store', 'onehot'"),
     ("warp_kernel_backend", "pallas", "'auto', 'triton', 'mosaic_gpu'"),
     ("native_mgpu_order", "hilbert", "'snake', 'grid', 'persistent'"),
+    ("gemm_exact_tensor_cores", "on", "'off', 'auto'"),
     ("gemm_kernel_unroll_small", 3, "1, 2, 4, 8, 16"),
     ("gemm_kernel_unroll_small", "4", "1, 2, 4, 8, 16"),  # a string is not the int
     ("gemm_fused_min_macs", -1, "an integer >= 0"),
