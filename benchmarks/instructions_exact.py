@@ -15,10 +15,12 @@ On a GPU exact ``mma`` runs the tiles of the chains that the fused Pallas kernel
 through it (``jaxwarp.config.gemm_fused_kernel``: f16 / bf16 and fp8 ``wgmma`` with an fp32
 accumulator; tf32, integers, f64 and sm_90's fp8 ``mma.sync`` keep the model's XLA ops):
 ``exact_path`` says which ran (``"kernel"`` or ``"xla"``); ``--fused off`` times the XLA
-ops everywhere.
+ops everywhere. ``--tensor-cores auto`` (``jaxwarp.config.gemm_exact_tensor_cores``) runs
+the chains whose arithmetic a Hopper GPU's ``wgmma`` has on its tensor cores (``exact_path``
+``"tensor_cores"``).
 
 Usage: python benchmarks/instructions_exact.py [--macs N] [--only NAME,...] [--repeats R]
-       [--fused auto|on|off]
+       [--fused auto|on|off] [--tensor-cores auto|off]
 """
 
 from __future__ import annotations
@@ -130,8 +132,9 @@ def run(name, macs, repeats, f16_rate=None):
     def native(a, b, c):
         return jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=acc) + c
 
-    path = "kernel" if backends.FUSED_TILES_NAME in str(jax.make_jaxpr(exact)(a, b, c)) \
-        else "xla"
+    jaxpr = str(jax.make_jaxpr(exact)(a, b, c))
+    path = ("tensor_cores" if backends.NATIVE_TILES_NAME in jaxpr
+            else "kernel" if backends.FUSED_TILES_NAME in jaxpr else "xla")
     d = exact(a, b, c).block_until_ready()
     checked = _check(a, b, c, d, instr, at, bt, ct, (m, n, k))
     t_exact = best_time(lambda: exact(a, b, c).block_until_ready(), repeats)
@@ -162,9 +165,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--fused", default=None, choices=["auto", "on", "off"],
                    help="jaxwarp.config.gemm_fused_kernel for the run (default: as set)")
+    p.add_argument("--tensor-cores", dest="tensor_cores", default=None,
+                   choices=["auto", "off"],
+                   help="jaxwarp.config.gemm_exact_tensor_cores for the run (default: as set)")
     args = p.parse_args()
     if args.fused is not None:
         jaxwarp.config.update("gemm_fused_kernel", args.fused)
+    if args.tensor_cores is not None:
+        jaxwarp.config.update("gemm_exact_tensor_cores", args.tensor_cores)
     macs = args.macs or (1 << 22 if jax.default_backend() == "cpu" else 1 << 30)
     names = list(CONFIGS) if args.only is None else args.only.split(",")
     for nm in names:

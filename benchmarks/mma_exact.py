@@ -15,15 +15,18 @@ models the datapath (``jaxwarp.config.gemm_fused_kernel``; f16 / bf16 / tf32 / f
 operands with an fp32 C and D, ``fused_kernel.models``): ``exact_path`` says which ran
 (``"kernel"`` or ``"xla"``, read from the traced program). ``--xla`` times the model's XLA ops too
 (``gemm_fused_kernel="off"``), in the same run; where the kernel ran, the first
-``--check`` tiles' bits are compared with theirs (``bits_equal_xla``). ``--groups`` /
-``--warps`` / ``--conds`` time the kernel's variants (``jaxwarp.backends.fused_tiles_chain``:
-tiles per kernel instance, warps, a cond on the operands between two kernels), one record
-each.
+``--check`` tiles' bits are compared with theirs (``bits_equal_xla``). With
+``--tensor-cores auto`` on a Hopper GPU the chains that are ``wgmma``'s run on its tensor
+cores, several tiles to one instruction (``exact_path`` ``"tensor_cores"``; the bits
+checked against the XLA ops the same way); ``--tc-groups`` times that kernel's variants.
+``--groups`` / ``--warps`` / ``--conds`` time the fused kernel's variants
+(``jaxwarp.backends.fused_tiles_chain``: tiles per kernel instance, warps, a cond on the
+operands between two kernels), one record each.
 
 Usage: python benchmarks/mma_exact.py [--tiles N] [--a-type f16|bf16|tf32|e4m3|e5m2]
        [--b-type T] [--c-type f32|f16] [--arch sm_90|sm_80|...] [--instruction I] [--k K]
        [--fused auto|on|off] [--xla] [--check N] [--groups 2,4,8] [--warps 4,8]
-       [--conds rule,on,off]
+       [--conds rule,on,off] [--tensor-cores auto|off] [--tc-groups 1,2,4]
        (``--arch``: the architecture's datapath: sm_70 / sm_75 / sm_80 / sm_89 cut k = 16
        into 4 or 2 blocks, sm_90 / sm_100 / sm_120 take it in one; the kernel models
        each. fp8 defaults: ``wgmma``, sm_90a, k 32; tf32: k 8.)
@@ -86,6 +89,12 @@ def main() -> None:
                    help="tiles whose bits are compared with the XLA ops' (0: none)")
     p.add_argument("--fused", default=None, choices=["auto", "on", "off"],
                    help="jaxwarp.config.gemm_fused_kernel for the run (default: as set)")
+    p.add_argument("--tensor-cores", dest="tensor_cores", default=None,
+                   choices=["auto", "off"],
+                   help="jaxwarp.config.gemm_exact_tensor_cores for the run (default: as "
+                        "set): 'auto' runs wgmma's chains on a Hopper GPU's tensor cores")
+    p.add_argument("--tc-groups", dest="tc_groups", default=None,
+                   help="tensor-core kernel variants: groups of 64 rows an instance")
     p.add_argument("--groups", default=None, help="kernel variants: tiles an instance")
     p.add_argument("--warps", default=None, help="kernel variants: warps an instance")
     p.add_argument("--conds", default=None,
@@ -94,6 +103,8 @@ def main() -> None:
     args = p.parse_args()
     if args.fused is not None:
         jaxwarp.config.update("gemm_fused_kernel", args.fused)
+    if args.tensor_cores is not None:
+        jaxwarp.config.update("gemm_exact_tensor_cores", args.tensor_cores)
     on_cpu = jax.default_backend() == "cpu"
     tiles = args.tiles if args.tiles is not None else (1 << 16 if on_cpu else 1 << 20)
     fa = args.a_format
@@ -126,8 +137,9 @@ def main() -> None:
 
     io_bytes = a.nbytes + b.nbytes + c.nbytes + c.nbytes  # output has c's shape and dtype
     f_exact = jax.jit(exact)
-    path = "kernel" if backends.FUSED_TILES_NAME in str(jax.make_jaxpr(exact)(a, b, c)) \
-        else "xla"
+    jaxpr = str(jax.make_jaxpr(exact)(a, b, c))
+    path = ("tensor_cores" if backends.NATIVE_TILES_NAME in jaxpr
+            else "kernel" if backends.FUSED_TILES_NAME in jaxpr else "xla")
     # Exact mode first, so that the device's peak counter sees nothing else.
     base = _peak_bytes()
     d = f_exact(a, b, c).block_until_ready()
@@ -166,11 +178,11 @@ def main() -> None:
         result["device_peak_bytes_before"] = base
         result["device_peak_bytes_exact"] = peak
         result["device_peak_over_io"] = peak / io_bytes
-    if args.xla or (path == "kernel" and args.check):
-        with jaxwarp.config.override(gemm_fused_kernel="off"):
+    if args.xla or (path != "xla" and args.check):
+        with jaxwarp.config.override(gemm_fused_kernel="off", gemm_exact_tensor_cores="off"):
             f_xla = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw))  # traced here
             n = min(args.check, tiles)
-            if path == "kernel" and n:
+            if path != "xla" and n:
                 want = f_xla(a[:n], b[:n], c[:n])
                 result["bits_checked_tiles"] = n
                 result["bits_equal_xla"] = bool(np.array_equal(
@@ -184,6 +196,7 @@ def main() -> None:
                 result["exact_over_xla"] = t_xla / t_exact
     emit(result)
     variants(args, a, b, c, d, fa, fb, instruction, arch, k, t_einsum, name)
+    tc_variants(args, a, b, c, d, fa, fb, k, t_einsum, name)
 
 
 def variants(args, a, b, c, d, fa, fb, instruction, arch, k, t_einsum, name) -> None:
@@ -209,6 +222,35 @@ def variants(args, a, b, c, d, fa, fb, instruction, arch, k, t_einsum, name) -> 
               "tiles": tiles, "group": g, "num_warps": w, "cond": cond,
               "bits_equal_mma": same, "tiles_per_s": tiles / t,
               "over_einsum": t_einsum / t})
+
+
+def tc_variants(args, a, b, c, d, fa, fb, k, t_einsum, name) -> None:
+    """The tensor-core tiles kernel's variants (``--tc-groups``: groups of 64 rows a
+    kernel instance takes), one record each, with whether their bits equal exact
+    ``mma``'s (``d``). A Hopper GPU runs the kernel, elsewhere Pallas' interpreter the
+    exact model's chain of the same layout."""
+    if not args.tc_groups:
+        return
+    if fb != fa:
+        raise SystemExit("--tc-groups: wgmma's chains have one operand format")
+    spec = backends.NativeDotSpec(fa, fb, args.c_format, backends.NATIVE_K[fa],
+                                  fa in _FP8)
+    interpret = backends.native_device_error() is not None
+    tiles = a.shape[0]
+    if fa == "tf32":  # the tensor core reads tf32's top 19 bits; the kernel must not round
+        a, b = (jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint32)
+                                             & jnp.uint32(0xFFFFE000), jnp.float32)
+                for x in (a, b))
+    for g in _ints(args.tc_groups):
+        f = jax.jit(lambda a, b, c, g=g: backends.native_tiles_chain(
+            a, b, c, spec, groups=g, interpret=interpret))
+        got = np.asarray(f(a, b, c))
+        same = bool(np.array_equal(got.view(np.uint8), np.asarray(d).view(np.uint8)))
+        t = best_time(lambda f=f: f(a, b, c).block_until_ready(), args.repeats)
+        emit({"benchmark": f"{name}/tensor_core_variant", **device_info(), "tiles": tiles,
+              "groups": g, "k": k, "bits_equal_mma": same, "tiles_per_s": tiles / t,
+              "over_einsum": t_einsum / t})
+
 
 if __name__ == "__main__":
     main()

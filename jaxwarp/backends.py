@@ -31,6 +31,10 @@ Native mode (wgmma through Triton, sm_90):
     native_check_chain: raises ValueError unless a chain is one the kernel issues.
     native_chain: native mode's k loop on converted operands.
     NativeDotSpec, NativePlan, native_gemm: one kernel's dot, its plan, the kernel.
+    NATIVE_TILES_NAME, native_tiles_chain: the name and the call of the kernel that
+        runs many small tiles several to one wgmma, ``(a, b, c, spec, groups=)`` on
+        (T, m, k) @ (T, k, n) + (T, m, n), as exact ``jaxwarp.mma`` runs them with
+        ``jaxwarp.config.gemm_exact_tensor_cores="auto"`` on a Hopper GPU.
 
 Exact mode's chain:
     ChainConfig: the static configuration of one product (formats, tile, instruction,
@@ -70,6 +74,8 @@ from jaxwarp._src.gemm.kernels.fused_tiles import chain as fused_tiles_chain
 from jaxwarp._src.gemm.kernels.native_kernels import DotSpec as NativeDotSpec
 from jaxwarp._src.gemm.kernels.native_kernels import Plan as NativePlan
 from jaxwarp._src.gemm.kernels.native_kernels import gemm as native_gemm
+from jaxwarp._src.gemm.kernels.native_tiles import KERNEL_NAME as NATIVE_TILES_NAME
+from jaxwarp._src.gemm.kernels.native_tiles import chain as native_tiles_chain
 from jaxwarp._src.gemm.matmul import tiled as exact_chain
 from jaxwarp._src.gemm.matmul_tiles import Cfg as ChainConfig
 from jaxwarp._src.gemm.native import NATIVE_K as NATIVE_K
@@ -83,7 +89,7 @@ __all__ = [
     "fused_conversions_as_bitcasts", "fused_mgpu_chain", "fused_mgpu_plan",
     "FUSED_TILES_NAME", "fused_tiles_chain",
     "NATIVE_K", "native_device_error", "native_check_chain", "native_chain",
-    "NativeDotSpec", "NativePlan", "native_gemm",
+    "NativeDotSpec", "NativePlan", "native_gemm", "NATIVE_TILES_NAME", "native_tiles_chain",
     "ChainConfig", "chain_config", "exact_chain", "record_products", "wait_for_promotions",
     "parse_mma_name",
 ]

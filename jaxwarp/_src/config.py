@@ -154,11 +154,12 @@ OPTIONS: tuple[Option, ...] = (
     # gemm_exact_tensor_cores: off by default, so that exact mode runs the model's own
     # arithmetic on every backend (what the GPU conformance runs check) unless asked.
     Option("gemm_exact_tensor_cores", "off", allowed=("off", "auto"), help=(
-        "'auto': an exact product whose chain has the datapath of the Hopper GPU's own "
-        "wgmma (the catalogue's Datapath and instruction k equal, as for sm_90 and "
-        "sm_100a f16 / bf16) runs on that GPU's tensor cores as mode='native' does: the "
-        "model's bits, at the tensor cores' speed. 'off': the model's own arithmetic (the "
-        "fused kernel or XLA's k loop).")),
+        "'auto': an exact product (matmul, and mma's tiles) whose chain has the datapath "
+        "of the Hopper GPU's own wgmma (the catalogue's Datapath and instruction k equal, "
+        "as for sm_90 and sm_100a f16 / bf16), or is sm_90's fp8 mma.sync (two f16 HMMAs "
+        "and an FADD), runs on that GPU's tensor cores: the model's bits, at the tensor "
+        "cores' speed. 'off': the model's own arithmetic (the fused kernel or XLA's k "
+        "loop).")),
     Option("gemm_kernel_any_range_below", 1 << 24, check=_int_at_least(0), help=(
         "Products of fewer multiply-adds run one fused kernel exact for every operand value, "
         "with no range check and no cond in the calling program.")),

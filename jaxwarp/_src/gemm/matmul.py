@@ -199,12 +199,9 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         scale_input_d: int = 0) -> jax.Array:
     """``D = A @ B + C``, a chain of MMA instructions over k (``jaxwarp.mma``).
 
-    ``datapath.mma``'s arguments, results and errors (its docstring has them), with one
-    more mode: ``"native"`` (on an H100 / H200 only) runs the chain on the GPU's tensor
-    cores (``wgmma`` of the same datapath, ``native.py``): exact mode's bits, for the
-    chains that ``wgmma`` is (f16 / bf16 k16, tf32 k8 outside WMMA, fp8 ``wgmma``; C and
-    D of one format; no satf, no ``datapath=`` model, no ``scale_input_d``); elsewhere a
-    ValueError. Its gradient is exact mode's (straight-through).
+    ``datapath.mma``'s arguments, results and errors (its docstring, which this function's
+    ``__doc__`` becomes, has them), with the mode ``"native"``: ``native.check_mma`` /
+    ``run_mma``. The route of each mode: :func:`_mma`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -216,7 +213,6 @@ def mma(a, b, c, *, a_format: str, c_format: str, d_format: str, arch="sm_90", m
         a_format=a_format, c_format=c_format, d_format=d_format, arch=arch, satf=satf,
         b_format=b_format, instruction=instruction, instruction_k=instruction_k,
         datapath=datapath, scale_input_d=scale_input_d))
-
 
 
 def _public_mma_doc() -> str:
@@ -236,24 +232,28 @@ mma.__wrapped__ = datapath.mma  # the arithmetic this front-end adds native mode
 
 def _mma(a, b, c, mode, kw: dict):
     """:func:`mma`: fast mode is ``datapath.mma``; exact mode ``datapath.mma``'s checks, then
-    the fused kernel where it models the chain (``fused_tiles.runs``) or the model's XLA
-    ops, with ``mma``'s gradient either way; native mode the GPU's chain (``native.run_mma``)."""
+    the tensor cores (``native.tiles_on_tensor_cores``), the fused kernel where it models
+    the chain (``fused_tiles.runs``) or the model's XLA ops, with ``mma``'s gradient each
+    way; native mode the GPU's chain (``native.run_mma``)."""
     if checks.static_choice(mode, "mode", MODES) == "fast":
         return datapath.mma(a, b, c, mode=mode, **kw)
     checked = datapath.check_mma(a, b, c, mode="exact", **kw)
     if checked.d is not None:  # k = 0: no instruction runs
         return checked.d
-    cfg = checked.cfg
-    if mode == "exact":
-        if min(checked.c.size, checked.a.size, checked.b.size) and fused_tiles.runs(
-                cfg, kw["satf"], checked.c.size * checked.a.shape[-1]):
-            return datapath.straight_through(fused_tiles.mma_chain, checked.a, checked.b,
-                                             checked.c, cfg)
-        return datapath.run_chain(checked.a, checked.b, checked.c, cfg, mode, kw["satf"])
-    native.check_mma(cfg.a_format, cfg.b_format, cfg.c_format, cfg.d_format,
-                     kw["instruction"], cfg.ik, kw["arch"], kw["satf"], kw["datapath"],
-                     cfg.c_shift)
-    return datapath.straight_through(native.run_mma, checked.a, checked.b, checked.c, cfg)
+    cfg, (a, b, c) = checked.cfg, checked[:3]
+    if mode == "native":
+        native.check_mma(cfg.a_format, cfg.b_format, cfg.c_format, cfg.d_format,
+                         kw["instruction"], cfg.ik, kw["arch"], kw["satf"], kw["datapath"],
+                         cfg.c_shift)
+        run = native.run_mma
+    elif native.tiles_on_tensor_cores(checked, kw["satf"]):
+        run = native.run_tiles
+    elif min(c.size, a.size, b.size) and fused_tiles.runs(cfg, kw["satf"],
+                                                          c.size * a.shape[-1]):
+        run = fused_tiles.mma_chain
+    else:
+        return datapath.run_chain(a, b, c, cfg, mode, kw["satf"])
+    return datapath.straight_through(run, a, b, c, cfg)
 
 
 def to_operand(x: jax.Array, operand_format: str, scale: Any = None) -> jax.Array:

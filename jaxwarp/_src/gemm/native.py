@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jaxwarp._src.arithmetic import datapath_checks
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.config import config
-from jaxwarp._src.gemm.kernels import native_kernels, native_mgpu
+from jaxwarp._src.gemm.kernels import native_kernels, native_mgpu, native_tiles
 from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg, issue_arch
 from jaxwarp._src.numerics import bitops
 
@@ -167,22 +167,104 @@ def exact_on_tensor_cores(cfg: Any, dp: Any = None) -> Any:
         >>> exact_on_tensor_cores(cfg) is None  # the option is "off" by default
         True
     """
-    fa = cfg.a_format
-    if (config.gemm_exact_tensor_cores == "off" or cfg.mode != "exact" or cfg.scaled
-            or cfg.blockwise or cfg.promote_every is not None or fa != cfg.b_format
-            or fa not in NATIVE_K or cfg.tile[2] != NATIVE_K[fa]
-            or cfg.accumulator not in ACCUMULATORS["wgmma"][fa]
-            or device_error() is not None):
+    fa, ik = cfg.a_format, cfg.tile[2]
+    if (cfg.mode != "exact" or cfg.scaled or cfg.blockwise or cfg.promote_every is not None
+            or not _same_as_wgmma(fa, cfg.b_format, cfg.accumulator, ik)):
         return None
     if dp is None:
         dp = datapath_checks.matmul_datapath(issue_arch(cfg.instruction, cfg.arch),
-                                             cfg.instruction, fa, fa, cfg.accumulator,
-                                             cfg.tile[2])
-    if dp is None or dp != datapath_checks.matmul_datapath(
-            "sm_90a", "wgmma", fa, fa, cfg.accumulator, NATIVE_K[fa]):
+                                             cfg.instruction, fa, fa, cfg.accumulator, ik)
+    if not _same_as_wgmma(fa, fa, cfg.accumulator, ik, dp) or device_error() is not None:
         return None
     return dataclasses.replace(cfg, instruction="wgmma", arch="sm_90", mode="native",
                                tile=(64, 8, NATIVE_K[fa]))
+
+
+def _same_as_wgmma(a_format: str, b_format: str, accumulator: str, ik: int,
+                   dp: Any = False) -> bool:
+    """Whether the option ``gemm_exact_tensor_cores`` is on and a chain of these static
+    arguments is one the GPU's ``wgmma`` issues with the same arithmetic: one operand
+    format of wgmma's, its k, an accumulator it has, and (where ``dp`` is given) the
+    datapath equal to sm_90a ``wgmma``'s."""
+    if (config.gemm_exact_tensor_cores == "off" or a_format != b_format
+            or a_format not in NATIVE_K or ik != NATIVE_K[a_format]
+            or accumulator not in ACCUMULATORS["wgmma"][a_format]):
+        return False
+    return dp is False or dp == datapath_checks.matmul_datapath(
+        "sm_90a", "wgmma", a_format, a_format, accumulator, ik)
+
+
+def _hmma_pair(cfg: Any) -> bool:
+    """Whether ``cfg`` (a ``ChainCfg``) is the chain of sm_90's fp8 ``mma.sync``: fp8
+    operands converted to f16 (``operand_via``), each instruction's k taken by two f16
+    HMMAs (``k_split="mod4"``) chained from +0, C added last (``c_mode="end"``), an fp32
+    C and D, and the HMMAs' datapath otherwise equal to f16 ``wgmma``'s -- so the tensor
+    cores run it as ``native_tiles.chain(..., hmma_pair=True)``."""
+    dp = cfg.dp
+    if (dp is None or cfg.ik != native_tiles.PAIR_K or cfg.c_format != "f32"
+            or not {cfg.a_format, cfg.b_format} <= set(isa.FP8_TYPES)
+            or (dp.operand_via, dp.k_split, dp.c_mode) != ("f16", "mod4", "end")):
+        return False
+    return dataclasses.replace(dp, operand_via="", k_split="contig", c_mode="fused") == (
+        datapath_checks.matmul_datapath("sm_90a", "wgmma", "f16", "f16", "f32",
+                                        NATIVE_K["f16"]))
+
+
+def tiles_on_tensor_cores(checked: Any, satf: bool) -> bool:
+    """Whether exact ``jaxwarp.mma`` (``checked``: ``datapath.check_mma``'s result) runs its
+    tiles on this GPU's tensor cores (:func:`run_tiles`): the option
+    ``gemm_exact_tensor_cores`` is "auto", the device a Hopper GPU, the chain's datapath
+    sm_90a ``wgmma``'s (as :func:`exact_on_tensor_cores` asks of a GEMM) or that of sm_90's
+    fp8 ``mma.sync`` (two f16 HMMAs, whose datapath is f16 ``wgmma``'s, and an FADD),
+    C and D of one format, no satf and no ``scale_input_d``, and the tiles of a shape
+    that ``native_tiles.fits`` takes (m dividing 64: several tiles to one ``wgmma``).
+
+    Example:
+        >>> from jaxwarp._src.arithmetic import datapath
+        >>> a = jnp.ones((4, 16, 32), jnp.float16); b = jnp.ones((32, 16), jnp.float16)
+        >>> checked = datapath.check_mma(a, b, jnp.zeros((16, 16)), a_format="f16",
+        ...                              c_format="f32", d_format="f32")
+        >>> tiles_on_tensor_cores(checked, False)  # the option is "off" by default
+        False
+    """
+    cfg = checked.cfg
+    if (cfg is None or satf or cfg.c_shift or cfg.c_format != cfg.d_format
+            or config.gemm_exact_tensor_cores == "off"
+            or min(checked.a.size, checked.b.size, checked.c.size) == 0
+            or not (_same_as_wgmma(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
+                                   cfg.dp) or _hmma_pair(cfg))):
+        return False
+    m, K = checked.a.shape[-2:]
+    return (native_tiles.fits(m, checked.b.shape[-1], K, cfg.ik) is None
+            and device_error() is None)
+
+
+def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
+    """Exact ``mma``'s tiles on the tensor cores (``native_tiles``: g = 64 / m tiles to one
+    ``wgmma``), for a chain that :func:`tiles_on_tensor_cores` accepted (``cfg``: its
+    ``ChainCfg``). Leading batch dims broadcast as in ``mma``; tf32 operands are cut to
+    their top 19 bits first, as :func:`run_mma` cuts them. ``interpret``: the exact
+    model in Pallas' interpreter (checking the layout on a CPU).
+
+    Example:
+        >>> from jaxwarp._src.arithmetic import datapath
+        >>> a = jnp.ones((2, 16, 32), jnp.float16); b = jnp.ones((32, 16), jnp.float16)
+        >>> cfg = datapath.ChainCfg("f16", "f16", "f32", "f32", None, 16)
+        >>> run_tiles(a, b, jnp.zeros((16, 16)), cfg, interpret=True)[1, 0, 0]
+        Array(32., dtype=float32)
+    """
+    if cfg.a_format == "tf32":
+        a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
+    pair = _hmma_pair(cfg)
+    spec = (native_kernels.DotSpec("f16", "f16", "f32", NATIVE_K["f16"]) if pair else
+            native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
+                                   B_KMAJOR[cfg.a_format]))
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+    a, b, c = (jnp.broadcast_to(x, batch + x.shape[-2:]).reshape((-1, *x.shape[-2:]))
+               for x in (a, b, c))
+    d = native_tiles.chain(a, b, c, spec, hmma_pair=pair, nan=cfg.dp.nan_f32,
+                           interpret=interpret)
+    return d.reshape(batch + d.shape[-2:])
 
 
 def backend(cfg: Any, K: int | None = None, M: int | None = None,
