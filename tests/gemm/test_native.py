@@ -248,6 +248,7 @@ _SAME_AS_HOPPER = [  # (arch, instruction, format, tile, whether the chain is wg
     ("sm_90", "wmma", "f16", (16, 16, 16), True),
     ("sm_120a", "mma_sync", "bf16", (16, 8, 16), True),
     ("sm_90", "wgmma", "e4m3", (64, 8, 32), True),
+    ("sm_90", "mma_sync", "e4m3", (16, 8, 32), True),  # two f16 HMMAs and an FADD
     ("sm_80", "mma_sync", "bf16", (16, 8, 16), False),  # blocks of 8, F = 24
     ("sm_89", "mma_sync", "f16", (16, 8, 16), False),
     ("sm_90", "mma_sync", "f16", (16, 8, 8), False),  # k = 8: blocks of 8 products
@@ -272,10 +273,16 @@ def test_exact_on_tensor_cores_follows_the_catalogue(arch, instruction, fmt, til
     with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
         got = native.exact_on_tensor_cores(cfg, dp)
         assert (got is not None) == same
+        pair = instruction == "mma_sync" and fmt == "e4m3"  # f16 chains, promoted
         if same:
-            assert (got.mode, got.instruction, got.tile[2]) == ("native", "wgmma", tile[2])
+            assert (got.mode, got.instruction, got.a_format, got.tile[2], got.promote_every) \
+                == (("native", "wgmma", "f16", 16, 32) if pair else
+                    ("native", "wgmma", fmt, tile[2], None))
             # the data drives it: one field of the datapath changed, no route
             assert native.exact_on_tensor_cores(cfg, dataclasses.replace(dp, F=dp.F - 1)) is None
+            if pair:
+                assert native.exact_on_tensor_cores(
+                    cfg, dataclasses.replace(dp, k_split="contig")) is None
             for other in (dict(promote_every=2 * tile[2]), dict(scaled=True),
                           dict(mode="fast")):
                 assert native.exact_on_tensor_cores(dataclasses.replace(cfg, **other), dp) is None
@@ -345,3 +352,34 @@ def test_exact_on_tensor_cores_pads_k_as_exact_mode_does(monkeypatch):
         ((32, 48), (48, 48), "native", "wgmma"),  # dA = dD @ B^T: K = 40 padded to 48
         ((48, 32), (32, 40), "native", "wgmma"),  # dB = A^T @ dD: K = 32
     ]), seen
+
+
+def test_exact_on_tensor_cores_runs_sm90_fp8_mma_sync_as_f16_chains(monkeypatch):
+    """sm_90's fp8 ``mma.sync`` on the tensor cores: f16 operands in the HMMAs' k order,
+    f16 wgmma chains from +0 promoted every instruction. In Pallas' interpreter (each
+    block the model's f16 wgmma chain; pretended Hopper GPU) the route gives exact mode's
+    bits, forward and backward (K = 40 in dA padded to 64)."""
+    monkeypatch.setattr(native, "device_error", lambda: None)
+    seen, kernel = [], native.chain
+
+    def interpreted(a_op, b_op, c_acc, cfg):
+        seen.append((a_op.dtype, cfg.a_format, cfg.promote_every))
+        return kernel(a_op, b_op, c_acc, cfg, interpret=True)
+
+    monkeypatch.setattr(native, "chain", interpreted)
+    a, b, c = _operands("e4m3", "f32", 64, 64, 40, seed=4)
+    f = functools.partial(jaxwarp.matmul, operand_format="e4m3", instruction="mma_sync",
+                          arch="sm_90", mode="exact")
+
+    def run():
+        jax.clear_caches()
+        d = f(a, b, c)
+        return d, jax.grad(lambda a, b: jnp.sum(f(a, b, c) * c), argnums=(0, 1))(a, b)
+
+    want = run()
+    assert not seen
+    with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
+        got = run()
+    assert seen and all(s == (jnp.dtype(jnp.float16), "f16", 32) for s in seen), seen
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(_bits(x), _bits(y))

@@ -158,7 +158,9 @@ def exact_on_tensor_cores(cfg: Any, dp: Any = None) -> Any:
     format, an accumulator ``wgmma`` has, no scales and no promotion. sm_90's WMMA,
     ``mma.sync`` k16 and ``wgmma`` f16 / bf16 chains are such chains, and so are sm_100a's
     ``tcgen05`` ones, whose datapath the catalogue gives as Hopper's; sm_80's (blocks of 8,
-    F = 24) are not.
+    F = 24) are not. sm_90's fp8 ``mma.sync`` (:func:`_hmma_pair`: two f16 HMMAs from +0
+    and an FADD of C) is one too, as f16 ``wgmma`` chains with promotion every instruction
+    (its native form's formats f16; :func:`run_exact` converts the operands).
 
     Example:
         >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
@@ -169,40 +171,78 @@ def exact_on_tensor_cores(cfg: Any, dp: Any = None) -> Any:
     """
     fa, ik = cfg.a_format, cfg.tile[2]
     if (cfg.mode != "exact" or cfg.scaled or cfg.blockwise or cfg.promote_every is not None
-            or not _same_as_wgmma(fa, cfg.b_format, cfg.accumulator, ik)):
+            or config.gemm_exact_tensor_cores == "off" or fa not in NATIVE_K
+            or cfg.b_format not in NATIVE_K):
         return None
     if dp is None:
         dp = datapath_checks.matmul_datapath(issue_arch(cfg.instruction, cfg.arch),
-                                             cfg.instruction, fa, fa, cfg.accumulator, ik)
-    if not _same_as_wgmma(fa, fa, cfg.accumulator, ik, dp) or device_error() is not None:
+                                             cfg.instruction, fa, cfg.b_format,
+                                             cfg.accumulator, ik)
+    if _same_as_wgmma(fa, cfg.b_format, cfg.accumulator, ik, dp):
+        native = dict(tile=(64, 8, NATIVE_K[fa]))
+    elif _hmma_pair(fa, cfg.b_format, cfg.accumulator, ik, dp):  # as f16 chains
+        native = dict(a_format="f16", b_format="f16", tile=(64, 8, NATIVE_K["f16"]),
+                      promote_every=ik)
+    else:
+        return None
+    if device_error() is not None:
         return None
     return dataclasses.replace(cfg, instruction="wgmma", arch="sm_90", mode="native",
-                               tile=(64, 8, NATIVE_K[fa]))
+                               **native)
+
+
+def run_exact(a_op, b_op, c_acc, cfg: Any) -> jax.Array:
+    """Exact mode's chain of ``cfg`` on the tensor cores, for a ``cfg`` that
+    :func:`exact_on_tensor_cores` routes there: :func:`chain` of its native form, on
+    operands whose K is already padded as exact mode pads it. sm_90's fp8 ``mma.sync``
+    (:func:`_hmma_pair`) takes f16 operands (exact) in its HMMAs' k order
+    (``native_tiles.mod4_order``): each instruction's two HMMAs chain from +0 and C is added
+    last, native mode's promotion every instruction.
+
+    Example:
+        >>> from jaxwarp._src.gemm.matmul_tiles import Cfg
+        >>> cfg = Cfg("bf16", "bf16", "f32", (16, 8, 16), "mma_sync", "sm_90", "exact",
+        ...           None, False)
+        >>> run_exact(jnp.ones((64, 32), jnp.bfloat16), jnp.ones((32, 64), jnp.bfloat16),
+        ...           None, cfg)  # "off" by default (and a Hopper GPU is needed)
+        Traceback (most recent call last):
+        ValueError: run_exact: the chain is not one exact_on_tensor_cores routes ...
+    """
+    native = exact_on_tensor_cores(cfg)
+    if native is None:
+        raise ValueError("run_exact: the chain is not one exact_on_tensor_cores routes to "
+                         "the tensor cores (the option gemm_exact_tensor_cores, a Hopper GPU, "
+                         "wgmma's datapath)")
+    if native.a_format != cfg.a_format:  # fp8 -> f16, each instruction's k as its HMMAs read
+        order = native_tiles.mod4_order(jnp.arange(a_op.shape[1]))
+        a_op, b_op = a_op[:, order].astype(jnp.float16), b_op[order, :].astype(jnp.float16)
+    return chain(a_op, b_op, c_acc, native)
 
 
 def _same_as_wgmma(a_format: str, b_format: str, accumulator: str, ik: int,
-                   dp: Any = False) -> bool:
+                   dp: Any) -> bool:
     """Whether the option ``gemm_exact_tensor_cores`` is on and a chain of these static
-    arguments is one the GPU's ``wgmma`` issues with the same arithmetic: one operand
-    format of wgmma's, its k, an accumulator it has, and (where ``dp`` is given) the
+    arguments and datapath ``dp`` is one the GPU's ``wgmma`` issues with the same
+    arithmetic: one operand format of wgmma's, its k, an accumulator it has, and the
     datapath equal to sm_90a ``wgmma``'s."""
     if (config.gemm_exact_tensor_cores == "off" or a_format != b_format
             or a_format not in NATIVE_K or ik != NATIVE_K[a_format]
             or accumulator not in ACCUMULATORS["wgmma"][a_format]):
         return False
-    return dp is False or dp == datapath_checks.matmul_datapath(
-        "sm_90a", "wgmma", a_format, a_format, accumulator, ik)
+    return dp == datapath_checks.matmul_datapath("sm_90a", "wgmma", a_format, a_format,
+                                                 accumulator, ik)
 
 
-def _hmma_pair(cfg: Any) -> bool:
-    """Whether ``cfg`` (a ``ChainCfg``) is the chain of sm_90's fp8 ``mma.sync``: fp8
-    operands converted to f16 (``operand_via``), each instruction's k taken by two f16
-    HMMAs (``k_split="mod4"``) chained from +0, C added last (``c_mode="end"``), an fp32
-    C and D, and the HMMAs' datapath otherwise equal to f16 ``wgmma``'s -- so the tensor
-    cores run it as ``native_tiles.chain(..., hmma_pair=True)``."""
-    dp = cfg.dp
-    if (dp is None or cfg.ik != native_tiles.PAIR_K or cfg.c_format != "f32"
-            or not {cfg.a_format, cfg.b_format} <= set(isa.FP8_TYPES)
+def _hmma_pair(a_format: str, b_format: str, accumulator: str, ik: int, dp: Any) -> bool:
+    """Whether the option ``gemm_exact_tensor_cores`` is on and the chain is sm_90's fp8
+    ``mma.sync``: fp8 operands converted to f16 (``dp.operand_via``), each instruction's k
+    taken by two f16 HMMAs (``k_split="mod4"``) chained from +0, C added last
+    (``c_mode="end"``), an fp32 C and D, and the HMMAs' datapath otherwise equal to f16
+    ``wgmma``'s -- so the tensor cores run it as f16 ``wgmma`` chains and an fp32 addition
+    (``native_tiles.chain(..., hmma_pair=True)``, :func:`run_exact`)."""
+    if (config.gemm_exact_tensor_cores == "off" or dp is None
+            or ik != native_tiles.PAIR_K or accumulator != "f32"
+            or not {a_format, b_format} <= set(isa.FP8_TYPES)
             or (dp.operand_via, dp.k_split, dp.c_mode) != ("f16", "mod4", "end")):
         return False
     return dataclasses.replace(dp, operand_via="", k_split="contig", c_mode="fused") == (
@@ -228,11 +268,11 @@ def tiles_on_tensor_cores(checked: Any, satf: bool) -> bool:
         False
     """
     cfg = checked.cfg
+    formats = None if cfg is None else (cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik)
     if (cfg is None or satf or cfg.c_shift or cfg.c_format != cfg.d_format
             or config.gemm_exact_tensor_cores == "off"
             or min(checked.a.size, checked.b.size, checked.c.size) == 0
-            or not (_same_as_wgmma(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
-                                   cfg.dp) or _hmma_pair(cfg))):
+            or not (_same_as_wgmma(*formats, cfg.dp) or _hmma_pair(*formats, cfg.dp))):
         return False
     m, K = checked.a.shape[-2:]
     return (native_tiles.fits(m, checked.b.shape[-1], K, cfg.ik) is None
@@ -249,13 +289,15 @@ def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
         >>> a = jnp.ones((2, 16, 32), jnp.float16); b = jnp.ones((32, 16), jnp.float16)
-        >>> cfg = datapath.ChainCfg("f16", "f16", "f32", "f32", None, 16)
+        >>> from jaxwarp._src.catalogue.arch import datapath_for
+        >>> dp = datapath_for("sm_90a", "wgmma", "f16", 16)
+        >>> cfg = datapath.ChainCfg("f16", "f16", "f32", "f32", dp, 16)
         >>> run_tiles(a, b, jnp.zeros((16, 16)), cfg, interpret=True)[1, 0, 0]
         Array(32., dtype=float32)
     """
     if cfg.a_format == "tf32":
         a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
-    pair = _hmma_pair(cfg)
+    pair = _hmma_pair(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik, cfg.dp)
     spec = (native_kernels.DotSpec("f16", "f16", "f32", NATIVE_K["f16"]) if pair else
             native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
                                    B_KMAJOR[cfg.a_format]))

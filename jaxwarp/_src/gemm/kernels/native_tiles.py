@@ -122,9 +122,15 @@ def plan(spec: native_kernels.DotSpec, m: int, n: int, K: int, T: int,
     return TilePlan(spec, m, n, K, bk, groups, hmma_pair)
 
 
-def _mod4(ks):
-    """The k each position of an fp8 ``mma.sync`` instruction's two HMMAs reads: the 16 k
-    with k % 4 in {0, 1} first, then the 16 with k % 4 in {2, 3} (``k_split="mod4"``)."""
+def mod4_order(ks):
+    """The k each position of an fp8 ``mma.sync`` instruction's two HMMAs reads (``ks``:
+    positions, an integer array): in each instruction's :data:`PAIR_K`, the 16 k with
+    k % 4 in {0, 1} first, then the 16 with k % 4 in {2, 3} (``k_split="mod4"``).
+
+    Example:
+        >>> [int(k) for k in mod4_order(jnp.arange(40))[14:20]]
+        [28, 29, 2, 3, 6, 7]
+    """
     base, p = ks - ks % PAIR_K, ks % PAIR_K
     half, q = p // 16, p % 16
     return base + 4 * (q // 2) + 2 * half + q % 2
@@ -140,7 +146,7 @@ def _kernel(a_ref, b_ref, c_ref, z_ref, o_ref, *, plan: TilePlan):
     def block(q, acc, s, size):  # one k block of the chain: wgmma instructions in order
         ks = s + lax.iota(jnp.int32, size)
         if plan.hmma_pair:
-            ks = _mod4(ks)
+            ks = mod4_order(ks)
             at = a_ref[q, row[:, None], ks[None, :]].astype(as_spec)
         else:
             at = a_ref[q, :, pl.ds(s, size)]
