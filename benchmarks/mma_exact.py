@@ -196,7 +196,7 @@ def main() -> None:
                 result["exact_over_xla"] = t_xla / t_exact
     emit(result)
     variants(args, a, b, c, d, fa, fb, instruction, arch, k, t_einsum, name)
-    tc_variants(args, a, b, c, d, fa, fb, k, t_einsum, name)
+    tc_variants(args, a, b, c, d, fa, fb, instruction, k, t_einsum, name)
 
 
 def variants(args, a, b, c, d, fa, fb, instruction, arch, k, t_einsum, name) -> None:
@@ -224,23 +224,22 @@ def variants(args, a, b, c, d, fa, fb, instruction, arch, k, t_einsum, name) -> 
               "over_einsum": t_einsum / t})
 
 
-def tc_variants(args, a, b, c, d, fa, fb, k, t_einsum, name) -> None:
+def tc_variants(args, a, b, c, d, fa, fb, instruction, k, t_einsum, name) -> None:
     """The tensor-core tiles kernel's variants (``--tc-groups``: groups of 64 rows a
     kernel instance takes), one record each, with whether their bits equal exact
     ``mma``'s (``d``). A Hopper GPU runs the kernel, elsewhere Pallas' interpreter the
     exact model's chain of the same layout."""
     if not args.tc_groups:
         return
-    if fb != fa:
-        raise SystemExit("--tc-groups: wgmma's chains have one operand format")
+    if (fb != fa or k % backends.NATIVE_K[fa] or (fa in _FP8 and instruction != "wgmma")
+            or (fa == "tf32" and instruction == "wmma")):
+        raise SystemExit("--tc-groups times the kernel's wgmma form: one operand format, "
+                         "the format's wgmma k; fp8 through --instruction wgmma, tf32 not "
+                         "through wmma (two k4 blocks)")
     spec = backends.NativeDotSpec(fa, fb, args.c_format, backends.NATIVE_K[fa],
                                   fa in _FP8)
     interpret = backends.native_device_error() is not None
     tiles = a.shape[0]
-    if fa == "tf32":  # the tensor core reads tf32's top 19 bits; the kernel must not round
-        a, b = (jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint32)
-                                             & jnp.uint32(0xFFFFE000), jnp.float32)
-                for x in (a, b))
     for g in _ints(args.tc_groups):
         f = jax.jit(lambda a, b, c, g=g: backends.native_tiles_chain(
             a, b, c, spec, groups=g, interpret=interpret))

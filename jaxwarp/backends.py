@@ -32,9 +32,10 @@ Native mode (wgmma through Triton, sm_90):
     native_chain: native mode's k loop on converted operands.
     NativeDotSpec, NativePlan, native_gemm: one kernel's dot, its plan, the kernel.
     NATIVE_TILES_NAME, native_tiles_chain: the name and the call of the kernel that
-        runs many small tiles several to one wgmma, ``(a, b, c, spec, groups=)`` on
-        (T, m, k) @ (T, k, n) + (T, m, n), as exact ``jaxwarp.mma`` runs them with
-        ``jaxwarp.config.gemm_exact_tensor_cores="auto"`` on a Hopper GPU.
+        runs many small tiles several to one wgmma, ``(a, b, c, spec, groups=,
+        hmma_pair=, nan=, interpret=)`` on (T, m, k) @ (T, k, n) + (T, m, n), as exact
+        ``jaxwarp.mma`` runs them with ``jaxwarp.config.gemm_exact_tensor_cores="auto"``
+        on a Hopper GPU.
 
 Exact mode's chain:
     ChainConfig: the static configuration of one product (formats, tile, instruction,

@@ -303,10 +303,12 @@ def test_exact_on_tensor_cores_gives_the_models_bits(arch, instruction, fmt, til
     routes pad to 272 with zero products)."""
     M, K, N = 256, 512, 256 if instruction == "wmma" else 264
     a, b, c = _operands(fmt, "f32", M, K, N, seed=11)
-    if fmt in ("f16", "bf16"):
-        a = a.at[0, :3].set(jnp.array([jnp.inf, jnp.nan, 2.0 ** -20]))
-        b = b.at[5, 7].set(-jnp.inf).at[9, :2].set(2.0 ** -30)
-        c = c.at[3, 4].set(jnp.nan)
+    # special values: inf (fp8: saturated to the largest finite by the conversion), NaN,
+    # subnormal operands and a NaN and -0 in C
+    tiny = {"f16": 2.0 ** -20, "bf16": 2.0 ** -130, "tf32": 2.0 ** -130}.get(fmt, 2.0 ** -8)
+    a = a.at[0, :3].set(jnp.array([jnp.inf, jnp.nan, tiny]))
+    b = b.at[5, 7].set(-jnp.inf).at[9, :2].set(tiny)
+    c = c.at[3, 4].set(jnp.nan).at[4, :3].set(-0.0)
     kw = dict(operand_format=fmt, instruction=instruction, arch=arch, mode="exact")
     f = functools.partial(jaxwarp.matmul, **kw)
     seen, kernel = [], native.chain

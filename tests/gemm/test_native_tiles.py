@@ -77,10 +77,6 @@ def test_layout_gives_exact_modes_bits(fmt, acc, T, m, K, n, groups):
     a, b, c = _tiles(fmt, acc, T, m, K, n)
     ik = native.NATIVE_K[fmt]
     spec = native_tiles.native_kernels.DotSpec(fmt, fmt, acc, ik, native.B_KMAJOR[fmt])
-    if fmt == "tf32":  # the tensor core reads the top 19 bits, as run_tiles cuts them
-        a, b = (jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(x, jnp.uint32)
-                                             & jnp.uint32(0xFFFFE000), jnp.float32)
-                for x in (a, b))
     got = native_tiles.chain(a, b, c, spec, groups=groups, interpret=True)
     np.testing.assert_array_equal(_bits(got), _bits(_exact(a, b, c, fmt, acc)))
 
@@ -140,8 +136,10 @@ _ROUTES = [  # (instruction, arch, format, k, m, n, extra, taken)
 def test_route_follows_the_catalogue(instruction, arch, fmt, k, m, n, extra, taken,
                                      monkeypatch):
     """With the option on and a Hopper GPU (pretended: the kernel runs in the
-    interpreter), exact ``mma`` takes the tensor cores exactly for wgmma's chains, with
-    exact mode's bits and its gradient; with the option off it does not."""
+    interpreter), exact ``mma`` takes the tensor cores exactly for wgmma's chains (and
+    sm_90's fp8 ``mma.sync``), with exact mode's bits; with the option off it does not.
+    (tf32 also takes a gradient through the route: ``mma``'s straight-through rule,
+    the same either way.)"""
     monkeypatch.setattr(native, "device_error", lambda: None)
     seen, run = [], native.run_tiles
 
@@ -178,6 +176,16 @@ def test_route_follows_the_catalogue(instruction, arch, fmt, k, m, n, extra, tak
             np.testing.assert_array_equal(_bits(x), _bits(y))
 
 
+def test_run_tiles_refuses_other_chains():
+    """run_tiles runs what its cfg's datapath says, whatever the option: a chain that is
+    not wgmma's (sm_80's blocks of 8) is an error, not other arithmetic."""
+    a, b, c = _tiles("bf16", "f32", 4, 16, 16, 8, special=False)
+    cfg = datapath.check_mma(a, b, c, a_format="bf16", c_format="f32", d_format="f32",
+                             instruction="mma_sync", arch="sm_80").cfg
+    with pytest.raises(ValueError, match="neither sm_90a wgmma's nor sm_90's fp8 mma.sync"):
+        native.run_tiles(a, b, c, cfg, interpret=True)
+
+
 def test_route_reads_the_datapath(monkeypatch):
     """The data drives it: the chain's datapath one field from wgmma's, no route."""
     monkeypatch.setattr(native, "device_error", lambda: None)
@@ -211,3 +219,16 @@ def test_tensor_cores_give_the_models_bits(instruction, arch, fmt, acc, k):
     with jaxwarp.config.override(gemm_exact_tensor_cores="off", gemm_fused_kernel="off"):
         want = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw))(a, b, c)
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+def test_route_needs_pallas_triton(monkeypatch):
+    """The kernel is Pallas-Triton's: a JAX without that backend keeps the model's
+    arithmetic for the tiles instead of failing (pretended Hopper GPU)."""
+    monkeypatch.setattr(native, "device_error", lambda: None)
+    a, b, c = _tiles("f16", "f32", 4, 16, 16, 16, special=False)
+    checked = datapath.check_mma(a, b, c, a_format="f16", c_format="f32", d_format="f32",
+                                 instruction="wgmma", arch="sm_90a")
+    with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
+        assert native.tiles_on_tensor_cores(checked, False)
+        monkeypatch.setattr(native.native_mgpu, "triton_missing", lambda: True)
+        assert not native.tiles_on_tensor_cores(checked, False)

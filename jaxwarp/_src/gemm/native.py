@@ -221,12 +221,10 @@ def run_exact(a_op, b_op, c_acc, cfg: Any) -> jax.Array:
 
 def _same_as_wgmma(a_format: str, b_format: str, accumulator: str, ik: int,
                    dp: Any) -> bool:
-    """Whether the option ``gemm_exact_tensor_cores`` is on and a chain of these static
-    arguments and datapath ``dp`` is one the GPU's ``wgmma`` issues with the same
-    arithmetic: one operand format of wgmma's, its k, an accumulator it has, and the
-    datapath equal to sm_90a ``wgmma``'s."""
-    if (config.gemm_exact_tensor_cores == "off" or a_format != b_format
-            or a_format not in NATIVE_K or ik != NATIVE_K[a_format]
+    """Whether a chain of these static arguments and datapath ``dp`` is one the GPU's
+    ``wgmma`` issues with the same arithmetic: one operand format of wgmma's, its k, an
+    accumulator it has, and the datapath equal to sm_90a ``wgmma``'s."""
+    if (a_format != b_format or a_format not in NATIVE_K or ik != NATIVE_K[a_format]
             or accumulator not in ACCUMULATORS["wgmma"][a_format]):
         return False
     return dp == datapath_checks.matmul_datapath("sm_90a", "wgmma", a_format, a_format,
@@ -234,14 +232,14 @@ def _same_as_wgmma(a_format: str, b_format: str, accumulator: str, ik: int,
 
 
 def _hmma_pair(a_format: str, b_format: str, accumulator: str, ik: int, dp: Any) -> bool:
-    """Whether the option ``gemm_exact_tensor_cores`` is on and the chain is sm_90's fp8
-    ``mma.sync``: fp8 operands converted to f16 (``dp.operand_via``), each instruction's k
-    taken by two f16 HMMAs (``k_split="mod4"``) chained from +0, C added last
+    """Whether the chain is sm_90's fp8 ``mma.sync``: fp8 operands (one format or two)
+    converted to f16 (``dp.operand_via``), each instruction's k taken by two f16 HMMAs of
+    16 products (``k_split="mod4"``, ``block_k``) chained from +0, C added last
     (``c_mode="end"``), an fp32 C and D, and the HMMAs' datapath otherwise equal to f16
     ``wgmma``'s -- so the tensor cores run it as f16 ``wgmma`` chains and an fp32 addition
     (``native_tiles.chain(..., hmma_pair=True)``, :func:`run_exact`)."""
-    if (config.gemm_exact_tensor_cores == "off" or dp is None
-            or ik != native_tiles.PAIR_K or accumulator != "f32"
+    if (dp is None or ik != native_tiles.PAIR_K or dp.block_k != ik // 2
+            or accumulator != "f32"
             or not {a_format, b_format} <= set(isa.FP8_TYPES)
             or (dp.operand_via, dp.k_split, dp.c_mode) != ("f16", "mod4", "end")):
         return False
@@ -256,8 +254,10 @@ def tiles_on_tensor_cores(checked: Any, satf: bool) -> bool:
     ``gemm_exact_tensor_cores`` is "auto", the device a Hopper GPU, the chain's datapath
     sm_90a ``wgmma``'s (as :func:`exact_on_tensor_cores` asks of a GEMM) or that of sm_90's
     fp8 ``mma.sync`` (two f16 HMMAs, whose datapath is f16 ``wgmma``'s, and an FADD),
-    C and D of one format, no satf and no ``scale_input_d``, and the tiles of a shape
-    that ``native_tiles.fits`` takes (m dividing 64: several tiles to one ``wgmma``).
+    C and D of one format, no satf and no ``scale_input_d``, the tiles of a shape that
+    ``native_tiles.fits`` takes (m dividing 64: several tiles to one ``wgmma``), and a
+    JAX with Pallas' Triton backend (the kernel's; elsewhere the tiles keep the model's
+    arithmetic).
 
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
@@ -276,15 +276,15 @@ def tiles_on_tensor_cores(checked: Any, satf: bool) -> bool:
         return False
     m, K = checked.a.shape[-2:]
     return (native_tiles.fits(m, checked.b.shape[-1], K, cfg.ik) is None
-            and device_error() is None)
+            and device_error() is None and not native_mgpu.triton_missing())
 
 
 def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     """Exact ``mma``'s tiles on the tensor cores (``native_tiles``: g = 64 / m tiles to one
     ``wgmma``), for a chain that :func:`tiles_on_tensor_cores` accepted (``cfg``: its
-    ``ChainCfg``). Leading batch dims broadcast as in ``mma``; tf32 operands are cut to
-    their top 19 bits first, as :func:`run_mma` cuts them. ``interpret``: the exact
-    model in Pallas' interpreter (checking the layout on a CPU).
+    ``ChainCfg``; another chain's raises ValueError). Leading batch dims broadcast as in
+    ``mma``. ``interpret``: the exact model in Pallas' interpreter (checking the layout on
+    a CPU).
 
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
@@ -295,9 +295,11 @@ def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
         >>> run_tiles(a, b, jnp.zeros((16, 16)), cfg, interpret=True)[1, 0, 0]
         Array(32., dtype=float32)
     """
-    if cfg.a_format == "tf32":
-        a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
-    pair = _hmma_pair(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik, cfg.dp)
+    formats = (cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik)
+    pair = _hmma_pair(*formats, cfg.dp)
+    if not pair and not _same_as_wgmma(*formats, cfg.dp):
+        raise ValueError("run_tiles: the chain's datapath is neither sm_90a wgmma's nor "
+                         "sm_90's fp8 mma.sync's (tiles_on_tensor_cores decides)")
     spec = (native_kernels.DotSpec("f16", "f16", "f32", NATIVE_K["f16"]) if pair else
             native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
                                    B_KMAJOR[cfg.a_format]))

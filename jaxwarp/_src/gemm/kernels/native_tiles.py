@@ -45,10 +45,11 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from jaxwarp._src.gemm.kernels import native_kernels
+from jaxwarp._src.gemm.kernels import native_kernels, native_mgpu
+from jaxwarp._src.numerics import bitops
 
-#: Rows of one ``wgmma`` product: the tiles of a group stacked.
-ROWS = 64
+#: Rows of one ``wgmma`` product (a warpgroup's m): the tiles of a group stacked.
+ROWS = native_mgpu.CHAIN_M
 #: The widest product (``wgmma``'s largest n).
 MAX_COLUMNS = 256
 #: The kernel's name (in profiles and traces).
@@ -200,7 +201,9 @@ def chain(a, b, c, spec: native_kernels.DotSpec, *, groups: int | None = None,
     (T, m, n) in C's dtype, each tile's chain that of ``wgmma`` (``spec``) on its tensor
     cores (``interpret``: the exact model's, in Pallas' interpreter). The tiles must
     :func:`fits`; T is padded to whole instances with zero tiles (dropped from D).
-    ``groups``: groups of tiles an instance takes (default :func:`plan`'s).
+    ``groups``: groups of tiles an instance takes (default :func:`plan`'s). tf32
+    operands are cut to their top 19 bits first (``bitops.tf32_keep``), as the tensor
+    core reads them: Triton's tf32 dot must not round them.
 
     ``hmma_pair``: the chain of sm_90's fp8 ``mma.sync`` (k :data:`PAIR_K`; its datapath's
     ``operand_via="f16"``, ``k_split="mod4"``, ``c_mode="end"``): fp8 operands (e4m3 /
@@ -236,6 +239,8 @@ def chain(a, b, c, spec: native_kernels.DotSpec, *, groups: int | None = None,
     g = p.group
     per = g * p.groups  # tiles an instance
     Tp = -(-T // per) * per
+    if spec.a_format == "tf32":
+        a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
     if Tp != T:
         a, b, c = (jnp.pad(x, ((0, Tp - T), (0, 0), (0, 0))) for x in (a, b, c))
     if not interpret:
