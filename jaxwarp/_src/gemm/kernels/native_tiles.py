@@ -157,6 +157,8 @@ def _kernel(a_ref, b_ref, c_ref, z_ref, o_ref, *, plan: TilePlan):
             bt = b_ref[q, tile[None, :], ks[:, None], j[None, :]]
         if as_spec is not None:
             bt = bt.astype(as_spec)
+        if spec.a_format == "tf32":  # the 19 bits the tensor core reads: no rounding left
+            at, bt = bitops.tf32_keep(at), bitops.tf32_keep(bt)
         return native_kernels.chain_dot_p.bind(at, bt, acc, spec=spec)
 
     def run(q, acc, off, length):  # the chain over k = off .. off + length
@@ -201,9 +203,10 @@ def chain(a, b, c, spec: native_kernels.DotSpec, *, groups: int | None = None,
     (T, m, n) in C's dtype, each tile's chain that of ``wgmma`` (``spec``) on its tensor
     cores (``interpret``: the exact model's, in Pallas' interpreter). The tiles must
     :func:`fits`; T is padded to whole instances with zero tiles (dropped from D).
-    ``groups``: groups of tiles an instance takes (default :func:`plan`'s). tf32
-    operands are cut to their top 19 bits first (``bitops.tf32_keep``), as the tensor
-    core reads them: Triton's tf32 dot must not round them.
+    ``groups``: groups of tiles an instance takes (default :func:`plan`'s). The kernel
+    cuts tf32 operands to their top 19 bits (``bitops.tf32_keep``, in registers: no
+    pass over them), as the tensor core reads them: Triton's tf32 dot must not round
+    them.
 
     ``hmma_pair``: the chain of sm_90's fp8 ``mma.sync`` (k :data:`PAIR_K`; its datapath's
     ``operand_via="f16"``, ``k_split="mod4"``, ``c_mode="end"``): fp8 operands (e4m3 /
@@ -239,8 +242,6 @@ def chain(a, b, c, spec: native_kernels.DotSpec, *, groups: int | None = None,
     g = p.group
     per = g * p.groups  # tiles an instance
     Tp = -(-T // per) * per
-    if spec.a_format == "tf32":
-        a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
     if Tp != T:
         a, b, c = (jnp.pad(x, ((0, Tp - T), (0, 0), (0, 0))) for x in (a, b, c))
     if not interpret:
