@@ -144,6 +144,16 @@ def host_info() -> dict[str, Any]:
 # fused_mgpu.py). -------------------------------------------------------------------------
 
 
+def exact_path(jaxpr_text: str) -> str:
+    """Which backend ran exact ``jaxwarp.mma`` in a traced program (its jaxpr as text):
+    "tensor_cores" (the tiles kernel), "kernel" (the fused kernel) or "xla"."""
+    from jaxwarp import backends
+
+    if backends.NATIVE_TILES_NAME in jaxpr_text:
+        return "tensor_cores"
+    return "kernel" if backends.FUSED_TILES_NAME in jaxpr_text else "xla"
+
+
 def bit_view(x):
     """x as unsigned words of its width (NumPy)."""
     import numpy as np

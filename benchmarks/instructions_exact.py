@@ -33,10 +33,9 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from _common import best_time, device_info, emit
+from _common import best_time, device_info, emit, exact_path
 
 import jaxwarp
-from jaxwarp import backends
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import reference_tc  # noqa: E402  (the plain-int oracle, for the output check)
@@ -132,9 +131,7 @@ def run(name, macs, repeats, f16_rate=None):
     def native(a, b, c):
         return jnp.einsum("tmk,tkn->tmn", a, b, preferred_element_type=acc) + c
 
-    jaxpr = str(jax.make_jaxpr(exact)(a, b, c))
-    path = ("tensor_cores" if backends.NATIVE_TILES_NAME in jaxpr
-            else "kernel" if backends.FUSED_TILES_NAME in jaxpr else "xla")
+    path = exact_path(str(jax.make_jaxpr(exact)(a, b, c)))
     d = exact(a, b, c).block_until_ready()
     checked = _check(a, b, c, d, instr, at, bt, ct, (m, n, k))
     t_exact = best_time(lambda: exact(a, b, c).block_until_ready(), repeats)

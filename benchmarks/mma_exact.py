@@ -39,7 +39,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_time, compiled_memory, device_info, emit
+from _common import best_time, bit_view, compiled_memory, device_info, emit, exact_path
 
 import jaxwarp
 from jaxwarp import backends
@@ -137,9 +137,7 @@ def main() -> None:
 
     io_bytes = a.nbytes + b.nbytes + c.nbytes + c.nbytes  # output has c's shape and dtype
     f_exact = jax.jit(exact)
-    jaxpr = str(jax.make_jaxpr(exact)(a, b, c))
-    path = ("tensor_cores" if backends.NATIVE_TILES_NAME in jaxpr
-            else "kernel" if backends.FUSED_TILES_NAME in jaxpr else "xla")
+    path = exact_path(str(jax.make_jaxpr(exact)(a, b, c)))
     # Exact mode first, so that the device's peak counter sees nothing else.
     base = _peak_bytes()
     d = f_exact(a, b, c).block_until_ready()
@@ -243,8 +241,7 @@ def tc_variants(args, a, b, c, d, fa, fb, instruction, k, t_einsum, name) -> Non
     for g in _ints(args.tc_groups):
         f = jax.jit(lambda a, b, c, g=g: backends.native_tiles_chain(
             a, b, c, spec, groups=g, interpret=interpret))
-        got = np.asarray(f(a, b, c))
-        same = bool(np.array_equal(got.view(np.uint8), np.asarray(d).view(np.uint8)))
+        same = bool(np.array_equal(bit_view(f(a, b, c)), bit_view(d)))
         t = best_time(lambda f=f: f(a, b, c).block_until_ready(), args.repeats)
         emit({"benchmark": f"{name}/tensor_core_variant", **device_info(), "tiles": tiles,
               "groups": g, "k": k, "bits_equal_mma": same, "tiles_per_s": tiles / t,

@@ -144,8 +144,9 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
     (M, K), N = a_op.shape, b_op.shape[1]
     m, n, k = cfg.tile
     Mp, Np, Kp = (-(-d // t) * t for d, t in ((M, m), (N, n), (K, k)))
-    if scales is None and native.exact_on_tensor_cores(cfg) is not None:  # (K as padded)
-        return native.run_exact(_pad_to(a_op, M, Kp), _pad_to(b_op, Kp, N), c_acc, cfg)
+    on_tc = None if scales is not None else native.exact_on_tensor_cores(cfg)
+    if on_tc is not None:  # the GPU's own wgmma has this chain's arithmetic (K as padded)
+        return native.run_exact(_pad_to(a_op, M, Kp), _pad_to(b_op, Kp, N), c_acc, cfg, on_tc)
     a_op, b_op, acc = _pad_to(a_op, Mp, Kp), _pad_to(b_op, Kp, Np), _pad_to(c_acc, Mp, Np)
     if scales is not None:
         scales = (_pad_to(scales[0], Mp, scales[0].shape[1]),

@@ -191,10 +191,11 @@ def exact_on_tensor_cores(cfg: Any, dp: Any = None) -> Any:
                                **native)
 
 
-def run_exact(a_op, b_op, c_acc, cfg: Any) -> jax.Array:
+def run_exact(a_op, b_op, c_acc, cfg: Any, native: Any = None) -> jax.Array:
     """Exact mode's chain of ``cfg`` on the tensor cores, for a ``cfg`` that
-    :func:`exact_on_tensor_cores` routes there: :func:`chain` of its native form, on
-    operands whose K is already padded as exact mode pads it. sm_90's fp8 ``mma.sync``
+    :func:`exact_on_tensor_cores` routes there: :func:`chain` of its native form
+    (``native``: that function's result, where the caller has it), on operands whose K is
+    already padded as exact mode pads it. sm_90's fp8 ``mma.sync``
     (:func:`_hmma_pair`) takes f16 operands (exact) in its HMMAs' k order
     (``native_tiles.mod4_order``): each instruction's two HMMAs chain from +0 and C is added
     last, native mode's promotion every instruction.
@@ -208,7 +209,7 @@ def run_exact(a_op, b_op, c_acc, cfg: Any) -> jax.Array:
         Traceback (most recent call last):
         ValueError: run_exact: the chain is not one exact_on_tensor_cores routes ...
     """
-    native = exact_on_tensor_cores(cfg)
+    native = exact_on_tensor_cores(cfg) if native is None else native
     if native is None:
         raise ValueError("run_exact: the chain is not one exact_on_tensor_cores routes to "
                          "the tensor cores (the option gemm_exact_tensor_cores, a Hopper GPU, "
@@ -303,9 +304,7 @@ def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     spec = (native_kernels.DotSpec("f16", "f16", "f32", NATIVE_K["f16"]) if pair else
             native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
                                    B_KMAJOR[cfg.a_format]))
-    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
-    a, b, c = (jnp.broadcast_to(x, batch + x.shape[-2:]).reshape((-1, *x.shape[-2:]))
-               for x in (a, b, c))
+    batch, (a, b, c) = _flat_batch(a, b, c)
     d = native_tiles.chain(a, b, c, spec, hmma_pair=pair, nan=cfg.dp.nan_f32,
                            interpret=interpret)
     return d.reshape(batch + d.shape[-2:])
@@ -473,13 +472,19 @@ def run_mma(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
         a, b = bitops.tf32_keep(a), bitops.tf32_keep(b)
     chain_cfg = Cfg(cfg.a_format, cfg.b_format, cfg.c_format, (64, 8, cfg.ik), "wgmma",
                     "sm_90a", "native", None, False)
-    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
     fn = functools.partial(chain, cfg=chain_cfg, interpret=interpret)
-    if not batch:
+    if not jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2]):
         return fn(a, b, c)
     # One batch dim (one vmap: a Mosaic GPU kernel's grid gains one dim a vmap).
-    a, b, c = (jnp.broadcast_to(x, batch + x.shape[-2:]).reshape((-1, *x.shape[-2:]))
-               for x in (a, b, c))
+    batch, (a, b, c) = _flat_batch(a, b, c)
     d = jax.vmap(fn)(a, b, c)
     return d.reshape(batch + d.shape[-2:])
+
+
+def _flat_batch(a, b, c):
+    """``mma``'s leading batch dims, broadcast: (their shape, the three flattened to one
+    batch dim)."""
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2], c.shape[:-2])
+    return batch, tuple(jnp.broadcast_to(x, batch + x.shape[-2:]).reshape(
+        (-1, *x.shape[-2:])) for x in (a, b, c))
 

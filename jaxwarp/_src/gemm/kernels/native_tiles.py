@@ -105,11 +105,13 @@ def fits(m: int, n: int, K: int, ik: int) -> str | None:
 
 
 def plan(spec: native_kernels.DotSpec, m: int, n: int, K: int, T: int,
-         hmma_pair: bool = False) -> TilePlan:
+         hmma_pair: bool = False, groups: int | None = None,
+         nan: int = 0x7FFFFFFF) -> TilePlan:
     """The kernel's blocks for T tiles of (m, K) @ (K, n): the k block (the format's GEMM
     block, at most the smallest power of two covering K, or with ``hmma_pair`` one
-    instruction's :data:`PAIR_K`) and the groups an instance takes (:data:`GROUPS`,
-    fewer where T is small).
+    instruction's :data:`PAIR_K`) and the groups an instance takes (``groups``, by
+    default :data:`GROUPS`, fewer where T is small); ``hmma_pair`` and ``nan`` as
+    :func:`chain`'s.
 
     Example:
         >>> spec = native_kernels.DotSpec("e4m3", "e4m3", "f32", 32, True)
@@ -119,8 +121,9 @@ def plan(spec: native_kernels.DotSpec, m: int, n: int, K: int, T: int,
     bk = spec.k
     while bk < min(K, PAIR_K if hmma_pair else BLOCK_K):
         bk *= 2
-    groups = max(1, min(GROUPS, -(-T // (ROWS // m))))
-    return TilePlan(spec, m, n, K, bk, groups, hmma_pair)
+    if groups is None:
+        groups = max(1, min(GROUPS, -(-T // (ROWS // m))))
+    return TilePlan(spec, m, n, K, bk, groups, hmma_pair, nan)
 
 
 def mod4_order(ks):
@@ -142,21 +145,20 @@ def _kernel(a_ref, b_ref, c_ref, z_ref, o_ref, *, plan: TilePlan):
     col = lax.iota(jnp.int32, g * n)
     tile, j = col // n, col % n  # each product column: its tile, its column in the tile
     row = lax.iota(jnp.int32, ROWS)
-    as_spec = jnp.float16 if plan.hmma_pair else None  # fp8 -> f16: exact
 
     def block(q, acc, s, size):  # one k block of the chain: wgmma instructions in order
         ks = s + lax.iota(jnp.int32, size)
         if plan.hmma_pair:
             ks = mod4_order(ks)
-            at = a_ref[q, row[:, None], ks[None, :]].astype(as_spec)
+            at = a_ref[q, row[:, None], ks[None, :]]
         else:
             at = a_ref[q, :, pl.ds(s, size)]
         if spec.b_kmajor:  # (g n, size): the kernel's B transposed
             bt = b_ref[q, tile[:, None], ks[None, :], j[:, None]]
         else:
             bt = b_ref[q, tile[None, :], ks[:, None], j[None, :]]
-        if as_spec is not None:
-            bt = bt.astype(as_spec)
+        if plan.hmma_pair:  # fp8 -> f16: exact
+            at, bt = at.astype(jnp.float16), bt.astype(jnp.float16)
         if spec.a_format == "tf32":  # the 19 bits the tensor core reads: no rounding left
             at, bt = bitops.tf32_keep(at), bitops.tf32_keep(bt)
         return native_kernels.chain_dot_p.bind(at, bt, acc, spec=spec)
@@ -182,8 +184,7 @@ def _kernel(a_ref, b_ref, c_ref, z_ref, o_ref, *, plan: TilePlan):
         # Tile t's block of D: its rows' bits in their own column block, zero in the
         # others, summed over the blocks as integers (one term nonzero: exact bits, NaN
         # payloads and the sign of zero included).
-        bits = lax.bitcast_convert_type(acc, jnp.int32 if acc.dtype == jnp.float32
-                                        else jnp.int16).astype(jnp.int32)
+        bits = lax.bitcast_convert_type(acc, _INT[acc.dtype]).astype(jnp.int32)
         if plan.hmma_pair:  # the FADDs' NaN: a GPU's is its one NaN, XLA's the operand's
             bits = jnp.where(acc != acc, np.uint32(plan.nan).view(np.int32), bits)
         diagonal = (row // m)[:, None] == tile[None, :]
@@ -236,9 +237,7 @@ def chain(a, b, c, spec: native_kernels.DotSpec, *, groups: int | None = None,
     if why is not None or b.shape != (T, K, n) or c.shape != (T, m, n):
         raise ValueError(f"native tiles: {a.shape} @ {b.shape} + {c.shape}: "
                          f"{why or 'shapes disagree'}")
-    p = dataclasses.replace(plan(spec, m, n, K, T, hmma_pair), nan=nan)
-    if groups is not None:
-        p = dataclasses.replace(p, groups=groups)
+    p = plan(spec, m, n, K, T, hmma_pair, groups, nan)
     g = p.group
     per = g * p.groups  # tiles an instance
     Tp = -(-T // per) * per
