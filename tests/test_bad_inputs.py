@@ -2993,3 +2993,48 @@ case(6, "matmul-mfma-fnuz-grad", lambda a, b: jax.grad(lambda x: jaxwarp.matmul(
                                      if id(p.values[0]) in {id(c) for c in CATALOGUE[_EA0:]}])
 def test_bad_input_emulate_amd(c: Case, mode: str):
     test_bad_input(c, mode)
+
+
+# jaxwarp.backends.native_tiles_chain: the tensor-core tiles kernel's call (here in Pallas'
+# interpreter); shapes and its spec are static, so jit raises the same errors at trace.
+
+_NT0 = len(CATALOGUE)
+_F16_T = np.ones((2, 16, 32), np.float16)
+
+
+def _tiles_chain(**kw):
+    from jaxwarp import backends
+    spec = backends.NativeDotSpec(*kw.pop("spec", ("f16", "f16", "f32", 16)))
+    return lambda a, b, c: backends.native_tiles_chain(a, b, c, spec, interpret=True, **kw)
+
+
+case(6, "native-tiles-m", _tiles_chain(), np.ones((2, 24, 32), np.float16),
+     np.ones((2, 32, 16), np.float16), np.zeros((2, 24, 16), np.float32), exc=ValueError,
+     must=("a (2, 24, 32)", "m = 24 does not divide 64"))
+case(6, "native-tiles-columns", _tiles_chain(), _F16_T, np.ones((2, 32, 12), np.float16),
+     np.zeros((2, 16, 12), np.float32), exc=ValueError,
+     must=("n = 12", "48 columns", "power of two from 16 to 256"))
+case(6, "native-tiles-k", _tiles_chain(), np.ones((2, 16, 24), np.float16),
+     np.ones((2, 24, 16), np.float16), np.zeros((2, 16, 16), np.float32), exc=ValueError,
+     must=("k = 24", "multiple of the instruction's k = 16"))
+case(6, "native-tiles-b-shape", _tiles_chain(), _F16_T, np.ones((3, 32, 16), np.float16),
+     np.zeros((2, 16, 16), np.float32), exc=ValueError,
+     must=("b (3, 32, 16)", "b must be (T, K, n) = (2, 32, n)"))
+case(6, "native-tiles-c-shape", _tiles_chain(), _F16_T, np.ones((2, 32, 16), np.float16),
+     np.zeros((2, 16, 8), np.float32), exc=ValueError,
+     must=("c (2, 16, 8)", "c (T, m, n) = (2, 16, 16)"))
+case(6, "native-tiles-ndim", _tiles_chain(), np.ones((16, 32), np.float16),
+     np.ones((32, 16), np.float16), np.zeros((16, 16), np.float32), exc=ValueError,
+     must=("a, b and c must be 3-D",))
+case(6, "native-tiles-hmma-spec", _tiles_chain(hmma_pair=True, spec=("e4m3", "e4m3", "f32",
+                                                                      32, True)),
+     np.ones((2, 16, 32), np.float32).astype(jnp.float8_e4m3fn),
+     np.ones((2, 32, 8), np.float32).astype(jnp.float8_e4m3fn),
+     np.zeros((2, 16, 8), np.float32), exc=ValueError,
+     must=("hmma_pair runs f16 wgmma k16", "spec="))
+
+
+@pytest.mark.parametrize("c, mode", [p for p in _params()
+                                     if id(p.values[0]) in {id(c) for c in CATALOGUE[_NT0:]}])
+def test_bad_input_native_tiles(c: Case, mode: str):
+    test_bad_input(c, mode)

@@ -227,16 +227,21 @@ def chain(a, b, c, spec: native_kernels.DotSpec, *, groups: int | None = None,
     """
     from jax.experimental.pallas import triton as pltriton  # noqa: PLC0415
 
+    if not a.ndim == b.ndim == c.ndim == 3:
+        raise ValueError(f"native tiles: a, b and c must be 3-D (T tiles), got a {a.shape}, "
+                         f"b {b.shape}, c {c.shape}")
     T, m, K = a.shape
     n = b.shape[-1]
     why = fits(m, n, K, PAIR_K if hmma_pair else spec.k)
     if why is None and hmma_pair and (spec.a_format, spec.b_format, spec.accumulator,
                                       spec.k, spec.b_kmajor) != ("f16", "f16", "f32", 16,
                                                                  False):
-        why = f"hmma_pair runs f16 wgmma k16 with an fp32 accumulator, not {spec}"
-    if why is not None or b.shape != (T, K, n) or c.shape != (T, m, n):
-        raise ValueError(f"native tiles: {a.shape} @ {b.shape} + {c.shape}: "
-                         f"{why or 'shapes disagree'}")
+        why = f"hmma_pair runs f16 wgmma k16 with an fp32 accumulator, not spec={spec}"
+    if why is None and (b.shape != (T, K, n) or c.shape != (T, m, n)):
+        why = (f"for a of shape (T, m, K) = {a.shape}, b must be (T, K, n) = "
+               f"({T}, {K}, n) and c (T, m, n) = ({T}, {m}, {n})")
+    if why is not None:
+        raise ValueError(f"native tiles: a {a.shape} @ b {b.shape} + c {c.shape}: {why}")
     p = plan(spec, m, n, K, T, hmma_pair, groups, nan)
     g = p.group
     per = g * p.groups  # tiles an instance
