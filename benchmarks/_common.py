@@ -146,9 +146,12 @@ def host_info() -> dict[str, Any]:
 
 def exact_path(jaxpr_text: str) -> str:
     """Which backend ran exact ``jaxwarp.mma`` in a traced program (its jaxpr as text):
-    "tensor_cores" (the tiles kernel), "kernel" (the fused kernel) or "xla"."""
+    "tensor_cores" (the Triton tiles kernel), "tensor_cores_mosaic_gpu" (the Mosaic GPU
+    one), "kernel" (the fused kernel) or "xla"."""
     from jaxwarp import backends
 
+    if backends.NATIVE_TILES_MGPU_NAME in jaxpr_text:
+        return "tensor_cores_mosaic_gpu"
     if backends.NATIVE_TILES_NAME in jaxpr_text:
         return "tensor_cores"
     return "kernel" if backends.FUSED_TILES_NAME in jaxpr_text else "xla"

@@ -20,7 +20,7 @@ the chains whose arithmetic a Hopper GPU's ``wgmma`` has on its tensor cores (``
 ``"tensor_cores"``).
 
 Usage: python benchmarks/instructions_exact.py [--macs N] [--only NAME,...] [--repeats R]
-       [--fused auto|on|off] [--tensor-cores auto|off]
+       [--fused auto|on|off] [--tensor-cores auto|off] [--tiles-backend auto|triton|mosaic_gpu]
 """
 
 from __future__ import annotations
@@ -165,11 +165,17 @@ def main() -> None:
     p.add_argument("--tensor-cores", dest="tensor_cores", default=None,
                    choices=["auto", "off"],
                    help="jaxwarp.config.gemm_exact_tensor_cores for the run (default: as set)")
+    p.add_argument("--tiles-backend", dest="tiles_backend", default=None,
+                   choices=["auto", "triton", "mosaic_gpu"],
+                   help="jaxwarp.config.gemm_tiles_backend for the run (default: as set): "
+                        "the Pallas backend of the tensor cores' tiles kernel")
     args = p.parse_args()
     if args.fused is not None:
         jaxwarp.config.update("gemm_fused_kernel", args.fused)
     if args.tensor_cores is not None:
         jaxwarp.config.update("gemm_exact_tensor_cores", args.tensor_cores)
+    if args.tiles_backend is not None:
+        jaxwarp.config.update("gemm_tiles_backend", args.tiles_backend)
     macs = args.macs or (1 << 22 if jax.default_backend() == "cpu" else 1 << 30)
     names = list(CONFIGS) if args.only is None else args.only.split(",")
     for nm in names:

@@ -17,8 +17,9 @@ operands with an fp32 C and D, ``fused_kernel.models``): ``exact_path`` says whi
 (``gemm_fused_kernel="off"``), in the same run; where the kernel ran, the first
 ``--check`` tiles' bits are compared with theirs (``bits_equal_xla``). With
 ``--tensor-cores auto`` on a Hopper GPU the chains that are ``wgmma``'s run on its tensor
-cores, several tiles to one instruction (``exact_path`` ``"tensor_cores"``; the bits
-checked against the XLA ops the same way); ``--tc-groups`` times that kernel's variants.
+cores, several tiles to one instruction (``exact_path`` ``"tensor_cores"``, or
+``"tensor_cores_mosaic_gpu"`` with ``--tiles-backend mosaic_gpu``; the bits checked
+against the XLA ops the same way); ``--tc-groups`` times the Triton kernel's variants.
 ``--groups`` / ``--warps`` / ``--conds`` time the fused kernel's variants
 (``jaxwarp.backends.fused_tiles_chain``: tiles per kernel instance, warps, a cond on the
 operands between two kernels), one record each.
@@ -27,6 +28,7 @@ Usage: python benchmarks/mma_exact.py [--tiles N] [--a-type f16|bf16|tf32|e4m3|e
        [--b-type T] [--c-type f32|f16] [--arch sm_90|sm_80|...] [--instruction I] [--k K]
        [--fused auto|on|off] [--xla] [--check N] [--groups 2,4,8] [--warps 4,8]
        [--conds rule,on,off] [--tensor-cores auto|off] [--tc-groups 1,2,4]
+       [--tiles-backend auto|triton|mosaic_gpu]
        (``--arch``: the architecture's datapath: sm_70 / sm_75 / sm_80 / sm_89 cut k = 16
        into 4 or 2 blocks, sm_90 / sm_100 / sm_120 take it in one; the kernel models
        each. fp8 defaults: ``wgmma``, sm_90a, k 32; tf32: k 8.)
@@ -93,6 +95,10 @@ def main() -> None:
                    choices=["auto", "off"],
                    help="jaxwarp.config.gemm_exact_tensor_cores for the run (default: as "
                         "set): 'auto' runs wgmma's chains on a Hopper GPU's tensor cores")
+    p.add_argument("--tiles-backend", dest="tiles_backend", default=None,
+                   choices=["auto", "triton", "mosaic_gpu"],
+                   help="jaxwarp.config.gemm_tiles_backend for the run (default: as set): "
+                        "the Pallas backend of the tensor cores' tiles kernel")
     p.add_argument("--tc-groups", dest="tc_groups", default=None,
                    help="tensor-core kernel variants: groups of 64 rows an instance")
     p.add_argument("--groups", default=None, help="kernel variants: tiles an instance")
@@ -105,6 +111,8 @@ def main() -> None:
         jaxwarp.config.update("gemm_fused_kernel", args.fused)
     if args.tensor_cores is not None:
         jaxwarp.config.update("gemm_exact_tensor_cores", args.tensor_cores)
+    if args.tiles_backend is not None:
+        jaxwarp.config.update("gemm_tiles_backend", args.tiles_backend)
     on_cpu = jax.default_backend() == "cpu"
     tiles = args.tiles if args.tiles is not None else (1 << 16 if on_cpu else 1 << 20)
     fa = args.a_format

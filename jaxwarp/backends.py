@@ -36,6 +36,11 @@ Native mode (wgmma through Triton, sm_90):
         hmma_pair=, nan=, interpret=)`` on (T, m, k) @ (T, k, n) + (T, m, n), as exact
         ``jaxwarp.mma`` runs them with ``jaxwarp.config.gemm_exact_tensor_cores="auto"``
         on a Hopper GPU.
+    NATIVE_TILES_MGPU_NAME, native_tiles_mgpu_chain: the same tiles through Pallas'
+        Mosaic GPU backend (a group's A's stacked, one wgmma chain a tile), ``(a, b, c,
+        a_format, accumulator, ctas=, stages=)``; off the GPU, under
+        ``jaxwarp.emulate(..., arch="sm_90a")`` (``jaxwarp.config.gemm_tiles_backend``
+        picks between the two).
 
 Exact mode's chain:
     ChainConfig: the static configuration of one product (formats, tile, instruction,
@@ -77,6 +82,8 @@ from jaxwarp._src.gemm.kernels.native_kernels import Plan as NativePlan
 from jaxwarp._src.gemm.kernels.native_kernels import gemm as native_gemm
 from jaxwarp._src.gemm.kernels.native_tiles import KERNEL_NAME as NATIVE_TILES_NAME
 from jaxwarp._src.gemm.kernels.native_tiles import chain as native_tiles_chain
+from jaxwarp._src.gemm.kernels.native_tiles_mgpu import KERNEL_NAME as NATIVE_TILES_MGPU_NAME
+from jaxwarp._src.gemm.kernels.native_tiles_mgpu import chain as native_tiles_mgpu_chain
 from jaxwarp._src.gemm.matmul import tiled as exact_chain
 from jaxwarp._src.gemm.matmul_tiles import Cfg as ChainConfig
 from jaxwarp._src.gemm.native import NATIVE_K as NATIVE_K
@@ -91,6 +98,7 @@ __all__ = [
     "FUSED_TILES_NAME", "fused_tiles_chain",
     "NATIVE_K", "native_device_error", "native_check_chain", "native_chain",
     "NativeDotSpec", "NativePlan", "native_gemm", "NATIVE_TILES_NAME", "native_tiles_chain",
+    "NATIVE_TILES_MGPU_NAME", "native_tiles_mgpu_chain",
     "ChainConfig", "chain_config", "exact_chain", "record_products", "wait_for_promotions",
     "parse_mma_name",
 ]

@@ -3034,6 +3034,41 @@ case(6, "native-tiles-hmma-spec", _tiles_chain(hmma_pair=True, spec=("e4m3", "e4
      must=("hmma_pair runs f16 wgmma k16", "spec="))
 
 
+
+# jaxwarp.backends.native_tiles_mgpu_chain: the same tiles on Mosaic GPU; its checks run
+# before the kernel is built, eagerly and at trace.
+def _tiles_mgpu(a_format="bf16", accumulator="f32"):
+    from jaxwarp import backends
+    return lambda a, b, c: backends.native_tiles_mgpu_chain(a, b, c, a_format, accumulator)
+
+
+_BF16_T = np.ones((2, 16, 32), jnp.bfloat16)
+case(6, "native-tiles-mgpu-m", _tiles_mgpu(), np.ones((2, 24, 32), jnp.bfloat16),
+     np.ones((2, 32, 8), jnp.bfloat16), np.zeros((2, 24, 8), np.float32), exc=ValueError,
+     must=("a (2, 24, 32)", "m = 24 does not divide 64"))
+case(6, "native-tiles-mgpu-n", _tiles_mgpu(), _BF16_T, np.ones((2, 32, 12), jnp.bfloat16),
+     np.zeros((2, 16, 12), np.float32), exc=ValueError,
+     must=("b (2, 32, 12)", "n = 12 is not a multiple of 8 from 8 to 256"))
+case(6, "native-tiles-mgpu-k", _tiles_mgpu(), np.ones((2, 16, 24), jnp.bfloat16),
+     np.ones((2, 24, 8), jnp.bfloat16), np.zeros((2, 16, 8), np.float32), exc=ValueError,
+     must=("k = 24", "multiple of the instruction's k = 16"))
+case(6, "native-tiles-mgpu-b-shape", _tiles_mgpu(), _BF16_T, np.ones((3, 32, 8), jnp.bfloat16),
+     np.zeros((2, 16, 8), np.float32), exc=ValueError,
+     must=("b (3, 32, 8)", "b must be (T, K, n) = (2, 32, n)"))
+case(6, "native-tiles-mgpu-ndim", _tiles_mgpu(), np.ones((16, 32), jnp.bfloat16),
+     np.ones((32, 8), jnp.bfloat16), np.zeros((16, 8), np.float32), exc=ValueError,
+     must=("a, b and c must be 3-D",))
+case(6, "native-tiles-mgpu-dtype", _tiles_mgpu(), np.ones((2, 16, 32), np.float16),
+     np.ones((2, 32, 8), jnp.bfloat16), np.zeros((2, 16, 8), np.float32), exc=ValueError,
+     must=("a must be bfloat16", "a_format='bf16'", "got float16"))
+case(6, "native-tiles-mgpu-accumulator", _tiles_mgpu(accumulator="f16"), _BF16_T,
+     np.ones((2, 32, 8), jnp.bfloat16), np.zeros((2, 16, 8), np.float16), exc=ValueError,
+     must=("accumulator 'f16' for bf16",))
+case(6, "native-tiles-mgpu-format", _tiles_mgpu(a_format="int8"),
+     np.ones((2, 16, 32), np.int8), np.ones((2, 32, 8), np.int8),
+     np.zeros((2, 16, 8), np.int32), exc=ValueError,
+     must=("operand format 'int8'", "the kernel issues"))
+
 @pytest.mark.parametrize("c, mode", [p for p in _params()
                                      if id(p.values[0]) in {id(c) for c in CATALOGUE[_NT0:]}])
 def test_bad_input_native_tiles(c: Case, mode: str):

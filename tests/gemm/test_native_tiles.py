@@ -221,14 +221,21 @@ def test_tensor_cores_give_the_models_bits(instruction, arch, fmt, acc, k):
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
-def test_route_needs_pallas_triton(monkeypatch):
-    """The kernel is Pallas-Triton's: a JAX without that backend keeps the model's
-    arithmetic for the tiles instead of failing (pretended Hopper GPU)."""
+def test_route_without_pallas_triton(monkeypatch):
+    """The kernel is Pallas-Triton's: a JAX without that backend takes the Mosaic GPU
+    kernel where it runs the chain, and keeps the model's arithmetic for sm_90's fp8
+    ``mma.sync`` (the Triton kernel's alone) instead of failing (pretended Hopper GPU)."""
     monkeypatch.setattr(native, "device_error", lambda: None)
-    a, b, c = _tiles("f16", "f32", 4, 16, 16, 16, special=False)
-    checked = datapath.check_mma(a, b, c, a_format="f16", c_format="f32", d_format="f32",
-                                 instruction="wgmma", arch="sm_90a")
+    a, b, c = _tiles("f16", "f32", 4, 16, 32, 16, special=False)
+    fp8 = [x.astype(jnp.float8_e4m3fn) for x in (a, b)]
+    wgmma = datapath.check_mma(a, b, c, a_format="f16", c_format="f32", d_format="f32",
+                               instruction="wgmma", arch="sm_90a")
+    pair = datapath.check_mma(*fp8, c, a_format="e4m3", c_format="f32", d_format="f32",
+                              instruction="mma_sync", arch="sm_90")
     with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
-        assert native.tiles_on_tensor_cores(checked, False)
+        assert native.tiles_on_tensor_cores(wgmma, False)
+        assert native.tiles_on_tensor_cores(pair, False)
         monkeypatch.setattr(native.native_mgpu, "triton_missing", lambda: True)
-        assert not native.tiles_on_tensor_cores(checked, False)
+        assert native.tiles_backend(wgmma.cfg, 16, 16, 32) == "mosaic_gpu"
+        assert native.tiles_on_tensor_cores(wgmma, False)
+        assert not native.tiles_on_tensor_cores(pair, False)

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jaxwarp._src.arithmetic import datapath_checks
 from jaxwarp._src.catalogue import isa
 from jaxwarp._src.config import config
-from jaxwarp._src.gemm.kernels import native_kernels, native_mgpu, native_tiles
+from jaxwarp._src.gemm.kernels import native_kernels, native_mgpu, native_tiles, native_tiles_mgpu
 from jaxwarp._src.gemm.matmul_tiles import ACCUMULATORS, TILES, Cfg, issue_arch
 from jaxwarp._src.numerics import bitops
 
@@ -255,10 +255,9 @@ def tiles_on_tensor_cores(checked: Any, satf: bool) -> bool:
     ``gemm_exact_tensor_cores`` is "auto", the device a Hopper GPU, the chain's datapath
     sm_90a ``wgmma``'s (as :func:`exact_on_tensor_cores` asks of a GEMM) or that of sm_90's
     fp8 ``mma.sync`` (two f16 HMMAs, whose datapath is f16 ``wgmma``'s, and an FADD),
-    C and D of one format, no satf and no ``scale_input_d``, the tiles of a shape that
-    ``native_tiles.fits`` takes (m dividing 64: several tiles to one ``wgmma``), and a
-    JAX with Pallas' Triton backend (the kernel's; elsewhere the tiles keep the model's
-    arithmetic).
+    C and D of one format, no satf and no ``scale_input_d``, and a tiles kernel that
+    takes them on the installed JAX (:func:`tiles_backend`; elsewhere the tiles keep the
+    model's arithmetic).
 
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
@@ -276,16 +275,48 @@ def tiles_on_tensor_cores(checked: Any, satf: bool) -> bool:
             or not (_same_as_wgmma(*formats, cfg.dp) or _hmma_pair(*formats, cfg.dp))):
         return False
     m, K = checked.a.shape[-2:]
-    return (native_tiles.fits(m, checked.b.shape[-1], K, cfg.ik) is None
-            and device_error() is None and not native_mgpu.triton_missing())
+    return (tiles_backend(cfg, m, checked.b.shape[-1], K) is not None
+            and device_error() is None)
+
+
+def tiles_backend(cfg: Any, m: int, n: int, K: int) -> str | None:
+    """Which Pallas backend runs (m, K) @ (K, n) tiles of a wgmma chain (``cfg``: its
+    ``ChainCfg``) on the tensor cores, by the option ``gemm_tiles_backend``, or None where
+    the one it names cannot: "triton" (``native_tiles``: m dividing 64 and g·n a power of
+    two from 16 to 256, where JAX has Pallas' Triton backend), "mosaic_gpu"
+    (``native_tiles_mgpu``: m dividing 64, n a multiple of 8 up to 256, one operand
+    format, not sm_90's fp8 ``mma.sync``); "auto" is Triton where it takes the tiles, else
+    Mosaic GPU.
+
+    Example:
+        >>> from jaxwarp._src.arithmetic import datapath
+        >>> from jaxwarp._src.catalogue.arch import datapath_for
+        >>> cfg = datapath.ChainCfg("f16", "f16", "f32", "f32",
+        ...                         datapath_for("sm_90a", "wgmma", "f16", 16), 16)
+        >>> with config.override(gemm_tiles_backend="mosaic_gpu"):
+        ...     tiles_backend(cfg, 16, 8, 32) in ("mosaic_gpu", None)
+        True
+    """
+    pair = _hmma_pair(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik, cfg.dp)
+    choice = config.gemm_tiles_backend
+    if choice in ("auto", "triton") and not native_mgpu.triton_missing() and (
+            native_tiles.fits(m, n, K, cfg.ik) is None):
+        return "triton"
+    if choice in ("auto", "mosaic_gpu") and not pair and native_tiles_mgpu.unsupported(
+            cfg.a_format, cfg.b_format, cfg.c_format, m, n, K) is None:
+        return "mosaic_gpu"
+    return None
 
 
 def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
-    """Exact ``mma``'s tiles on the tensor cores (``native_tiles``: g = 64 / m tiles to one
-    ``wgmma``), for a chain that :func:`tiles_on_tensor_cores` accepted (``cfg``: its
-    ``ChainCfg``; another chain's raises ValueError). Leading batch dims broadcast as in
-    ``mma``. ``interpret``: the exact model in Pallas' interpreter (checking the layout on
-    a CPU).
+    """Exact ``mma``'s tiles on the tensor cores, for a chain that
+    :func:`tiles_on_tensor_cores` accepted (``cfg``: its ``ChainCfg``; another chain's
+    raises ValueError), through the kernel :func:`tiles_backend` picks: ``native_tiles``
+    (Triton: g = 64 / m tiles to one ``wgmma``, block-diagonally) or
+    ``native_tiles_mgpu`` (Mosaic GPU: g tiles' A's stacked, one ``wgmma`` chain a tile).
+    Leading batch dims broadcast as in ``mma``. ``interpret``: the Triton kernel in
+    Pallas' interpreter, each product the exact model's (checking the layout on a CPU;
+    the Mosaic GPU kernel's interpreter is ``jaxwarp.emulate(..., arch="sm_90a")``).
 
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
@@ -301,12 +332,21 @@ def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
     if not pair and not _same_as_wgmma(*formats, cfg.dp):
         raise ValueError("run_tiles: the chain's datapath is neither sm_90a wgmma's nor "
                          "sm_90's fp8 mma.sync's (tiles_on_tensor_cores decides)")
-    spec = (native_kernels.DotSpec("f16", "f16", "f32", NATIVE_K["f16"]) if pair else
-            native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
-                                   B_KMAJOR[cfg.a_format]))
+    (m, K), n = a.shape[-2:], b.shape[-1]
+    which = tiles_backend(cfg, m, n, K)
+    if which is None:
+        raise ValueError(f"run_tiles: no tiles kernel takes ({m}, {K}) @ ({K}, {n}) tiles "
+                         f"with gemm_tiles_backend={config.gemm_tiles_backend!r} on JAX "
+                         f"{jax.__version__} (tiles_on_tensor_cores decides)")
     batch, (a, b, c) = _flat_batch(a, b, c)
-    d = native_tiles.chain(a, b, c, spec, hmma_pair=pair, nan=cfg.dp.nan_f32,
-                           interpret=interpret)
+    if which == "mosaic_gpu":
+        d = native_tiles_mgpu.chain(a, b, c, cfg.a_format, cfg.c_format)
+    else:
+        spec = (native_kernels.DotSpec("f16", "f16", "f32", NATIVE_K["f16"]) if pair else
+                native_kernels.DotSpec(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik,
+                                       B_KMAJOR[cfg.a_format]))
+        d = native_tiles.chain(a, b, c, spec, hmma_pair=pair, nan=cfg.dp.nan_f32,
+                               interpret=interpret)
     return d.reshape(batch + d.shape[-2:])
 
 

@@ -130,6 +130,17 @@ def unsupported(a_format: str, b_format: str, accumulator: str) -> str | None:
         >>> unsupported("e5m2", "e4m3", "f32")
         "operands of two formats (a 'e5m2', b 'e4m3'): plgpu.wgmma takes one dtype"
     """
+    return format_error(a_format, b_format, accumulator) or api_error()
+
+
+def format_error(a_format: str, b_format: str, accumulator: str) -> str | None:
+    """Why one ``plgpu.wgmma`` chain cannot take operands and an accumulator of these
+    formats, or None where it can.
+
+    Example:
+        >>> format_error("bf16", "bf16", "f16")
+        "accumulator 'f16' for bf16"
+    """
     if a_format != b_format:
         return (f"operands of two formats (a {a_format!r}, b {b_format!r}): plgpu.wgmma "
                 f"takes one dtype")
@@ -138,7 +149,7 @@ def unsupported(a_format: str, b_format: str, accumulator: str) -> str | None:
     if accumulator not in ACC_DTYPES or (accumulator == "f16" and a_format in ("bf16",
                                                                                "tf32")):
         return f"accumulator {accumulator!r} for {a_format}"
-    return api_error()
+    return None
 
 
 def auto_fits(a_format: str, K: int | None, promote_every: int | None,
