@@ -38,7 +38,7 @@ Native mode (wgmma through Triton, sm_90):
         on a Hopper GPU.
     NATIVE_TILES_MGPU_NAME, native_tiles_mgpu_chain: the same tiles through Pallas'
         Mosaic GPU backend (a group's A's stacked, one wgmma chain a tile), ``(a, b, c,
-        a_format, accumulator, ctas=, stages=)``; off the GPU, under
+        a_format, accumulator, ctas=, stages=, stage_groups=)``; off the GPU, under
         ``jaxwarp.emulate(..., arch="sm_90a")`` (``jaxwarp.config.gemm_tiles_backend``
         picks between the two).
 

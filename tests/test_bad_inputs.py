@@ -3037,9 +3037,10 @@ case(6, "native-tiles-hmma-spec", _tiles_chain(hmma_pair=True, spec=("e4m3", "e4
 
 # jaxwarp.backends.native_tiles_mgpu_chain: the same tiles on Mosaic GPU; its checks run
 # before the kernel is built, eagerly and at trace.
-def _tiles_mgpu(a_format="bf16", accumulator="f32"):
+def _tiles_mgpu(a_format="bf16", accumulator="f32", **kw):
     from jaxwarp import backends
-    return lambda a, b, c: backends.native_tiles_mgpu_chain(a, b, c, a_format, accumulator)
+    return lambda a, b, c: backends.native_tiles_mgpu_chain(a, b, c, a_format, accumulator,
+                                                            **kw)
 
 
 _BF16_T = np.ones((2, 16, 32), jnp.bfloat16)
@@ -3063,7 +3064,13 @@ case(6, "native-tiles-mgpu-dtype", _tiles_mgpu(), np.ones((2, 16, 32), np.float1
      must=("a must be bfloat16", "a_format='bf16'", "got float16"))
 case(6, "native-tiles-mgpu-accumulator", _tiles_mgpu(accumulator="f16"), _BF16_T,
      np.ones((2, 32, 8), jnp.bfloat16), np.zeros((2, 16, 8), np.float16), exc=ValueError,
-     must=("accumulator 'f16' for bf16",))
+     must=("accumulator 'f16' for bf16", "allowed 'f32'"))
+case(6, "native-tiles-mgpu-empty", _tiles_mgpu(), np.ones((0, 16, 32), jnp.bfloat16),
+     np.ones((0, 32, 8), jnp.bfloat16), np.zeros((0, 16, 8), np.float32), exc=ValueError,
+     must=("T must be a positive int", "got 0"))
+case(6, "native-tiles-mgpu-ctas", _tiles_mgpu(ctas=-2), _BF16_T,
+     np.ones((2, 32, 8), jnp.bfloat16), np.zeros((2, 16, 8), np.float32), exc=ValueError,
+     must=("ctas must be a positive int", "got -2"))
 case(6, "native-tiles-mgpu-format", _tiles_mgpu(a_format="int8"),
      np.ones((2, 16, 32), np.int8), np.ones((2, 32, 8), np.int8),
      np.zeros((2, 16, 8), np.int32), exc=ValueError,

@@ -39,11 +39,11 @@ def _emulated(fmt, acc, **kw):
 
 _LAYOUTS = [  # (format, accumulator, T, m, K, n, the kernel's plan)
     ("bf16", "f32", 9, 16, 16, 8, {}),  # m16n8k16: 3 groups, the last padded
-    ("f16", "f16", 9, 16, 48, 16, dict(ctas=2, stages=2, stage_groups=1)),
     # 5 groups, one a stage, 2 CTAs: runs of 3 stages and (the last) 2
     ("bf16", "f32", 20, 16, 16, 8, dict(ctas=2, stages=2, stage_groups=1)),
 ]
 _MORE = [
+    ("f16", "f16", 9, 16, 48, 16, dict(ctas=2, stages=2, stage_groups=1)),
     ("e4m3", "f32", 5, 32, 96, 8, dict(ctas=2)),
     ("tf32", "f32", 6, 16, 8, 16, dict(ctas=2, stages=1)),  # one stage: copies waited for
     ("e5m2", "f16", 7, 16, 32, 8, {}),  # an f16 C of 16-byte rows: not swizzled
@@ -79,6 +79,18 @@ def test_plan_sizes_the_runs():
     assert ntm.plan("f16", "f32", 16, 16, 16, 1 << 20, stages=4).stages == 4
     # a stage stays within a quarter of SM_SHARED: m64n256 k128 bf16 groups one a stage
     assert ntm.plan("bf16", "f32", 64, 256, 128, 1 << 10).stage_groups == 1
+    # a copy moves at most 256 tiles of 8 rows a side: B's block of G x 256 rows (m8n32)
+    assert ntm.plan("f16", "f16", 8, 32, 16, 1 << 12, stage_groups=16).stage_groups == 8
+    # and a stage fits the shared memory: 42 KiB a group of m16n64 k16 bf16, 5 (of 16)
+    # fit, 4 of them divide the 1,024 groups
+    assert ntm.plan("bf16", "f32", 16, 64, 16, 1 << 12, stage_groups=16).stage_groups == 4
+    # an f16 C of 24 columns is not tiled: its copies at most 256 rows, 4 groups
+    assert ntm.plan("f16", "f16", 16, 24, 16, 1 << 12, stage_groups=8).stage_groups == 4
+    for name in ("ctas", "stages", "stage_groups"):
+        with pytest.raises(ValueError, match=f"{name} must be a positive int"):
+            ntm.plan("bf16", "f32", 16, 8, 16, 64, **{name: 0})
+    with pytest.raises(ValueError, match="T must be a positive int"):
+        ntm.plan("bf16", "f32", 16, 8, 16, 0)
 
 
 @pytest.mark.parametrize("args, match", [
@@ -87,7 +99,10 @@ def test_plan_sizes_the_runs():
     (("bf16", "bf16", "f32", 16, 264, 16), "from 8 to 256"),
     (("e4m3", "e4m3", "f32", 16, 8, 48), "k = 48 is not a multiple of the instruction's k = 32"),
     (("e5m2", "e4m3", "f32", 16, 8, 32), "plgpu.wgmma takes one dtype"),
-    (("bf16", "bf16", "f16", 16, 8, 16), "accumulator 'f16' for bf16"),
+    (("bf16", "bf16", "f16", 16, 8, 16), "accumulator 'f16' for bf16: allowed 'f32'"),
+    (("bf16", "bf16", "f32", 2, 128, 16), "32 tiles of n = 128 make 4096 columns"),
+    (("f16", "f16", "f32", 16, 72, 16), "more than 256"),  # 4 x 72 = 288
+    (("bf16", "bf16", "f32", 64, 256, 256), "more than a CTA's stages may"),
 ])
 def test_unsupported_names_what_does_not_fit(args, match):
     assert match in ntm.unsupported(*args)
@@ -101,21 +116,23 @@ def _cfg(instruction, arch, fa, k, fb=None, acc="f32"):
                               arch=arch).cfg
 
 
-@pytest.mark.parametrize("option, triton, chain, want", [
-    ("auto", True, ("wgmma", "sm_90a", "bf16", 16), "triton"),
-    ("auto", False, ("wgmma", "sm_90a", "bf16", 16), "mosaic_gpu"),  # a JAX without Triton
-    ("mosaic_gpu", True, ("wgmma", "sm_90a", "e4m3", 32), "mosaic_gpu"),
-    ("triton", False, ("wgmma", "sm_90a", "bf16", 16), None),
+@pytest.mark.parametrize("option, triton, chain, want, n", [
+    ("auto", True, ("wgmma", "sm_90a", "bf16", 16), "triton", 8),
+    ("auto", True, ("wgmma", "sm_90a", "bf16", 16), "mosaic_gpu", 24),  # no Triton layout
+    ("triton", True, ("wgmma", "sm_90a", "bf16", 16), None, 24),
+    ("auto", False, ("wgmma", "sm_90a", "bf16", 16), "mosaic_gpu", 8),  # a JAX without Triton
+    ("mosaic_gpu", True, ("wgmma", "sm_90a", "e4m3", 32), "mosaic_gpu", 8),
+    ("triton", False, ("wgmma", "sm_90a", "bf16", 16), None, 8),
     # sm_90's fp8 mma.sync (two f16 HMMAs and an FADD): the Triton kernel's alone
-    ("auto", False, ("mma_sync", "sm_90", "e4m3", 32), None),
-    ("mosaic_gpu", True, ("mma_sync", "sm_90", "e4m3", 32), None),
-    ("auto", True, ("mma_sync", "sm_90", "e4m3", 32), "triton"),
+    ("auto", False, ("mma_sync", "sm_90", "e4m3", 32), None, 8),
+    ("mosaic_gpu", True, ("mma_sync", "sm_90", "e4m3", 32), None, 8),
+    ("auto", True, ("mma_sync", "sm_90", "e4m3", 32), "triton", 8),
 ])
-def test_backend_follows_the_option(option, triton, chain, want, monkeypatch):
+def test_backend_follows_the_option(option, triton, chain, want, n, monkeypatch):
     monkeypatch.setattr(native.native_mgpu, "triton_missing", lambda: not triton)
     cfg = _cfg(*chain)
     with jaxwarp.config.override(gemm_tiles_backend=option):
-        assert native.tiles_backend(cfg, 16, 8, chain[3]) == want
+        assert native.tiles_backend(cfg, 16, n, chain[3]) == want
 
 
 def test_backend_needs_the_mosaic_gpu_api(monkeypatch):

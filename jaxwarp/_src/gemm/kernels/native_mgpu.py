@@ -98,12 +98,15 @@ def api_error() -> str | None:
         >>> api_error() is None or "Mosaic GPU" in api_error()
         True
     """
-    def has_run_state():
-        from jax.experimental import pallas as pl  # noqa: PLC0415
-
-        return hasattr(pl, "run_state")
-
     return api_gaps("the native kernel", API, {"pl.run_state": has_run_state})
+
+
+def has_run_state() -> bool:
+    """Whether the installed JAX's Pallas has ``pl.run_state`` (the kernels' wgmma
+    accumulators live in one)."""
+    from jax.experimental import pallas as pl  # noqa: PLC0415
+
+    return hasattr(pl, "run_state")
 
 
 def api_gaps(kernel: str, names, more=None) -> str | None:
@@ -139,7 +142,7 @@ def format_error(a_format: str, b_format: str, accumulator: str) -> str | None:
 
     Example:
         >>> format_error("bf16", "bf16", "f16")
-        "accumulator 'f16' for bf16"
+        "accumulator 'f16' for bf16: allowed 'f32' (and 'f16' for f16, e4m3 and e5m2)"
     """
     if a_format != b_format:
         return (f"operands of two formats (a {a_format!r}, b {b_format!r}): plgpu.wgmma "
@@ -148,7 +151,8 @@ def format_error(a_format: str, b_format: str, accumulator: str) -> str | None:
         return f"operand format {a_format!r}: the kernel issues {tuple(DTYPES)}"
     if accumulator not in ACC_DTYPES or (accumulator == "f16" and a_format in ("bf16",
                                                                                "tf32")):
-        return f"accumulator {accumulator!r} for {a_format}"
+        return (f"accumulator {accumulator!r} for {a_format}: allowed 'f32' (and 'f16' for "
+                f"f16, e4m3 and e5m2)")
     return None
 
 

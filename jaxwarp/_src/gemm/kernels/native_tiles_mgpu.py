@@ -58,9 +58,9 @@ MAX_COLUMNS = 256
 #: The kernel's name (in jaxprs, profiles and traces).
 KERNEL_NAME = "jaxwarp_native_tiles_mgpu"
 #: Groups one stage holds at most: one TMA copy of each operand and of D moves them all.
-#: Not tuned: the one sweep on an H100 (1 to 16 groups a stage, 1 to 8 CTAs an SM, 2 or 3
-#: stages: within 3% of each other) ran while XLA's padding passes bounded the kernel
-#: (record h100_mma_exact.txt, section tensor_cores_mosaic_gpu_padded).
+#: Not tuned: the one sweep on an H100 (1 to 16 groups a stage, 1 or 4 CTAs an SM and
+#: the default, 2 or 3 stages: within 3% of each other) ran while XLA's padding passes
+#: bounded the kernel (record h100_mma_exact.txt, section tensor_cores_mosaic_gpu_padded).
 STAGE_GROUPS = 8
 #: Pipeline stages (each STAGE_GROUPS groups whose copies are in flight) of one CTA.
 STAGES = 2
@@ -68,8 +68,9 @@ STAGES = 2
 #: CTAs an SM as fit it (at most :data:`MAX_CTAS_PER_SM`).
 SM_SHARED = 200 * 1024
 MAX_CTAS_PER_SM = 8
-#: Shared memory one CTA may have on sm_90 (bytes).
-MAX_SHARED = 227 * 1024
+#: Shared memory one CTA's stages may take on sm_90 (bytes): its 227 KiB less 1 KiB for
+#: the barriers and what Mosaic GPU keeps.
+SHARED_FOR_STAGES = 226 * 1024
 #: The most rows one TMA copy of an untiled block moves (a box is at most 256 a side).
 MAX_BOX = 256
 #: What the kernel needs from ``jax.experimental.pallas.mosaic_gpu``.
@@ -86,12 +87,8 @@ def api_error() -> str | None:
         >>> api_error() is None or "Mosaic GPU" in api_error()
         True
     """
-    def has_run_state():
-        from jax.experimental import pallas as pl  # noqa: PLC0415
-
-        return hasattr(pl, "run_state")
-
-    return native_mgpu.api_gaps("the tiles kernel", API, {"pl.run_state": has_run_state})
+    return native_mgpu.api_gaps("the tiles kernel", API,
+                                {"pl.run_state": native_mgpu.has_run_state})
 
 
 def unsupported(a_format: str, b_format: str, accumulator: str, m: int, n: int,
@@ -109,6 +106,9 @@ def unsupported(a_format: str, b_format: str, accumulator: str, m: int, n: int,
         return f"m = {m} does not divide {ROWS}"
     if n < 8 or n % 8 or n > MAX_COLUMNS:
         return f"n = {n} is not a multiple of 8 from 8 to {MAX_COLUMNS} (wgmma's N)"
+    if ROWS // m * n > MAX_COLUMNS:  # the g chains' accumulators in registers at once
+        return (f"{ROWS // m} tiles of n = {n} make {ROWS // m * n} columns of "
+                f"accumulators, more than {MAX_COLUMNS}")
     why = native_mgpu.format_error(a_format, b_format, accumulator)
     if why is not None:
         return why
@@ -116,9 +116,9 @@ def unsupported(a_format: str, b_format: str, accumulator: str, m: int, n: int,
     if K < ik or K % ik:
         return f"k = {K} is not a multiple of the instruction's k = {ik}"
     need = _stage_bytes(a_format, accumulator, ROWS // m, n, K)
-    if need > MAX_SHARED:
+    if need > SHARED_FOR_STAGES:
         return (f"a group's A, B, C and D take {need} bytes of shared memory, more than a "
-                f"CTA has ({MAX_SHARED})")
+                f"CTA's stages may ({SHARED_FOR_STAGES})")
     return api_error()
 
 
@@ -173,20 +173,29 @@ def plan(a_format: str, accumulator: str, m: int, n: int, K: int, T: int,
     why = unsupported(a_format, a_format, accumulator, m, n, K)
     if why is not None:
         raise ValueError(f"native tiles (Mosaic GPU): {why}")
+    for name, v in (("T", T), ("ctas", ctas), ("stages", stages),
+                    ("stage_groups", stage_groups)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ValueError(f"native tiles (Mosaic GPU): {name} must be a positive int "
+                             f"(or None: the default), got {v!r}")
     g = ROWS // m
     groups = -(-T // g)
     one = _stage_bytes(a_format, accumulator, g, n, K)
     if stage_groups is None:  # a power of two
         stage_groups = 1 << max(0, min(STAGE_GROUPS, SM_SHARED // 4 // one).bit_length() - 1)
-    if n * jnp.dtype(native_mgpu.ACC_DTYPES[accumulator]).itemsize < 32:
+    if _untiled(n, native_mgpu.ACC_DTYPES[accumulator]):
         stage_groups = min(stage_groups, MAX_BOX // ROWS)  # C and D untiled: one box
+    # a box is at most MAX_BOX tiles of 8 rows a side (B's block: G·g·n rows), and one
+    # stage fits the shared memory
+    stage_groups = min(stage_groups, 8 * MAX_BOX // (g * n), 8 * MAX_BOX // ROWS,
+                       SHARED_FOR_STAGES // one)
     if stage_groups >= groups:
         stage_groups = groups
     else:  # stages of whole groups: the batch is not padded (a pass over every operand)
         while groups % stage_groups:
             stage_groups -= 1
     units = groups // stage_groups
-    stages = min(stages or STAGES, max(1, MAX_SHARED // (stage_groups * one)))
+    stages = min(stages or STAGES, max(1, SHARED_FOR_STAGES // (stage_groups * one)))
     if ctas is None:
         fit = SM_SHARED // (stages * stage_groups * one)
         ctas = max(1, min(MAX_CTAS_PER_SM, fit)) * native_mgpu.sm_count()
@@ -196,12 +205,18 @@ def plan(a_format: str, accumulator: str, m: int, n: int, K: int, T: int,
                     min(stages, per_cta))
 
 
+def _untiled(minor: int, dtype) -> bool:
+    """Whether a block whose rows have ``minor`` elements stays as it is in shared memory:
+    rows that no swizzle of 32 bytes or more divides (an f16 C of 8 or 24 columns)."""
+    return (minor * jnp.dtype(dtype).itemsize) % 32 != 0
+
+
 def _transforms(plgpu, minor: int, dtype) -> tuple:
     """Tiling and swizzle of a shared-memory block whose rows have ``minor`` elements."""
+    if _untiled(minor, dtype):
+        return ()
     size = jnp.dtype(dtype).itemsize
     swizzle = plgpu.find_swizzle(minor * size * 8)
-    if swizzle < 32:  # rows of 16 bytes (an f16 C of 8 columns): the block as it is
-        return ()
     return (plgpu.TilingTransform((8, swizzle // size)), plgpu.SwizzleTransform(swizzle))
 
 
