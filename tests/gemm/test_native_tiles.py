@@ -210,14 +210,20 @@ def test_tensor_cores_give_the_models_bits(instruction, arch, fmt, acc, k):
     """On a Hopper GPU: the tiles on the tensor cores equal the model's own arithmetic
     (XLA's ops), special values included, 2^12 tiles of m16n16 (1,024 instances)."""
     a, b, c = _tiles(fmt, acc, 1 << 12, 16, k, 16, seed=5)
-    kw = dict(a_format=fmt, c_format=acc, d_format=acc, arch=arch, instruction=instruction,
-              mode="exact")
-    with jaxwarp.config.override(gemm_exact_tensor_cores="auto"):
-        f = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw))
-        assert native_tiles.KERNEL_NAME in str(jax.make_jaxpr(f)(a, b, c))
+    check_tensor_cores(a, b, c, native_tiles.KERNEL_NAME, a_format=fmt, c_format=acc,
+                       d_format=acc, arch=arch, instruction=instruction)
+
+
+def check_tensor_cores(a, b, c, kernel: str, options=(), **kw) -> None:
+    """Exact ``mma`` of the tiles with the tensor-core route on (and ``options``, more
+    of ``jaxwarp.config``'s): the program runs ``kernel`` (its name) and its bits equal
+    the model's own arithmetic (XLA's ops)."""
+    with jaxwarp.config.override(gemm_exact_tensor_cores="auto", **dict(options)):
+        f = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw, mode="exact"))
+        assert kernel in str(jax.make_jaxpr(f)(a, b, c))
         got = f(a, b, c)
     with jaxwarp.config.override(gemm_exact_tensor_cores="off", gemm_fused_kernel="off"):
-        want = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw))(a, b, c)
+        want = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw, mode="exact"))(a, b, c)
     np.testing.assert_array_equal(_bits(got), _bits(want))
 
 

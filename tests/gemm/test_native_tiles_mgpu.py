@@ -25,7 +25,7 @@ from jaxwarp._src.gemm import native
 from jaxwarp._src.gemm.kernels import native_tiles_mgpu as ntm
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_native_tiles import ACC, _bits, _exact, _tiles  # noqa: E402
+from test_native_tiles import ACC, _bits, _exact, _tiles, check_tensor_cores  # noqa: E402
 
 HOPPER = native.device_error() is None
 _INTERPRETER_ON_CPU = pytest.mark.skipif(
@@ -189,13 +189,6 @@ def test_tensor_cores_give_the_models_bits(instruction, arch, fmt, acc, m, n, k)
     """On a Hopper GPU: the Mosaic GPU kernel's tiles equal the model's own arithmetic
     (XLA's ops), special values included, 2^12 tiles."""
     a, b, c = _tiles(fmt, acc, 1 << 12, m, k, n, seed=7)
-    kw = dict(a_format=fmt, c_format=acc, d_format=acc, arch=arch, instruction=instruction,
-              mode="exact")
-    with jaxwarp.config.override(gemm_exact_tensor_cores="auto",
-                                 gemm_tiles_backend="mosaic_gpu"):
-        f = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw))
-        assert ntm.KERNEL_NAME in str(jax.make_jaxpr(f)(a, b, c))
-        got = f(a, b, c)
-    with jaxwarp.config.override(gemm_exact_tensor_cores="off", gemm_fused_kernel="off"):
-        want = jax.jit(lambda a, b, c: jaxwarp.mma(a, b, c, **kw))(a, b, c)
-    np.testing.assert_array_equal(_bits(got), _bits(want))
+    check_tensor_cores(a, b, c, ntm.KERNEL_NAME, {"gemm_tiles_backend": "mosaic_gpu"},
+                       a_format=fmt, c_format=acc, d_format=acc, arch=arch,
+                       instruction=instruction)

@@ -271,22 +271,26 @@ def tiles_on_tensor_cores(checked: Any, satf: bool) -> bool:
     formats = None if cfg is None else (cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik)
     if (cfg is None or satf or cfg.c_shift or cfg.c_format != cfg.d_format
             or config.gemm_exact_tensor_cores == "off"
-            or min(checked.a.size, checked.b.size, checked.c.size) == 0
-            or not (_same_as_wgmma(*formats, cfg.dp) or _hmma_pair(*formats, cfg.dp))):
+            or min(checked.a.size, checked.b.size, checked.c.size) == 0):
+        return False
+    wgmma = _same_as_wgmma(*formats, cfg.dp)
+    pair = not wgmma and _hmma_pair(*formats, cfg.dp)
+    if not (wgmma or pair):
         return False
     m, K = checked.a.shape[-2:]
-    return (tiles_backend(cfg, m, checked.b.shape[-1], K) is not None
+    return (tiles_backend(cfg, m, checked.b.shape[-1], K, pair) is not None
             and device_error() is None)
 
 
-def tiles_backend(cfg: Any, m: int, n: int, K: int) -> str | None:
+def tiles_backend(cfg: Any, m: int, n: int, K: int, pair: bool | None = None) -> str | None:
     """Which Pallas backend runs (m, K) @ (K, n) tiles of a wgmma chain (``cfg``: its
     ``ChainCfg``) on the tensor cores, by the option ``gemm_tiles_backend``, or None where
     the one it names cannot: "triton" (``native_tiles``: m dividing 64 and g·n a power of
     two from 16 to 256, where JAX has Pallas' Triton backend), "mosaic_gpu"
     (``native_tiles_mgpu``: m dividing 64, n a multiple of 8 up to 256, one operand
     format, not sm_90's fp8 ``mma.sync``); "auto" is Triton where it takes the tiles, else
-    Mosaic GPU.
+    Mosaic GPU. ``pair``: whether the chain is sm_90's fp8 ``mma.sync``, where the caller
+    has found it (:func:`_hmma_pair`).
 
     Example:
         >>> from jaxwarp._src.arithmetic import datapath
@@ -297,7 +301,8 @@ def tiles_backend(cfg: Any, m: int, n: int, K: int) -> str | None:
         ...     tiles_backend(cfg, 16, 8, 32) in ("mosaic_gpu", None)
         True
     """
-    pair = _hmma_pair(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik, cfg.dp)
+    if pair is None:
+        pair = _hmma_pair(cfg.a_format, cfg.b_format, cfg.c_format, cfg.ik, cfg.dp)
     choice = config.gemm_tiles_backend
     if choice in ("auto", "triton") and not native_mgpu.triton_missing() and (
             native_tiles.fits(m, n, K, cfg.ik) is None):
@@ -333,7 +338,7 @@ def run_tiles(a, b, c, cfg: Any, *, interpret: bool = False) -> jax.Array:
         raise ValueError("run_tiles: the chain's datapath is neither sm_90a wgmma's nor "
                          "sm_90's fp8 mma.sync's (tiles_on_tensor_cores decides)")
     (m, K), n = a.shape[-2:], b.shape[-1]
-    which = tiles_backend(cfg, m, n, K)
+    which = tiles_backend(cfg, m, n, K, pair)
     if which is None:
         raise ValueError(f"run_tiles: no tiles kernel takes ({m}, {K}) @ ({K}, {n}) tiles "
                          f"with gemm_tiles_backend={config.gemm_tiles_backend!r} on JAX "

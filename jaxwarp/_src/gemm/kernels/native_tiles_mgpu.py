@@ -156,14 +156,17 @@ def _stage_bytes(a_format: str, accumulator: str, g: int, n: int, K: int) -> int
 
 def plan(a_format: str, accumulator: str, m: int, n: int, K: int, T: int,
          ctas: int | None = None, stages: int | None = None,
-         stage_groups: int | None = None) -> TilePlan:
+         stage_groups: int | None = None, *,
+         where: str = "native tiles (Mosaic GPU)") -> TilePlan:
     """The kernel for T tiles of (m, K) @ (K, n): stages of ``stage_groups`` groups
     (default :data:`STAGE_GROUPS`, fewer where a stage would pass a quarter of
     :data:`SM_SHARED`; then the largest that divides the groups, so that no operand is
     padded: a pass over it in XLA, which cost an H100 two thirds of the kernel's speed),
     ``stages`` of them in flight (default :data:`STAGES`), ``ctas`` CTAs (default: as
     many an SM as :data:`SM_SHARED` holds, at most :data:`MAX_CTAS_PER_SM`, fewer where T
-    is small), each taking a run of ``per_cta`` stages, the last CTA the rest.
+    is small), each taking a run of ``per_cta`` stages, the last CTA the rest. A ValueError
+    (its message beginning with ``where``) names what :func:`unsupported` refuses or an
+    argument that is not a positive int.
 
     Example:
         >>> p = plan("bf16", "f32", 16, 8, 16, 1 << 20, ctas=1024)
@@ -172,12 +175,12 @@ def plan(a_format: str, accumulator: str, m: int, n: int, K: int, T: int,
     """
     why = unsupported(a_format, a_format, accumulator, m, n, K)
     if why is not None:
-        raise ValueError(f"native tiles (Mosaic GPU): {why}")
+        raise ValueError(f"{where}: {why}")
     for name, v in (("T", T), ("ctas", ctas), ("stages", stages),
                     ("stage_groups", stage_groups)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ValueError(f"native tiles (Mosaic GPU): {name} must be a positive int "
-                             f"(or None: the default), got {v!r}")
+            raise ValueError(f"{where}: {name} must be a positive int (or None: the "
+                             f"default), got {v!r}")
     g = ROWS // m
     groups = -(-T // g)
     one = _stage_bytes(a_format, accumulator, g, n, K)
@@ -318,9 +321,7 @@ def chain(a, b, c, a_format: str, accumulator: str, *, ctas: int | None = None,
     if b.shape != (T, K, n) or c.shape != (T, m, n):
         raise ValueError(f"{where}: for a of shape (T, m, K), b must be (T, K, n) = "
                          f"({T}, {K}, n) and c (T, m, n) = ({T}, {m}, {n})")
-    why = unsupported(a_format, a_format, accumulator, m, n, K)
-    if why is not None:
-        raise ValueError(f"{where}: {why}")
+    p = plan(a_format, accumulator, m, n, K, T, ctas, stages, stage_groups, where=where)
     want = {"a": native_mgpu.DTYPES[a_format], "b": native_mgpu.DTYPES[a_format],
             "c": native_mgpu.ACC_DTYPES[accumulator]}
     for name, x in (("a", a), ("b", b), ("c", c)):
@@ -328,7 +329,6 @@ def chain(a, b, c, a_format: str, accumulator: str, *, ctas: int | None = None,
             raise ValueError(f"{where}: {name} must be {jnp.dtype(want[name]).name} for "
                              f"a_format={a_format!r}, accumulator={accumulator!r}; got "
                              f"{jnp.dtype(x.dtype).name}")
-    p = plan(a_format, accumulator, m, n, K, T, ctas, stages, stage_groups)
     Tp = p.tiles
     if Tp != T:
         a, b, c = (jnp.pad(x, ((0, Tp - T), (0, 0), (0, 0))) for x in (a, b, c))
