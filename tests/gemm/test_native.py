@@ -356,6 +356,7 @@ def test_exact_on_tensor_cores_pads_k_as_exact_mode_does(monkeypatch):
     ]), seen
 
 
+@pytest.mark.slow
 def test_exact_on_tensor_cores_runs_sm90_fp8_mma_sync_as_f16_chains(monkeypatch):
     """sm_90's fp8 ``mma.sync`` on the tensor cores: f16 operands in the HMMAs' k order,
     f16 wgmma chains from +0 promoted every instruction. In Pallas' interpreter (each

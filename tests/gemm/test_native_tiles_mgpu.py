@@ -152,6 +152,7 @@ def test_backend_needs_the_mosaic_gpu_api(monkeypatch):
 
 
 @_INTERPRETER_ON_CPU
+@pytest.mark.slow
 def test_route_runs_the_kernel_with_exact_modes_bits(monkeypatch):
     """``jaxwarp.mma`` with the option on, the Mosaic GPU backend and a pretended Hopper
     GPU takes the kernel (its name in the program); ``run_tiles`` (B broadcast over the
