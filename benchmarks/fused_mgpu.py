@@ -14,18 +14,18 @@ bit: f16 inf / NaN operands and C (the cond to the non-finite kernel), f16 subno
 bf16 products near 2**122 in cancelling pairs, bf16's non-finite variant with C inf /
 NaN, sums of 16 terms past 2**31 (the int32 carry), M, N and K the tile does not divide.
 
-``--variants``: the timing of Mosaic GPU kernel settings (:data:`VARIANTS`: compute
-warpgroups, rows a warpgroup, tile columns, k block, stages, the TMA warpgroup's
-registers, fp32 operands, terms truncated by integer operations) at
-``--size``, bf16 (``--variant-formats`` for others), each with its bits
-against the default kernel's.
+``--variants``: the timing of Mosaic GPU kernel settings (:data:`VARIANTS`: the
+pipeline, compute warpgroups, rows a warpgroup, tile columns, k block, stages, the TMA
+warpgroup's registers, fp32 operands, terms truncated by integer operations) at
+``--size``, bf16 (``--variant-formats`` for others), each with its bits against the
+default kernel's (``--variants-triton``: the Triton kernel timed first, each variant's
+speed over it and its bits against it).
 
 Every case runs in its own try/except: an error is reported in its JSON record (type,
 message, the traceback's tail), never ends the run. One JSON line per case as it
-finishes, the whole record at the end (and in ``--out`` if given). Not yet run on a GPU:
-most of a run is compiles (each Mosaic GPU kernel lowered on a CPU in 1-2 s; ptxas time
-unknown), so run the parts one at a time at first and pick variants with
-``--variant-names`` if a part passes 4 minutes.
+finishes, the whole record at the end (and in ``--out`` if given). Most of a run is
+compiles (on an H100 1-8 s a Mosaic GPU kernel; one warp-specialized variant, 2 x (64 x
+64), did not finish in 190 s), so pick variants with ``--variant-names``.
 
 ``--once B``: two calls of one kernel and nothing else, for a profiler (``run_once``).
 
@@ -33,6 +33,7 @@ Usage (from the repository root)::
 
     python benchmarks/fused_mgpu.py                        # timing, 4096^3
     python benchmarks/fused_mgpu.py --check --variants --out fused_mgpu.json
+    python benchmarks/fused_mgpu.py --variants --variants-triton --variant-names default,specialized
 """
 
 from __future__ import annotations
@@ -50,23 +51,45 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import compare_bits, error_record, write_record  # noqa: E402
 
-#: ``--variants``: name -> Mosaic GPU kernel settings (``fused_mgpu_plan``'s arguments);
-#: the register budget of a compute warpgroup follows from ``wgs`` and
-#: ``memory_registers`` (64K registers split: 2 -> 232, 3 -> 152, 4 -> 112).
+#: The settings the variants below start from: the warp-specialized pipeline as it was the
+#: default (2 compute warpgroups and a TMA one, (128, 32) tiles, k blocks of 64 through 3
+#: stages), and the plain one at the same k blocks.
+_WS = dict(pipeline="specialized", wgs=2, bn=32, bk=64, stages=3)
+_PLAIN = dict(pipeline="plain", bn=32, bk=64, stages=3)
+#: ``--variants``: name -> Mosaic GPU kernel settings (``fused_mgpu_plan``'s arguments;
+#: "default" is the plan's defaults); in the warp-specialized pipeline the register
+#: budget of a compute warpgroup follows from ``wgs`` and ``memory_registers`` (64K
+#: registers split: 2 -> 232, 3 -> 152, 4 -> 112), in the plain one it is ptxas's.
 VARIANTS = {
     "default": {},
-    "wgs3": dict(wgs=3),
-    "wgs4": dict(wgs=4),
-    "wgs4_bn16": dict(wgs=4, bn=16),
-    "wgs2_bn64": dict(wgs=2, bn=64),
-    "wgs2_wm128_bn16": dict(wgs=2, wm=128, bn=16),
-    "wgs3_bk32_stages4": dict(wgs=3, bk=32, stages=4),
-    "wgs4_bk16_stages6": dict(wgs=4, bk=16, stages=6),
-    "wgs4_mem24": dict(wgs=4, memory_registers=24),
-    "wgs4_bk32_f32_operands": dict(wgs=4, bk=32, stages=4, f32_operands=True),
-    "wgs2_int_terms4": dict(int_terms=4),
-    "wgs4_int_terms3": dict(wgs=4, int_terms=3),
-    "wgs4_int_terms5": dict(wgs=4, int_terms=5),
+    "specialized": _WS,
+    "wgs3": dict(_WS, wgs=3),
+    "wgs4": dict(_WS, wgs=4),
+    "wgs4_bn16": dict(_WS, wgs=4, bn=16),
+    "wgs2_bn64": dict(_WS, wgs=2, bn=64),
+    "wgs2_wm128_bn16": dict(_WS, wgs=2, wm=128, bn=16),
+    "wgs3_bk32_stages4": dict(_WS, wgs=3, bk=32, stages=4),
+    "wgs4_bk16_stages6": dict(_WS, wgs=4, bk=16, stages=6),
+    "wgs4_mem24": dict(_WS, wgs=4, memory_registers=24),
+    "wgs4_bk32_f32_operands": dict(_WS, wgs=4, bk=32, stages=4, f32_operands=True),
+    "wgs2_int_terms4": dict(_WS, int_terms=4),
+    "wgs4_int_terms3": dict(_WS, wgs=4, int_terms=3),
+    "wgs4_int_terms5": dict(_WS, wgs=4, int_terms=5),
+    # one warpgroup a CTA that copies and computes (plgpu.emit_pipeline): the registers
+    # ptxas's choice, several CTAs an SM
+    "plain": _PLAIN,
+    "plain_bn16": dict(_PLAIN, bn=16),
+    "plain_bn64": dict(_PLAIN, bn=64),
+    "plain_wm128_bn16": dict(_PLAIN, wm=128, bn=16),
+    "plain_bk32_stages4": dict(_PLAIN, bk=32, stages=4),
+    "plain_int_terms4": dict(_PLAIN, int_terms=4),
+    "plain_bn8": dict(_PLAIN, bn=8),
+    "plain_bn16_stages2": dict(_PLAIN, bn=16, stages=2),
+    "plain_bn16_bk32_stages4": dict(_PLAIN, bn=16, bk=32, stages=4),
+    "plain_bn16_int_terms2": dict(_PLAIN, bn=16, int_terms=2),
+    "plain_bn24": dict(_PLAIN, bn=24),
+    "plain_bn16_bk16_stages8": dict(_PLAIN, bn=16, bk=16, stages=8),
+    "plain_bn16_bk32_f32_operands": dict(_PLAIN, bn=16, bk=32, stages=4, f32_operands=True),
 }
 
 #: ``--check`` cases: (format, kind, finite, M, K, N).
@@ -156,17 +179,23 @@ def _matmul(fmt: str, backend: str | None):
     return call
 
 
-def run_check() -> list:
+def run_check(variant: str = "default") -> list:
+    """The :data:`CHECK_CASES` through the Mosaic GPU kernel with the settings of
+    ``variant`` (and, for the default, the Triton kernel), bits against exact mode."""
+    settings = VARIANTS[variant]
     out = []
     for i, (fmt, kind, finite, M, K, N) in enumerate(CHECK_CASES):
-        r = {"format": fmt, "kind": kind, "finite": finite, "shape": [M, K, N]}
+        r = {"format": fmt, "kind": kind, "finite": finite, "shape": [M, K, N],
+             "variant": variant}
         t0 = time.perf_counter()
         try:
             a, b, c = _operands(fmt, M, K, N, kind, seed=i)
             want = _matmul(fmt, None)(a, b, c)
-            for backend in ("mosaic_gpu", "triton"):
+            for backend in ("mosaic_gpu", "triton") if variant == "default" else ("mosaic_gpu",):
                 try:
-                    r[backend] = compare_bits(_kernel(backend, fmt, finite)(a, b, c), want)
+                    kernel = _kernel(backend, fmt, finite,
+                                     **(settings if backend == "mosaic_gpu" else {}))
+                    r[backend] = compare_bits(kernel(a, b, c), want)
                 except Exception as e:  # noqa: BLE001
                     r[backend] = error_record(e)
         except Exception as e:  # noqa: BLE001
@@ -232,13 +261,19 @@ def run_timing(n: int) -> dict:
     return out
 
 
-def run_variants(n: int, formats: list[str], names: list[str] | None) -> dict:
+def run_variants(n: int, formats: list[str], names: list[str] | None,
+                 triton: bool = False) -> dict:
+    """Each named variant's time (and ``triton``: the Triton kernel's first, each variant's
+    speed over it, the same operands)."""
     flops = 2 * n**3
     out = {"size": [n, n, n]}
     for fmt in formats:
         r = out[fmt] = {}
         a, b, c = _operands(fmt, n, n, n, seed=2)
         results = {}
+        if triton:
+            _time(_kernel("triton", fmt, True), (a, b, c), flops, r, "triton", results)
+            print("variant", fmt, "triton", json.dumps(r["triton"])[:300], flush=True)
         for name, settings in VARIANTS.items():
             if names and name not in names:
                 continue
@@ -248,11 +283,15 @@ def run_variants(n: int, formats: list[str], names: list[str] | None) -> dict:
             if name in results and "default" in results and name != "default":
                 r[name]["bits_vs_default"] = compare_bits(results[name],
                                                       results["default"])["bits_equal"]
+            if name in results and "triton" in results:
+                r[name]["bits_vs_triton"] = compare_bits(results[name],
+                                                     results["triton"])["bits_equal"]
+                r[name]["over_triton"] = r[name]["tflops"] / r["triton"]["tflops"]
             print("variant", fmt, name, json.dumps(r[name])[:300], flush=True)
     return out
 
 
-def run_once(backend: str, n: int) -> None:
+def run_once(backend: str, n: int, variant: str = "default") -> None:
     """Compile and call one kernel twice (bf16 n^3 with C, finite): the kernel launches a
     profiler sees. The recorded Nsight Compute run (``results/h100_ncu.csv``, sections
     ``fused_mgpu_bf16`` and ``fused_kernel_bf16_same_run``) was
@@ -266,7 +305,7 @@ def run_once(backend: str, n: int) -> None:
         raise SystemExit(f"--once runs the kernel on a GPU; JAX's backend here is "
                          f"{jax.default_backend()!r}")
     a, b, c = jax.block_until_ready(_operands("bf16", n, n, n, seed=2))
-    fn = _kernel(backend, "bf16", True)
+    fn = _kernel(backend, "bf16", True, **(VARIANTS[variant] if backend == "mosaic_gpu" else {}))
     fn(a, b, c)
     fn(a, b, c)
     print("done", backend, n, flush=True)
@@ -280,14 +319,18 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true", help="time the kernel's settings")
     ap.add_argument("--variant-names", default=None, help="comma-separated VARIANTS names")
     ap.add_argument("--variant-formats", default="bf16", help="comma-separated: bf16,f16")
+    ap.add_argument("--variants-triton", action="store_true",
+                    help="--variants: time the Triton kernel too (each variant's ratio to it)")
     ap.add_argument("--size", type=int, default=None, help="M = N = K of the timing")
     ap.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
     ap.add_argument("--once", choices=("mosaic_gpu", "triton"), default=None,
-                    help="two calls of one kernel (bf16, finite, default settings) at --size "
-                         "and nothing else: the run to hand a profiler such as ncu")
+                    help="two calls of one kernel (bf16, finite, the --variant settings) at "
+                         "--size and nothing else: the run to hand a profiler such as ncu")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="default",
+                    help="the Mosaic GPU settings --check and --once use")
     args = ap.parse_args()
     if args.once:
-        return run_once(args.once, args.size or 2048)
+        return run_once(args.once, args.size or 2048, args.variant)
 
     import jax
     from _common import device_info
@@ -306,13 +349,14 @@ def main() -> None:
         if args.timing or not (args.check or args.variants):
             record["timing"] = run_timing(n)
         if args.check:
-            record["check"] = run_check()
+            record["check"] = run_check(args.variant)
             n_ok = sum(r.get("mosaic_gpu", {}).get("bits_equal", False)
                        for r in record["check"])
             record["check_summary"] = f"{n_ok} of {len(record['check'])} cases bit-equal"
         if args.variants:
             names = args.variant_names.split(",") if args.variant_names else None
-            record["variants"] = run_variants(n, args.variant_formats.split(","), names)
+            record["variants"] = run_variants(n, args.variant_formats.split(","), names,
+                                              args.variants_triton)
     write_record(record, caught, args.out)
 
 

@@ -3076,6 +3076,22 @@ case(6, "native-tiles-mgpu-format", _tiles_mgpu(a_format="int8"),
      np.zeros((2, 16, 8), np.int32), exc=ValueError,
      must=("operand format 'int8'", "the kernel issues"))
 
+
+# jaxwarp.backends.fused_mgpu_chain: the exact kernel on Mosaic GPU; its settings are
+# checked before the kernel is built.
+def _fused_mgpu(**kw):
+    from jaxwarp import backends
+    dp = jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16)
+    return lambda a, b, c: backends.fused_mgpu_chain(a, b, c, dp, "bf16", finite=True, **kw)
+
+
+_BF16_AB = (np.ones((64, 32), jnp.bfloat16), np.ones((32, 32), jnp.bfloat16),
+            np.zeros((64, 32), np.float32))
+case(6, "fused-mgpu-pipeline", _fused_mgpu(pipeline="fast"), *_BF16_AB, exc=ValueError,
+     must=("pipeline='fast'", "allowed", "'plain'"))
+case(6, "fused-mgpu-plain-wgs", _fused_mgpu(pipeline="plain", wgs=2), *_BF16_AB,
+     exc=ValueError, must=("pipeline='plain' takes wgs=1", "got wgs=2"))
+
 @pytest.mark.parametrize("c, mode", [p for p in _params()
                                      if id(p.values[0]) in {id(c) for c in CATALOGUE[_NT0:]}])
 def test_bad_input_native_tiles(c: Case, mode: str):

@@ -55,11 +55,12 @@ def _exact(a, b, c, fmt):
                               arch="sm_90a")
 
 
-def _check(fmt, kind, finite, shape=(128, 32, 64), seed=0, triton=False):
+def _check(fmt, kind, finite, shape=(128, 32, 64), seed=0, triton=False, **settings):
     M, N, K = shape
     a, b, c = _operands(fmt, M, N, K, kind, seed)
     dp = jaxwarp.datapath_for("sm_90", "wgmma", fmt, 16)
-    got = jaxwarp.emulate(lambda a, b, c: fused_mgpu.chain(a, b, c, dp, fmt, finite=finite),
+    got = jaxwarp.emulate(lambda a, b, c: fused_mgpu.chain(a, b, c, dp, fmt, finite=finite,
+                                                           **settings),
                           arch="sm_90a")(a, b, c)
     np.testing.assert_array_equal(_bits(got), _bits(_exact(a, b, c, fmt)))
     if triton:  # and the Triton kernel's bits (its interpreter)
@@ -69,7 +70,7 @@ def _check(fmt, kind, finite, shape=(128, 32, 64), seed=0, triton=False):
 
 # One tile each, a few seconds in the interpreter.
 @pytest.mark.parametrize("fmt, kind, finite", [
-    ("bf16", "wide", True),  # 4 instructions in one k block of 64, zero blocks, -0
+    ("bf16", "wide", True),  # 4 instructions in two k blocks of 32, zero blocks, -0
     ("f16", "special", None),  # the cond: inf / NaN operands and C, the non-finite kernel
 ], ids=["bf16-wide-finite", "f16-special"])
 def test_kernel_bits_under_emulate(fmt, kind, finite):
@@ -92,12 +93,26 @@ def test_kernel_bits_under_emulate_more(fmt, kind, finite, shape):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt, kind, finite, shape", [
+    ("f16", "special", None, (128, 32, 64)),  # the cond, the non-finite kernel
+    ("f16", "wide", False, (100, 40, 48)),  # M, N padded; K = 48: k blocks of 16
+    ("bf16", "carry", True, (256, 64, 256)),  # several CTAs, 4 steps through the ring
+], ids=["f16-special", "f16-padded-K48", "bf16-carry-tiles"])
+def test_specialized_pipeline_bits_under_emulate(fmt, kind, finite, shape):
+    # a warpgroup issuing the copies, two computing (the default is the plain pipeline)
+    _check(fmt, kind, finite, shape, pipeline="specialized")
+
+
+@pytest.mark.slow
 def test_tile_settings_keep_the_bits():
     a, b, c = _operands("bf16", 128, 64, 64, "wide", seed=5)
     dp = jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16)
     want = _bits(_exact(a, b, c, "bf16"))
-    for settings in (dict(wgs=1, wm=128, bn=16, bk=32, stages=2), dict(wgs=2, bn=64, bk=16),
-                     dict(wgs=2, f32_operands=True), dict(int_terms=5), dict(int_terms=16)):
+    ws = dict(pipeline="specialized")  # a warpgroup copying, wgs computing
+    for settings in (ws, dict(ws, wgs=1, wm=128, bn=16, bk=32, stages=2),
+                     dict(ws, wgs=2, bn=64, bk=16), dict(ws, wgs=2, f32_operands=True),
+                     dict(ws, int_terms=5), dict(int_terms=16), dict(bn=32, bk=64, stages=3),
+                     dict(wm=128, bn=16, bk=16), dict(int_terms=4, stages=1)):
         got = jaxwarp.emulate(lambda a, b, c, s=settings: fused_mgpu.chain(
             a, b, c, dp, "bf16", finite=True, **s), arch="sm_90a")(a, b, c)
         np.testing.assert_array_equal(_bits(got), want, err_msg=str(settings))
@@ -120,8 +135,10 @@ def test_kernel_lowers_for_cuda_at_4096(fmt):
 
 def test_plan_settings():
     p = fused_mgpu.plan("bf16", 4096, 25, 0x7FFFFFFF, True)
-    assert (p.bm, p.bn, p.bk, p.rounding) == (fused_mgpu.WGS * fused_mgpu.WM, fused_mgpu.BN,
-                                              fused_mgpu.BK, "int")
+    assert (p.pipeline, p.bm, p.bn, p.bk, p.rounding) == (
+        fused_mgpu.PIPELINE, fused_mgpu.WM, fused_mgpu.BN, fused_mgpu.BK, "int")
+    ws = fused_mgpu.plan("bf16", 4096, 25, 0x7FFFFFFF, True, pipeline="specialized")
+    assert (ws.wgs, ws.bm) == (fused_mgpu.WGS, fused_mgpu.WGS * fused_mgpu.WM)
     assert fused_mgpu.plan("f16", 48, 25, 0, True).bk == 16
     assert fused_mgpu.plan("f16", 96, 25, 0, True).bk == 32
     assert fused_mgpu.plan("f16", 4096, 25, 0, True, N=8).bn == 8
@@ -135,6 +152,12 @@ def test_plan_settings():
         fused_mgpu.plan("f16", 4096, 25, 0, True, wgs=4, bn=256, stages=4)
     with pytest.raises(ValueError, match="rounding='float'"):
         fused_mgpu.plan("f16", 64, 25, 0, True, rounding="float")
+    plain = fused_mgpu.plan("bf16", 4096, 25, 0, True, pipeline="plain")
+    assert (plain.wgs, plain.bm, plain.pipeline) == (1, fused_mgpu.WM, "plain")
+    with pytest.raises(ValueError, match="pipeline='plain' takes wgs=1"):
+        fused_mgpu.plan("f16", 64, 25, 0, True, pipeline="plain", wgs=2)
+    with pytest.raises(ValueError, match="pipeline='fast'; allowed"):
+        fused_mgpu.plan("f16", 64, 25, 0, True, pipeline="fast")
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -184,6 +207,37 @@ def test_matmul_takes_the_kernel_the_option_names(backend):
     assert ("mpmd_map" in jaxpr) == (backend == "mosaic_gpu")
     assert ("pallas_call" in jaxpr) == (backend == "triton")
     np.testing.assert_array_equal(_bits(got), _bits(_exact(a, b, c, "f16")))
+
+
+def _without_triton(monkeypatch):
+    monkeypatch.setattr(fused_mgpu.native_mgpu, "triton_missing", lambda: True)
+    return jaxwarp.config.override(gemm_fused_kernel="on", gemm_kernel_backend="auto")
+
+
+def test_auto_takes_the_mosaic_gpu_kernel_where_jax_has_no_triton(monkeypatch):
+    """On a JAX without Pallas Triton, "auto" runs exact matmul's products through this
+    kernel where it models them (f16; bf16 under the range check's cond, small products
+    too), and XLA's exact loop where it does not (sm_80's blocks of 8)."""
+    a, b, c = _operands("bf16", 128, 32, 32, "wide", seed=2)
+    with _without_triton(monkeypatch):
+        assert fused_mgpu.backend() == "mosaic_gpu"
+        for fmt in ("f16", "bf16"):
+            x, y = a.astype(_DT[fmt]), b.astype(_DT[fmt])
+            jaxpr = str(jax.make_jaxpr(lambda x, y, c, f=fmt: _matmul(x, y, c, f))(x, y, c))
+            assert "mpmd_map" in jaxpr and "pallas_call" not in jaxpr, fmt
+        sm80 = str(jax.make_jaxpr(lambda a, b, c: jaxwarp.matmul(
+            a, b, c, operand_format="bf16", mode="exact", instruction="mma_sync",
+            arch="sm_80"))(a, b, c))
+        assert "mpmd_map" not in sm80 and "pallas_call" not in sm80
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt, kind", [("f16", "special"), ("bf16", "wide")])
+def test_auto_without_triton_gives_exact_modes_bits(fmt, kind, monkeypatch):
+    a, b, c = _operands(fmt, 128, 32, 32, kind, seed=3)
+    with _without_triton(monkeypatch):
+        got = jaxwarp.emulate(_matmul, arch="sm_90a")(a, b, c, fmt)
+    np.testing.assert_array_equal(_bits(got), _bits(_exact(a, b, c, fmt)))
 
 
 def test_a_jax_without_the_api_is_named(monkeypatch):

@@ -3,7 +3,7 @@
 
 Off the GPU the kernel runs unchanged under ``jaxwarp.emulate(fn, arch="sm_90a")``, JAX's
 GPU interpret mode with every ``plgpu.wgmma`` the exact model's chain, so the layout (the
-stacked A and C, the selection of each tile's rows, K-major B, the runs of groups a CTA
+stacked A and C, the selection of each tile's rows, B K-major or as it is, the runs of groups a CTA
 takes through its stages, the padded batch) must give exact mode's bits. The backend
 choice is checked with a pretended Hopper GPU; on an H100 / H200 the tensor cores' bits
 are checked against the model's XLA ops.
@@ -39,8 +39,9 @@ def _emulated(fmt, acc, **kw):
 
 _LAYOUTS = [  # (format, accumulator, T, m, K, n, the kernel's plan)
     ("bf16", "f32", 9, 16, 16, 8, {}),  # m16n8k16: 3 groups, the last padded
-    # 5 groups, one a stage, 2 CTAs: runs of 3 stages and (the last) 2
-    ("bf16", "f32", 20, 16, 16, 8, dict(ctas=2, stages=2, stage_groups=1)),
+    # 5 groups, one a stage, 2 CTAs: runs of 3 stages and (the last) 2; n = 16: B as it
+    # is (n-major), where the first layout's is transposed
+    ("bf16", "f32", 20, 16, 16, 16, dict(ctas=2, stages=2, stage_groups=1)),
 ]
 _MORE = [
     ("f16", "f16", 9, 16, 48, 16, dict(ctas=2, stages=2, stage_groups=1)),
@@ -185,6 +186,8 @@ def test_route_runs_the_kernel_with_exact_modes_bits(monkeypatch):
     ("mma_sync", "sm_90", "f16", "f16", 16, 8, 16), ("mma_sync", "sm_90", "tf32", "f32", 16, 8, 8),
     ("tcgen05", "sm_100a", "bf16", "f32", 64, 64, 32), ("wmma", "sm_90", "f16", "f32", 8, 32, 16),
     ("wgmma", "sm_90a", "bf16", "f32", 64, 24, 16),  # n = 24: no Triton layout
+    ("wgmma", "sm_90a", "f16", "f32", 64, 256, 16),  # B as it is: 16 swizzle tiles wide
+    ("wmma", "sm_90", "bf16", "f32", 16, 16, 16),  # B as it is, 4 tiles a group
 ])
 def test_tensor_cores_give_the_models_bits(instruction, arch, fmt, acc, m, n, k):
     """On a Hopper GPU: the Mosaic GPU kernel's tiles equal the model's own arithmetic

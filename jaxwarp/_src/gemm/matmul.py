@@ -60,7 +60,7 @@ from jaxwarp._src.catalogue.arch import check_target, parse_target
 from jaxwarp._src.catalogue.isa import FP8_TYPES
 from jaxwarp._src.config import config, keyed_jit
 from jaxwarp._src.gemm import k_loop, matmul_sparse, mfma_gemm, native
-from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel, fused_mgpu, fused_tiles, native_mgpu
+from jaxwarp._src.gemm.kernels import fused_fp8, fused_kernel, fused_mgpu, fused_tiles
 from jaxwarp._src.gemm.matmul_scales import check_scales, epilogue, promote
 from jaxwarp._src.gemm.matmul_tiles import (
     ACC_DTYPE,
@@ -85,8 +85,6 @@ from jaxwarp._src.scaling.tensor_scale import (
     times_pow2,
 )
 
-#: matmul's and mma's modes: the model's (exact, fast) and the GPU's own instructions
-#: (``native``).
 # --- The k loop over the whole output, and the choice of its backend.
 
 
@@ -100,7 +98,6 @@ def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
     if (switch == "off" or ((scales is not None or cfg.promote_every is not None)
                             and not fp8_promoted)
             or not fused_kernel.takes(cfg.a_format, cfg.b_format)
-            or (native_mgpu.triton_missing() and config.gemm_kernel_backend != "mosaic_gpu")
             or (switch == "auto" and (jax.default_backend() != "gpu" or (
                 macs < config.gemm_fused_min_macs
                 and not k_loop.general_on_host(cfg, scales))))):
@@ -109,7 +106,8 @@ def _fused_datapath(cfg: Cfg, k: int, scales, macs: int):
                                   cfg.a_format, cfg.b_format, cfg.accumulator, k)
     ok = dp is not None and fused_kernel.models(dp, cfg.a_format, cfg.b_format,
                                                 cfg.accumulator, k)
-    return dp if ok else None
+    return dp if ok and fused_mgpu.option_runs(dp, cfg.a_format, cfg.b_format,
+                                               cfg.promote_every is not None) else None
 
 
 def _pad_to(x, rows, cols):
@@ -167,9 +165,9 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
             lambda acc, p, kb: promote(acc, p, kb, scales), b_fmt=cfg.b_format,
             interpret=interpret)[:M, :N]
     fast = cfg.a_format in fused_kernel.FAST
-    if fast or fused_kernel.any_range(Mp, Np, Kp):
+    if fast or (fused_kernel.any_range(Mp, Np, Kp) and fused_mgpu.backend() == "triton"):
         # The kernel alone: every f16 / fp8 product is a normal fp32 number; a small bf16
-        # product takes the kernel for operands of any value, no range check.
+        # product, the Triton kernel's form for any value (Mosaic GPU: the cond below).
         return fused_mgpu.by_option(a_op, b_op, acc, fused_dp, cfg.a_format,
                                     form=None if fast else "general", b_fmt=cfg.b_format,
                                     interpret=interpret)[:M, :N]
@@ -190,6 +188,8 @@ def tiled(a_op, b_op, c_acc, cfg: Cfg, scales=None):
     return lax.cond(in_fp32_range(*vals), in_range, general, acc)[:M, :N]
 
 
+#: matmul's and mma's modes: the model's (exact, fast) and the GPU's own instructions
+#: (``native``).
 MODES = (*datapath.MODES, "native")
 
 

@@ -10,29 +10,34 @@ int32, the sum cut to 24 bits toward zero and scaled back (``fused_kernel``'s mo
 docstring has the arithmetic; the kernel calls its :func:`fused_kernel.finish` and
 :func:`fused_kernel.pow_of`).
 
-Structure (:func:`gemm`): ``plgpu.kernel`` over a grid of (bm, bn) output tiles,
-``wgs + 1`` warpgroups a tile (``plgpu.emit_pipeline_warp_specialized``): one issues TMA
-copies of A's and B's (bk, bm) / (bk, bn) blocks into a ring of ``stages`` shared-memory
-buffers (A passed transposed, (K, M), so that a column of A is a contiguous row of the
-block), and ``wgs`` compute warpgroups each hold a (wm, bn) slice of the tile, rows
-``wg * wm ..``, as an fp32 accumulator in registers (``Layout.WGMMA``: a (64, 8) tile
-is 2 x 2 values a thread, ``wm * bn / 128`` values a thread). Per instruction (4 of
-them a k block of 64) the 16 outer-product steps are register-array arithmetic: A's
-column i is read from shared memory as a (wm,) vector in ``Layout.WGMMA.reduce(1)`` (each
-thread loads the 2 rows it owns), B's row i as a (bn,) vector in ``Layout.WGMMA.reduce(0)``
-(each thread its ``bn / 4`` columns), and ``lax.broadcast_in_dim`` makes them (wm, bn)
-arrays in ``Layout.WGMMA`` without moving data: the broadcast is the same registers. The
-operands' powers of two (``pow_of``) are formed on the vectors (``2 + bn / 4`` a thread,
-not ``wm * bn / 128``), then broadcast and multiplied. The register budget is the
-pipeline's: ``memory_registers`` for the TMA warpgroup, the rest of the 64K split among
-the compute warpgroups (``plgpu.set_max_registers`` inside the pipeline: 232 a thread for
-2 compute warpgroups, 152 for 3, 112 for 4). C comes in as its fp32 bits through a
-shared-memory staging buffer (TMA, then a load in ``Layout.WGMMA``), D's bits go out
-through the same buffer, NaNs with the datapath's NaN bits. Settings for speed, all of
-the same bits (:func:`plan`): the tile (``wm``, ``bn``, ``wgs``), the k block and stages,
-the registers, fp32 operands in shared memory, and ``int_terms``: the terms of some of an
-instruction's products truncated by integer operations (:func:`trunc_by_bits`) so that
-the integer pipe shares the conversion pipe's work (the Triton kernel's bound).
+Structure (:func:`gemm`): ``plgpu.kernel`` over a grid of (bm, bn) output tiles, in one of
+two pipelines (:attr:`Plan.pipeline`). "plain" (the default): one warpgroup a CTA
+(``plgpu.emit_pipeline`` with the accumulator as its carry) issues TMA copies of A's and
+B's (bk, bm) / (bk, bn) blocks into a ring of ``stages`` shared-memory buffers (A passed
+transposed, (K, M), so that a column of A is a contiguous row of the block) and computes
+its (wm, bn) tile; ptxas chooses its registers, and several CTAs share an SM, every warp
+of them computing. "specialized": ``wgs + 1`` warpgroups a tile
+(``plgpu.emit_pipeline_warp_specialized``), one issuing the copies and ``wgs`` compute
+warpgroups each holding a (wm, bn) slice of the tile, rows ``wg * wm ..``; the register
+budget is split between them (``memory_registers`` for the TMA warpgroup, the rest of the
+64K among the compute warpgroups: 232 a thread for 2, 152 for 3, 112 for 4), which on an
+H100 left one CTA an SM with 8 computing warps (the plain pipeline ran 2.3x faster:
+``benchmarks/fused_mgpu.py --variants``). A warpgroup's tile is an fp32 accumulator in
+registers (``Layout.WGMMA``: a (64, 8) tile is 2 x 2 values a thread, ``wm * bn / 128``
+values a thread). Per instruction (``bk / 16`` of them a k block) the 16 outer-product
+steps are register-array arithmetic: A's column i is read from shared memory as a (wm,)
+vector in ``Layout.WGMMA.reduce(1)`` (each thread loads the 2 rows it owns), B's row i as a
+(bn,) vector in ``Layout.WGMMA.reduce(0)`` (each thread its ``bn / 4`` columns), and
+``lax.broadcast_in_dim`` makes them (wm, bn) arrays in ``Layout.WGMMA`` without moving
+data: the broadcast is the same registers. The operands' powers of two (``pow_of``) are
+formed on the vectors (``2 + bn / 4`` a thread, not ``wm * bn / 128``), then broadcast and
+multiplied. C comes in as its fp32 bits through a shared-memory staging buffer (TMA, then
+a load in ``Layout.WGMMA``), D's bits go out through the same buffer, NaNs with the
+datapath's NaN bits. Settings for speed, all of the same bits (:func:`plan`): the
+pipeline, the tile (``wm``, ``bn``, ``wgs``), the k block and stages, the registers, fp32
+operands in shared memory, and ``int_terms``: the terms of some of an instruction's
+products truncated by integer operations (:func:`trunc_by_bits`) so that the integer pipe
+shares the conversion pipe's work (the Triton kernel's bound).
 
 Exact ``matmul`` reaches this kernel through :func:`by_option` (the option
 ``gemm_kernel_backend``), which is ``fused_kernel.chain`` unless the option says
@@ -58,8 +63,9 @@ kernel takes ``rounding="int"`` (:class:`Plan`).
 Off the GPU the kernel runs unchanged under ``jaxwarp.emulate(fn, arch="sm_90a")`` (JAX's
 GPU interpret mode, ``layout_cast`` the identity), which checks its bits against
 ``matmul(mode="exact")`` on a CPU. Outside ``emulate`` a CPU cannot run it (JAX: "Only
-interpret mode is supported on CPU backend"). Not timed on a GPU yet: the option
-``gemm_kernel_backend`` keeps the Triton kernel on "auto".
+interpret mode is supported on CPU backend"). On an H100 (4096^3) it runs at 0.88 (bf16)
+and 0.69 (f16) of the Triton kernel's speed, so the option ``gemm_kernel_backend`` keeps
+the Triton kernel on "auto" where JAX has it.
 """
 
 from __future__ import annotations
@@ -86,7 +92,7 @@ TMA_BOX = 256
 #: Shared memory a block may use (H100: 227 KiB), less room for the pipeline's barriers.
 SMEM_BYTES = 224 * 1024
 #: What the kernel needs from ``jax.experimental.pallas.mosaic_gpu``.
-API = ("kernel", "emit_pipeline_warp_specialized", "BlockSpec", "TilingTransform",
+API = ("kernel", "emit_pipeline", "emit_pipeline_warp_specialized", "BlockSpec", "TilingTransform",
        "SwizzleTransform", "find_swizzle", "SMEM", "Barrier", "copy_gmem_to_smem",
        "barrier_wait", "commit_smem", "copy_smem_to_gmem", "wait_smem_to_gmem",
        "layout_cast", "Layout")
@@ -144,13 +150,13 @@ class Plan:
     #: Rows of each compute warpgroup's slice (a multiple of 64).
     wm: int = 64
     #: Columns of the tile (a multiple of 8).
-    bn: int = 32
+    bn: int = 16
     #: Compute warpgroups a tile (the tile is (wgs * wm, bn)).
-    wgs: int = 2
+    wgs: int = 1
     #: k of one pipeline step (a multiple of 16 dividing K).
-    bk: int = 64
+    bk: int = 32
     #: Shared-memory buffers of the operand ring.
-    stages: int = 3
+    stages: int = 4
     #: Registers a thread of the TMA warpgroup (the compute warpgroups share the rest).
     memory_registers: int = 40
     #: ``fused_kernel.Plan.rounding``: "int" alone (the rounded sum by integer operations
@@ -167,11 +173,23 @@ class Plan:
     #: fp32 -> int32 conversion: the conversion pipe bounds the Triton kernel, and the
     #: two pipes run side by side (the same bits either way).
     int_terms: int = 0
+    #: "specialized": ``wgs`` compute warpgroups and one that issues the TMA copies, the
+    #: registers split between them (``emit_pipeline_warp_specialized``); "plain": one
+    #: warpgroup a CTA (``wgs`` 1) that issues its copies and computes
+    #: (``plgpu.emit_pipeline``), its registers ptxas's choice, so that several CTAs share
+    #: an SM and every warp on it computes.
+    pipeline: str = "plain"
 
     def __post_init__(self):
         if not 0 <= self.int_terms <= IK:
             raise ValueError(f"fused Mosaic GPU kernel: int_terms={self.int_terms}; allowed "
                              f"0 to {IK}")
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"fused Mosaic GPU kernel: pipeline={self.pipeline!r}; allowed: "
+                             f"{PIPELINES}")
+        if self.pipeline == "plain" and self.wgs != 1:
+            raise ValueError(f"fused Mosaic GPU kernel: pipeline='plain' takes wgs=1 (one "
+                             f"warpgroup a CTA), got wgs={self.wgs}")
         if self.rounding != "int":
             raise ValueError(f"fused Mosaic GPU kernel: rounding={self.rounding!r}; allowed: "
                              f"'int' (see Plan.rounding)")
@@ -186,23 +204,28 @@ class Plan:
                                  rounding=self.rounding)
 
 
-#: Defaults of :func:`plan`: the tile and pipeline (untimed: ``benchmarks/fused_mgpu.py
-#: --variants`` sweeps them on a GPU).
-WM, BN, WGS, BK, STAGES, MEMORY_REGISTERS = 64, 32, 2, 64, 3, 40
+#: :attr:`Plan.pipeline`'s values.
+PIPELINES = ("specialized", "plain")
+
+#: Defaults of :func:`plan`: the tile and pipeline, the fastest of the settings
+#: ``benchmarks/fused_mgpu.py --variants`` timed on an H100 (one warpgroup a CTA, a
+#: (64, 16) tile, k blocks of 32 through 4 stages); ``WGS`` is the warp-specialized
+#: pipeline's compute warpgroups (the plain one has one).
+WM, BN, WGS, BK, STAGES, MEMORY_REGISTERS, PIPELINE = 64, 16, 2, 32, 4, 40, "plain"
 
 
 def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | None = None,
          bn: int | None = None, wgs: int | None = None, bk: int | None = None,
          stages: int | None = None, memory_registers: int | None = None,
          rounding: str = "int", f32_operands: bool = False, int_terms: int = 0,
-         N: int | None = None) -> Plan:
+         pipeline: str = PIPELINE, N: int | None = None) -> Plan:
     """The kernel for a product of K (a multiple of 16): the k block the largest of
     ``bk``, 32, 16 that divides K; the tile no wider than N needs.
 
     Example:
         >>> p = plan("bf16", 4096, 25, 0x7FFFFFFF, True)
-        >>> (p.bm, p.bn, p.bk, p.stages)
-        (128, 32, 64, 3)
+        >>> (p.pipeline, p.bm, p.bn, p.bk, p.stages)
+        ('plain', 64, 16, 32, 4)
         >>> plan("f16", 48, 25, 0x7FFFFFFF, False, N=8).bk
         16
     """
@@ -210,7 +233,8 @@ def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | Non
         raise ValueError(f"fused Mosaic GPU kernel: fmt={fmt!r}; allowed: {FORMATS}")
     if K % IK or K <= 0:
         raise ValueError(f"fused Mosaic GPU kernel: K={K} must be a positive multiple of {IK}")
-    wm, bn, wgs = wm or WM, bn or BN, wgs or WGS
+    wm, bn = wm or WM, bn or BN
+    wgs = wgs or (1 if pipeline == "plain" else WGS)
     bk = bk or BK
     if wm % WG_ROWS or bn % 8 or bk % IK or wgs < 1:
         raise ValueError(f"fused Mosaic GPU kernel: wm={wm} (a multiple of {WG_ROWS}), "
@@ -231,7 +255,8 @@ def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | Non
                          f"{bn}) operands and the C / D staging take {smem} bytes of shared "
                          f"memory (at most {SMEM_BYTES})")
     return Plan(fmt, K, F, nan_bits, finite, wm, bn, wgs, bk, stages,
-                memory_registers or MEMORY_REGISTERS, rounding, f32_operands, int_terms)
+                memory_registers or MEMORY_REGISTERS, rounding, f32_operands, int_terms,
+                pipeline)
 
 
 def trunc_by_bits(x):
@@ -302,9 +327,11 @@ def _kernel(at_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
     b_spec = plgpu.BlockSpec((bk, bn), lambda k: (k, 0))
     row_layout, col_layout = plgpu.Layout.WGMMA.reduce(1), plgpu.Layout.WGMMA.reduce(0)
 
+    plain = p.pipeline == "plain"
+
     def body(idxs, at_smem, b_smem, c):
         del idxs
-        rows = pl.ds(lax.axis_index("wg") * wm, wm)
+        rows = pl.ds(0 if plain else lax.axis_index("wg") * wm, wm)
         for j in range(bk // IK):  # the block's instructions, ascending k
             def col(i, j=j):  # A's column: a row of A's transposed block (ref[...] + cast)
                 return plgpu.layout_cast(at_smem[j * IK + i, rows],
@@ -324,6 +351,32 @@ def _kernel(at_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
 
     at_tile = at_gmem.at[:, pl.ds(mi * bm, bm)]
     b_tile = b_gmem.at[:, pl.ds(ni * bn, bn)]
+    nan = p.nan_bits - (1 << 32) if p.nan_bits >= 1 << 31 else p.nan_bits
+
+    def through(buf, bar, tile, run):
+        """C's bits in through ``buf``, ``run(c)``, D's out the same way (NaN bits)."""
+        plgpu.copy_gmem_to_smem(c_gmem.at[tile], buf, bar)
+        plgpu.barrier_wait(bar)
+        c = lax.bitcast_convert_type(buf[...], jnp.float32)
+        plgpu.commit_smem()  # every thread has read C before D is written over it
+        bits = lax.bitcast_convert_type(run(c), jnp.int32)
+        buf[...] = jnp.where((bits & 0x7FFFFFFF) > 0x7F800000, jnp.int32(nan), bits)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(buf, o_gmem.at[tile])
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+    if plain:
+        @functools.partial(pl.run_scoped,
+                           stage=plgpu.SMEM((wm, bn), jnp.int32, transforms=stage_tf),
+                           barrier=plgpu.Barrier(num_barriers=1))
+        def _plain(stage, barrier):
+            def run(c):
+                return plgpu.emit_pipeline(
+                    body, grid=(p.K // bk,), in_specs=[at_spec, b_spec],
+                    max_concurrent_steps=p.stages, init_carry=c)(at_tile, b_tile)
+
+            through(stage, barrier.at[0], (pl.ds(mi * bm, bm), pl.ds(ni * bn, bn)), run)
+        return
 
     @functools.partial(
         pl.run_scoped,
@@ -335,18 +388,8 @@ def _kernel(at_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
     def _scope(allocs, stage, barrier):
         def compute_context(eval_pipeline):
             wg = lax.axis_index("wg")
-            buf, bar = stage.at[wg], barrier.at[wg]
             tile = (pl.ds(mi * bm + wg * wm, wm), pl.ds(ni * bn, bn))
-            plgpu.copy_gmem_to_smem(c_gmem.at[tile], buf, bar)
-            plgpu.barrier_wait(bar)
-            c = lax.bitcast_convert_type(buf[...], jnp.float32)
-            plgpu.commit_smem()  # every thread has read C before D is written over it
-            bits = lax.bitcast_convert_type(eval_pipeline(c), jnp.int32)
-            nan = p.nan_bits - (1 << 32) if p.nan_bits >= 1 << 31 else p.nan_bits
-            buf[...] = jnp.where((bits & 0x7FFFFFFF) > 0x7F800000, jnp.int32(nan), bits)
-            plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(buf, o_gmem.at[tile])
-            plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+            through(stage.at[wg], barrier.at[wg], tile, eval_pipeline)
 
         pipeline(compute_context)(at_tile, b_tile, allocations=allocs)
 
@@ -372,11 +415,11 @@ def gemm(a, b, c, p: Plan):
                          f"fit the plan {p}")
     register_mosaic_rule()
     dt = jnp.float32 if p.f32_operands else jnp.float16 if p.fmt == "f16" else jnp.bfloat16
+    threads = {} if p.pipeline == "plain" else dict(num_threads=p.wgs + 1, thread_name="wg")
     f = plgpu.kernel(
         functools.partial(_kernel, p=p),
         out_type=jax.ShapeDtypeStruct((M, N), jnp.int32),
-        grid=(M // p.bm, N // p.bn), grid_names=("m", "n"),
-        num_threads=p.wgs + 1, thread_name="wg",
+        grid=(M // p.bm, N // p.bn), grid_names=("m", "n"), **threads,
         # Lane semantics, named: JAX 0.10's default, not JAX 0.11's (Warpgroup, where
         # trunc_i32_p has no rule: "Unimplemented primitive", on an H100 with 0.11.2)
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane))
@@ -443,12 +486,48 @@ def unmodelled(dp, fmt: str, b_fmt: str | None = None) -> str | None:
     return None
 
 
+def backend() -> str:
+    """The Pallas backend of the fused exact kernel that the option ``gemm_kernel_backend``
+    gives on the installed JAX: "triton" or "mosaic_gpu" as named; "auto", Triton (the
+    faster on an H100) where JAX has its backend, else Mosaic GPU.
+
+    Example:
+        >>> with jaxwarp.config.override(gemm_kernel_backend="mosaic_gpu"):
+        ...     backend()
+        'mosaic_gpu'
+    """
+    choice = config.gemm_kernel_backend
+    if choice == "auto":
+        return "mosaic_gpu" if native_mgpu.triton_missing() else "triton"
+    return choice
+
+
+def option_runs(dp, fmt: str, b_fmt: str | None = None, promoted: bool = False) -> bool:
+    """Whether the kernel that :func:`backend` gives runs a product whose chain (``dp``)
+    the Triton kernel models: the Triton kernel, where the installed JAX has it; under
+    "auto" on a JAX without it, this kernel where it models the chain (no promotion) and
+    the Mosaic GPU API is there; "mosaic_gpu", always (:func:`by_option`'s error names
+    the option where it cannot).
+
+    Example:
+        >>> dp = jaxwarp.datapath_for("sm_80", "mma_sync", "bf16", 16)
+        >>> with jaxwarp.config.override(gemm_kernel_backend="mosaic_gpu"):
+        ...     option_runs(dp, "bf16")
+        True
+    """
+    if backend() == "triton":
+        return not native_mgpu.triton_missing()
+    if config.gemm_kernel_backend == "mosaic_gpu":
+        return True
+    return not promoted and unmodelled(dp, fmt, b_fmt) is None and api_error() is None
+
+
 def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | None = None,
               b_fmt: str | None = None, interpret: bool = False):
     """The fused exact kernel of the Pallas backend that the option
-    ``gemm_kernel_backend`` names, with ``fused_kernel.chain``'s arguments (what exact
-    ``matmul`` calls): "auto" and "triton", ``fused_kernel.chain``; "mosaic_gpu", this
-    kernel, or a ValueError naming the option where it cannot run the product (bf16
+    ``gemm_kernel_backend`` gives (:func:`backend`), with ``fused_kernel.chain``'s
+    arguments (what exact ``matmul`` calls): Triton, ``fused_kernel.chain``; Mosaic GPU,
+    this kernel, or a ValueError naming the option where it cannot run the product (bf16
     operands of any value, ``form="general"``; a JAX without the API). ``interpret``
     (off the GPU): the Triton kernel in Pallas' interpreter; this kernel has no such
     switch (it runs off the GPU under ``jaxwarp.emulate`` alone).
@@ -459,21 +538,21 @@ def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | 
         >>> with jaxwarp.config.override(gemm_kernel_backend="mosaic_gpu"):
         ...     by_option(a, a.T, jnp.zeros((64, 64)), dp, "bf16", form="general")
         Traceback (most recent call last):
-        ValueError: gemm_kernel_backend='mosaic_gpu' cannot run this product: bf16 ...
+        ValueError: gemm_kernel_backend='mosaic_gpu' (the Mosaic GPU kernel) cannot run ...
     """
-    if config.gemm_kernel_backend != "mosaic_gpu":
+    if backend() == "triton":
         return fused_kernel.chain(a, b, c, dp, fmt, finite=finite, form=form, b_fmt=b_fmt,
                                   interpret=interpret)
     why = api_error()
     if form == "general":
-        why = ("bf16 operands of any value (form='general', which matmul takes below "
-               "gemm_kernel_any_range_below multiply-adds) are the Triton kernel's alone; "
-               "the Mosaic GPU kernel takes f16 and bf16 in fp32's range (set "
-               "gemm_kernel_any_range_below=0 for a range check and a cond instead)")
+        why = ("bf16 operands of any value (form='general') are the Triton kernel's alone; "
+               "the Mosaic GPU kernel takes f16, and bf16 in fp32's range (exact matmul "
+               "puts bf16 products under a range check and a cond for it)")
     elif why is None and form is not None:
         why = f"form={form!r} is a Triton kernel setting"
     elif why is None:
         why = unmodelled(dp, fmt, b_fmt)
     if why is not None:
-        raise ValueError(f"gemm_kernel_backend='mosaic_gpu' cannot run this product: {why}")
+        raise ValueError(f"gemm_kernel_backend={config.gemm_kernel_backend!r} (the Mosaic GPU "
+                         f"kernel) cannot run this product: {why}")
     return chain(a, b, c, dp, fmt, finite=finite)

@@ -16,9 +16,11 @@ group's A, B, C and D are each one contiguous box, copied by TMA.
 The kernel (:func:`chain`): ``plgpu.kernel`` over a grid of CTAs, one warpgroup each,
 each taking a run of groups in turn through a ring of shared-memory stages: TMA copies
 of the next groups' A, B and C are in flight while the current group's g chains run,
-and its D goes back by TMA from a stage of its own. B is read K-major (B_i transposed,
-(n, K): ``wgmma`` takes 8- and 32-bit operands only so, and a tile of 8 f16 columns is
-narrower than a swizzle), so B is given to the kernel as (T, n, K). K is never padded
+and its D goes back by TMA from a stage of its own. A 16-bit B goes in as it is, (T, K, n)
+n-major, where A's swizzle divides its rows (:func:`b_by_rows`: ``wgmma``'s descriptor
+transposes it); any other B is read K-major (B_i transposed, (n, K): ``wgmma`` takes 8-
+and 32-bit operands only so, and a tile of 8 f16 columns is narrower than a swizzle), so
+it is given to the kernel as (T, n, K), one XLA transpose. K is never padded
 (an extra instruction of zero products is not the identity); one ``plgpu.wgmma`` issues
 the chain over the whole K, in swizzle-wide k groups ascending. tf32 operands are fp32
 words: the tensor core reads their top 19 bits, as the model does (``bitops.tf32_keep``).
@@ -188,9 +190,10 @@ def plan(a_format: str, accumulator: str, m: int, n: int, K: int, T: int,
         stage_groups = 1 << max(0, min(STAGE_GROUPS, SM_SHARED // 4 // one).bit_length() - 1)
     if _untiled(n, native_mgpu.ACC_DTYPES[accumulator]):
         stage_groups = min(stage_groups, MAX_BOX // ROWS)  # C and D untiled: one box
-    # a box is at most MAX_BOX tiles of 8 rows a side (B's block: G·g·n rows), and one
-    # stage fits the shared memory
-    stage_groups = min(stage_groups, 8 * MAX_BOX // (g * n), 8 * MAX_BOX // ROWS,
+    # a box is at most MAX_BOX tiles of 8 rows a side (B's block: G·g·K rows where B goes
+    # as it is, else G·g·n), and one stage fits the shared memory
+    b_rows = g * (K if b_by_rows(a_format, n, K) else n)
+    stage_groups = min(stage_groups, 8 * MAX_BOX // b_rows, 8 * MAX_BOX // ROWS,
                        SHARED_FOR_STAGES // one)
     if stage_groups >= groups:
         stage_groups = groups
@@ -214,12 +217,38 @@ def _untiled(minor: int, dtype) -> bool:
     return (minor * jnp.dtype(dtype).itemsize) % 32 != 0
 
 
-def _transforms(plgpu, minor: int, dtype) -> tuple:
-    """Tiling and swizzle of a shared-memory block whose rows have ``minor`` elements."""
+def _swizzle(minor: int, dtype) -> int:
+    """The widest swizzle (bytes: 32, 64 or 128) that divides rows of ``minor`` elements
+    (``plgpu.find_swizzle``'s choice, without the import)."""
+    row = minor * jnp.dtype(dtype).itemsize
+    return next(s for s in (128, 64, 32) if row % s == 0)
+
+
+def b_by_rows(a_format: str, n: int, K: int) -> bool:
+    """Whether B goes to the kernel as it is, (K, n) a tile, n-major ("MN-major"), rather
+    than transposed: ``wgmma`` reads a 16-bit B either way (the descriptor's transpose
+    bit), and one swizzle serves A and B (Mosaic GPU's ``wgmma`` takes one), so B's rows
+    of n elements take A's swizzle (that of rows of K elements) when it divides them. Then
+    no XLA pass transposes B (on an H100 that pass alone took 0.35 to 0.47 of the batched
+    einsum's time). 8- and 32-bit operands (fp8, tf32) are K-major only.
+
+    Example:
+        >>> b_by_rows("bf16", 16, 16), b_by_rows("bf16", 8, 16), b_by_rows("e4m3", 16, 32)
+        (True, False, False)
+    """
+    dtype = native_mgpu.DTYPES[a_format]
+    if jnp.dtype(dtype).itemsize != 2 or _untiled(K, dtype):
+        return False
+    return (n * 2) % _swizzle(K, dtype) == 0
+
+
+def _transforms(plgpu, minor: int, dtype, swizzle: int | None = None) -> tuple:
+    """Tiling and swizzle of a shared-memory block whose rows have ``minor`` elements (the
+    widest swizzle that divides them, or ``swizzle``)."""
     if _untiled(minor, dtype):
         return ()
     size = jnp.dtype(dtype).itemsize
-    swizzle = plgpu.find_swizzle(minor * size * 8)
+    swizzle = swizzle or _swizzle(minor, dtype)
     return (plgpu.TilingTransform((8, swizzle // size)), plgpu.SwizzleTransform(swizzle))
 
 
@@ -230,7 +259,10 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
     g, m, n, K, S, G = p.group, p.m, p.n, p.K, p.stages, p.stage_groups
     op_dtype = native_mgpu.DTYPES[p.a_format]
     acc_dtype = native_mgpu.ACC_DTYPES[p.accumulator]
+    by_rows = b_by_rows(p.a_format, n, K)  # B (K, n) a tile, else (n, K)
     op_tf, acc_tf = _transforms(plgpu, K, op_dtype), _transforms(plgpu, n, acc_dtype)
+    b_tf = _transforms(plgpu, n, op_dtype, _swizzle(K, op_dtype)) if by_rows else op_tf
+    b_block = (G * g * K, n) if by_rows else (G * g * n, K)  # a stage's B's, stacked
     first = lax.axis_index("cta") * p.per_cta  # this CTA's run of stages
     count = jnp.minimum(p.per_cta, p.units - first)  # the last CTA's is shorter
 
@@ -243,7 +275,10 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
 
         def issue(accs):  # tile i's B against every row: one wgmma chain each
             for i, acc in enumerate(accs):
-                b_i = plgpu.transpose_ref(b_smem.at[pl.ds(i * n, n), :], (1, 0))
+                if by_rows:
+                    b_i = b_smem.at[pl.ds(i * K, K), :]
+                else:
+                    b_i = plgpu.transpose_ref(b_smem.at[pl.ds(i * n, n), :], (1, 0))
                 plgpu.wgmma(acc, a_smem, b_i)
 
         chains = pl.run_state(issue)(tuple(plgpu.ACC.init(c) for _ in range(g)))
@@ -259,7 +294,7 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
     @functools.partial(
         pl.run_scoped,
         a_smem=plgpu.SMEM((S, G * ROWS, K), op_dtype, transforms=op_tf),
-        b_smem=plgpu.SMEM((S, G * g * n, K), op_dtype, transforms=op_tf),
+        b_smem=plgpu.SMEM((S, *b_block), op_dtype, transforms=b_tf),
         c_smem=plgpu.SMEM((S, G * ROWS, n), acc_dtype, transforms=acc_tf),
         o_smem=plgpu.SMEM((S, G * ROWS, n), acc_dtype, transforms=acc_tf),
         barrier=plgpu.Barrier(num_arrivals=3, num_barriers=S),  # A, B and C
@@ -268,7 +303,8 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
         def fetch(u, slot):  # stage u's A, B and C into a slot, on its barrier
             bar = barrier.at[slot]
             plgpu.copy_gmem_to_smem(a_gmem.at[rows(u, ROWS), :], a_smem.at[slot], bar)
-            plgpu.copy_gmem_to_smem(b_gmem.at[rows(u, g * n), :], b_smem.at[slot], bar)
+            plgpu.copy_gmem_to_smem(b_gmem.at[rows(u, b_block[0] // G), :],
+                                    b_smem.at[slot], bar)
             plgpu.copy_gmem_to_smem(c_gmem.at[rows(u, ROWS), :], c_smem.at[slot], bar)
 
         for u in range(S):  # the first stages' copies
@@ -281,7 +317,7 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
             for q in range(G):  # the stage's groups in turn
                 def part(ref, size, q=q):
                     return ref.at[slot, pl.ds(q * size, size)]
-                one_group(part(a_smem, ROWS), part(b_smem, g * n), part(c_smem, ROWS),
+                one_group(part(a_smem, ROWS), part(b_smem, b_block[0] // G), part(c_smem, ROWS),
                           part(o_smem, ROWS))
             plgpu.commit_smem()  # every thread's D written, every read of the slot done
             plgpu.copy_smem_to_gmem(o_smem.at[slot], o_gmem.at[rows(u, ROWS), :])
@@ -332,7 +368,10 @@ def chain(a, b, c, a_format: str, accumulator: str, *, ctas: int | None = None,
     Tp = p.tiles
     if Tp != T:
         a, b, c = (jnp.pad(x, ((0, Tp - T), (0, 0), (0, 0))) for x in (a, b, c))
-    bt = jnp.swapaxes(b, 1, 2)  # (T, n, K): K-major
+    if b_by_rows(a_format, n, K):  # (T * K, n): a free reshape
+        b2 = b.reshape(Tp * K, n)
+    else:  # (T * n, K): K-major, one XLA transpose
+        b2 = jnp.swapaxes(b, 1, 2).reshape(Tp * n, K)
     body = functools.partial(_kernel, p=p)
     body.__name__ = KERNEL_NAME  # plgpu.kernel names the kernel after its body
     f = plgpu.kernel(
@@ -342,5 +381,5 @@ def chain(a, b, c, a_format: str, accumulator: str, *, ctas: int | None = None,
         # Lane semantics, named: JAX 0.10's default (where the kernel's layouts were
         # built), not JAX 0.11's (Warpgroup)
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane))
-    d = f(a.reshape(Tp * m, K), bt.reshape(Tp * n, K), c.reshape(Tp * m, n))
+    d = f(a.reshape(Tp * m, K), b2, c.reshape(Tp * m, n))
     return d.reshape(Tp, m, n)[:T]
