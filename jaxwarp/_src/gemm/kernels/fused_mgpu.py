@@ -92,9 +92,9 @@ TMA_BOX = 256
 #: Shared memory a block may use (H100: 227 KiB), less room for the pipeline's barriers.
 SMEM_BYTES = 224 * 1024
 #: What the kernel needs from ``jax.experimental.pallas.mosaic_gpu``.
-API = ("kernel", "emit_pipeline", "emit_pipeline_warp_specialized", "BlockSpec", "TilingTransform",
-       "SwizzleTransform", "find_swizzle", "SMEM", "Barrier", "copy_gmem_to_smem",
-       "barrier_wait", "commit_smem", "copy_smem_to_gmem", "wait_smem_to_gmem",
+API = ("kernel", "emit_pipeline", "emit_pipeline_warp_specialized", "BlockSpec",
+       "TilingTransform", "SwizzleTransform", "find_swizzle", "SMEM", "Barrier",
+       "copy_gmem_to_smem", "barrier_wait", "commit_smem", "copy_smem_to_gmem", "wait_smem_to_gmem",
        "layout_cast", "Layout")
 
 
@@ -136,6 +136,16 @@ def register_mosaic_rule() -> None:
                                     mgpu.LoweringSemantics.Lane)(rule)
 
 
+#: :attr:`Plan.pipeline`'s values.
+PIPELINES = ("specialized", "plain")
+
+#: Defaults of :func:`plan` and :class:`Plan`: the tile and pipeline, the fastest of the
+#: settings ``benchmarks/fused_mgpu.py --variants`` timed on an H100 (one warpgroup a CTA,
+#: a (64, 16) tile, k blocks of 32 through 4 stages); ``WGS`` is the warp-specialized
+#: pipeline's compute warpgroups (the plain one has one).
+WM, BN, WGS, BK, STAGES, MEMORY_REGISTERS, PIPELINE = 64, 16, 2, 32, 4, 40, "plain"
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Static shape of one kernel: operand format, K, the datapath's F and NaN bits,
@@ -148,17 +158,17 @@ class Plan:
     nan_bits: int
     finite: bool
     #: Rows of each compute warpgroup's slice (a multiple of 64).
-    wm: int = 64
+    wm: int = WM
     #: Columns of the tile (a multiple of 8).
-    bn: int = 16
-    #: Compute warpgroups a tile (the tile is (wgs * wm, bn)).
+    bn: int = BN
+    #: Compute warpgroups a tile (the tile is (wgs * wm, bn)): 1 in the plain pipeline.
     wgs: int = 1
     #: k of one pipeline step (a multiple of 16 dividing K).
-    bk: int = 32
+    bk: int = BK
     #: Shared-memory buffers of the operand ring.
-    stages: int = 4
+    stages: int = STAGES
     #: Registers a thread of the TMA warpgroup (the compute warpgroups share the rest).
-    memory_registers: int = 40
+    memory_registers: int = MEMORY_REGISTERS
     #: ``fused_kernel.Plan.rounding``: "int" alone (the rounded sum by integer operations
     #: on its bits). "float" converts the kept 24 bits to fp32 from uint32, which Mosaic
     #: GPU lowers as a signed conversion (JAX 0.10.2 and 0.11: ``FragmentedArray.bitcast``
@@ -178,7 +188,7 @@ class Plan:
     #: warpgroup a CTA (``wgs`` 1) that issues its copies and computes
     #: (``plgpu.emit_pipeline``), its registers ptxas's choice, so that several CTAs share
     #: an SM and every warp on it computes.
-    pipeline: str = "plain"
+    pipeline: str = PIPELINE
 
     def __post_init__(self):
         if not 0 <= self.int_terms <= IK:
@@ -187,7 +197,7 @@ class Plan:
         if self.pipeline not in PIPELINES:
             raise ValueError(f"fused Mosaic GPU kernel: pipeline={self.pipeline!r}; allowed: "
                              f"{PIPELINES}")
-        if self.pipeline == "plain" and self.wgs != 1:
+        if self.plain and self.wgs != 1:
             raise ValueError(f"fused Mosaic GPU kernel: pipeline='plain' takes wgs=1 (one "
                              f"warpgroup a CTA), got wgs={self.wgs}")
         if self.rounding != "int":
@@ -198,20 +208,15 @@ class Plan:
     def bm(self) -> int:
         return self.wgs * self.wm
 
+    @property
+    def plain(self) -> bool:
+        """The plain pipeline (one warpgroup a CTA), not the warp-specialized one."""
+        return self.pipeline == "plain"
+
     def arithmetic(self) -> fused_kernel.Plan:
         """The Triton kernel's plan whose fields :func:`fused_kernel.finish` reads."""
         return fused_kernel.Plan(self.fmt, self.K, self.F, self.nan_bits, self.finite,
                                  rounding=self.rounding)
-
-
-#: :attr:`Plan.pipeline`'s values.
-PIPELINES = ("specialized", "plain")
-
-#: Defaults of :func:`plan`: the tile and pipeline, the fastest of the settings
-#: ``benchmarks/fused_mgpu.py --variants`` timed on an H100 (one warpgroup a CTA, a
-#: (64, 16) tile, k blocks of 32 through 4 stages); ``WGS`` is the warp-specialized
-#: pipeline's compute warpgroups (the plain one has one).
-WM, BN, WGS, BK, STAGES, MEMORY_REGISTERS, PIPELINE = 64, 16, 2, 32, 4, 40, "plain"
 
 
 def plan(fmt: str, K: int, F: int, nan_bits: int, finite: bool, *, wm: int | None = None,
@@ -327,7 +332,7 @@ def _kernel(at_gmem, b_gmem, c_gmem, o_gmem, *, p: Plan):
     b_spec = plgpu.BlockSpec((bk, bn), lambda k: (k, 0))
     row_layout, col_layout = plgpu.Layout.WGMMA.reduce(1), plgpu.Layout.WGMMA.reduce(0)
 
-    plain = p.pipeline == "plain"
+    plain = p.plain
 
     def body(idxs, at_smem, b_smem, c):
         del idxs
@@ -415,7 +420,7 @@ def gemm(a, b, c, p: Plan):
                          f"fit the plan {p}")
     register_mosaic_rule()
     dt = jnp.float32 if p.f32_operands else jnp.float16 if p.fmt == "f16" else jnp.bfloat16
-    threads = {} if p.pipeline == "plain" else dict(num_threads=p.wgs + 1, thread_name="wg")
+    threads = {} if p.plain else dict(num_threads=p.wgs + 1, thread_name="wg")
     f = plgpu.kernel(
         functools.partial(_kernel, p=p),
         out_type=jax.ShapeDtypeStruct((M, N), jnp.int32),
@@ -519,7 +524,26 @@ def option_runs(dp, fmt: str, b_fmt: str | None = None, promoted: bool = False) 
         return not native_mgpu.triton_missing()
     if config.gemm_kernel_backend == "mosaic_gpu":
         return True
-    return not promoted and unmodelled(dp, fmt, b_fmt) is None and api_error() is None
+    return not promoted and why_not(dp, fmt, b_fmt) is None
+
+
+def why_not(dp, fmt: str, b_fmt: str | None = None, form: str | None = None) -> str | None:
+    """Why this kernel cannot run the chain of ``dp`` on these operands (``form``: the
+    Triton kernel's form that was asked for) on the installed JAX, or None where it can.
+
+    Example:
+        >>> dp = jaxwarp.datapath_for("sm_90", "wgmma", "bf16", 16)
+        >>> why_not(dp, "bf16", form="split")
+        "form='split' is a Triton kernel setting"
+    """
+    why = api_error()
+    if form == "general":
+        return ("bf16 operands of any value (form='general') are the Triton kernel's alone; "
+                "the Mosaic GPU kernel takes f16, and bf16 in fp32's range (exact matmul "
+                "puts bf16 products under a range check and a cond for it)")
+    if why is None and form is not None:
+        return f"form={form!r} is a Triton kernel setting"
+    return why if why is not None else unmodelled(dp, fmt, b_fmt)
 
 
 def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | None = None,
@@ -543,15 +567,7 @@ def by_option(a, b, c, dp, fmt: str, *, finite: bool | None = None, form: str | 
     if backend() == "triton":
         return fused_kernel.chain(a, b, c, dp, fmt, finite=finite, form=form, b_fmt=b_fmt,
                                   interpret=interpret)
-    why = api_error()
-    if form == "general":
-        why = ("bf16 operands of any value (form='general') are the Triton kernel's alone; "
-               "the Mosaic GPU kernel takes f16, and bf16 in fp32's range (exact matmul "
-               "puts bf16 products under a range check and a cond for it)")
-    elif why is None and form is not None:
-        why = f"form={form!r} is a Triton kernel setting"
-    elif why is None:
-        why = unmodelled(dp, fmt, b_fmt)
+    why = why_not(dp, fmt, b_fmt, form)
     if why is not None:
         raise ValueError(f"gemm_kernel_backend={config.gemm_kernel_backend!r} (the Mosaic GPU "
                          f"kernel) cannot run this product: {why}")

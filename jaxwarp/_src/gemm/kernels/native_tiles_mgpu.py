@@ -148,6 +148,16 @@ class TilePlan:
         """Tiles the kernel runs (T padded to whole groups)."""
         return self.units * self.stage_groups * self.group
 
+    @property
+    def by_rows(self) -> bool:
+        """B as it is, (K, n) a tile (:func:`b_by_rows`), else transposed, (n, K)."""
+        return b_by_rows(self.a_format, self.n, self.K)
+
+    @property
+    def b_rows(self) -> int:
+        """Rows of a group's B's, stacked: g tiles of K rows (as it is) or n (transposed)."""
+        return _b_rows(self.a_format, self.group, self.n, self.K)
+
 
 def _stage_bytes(a_format: str, accumulator: str, g: int, n: int, K: int) -> int:
     """Shared memory of one group: its A, B, C and D."""
@@ -192,9 +202,8 @@ def plan(a_format: str, accumulator: str, m: int, n: int, K: int, T: int,
         stage_groups = min(stage_groups, MAX_BOX // ROWS)  # C and D untiled: one box
     # a box is at most MAX_BOX tiles of 8 rows a side (B's block: G·g·K rows where B goes
     # as it is, else G·g·n), and one stage fits the shared memory
-    b_rows = g * (K if b_by_rows(a_format, n, K) else n)
-    stage_groups = min(stage_groups, 8 * MAX_BOX // b_rows, 8 * MAX_BOX // ROWS,
-                       SHARED_FOR_STAGES // one)
+    stage_groups = min(stage_groups, 8 * MAX_BOX // _b_rows(a_format, g, n, K),
+                       8 * MAX_BOX // ROWS, SHARED_FOR_STAGES // one)
     if stage_groups >= groups:
         stage_groups = groups
     else:  # stages of whole groups: the batch is not padded (a pass over every operand)
@@ -242,6 +251,11 @@ def b_by_rows(a_format: str, n: int, K: int) -> bool:
     return (n * 2) % _swizzle(K, dtype) == 0
 
 
+def _b_rows(a_format: str, g: int, n: int, K: int) -> int:
+    """Rows of g tiles' B's stacked: K each as it is, n each transposed."""
+    return g * (K if b_by_rows(a_format, n, K) else n)
+
+
 def _transforms(plgpu, minor: int, dtype, swizzle: int | None = None) -> tuple:
     """Tiling and swizzle of a shared-memory block whose rows have ``minor`` elements (the
     widest swizzle that divides them, or ``swizzle``)."""
@@ -259,10 +273,9 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
     g, m, n, K, S, G = p.group, p.m, p.n, p.K, p.stages, p.stage_groups
     op_dtype = native_mgpu.DTYPES[p.a_format]
     acc_dtype = native_mgpu.ACC_DTYPES[p.accumulator]
-    by_rows = b_by_rows(p.a_format, n, K)  # B (K, n) a tile, else (n, K)
+    by_rows, gb = p.by_rows, p.b_rows  # B (K, n) a tile, else (n, K); a group's B rows
     op_tf, acc_tf = _transforms(plgpu, K, op_dtype), _transforms(plgpu, n, acc_dtype)
     b_tf = _transforms(plgpu, n, op_dtype, _swizzle(K, op_dtype)) if by_rows else op_tf
-    b_block = (G * g * K, n) if by_rows else (G * g * n, K)  # a stage's B's, stacked
     first = lax.axis_index("cta") * p.per_cta  # this CTA's run of stages
     count = jnp.minimum(p.per_cta, p.units - first)  # the last CTA's is shorter
 
@@ -294,7 +307,7 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
     @functools.partial(
         pl.run_scoped,
         a_smem=plgpu.SMEM((S, G * ROWS, K), op_dtype, transforms=op_tf),
-        b_smem=plgpu.SMEM((S, *b_block), op_dtype, transforms=b_tf),
+        b_smem=plgpu.SMEM((S, G * gb, n if by_rows else K), op_dtype, transforms=b_tf),
         c_smem=plgpu.SMEM((S, G * ROWS, n), acc_dtype, transforms=acc_tf),
         o_smem=plgpu.SMEM((S, G * ROWS, n), acc_dtype, transforms=acc_tf),
         barrier=plgpu.Barrier(num_arrivals=3, num_barriers=S),  # A, B and C
@@ -303,8 +316,7 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
         def fetch(u, slot):  # stage u's A, B and C into a slot, on its barrier
             bar = barrier.at[slot]
             plgpu.copy_gmem_to_smem(a_gmem.at[rows(u, ROWS), :], a_smem.at[slot], bar)
-            plgpu.copy_gmem_to_smem(b_gmem.at[rows(u, b_block[0] // G), :],
-                                    b_smem.at[slot], bar)
+            plgpu.copy_gmem_to_smem(b_gmem.at[rows(u, gb), :], b_smem.at[slot], bar)
             plgpu.copy_gmem_to_smem(c_gmem.at[rows(u, ROWS), :], c_smem.at[slot], bar)
 
         for u in range(S):  # the first stages' copies
@@ -317,7 +329,7 @@ def _kernel(a_gmem, b_gmem, c_gmem, o_gmem, *, p: TilePlan):
             for q in range(G):  # the stage's groups in turn
                 def part(ref, size, q=q):
                     return ref.at[slot, pl.ds(q * size, size)]
-                one_group(part(a_smem, ROWS), part(b_smem, b_block[0] // G), part(c_smem, ROWS),
+                one_group(part(a_smem, ROWS), part(b_smem, gb), part(c_smem, ROWS),
                           part(o_smem, ROWS))
             plgpu.commit_smem()  # every thread's D written, every read of the slot done
             plgpu.copy_smem_to_gmem(o_smem.at[slot], o_gmem.at[rows(u, ROWS), :])
@@ -368,7 +380,7 @@ def chain(a, b, c, a_format: str, accumulator: str, *, ctas: int | None = None,
     Tp = p.tiles
     if Tp != T:
         a, b, c = (jnp.pad(x, ((0, Tp - T), (0, 0), (0, 0))) for x in (a, b, c))
-    if b_by_rows(a_format, n, K):  # (T * K, n): a free reshape
+    if p.by_rows:  # (T * K, n): a free reshape
         b2 = b.reshape(Tp * K, n)
     else:  # (T * n, K): K-major, one XLA transpose
         b2 = jnp.swapaxes(b, 1, 2).reshape(Tp * n, K)
