@@ -7,10 +7,13 @@ its wheel carries ptxas and nvdisasm for sm_90) and the instructions of the k lo
 block between the loop's label and its backward branch) are counted per multiply-add of
 one thread, with the registers and stack (spills) per thread. The device's Triton (the
 one inside jaxlib) may schedule differently; the counts show what one k step costs and
-where (``benchmarks/README.md``, "What bounds the exact datapath").
+where, and so the bound of the kernel's form (docs/native.md, "What bounds the kernel").
+Prints one line per config on stderr as it goes, then the JSON (with the versions and
+the ``triton`` package's).
 
 Usage: python benchmarks/fused_kernel_sass.py [--configs bf16:split:32x32:4:f32 ...]
-Each config: fmt:form:BMxBN:warps[:f32][:int][:specials].
+Each config: fmt:form:BMxBN:warps[:f32][:int][:specials][:sm80] (sm80: sm_80's datapath,
+blocks of 8 products, where the others are sm_90's blocks of 16).
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from _common import SASS_OPCODE, sm90_sass, triton_module  # noqa: E402
+from _common import SASS_OPCODE, emit, sm90_sass, triton_module, versions  # noqa: E402
 
 DEFAULT = ["bf16:unrolled:32x32:4", "bf16:split:32x32:4", "bf16:split:32x32:4:f32",
            "bf16:split:64x32:4:f32", "f16:split:32x32:4:f32",
-           "f16:split:32x32:4:f32:specials"]
+           "f16:split:32x32:4:f32:specials", "bf16:split:32x32:4:f32:sm80"]
 
 
 def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
@@ -42,15 +45,17 @@ def ttir(cfg: str, K: int = 4096) -> tuple[str, int, int]:
     fmt, form, tile, warps, *flags = cfg.split(":")
     bm, bn = map(int, tile.split("x"))
     warps = int(warps)
-    plan = backends.FusedPlan(fmt, K, 25, 0x7FFFFFFF, "specials" not in flags, (bm, bn), warps,
+    # sm80: sm_80's datapath (blocks of 8 products, F = 24), else sm_90's (16, F = 25).
+    ik, F = (8, 24) if "sm80" in flags else (16, 25)
+    plan = backends.FusedPlan(fmt, K, F, 0x7FFFFFFF, "specials" not in flags, (bm, bn), warps,
                    form=form, rounding="int" if "int" in flags else "float",
-                   f32_operands="f32" in flags)
+                   f32_operands="f32" in flags, ik=ik, unroll=ik)
     dt = {"bf16": jnp.bfloat16, "f16": jnp.float16}[fmt]
     args = (jax.ShapeDtypeStruct((bm, K), dt), jax.ShapeDtypeStruct((K, bn), dt),
             jax.ShapeDtypeStruct((bm, bn), jnp.float32))
     text = triton_module(lambda: jax.jit(lambda a, b, c: backends.fused_gemm(
         a, b, c, plan)).trace(*args).lower(lowering_platforms=("cuda",)))
-    return text, warps, bm * bn * 16 // (32 * warps)  # 16: the instruction k
+    return text, warps, bm * bn * ik // (32 * warps)  # ik: the instruction's k
 
 
 def sass(cfg: str, work: pathlib.Path) -> dict:
@@ -79,8 +84,11 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for cfg in args.configs:
             res[cfg] = sass(cfg, pathlib.Path(work))
-            print(cfg, json.dumps(res[cfg]), flush=True)
-    print(json.dumps(res, indent=1))
+            print(cfg, json.dumps(res[cfg]), file=sys.stderr, flush=True)
+    import triton  # noqa: PLC0415 (present: sass() compiled with it)
+
+    emit({"benchmark": "fused_kernel_sass", "target": "sm_90", **versions(),
+          "triton": triton.__version__, "configs": res})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,11 @@ selections held in registers, where the block size matters more than for a butte
 ``warp_kernel_onehot`` times the kernel with its output scatters in the one-hot form too
 (``jaxwarp.config.warp_kernel_output_scatter="onehot"``), in the same run.
 
+On a GPU, ``--backends mosaic_gpu`` leaves out the Triton kernel's configurations and
+its one-hot form (``warp_kernel`` with the option's default is still timed).
+
 Usage: python benchmarks/warp_divergence.py [--log2-warps N] [--programs a,b]
+                                            [--backends triton,mosaic_gpu]
   (run from the repository root; default 2^14 warps on CPU, 2^20 on GPU)
 """
 
@@ -63,7 +67,7 @@ def compact_ballot(x: jax.Array) -> jax.Array:
 #: scatters).
 KERNEL_CONFIGS = ((None, None), (4, None), (8, 2), (16, None), (16, 8), (32, 8),
                   (128, 8))
-#: Warps per CTA of the Mosaic GPU warp_kernel timed (None: its default, 16).
+#: Warps per CTA of the Mosaic GPU warp_kernel timed (None: its default, 32).
 MGPU_BLOCKS = (None, 4, 8, 32)
 
 
@@ -83,7 +87,14 @@ def main() -> None:
                    help="number of warps as a power of two (default 14 on CPU, 20 on GPU)")
     p.add_argument("--programs", default=None,
                    help="comma-separated names of the programs to run (default: all)")
+    p.add_argument("--backends", default="triton,mosaic_gpu",
+                   help="on a GPU, the kernels whose configurations are timed: triton, "
+                        "mosaic_gpu or both (default: both)")
     args = p.parse_args()
+    backends = set(args.backends.split(","))
+    if not backends or not backends <= {"triton", "mosaic_gpu"}:
+        p.error(f"--backends={args.backends!r}: allowed are 'triton', 'mosaic_gpu' or both, "
+                f"comma-separated")
     on_cpu = jax.default_backend() == "cpu"
     log2 = args.log2_warps if args.log2_warps is not None else (14 if on_cpu else 20)
     warps = 1 << log2
@@ -112,15 +123,17 @@ def main() -> None:
                           "warps_per_s": warps / t, "bytes_per_s": nbytes / t,
                           "fraction_of_copy": t_copy / t}
         entry["warp_kernel"]["falls_back_because"] = jaxwarp.warp_kernel(fn).explain(x)
-        # The same kernel with an output scatter as a one-hot selection (the form before
-        # the stores to computed slots), timed in the same run.
-        with jaxwarp.config.override(warp_kernel_output_scatter="onehot"):
-            run = jax.jit(jaxwarp.warp_kernel(fn))
-            got = np.asarray(run(x))
-        t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
-        entry["warp_kernel_onehot"] = {"same_bits_as_vmap": bool(np.array_equal(got, vmap_out)),
-                                       "fraction_of_copy": t_copy / t}
-        if not on_cpu:
+        if "triton" in backends:
+            # The same kernel with an output scatter as a one-hot selection (the form
+            # before the stores to computed slots), timed in the same run.
+            with jaxwarp.config.override(warp_kernel_output_scatter="onehot"):
+                run = jax.jit(jaxwarp.warp_kernel(fn))
+                got = np.asarray(run(x))
+            t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
+            entry["warp_kernel_onehot"] = {
+                "same_bits_as_vmap": bool(np.array_equal(got, vmap_out)),
+                "fraction_of_copy": t_copy / t}
+        if not on_cpu and "triton" in backends:
             configs = {}
             for b, nw in KERNEL_CONFIGS:
                 run = jax.jit(jaxwarp.warp_kernel(fn, warps_per_block=b, num_warps=nw))
@@ -137,6 +150,7 @@ def main() -> None:
             timed = {k: v["fraction_of_copy"] for k, v in configs.items()
                      if v.get("same_bits_as_vmap")}
             entry["best_config"] = max(timed, key=timed.get) if timed else None
+        if not on_cpu and "mosaic_gpu" in backends:
             # The Mosaic GPU kernel: each lane a thread, a shuffle shfl.sync, a scatter
             # through the warp's row of shared memory.
             mgpu = {}

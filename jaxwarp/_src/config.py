@@ -234,13 +234,14 @@ OPTIONS: tuple[Option, ...] = (
                "steps), 'rolled' (loops: smaller programs, slower steps) or 'reduce'.")),
     # --- warp: how warp_kernel writes a warp program in its Pallas kernel.
     # warp_kernel_backend: JAX 0.11 deprecates Pallas' Triton backend; the Mosaic GPU
-    # kernel runs a warp as a warp (shfl.sync), and programs without loops or scatters.
+    # kernel runs a warp as a warp (shfl.sync, vote.sync.ballot).
     Option("warp_kernel_backend", "auto", allowed=("auto", "triton", "mosaic_gpu"),
            layer="warp", help=(
                "Which Pallas backend runs warp_kernel (the same bits): 'auto' (Triton while "
                "the installed JAX ships it, else Mosaic GPU), 'triton' (one-hot and "
-               "register-move forms; loops and scatters too) or 'mosaic_gpu' (each lane a "
-               "thread, a shuffle shfl.sync; no loops or scatters: those run vmap).")),
+               "register-move forms) or 'mosaic_gpu' (each lane a thread: a shuffle is "
+               "shfl.sync, a ballot vote.sync.ballot, a scatter a store to shared memory; "
+               "float products and conversions run vmap).")),
     Option("warp_kernel_output_scatter", "store", allowed=("store", "onehot"), layer="warp",
            help=(
                "How warp_kernel writes an output that a scatter sets (indices declared "

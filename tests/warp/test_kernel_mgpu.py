@@ -90,6 +90,22 @@ def votes(x):
         + jaxwarp.any_sync(F, x == 3).astype(jnp.int32)
 
 
+def ballots(x):
+    # The forms a ballot takes: ballot_sync, activemask in a branch, a sum, or and xor of
+    # where(pred, 1 << lane, 0) written out (either order of the cases, int32 too), a
+    # predicate of the lane only and of the warp only; and a look-alike that is not one.
+    lane = jaxwarp.lane_id()
+    bits = jnp.uint32(1) << lane.astype(jnp.uint32)
+    pos = x > 0
+    mask = jaxwarp.branch(x % 3 == 0, lambda v: jaxwarp.activemask(),
+                          lambda v: ~jaxwarp.activemask(), x)
+    neg = jnp.sum(jnp.where(pos, jnp.int32(0), bits.astype(jnp.int32)))
+    ors = jnp.bitwise_or.reduce(jnp.where(lane < 7, bits, jnp.uint32(0)))
+    xors = jnp.bitwise_xor.reduce(jnp.where(jnp.broadcast_to(x[3] > 0, (32,)), bits, 0))
+    other = jnp.sum(jnp.where(pos, bits | 1, jnp.uint32(0)))
+    return (jaxwarp.ballot_sync(F, pos) ^ mask ^ ors ^ xors ^ other).astype(jnp.int32) + neg
+
+
 def gathers(x, i):
     table = jnp.asarray(np.arange(32, dtype=np.int32) * 3 - 40)
     return jnp.take(x, i, mode="fill", fill_value=-7) + x[i & 31] + table[i & 31] \
@@ -182,6 +198,7 @@ CASES = {
     "lane_tables": (lane_tables, lambda r: [_ints(r, 8)]),
     "float_tables": (float_tables, lambda r: [_float_bits(r, 8)]),
     "votes": (votes, lambda r: [_ints(r, 8, -8, 8)]),
+    "ballots": (ballots, lambda r: [_ints(r, 12, -8, 8)]),
     "gathers": (gathers, lambda r: [_ints(r, 8), _ints(r, 8, -40, 40)]),
     "switch": (switch, lambda r: [_ints(r, 8, -9, 9), _ints(r, 8, -3, 5)]),
     "compact": (compact, lambda r: [_ints(r, 12)]),
@@ -209,6 +226,39 @@ def test_kernel_gives_vmaps_bits(name):
         got = jax.jit(kern)(*args)
     want = jax.jit(jax.vmap(fn))(*args)
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+class _Counting(threads.NumpyThreads):
+    def __init__(self, t):
+        super().__init__(t)
+        self.calls = {"shfl": 0, "ballot": 0}
+
+    def shfl(self, *a):
+        self.calls["shfl"] += 1
+        return super().shfl(*a)
+
+    def ballot(self, *a):
+        self.calls["ballot"] += 1
+        return super().ballot(*a)
+
+
+@pytest.mark.parametrize("fn, ballots, shuffles", [
+    (lambda x: jaxwarp.ballot_sync(F, x > 0), 1, 0),
+    (lambda x: jaxwarp.branch(x > 0, lambda v: jaxwarp.activemask(),
+                              lambda v: jnp.uint32(0), x), 1, 0),
+    # (1 << lane) | 1 is not a lane's own bit: the butterfly (5 shuffles)
+    (lambda x: jnp.sum(jnp.where(x > 0, (jnp.uint32(1) << jaxwarp.lane_id().astype(
+        jnp.uint32)) | 1, jnp.uint32(0))), 0, 5),
+])
+def test_a_reduction_of_lane_bits_is_one_ballot(fn, ballots, shuffles):
+    # vote.sync.ballot for a reduction of where(pred, 1 << lane, 0): one instruction where
+    # the butterfly issues five shuffles and five adds (the bits: test_kernel_gives_vmaps_bits).
+    closed = program.trace(fn, [np.uint32])
+    ops = _Counting(128)
+    x = np.random.default_rng(0).integers(0, 2**32, 128, dtype=np.uint32)
+    program.Walk(ops, 1).run(closed.jaxpr, closed.consts, [program.Regs([x], np.uint32,
+                                                                         "full")])
+    assert ops.calls == {"shfl": shuffles, "ballot": ballots}
 
 
 @pytest.mark.parametrize("block", [4, 8, 32])
@@ -303,7 +353,7 @@ def test_derivative_is_vmaps():
 
 
 _LOWERED_BY_DEFAULT = ("butterfly_f32", "int_ops", "narrow", "gathers", "reductions",
-                       "permute", "warp_while", "radix_sort")
+                       "permute", "warp_while", "radix_sort", "ballots")
 
 
 @pytest.mark.parametrize("name", [n if n in _LOWERED_BY_DEFAULT else

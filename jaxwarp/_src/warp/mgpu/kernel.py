@@ -183,6 +183,17 @@ class MlirThreads:
 
         return (math.ctpop if op == "popc" else math.ctlz)(a)
 
+    def ballot(self, pred):
+        """``vote.sync.ballot.b32`` of an ``i1`` over the warp (every lane runs it)."""
+        from jax._src.lib.mlir import ir  # noqa: PLC0415
+        from jax._src.lib.mlir.dialects import arith, llvm  # noqa: PLC0415
+
+        i32 = ir.IntegerType.get_signless(32)
+        return llvm.inline_asm(
+            i32, [arith.extui(i32, pred)],
+            "{ .reg .pred p; setp.ne.b32 p, $1, 0; vote.sync.ballot.b32 $0, p, 0xffffffff; }",
+            "=r,r", has_side_effects=True)
+
     def _word(self, x, dtype):
         from jax._src.lib.mlir import ir  # noqa: PLC0415
         from jax._src.lib.mlir.dialects import arith  # noqa: PLC0415
@@ -234,14 +245,19 @@ class MlirThreads:
             scf.yield_(list(body(list(after.arguments))))
         return list(loop.results)
 
-    def exchange(self, regs, slots, dtype):
+    def exchange(self, regs, slots, dtype, keep):
         """Each lane's value to the lane its slot names (32: the row's spare word), in
-        its warp's row of shared memory: stores, ``bar.warp.sync``, loads, and a second
-        ``bar.warp.sync`` before the row is written again."""
+        its warp's row of shared memory, over ``keep`` (each lane's own word first): stores,
+        ``bar.warp.sync``, stores, ``bar.warp.sync``, loads, and a third ``bar.warp.sync``
+        before the row is written again (the barrier orders the warp's shared-memory
+        accesses)."""
         from jax._src.lib.mlir import ir  # noqa: PLC0415
         from jax._src.lib.mlir.dialects import arith, memref, nvvm  # noqa: PLC0415
 
         index = ir.IndexType.get()
+        for k, row in zip(keep, self._rows, strict=True):
+            memref.store(self._word(k, dtype), self._scratch, [row, self._lane_index])
+        nvvm.bar_warp_sync(self.const(-1, np.int32))
         for v, s, row in zip(regs, slots, self._rows, strict=True):
             memref.store(self._word(v, dtype), self._scratch,
                          [row, arith.index_cast(index, s)])

@@ -94,12 +94,21 @@ class Pieces:
         if not is_int(dtype):
             raise Unsupported(f"{eqn.primitive.name} on {dtype}")
         ops = self.ops
+        out_kind = "warp" if x.kind == "full" else "scalar"
+        noted = self._lane_bits.get(id(x))
+        if noted is not None and noted[0] is x and op in ("add", "or", "xor") and \
+                bit_width(dtype) == 32:  # distinct bits: the sum is the ballot
+            _, pred, negated = noted
+            flip = ops.const(np.True_, np.bool_)
+            regs = [ops.ballot(ops.binary("xor", p, flip, np.bool_) if negated else p)
+                    for p in pred.regs]
+            return Regs([ops.bitcast(v, np.uint32, dtype) for v in regs], dtype, out_kind)
         regs = x.regs
         for m in (16, 8, 4, 2, 1):
             mv = ops.const(np.int32(m), np.int32)
             regs = [ops.binary(op, v, ops.shfl(v, "bfly", mv, 0x1F, dtype), dtype)
                     for v in regs]
-        return Regs(regs, dtype, "warp" if x.kind == "full" else "scalar")
+        return Regs(regs, dtype, out_kind)
 
     def _cumsum(self, eqn, x: Regs, dtype):
         shape = eqn.invars[0].aval.shape
@@ -126,9 +135,9 @@ class Pieces:
         return Regs(regs, dtype, x.kind)
 
     def _scatter(self, eqn, vals):
-        """``op.at[idx].set(upd)`` with indices declared unique: each lane stores its
-        update at its slot (``exchange``: through the warp's row of shared memory), and a
-        lane keeps its operand where no update reaches it (the union of ``1 << slot``)."""
+        """``op.at[idx].set(upd)`` with indices declared unique, through the warp's row of
+        shared memory (``exchange``): each lane stores its operand in its own word, then
+        its update at its slot, then loads its word."""
         p = eqn.params
         if p.get("update_jaxpr") is not None and p.get("update_consts"):
             raise Unsupported("scatter with a combiner")
@@ -141,7 +150,7 @@ class Pieces:
         ops, it = self.ops, idx.dtype
         zero, top = ops.const(it.type(0), it), ops.const(it.type(WARP - 1), it)
         clip = p["mode"] == lax.GatherScatterMode.CLIP
-        slots, words = [], []
+        slots = []
         for i in idx.regs:
             if clip:
                 i = ops.binary("min", ops.binary("max", i, zero, it), top, it) \
@@ -149,26 +158,9 @@ class Pieces:
             inside = ops.compare("le", i, top, it)
             if it.kind == "i":
                 inside = ops.binary("and", inside, ops.compare("ge", i, zero, it), np.bool_)
-            slot = ops.select(inside, ops.convert(i, it, np.int32),
-                              ops.const(np.int32(WARP), np.int32))
-            one = ops.binary("shl", ops.const(np.uint32(1), np.uint32),
-                             ops.bitcast(ops.select(inside, slot, ops.const(
-                                 np.int32(0), np.int32)), np.int32, np.uint32), np.uint32)
-            slots.append(slot)
-            words.append(ops.select(inside, one, ops.const(np.uint32(0), np.uint32)))
-        hit_word = words
-        for m in (16, 8, 4, 2, 1):
-            mv = ops.const(np.int32(m), np.int32)
-            hit_word = [ops.binary("or", w, ops.shfl(w, "bfly", mv, 0x1F, np.uint32),
-                                   np.uint32) for w in hit_word]
-        lane, one = ops.lane(), ops.const(np.uint32(1), np.uint32)
-        got = ops.exchange(upd.regs, slots, upd.dtype)
-        out = []
-        for w, g, o in zip(hit_word, got, op.regs, strict=True):
-            hit = ops.compare("ne", ops.binary("and", ops.binary("shr_l", w, lane, np.uint32),
-                                               one, np.uint32),
-                              ops.const(np.uint32(0), np.uint32), np.uint32)
-            out.append(ops.select(hit, g, o))
+            slots.append(ops.select(inside, ops.convert(i, it, np.int32),
+                                    ops.const(np.int32(WARP), np.int32)))
+        out = ops.exchange(upd.regs, slots, upd.dtype, op.regs)
         return Regs(out, op.dtype, "full")
 
     def _gather(self, eqn, vals):

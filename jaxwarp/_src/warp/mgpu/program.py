@@ -18,7 +18,9 @@ when an operation reads it: one ``shfl.sync`` per source value, in the mode (``b
 with the table as the index, then a selection by lane. A gather of one element per lane
 with traced indices is ``shfl.sync.idx`` (indices clamped as XLA clamps them). A
 reduction over the lanes is a butterfly of ``shfl.sync.bfly``; a ``cumsum`` over the
-lanes, steps of ``shfl.sync.up``.
+lanes, steps of ``shfl.sync.up``. A sum (or ``or``, ``xor``) over the lanes of
+``where(pred, 1 << lane, 0)`` -- the form ``ballot_sync`` and ``activemask`` take -- is
+``vote.sync.ballot`` of ``pred``: one instruction where the butterfly takes ten.
 
 Arithmetic has XLA's bits: integer shifts by the width or more, division by zero and
 ``MIN / -1`` take XLA's values by selection (no undefined case reaches the instruction);
@@ -81,6 +83,8 @@ class Walk(Pieces):
 
     def __init__(self, ops, r: int):
         self.ops, self.r = ops, r
+        # id(value) -> (value, pred, negated): values that are where(pred, 1 << lane, 0)
+        self._lane_bits: dict[int, tuple[Regs, Regs, bool]] = {}
 
     # ---- constants ---------------------------------------------------------------------
     def constant(self, value) -> Regs:
@@ -113,6 +117,9 @@ class Walk(Pieces):
         lane = ops.lane()
         if np.array_equal(words, np.arange(WARP)) and np.dtype(dtype).kind in "iu":
             return ops.convert(lane, np.uint32, dtype)
+        if np.array_equal(words, _LANE_BITS) and np.dtype(dtype).kind in "iu":
+            return ops.bitcast(ops.binary("shl", ops.const(np.uint32(1), np.uint32), lane,
+                                          np.uint32), np.uint32, dtype)
         acc = ops.const(np.uint32(0), np.uint32)
         for k in range(bit_width(dtype)):
             col = (words >> k) & 1
@@ -261,6 +268,8 @@ class Walk(Pieces):
                     raise Unsupported(f"{name} (no thread form here: loops, conditionals "
                                       f"and scatters run on the Triton backend or vmap)")
                 outs = self.apply(eqn, [self.settle(x) for x in vals])
+                if name == "select_n":
+                    self._note_lane_bits(vals, outs[0])
             for v, o in zip(eqn.outvars, outs, strict=True):
                 env[v] = o
         return [read(v) for v in jaxpr.outvars]
@@ -313,6 +322,20 @@ class Walk(Pieces):
                     for k, (n, o) in enumerate(zip(new, flat, strict=True))]
 
         return self._unflat(ops.while_loop(self._flat(init), going, step), avals)
+
+    def _note_lane_bits(self, vals, out: Regs) -> None:
+        """Notes ``out`` when it is ``where(pred, 1 << lane, 0)`` (either order of the
+        cases): a reduction of it over the lanes is a ballot of ``pred``."""
+        if len(vals) != 3 or not all(isinstance(c, np.ndarray) for c in vals[1:]):
+            return
+        pred = self.settle(vals[0])
+        if pred.dtype != np.bool_:
+            return
+        zero, bits = [_is_zero(c) for c in vals[1:]], [_is_lane_bits(c) for c in vals[1:]]
+        if zero[0] and bits[1]:
+            self._lane_bits[id(out)] = (out, pred, False)
+        elif bits[0] and zero[1]:
+            self._lane_bits[id(out)] = (out, pred, True)
 
     def _flat(self, values) -> list:
         """Loop carries as a flat list of registers (each value settled)."""
@@ -425,6 +448,21 @@ class Walk(Pieces):
         raise Unsupported(f"{name} (no thread form here)")
 
     # ---- pieces ------------------------------------------------------------------------------
+_LANE_BITS = (1 << np.arange(WARP, dtype=np.uint64)).astype(np.uint32)
+
+
+def _is_zero(a: np.ndarray) -> bool:
+    return kind_of(a.shape) is not None and not np.any(a)
+
+
+def _is_lane_bits(a: np.ndarray) -> bool:
+    """Whether ``a`` is ``1 << lane`` in every warp, as 32-bit integers."""
+    kind = kind_of(a.shape)
+    if kind not in ("full", "lane") or a.dtype.kind not in "iu" or a.dtype.itemsize != 4:
+        return False
+    return bool(np.all(as_block(a, kind).view(np.uint32) == _LANE_BITS))
+
+
 def _scan_counts(eqn) -> tuple[int, int]:
     """A scan's (consts, carries): ``num_consts`` / ``num_carry`` (JAX 0.10); on JAX 0.11,
     whose scan has neither, a fori_loop's: its carries are the scan's outputs, each the

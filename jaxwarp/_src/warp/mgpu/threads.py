@@ -88,6 +88,14 @@ class NumpyThreads:
             out = np.array([bits - int(v).bit_length() for v in u], np.uint64)
         return out.astype(dtype)
 
+    def ballot(self, pred):
+        """``vote.sync.ballot.b32`` over each CUDA warp: bit ``l`` set where lane ``l``'s
+        ``pred`` holds, the same word in every lane of the warp."""
+        bits = np.asarray(pred, bool).astype(np.uint64) << (np.arange(self.t) % WARP).astype(
+            np.uint64)
+        words = bits.reshape(-1, WARP).sum(axis=1).astype(np.uint32)
+        return np.repeat(words, WARP)
+
     def for_loop(self, n, init, body):
         vals = list(init)
         for _ in range(n):
@@ -105,14 +113,13 @@ class NumpyThreads:
             new = body(vals)
             vals = [np.where(pred, n, v) for n, v in zip(new, vals, strict=True)]
 
-    def exchange(self, regs, slots, dtype):
+    def exchange(self, regs, slots, dtype, keep):
         """Each lane's value to the lane its slot names, in its own warp (slot 32: none);
-        a lane no slot names gets 0 (the kernel's shared memory holds whatever was there:
-        ``program.Walk`` selects the operand for those lanes)."""
+        a lane no slot names keeps its word of ``keep``."""
         t = np.arange(self.t)
         out = []
-        for v, s in zip(regs, slots, strict=True):
-            o = np.zeros_like(v)
+        for v, s, k in zip(regs, slots, keep, strict=True):
+            o = np.array(k, copy=True)
             store = s < WARP
             o[(t - t % WARP + s)[store]] = v[store]
             out.append(o)
