@@ -6,14 +6,17 @@ without a branch (``compact_ballot``: ``__ballot_sync`` of the predicate and ``_
 the lanes below, the same bits), warps/s and bytes/s through ``jax.jit(jax.vmap(fn))``
 and through ``jaxwarp.warp_kernel(fn)`` (with why it falls back to ``vmap`` where it
 does), the fraction of a device-to-device copy's bandwidth (copy measured in the same
-run), and whether the bits equal NumPy's; plus the device and the versions. On a GPU,
-``warp_kernel_configs`` times the kernel for each ``(warps_per_block, num_warps)`` of
-``KERNEL_CONFIGS`` (with whether its bits equal ``vmap``'s) and ``best_config`` names the
-fastest. The compaction and the radix step end with a store to computed slots (a
-scatter that sets the output), which the kernel writes with masked stores; the radix
-sort's scatters feed its next step, and the kernel does those as (warps, 32, 32) one-hot
-selections held in registers, where the block size matters more than for a butterfly.
-``warp_kernel_onehot`` times the kernel with its output scatters in the one-hot form too
+run), and whether the bits equal NumPy's; plus the device and the versions.
+``warp_kernel`` is the option's default backend (``backend``: Mosaic GPU where its walk
+runs the program). On a GPU, ``warp_kernel_configs`` times the Triton kernel for each
+``(warps_per_block, num_warps)`` of ``KERNEL_CONFIGS`` (with whether its bits equal
+``vmap``'s) and ``best_config`` names the fastest; ``warp_kernel_mosaic_gpu`` the Mosaic
+GPU kernel for each CTA size of ``MGPU_BLOCKS``. In the Triton kernel, the compaction
+and the radix step end with a store to computed slots (a scatter that sets the output),
+written with masked stores; the radix sort's scatters feed its next step, and the kernel
+does those as (warps, 32, 32) one-hot selections held in registers, where the block size
+matters more than for a butterfly.
+``warp_kernel_onehot`` times the Triton kernel with its output scatters in the one-hot form too
 (``jaxwarp.config.warp_kernel_output_scatter="onehot"``), in the same run.
 
 On a GPU, ``--backends mosaic_gpu`` leaves out the Triton kernel's configurations and
@@ -123,10 +126,12 @@ def main() -> None:
                           "warps_per_s": warps / t, "bytes_per_s": nbytes / t,
                           "fraction_of_copy": t_copy / t}
         entry["warp_kernel"]["falls_back_because"] = jaxwarp.warp_kernel(fn).explain(x)
+        entry["warp_kernel"]["backend"] = jaxwarp.warp_kernel(fn).backend(x)
         if "triton" in backends:
             # The same kernel with an output scatter as a one-hot selection (the form
             # before the stores to computed slots), timed in the same run.
-            with jaxwarp.config.override(warp_kernel_output_scatter="onehot"):
+            with jaxwarp.config.override(warp_kernel_output_scatter="onehot",
+                                         warp_kernel_backend="triton"):
                 run = jax.jit(jaxwarp.warp_kernel(fn))
                 got = np.asarray(run(x))
             t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
@@ -136,10 +141,12 @@ def main() -> None:
         if not on_cpu and "triton" in backends:
             configs = {}
             for b, nw in KERNEL_CONFIGS:
-                run = jax.jit(jaxwarp.warp_kernel(fn, warps_per_block=b, num_warps=nw))
                 key = f"block{b or 'default'}_warps{nw or 'default'}"
                 try:
-                    got = np.asarray(run(x))
+                    with jaxwarp.config.override(warp_kernel_backend="triton"):
+                        run = jax.jit(jaxwarp.warp_kernel(fn, warps_per_block=b,
+                                                          num_warps=nw))
+                        got = np.asarray(run(x))
                     t = best_time(lambda run=run: run(x).block_until_ready(), repeats=3)
                 except Exception as e:  # a configuration Triton cannot compile: say so
                     configs[key] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}

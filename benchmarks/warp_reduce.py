@@ -57,12 +57,12 @@ butterfly (the same ops as ``static`` less the bitcasts) at 0.42
 (records h100_fast_vs_exact_shuffle_lowering.json and h100_matmul_fast.json in git
 history, commit 8371f64; shuffle_lowering.py).
 
-``kernel``: ``jaxwarp.warp_kernel(butterfly)``, the same program as one Pallas (Triton)
-kernel on a GPU (``jax.vmap`` elsewhere, so on the CPU it is ``static``), for a few
-``(warps_per_block, num_warps)``. Inside the kernel a block of warps sits in registers
-and each xor shuffle is a reshape, a transpose, a split into halves and a join, so the
-five steps are one pass over memory. On the H100 (jax 0.11.2, 2^22 warps, 2026-11-24,
-``results/h100_warp_reduce.json``): 0.92-0.96 of a copy with 32 or 128 warps
+``kernel``: ``jaxwarp.warp_kernel(butterfly)`` on the Triton backend, the same program
+as one Pallas (Triton) kernel on a GPU (``jax.vmap`` elsewhere, so on the CPU it is
+``static``), for a few ``(warps_per_block, num_warps)``. Inside the kernel a block of
+warps sits in registers and each xor shuffle is a reshape, a transpose, a split into
+halves and a join, so the five steps are one pass over memory. On the H100 (jax 0.11.2,
+2^22 warps, 2026-11-24, ``results/h100_warp_reduce.json``): 0.92-0.96 of a copy with 32 or 128 warps
 per block, 0.68-0.70 with 512 (register pressure), against 0.37-0.40 for ``static``
 (three kernels); one kernel in the HLO; ``kernel_random_bits_equal_xla``, the kernel's
 bits against XLA's lowering on every bit pattern (NaN payloads, infinities, subnormals):
@@ -208,16 +208,19 @@ def main() -> None:
             "fraction_of_copy": t_copy / t,
             **hlo_kernels(fn, x),
         }
-    # jaxwarp.warp_kernel: the same butterfly as one Pallas kernel on a GPU (vmap elsewhere).
+    # jaxwarp.warp_kernel: the same butterfly as one Pallas kernel on a GPU (vmap
+    # elsewhere), on the Triton backend ("auto" takes Mosaic GPU where it runs a program).
     result["kernel"] = {}
     for b, nw in KERNEL_CONFIGS:
-        kern = jaxwarp.warp_kernel(butterfly, warps_per_block=b, num_warps=nw)
-        fn = jax.jit(kern)
-        got = np.asarray(fn(x))
+        with jaxwarp.config.override(warp_kernel_backend="triton"):
+            kern = jaxwarp.warp_kernel(butterfly, warps_per_block=b, num_warps=nw)
+            fn = jax.jit(kern)
+            got = np.asarray(fn(x))
+            runs_as = "pallas" if not on_cpu and kern.explain(x) is None else "vmap"
         key = f"block{b}_warps{nw or 'default'}"
         t = times["kernel_" + key] = best_time(lambda fn=fn: fn(x).block_until_ready())
         result["kernel"][key] = {
-            "runs_as": "pallas" if not on_cpu and kern.explain(x) is None else "vmap",
+            "runs_as": runs_as,
             "matches_numpy": bool(np.array_equal(got.view(np.uint32), want.view(np.uint32))),
             "warps_per_s": warps / t,
             "fraction_of_copy": t_copy / t,
@@ -245,7 +248,8 @@ def main() -> None:
     xr = jax.device_put(rng.integers(0, 2**32, (warps, 32), dtype=np.uint32).view(np.float32)
                         if args.dtype == "float32" else x_np)
     ref = np.asarray(jax.jit(jax.vmap(butterfly))(xr)).view(np.uint32)
-    got = np.asarray(jax.jit(jaxwarp.warp_kernel(butterfly))(xr)).view(np.uint32)
+    with jaxwarp.config.override(warp_kernel_backend="triton"):
+        got = np.asarray(jax.jit(jaxwarp.warp_kernel(butterfly))(xr)).view(np.uint32)
     result["kernel_random_bits_equal_xla"] = f"{int((ref == got).sum())}/{ref.size}"
     if not on_cpu:
         with jaxwarp.config.override(warp_kernel_backend="mosaic_gpu"):

@@ -237,9 +237,10 @@ OPTIONS: tuple[Option, ...] = (
     # kernel runs a warp as a warp (shfl.sync, vote.sync.ballot).
     Option("warp_kernel_backend", "auto", allowed=("auto", "triton", "mosaic_gpu"),
            layer="warp", help=(
-               "Which Pallas backend runs warp_kernel (the same bits): 'auto' (Triton while "
-               "the installed JAX ships it, else Mosaic GPU), 'triton' (one-hot and "
-               "register-move forms) or 'mosaic_gpu' (each lane a thread: a shuffle is "
+               "Which Pallas backend runs warp_kernel (the same bits): 'auto' (Mosaic GPU "
+               "where its walk runs the program, else Triton while the installed JAX ships "
+               "it), 'triton' (one-hot and register-move forms) or 'mosaic_gpu' (each lane "
+               "a thread: a shuffle is "
                "shfl.sync, a ballot vote.sync.ballot, a scatter a store to shared memory; "
                "float products and conversions run vmap).")),
     Option("warp_kernel_output_scatter", "store", allowed=("store", "onehot"), layer="warp",

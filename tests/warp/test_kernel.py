@@ -17,6 +17,14 @@ import jaxwarp
 from jaxwarp._src.warp import kernel as kernel_mod
 from jaxwarp._src.warp import lanes
 
+
+@pytest.fixture(autouse=True)
+def _triton_backend():
+    # These are the Triton kernel's tests ("auto" prefers the Mosaic GPU kernel where its
+    # walk runs a program: tests/warp/test_kernel_mgpu.py).
+    with jaxwarp.config.override(warp_kernel_backend="triton"):
+        yield
+
 FULL = 0xFFFFFFFF
 
 

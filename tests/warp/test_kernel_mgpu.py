@@ -340,8 +340,19 @@ def test_backend_follows_the_option():
         assert k.backend() == "mosaic_gpu"
     with jaxwarp.config.override(warp_kernel_backend="triton"):
         assert k.backend() == "triton"
+    x = jnp.ones((4, 32), jnp.float32)
     with jaxwarp.config.override(warp_kernel_backend="auto"):
-        assert k.backend() == ("mosaic_gpu" if mgpu_kernel.triton_missing() else "triton")
+        # The Mosaic GPU kernel where its walk runs the program, else Triton while JAX
+        # ships it; Triton's settings (num_warps 8) ask for Triton.
+        assert k.backend() == "mosaic_gpu" and k.backend(x) == "mosaic_gpu"
+        product = jaxwarp.warp_kernel(lambda v: v * v)
+        assert product.backend(x) == ("mosaic_gpu" if mgpu_kernel.triton_missing()
+                                      else "triton")
+        wide = jaxwarp.warp_kernel(butterfly, num_warps=8)
+        assert wide.backend(x) == ("mosaic_gpu" if mgpu_kernel.triton_missing() else "triton")
+        if not mgpu_kernel.triton_missing():
+            # Neither kernel multiplies floats: the reason names both.
+            assert "Mosaic GPU kernel: mul on float32" in product.explain(x)
 
 
 def test_derivative_is_vmaps():

@@ -23,6 +23,15 @@ from jax import lax
 import jaxwarp
 from jaxwarp._src.warp import kernel_ops
 
+
+@pytest.fixture(autouse=True)
+def _triton_backend():
+    # These are the Triton kernel's tests ("auto" prefers the Mosaic GPU kernel where its
+    # walk runs a program: tests/warp/test_kernel_mgpu.py).
+    with jaxwarp.config.override(warp_kernel_backend="triton"):
+        yield
+
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RNG = np.random.default_rng(7)
 

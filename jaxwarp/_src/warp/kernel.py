@@ -29,9 +29,10 @@ two) makes ``warp_kernel`` run ``jax.vmap(fn)`` instead, with the same bits, and
 ``warp_kernel(fn).explain(*args)`` says why.
 
 On Pallas' Mosaic GPU backend (``jaxwarp.config.warp_kernel_backend``; "auto" takes it
-where the installed JAX has no Triton backend) a warp runs as a warp: each lane a thread,
-each shuffle a ``shfl.sync`` (``jaxwarp._src.warp.mgpu``), for programs without loops,
-conditionals or scatters; the others run ``vmap`` there.
+wherever its walk runs the program, Triton where it does not) a warp runs as a warp:
+each lane a thread, each shuffle a ``shfl.sync``, each ballot a ``vote.sync.ballot``, a
+scatter through the warp's row of shared memory (``jaxwarp._src.warp.mgpu``); float
+products and conversions run ``vmap`` there.
 """
 
 from __future__ import annotations
@@ -162,13 +163,37 @@ class WarpKernel:
                 return f"a constant {dtype}{list(shape)} in the program", None, None
         return _why_not(jx.jaxpr), out_block, jx
 
-    def backend(self) -> str:
-        """The Pallas backend this call takes: ``jaxwarp.config.warp_kernel_backend``,
-        where "auto" is Triton while the installed JAX ships it, else Mosaic GPU."""
+    def backend(self, *args) -> str:
+        """The Pallas backend a call on ``args`` takes: ``jaxwarp.config.warp_kernel_backend``.
+        "auto" is Mosaic GPU where its kernel runs the program (on ``args``; without them,
+        wherever it may), else Triton while the installed JAX ships it: Triton where the
+        Mosaic GPU walk does not run the program, where the installed JAX has no Mosaic
+        GPU backend for Pallas, or where ``num_warps`` asks for more than the one warpgroup
+        a Mosaic GPU CTA runs."""
         choice = config.warp_kernel_backend
-        if choice == "auto":
-            return "mosaic_gpu" if mgpu_kernel.triton_missing() else "triton"
-        return choice
+        if choice != "auto":
+            return choice
+        if mgpu_kernel.triton_missing():
+            return "mosaic_gpu"
+        if mgpu_kernel.api_error() is not None or self.num_warps not in (None, 4) or (
+                self.warps_per_block is not None and self.warps_per_block < 4):
+            return "triton"
+        return self._route(_check_all(args))[0] if args else "mosaic_gpu"
+
+    def _route(self, args):
+        """(the backend, why its kernel does not run ``fn`` on ``args`` or None, what the
+        kernel needs: the Mosaic GPU program, or Triton's (program, output block))."""
+        refused = None
+        if self.backend() == "mosaic_gpu":
+            why, closed = self._trace_mgpu(args)
+            if why is None or config.warp_kernel_backend != "auto" or \
+                    mgpu_kernel.triton_missing():
+                return "mosaic_gpu", why, closed
+            refused = why  # "auto": Triton next
+        why, out_block, program = self._trace(args)
+        if why is not None and refused is not None:
+            why = f"{why} (and the Mosaic GPU kernel: {refused})"
+        return "triton", why, (program, out_block)
 
     def _trace_mgpu(self, args):
         """(why the Mosaic GPU kernel cannot run ``fn`` or None, the traced program)."""
@@ -187,10 +212,7 @@ class WarpKernel:
     def explain(self, *args) -> str | None:
         """None when ``fn`` runs as a Pallas kernel on these arguments (on a GPU, with
         the backend of :meth:`backend`); otherwise why it runs as ``jax.vmap(fn)``."""
-        args = _check_all(args)
-        if self.backend() == "mosaic_gpu":
-            return self._trace_mgpu(args)[0]
-        return self._trace(args)[0]
+        return self._route(_check_all(args))[1]
 
     def __call__(self, *args):
         args = _check_all(args)
@@ -206,16 +228,13 @@ class WarpKernel:
                 f"force='vmap' to run jax.vmap(fn) here, interpret=True to run the kernel "
                 f"in Pallas' interpreter, or run on a GPU")
         if use == "pallas" and args[0].shape[0]:  # (no warps: nothing to launch)
-            if self.backend() == "mosaic_gpu":
-                why, closed = self._trace_mgpu(args)
-                if why is None:
-                    return self._differentiable(
-                        functools.partial(self._mosaic, closed), *args)
-            else:
-                why, out_block, program = self._trace(args)
-                if why is None:
-                    return self._differentiable(
-                        lambda *xs: self._pallas(program, list(xs), out_block), *args)
+            backend, why, made = self._route(args)
+            if why is None and backend == "mosaic_gpu":
+                return self._differentiable(functools.partial(self._mosaic, made), *args)
+            if why is None:
+                program, out_block = made
+                return self._differentiable(
+                    lambda *xs: self._pallas(program, list(xs), out_block), *args)
             if self.force == "pallas":
                 raise NotImplementedError(f"warp_kernel: {why}")
         return jax.vmap(self.fn)(*args)
