@@ -265,8 +265,8 @@ class Walk(Pieces):
                 outs = [Moved(x.codes, x.bases, eqn.params["new_dtype"])]
             else:
                 if name not in _APPLIES:
-                    raise Unsupported(f"{name} (no thread form here: loops, conditionals "
-                                      f"and scatters run on the Triton backend or vmap)")
+                    raise Unsupported(f"{name} (no thread form in the Mosaic GPU walk: "
+                                      f"the Triton backend or vmap runs it)")
                 outs = self.apply(eqn, [self.settle(x) for x in vals])
                 if name == "select_n":
                     self._note_lane_bits(vals, outs[0])
