@@ -305,3 +305,13 @@ def mma_fp_capture():
 @pytest.fixture(scope="session")
 def mma_int_capture():
     return load_capture("mma_int")
+
+
+@pytest.fixture
+def triton_warp_kernel():
+    """``warp_kernel`` on its Triton backend, for that kernel's tests ("auto" prefers the
+    Mosaic GPU kernel where its walk runs a program: tests/warp/test_kernel_mgpu.py)."""
+    import jaxwarp
+
+    with jaxwarp.config.override(warp_kernel_backend="triton"):
+        yield

@@ -17,13 +17,7 @@ import jaxwarp
 from jaxwarp._src.warp import kernel as kernel_mod
 from jaxwarp._src.warp import lanes
 
-
-@pytest.fixture(autouse=True)
-def _triton_backend():
-    # These are the Triton kernel's tests ("auto" prefers the Mosaic GPU kernel where its
-    # walk runs a program: tests/warp/test_kernel_mgpu.py).
-    with jaxwarp.config.override(warp_kernel_backend="triton"):
-        yield
+pytestmark = pytest.mark.usefixtures("triton_warp_kernel")  # the Triton kernel's tests
 
 FULL = 0xFFFFFFFF
 

@@ -170,30 +170,36 @@ class WarpKernel:
         Mosaic GPU walk does not run the program, where the installed JAX has no Mosaic
         GPU backend for Pallas, or where ``num_warps`` asks for more than the one warpgroup
         a Mosaic GPU CTA runs."""
+        return self._route(_check_all(args))[0] if args else self._order()[0]
+
+    def _order(self) -> tuple[str, ...]:
+        """The backends a call tries, in turn."""
         choice = config.warp_kernel_backend
         if choice != "auto":
-            return choice
+            return (choice,)
         if mgpu_kernel.triton_missing():
-            return "mosaic_gpu"
+            return ("mosaic_gpu",)
         if mgpu_kernel.api_error() is not None or self.num_warps not in (None, 4) or (
                 self.warps_per_block is not None and self.warps_per_block < 4):
-            return "triton"
-        return self._route(_check_all(args))[0] if args else "mosaic_gpu"
+            return ("triton",)
+        return ("mosaic_gpu", "triton")
 
     def _route(self, args):
         """(the backend, why its kernel does not run ``fn`` on ``args`` or None, what the
-        kernel needs: the Mosaic GPU program, or Triton's (program, output block))."""
-        refused = None
-        if self.backend() == "mosaic_gpu":
-            why, closed = self._trace_mgpu(args)
-            if why is None or config.warp_kernel_backend != "auto" or \
-                    mgpu_kernel.triton_missing():
-                return "mosaic_gpu", why, closed
-            refused = why  # "auto": Triton next
-        why, out_block, program = self._trace(args)
-        if why is not None and refused is not None:
-            why = f"{why} (and the Mosaic GPU kernel: {refused})"
-        return "triton", why, (program, out_block)
+        kernel needs: the Mosaic GPU program, or Triton's (program, output block)): the
+        first of :meth:`_order` that runs the program, else the last, with every reason."""
+        reasons = []
+        for backend in self._order():
+            if backend == "mosaic_gpu":
+                why, made = self._trace_mgpu(args)
+            else:
+                why, out_block, program = self._trace(args)
+                made = (program, out_block)
+            if why is None:
+                return backend, None, made
+            reasons.append(why)
+        why = reasons[-1] + "".join(f" (and the Mosaic GPU kernel: {r})" for r in reasons[:-1])
+        return backend, why, made
 
     def _trace_mgpu(self, args):
         """(why the Mosaic GPU kernel cannot run ``fn`` or None, the traced program)."""

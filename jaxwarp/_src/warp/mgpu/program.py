@@ -267,9 +267,10 @@ class Walk(Pieces):
                 if name not in _APPLIES:
                     raise Unsupported(f"{name} (no thread form in the Mosaic GPU walk: "
                                       f"the Triton backend or vmap runs it)")
-                outs = self.apply(eqn, [self.settle(x) for x in vals])
+                settled = [self.settle(x) for x in vals]
+                outs = self.apply(eqn, settled)
                 if name == "select_n":
-                    self._note_lane_bits(vals, outs[0])
+                    self._note_lane_bits(vals, settled[0], outs[0])
             for v, o in zip(eqn.outvars, outs, strict=True):
                 env[v] = o
         return [read(v) for v in jaxpr.outvars]
@@ -323,12 +324,12 @@ class Walk(Pieces):
 
         return self._unflat(ops.while_loop(self._flat(init), going, step), avals)
 
-    def _note_lane_bits(self, vals, out: Regs) -> None:
+    def _note_lane_bits(self, vals, pred: Regs, out: Regs) -> None:
         """Notes ``out`` when it is ``where(pred, 1 << lane, 0)`` (either order of the
-        cases): a reduction of it over the lanes is a ballot of ``pred``."""
+        cases; ``vals`` the select's operands as read, ``pred`` its first settled): a
+        reduction of it over the lanes is a ballot of ``pred``."""
         if len(vals) != 3 or not all(isinstance(c, np.ndarray) for c in vals[1:]):
             return
-        pred = self.settle(vals[0])
         if pred.dtype != np.bool_:
             return
         zero, bits = [_is_zero(c) for c in vals[1:]], [_is_lane_bits(c) for c in vals[1:]]
